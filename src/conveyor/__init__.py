@@ -1,0 +1,1 @@
+"""conveyor: a durable job queue for Python."""

@@ -1,0 +1,74 @@
+"""Every error conveyor raises, so callers can catch them by meaning."""
+
+from __future__ import annotations
+
+
+class ConveyorError(Exception):
+    """Base class of every error conveyor raises."""
+
+
+class ConfigurationError(ConveyorError):
+    """A DSN, an option or a name is malformed; the message says how to fix it."""
+
+
+class InvalidJobError(ConveyorError, ValueError):
+    """A job cannot be enqueued as given (payload not JSON, bad name, negative delay...).
+
+    Raised before anything is written.
+    """
+
+
+class UnknownTaskError(ConveyorError, KeyError):
+    """No task of that name is registered with the App."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; we want plain prose.
+        return str(self.args[0]) if self.args else "unknown task"
+
+
+class StoreUnavailableError(ConveyorError):
+    """The database cannot be reached; the message names where conveyor tried to connect."""
+
+
+class JobNotFoundError(ConveyorError, LookupError):
+    """No job has that id (it was never created, or was purged)."""
+
+
+class JobStateError(ConveyorError):
+    """The action does not apply to the job in its current state (e.g. retrying a running job)."""
+
+
+class LeaseLostError(ConveyorError):
+    """The caller's lease on a running job is no longer valid: its outcome was not recorded.
+
+    Another worker may have rescued the job after the lease expired; the job's
+    recorded outcome is never overwritten by a stale lease holder.
+    """
+
+
+class JobFailed(ConveyorError):
+    """Raised by ``job.wait()`` when the job failed for good; carries the remote error."""
+
+    def __init__(self, job_id: int, error: str | None) -> None:
+        super().__init__(f"job {job_id} failed: {error or 'no error recorded'}")
+        self.job_id = job_id
+        self.error = error
+
+
+class JobCancelled(ConveyorError):
+    """Raised by ``job.wait()`` when the job was cancelled."""
+
+    def __init__(self, job_id: int) -> None:
+        super().__init__(f"job {job_id} was cancelled")
+        self.job_id = job_id
+
+
+class Retry(Exception):  # noqa: N818 - a control-flow signal raised by handlers, named as in peers
+    """Raised by a handler to run the job again later without counting it as a failure."""
+
+    def __init__(self, delay: float = 0.0, reason: str | None = None) -> None:
+        super().__init__(reason or f"retry requested in {delay}s")
+        self.delay = delay
+
+
+class Fail(Exception):  # noqa: N818 - a control-flow signal raised by handlers
+    """Raised by a handler to fail the job at once, with no further attempts."""

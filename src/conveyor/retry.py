@@ -1,0 +1,53 @@
+"""Backoff policies: how long a failed attempt waits before the next one."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class Backoff(Protocol):
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1 for the first)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ExponentialBackoff:
+    """``base * factor ** (attempt - 1)``, capped at ``maximum``, with +/- ``jitter`` spread.
+
+    Jitter spreads retries of jobs that failed together (an outage) so they do
+    not all hit the recovered service in the same instant.
+    """
+
+    base: float = 1.0
+    factor: float = 2.0
+    maximum: float = 3600.0
+    jitter: float = 0.25
+
+    def __post_init__(self) -> None:
+        if self.base < 0 or self.factor < 1 or self.maximum < 0 or not 0 <= self.jitter <= 1:
+            raise ValueError(
+                "ExponentialBackoff needs base >= 0, factor >= 1, maximum >= 0, 0 <= jitter <= 1"
+            )
+
+    def delay(self, attempt: int) -> float:
+        exponent = max(attempt - 1, 0)
+        # Cap the exponent first: factor ** 2000 overflows a float.
+        raw = self.maximum if exponent > 64 else min(self.base * self.factor**exponent, self.maximum)
+        spread = raw * self.jitter
+        return max(0.0, raw + random.uniform(-spread, spread))
+
+
+@dataclass(frozen=True, slots=True)
+class FixedBackoff:
+    """The same delay after every failed attempt."""
+
+    seconds: float = 5.0
+
+    def delay(self, attempt: int) -> float:
+        return self.seconds
+
+
+DEFAULT_BACKOFF: Backoff = ExponentialBackoff()

@@ -1,0 +1,232 @@
+"""The Store protocol: one contract, one implementation per database.
+
+Methods are named noun_verb after domain actions. Every time-dependent
+method takes ``now`` so that tests can fix the clock. Methods that act on
+running jobs take leases ``(id, lease_token)`` and return the ids they
+actually changed: an id missing from the answer means the caller's lease was
+stale (the job was rescued, cancelled or finished by someone else) and its
+outcome was not recorded.
+
+Nothing here assumes SQL: a store on another kind of database implements the
+same methods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Protocol, runtime_checkable
+
+from conveyor.job import Event, Job, JobState, NewJob
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A worker's claim on a running job: the fencing token names the claim."""
+
+    id: int
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    id: int
+    token: str
+    result_json: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A failed attempt.
+
+    The store queues the job again at ``retry_at`` while attempts remain and
+    ``retryable`` is true, else fails it for good.
+    """
+
+    id: int
+    token: str
+    error: str
+    retry_at: datetime
+    retryable: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Snooze:
+    """Run again at ``run_at`` without using up an attempt (the handler raised Retry)."""
+
+    id: int
+    token: str
+    run_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseStatus:
+    """Answer to a heartbeat for one lease that still holds."""
+
+    id: int
+    cancel_requested: bool
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    state: JobState | None = None
+    queue: str | None = None
+    task: str | None = None
+    batch: str | None = None
+    #: Keyset pagination: only jobs with id below this one (newest first).
+    before_id: int | None = None
+    limit: int = 100
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    name: str
+    paused: bool
+    counts: dict[str, int]
+    #: Seconds the oldest ready (queued, run_at <= now) job has waited; None when none is ready.
+    oldest_ready_age: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    queues: dict[str, QueueStats] = field(default_factory=dict)
+    #: Jobs that reached a terminal state in the last minute.
+    finished_last_minute: int = 0
+
+    def count(self, state: JobState | str, queue: str | None = None) -> int:
+        names = [queue] if queue is not None else list(self.queues)
+        return sum(self.queues[q].counts.get(str(state), 0) for q in names if q in self.queues)
+
+
+@runtime_checkable
+class Store(Protocol):
+    """What every backend implements. See DESIGN.md for the state machine."""
+
+    #: Cross-process notifications (PostgreSQL LISTEN/NOTIFY).
+    supports_listen_notify: bool
+    #: Enqueue inside the caller's own transaction by passing its connection.
+    supports_external_transactions: bool
+    #: A short description for errors and logs (never includes a password).
+    description: str
+
+    # --- lifecycle ---------------------------------------------------------
+    def migrate(self) -> int:
+        """Apply pending migrations; return the schema version now in force."""
+        ...
+
+    def schema_version(self) -> int: ...
+
+    def close(self) -> None: ...
+
+    def ping(self) -> None:
+        """Raise StoreUnavailableError when the database cannot be reached."""
+        ...
+
+    # --- producing ------------------------------------------------------------
+    def job_insert_many(
+        self, jobs: Sequence[NewJob], now: datetime, connection: Any = None
+    ) -> list[Job]:
+        """Insert jobs in one transaction; return one Job per input, in order.
+
+        A job with a key that matches an existing job (a live one for
+        ``unique="live"``, any not yet purged for ``unique="forever"``) is not
+        inserted: the existing job is returned in its place. With
+        ``connection``, the insert runs in the caller's open transaction and
+        is not committed here.
+        """
+        ...
+
+    # --- reading ------------------------------------------------------------
+    def job_get(self, job_id: int) -> Job | None: ...
+
+    def job_get_many(self, job_ids: Sequence[int]) -> list[Job]: ...
+
+    def job_list(self, filter: JobFilter) -> list[Job]:
+        """Jobs matching the filter, newest first."""
+        ...
+
+    def event_list(self, job_id: int) -> list[Event]:
+        """A job's history, oldest first."""
+        ...
+
+    def event_since(self, seq: int, limit: int) -> list[Event]:
+        """Events with seq > ``seq``, in seq order: the feed of the data pipeline."""
+        ...
+
+    def stats(self, now: datetime) -> Stats: ...
+
+    def next_run_at(self, queues: Sequence[str] | None) -> datetime | None:
+        """The earliest run_at of a queued job: when a timer should wake a worker."""
+        ...
+
+    # --- working ------------------------------------------------------------
+    def job_claim(
+        self,
+        queues: Sequence[str],
+        limit: int,
+        worker: str,
+        lease: timedelta,
+        now: datetime,
+        group: str | None = None,
+    ) -> list[Job]:
+        """Atomically move up to ``limit`` ready jobs to running under a fresh lease token.
+
+        Ready: queued, ``run_at <= now``, queue not paused, and (for a job in
+        a group) the oldest queued job of a group with no running job.
+        Higher priority first, then oldest. With ``group``, only that group.
+        """
+        ...
+
+    def job_heartbeat(
+        self, leases: Sequence[Lease], lease: timedelta, now: datetime
+    ) -> list[LeaseStatus]:
+        """Extend the leases that still hold; say which of them have a cancel pending."""
+        ...
+
+    def job_complete(self, completions: Sequence[Completion], now: datetime) -> list[int]:
+        """Record results; return the ids whose lease still held."""
+        ...
+
+    def job_fail(self, failures: Sequence[Failure], now: datetime) -> list[int]: ...
+
+    def job_snooze(self, snoozes: Sequence[Snooze], now: datetime) -> list[int]: ...
+
+    def job_release(self, leases: Sequence[Lease], now: datetime) -> list[int]:
+        """Hand running jobs back to queued without using up an attempt (shutdown)."""
+        ...
+
+    def job_set_cancelled(self, leases: Sequence[Lease], now: datetime) -> list[int]:
+        """The worker aborted a job whose cancel was requested: record it cancelled."""
+        ...
+
+    def job_progress(
+        self, lease: Lease, fraction: float | None, message: str | None, now: datetime
+    ) -> bool: ...
+
+    def job_rescue_expired(self, now: datetime, limit: int = 1000) -> list[int]:
+        """Requeue (or fail, when out of attempts) running jobs whose lease expired.
+
+        A compare-and-set on (id, lease_token): a worker that renews or
+        finishes in the same instant either wins entirely or loses entirely.
+        """
+        ...
+
+    # --- operating ------------------------------------------------------------
+    def job_cancel(self, job_id: int, now: datetime) -> Job | None:
+        """Cancel a queued job at once; flag a running one; leave a terminal one alone."""
+        ...
+
+    def job_retry(self, job_id: int, now: datetime) -> Job | None:
+        """Queue a failed or cancelled job again, attempts reset. Raises JobStateError otherwise."""
+        ...
+
+    def job_purge(self, finished_before: datetime, limit: int = 10_000) -> int:
+        """Delete up to ``limit`` terminal jobs (and their events) finished before the time."""
+        ...
+
+    def queue_pause(self, queue: str, now: datetime) -> None: ...
+
+    def queue_resume(self, queue: str, now: datetime) -> None: ...
+
+    def queue_paused(self) -> set[str]: ...

@@ -1,0 +1,105 @@
+"""Logic the backends share that is not SQL: idempotency-key planning, event kinds."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from conveyor.job import LIVE_STATES, EventKind, Job, JobState, NewJob
+
+KeyPair = tuple[str, str]
+
+
+def key_pairs(jobs: Sequence[NewJob]) -> list[KeyPair]:
+    """The distinct (queue, key) pairs a batch of new jobs names."""
+    return list(dict.fromkeys((j.queue, j.key) for j in jobs if j.key is not None))
+
+
+def match_existing(job: NewJob, candidates: Sequence[Job]) -> Job | None:
+    """Which existing job, if any, an enqueue with a key should return instead of inserting.
+
+    ``candidates`` are the jobs holding the same (queue, key), newest first.
+    """
+    live = next((c for c in candidates if c.state in LIVE_STATES), None)
+    if live is not None:
+        return live
+    if job.unique == "forever" and candidates:
+        return candidates[0]
+    return None
+
+
+@dataclass
+class InsertPlan:
+    """Which new jobs to insert, and where the others' answers come from."""
+
+    #: Positions in the input to insert, in order.
+    insert: list[int] = field(default_factory=list)
+    #: Position -> existing job returned in its place.
+    existing: dict[int, Job] = field(default_factory=dict)
+    #: Position -> earlier position of the same batch holding the same key.
+    same_as: dict[int, int] = field(default_factory=dict)
+
+
+def plan_insert(jobs: Sequence[NewJob], found: Iterable[Job]) -> InsertPlan:
+    by_key: dict[KeyPair, list[Job]] = {}
+    for job in found:
+        if job.key is not None:
+            by_key.setdefault((job.queue, job.key), []).append(job)
+    plan = InsertPlan()
+    first_of_key: dict[KeyPair, int] = {}
+    for position, job in enumerate(jobs):
+        if job.key is None:
+            plan.insert.append(position)
+            continue
+        pair = (job.queue, job.key)
+        if pair in first_of_key:
+            plan.same_as[position] = first_of_key[pair]
+            continue
+        first_of_key[pair] = position
+        existing = match_existing(job, by_key.get(pair, []))
+        if existing is None:
+            plan.insert.append(position)
+        else:
+            plan.existing[position] = existing
+    return plan
+
+
+def resolve_plan(plan: InsertPlan, count: int, inserted: dict[int, Job]) -> list[Job]:
+    """One Job per input position, from the inserted rows and the plan's existing ones."""
+    results: list[Job | None] = [None] * count
+    for position, job in inserted.items():
+        results[position] = job
+    for position, job in plan.existing.items():
+        results[position] = job
+    for position, earlier in plan.same_as.items():
+        results[position] = results[earlier]
+    missing = [i for i, job in enumerate(results) if job is None]
+    if missing:
+        raise RuntimeError(f"insert left positions {missing} without a job")
+    return [job for job in results if job is not None]
+
+
+# The event a state change records, by the action and the state it led to.
+_FAIL_KINDS = {
+    JobState.QUEUED: EventKind.RETRIED,
+    JobState.FAILED: EventKind.FAILED,
+    JobState.CANCELLED: EventKind.CANCELLED,
+}
+
+
+def event_kind(action: str, state: str) -> EventKind:
+    """The event kind of one row changed by ``action`` that is now in ``state``."""
+    if state == JobState.CANCELLED:
+        return EventKind.CANCELLED
+    if action == "fail":
+        return _FAIL_KINDS[JobState(state)]
+    if action == "cancel" and state == JobState.RUNNING:
+        return EventKind.CANCEL_REQUESTED
+    return {
+        "claim": EventKind.CLAIMED,
+        "complete": EventKind.SUCCEEDED,
+        "snooze": EventKind.SNOOZED,
+        "release": EventKind.RELEASED,
+        "rescue": EventKind.RESCUED,
+        "retry": EventKind.MANUAL_RETRY,
+    }[action]

@@ -1,0 +1,82 @@
+"""From a DSN string to an open Store, with errors that say what to write instead."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from conveyor.errors import ConfigurationError
+from conveyor.store.base import Store
+
+DEFAULT_DSN = "sqlite:///conveyor.db"
+DSN_ENV = "CONVEYOR_DSN"
+_HELP = (
+    "use sqlite:///relative/path.db, sqlite:////absolute/path.db "
+    "or postgresql://user:password@host:port/dbname"
+)
+
+
+def default_dsn() -> str:
+    return os.environ.get(DSN_ENV) or DEFAULT_DSN
+
+
+def sqlite_path(dsn: str) -> Path:
+    """The file a ``sqlite:///...`` DSN names (three slashes: relative, four: absolute)."""
+    if not dsn.startswith("sqlite:///"):
+        raise ConfigurationError(f"malformed SQLite DSN {dsn!r}: {_HELP}")
+    path = unquote(dsn[len("sqlite:///") :].split("?", 1)[0])
+    if not path or path.endswith("/"):
+        raise ConfigurationError(f"SQLite DSN {dsn!r} names no file: {_HELP}")
+    if path == ":memory:":
+        raise ConfigurationError(
+            "an in-memory SQLite database cannot be shared by workers and producers; "
+            "use a file (a temporary one in tests)"
+        )
+    return Path(path)
+
+
+def check_postgres_dsn(dsn: str) -> None:
+    """Reject a PostgreSQL URL that cannot be right before trying to connect."""
+    parts = urlsplit(dsn)
+    try:
+        port = parts.port
+    except ValueError:
+        raise ConfigurationError(
+            f"malformed PostgreSQL DSN: the port is not a number between 0 and 65535: {_HELP}"
+        ) from None
+    if port == 0:
+        raise ConfigurationError(f"malformed PostgreSQL DSN: port 0 is not valid: {_HELP}")
+    if not parts.path.strip("/") and "dbname=" not in parts.query:
+        raise ConfigurationError(f"PostgreSQL DSN names no database: {_HELP}")
+
+
+def open_store(dsn: str | None = None, **options: Any) -> Store:
+    """Open the store a DSN names; ``options`` go to the backend (e.g. pool sizes)."""
+    dsn = dsn or default_dsn()
+    if not isinstance(dsn, str):
+        raise ConfigurationError(f"DSN must be a string, got {type(dsn).__name__}")
+    scheme = dsn.split(":", 1)[0].lower() if ":" in dsn else ""
+    if scheme == "sqlite":
+        from conveyor.store.sqlite import SQLiteStore
+
+        return SQLiteStore(sqlite_path(dsn), **options)
+    if scheme in ("postgresql", "postgres"):
+        check_postgres_dsn(dsn)
+        try:
+            from conveyor.store.postgres import PostgresStore
+        except ImportError as exc:
+            raise ConfigurationError(
+                f"PostgreSQL support needs psycopg 3: pip install 'conveyor[postgres]' ({exc})"
+            ) from None
+        return PostgresStore(dsn, **options)
+    raise ConfigurationError(f"unsupported DSN {_redact(dsn)!r}: {_HELP}")
+
+
+def _redact(dsn: str) -> str:
+    """A DSN fit for an error message: any password replaced by ***."""
+    parts = urlsplit(dsn)
+    if parts.password:
+        return dsn.replace(f":{parts.password}@", ":***@")
+    return dsn

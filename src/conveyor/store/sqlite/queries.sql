@@ -1,0 +1,278 @@
+-- Named statements of the SQLite store. Times are REAL epoch seconds; ``:now`` is
+-- always passed in, never read from the database clock, so tests can fix it.
+--
+-- Batched writes take one JSON array parameter (``:items``) and join it with
+-- json_each: one statement per batch, however many jobs it touches. Every write
+-- runs inside BEGIN IMMEDIATE, so SQLite's single writer makes each
+-- read-then-write atomic without row locks.
+
+-- name: migrations_table
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version    INTEGER PRIMARY KEY,
+    name       TEXT NOT NULL,
+    applied_at REAL NOT NULL
+)
+
+-- name: schema_version
+SELECT coalesce(max(version), 0) FROM schema_migrations
+
+-- name: migration_record
+INSERT INTO schema_migrations (version, name, applied_at) VALUES (:version, :name, :now)
+
+-- name: job_max_id
+-- Under BEGIN IMMEDIATE nobody else can insert, so ids max+1.. are ours to hand out.
+SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'jobs'), 0)
+
+-- name: job_insert
+INSERT INTO jobs (id, queue, task, args, kwargs, priority, run_at, max_attempts,
+                  key, group_key, batch, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+
+-- name: event_insert_enqueued
+INSERT INTO events (job_id, queue, task, kind, attempt, at)
+SELECT id, queue, task, 'enqueued', 0, created_at FROM jobs WHERE id BETWEEN :first AND :last
+
+-- name: job_find_keys
+-- :pairs is [[queue, key], ...]; every job holding one of them, newest first.
+SELECT * FROM jobs
+WHERE key IS NOT NULL
+  AND (queue, key) IN (SELECT value ->> 0, value ->> 1 FROM json_each(:pairs))
+ORDER BY id DESC
+
+-- name: job_get
+SELECT * FROM jobs WHERE id = :id
+
+-- name: job_get_many
+SELECT * FROM jobs WHERE id IN (SELECT value FROM json_each(:ids))
+
+-- name: job_list
+SELECT * FROM jobs
+WHERE (:state IS NULL OR state = :state)
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:task IS NULL OR task = :task)
+  AND (:batch IS NULL OR batch = :batch)
+  AND (:before_id IS NULL OR id < :before_id)
+ORDER BY id DESC
+LIMIT :limit
+
+-- name: job_claim
+-- A job in a group is claimable only when it is its group's oldest queued job
+-- and no job of the group is running; the unique index jobs_group_running
+-- backs this up inside the database.
+UPDATE jobs
+SET state = 'running',
+    attempts = attempts + 1,
+    worker = :worker,
+    lease_token = :token,
+    lease_expires_at = :lease_expires_at,
+    started_at = :now,
+    progress = NULL,
+    progress_message = NULL
+WHERE id IN (
+    SELECT j.id FROM jobs AS j
+    WHERE j.state = 'queued'
+      AND j.queue IN (SELECT value FROM json_each(:queues))
+      AND j.run_at <= :now
+      AND (:group IS NULL OR j.group_key = :group)
+      AND j.queue NOT IN (SELECT name FROM queues WHERE paused)
+      AND (j.group_key IS NULL OR (
+          NOT EXISTS (SELECT 1 FROM jobs AS r
+                      WHERE r.group_key = j.group_key AND r.state = 'running')
+          AND NOT EXISTS (SELECT 1 FROM jobs AS o
+                          WHERE o.group_key = j.group_key AND o.state = 'queued'
+                            AND o.id < j.id)))
+    ORDER BY j.priority DESC, j.id
+    LIMIT :limit
+)
+RETURNING *
+
+-- name: event_insert
+INSERT INTO events (job_id, queue, task, kind, attempt, worker, at, error)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+
+-- name: job_heartbeat
+-- :items is [[id, token], ...]
+UPDATE jobs
+SET lease_expires_at = :lease_expires_at
+FROM json_each(:items) AS l
+WHERE jobs.id = l.value ->> 0
+  AND jobs.lease_token = l.value ->> 1
+  AND jobs.state = 'running'
+RETURNING jobs.id, jobs.cancel_requested
+
+-- name: job_complete
+-- :items is [[id, token, result_json_or_null], ...]
+UPDATE jobs
+SET state = 'succeeded',
+    result = c.value ->> 2,
+    finished_at = :now,
+    lease_token = NULL,
+    lease_expires_at = NULL
+FROM json_each(:items) AS c
+WHERE jobs.id = c.value ->> 0
+  AND jobs.lease_token = c.value ->> 1
+  AND jobs.state = 'running'
+RETURNING jobs.id, jobs.queue, jobs.task, jobs.state, jobs.attempts, jobs.worker, NULL
+
+-- name: job_fail
+-- :items is [[id, token, error, retryable, retry_at], ...]. A job whose cancel
+-- was requested ends cancelled rather than retrying.
+UPDATE jobs
+SET state = CASE
+        WHEN jobs.cancel_requested THEN 'cancelled'
+        WHEN f.value ->> 3 AND jobs.attempts < jobs.max_attempts THEN 'queued'
+        ELSE 'failed' END,
+    run_at = CASE
+        WHEN NOT jobs.cancel_requested AND f.value ->> 3 AND jobs.attempts < jobs.max_attempts
+        THEN f.value ->> 4 ELSE jobs.run_at END,
+    finished_at = CASE
+        WHEN NOT jobs.cancel_requested AND f.value ->> 3 AND jobs.attempts < jobs.max_attempts
+        THEN NULL ELSE :now END,
+    error = f.value ->> 2,
+    lease_token = NULL,
+    lease_expires_at = NULL
+FROM json_each(:items) AS f
+WHERE jobs.id = f.value ->> 0
+  AND jobs.lease_token = f.value ->> 1
+  AND jobs.state = 'running'
+RETURNING jobs.id, jobs.queue, jobs.task, jobs.state, jobs.attempts, jobs.worker, jobs.error
+
+-- name: job_snooze
+-- :items is [[id, token, run_at], ...]. Gives the attempt back: a snooze is not a failure.
+UPDATE jobs
+SET state = CASE WHEN jobs.cancel_requested THEN 'cancelled' ELSE 'queued' END,
+    run_at = s.value ->> 2,
+    attempts = jobs.attempts - 1,
+    finished_at = CASE WHEN jobs.cancel_requested THEN :now END,
+    lease_token = NULL,
+    lease_expires_at = NULL
+FROM json_each(:items) AS s
+WHERE jobs.id = s.value ->> 0
+  AND jobs.lease_token = s.value ->> 1
+  AND jobs.state = 'running'
+RETURNING jobs.id, jobs.queue, jobs.task, jobs.state, jobs.attempts, jobs.worker, NULL
+
+-- name: job_release
+-- :items is [[id, token], ...]. Shutdown hands the job back without using up an attempt.
+UPDATE jobs
+SET state = CASE WHEN jobs.cancel_requested THEN 'cancelled' ELSE 'queued' END,
+    attempts = jobs.attempts - 1,
+    finished_at = CASE WHEN jobs.cancel_requested THEN :now END,
+    lease_token = NULL,
+    lease_expires_at = NULL
+FROM json_each(:items) AS r
+WHERE jobs.id = r.value ->> 0
+  AND jobs.lease_token = r.value ->> 1
+  AND jobs.state = 'running'
+RETURNING jobs.id, jobs.queue, jobs.task, jobs.state, jobs.attempts, jobs.worker, NULL
+
+-- name: job_set_cancelled
+-- :items is [[id, token], ...]
+UPDATE jobs
+SET state = 'cancelled',
+    finished_at = :now,
+    lease_token = NULL,
+    lease_expires_at = NULL
+FROM json_each(:items) AS c
+WHERE jobs.id = c.value ->> 0
+  AND jobs.lease_token = c.value ->> 1
+  AND jobs.state = 'running'
+RETURNING jobs.id, jobs.queue, jobs.task, jobs.state, jobs.attempts, jobs.worker, NULL
+
+-- name: job_progress
+UPDATE jobs
+SET progress = coalesce(:fraction, progress), progress_message = :message
+WHERE id = :id AND lease_token = :token AND state = 'running'
+
+-- name: job_rescue_expired
+-- The lease check is repeated on the row being updated: the compare-and-set.
+UPDATE jobs
+SET state = CASE
+        WHEN cancel_requested THEN 'cancelled'
+        WHEN attempts < max_attempts THEN 'queued'
+        ELSE 'failed' END,
+    finished_at = CASE
+        WHEN NOT cancel_requested AND attempts < max_attempts THEN NULL ELSE :now END,
+    run_at = :now,
+    error = 'worker lost: lease expired',
+    lease_token = NULL,
+    lease_expires_at = NULL
+WHERE id IN (SELECT id FROM jobs
+             WHERE state = 'running' AND lease_expires_at < :now
+             LIMIT :limit)
+  AND state = 'running' AND lease_expires_at < :now
+RETURNING id, queue, task, state, attempts, worker, error
+
+-- name: job_cancel_queued
+UPDATE jobs
+SET state = 'cancelled', finished_at = :now
+WHERE id = :id AND state = 'queued'
+RETURNING id, queue, task, state, attempts, worker, NULL
+
+-- name: job_cancel_running
+UPDATE jobs
+SET cancel_requested = 1
+WHERE id = :id AND state = 'running' AND NOT cancel_requested
+RETURNING id, queue, task, state, attempts, worker, NULL
+
+-- name: job_retry
+-- Manual retry of a failed or cancelled job, unless another live job now holds its key.
+UPDATE jobs
+SET state = 'queued',
+    attempts = 0,
+    run_at = :now,
+    cancel_requested = 0,
+    worker = NULL,
+    result = NULL,
+    error = NULL,
+    progress = NULL,
+    progress_message = NULL,
+    started_at = NULL,
+    finished_at = NULL
+WHERE id = :id AND state IN ('failed', 'cancelled')
+  AND (key IS NULL OR NOT EXISTS (
+      SELECT 1 FROM jobs AS other
+      WHERE other.queue = jobs.queue AND other.key = jobs.key
+        AND other.state IN ('queued', 'running')))
+RETURNING id, queue, task, state, attempts, worker, NULL
+
+-- name: job_purge_select
+SELECT id FROM jobs
+WHERE finished_at < :before AND state IN ('succeeded', 'failed', 'cancelled')
+ORDER BY finished_at
+LIMIT :limit
+
+-- name: event_delete_for_jobs
+DELETE FROM events WHERE job_id IN (SELECT value FROM json_each(:ids))
+
+-- name: job_delete
+DELETE FROM jobs WHERE id IN (SELECT value FROM json_each(:ids))
+
+-- name: event_list
+SELECT * FROM events WHERE job_id = :job_id ORDER BY seq
+
+-- name: event_since
+SELECT * FROM events WHERE seq > :seq ORDER BY seq LIMIT :limit
+
+-- name: stats_counts
+SELECT queue, state, count(*) FROM jobs GROUP BY queue, state
+
+-- name: stats_oldest_ready
+SELECT queue, min(run_at) FROM jobs
+WHERE state = 'queued' AND run_at <= :now
+GROUP BY queue
+
+-- name: stats_finished_since
+SELECT count(*) FROM jobs WHERE finished_at >= :since
+
+-- name: next_run_at
+SELECT min(run_at) FROM jobs
+WHERE state = 'queued'
+  AND (:all_queues OR queue IN (SELECT value FROM json_each(:queues)))
+
+-- name: queue_set_paused
+INSERT INTO queues (name, paused, updated_at) VALUES (:name, :paused, :now)
+ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = excluded.updated_at
+
+-- name: queue_list
+SELECT name, paused FROM queues
