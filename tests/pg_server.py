@@ -64,10 +64,15 @@ def find_bin_dir() -> Path:
     Looks at ``CONVEYOR_PG_BINDIR``, then ``initdb`` on ``PATH`` (symlinks
     resolved), then ``/usr/lib/postgresql/*/bin``.
     """
-    candidates: list[Path] = []
     override = os.environ.get("CONVEYOR_PG_BINDIR")
     if override:
-        candidates.append(Path(override))
+        if _has_server_binaries(Path(override)):
+            return Path(override)
+        raise PgServerError(
+            f"CONVEYOR_PG_BINDIR={override} does not hold initdb, pg_ctl and postgres; "
+            f"{_INSTALL_HINT}"
+        )
+    candidates: list[Path] = []
     on_path = shutil.which("initdb")
     if on_path:
         candidates.append(Path(on_path).resolve().parent)

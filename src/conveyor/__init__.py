@@ -1,1 +1,42 @@
-"""conveyor: a durable job queue for Python."""
+"""conveyor: a durable job queue for Python on SQLite and PostgreSQL."""
+
+from conveyor.app import App
+from conveyor.errors import (
+    ConfigurationError,
+    ConveyorError,
+    Fail,
+    InvalidJobError,
+    JobCancelled,
+    JobFailed,
+    JobNotFoundError,
+    JobStateError,
+    LeaseLostError,
+    Retry,
+    StoreUnavailableError,
+    UnknownTaskError,
+)
+from conveyor.job import Event, Job, JobState
+from conveyor.retry import ExponentialBackoff, FixedBackoff
+from conveyor.task import Task
+
+__all__ = [
+    "App",
+    "ConfigurationError",
+    "ConveyorError",
+    "Event",
+    "ExponentialBackoff",
+    "Fail",
+    "FixedBackoff",
+    "InvalidJobError",
+    "Job",
+    "JobCancelled",
+    "JobFailed",
+    "JobNotFoundError",
+    "JobState",
+    "JobStateError",
+    "LeaseLostError",
+    "Retry",
+    "StoreUnavailableError",
+    "Task",
+    "UnknownTaskError",
+]

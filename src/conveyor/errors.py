@@ -62,7 +62,7 @@ class JobCancelled(ConveyorError):
         self.job_id = job_id
 
 
-class Retry(Exception):  # noqa: N818 - a control-flow signal raised by handlers, named as in peers
+class Retry(Exception):
     """Raised by a handler to run the job again later without counting it as a failure."""
 
     def __init__(self, delay: float = 0.0, reason: str | None = None) -> None:
@@ -70,5 +70,5 @@ class Retry(Exception):  # noqa: N818 - a control-flow signal raised by handlers
         self.delay = delay
 
 
-class Fail(Exception):  # noqa: N818 - a control-flow signal raised by handlers
+class Fail(Exception):
     """Raised by a handler to fail the job at once, with no further attempts."""

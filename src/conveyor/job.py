@@ -140,6 +140,12 @@ class Job:
             raise RuntimeError("this Job is not attached to an App; use app.wait(job_id)")
         return self._app.wait(self.id, timeout=timeout)
 
+    async def await_result(self, timeout: float | None = None) -> Any:
+        """``wait()`` for async code: does not block the event loop."""
+        if self._app is None:
+            raise RuntimeError("this Job is not attached to an App; use app.await_result(job_id)")
+        return await self._app.await_result(self.id, timeout=timeout)
+
     def refresh(self) -> Job:
         """Read the job again from the store."""
         if self._app is None:

@@ -35,7 +35,9 @@ class ExponentialBackoff:
     def delay(self, attempt: int) -> float:
         exponent = max(attempt - 1, 0)
         # Cap the exponent first: factor ** 2000 overflows a float.
-        raw = self.maximum if exponent > 64 else min(self.base * self.factor**exponent, self.maximum)
+        raw = (
+            self.maximum if exponent > 64 else min(self.base * self.factor**exponent, self.maximum)
+        )
         spread = raw * self.jitter
         return max(0.0, raw + random.uniform(-spread, spread))
 

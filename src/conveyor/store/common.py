@@ -42,21 +42,21 @@ class InsertPlan:
 
 def plan_insert(jobs: Sequence[NewJob], found: Iterable[Job]) -> InsertPlan:
     by_key: dict[KeyPair, list[Job]] = {}
-    for job in found:
-        if job.key is not None:
-            by_key.setdefault((job.queue, job.key), []).append(job)
+    for old in found:
+        if old.key is not None:
+            by_key.setdefault((old.queue, old.key), []).append(old)
     plan = InsertPlan()
     first_of_key: dict[KeyPair, int] = {}
-    for position, job in enumerate(jobs):
-        if job.key is None:
+    for position, new in enumerate(jobs):
+        if new.key is None:
             plan.insert.append(position)
             continue
-        pair = (job.queue, job.key)
+        pair = (new.queue, new.key)
         if pair in first_of_key:
             plan.same_as[position] = first_of_key[pair]
             continue
         first_of_key[pair] = position
-        existing = match_existing(job, by_key.get(pair, []))
+        existing = match_existing(new, by_key.get(pair, []))
         if existing is None:
             plan.insert.append(position)
         else:
@@ -79,27 +79,42 @@ def resolve_plan(plan: InsertPlan, count: int, inserted: dict[int, Job]) -> list
     return [job for job in results if job is not None]
 
 
-# The event a state change records, by the action and the state it led to.
-_FAIL_KINDS = {
-    JobState.QUEUED: EventKind.RETRIED,
+# The event each action records, by the state the job is in afterwards. A job
+# whose cancel was pending ends cancelled whatever the action was.
+EVENT_KINDS: dict[str, dict[str, str]] = {
+    "claim": {JobState.RUNNING: EventKind.CLAIMED},
+    "complete": {JobState.SUCCEEDED: EventKind.SUCCEEDED},
+    "fail": {
+        JobState.QUEUED: EventKind.RETRIED,
+        JobState.FAILED: EventKind.FAILED,
+        JobState.CANCELLED: EventKind.CANCELLED,
+    },
+    "snooze": {JobState.QUEUED: EventKind.SNOOZED, JobState.CANCELLED: EventKind.CANCELLED},
+    "release": {JobState.QUEUED: EventKind.RELEASED, JobState.CANCELLED: EventKind.CANCELLED},
+    "set_cancelled": {JobState.CANCELLED: EventKind.CANCELLED},
+    # A rescue always records "rescued"; one that ran out of attempts (or had a
+    # cancel pending) also records how the job ended: see RESCUE_ENDINGS.
+    "rescue": {
+        JobState.QUEUED: EventKind.RESCUED,
+        JobState.FAILED: EventKind.RESCUED,
+        JobState.CANCELLED: EventKind.RESCUED,
+    },
+    "cancel": {
+        JobState.CANCELLED: EventKind.CANCELLED,
+        JobState.RUNNING: EventKind.CANCEL_REQUESTED,
+    },
+    "retry": {JobState.QUEUED: EventKind.MANUAL_RETRY},
+}
+RESCUE_ENDINGS: dict[str, str] = {
     JobState.FAILED: EventKind.FAILED,
     JobState.CANCELLED: EventKind.CANCELLED,
 }
+#: Actions that give the attempt back: their events name the attempt that ran.
+ATTEMPT_GIVEN_BACK = frozenset({"snooze", "release"})
+#: Actions whose events carry the job's error.
+WITH_ERROR = frozenset({"fail", "rescue"})
 
 
-def event_kind(action: str, state: str) -> EventKind:
-    """The event kind of one row changed by ``action`` that is now in ``state``."""
-    if state == JobState.CANCELLED:
-        return EventKind.CANCELLED
-    if action == "fail":
-        return _FAIL_KINDS[JobState(state)]
-    if action == "cancel" and state == JobState.RUNNING:
-        return EventKind.CANCEL_REQUESTED
-    return {
-        "claim": EventKind.CLAIMED,
-        "complete": EventKind.SUCCEEDED,
-        "snooze": EventKind.SNOOZED,
-        "release": EventKind.RELEASED,
-        "rescue": EventKind.RESCUED,
-        "retry": EventKind.MANUAL_RETRY,
-    }[action]
+def event_kind(action: str, state: str) -> str | None:
+    """The event kind of one job changed by ``action`` that is now in ``state``."""
+    return EVENT_KINDS[action].get(state)

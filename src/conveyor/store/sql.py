@@ -18,12 +18,17 @@ _MIGRATION_FILE = re.compile(r"^(\d{3})_(\w+)\.sql$")
 def load_queries(package: str) -> dict[str, str]:
     """Parse ``package/queries.sql`` into {name: statement}."""
     text = resources.files(package).joinpath("queries.sql").read_text(encoding="utf-8")
+    return parse_queries(text, where=f"{package}/queries.sql")
+
+
+def parse_queries(text: str, where: str = "SQL text") -> dict[str, str]:
+    """Split text of ``-- name: x`` blocks into {name: statement}."""
     parts = _NAME_LINE.split(text)
     # parts = [preamble, name1, body1, name2, body2, ...]
     queries: dict[str, str] = {}
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
         if name in queries:
-            raise ValueError(f"{package}/queries.sql defines {name!r} twice")
+            raise ValueError(f"{where} defines {name!r} twice")
         queries[name] = body.strip().rstrip(";")
     return queries
 

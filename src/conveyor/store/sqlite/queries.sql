@@ -56,6 +56,11 @@ ORDER BY id DESC
 LIMIT :limit
 
 -- name: job_claim
+-- Each queue is searched on its own (the correlated subquery walks the
+-- jobs_queued index of one queue in claim order and stops at :limit); the best
+-- of those candidates win. A single "queue IN (...) ORDER BY" would sort every
+-- queued job on each claim.
+--
 -- A job in a group is claimable only when it is its group's oldest queued job
 -- and no job of the group is running; the unique index jobs_group_running
 -- backs this up inside the database.
@@ -69,26 +74,40 @@ SET state = 'running',
     progress = NULL,
     progress_message = NULL
 WHERE id IN (
-    SELECT j.id FROM jobs AS j
-    WHERE j.state = 'queued'
-      AND j.queue IN (SELECT value FROM json_each(:queues))
-      AND j.run_at <= :now
-      AND (:group IS NULL OR j.group_key = :group)
-      AND j.queue NOT IN (SELECT name FROM queues WHERE paused)
-      AND (j.group_key IS NULL OR (
-          NOT EXISTS (SELECT 1 FROM jobs AS r
-                      WHERE r.group_key = j.group_key AND r.state = 'running')
-          AND NOT EXISTS (SELECT 1 FROM jobs AS o
-                          WHERE o.group_key = j.group_key AND o.state = 'queued'
-                            AND o.id < j.id)))
-    ORDER BY j.priority DESC, j.id
+    SELECT c.id
+    FROM json_each(:queues) AS q
+    JOIN jobs AS c ON c.id IN (
+        SELECT j.id FROM jobs AS j
+        WHERE j.state = 'queued'
+          AND j.queue = q.value
+          AND j.run_at <= :now
+          AND (:group IS NULL OR j.group_key = :group)
+          AND (j.group_key IS NULL OR (
+              NOT EXISTS (SELECT 1 FROM jobs AS r
+                          WHERE r.group_key = j.group_key AND r.state = 'running')
+              AND NOT EXISTS (SELECT 1 FROM jobs AS o
+                              WHERE o.group_key = j.group_key AND o.state = 'queued'
+                                AND o.id < j.id)))
+        ORDER BY j.priority DESC, j.id
+        LIMIT :limit)
+    WHERE q.value NOT IN (SELECT name FROM queues WHERE paused)
+    ORDER BY c.priority DESC, c.id
     LIMIT :limit
 )
 RETURNING *
 
--- name: event_insert
+-- name: event_insert_for_jobs
+-- One event for each job of :ids. :kinds maps the state the job is now in to the
+-- event kind (e.g. {"queued": "retried", "failed": "failed"}); a job in a state
+-- the map does not name gets no event. Snooze and release gave the attempt
+-- back, so their events add :attempt_offset to name the attempt that ran.
 INSERT INTO events (job_id, queue, task, kind, attempt, worker, at, error)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+SELECT id, queue, task, :kinds ->> state, attempts + :attempt_offset, worker, :now,
+       CASE WHEN :with_error THEN error END
+FROM jobs
+WHERE id IN (SELECT value FROM json_each(:ids))
+  AND (:kinds ->> state) IS NOT NULL
+ORDER BY id
 
 -- name: job_heartbeat
 -- :items is [[id, token], ...]
@@ -112,7 +131,7 @@ FROM json_each(:items) AS c
 WHERE jobs.id = c.value ->> 0
   AND jobs.lease_token = c.value ->> 1
   AND jobs.state = 'running'
-RETURNING jobs.id, jobs.queue, jobs.task, jobs.state, jobs.attempts, jobs.worker, NULL
+RETURNING jobs.id
 
 -- name: job_fail
 -- :items is [[id, token, error, retryable, retry_at], ...]. A job whose cancel
@@ -135,7 +154,7 @@ FROM json_each(:items) AS f
 WHERE jobs.id = f.value ->> 0
   AND jobs.lease_token = f.value ->> 1
   AND jobs.state = 'running'
-RETURNING jobs.id, jobs.queue, jobs.task, jobs.state, jobs.attempts, jobs.worker, jobs.error
+RETURNING jobs.id
 
 -- name: job_snooze
 -- :items is [[id, token, run_at], ...]. Gives the attempt back: a snooze is not a failure.
@@ -150,7 +169,7 @@ FROM json_each(:items) AS s
 WHERE jobs.id = s.value ->> 0
   AND jobs.lease_token = s.value ->> 1
   AND jobs.state = 'running'
-RETURNING jobs.id, jobs.queue, jobs.task, jobs.state, jobs.attempts, jobs.worker, NULL
+RETURNING jobs.id
 
 -- name: job_release
 -- :items is [[id, token], ...]. Shutdown hands the job back without using up an attempt.
@@ -164,7 +183,7 @@ FROM json_each(:items) AS r
 WHERE jobs.id = r.value ->> 0
   AND jobs.lease_token = r.value ->> 1
   AND jobs.state = 'running'
-RETURNING jobs.id, jobs.queue, jobs.task, jobs.state, jobs.attempts, jobs.worker, NULL
+RETURNING jobs.id
 
 -- name: job_set_cancelled
 -- :items is [[id, token], ...]
@@ -177,7 +196,7 @@ FROM json_each(:items) AS c
 WHERE jobs.id = c.value ->> 0
   AND jobs.lease_token = c.value ->> 1
   AND jobs.state = 'running'
-RETURNING jobs.id, jobs.queue, jobs.task, jobs.state, jobs.attempts, jobs.worker, NULL
+RETURNING jobs.id
 
 -- name: job_progress
 UPDATE jobs
@@ -201,19 +220,19 @@ WHERE id IN (SELECT id FROM jobs
              WHERE state = 'running' AND lease_expires_at < :now
              LIMIT :limit)
   AND state = 'running' AND lease_expires_at < :now
-RETURNING id, queue, task, state, attempts, worker, error
+RETURNING id
 
 -- name: job_cancel_queued
 UPDATE jobs
 SET state = 'cancelled', finished_at = :now
 WHERE id = :id AND state = 'queued'
-RETURNING id, queue, task, state, attempts, worker, NULL
+RETURNING id
 
 -- name: job_cancel_running
 UPDATE jobs
 SET cancel_requested = 1
 WHERE id = :id AND state = 'running' AND NOT cancel_requested
-RETURNING id, queue, task, state, attempts, worker, NULL
+RETURNING id
 
 -- name: job_retry
 -- Manual retry of a failed or cancelled job, unless another live job now holds its key.
@@ -234,7 +253,7 @@ WHERE id = :id AND state IN ('failed', 'cancelled')
       SELECT 1 FROM jobs AS other
       WHERE other.queue = jobs.queue AND other.key = jobs.key
         AND other.state IN ('queued', 'running')))
-RETURNING id, queue, task, state, attempts, worker, NULL
+RETURNING id
 
 -- name: job_purge_select
 SELECT id FROM jobs

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from conveyor.errors import ConfigurationError, JobStateError, StoreUnavailableError
-from conveyor.job import Event, EventKind, Job, JobState, NewJob
+from conveyor.job import Event, Job, JobState, NewJob
 from conveyor.store.base import (
     Completion,
     Failure,
@@ -30,7 +30,15 @@ from conveyor.store.base import (
     Snooze,
     Stats,
 )
-from conveyor.store.common import event_kind, key_pairs, plan_insert, resolve_plan
+from conveyor.store.common import (
+    ATTEMPT_GIVEN_BACK,
+    EVENT_KINDS,
+    RESCUE_ENDINGS,
+    WITH_ERROR,
+    key_pairs,
+    plan_insert,
+    resolve_plan,
+)
 from conveyor.store.sql import load_migrations, load_queries
 
 _Q = load_queries("conveyor.store.sqlite")
@@ -53,47 +61,39 @@ def _dt(value: float | None) -> datetime | None:
     return None if value is None else datetime.fromtimestamp(value, UTC)
 
 
-def _row_to_job(row: sqlite3.Row) -> Job:
+# Rows come back as plain tuples (much cheaper than sqlite3.Row on the claim
+# path); ``SELECT *`` yields the columns in table order, checked by migrate().
+JOB_COLUMNS = (
+    "id", "queue", "task", "state", "args", "kwargs", "priority", "run_at", "attempts",
+    "max_attempts", "key", "group_key", "batch", "worker", "lease_token", "lease_expires_at",
+    "cancel_requested", "result", "error", "progress", "progress_message", "created_at",
+    "started_at", "finished_at",
+)  # fmt: skip
+EVENT_COLUMNS = ("seq", "job_id", "queue", "task", "kind", "attempt", "worker", "at", "error")
+
+
+def _row_to_job(row: tuple[Any, ...]) -> Job:
+    (
+        id_, queue, task, state, args, kwargs, priority, run_at, attempts, max_attempts, key,
+        group, batch, worker, token, lease_expires_at, cancel_requested, result, error, progress,
+        progress_message, created_at, started_at, finished_at,
+    ) = row[:24]  # fmt: skip
     return Job(
-        id=row["id"],
-        queue=row["queue"],
-        task=row["task"],
-        state=JobState(row["state"]),
-        args_json=row["args"],
-        kwargs_json=row["kwargs"],
-        priority=row["priority"],
-        run_at=datetime.fromtimestamp(row["run_at"], UTC),
-        attempts=row["attempts"],
-        max_attempts=row["max_attempts"],
-        created_at=datetime.fromtimestamp(row["created_at"], UTC),
-        key=row["key"],
-        group=row["group_key"],
-        batch=row["batch"],
-        worker=row["worker"],
-        lease_token=row["lease_token"],
-        lease_expires_at=_dt(row["lease_expires_at"]),
-        cancel_requested=bool(row["cancel_requested"]),
-        result_json=row["result"],
-        error=row["error"],
-        progress=row["progress"],
-        progress_message=row["progress_message"],
-        started_at=_dt(row["started_at"]),
-        finished_at=_dt(row["finished_at"]),
-    )
+        id_, queue, task, JobState(state), args, kwargs, priority,
+        datetime.fromtimestamp(run_at, UTC), attempts, max_attempts,
+        datetime.fromtimestamp(created_at, UTC), key, group, batch, worker, token,
+        _dt(lease_expires_at), bool(cancel_requested), result, error, progress, progress_message,
+        _dt(started_at), _dt(finished_at),
+    )  # fmt: skip
 
 
-def _row_to_event(row: sqlite3.Row) -> Event:
-    return Event(
-        seq=row["seq"],
-        job_id=row["job_id"],
-        queue=row["queue"],
-        task=row["task"],
-        kind=row["kind"],
-        attempt=row["attempt"],
-        worker=row["worker"],
-        at=datetime.fromtimestamp(row["at"], UTC),
-        error=row["error"],
-    )
+def _row_to_event(row: tuple[Any, ...]) -> Event:
+    seq, job_id, queue, task, kind, attempt, worker, at, error = row[:9]
+    return Event(seq, job_id, queue, task, kind, attempt, worker, _dt_required(at), error)
+
+
+def _dt_required(value: float) -> datetime:
+    return datetime.fromtimestamp(value, UTC)
 
 
 class SQLiteStore:
@@ -128,7 +128,6 @@ class SQLiteStore:
                     isolation_level=None,  # we issue BEGIN ourselves
                     check_same_thread=False,  # closed from another thread by close()
                 )
-                conn.row_factory = sqlite3.Row
                 for pragma in _PRAGMAS:
                     conn.execute(pragma)
             except sqlite3.Error as exc:
@@ -197,6 +196,8 @@ class SQLiteStore:
                     },
                 )
                 current = migration.version
+            _check_columns(conn, "jobs", JOB_COLUMNS)
+            _check_columns(conn, "events", EVENT_COLUMNS)
         return current
 
     # --- producing ------------------------------------------------------------
@@ -210,7 +211,10 @@ class SQLiteStore:
         with self._write(connection) as conn:
             pairs = key_pairs(jobs)
             found = (
-                [_row_to_job(r) for r in conn.execute(_Q["job_find_keys"], {"pairs": json.dumps(pairs)})]
+                [
+                    _row_to_job(r)
+                    for r in conn.execute(_Q["job_find_keys"], {"pairs": json.dumps(pairs)})
+                ]
                 if pairs
                 else []
             )
@@ -336,14 +340,7 @@ class SQLiteStore:
         }
         with self._write() as conn:
             jobs = [_row_to_job(r) for r in conn.execute(_Q["job_claim"], params)]
-            if jobs:
-                conn.executemany(
-                    _Q["event_insert"],
-                    [
-                        (j.id, j.queue, j.task, EventKind.CLAIMED, j.attempts, worker, params["now"], None)
-                        for j in jobs
-                    ],
-                )
+            self._record(conn, "claim", [j.id for j in jobs], _ts(now))
         # RETURNING order is unspecified: hand jobs out in claim order.
         jobs.sort(key=lambda j: (-j.priority, j.id))
         return jobs
@@ -362,33 +359,32 @@ class SQLiteStore:
         return [LeaseStatus(id=r[0], cancel_requested=bool(r[1])) for r in rows]
 
     def _finish(self, action: str, items: list[list[Any]], now: datetime) -> list[int]:
-        """Run one of the batched lease-checked updates and record an event per changed row."""
+        """Run one of the batched lease-checked updates and record an event per changed job."""
         if not items:
             return []
         now_ts = _ts(now)
         with self._write() as conn:
-            rows = conn.execute(_Q[f"job_{action}"], {"items": json.dumps(items), "now": now_ts})
-            changed = rows.fetchall()
-            self._record(conn, action, changed, now_ts)
-        return [r[0] for r in changed]
+            params = {"items": json.dumps(items), "now": now_ts}
+            ids = [r[0] for r in conn.execute(_Q[f"job_{action}"], params)]
+            self._record(conn, action, ids, now_ts)
+        return ids
 
-    def _record(
-        self, conn: sqlite3.Connection, action: str, changed: list[sqlite3.Row], now_ts: float
-    ) -> None:
-        # Rows are (id, queue, task, state, attempts, worker, error).
-        # Snooze and release gave the attempt back; the event names the attempt that ran.
-        attempt_offset = 1 if action in ("snooze", "release") else 0
-        events = []
-        for job_id, queue, task, state, attempts, worker, error in changed:
-            kind = event_kind(action, state)
-            attempt = attempts + attempt_offset
-            events.append((job_id, queue, task, kind, attempt, worker, now_ts, error))
-            if action == "rescue" and state != JobState.QUEUED:
-                # A rescued job out of attempts is also failed (or cancelled): record both.
-                terminal = EventKind.FAILED if state == JobState.FAILED else EventKind.CANCELLED
-                events.append((job_id, queue, task, terminal, attempt, worker, now_ts, error))
-        if events:
-            conn.executemany(_Q["event_insert"], events)
+    def _record(self, conn: sqlite3.Connection, action: str, ids: list[int], now_ts: float) -> None:
+        """Append the events of ``action`` for the jobs it just changed (same transaction)."""
+        if not ids:
+            return
+        params = {
+            "ids": json.dumps(ids),
+            "kinds": json.dumps(EVENT_KINDS[action]),
+            "attempt_offset": 1 if action in ATTEMPT_GIVEN_BACK else 0,
+            "with_error": action in WITH_ERROR,
+            "now": now_ts,
+        }
+        conn.execute(_Q["event_insert_for_jobs"], params)
+        if action == "rescue":
+            conn.execute(
+                _Q["event_insert_for_jobs"], {**params, "kinds": json.dumps(RESCUE_ENDINGS)}
+            )
 
     def job_complete(self, completions: Sequence[Completion], now: datetime) -> list[int]:
         items = [[c.id, c.token, c.result_json] for c in completions]
@@ -418,11 +414,10 @@ class SQLiteStore:
     def job_rescue_expired(self, now: datetime, limit: int = 1000) -> list[int]:
         now_ts = _ts(now)
         with self._write() as conn:
-            changed = conn.execute(
-                _Q["job_rescue_expired"], {"now": now_ts, "limit": limit}
-            ).fetchall()
-            self._record(conn, "rescue", changed, now_ts)
-        return [r[0] for r in changed]
+            params = {"now": now_ts, "limit": limit}
+            ids = [r[0] for r in conn.execute(_Q["job_rescue_expired"], params)]
+            self._record(conn, "rescue", ids, now_ts)
+        return ids
 
     # --- operating ------------------------------------------------------------
 
@@ -430,23 +425,23 @@ class SQLiteStore:
         now_ts = _ts(now)
         params = {"id": job_id, "now": now_ts}
         with self._write() as conn:
-            changed = conn.execute(_Q["job_cancel_queued"], params).fetchall()
-            if not changed:
-                changed = conn.execute(_Q["job_cancel_running"], params).fetchall()
-            self._record(conn, "cancel", changed, now_ts)
+            ids = [r[0] for r in conn.execute(_Q["job_cancel_queued"], params)]
+            if not ids:
+                ids = [r[0] for r in conn.execute(_Q["job_cancel_running"], params)]
+            self._record(conn, "cancel", ids, now_ts)
             row = conn.execute(_Q["job_get"], {"id": job_id}).fetchone()
         return None if row is None else _row_to_job(row)
 
     def job_retry(self, job_id: int, now: datetime) -> Job | None:
         now_ts = _ts(now)
         with self._write() as conn:
-            changed = conn.execute(_Q["job_retry"], {"id": job_id, "now": now_ts}).fetchall()
+            ids = [r[0] for r in conn.execute(_Q["job_retry"], {"id": job_id, "now": now_ts})]
             row = conn.execute(_Q["job_get"], {"id": job_id}).fetchone()
             if row is None:
                 return None
-            if not changed:
+            if not ids:
                 raise _retry_refusal(_row_to_job(row))
-            self._record(conn, "retry", changed, now_ts)
+            self._record(conn, "retry", ids, now_ts)
         return _row_to_job(row)
 
     def job_purge(self, finished_before: datetime, limit: int = 10_000) -> int:
@@ -508,6 +503,13 @@ def _new_job_record(job_id: int, new: NewJob, now: datetime) -> Job:
     )
 
 
+def _check_columns(conn: sqlite3.Connection, table: str, expected: tuple[str, ...]) -> None:
+    """Rows are read by position: the table must start with the columns this code expects."""
+    names = tuple(row[1] for row in conn.execute("SELECT * FROM pragma_table_info(?)", (table,)))
+    if names[: len(expected)] != expected:
+        raise RuntimeError(f"table {table} has columns {names}; this code expects {expected}")
+
+
 def _split_statements(script: str) -> list[str]:
     """Split a migration into statements, the way sqlite3 itself sees their ends."""
     statements: list[str] = []
@@ -523,4 +525,3 @@ def _split_statements(script: str) -> list[str]:
     ):
         raise ValueError(f"migration ends in an incomplete statement: {current.strip()[:80]}")
     return statements
-

@@ -1,0 +1,74 @@
+# Development and CI entry points. `make test` is what CI runs.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# Only paths that exist (an empty directory is not kept by git).
+CODE_PATHS := $(wildcard src tests benchmarks)
+
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: venv test lint format typecheck pytest ensure-postgres demo bench clean
+
+## venv: create .venv and install the package with its dev extras (re-run when pyproject.toml changes)
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@if ! $(BIN)/python -m pip --version >/dev/null 2>&1; then \
+		echo "Creating $(VENV) with $(PYTHON)"; \
+		rm -rf $(VENV); \
+		if ! $(PYTHON) -m venv $(VENV); then \
+			echo "python3 -m venv failed; installing python3-venv with apt-get"; \
+			rm -rf $(VENV); \
+			if [ "$$(id -u)" -eq 0 ]; then sudo=; else sudo=sudo; fi; \
+			$$sudo env DEBIAN_FRONTEND=noninteractive apt-get update; \
+			$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y python3-venv; \
+			$(PYTHON) -m venv $(VENV); \
+		fi; \
+	fi
+	$(BIN)/python -m pip install -e '.[dev]'
+	@touch $(STAMP)
+
+## ensure-postgres: install the PostgreSQL server binaries if missing
+ensure-postgres:
+	scripts/ensure-postgres.sh
+
+## lint: ruff (lint + format check) and mypy --strict
+lint: venv
+	$(BIN)/ruff check $(CODE_PATHS)
+	$(BIN)/ruff format --check $(CODE_PATHS)
+	$(MAKE) --no-print-directory typecheck
+
+typecheck: venv
+	$(BIN)/mypy --strict src
+
+## format: apply ruff's formatter and autofixes
+format: venv
+	$(BIN)/ruff format $(CODE_PATHS)
+	$(BIN)/ruff check --fix $(CODE_PATHS)
+
+## pytest: the test suite only
+pytest: venv ensure-postgres
+	$(BIN)/pytest -q
+
+## test: everything CI checks
+test: venv ensure-postgres
+	$(BIN)/ruff check $(CODE_PATHS)
+	$(BIN)/ruff format --check $(CODE_PATHS)
+	$(BIN)/mypy --strict src
+	$(BIN)/pytest -q
+
+## demo: run the quickstart example
+demo: venv
+	$(BIN)/python examples/quickstart.py
+
+## bench: run the store benchmark
+bench: venv ensure-postgres
+	$(BIN)/python benchmarks/store.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist src/*.egg-info

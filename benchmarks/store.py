@@ -1,0 +1,228 @@
+"""Store throughput beside the raw SQL loop, on the same database in the same process.
+
+    python benchmarks/store.py                      # both backends (starts a PostgreSQL)
+    python benchmarks/store.py --backend sqlite
+    python benchmarks/store.py --pg-dsn postgresql://user@host:5432/db
+
+Measures enqueue_many (rows/s, batches of 1,000) and a claim-N-then-complete
+loop (jobs/s) for N = 1, 10, 100. Each figure is the median of ``--rounds``
+alternating rounds of the store and the raw loop, because this machine is
+noisy: alternating keeps a noisy moment from favouring one side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from conveyor.job import NewJob
+from conveyor.store.base import Completion, Store
+from conveyor.store.dsn import open_store
+from conveyor.store.sql import parse_queries
+
+HERE = Path(__file__).resolve().parent
+BATCH = 1000
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+LEASE = timedelta(seconds=60)
+
+
+@dataclass
+class Row:
+    backend: str
+    measure: str
+    ours: float
+    raw: float
+
+    @property
+    def ratio(self) -> float:
+        return self.ours / self.raw if self.raw else float("nan")
+
+
+class RawLoop:
+    """The least a queue can do on this database: the yardstick."""
+
+    def __init__(self, backend: str, dsn: str) -> None:
+        self.backend = backend
+        self.q = parse_queries((HERE / f"raw_{backend}.sql").read_text(), where=backend)
+        if backend == "sqlite":
+            import sqlite3
+
+            path = dsn.removeprefix("sqlite:///")
+            self.conn: Any = sqlite3.connect(path, isolation_level=None)
+            self.conn.execute("PRAGMA journal_mode = WAL")
+            self.conn.execute("PRAGMA synchronous = NORMAL")
+            self.now: Any = NOW.timestamp()
+        else:
+            import psycopg
+
+            self.conn = psycopg.connect(dsn)
+            self.now = NOW
+        self.conn.execute(self.q["create"])
+        self.conn.execute(self.q["index"])
+        self._commit()
+
+    def _commit(self) -> None:
+        if self.backend == "postgres":
+            self.conn.commit()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        if self.backend == "sqlite":
+            self.conn.execute("BEGIN IMMEDIATE")
+            yield
+            self.conn.execute("COMMIT")
+        else:
+            yield
+            self.conn.commit()
+
+    def enqueue(self, count: int) -> None:
+        rows = [("bench", "noop", "[1]", "{}", self.now, self.now)] * BATCH
+        for _ in range(count // BATCH):
+            with self.transaction():
+                self.conn.cursor().executemany(self.q["insert"], rows)
+
+    def drain(self, per_claim: int) -> int:
+        done = 0
+        while True:
+            with self.transaction():
+                claim = (self.now, "bench", self.now, per_claim)
+                ids = [r[0] for r in self.conn.execute(self.q["claim"], claim)]
+            if not ids:
+                return done
+            with self.transaction():
+                param = json.dumps(ids) if self.backend == "sqlite" else ids
+                self.conn.execute(self.q["complete"], (self.now, param))
+            done += len(ids)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def store_enqueue(store: Store, count: int) -> None:
+    batch = [NewJob(queue="bench", task="noop", args_json="[1]", kwargs_json="{}", run_at=NOW)]
+    for _ in range(count // BATCH):
+        store.job_insert_many(batch * BATCH, NOW)
+
+
+def store_drain(store: Store, per_claim: int) -> int:
+    done = 0
+    while True:
+        jobs = store.job_claim(["bench"], per_claim, "bench-worker", LEASE, NOW)
+        if not jobs:
+            return done
+        store.job_complete(
+            [Completion(j.id, j.lease_token or "", None) for j in jobs], NOW + timedelta(seconds=1)
+        )
+        done += len(jobs)
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def bench_backend(
+    backend: str, dsn: str, enqueue_count: int, drain_count: int, rounds: int
+) -> list[Row]:
+    store = open_store(dsn)
+    store.migrate()
+    raw = RawLoop(backend, dsn)
+    rows: list[Row] = []
+    try:
+        ours, theirs = [], []
+        for _ in range(rounds):
+            theirs.append(enqueue_count / timed(lambda: raw.enqueue(enqueue_count)))
+            ours.append(enqueue_count / timed(lambda: store_enqueue(store, enqueue_count)))
+        rows.append(
+            Row(
+                backend, "enqueue_many (rows/s)", statistics.median(ours), statistics.median(theirs)
+            )
+        )
+        # The drain rounds start from the jobs enqueued above, topped up each round.
+        for per_claim in (1, 10, 100):
+            count = drain_count if per_claim > 1 else drain_count // 4
+            ours, theirs = [], []
+            for _ in range(rounds):
+                raw.drain(10_000)  # empty whatever is left
+                store_drain(store, 10_000)
+                raw.enqueue(count)
+                store_enqueue(store, count)
+                done_raw = [0]
+                done_ours = [0]
+                t_raw = timed(lambda: done_raw.__setitem__(0, raw.drain(per_claim)))  # noqa: B023
+                t_ours = timed(lambda: done_ours.__setitem__(0, store_drain(store, per_claim)))  # noqa: B023
+                theirs.append(done_raw[0] / t_raw)
+                ours.append(done_ours[0] / t_ours)
+            rows.append(
+                Row(
+                    backend,
+                    f"claim {per_claim} + complete (jobs/s)",
+                    statistics.median(ours),
+                    statistics.median(theirs),
+                )
+            )
+    finally:
+        raw.close()
+        store.close()
+    return rows
+
+
+def print_table(rows: list[Row]) -> None:
+    print("| backend | measure | conveyor | raw SQL loop | conveyor / raw |")
+    print("|---|---|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r.backend} | {r.measure} | {r.ours:,.0f} | {r.raw:,.0f} | {r.ratio:.0%} |")
+
+
+@contextlib.contextmanager
+def postgres(dsn: str | None) -> Iterator[str]:
+    """A PostgreSQL database: the one given, else a throwaway server started here."""
+    if dsn:
+        yield dsn
+        return
+    sys.path.insert(0, str(HERE.parent / "tests"))
+    from pg_server import PgServer
+
+    server = PgServer()
+    server.start()
+    try:
+        yield server.dsn
+    finally:
+        server.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--backend", choices=["sqlite", "postgres", "all"], default="all")
+    parser.add_argument("--pg-dsn", help="use this PostgreSQL database (it gets tables)")
+    parser.add_argument("--enqueue", type=int, default=100_000, help="jobs per enqueue round")
+    parser.add_argument("--drain", type=int, default=20_000, help="jobs per drain round")
+    parser.add_argument("--rounds", type=int, default=3)
+    options = parser.parse_args()
+
+    rows: list[Row] = []
+    if options.backend in ("sqlite", "all"):
+        with tempfile.TemporaryDirectory() as folder:
+            dsn = f"sqlite:///{Path(folder) / 'bench.db'}"
+            rows += bench_backend("sqlite", dsn, options.enqueue, options.drain, options.rounds)
+    if options.backend in ("postgres", "all"):
+        with postgres(options.pg_dsn) as dsn:
+            rows += bench_backend("postgres", dsn, options.enqueue, options.drain, options.rounds)
+    print_table(rows)
+
+
+if __name__ == "__main__":
+    main()

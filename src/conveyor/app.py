@@ -1,0 +1,350 @@
+"""App: the task registry and the client API (enqueue, inspect, operate, wait)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Sequence
+from datetime import timedelta
+from typing import Any, ParamSpec, TypeVar, overload
+
+from conveyor.errors import (
+    ConfigurationError,
+    InvalidJobError,
+    JobCancelled,
+    JobFailed,
+    JobNotFoundError,
+    UnknownTaskError,
+)
+from conveyor.job import (
+    Job,
+    JobState,
+    NewJob,
+    encode_payload,
+    resolve_run_at,
+    utcnow,
+    validate_max_attempts,
+    validate_name,
+    validate_priority,
+)
+from conveyor.retry import Backoff
+from conveyor.store.base import JobFilter, Stats, Store
+from conveyor.store.dsn import open_store
+from conveyor.task import EnqueueOptions, Task
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+DEFAULT_QUEUE = "default"
+DEFAULT_MAX_ATTEMPTS = 3
+
+
+class App:
+    """A conveyor application: where tasks are registered and jobs are enqueued and read.
+
+    ``App()`` opens the store named by ``CONVEYOR_DSN``, else ``./conveyor.db``.
+    ``store_options`` go to the backend (for PostgreSQL: ``min_size``, ``max_size``).
+    """
+
+    def __init__(self, dsn: str | None = None, *, store: Store | None = None, **store_options: Any):
+        if store is not None and dsn is not None:
+            raise ConfigurationError("give App a dsn or a store, not both")
+        self.store: Store = store if store is not None else open_store(dsn, **store_options)
+        self.tasks: dict[str, Task[Any, Any]] = {}
+
+    def __repr__(self) -> str:
+        return f"<App {self.store.description} tasks={len(self.tasks)}>"
+
+    def __enter__(self) -> App:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.store.close()
+
+    def migrate(self) -> int:
+        """Bring the database schema up to date; return its version."""
+        return self.store.migrate()
+
+    # --- registering tasks ----------------------------------------------------
+
+    @overload
+    def task(
+        self,
+        fn: Callable[P, R],
+        /,
+        *,
+        queue: str = DEFAULT_QUEUE,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        timeout: float | None = None,
+        name: str | None = None,
+        priority: int = 0,
+        backoff: Backoff | None = None,
+    ) -> Task[P, R]: ...
+
+    @overload
+    def task(
+        self,
+        fn: None = None,
+        /,
+        *,
+        queue: str = DEFAULT_QUEUE,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        timeout: float | None = None,
+        name: str | None = None,
+        priority: int = 0,
+        backoff: Backoff | None = None,
+    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+    def task(
+        self,
+        fn: Callable[P, R] | None = None,
+        /,
+        *,
+        queue: str = DEFAULT_QUEUE,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        timeout: float | None = None,
+        name: str | None = None,
+        priority: int = 0,
+        backoff: Backoff | None = None,
+    ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
+        """Register a handler: ``@app.task`` or ``@app.task(queue="mail", max_attempts=5)``."""
+
+        def register(fn: Callable[P, R]) -> Task[P, R]:
+            task_name = validate_name("task name", name or fn.__name__)
+            assert task_name is not None
+            if task_name in self.tasks:
+                raise ConfigurationError(
+                    f"a task named {task_name!r} is already registered; pass name=... to tell "
+                    "them apart"
+                )
+            if timeout is not None and not timeout > 0:
+                raise ConfigurationError(f"timeout must be a positive number of seconds: {timeout}")
+            task = Task(
+                self,
+                fn,
+                name=task_name,
+                queue=validate_name("queue", queue) or DEFAULT_QUEUE,
+                max_attempts=validate_max_attempts(max_attempts),
+                priority=validate_priority(priority),
+                timeout=timeout,
+                backoff=backoff,
+            )
+            self.tasks[task_name] = task
+            return task
+
+        return register(fn) if fn is not None else register
+
+    def get_task(self, name: str) -> Task[Any, Any]:
+        try:
+            return self.tasks[name]
+        except KeyError:
+            raise UnknownTaskError(
+                f"no task named {name!r} is registered; known tasks: "
+                f"{', '.join(sorted(self.tasks)) or 'none'}"
+            ) from None
+
+    # --- enqueueing -------------------------------------------------------------
+
+    def enqueue(
+        self,
+        task: str,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> Job:
+        """Enqueue by task name, without the handler's code (e.g. from another service).
+
+        ``options`` are those of ``task.options(...)``: key, group, priority, delay,
+        run_at, queue, max_attempts, batch, unique, connection.
+        """
+        opts = EnqueueOptions(**options)
+        return self.enqueue_calls(task, [(args, kwargs or {})], opts)[0]
+
+    async def aenqueue(
+        self,
+        task: str,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> Job:
+        return await asyncio.to_thread(self.enqueue, task, args, kwargs, **options)
+
+    def enqueue_calls(
+        self,
+        task: str,
+        calls: Iterable[tuple[Sequence[Any], dict[str, Any]]],
+        opts: EnqueueOptions,
+    ) -> list[Job]:
+        """Validate and insert calls of one task in one transaction. Nothing is written on error."""
+        validate_name("task name", task)
+        registered = self.tasks.get(task)
+        default_queue = registered.queue if registered else DEFAULT_QUEUE
+        queue = opts.queue if opts.queue is not None else default_queue
+        validate_name("queue", queue)
+        validate_name("key", opts.key, optional=True)
+        validate_name("group", opts.group, optional=True)
+        validate_name("batch", opts.batch, optional=True)
+        max_attempts = validate_max_attempts(
+            opts.max_attempts
+            if opts.max_attempts is not None
+            else (registered.max_attempts if registered else DEFAULT_MAX_ATTEMPTS)
+        )
+        priority = validate_priority(
+            opts.priority
+            if opts.priority is not None
+            else (registered.priority if registered else 0)
+        )
+        now = utcnow()
+        run_at = resolve_run_at(now, opts.delay, opts.run_at)
+        new_jobs = []
+        for args, kwargs in calls:
+            args_json, kwargs_json = encode_payload(args, kwargs)
+            new_jobs.append(
+                NewJob(
+                    queue=queue,
+                    task=task,
+                    args_json=args_json,
+                    kwargs_json=kwargs_json,
+                    run_at=run_at,
+                    priority=priority,
+                    max_attempts=max_attempts,
+                    key=opts.key,
+                    unique=opts.unique,
+                    group=opts.group,
+                    batch=opts.batch,
+                )
+            )
+        if opts.key is not None and len(new_jobs) > 1:
+            # One key for many calls would silently collapse them into one job.
+            raise InvalidJobError("key applies to one job; give each call its own key")
+        jobs = self.store.job_insert_many(new_jobs, now, connection=opts.connection)
+        return [self._attach(job) for job in jobs]
+
+    def enqueue_many(self, jobs: Iterable[NewJob]) -> list[Job]:
+        """Insert prepared NewJob records in one transaction (the fast path of bulk loaders)."""
+        return [self._attach(job) for job in self.store.job_insert_many(list(jobs), utcnow())]
+
+    # --- reading ----------------------------------------------------------------
+
+    def _attach(self, job: Job) -> Job:
+        job._app = self
+        return job
+
+    def get(self, job_id: int) -> Job:
+        job = self.store.job_get(job_id)
+        if job is None:
+            raise JobNotFoundError(f"no job with id {job_id} (never created, or purged)")
+        return self._attach(job)
+
+    async def aget(self, job_id: int) -> Job:
+        return await asyncio.to_thread(self.get, job_id)
+
+    def jobs(
+        self,
+        state: JobState | str | None = None,
+        queue: str | None = None,
+        task: str | None = None,
+        limit: int = 100,
+        *,
+        batch: str | None = None,
+        before_id: int | None = None,
+    ) -> list[Job]:
+        """Jobs newest first; page with ``before_id=<last id of the previous page>``."""
+        job_filter = JobFilter(
+            state=JobState(state) if state is not None else None,
+            queue=queue,
+            task=task,
+            batch=batch,
+            before_id=before_id,
+            limit=limit,
+        )
+        return [self._attach(job) for job in self.store.job_list(job_filter)]
+
+    def events(self, job_id: int) -> list[Any]:
+        """The job's history, oldest first."""
+        return list(self.store.event_list(job_id))
+
+    def stats(self) -> Stats:
+        return self.store.stats(utcnow())
+
+    def health(self) -> dict[str, Any]:
+        """Whether the store answers, how fast, and its schema version. Never raises."""
+        started = time.perf_counter()
+        try:
+            self.store.ping()
+            version = self.store.schema_version()
+        except Exception as exc:
+            return {"ok": False, "store": self.store.description, "error": str(exc)}
+        return {
+            "ok": True,
+            "store": self.store.description,
+            "schema_version": version,
+            "latency_ms": round((time.perf_counter() - started) * 1000, 3),
+        }
+
+    # --- operating ----------------------------------------------------------------
+
+    def cancel(self, job_id: int) -> Job:
+        """Cancel a queued job, ask the worker of a running one to stop; a finished job stays."""
+        job = self.store.job_cancel(job_id, utcnow())
+        if job is None:
+            raise JobNotFoundError(f"no job with id {job_id}")
+        return self._attach(job)
+
+    def retry(self, job_id: int) -> Job:
+        """Queue a failed or cancelled job again with its attempts reset."""
+        job = self.store.job_retry(job_id, utcnow())
+        if job is None:
+            raise JobNotFoundError(f"no job with id {job_id}")
+        return self._attach(job)
+
+    def purge(self, older_than: timedelta) -> int:
+        """Delete terminal jobs (and their events) that finished more than ``older_than`` ago."""
+        if older_than < timedelta(0):
+            raise ConfigurationError("older_than must not be negative")
+        cutoff = utcnow() - older_than
+        total = 0
+        while True:
+            deleted = self.store.job_purge(cutoff)
+            total += deleted
+            if deleted == 0:
+                return total
+
+    def pause(self, queue: str) -> None:
+        """Stop workers from claiming from ``queue``; running jobs finish."""
+        self.store.queue_pause(validate_name("queue", queue) or queue, utcnow())
+
+    def resume(self, queue: str) -> None:
+        self.store.queue_resume(validate_name("queue", queue) or queue, utcnow())
+
+    # --- waiting ----------------------------------------------------------------
+
+    def wait(self, job_id: int, timeout: float | None = None) -> Any:
+        """Block until the job is terminal and return its result.
+
+        Raises JobFailed (with the remote error and traceback), JobCancelled, or
+        TimeoutError.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause = 0.002
+        while True:
+            job = self.get(job_id)
+            if job.state == JobState.SUCCEEDED:
+                return job.result
+            if job.state == JobState.FAILED:
+                raise JobFailed(job.id, job.error)
+            if job.state == JobState.CANCELLED:
+                raise JobCancelled(job.id)
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"job {job_id} is still {job.state} after {timeout}s")
+                pause = min(pause, left)
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
+
+    async def await_result(self, job_id: int, timeout: float | None = None) -> Any:
+        return await asyncio.to_thread(self.wait, job_id, timeout)

@@ -1,0 +1,146 @@
+"""Tasks: a handler function registered with an App, and the options of one enqueue."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+
+from conveyor.errors import InvalidJobError
+from conveyor.job import Job, Unique
+from conveyor.retry import DEFAULT_BACKOFF, Backoff
+
+if TYPE_CHECKING:
+    from conveyor.app import App
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_UNSET: Any = object()
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueOptions:
+    """How one enqueue differs from the task's defaults. Never read from the task's own kwargs."""
+
+    queue: str | None = None
+    priority: int | None = None
+    delay: float | timedelta | None = None
+    run_at: datetime | None = None
+    max_attempts: int | None = None
+    key: str | None = None
+    unique: Unique = "live"
+    group: str | None = None
+    batch: str | None = None
+    #: A DB-API connection with an open transaction: the job commits with the caller's rows.
+    connection: Any = None
+
+
+def context_parameter(fn: Callable[..., Any]) -> bool:
+    """Whether the handler's first parameter is annotated as the job Context."""
+    params = list(inspect.signature(fn).parameters.values())
+    if not params:
+        return False
+    annotation = params[0].annotation
+    if isinstance(annotation, str):
+        return annotation.rsplit(".", 1)[-1] == "Context"
+    return getattr(annotation, "__name__", None) == "Context" and getattr(
+        annotation, "__module__", ""
+    ).startswith("conveyor")
+
+
+class Task(Generic[P, R]):
+    """A registered handler. Call it to run the function here; ``enqueue`` to run it on a worker."""
+
+    def __init__(
+        self,
+        app: App,
+        fn: Callable[P, R],
+        *,
+        name: str,
+        queue: str,
+        max_attempts: int,
+        priority: int,
+        timeout: float | None,
+        backoff: Backoff | None,
+    ) -> None:
+        self.app = app
+        self.fn = fn
+        self.name = name
+        self.queue = queue
+        self.max_attempts = max_attempts
+        self.priority = priority
+        self.timeout = timeout
+        self.backoff: Backoff = backoff or DEFAULT_BACKOFF
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.takes_context = context_parameter(fn)
+        self._signature = inspect.signature(fn)
+        self.__doc__ = fn.__doc__
+        self.__name__ = getattr(fn, "__name__", name)
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} queue={self.queue}>"
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.fn(*args, **kwargs)
+
+    def check_arguments(self, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+        """Refuse at enqueue time a call the handler could never accept."""
+        bind_args = [None, *args] if self.takes_context else list(args)
+        try:
+            self._signature.bind(*bind_args, **kwargs)
+        except TypeError as exc:
+            raise InvalidJobError(f"arguments do not fit task {self.name!r}: {exc}") from None
+
+    def options(self, **options: Any) -> BoundTask[P, R]:
+        """Enqueue options for the next call: ``task.options(key="k", delay=10).enqueue(...)``."""
+        return BoundTask(self, _make_options(EnqueueOptions(), options))
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        return BoundTask(self, EnqueueOptions()).enqueue(*args, **kwargs)
+
+    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        return await BoundTask(self, EnqueueOptions()).aenqueue(*args, **kwargs)
+
+    def enqueue_many(self, calls: Iterable[tuple[Sequence[Any], dict[str, Any]]]) -> list[Job]:
+        return BoundTask(self, EnqueueOptions()).enqueue_many(calls)
+
+
+class BoundTask(Generic[P, R]):
+    """A task with options chosen for the next enqueue."""
+
+    def __init__(self, task: Task[P, R], options: EnqueueOptions) -> None:
+        self.task = task
+        self.opts = options
+
+    def options(self, **options: Any) -> BoundTask[P, R]:
+        return BoundTask(self.task, _make_options(self.opts, options))
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        return self.enqueue_many([(args, kwargs)])[0]
+
+    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        jobs = await asyncio.to_thread(self.enqueue_many, [(args, kwargs)])
+        return jobs[0]
+
+    def enqueue_many(self, calls: Iterable[tuple[Sequence[Any], dict[str, Any]]]) -> list[Job]:
+        """Enqueue many calls in one transaction: all of them, or none when one is invalid."""
+        calls = list(calls)
+        for args, kwargs in calls:
+            self.task.check_arguments(args, kwargs)
+        return self.task.app.enqueue_calls(self.task.name, calls, self.opts)
+
+
+def _make_options(base: EnqueueOptions, given: dict[str, Any]) -> EnqueueOptions:
+    allowed = EnqueueOptions.__dataclass_fields__
+    unknown = sorted(set(given) - set(allowed))
+    if unknown:
+        raise InvalidJobError(
+            f"unknown enqueue option(s) {', '.join(unknown)}; known: {', '.join(allowed)}"
+        )
+    if "unique" in given and given["unique"] not in ("live", "forever"):
+        raise InvalidJobError(f"unique must be 'live' or 'forever', got {given['unique']!r}")
+    return replace(base, **given)

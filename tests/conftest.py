@@ -1,0 +1,73 @@
+"""Shared fixtures.
+
+- ``pg_dsn`` (session): DSN of a PostgreSQL database. Uses ``CONVEYOR_TEST_PG_DSN``
+  when set, otherwise starts a throwaway PostgreSQL cluster for the session.
+  If PostgreSQL cannot be started the tests that need it fail; they are never
+  skipped.
+- ``pg_clean_dsn`` (function): DSN of a brand-new empty database, dropped after
+  the test.
+- ``sqlite_path`` (function): path of a not-yet-existing SQLite file in a fresh
+  temporary directory.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from pg_server import PgServer, PgServerError
+
+pytest_plugins = ["store_fixtures"]
+
+_db_counter = itertools.count(1)
+
+
+def dsn_with_dbname(dsn: str, dbname: str) -> str:
+    """Return ``dsn`` pointing at database ``dbname``, keeping its form (URL or key=value)."""
+    if dsn.startswith(("postgresql://", "postgres://")):
+        parts = urlsplit(dsn)
+        return urlunsplit(parts._replace(path="/" + dbname))
+    return make_conninfo(dsn, dbname=dbname)
+
+
+@pytest.fixture(scope="session")
+def pg_dsn() -> Iterator[str]:
+    external = os.environ.get("CONVEYOR_TEST_PG_DSN")
+    if external:
+        yield external
+        return
+    server = PgServer()
+    try:
+        server.start()
+    except PgServerError as exc:
+        pytest.fail(f"could not start PostgreSQL for the tests: {exc}", pytrace=False)
+    try:
+        yield server.dsn
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_clean_dsn(pg_dsn: str) -> Iterator[str]:
+    name = f"t_{os.getpid()}_{next(_db_counter)}"
+    ident = sql.Identifier(name)
+    with psycopg.connect(pg_dsn, autocommit=True, connect_timeout=30) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {} TEMPLATE template0").format(ident))
+    try:
+        yield dsn_with_dbname(pg_dsn, name)
+    finally:
+        with psycopg.connect(pg_dsn, autocommit=True, connect_timeout=30) as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))
+
+
+@pytest.fixture
+def sqlite_path(tmp_path: Path) -> Path:
+    return tmp_path / "conveyor.db"
