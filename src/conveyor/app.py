@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from datetime import timedelta
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
+from conveyor.changes import ChangeHub
 from conveyor.errors import (
     ConfigurationError,
     InvalidJobError,
@@ -27,15 +29,23 @@ from conveyor.job import (
     validate_name,
     validate_priority,
 )
+from conveyor.maintenance import Periodic
 from conveyor.retry import Backoff
+from conveyor.schedule import make_schedule
 from conveyor.store.base import JobFilter, Stats, Store
 from conveyor.store.dsn import open_store
 from conveyor.task import EnqueueOptions, Task
+
+if TYPE_CHECKING:
+    from conveyor.worker import Worker
+    from conveyor.worker.consume import ConsumedJob
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 DEFAULT_QUEUE = "default"
+#: Longest a wait goes without reading the job again, should a signal be missed.
+WAIT_FALLBACK_POLL = 0.5
 DEFAULT_MAX_ATTEMPTS = 3
 
 
@@ -46,11 +56,23 @@ class App:
     ``store_options`` go to the backend (for PostgreSQL: ``min_size``, ``max_size``).
     """
 
-    def __init__(self, dsn: str | None = None, *, store: Store | None = None, **store_options: Any):
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        store: Store | None = None,
+        retention: timedelta | None = None,
+        **store_options: Any,
+    ):
         if store is not None and dsn is not None:
             raise ConfigurationError("give App a dsn or a store, not both")
         self.store: Store = store if store is not None else open_store(dsn, **store_options)
         self.tasks: dict[str, Task[Any, Any]] = {}
+        self.periodic_tasks: list[Periodic] = []
+        #: Finished jobs older than this are purged by the workers' maintenance (off when None).
+        self.retention = retention
+        #: Changes seen by this process: local enqueues and completions, and the database's feed.
+        self.changes = ChangeHub(self.store)
 
     def __repr__(self) -> str:
         return f"<App {self.store.description} tasks={len(self.tasks)}>"
@@ -62,6 +84,7 @@ class App:
         self.close()
 
     def close(self) -> None:
+        self.changes.close()
         self.store.close()
 
     def migrate(self) -> int:
@@ -136,6 +159,84 @@ class App:
             return task
 
         return register(fn) if fn is not None else register
+
+    def periodic(
+        self,
+        *,
+        every: timedelta | float | None = None,
+        cron: str | None = None,
+        queue: str = DEFAULT_QUEUE,
+        name: str | None = None,
+    ) -> Callable[[Callable[[], R]], Task[[], R]]:
+        """Register a task that the workers enqueue on a schedule (UTC).
+
+        ``@app.periodic(every=timedelta(minutes=5))`` or ``@app.periodic(cron="0 3 * * *")``.
+        Each tick is enqueued once, however many workers run.
+        """
+        schedule = make_schedule(every, cron)
+
+        def register(fn: Callable[[], R]) -> Task[[], R]:
+            task = self.task(fn, queue=queue, name=name)
+            self.periodic_tasks.append(Periodic(task.name, schedule))
+            return task
+
+        return register
+
+    # --- working --------------------------------------------------------------------
+
+    def worker(self, **options: Any) -> Worker:
+        """A Worker for this App (see Worker for the options); use it with ``with``."""
+        from conveyor.worker import Worker
+
+        return Worker(self, **options)
+
+    def run_worker(
+        self,
+        queues: Sequence[str] | None = None,
+        concurrency: int = 8,
+        burst: bool = False,
+        stop_timeout: float = 30.0,
+        lease: float = 30.0,
+        **options: Any,
+    ) -> int:
+        """Run a worker in this thread until SIGTERM/SIGINT (or, with burst, until idle)."""
+        return self.worker(
+            queues=queues,
+            concurrency=concurrency,
+            burst=burst,
+            stop_timeout=stop_timeout,
+            lease=lease,
+            **options,
+        ).run()
+
+    def consume(
+        self,
+        queues: Sequence[str],
+        group: str | None = None,
+        lease: float = 30.0,
+        poll_interval: float = 1.0,
+    ) -> Iterator[ConsumedJob]:
+        """Claim jobs one at a time and yield them to a loop you own.
+
+        End each with ``job.complete(result)``, ``job.fail(error)`` or
+        ``job.release()``, or use ``with job:`` (complete on exit, fail on an
+        exception). Stopping the iteration releases a job still held.
+        """
+        from conveyor.worker.consume import consume
+
+        return consume(self, queues, group=group, lease=lease, poll_interval=poll_interval)
+
+    def aconsume(
+        self,
+        queues: Sequence[str],
+        group: str | None = None,
+        lease: float = 30.0,
+        poll_interval: float = 1.0,
+    ) -> AsyncIterator[ConsumedJob]:
+        """``consume`` for async code: ``async for job in app.aconsume([...])``."""
+        from conveyor.worker.consume import aconsume
+
+        return aconsume(self, queues, group=group, lease=lease, poll_interval=poll_interval)
 
     def get_task(self, name: str) -> Task[Any, Any]:
         try:
@@ -221,6 +322,7 @@ class App:
             # One key for many calls would silently collapse them into one job.
             raise InvalidJobError("key applies to one job; give each call its own key")
         jobs = self.store.job_insert_many(new_jobs, now, connection=opts.connection)
+        self.changes.publish("jobs", queue)  # wakes this process's workers at once
         return [self._attach(job) for job in jobs]
 
     def enqueue_many(self, jobs: Iterable[NewJob]) -> list[Job]:
@@ -326,25 +428,37 @@ class App:
         """Block until the job is terminal and return its result.
 
         Raises JobFailed (with the remote error and traceback), JobCancelled, or
-        TimeoutError.
+        TimeoutError. Woken by the same signals as workers; it listens before
+        it reads the job, so a completion between the two is never missed.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        pause = 0.002
-        while True:
-            job = self.get(job_id)
-            if job.state == JobState.SUCCEEDED:
-                return job.result
-            if job.state == JobState.FAILED:
-                raise JobFailed(job.id, job.error)
-            if job.state == JobState.CANCELLED:
-                raise JobCancelled(job.id)
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(f"job {job_id} is still {job.state} after {timeout}s")
-                pause = min(pause, left)
-            time.sleep(pause)
-            pause = min(pause * 2, 0.1)
+        changed = threading.Event()
+        wanted = str(job_id)
+
+        def listener(channel: str, payload: str) -> None:
+            if channel in ("done", "any", "reconnected") and payload in ("", wanted):
+                changed.set()
+
+        self.changes.add(listener)
+        try:
+            while True:
+                changed.clear()
+                job = self.get(job_id)
+                if job.state == JobState.SUCCEEDED:
+                    return job.result
+                if job.state == JobState.FAILED:
+                    raise JobFailed(job.id, job.error)
+                if job.state == JobState.CANCELLED:
+                    raise JobCancelled(job.id)
+                pause = WAIT_FALLBACK_POLL
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise TimeoutError(f"job {job_id} is still {job.state} after {timeout}s")
+                    pause = min(pause, left)
+                changed.wait(pause)
+        finally:
+            self.changes.remove(listener)
 
     async def await_result(self, job_id: int, timeout: float | None = None) -> Any:
         return await asyncio.to_thread(self.wait, job_id, timeout)

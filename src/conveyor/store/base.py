@@ -13,7 +13,7 @@ same methods.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
@@ -97,6 +97,31 @@ class Stats:
     def count(self, state: JobState | str, queue: str | None = None) -> int:
         names = [queue] if queue is not None else list(self.queues)
         return sum(self.queues[q].counts.get(str(state), 0) for q in names if q in self.queues)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """A live worker, as it registered itself (and last checked in)."""
+
+    id: str
+    host: str
+    pid: int
+    queues: list[str]
+    concurrency: int
+    jobs_in_hand: int
+    started_at: datetime
+    last_seen_at: datetime
+
+
+class Subscription(Protocol):
+    def close(self) -> None: ...
+
+
+#: Called from a background thread as ``on_change(channel, payload)``. Channels:
+#: "jobs" (payload: a queue with new ready work), "cancel" (payload: a job id),
+#: "any" (something changed; the store cannot say what), and "reconnected"
+#: (notifications may have been missed: look at everything again).
+ChangeCallback = Callable[[str, str], None]
 
 
 @runtime_checkable
@@ -230,3 +255,34 @@ class Store(Protocol):
     def queue_resume(self, queue: str, now: datetime) -> None: ...
 
     def queue_paused(self) -> set[str]: ...
+
+    # --- workers and maintenance ------------------------------------------------
+    def subscribe(self, on_change: ChangeCallback) -> Subscription:
+        """Watch for changes made by other processes (see ChangeCallback)."""
+        ...
+
+    def worker_register(
+        self,
+        worker_id: str,
+        host: str,
+        pid: int,
+        queues: list[str],
+        concurrency: int,
+        now: datetime,
+    ) -> None: ...
+
+    def worker_beat(self, worker_id: str, jobs_in_hand: int, now: datetime) -> None: ...
+
+    def worker_unregister(self, worker_id: str) -> None: ...
+
+    def worker_list(self) -> list[WorkerInfo]: ...
+
+    def worker_prune(self, last_seen_before: datetime) -> int:
+        """Forget workers not seen since the time (they died without unregistering)."""
+        ...
+
+    def leader_acquire(self, name: str, holder: str, ttl: timedelta, now: datetime) -> bool:
+        """Take or renew the lease on leadership ``name``; False while another holds it."""
+        ...
+
+    def leader_release(self, name: str, holder: str) -> None: ...

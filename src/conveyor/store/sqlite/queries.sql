@@ -295,3 +295,31 @@ ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = excluded
 
 -- name: queue_list
 SELECT name, paused FROM queues
+
+-- name: worker_register
+INSERT INTO workers (id, host, pid, queues, concurrency, jobs_in_hand, started_at, last_seen_at)
+VALUES (:id, :host, :pid, :queues, :concurrency, 0, :now, :now)
+ON CONFLICT (id) DO UPDATE SET last_seen_at = excluded.last_seen_at
+
+-- name: worker_beat
+UPDATE workers SET last_seen_at = :now, jobs_in_hand = :jobs_in_hand WHERE id = :id
+
+-- name: worker_unregister
+DELETE FROM workers WHERE id = :id
+
+-- name: worker_list
+SELECT id, host, pid, queues, concurrency, jobs_in_hand, started_at, last_seen_at
+FROM workers ORDER BY started_at, id
+
+-- name: worker_prune
+DELETE FROM workers WHERE last_seen_at < :before
+
+-- name: leader_acquire
+-- Take the lease when it is free or expired, or renew it when it is ours.
+INSERT INTO leaders (name, holder, expires_at) VALUES (:name, :holder, :expires_at)
+ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
+WHERE leaders.holder = excluded.holder OR leaders.expires_at < :now
+RETURNING holder
+
+-- name: leader_release
+DELETE FROM leaders WHERE name = :name AND holder = :holder

@@ -21,6 +21,7 @@ from typing import Any
 from conveyor.errors import ConfigurationError, JobStateError, StoreUnavailableError
 from conveyor.job import Event, Job, JobState, NewJob
 from conveyor.store.base import (
+    ChangeCallback,
     Completion,
     Failure,
     JobFilter,
@@ -29,6 +30,8 @@ from conveyor.store.base import (
     QueueStats,
     Snooze,
     Stats,
+    Subscription,
+    WorkerInfo,
 )
 from conveyor.store.common import (
     ATTEMPT_GIVEN_BACK,
@@ -40,6 +43,7 @@ from conveyor.store.common import (
     resolve_plan,
 )
 from conveyor.store.sql import load_migrations, load_queries
+from conveyor.store.sqlite.watcher import DataVersionWatcher
 
 _Q = load_queries("conveyor.store.sqlite")
 _MIGRATIONS = load_migrations("conveyor.store.sqlite")
@@ -470,6 +474,73 @@ class SQLiteStore:
 
     def queue_paused(self) -> set[str]:
         return {name for name, paused in self._conn().execute(_Q["queue_list"]) if paused}
+
+    # --- workers and maintenance ------------------------------------------------
+
+    def subscribe(self, on_change: ChangeCallback) -> Subscription:
+        return DataVersionWatcher(self.path, on_change)
+
+    def worker_register(
+        self,
+        worker_id: str,
+        host: str,
+        pid: int,
+        queues: list[str],
+        concurrency: int,
+        now: datetime,
+    ) -> None:
+        params = {
+            "id": worker_id,
+            "host": host,
+            "pid": pid,
+            "queues": json.dumps(queues),
+            "concurrency": concurrency,
+            "now": _ts(now),
+        }
+        with self._write() as conn:
+            conn.execute(_Q["worker_register"], params)
+
+    def worker_beat(self, worker_id: str, jobs_in_hand: int, now: datetime) -> None:
+        params = {"id": worker_id, "jobs_in_hand": jobs_in_hand, "now": _ts(now)}
+        with self._write() as conn:
+            conn.execute(_Q["worker_beat"], params)
+
+    def worker_unregister(self, worker_id: str) -> None:
+        with self._write() as conn:
+            conn.execute(_Q["worker_unregister"], {"id": worker_id})
+
+    def worker_list(self) -> list[WorkerInfo]:
+        return [
+            WorkerInfo(
+                id=row[0],
+                host=row[1],
+                pid=row[2],
+                queues=json.loads(row[3]),
+                concurrency=row[4],
+                jobs_in_hand=row[5],
+                started_at=_dt_required(row[6]),
+                last_seen_at=_dt_required(row[7]),
+            )
+            for row in self._conn().execute(_Q["worker_list"])
+        ]
+
+    def worker_prune(self, last_seen_before: datetime) -> int:
+        with self._write() as conn:
+            return conn.execute(_Q["worker_prune"], {"before": _ts(last_seen_before)}).rowcount
+
+    def leader_acquire(self, name: str, holder: str, ttl: timedelta, now: datetime) -> bool:
+        params = {
+            "name": name,
+            "holder": holder,
+            "expires_at": _ts(now + ttl),
+            "now": _ts(now),
+        }
+        with self._write() as conn:
+            return conn.execute(_Q["leader_acquire"], params).fetchone() is not None
+
+    def leader_release(self, name: str, holder: str) -> None:
+        with self._write() as conn:
+            conn.execute(_Q["leader_release"], {"name": name, "holder": holder})
 
 
 def _retry_refusal(job: Job) -> Exception:

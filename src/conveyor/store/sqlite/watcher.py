@@ -1,0 +1,57 @@
+"""Cross-process change detection for SQLite: ``PRAGMA data_version``.
+
+SQLite has no notifications between processes. ``data_version`` changes
+whenever another connection commits to the file, and reading it costs a few
+microseconds without touching any table, so a thread can check it every few
+milliseconds and wake the worker when anything was written: a new job, a
+retry, a cancel. The worker then asks the store what is ready.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+log = logging.getLogger("conveyor.sqlite")
+
+#: How often the watcher checks, in seconds: the cross-process wake latency.
+DEFAULT_INTERVAL = 0.002
+
+
+class DataVersionWatcher:
+    def __init__(
+        self,
+        path: Path,
+        on_change: Callable[[str, str], None],
+        interval: float = DEFAULT_INTERVAL,
+    ) -> None:
+        self._path = path
+        self._on_change = on_change
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="conveyor-sqlite-watch", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+        try:
+            last = conn.execute("PRAGMA data_version").fetchone()[0]
+            while not self._stop.wait(self._interval):
+                try:
+                    version = conn.execute("PRAGMA data_version").fetchone()[0]
+                except sqlite3.Error as exc:  # a locked or vanished file: keep trying
+                    log.warning("cannot read data_version of %s: %s", self._path, exc)
+                    continue
+                if version != last:
+                    last = version
+                    self._on_change("any", "")
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)

@@ -1,0 +1,86 @@
+"""What a handler sees of its job: ids, progress, the cancel signal, a manual heartbeat."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from conveyor.job import Job
+
+
+class CancelSignal:
+    """Set when the job should stop: cancelled by a user, timed out, or the worker is draining.
+
+    Sync handlers check ``is_set()`` (or ``wait(timeout)``) between steps;
+    async handlers may ``await signal.wait_async()``, though an async handler
+    is also cancelled outright (it sees ``asyncio.CancelledError``).
+    """
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self._lock = threading.Lock()
+        self.reason: str | None = None
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def __bool__(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._event.wait(timeout)
+
+    async def wait_async(self) -> None:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        with self._lock:
+            if self._event.is_set():
+                return
+            self._waiters.append((loop, future))
+        await future
+
+    def set(self, reason: str) -> None:
+        with self._lock:
+            if self._event.is_set():
+                return
+            self.reason = reason
+            self._event.set()
+            waiters, self._waiters = self._waiters, []
+        for loop, future in waiters:
+            loop.call_soon_threadsafe(_resolve, future)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+@dataclass
+class Context:
+    """Passed to a handler whose first parameter is annotated ``Context``."""
+
+    job: Job
+    cancelled: CancelSignal = field(default_factory=CancelSignal)
+    _progress: Callable[[float | None, str | None], bool] | None = field(default=None, repr=False)
+    _heartbeat: Callable[[], bool] | None = field(default=None, repr=False)
+
+    @property
+    def job_id(self) -> int:
+        return self.job.id
+
+    @property
+    def attempt(self) -> int:
+        return self.job.attempts
+
+    def progress(self, fraction: float | None = None, message: str | None = None) -> bool:
+        """Record how far the job is (0.0 to 1.0) and what it does; False if the lease is lost."""
+        if fraction is not None and not 0.0 <= fraction <= 1.0:
+            raise ValueError(f"progress fraction must be between 0 and 1, got {fraction}")
+        return self._progress(fraction, message) if self._progress else False
+
+    def heartbeat(self) -> bool:
+        """Renew this job's lease now (the worker also does it every third of the lease)."""
+        return self._heartbeat() if self._heartbeat else False
