@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
+import logging
+import os
 import sys
 from typing import Any
 
@@ -46,3 +49,55 @@ def migrate(dsn: str | None) -> None:
     with App(dsn or default_dsn()) as app:
         version = app.migrate()
         click.echo(f"{app.store.description}: schema at version {version}")
+
+
+def load_app(target: str) -> App:
+    """Import ``module.path:attribute`` (the App object), the way gunicorn finds its app."""
+    module_name, _, attribute = target.partition(":")
+    if not module_name or not attribute:
+        raise click.BadParameter(f"{target!r}: expected module:attribute, e.g. myapp.tasks:app")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(f"cannot import {module_name!r}: {exc}") from None
+    app = getattr(module, attribute, None)
+    if not isinstance(app, App):
+        raise click.BadParameter(f"{target!r} is not a conveyor App (got {type(app).__name__})")
+    return app
+
+
+@cli.command()
+@click.argument("app_path", metavar="MODULE:APP")
+@click.option("--queues", default=None, help="Comma-separated queues (default: all the app's).")
+@click.option("--concurrency", default=8, show_default=True, help="Jobs run at once.")
+@click.option("--burst", is_flag=True, help="Return when no job is ready or running.")
+@click.option("--stop-timeout", default=30.0, show_default=True, help="Seconds to drain.")
+@click.option("--lease", default=30.0, show_default=True, help="Lease length in seconds.")
+@click.option("--poll-interval", default=1.0, show_default=True, help="Fallback poll, seconds.")
+@click.option("--log-level", default="INFO", show_default=True)
+def worker(
+    app_path: str,
+    queues: str | None,
+    concurrency: int,
+    burst: bool,
+    stop_timeout: float,
+    lease: float,
+    poll_interval: float,
+    log_level: str,
+) -> None:
+    """Run a worker for the App at MODULE:APP until SIGTERM or SIGINT."""
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    app = load_app(app_path)
+    code = app.run_worker(
+        queues=[q.strip() for q in queues.split(",") if q.strip()] if queues else None,
+        concurrency=concurrency,
+        burst=burst,
+        stop_timeout=stop_timeout,
+        lease=lease,
+        poll_interval=poll_interval,
+    )
+    sys.exit(code)

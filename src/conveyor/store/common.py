@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from conveyor.job import LIVE_STATES, EventKind, Job, JobState, NewJob
 
@@ -118,3 +119,23 @@ WITH_ERROR = frozenset({"fail", "rescue"})
 def event_kind(action: str, state: str) -> str | None:
     """The event kind of one job changed by ``action`` that is now in ``state``."""
     return EVENT_KINDS[action].get(state)
+
+
+def new_job_record(job_id: int, new: NewJob, now: datetime) -> Job:
+    """The Job a fresh insert produced, built without reading it back."""
+    return Job(
+        id=job_id,
+        queue=new.queue,
+        task=new.task,
+        state=JobState.QUEUED,
+        args_json=new.args_json,
+        kwargs_json=new.kwargs_json,
+        priority=new.priority,
+        run_at=new.run_at,
+        attempts=0,
+        max_attempts=new.max_attempts,
+        created_at=now,
+        key=new.key,
+        group=new.group,
+        batch=new.batch,
+    )

@@ -250,7 +250,7 @@ class Worker:
         running.context._progress = lambda fraction, message: self._progress(
             running, fraction, message
         )
-        running.context._heartbeat = lambda: self._renew([running])
+        running.context._heartbeat = lambda: self._heartbeat_from_handler(running)
         self._in_hand[job.id] = running
         poison = poison_outcome(job, task)
         if poison is not None:
@@ -350,6 +350,15 @@ class Worker:
         self._renew([r for r in self._in_hand.values() if not r.settled and not r.lost])
         self.store.worker_beat(self.id, len(self._in_hand), utcnow())
 
+    def _heartbeat_from_handler(self, running: Running) -> bool:
+        """``ctx.heartbeat()``: renew one lease now; the control loop acts on what it learns."""
+        statuses = self.store.job_heartbeat(
+            [Lease(running.job.id, running.token)], self._lease, utcnow()
+        )
+        if not statuses or statuses[0].cancel_requested:
+            self._wake.set("cancel")
+        return bool(statuses)
+
     def _renew(self, held: list[Running]) -> bool:
         if not held:
             return True
@@ -388,6 +397,10 @@ class Worker:
         running.context.cancelled.set(reason)
         if running.async_task is not None and self._loop_thread is not None:
             self._loop_thread.cancel(running)
+        if reason == "cancel" and not running.settled:
+            # Record the cancel now: a sync handler cannot be interrupted and may
+            # run on; its slot stays taken until it returns, its result is dropped.
+            self._write_outcomes([(running, Outcome("cancelled"))])
 
     def _check_deadlines(self, now_mono: float) -> None:
         timed_out = [

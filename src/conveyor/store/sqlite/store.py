@@ -39,6 +39,7 @@ from conveyor.store.common import (
     RESCUE_ENDINGS,
     WITH_ERROR,
     key_pairs,
+    new_job_record,
     plan_insert,
     resolve_plan,
 )
@@ -245,7 +246,7 @@ class SQLiteStore:
                         now_ts,
                     )
                 )
-                inserted[position] = _new_job_record(job_id, new, now)
+                inserted[position] = new_job_record(job_id, new, now)
             if rows:
                 conn.executemany(_Q["job_insert"], rows)
                 conn.execute(
@@ -551,26 +552,6 @@ def _retry_refusal(job: Job) -> Exception:
         )
     return JobStateError(
         f"job {job.id} is {job.state}; only failed or cancelled jobs can be retried"
-    )
-
-
-def _new_job_record(job_id: int, new: NewJob, now: datetime) -> Job:
-    """The Job a fresh insert produced, built without reading it back."""
-    return Job(
-        id=job_id,
-        queue=new.queue,
-        task=new.task,
-        state=JobState.QUEUED,
-        args_json=new.args_json,
-        kwargs_json=new.kwargs_json,
-        priority=new.priority,
-        run_at=new.run_at,
-        attempts=0,
-        max_attempts=new.max_attempts,
-        created_at=now,
-        key=new.key,
-        group=new.group,
-        batch=new.batch,
     )
 
 

@@ -1,0 +1,523 @@
+"""The PostgreSQL store: production, many workers on many machines.
+
+psycopg 3 with a connection pool. Claims lock rows with ``FOR UPDATE SKIP
+LOCKED`` so concurrent claimers pass each other; every change to a running job
+re-checks its lease token in the WHERE clause of the same statement; events
+and notifications are written by the statement that makes the change.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.types.string import TextLoader
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from conveyor.errors import ConfigurationError, JobStateError, StoreUnavailableError
+from conveyor.job import Event, Job, JobState, NewJob
+from conveyor.store.base import (
+    ChangeCallback,
+    Completion,
+    Failure,
+    JobFilter,
+    Lease,
+    LeaseStatus,
+    QueueStats,
+    Snooze,
+    Stats,
+    Subscription,
+    WorkerInfo,
+)
+from conveyor.store.common import key_pairs, new_job_record, plan_insert, resolve_plan
+from conveyor.store.postgres.listener import Listener
+from conveyor.store.sql import load_migrations, load_queries
+
+log = logging.getLogger("conveyor.postgres")
+
+_Q = load_queries("conveyor.store.postgres")
+_MIGRATIONS = load_migrations("conveyor.store.postgres")
+#: Claims retried after a group race (see job_claim in queries.sql).
+_CLAIM_ATTEMPTS = 5
+
+Connection = psycopg.Connection[tuple[Any, ...]]
+
+
+def _row_to_job(row: Sequence[Any]) -> Job:
+    # ``SELECT *`` gives the columns in table order, the same order as SQLite's.
+    (
+        id_, queue, task, state, args, kwargs, priority, run_at, attempts, max_attempts, key,
+        group, batch, worker, token, lease_expires_at, cancel_requested, result, error, progress,
+        progress_message, created_at, started_at, finished_at,
+    ) = row[:24]  # fmt: skip
+    return Job(
+        id_, queue, task, JobState(state), args, kwargs, priority, run_at, attempts,
+        max_attempts, created_at, key, group, batch, worker, token, lease_expires_at,
+        cancel_requested, result, error, progress, progress_message, started_at, finished_at,
+    )  # fmt: skip
+
+
+def _row_to_event(row: Sequence[Any]) -> Event:
+    return Event(*row[:9])
+
+
+def _where(dsn: str) -> str:
+    """host:port/dbname of a DSN, for messages (never the password)."""
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise ConfigurationError(f"malformed PostgreSQL DSN: {exc}") from None
+    host = info.get("host") or urlsplit(dsn).hostname or "localhost"
+    return f"{host}:{info.get('port') or 5432}/{info.get('dbname') or ''}"
+
+
+def _configure(conn: Connection) -> None:
+    # Job payloads stay JSON text until a caller reads them (Job decodes lazily).
+    conn.adapters.register_loader("jsonb", TextLoader)
+    conn.adapters.register_loader("json", TextLoader)
+
+
+class PostgresStore:
+    supports_listen_notify = True
+    supports_external_transactions = True
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        migrate: bool = False,
+        min_size: int = 1,
+        max_size: int = 10,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        self.dsn = dsn
+        self.where = _where(dsn)
+        self.description = f"PostgreSQL at {self.where}"
+        self._connect_timeout = connect_timeout
+        self._pool: ConnectionPool[Connection] = ConnectionPool(
+            dsn,
+            min_size=min_size,
+            max_size=max_size,
+            kwargs={
+                "options": "-c timezone=UTC",
+                "connect_timeout": max(1, int(connect_timeout)),
+            },
+            configure=_configure,
+            open=False,
+            name="conveyor",
+        )
+        try:
+            self._pool.open(wait=True, timeout=connect_timeout)
+        except PoolTimeout as exc:
+            self._pool.close()
+            raise self._unavailable(exc) from None
+        if migrate:
+            self.migrate()
+
+    def _unavailable(self, exc: BaseException) -> StoreUnavailableError:
+        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        try:
+            with psycopg.connect(self.dsn, connect_timeout=2) as probe:
+                probe.execute("SELECT 1")
+        except psycopg.Error as direct:
+            reason = str(direct).strip().splitlines()[-1] or reason
+        return StoreUnavailableError(
+            f"cannot connect to PostgreSQL at {self.where}: {reason}. "
+            "Is the server running, and is the DSN right?"
+        )
+
+    @contextmanager
+    def _tx(self, connection: Any = None) -> Iterator[Connection]:
+        """A transaction on a pooled connection, or inside the caller's own (not committed)."""
+        if connection is not None:
+            if not isinstance(connection, psycopg.Connection):
+                raise ConfigurationError(
+                    f"connection must be a psycopg Connection, got {type(connection).__name__}"
+                )
+            yield connection
+            return
+        try:
+            with self._pool.connection(timeout=self._connect_timeout) as conn:
+                yield conn
+        except PoolTimeout as exc:
+            raise self._unavailable(exc) from None
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def ping(self) -> None:
+        try:
+            with self._tx() as conn:
+                conn.execute("SELECT 1")
+        except psycopg.OperationalError as exc:
+            raise self._unavailable(exc) from None
+
+    # --- migrations -------------------------------------------------------------
+
+    def schema_version(self) -> int:
+        with self._tx() as conn:
+            conn.execute(_Q["migrations_table"])
+            version: int = conn.execute(_Q["schema_version"]).fetchone()[0]  # type: ignore[index]
+            return version
+
+    def migrate(self) -> int:
+        with self._tx() as conn:
+            conn.execute(_Q["migrations_lock"])
+            conn.execute(_Q["migrations_table"])
+            row = conn.execute(_Q["schema_version"]).fetchone()
+            current: int = row[0] if row else 0
+            for migration in _MIGRATIONS:
+                if migration.version <= current:
+                    continue
+                conn.execute(migration.sql.encode())  # several statements, no parameters
+                conn.execute(
+                    _Q["migration_record"],
+                    {
+                        "version": migration.version,
+                        "name": migration.name,
+                        "now": datetime.now(UTC),
+                    },
+                )
+                current = migration.version
+        return current
+
+    # --- producing ------------------------------------------------------------
+
+    def job_insert_many(
+        self, jobs: Sequence[NewJob], now: datetime, connection: Any = None
+    ) -> list[Job]:
+        if not jobs:
+            return []
+        with self._tx(connection) as conn:
+            pairs = key_pairs(jobs)
+            found = self._find_keys(conn, pairs) if pairs else []
+            plan = plan_insert(jobs, found)
+            inserted: dict[int, Job] = {}
+            if plan.insert:
+                rows = conn.execute(_Q["job_reserve_ids"], {"count": len(plan.insert)})
+                ids = sorted(r[0] for r in rows)
+                chosen = [jobs[p] for p in plan.insert]
+                params = {
+                    "ids": ids,
+                    "queues": [j.queue for j in chosen],
+                    "tasks": [j.task for j in chosen],
+                    "args": [j.args_json for j in chosen],
+                    "kwargs": [j.kwargs_json for j in chosen],
+                    "priorities": [j.priority for j in chosen],
+                    "run_ats": [j.run_at for j in chosen],
+                    "max_attempts": [j.max_attempts for j in chosen],
+                    "keys": [j.key for j in chosen],
+                    "groups": [j.group for j in chosen],
+                    "batches": [j.batch for j in chosen],
+                    "now": now,
+                }
+                written = {r[0] for r in conn.execute(_Q["job_insert"], params)}
+                lost_race: list[int] = []
+                for position, job_id in zip(plan.insert, ids, strict=True):
+                    if job_id in written:
+                        inserted[position] = new_job_record(job_id, jobs[position], now)
+                    else:
+                        lost_race.append(position)
+                if lost_race:
+                    # Another transaction enqueued the same live key first: return its job.
+                    again = self._find_keys(conn, key_pairs([jobs[p] for p in lost_race]))
+                    replan = plan_insert([jobs[p] for p in lost_race], again)
+                    for index, existing in replan.existing.items():
+                        inserted[lost_race[index]] = existing
+                    if replan.insert:
+                        raise RuntimeError("a keyed insert was refused but no job holds the key")
+        return resolve_plan(plan, len(jobs), inserted)
+
+    def _find_keys(self, conn: Connection, pairs: list[tuple[str, str]]) -> list[Job]:
+        params = {"queues": [q for q, _ in pairs], "keys": [k for _, k in pairs]}
+        return [_row_to_job(r) for r in conn.execute(_Q["job_find_keys"], params)]
+
+    # --- reading ------------------------------------------------------------
+
+    def _fetch_jobs(self, name: str, params: dict[str, Any]) -> list[Job]:
+        with self._tx() as conn:
+            return [_row_to_job(r) for r in conn.execute(_Q[name], params)]
+
+    def job_get(self, job_id: int) -> Job | None:
+        jobs = self._fetch_jobs("job_get", {"id": job_id})
+        return jobs[0] if jobs else None
+
+    def job_get_many(self, job_ids: Sequence[int]) -> list[Job]:
+        by_id = {j.id: j for j in self._fetch_jobs("job_get_many", {"ids": list(job_ids)})}
+        return [by_id[i] for i in job_ids if i in by_id]
+
+    def job_list(self, filter: JobFilter) -> list[Job]:
+        params = {
+            "state": None if filter.state is None else str(filter.state),
+            "queue": filter.queue,
+            "task": filter.task,
+            "batch": filter.batch,
+            "before_id": filter.before_id,
+            "limit": filter.limit,
+        }
+        return self._fetch_jobs("job_list", params)
+
+    def event_list(self, job_id: int) -> list[Event]:
+        with self._tx() as conn:
+            return [_row_to_event(r) for r in conn.execute(_Q["event_list"], {"job_id": job_id})]
+
+    def event_since(self, seq: int, limit: int) -> list[Event]:
+        with self._tx() as conn:
+            rows = conn.execute(_Q["event_since"], {"seq": seq, "limit": limit})
+            return [_row_to_event(r) for r in rows]
+
+    def stats(self, now: datetime) -> Stats:
+        with self._tx() as conn:
+            # One transaction at REPEATABLE READ: every figure describes one moment.
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            counts = conn.execute(_Q["stats_counts"]).fetchall()
+            oldest = dict(conn.execute(_Q["stats_oldest_ready"], {"now": now}).fetchall())
+            since = now - timedelta(minutes=1)
+            row = conn.execute(_Q["stats_finished_since"], {"since": since}).fetchone()
+            finished = row[0] if row else 0
+            paused = {name for name, p in conn.execute(_Q["queue_list"]) if p}
+        per_queue: dict[str, dict[str, int]] = {}
+        for queue, state, count in counts:
+            per_queue.setdefault(queue, {})[state] = count
+        for queue in paused:
+            per_queue.setdefault(queue, {})
+        return Stats(
+            queues={
+                name: QueueStats(
+                    name=name,
+                    paused=name in paused,
+                    counts=dict(sorted(c.items())),
+                    oldest_ready_age=(
+                        max(0.0, (now - oldest[name]).total_seconds()) if name in oldest else None
+                    ),
+                )
+                for name, c in sorted(per_queue.items())
+            },
+            finished_last_minute=finished,
+        )
+
+    def next_run_at(self, queues: Sequence[str] | None) -> datetime | None:
+        params = {"all_queues": queues is None, "queues": list(queues or [])}
+        with self._tx() as conn:
+            row = conn.execute(_Q["next_run_at"], params).fetchone()
+        value: datetime | None = row[0] if row else None
+        return value
+
+    # --- working ------------------------------------------------------------
+
+    def job_claim(
+        self,
+        queues: Sequence[str],
+        limit: int,
+        worker: str,
+        lease: timedelta,
+        now: datetime,
+        group: str | None = None,
+    ) -> list[Job]:
+        if limit <= 0 or not queues:
+            return []
+        params = {
+            "queues": list(queues),
+            "limit": limit,
+            "worker": worker,
+            "token": secrets.token_hex(16),
+            "lease_expires_at": now + lease,
+            "now": now,
+            "group": group,
+        }
+        for _ in range(_CLAIM_ATTEMPTS):
+            try:
+                jobs = self._fetch_jobs("job_claim", params)
+            except pg_errors.UniqueViolation:
+                # Lost a group race to a concurrent claimer: look again with a new snapshot.
+                continue
+            jobs.sort(key=lambda j: (-j.priority, j.id))
+            return jobs
+        log.info("claim gave up after %d group races; the next poll retries", _CLAIM_ATTEMPTS)
+        return []
+
+    def job_heartbeat(
+        self, leases: Sequence[Lease], lease: timedelta, now: datetime
+    ) -> list[LeaseStatus]:
+        if not leases:
+            return []
+        params = {
+            "ids": [le.id for le in leases],
+            "tokens": [le.token for le in leases],
+            "lease_expires_at": now + lease,
+        }
+        with self._tx() as conn:
+            rows = conn.execute(_Q["job_heartbeat"], params).fetchall()
+        return [LeaseStatus(id=r[0], cancel_requested=r[1]) for r in rows]
+
+    def _change(self, name: str, params: dict[str, Any]) -> list[int]:
+        with self._tx() as conn:
+            return [r[0] for r in conn.execute(_Q[name], params)]
+
+    def job_complete(self, completions: Sequence[Completion], now: datetime) -> list[int]:
+        if not completions:
+            return []
+        params = {
+            "ids": [c.id for c in completions],
+            "tokens": [c.token for c in completions],
+            "results": [c.result_json for c in completions],
+            "now": now,
+        }
+        return self._change("job_complete", params)
+
+    def job_fail(self, failures: Sequence[Failure], now: datetime) -> list[int]:
+        if not failures:
+            return []
+        params = {
+            "ids": [f.id for f in failures],
+            "tokens": [f.token for f in failures],
+            "errors": [f.error for f in failures],
+            "retryables": [f.retryable for f in failures],
+            "retry_ats": [f.retry_at for f in failures],
+            "now": now,
+        }
+        return self._change("job_fail", params)
+
+    def job_snooze(self, snoozes: Sequence[Snooze], now: datetime) -> list[int]:
+        if not snoozes:
+            return []
+        params = {
+            "ids": [s.id for s in snoozes],
+            "tokens": [s.token for s in snoozes],
+            "run_ats": [s.run_at for s in snoozes],
+            "now": now,
+        }
+        return self._change("job_snooze", params)
+
+    def _leases(self, name: str, leases: Sequence[Lease], now: datetime) -> list[int]:
+        if not leases:
+            return []
+        params = {"ids": [le.id for le in leases], "tokens": [le.token for le in leases]}
+        return self._change(name, {**params, "now": now})
+
+    def job_release(self, leases: Sequence[Lease], now: datetime) -> list[int]:
+        return self._leases("job_release", leases, now)
+
+    def job_set_cancelled(self, leases: Sequence[Lease], now: datetime) -> list[int]:
+        return self._leases("job_set_cancelled", leases, now)
+
+    def job_progress(
+        self, lease: Lease, fraction: float | None, message: str | None, now: datetime
+    ) -> bool:
+        params = {"id": lease.id, "token": lease.token, "fraction": fraction, "message": message}
+        with self._tx() as conn:
+            return conn.execute(_Q["job_progress"], params).rowcount == 1
+
+    def job_rescue_expired(self, now: datetime, limit: int = 1000) -> list[int]:
+        return self._change("job_rescue_expired", {"now": now, "limit": limit})
+
+    # --- operating ------------------------------------------------------------
+
+    def job_cancel(self, job_id: int, now: datetime) -> Job | None:
+        jobs = self._fetch_jobs("job_cancel", {"id": job_id, "now": now})
+        return jobs[0] if jobs else self.job_get(job_id)
+
+    def job_retry(self, job_id: int, now: datetime) -> Job | None:
+        with self._tx() as conn:
+            changed = conn.execute(_Q["job_retry"], {"id": job_id, "now": now}).fetchall()
+            rows = conn.execute(_Q["job_get"], {"id": job_id}).fetchall()
+        if not rows:
+            return None
+        job = _row_to_job(rows[0])
+        if not changed:
+            if job.state in (JobState.FAILED, JobState.CANCELLED):
+                raise JobStateError(
+                    f"job {job.id} cannot be retried: another live job in queue {job.queue!r} "
+                    f"holds its key {job.key!r}"
+                )
+            raise JobStateError(
+                f"job {job.id} is {job.state}; only failed or cancelled jobs can be retried"
+            )
+        return job
+
+    def job_purge(self, finished_before: datetime, limit: int = 10_000) -> int:
+        with self._tx() as conn:
+            return conn.execute(
+                _Q["job_purge"], {"before": finished_before, "limit": limit}
+            ).rowcount
+
+    def queue_pause(self, queue: str, now: datetime) -> None:
+        self._change("queue_set_paused", {"name": queue, "paused": True, "now": now})
+
+    def queue_resume(self, queue: str, now: datetime) -> None:
+        self._change("queue_set_paused", {"name": queue, "paused": False, "now": now})
+
+    def queue_paused(self) -> set[str]:
+        with self._tx() as conn:
+            return {name for name, paused in conn.execute(_Q["queue_list"]) if paused}
+
+    # --- workers and maintenance ------------------------------------------------
+
+    def subscribe(self, on_change: ChangeCallback) -> Subscription:
+        return Listener(self.dsn, on_change, self._connect_timeout)
+
+    def worker_register(
+        self,
+        worker_id: str,
+        host: str,
+        pid: int,
+        queues: list[str],
+        concurrency: int,
+        now: datetime,
+    ) -> None:
+        params = {
+            "id": worker_id,
+            "host": host,
+            "pid": pid,
+            "queues": json.dumps(queues),
+            "concurrency": concurrency,
+            "now": now,
+        }
+        self._change_none("worker_register", params)
+
+    def _change_none(self, name: str, params: dict[str, Any]) -> int:
+        with self._tx() as conn:
+            return conn.execute(_Q[name], params).rowcount
+
+    def worker_beat(self, worker_id: str, jobs_in_hand: int, now: datetime) -> None:
+        self._change_none(
+            "worker_beat", {"id": worker_id, "jobs_in_hand": jobs_in_hand, "now": now}
+        )
+
+    def worker_unregister(self, worker_id: str) -> None:
+        self._change_none("worker_unregister", {"id": worker_id})
+
+    def worker_list(self) -> list[WorkerInfo]:
+        with self._tx() as conn:
+            rows = conn.execute(_Q["worker_list"]).fetchall()
+        return [
+            WorkerInfo(
+                id=r[0],
+                host=r[1],
+                pid=r[2],
+                queues=json.loads(r[3]),
+                concurrency=r[4],
+                jobs_in_hand=r[5],
+                started_at=r[6],
+                last_seen_at=r[7],
+            )
+            for r in rows
+        ]
+
+    def worker_prune(self, last_seen_before: datetime) -> int:
+        return self._change_none("worker_prune", {"before": last_seen_before})
+
+    def leader_acquire(self, name: str, holder: str, ttl: timedelta, now: datetime) -> bool:
+        params = {"name": name, "holder": holder, "expires_at": now + ttl, "now": now}
+        return bool(self._change("leader_acquire", params))
+
+    def leader_release(self, name: str, holder: str) -> None:
+        self._change_none("leader_release", {"name": name, "holder": holder})
