@@ -436,7 +436,9 @@ class App:
         wanted = str(job_id)
 
         def listener(channel: str, payload: str) -> None:
-            if channel in ("done", "any", "reconnected") and payload in ("", wanted):
+            if channel in ("done", "any", "reconnected") and (
+                not payload or wanted in payload.split(",")
+            ):
                 changed.set()
 
         self.changes.add(listener)

@@ -19,35 +19,46 @@ class CancelSignal:
     """
 
     def __init__(self) -> None:
-        self._event = threading.Event()
+        self._set = False
+        # Created on the first wait() only: most jobs are never cancelled, and a
+        # threading.Event per job is a measurable cost on the claim path.
+        self._event: threading.Event | None = None
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._lock = threading.Lock()
         self.reason: str | None = None
 
     def is_set(self) -> bool:
-        return self._event.is_set()
+        return self._set
 
     def __bool__(self) -> bool:
-        return self._event.is_set()
+        return self._set
 
     def wait(self, timeout: float | None = None) -> bool:
-        return self._event.wait(timeout)
+        with self._lock:
+            if self._set:
+                return True
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        return event.wait(timeout)
 
     async def wait_async(self) -> None:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         with self._lock:
-            if self._event.is_set():
+            if self._set:
                 return
             self._waiters.append((loop, future))
         await future
 
     def set(self, reason: str) -> None:
         with self._lock:
-            if self._event.is_set():
+            if self._set:
                 return
             self.reason = reason
-            self._event.set()
+            self._set = True
+            if self._event is not None:
+                self._event.set()
             waiters, self._waiters = self._waiters, []
         for loop, future in waiters:
             loop.call_soon_threadsafe(_resolve, future)

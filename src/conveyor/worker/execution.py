@@ -56,6 +56,9 @@ class Running:
     async_task: asyncio.Task[Any] | None = None
     async_loop: asyncio.AbstractEventLoop | None = None
     future: Future[None] | None = None
+    #: The payload, decoded once when the job was checked.
+    args: list[Any] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
 
     @property
     def token(self) -> str:
@@ -63,8 +66,12 @@ class Running:
         return self.job.lease_token
 
 
-def poison_outcome(job: Job, task: Task[Any, Any] | None) -> Outcome | None:
-    """An outcome for a job that can never run: unknown task or undecodable payload."""
+def poison_outcome(running: Running) -> Outcome | None:
+    """An outcome for a job that can never run: unknown task or undecodable payload.
+
+    Decodes the payload into ``running.args`` and ``running.kwargs`` on the way.
+    """
+    job, task = running.job, running.task
     if task is None:
         return Outcome(
             "fail",
@@ -74,7 +81,7 @@ def poison_outcome(job: Job, task: Task[Any, Any] | None) -> Outcome | None:
             retryable=False,
         )
     try:
-        _ = job.args, job.kwargs
+        running.args, running.kwargs = job.args, job.kwargs
     except (ValueError, json.JSONDecodeError) as exc:
         return Outcome("fail", error=f"undecodable payload: {exc}", retryable=False)
     return None
@@ -100,10 +107,10 @@ def outcome_of_exception(exc: BaseException, running: Running, now: datetime) ->
 
 def call_args(running: Running) -> tuple[list[Any], dict[str, Any]]:
     assert running.task is not None
-    args = running.job.args
+    args = running.args
     if running.task.takes_context:
         args = [running.context, *args]
-    return args, running.job.kwargs
+    return args, running.kwargs
 
 
 def run_sync(running: Running, done: Callable[[Running], None]) -> None:

@@ -252,7 +252,7 @@ class Worker:
         )
         running.context._heartbeat = lambda: self._heartbeat_from_handler(running)
         self._in_hand[job.id] = running
-        poison = poison_outcome(job, task)
+        poison = poison_outcome(running)
         if poison is not None:
             running.outcome = poison
             self._finished.append(running)
@@ -327,8 +327,8 @@ class Worker:
                     [Lease(r.job.id, r.token) for r, _ in items], now
                 )
             written.update(done)
-        for job_id in written:
-            self.app.changes.publish("done", str(job_id))  # wakes waiters in this process
+        if written:  # wakes waiters in this process
+            self.app.changes.publish("done", ",".join(map(str, written)))
         for running, outcome in settle:
             if running.job.id not in written:
                 log.warning(

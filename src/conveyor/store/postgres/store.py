@@ -107,7 +107,10 @@ class PostgresStore:
             min_size=min_size,
             max_size=max_size,
             kwargs={
-                "options": "-c timezone=UTC",
+                # Generic plans for prepared statements: the claim's plan does not
+                # depend on its parameters, and planning it each time cost as much
+                # as running it.
+                "options": "-c timezone=UTC -c plan_cache_mode=force_generic_plan",
                 "connect_timeout": max(1, int(connect_timeout)),
             },
             configure=_configure,
@@ -305,9 +308,11 @@ class PostgresStore:
         )
 
     def next_run_at(self, queues: Sequence[str] | None) -> datetime | None:
-        params = {"all_queues": queues is None, "queues": list(queues or [])}
         with self._tx() as conn:
-            row = conn.execute(_Q["next_run_at"], params).fetchone()
+            if queues is None:
+                row = conn.execute(_Q["next_run_at_all"]).fetchone()
+            else:
+                row = conn.execute(_Q["next_run_at"], {"queues": list(queues)}).fetchone()
         value: datetime | None = row[0] if row else None
         return value
 
