@@ -1,86 +1,58 @@
 -- Named statements of the PostgreSQL store, side by side with the SQLite ones.
+-- ``%(now)s`` is always passed in, never now(), so tests can fix the clock.
 --
--- Times are timestamptz and the current time is always a parameter (now), never
--- the database clock, so tests can fix it. Batched writes take one array per
--- column and join them with unnest(): one statement per batch, however many
--- jobs it touches. Every write to a running job names its lease token and
--- state in the WHERE clause: the compare-and-set that fences out stale workers.
---
--- Each change writes its events in the same statement, through data-modifying
--- CTEs, and sends its notifications there too (they are delivered on commit).
--- A CTE that only reads runs only when the main query reads it, hence the
--- "CROSS JOIN notified" at the end of those statements; "notified" yields
--- exactly one row.
---
--- Channels: conveyor_jobs (payload: a queue with new ready work),
--- conveyor_cancel (payload: a job id whose cancel was requested) and
--- conveyor_done (payload: a job id that reached a terminal state).
---
--- Parameters are cast where they are used: psycopg sends None untyped.
+-- Batches arrive as arrays joined with unnest(): one statement per batch. Each
+-- state change appends its events in the same statement (a data-modifying
+-- CTE), and sends its notifications there too; PostgreSQL delivers them at
+-- commit and folds duplicates within a transaction. Payloads of job ids are
+-- comma-separated, 400 ids to a notification (the payload limit is 8000 bytes).
 
 -- name: migrations_table
 CREATE TABLE IF NOT EXISTS schema_migrations (
     version    integer PRIMARY KEY,
-    name       text        NOT NULL,
+    name       text NOT NULL,
     applied_at timestamptz NOT NULL
 )
 
 -- name: migrations_lock
--- One migrator at a time, across processes; released when the transaction ends.
-SELECT pg_advisory_xact_lock(%(key)s::bigint)
-
--- name: migrations_exist
-SELECT to_regclass('schema_migrations') IS NOT NULL
+-- Held until the transaction ends: concurrent migrators apply each file once.
+SELECT pg_advisory_xact_lock(7245018)
 
 -- name: schema_version
 SELECT coalesce(max(version), 0) FROM schema_migrations
 
 -- name: migration_record
-INSERT INTO schema_migrations (version, name, applied_at)
-VALUES (%(version)s, %(name)s, %(now)s)
+INSERT INTO schema_migrations (version, name, applied_at) VALUES (%(version)s, %(name)s, %(now)s)
 
--- name: table_columns
-SELECT column_name::text FROM information_schema.columns
-WHERE table_schema = current_schema() AND table_name = %(table)s
-ORDER BY ordinal_position
+-- name: job_reserve_ids
+-- Ids are taken before the insert so that each new job is matched to its input
+-- row however PostgreSQL orders the insert.
+SELECT nextval(pg_get_serial_sequence('jobs', 'id')) FROM generate_series(1, %(count)s)
 
 -- name: job_insert
--- One row per job to insert. Ids come from the table's sequence in input order
--- and are returned with each input row, so the caller maps rows back to its
--- positions; "inserted" is false for a keyed row that lost to a live job with
--- the same (queue, key) committed meanwhile by another producer.
-WITH input AS MATERIALIZED (
-    SELECT nextval(pg_get_serial_sequence('jobs', 'id')) AS id, i.*
-    FROM unnest(%(queues)s::text[], %(tasks)s::text[], %(args)s::text[], %(kwargs)s::text[],
-                %(priorities)s::integer[], %(run_ats)s::timestamptz[],
-                %(max_attempts)s::integer[], %(keys)s::text[], %(groups)s::text[],
-                %(batches)s::text[])
-         WITH ORDINALITY AS i (queue, task, args, kwargs, priority, run_at, max_attempts,
-                               key, group_key, batch, ord)
-),
-inserted AS (
+WITH new AS (
     INSERT INTO jobs (id, queue, task, args, kwargs, priority, run_at, max_attempts,
                       key, group_key, batch, created_at)
-    OVERRIDING SYSTEM VALUE
-    SELECT id, queue, task, args::jsonb, kwargs::jsonb, priority, run_at, max_attempts,
-           key, group_key, batch, %(now)s::timestamptz
-    FROM input
-    ORDER BY ord
-    ON CONFLICT (queue, key) WHERE key IS NOT NULL AND state IN ('queued', 'running')
-    DO NOTHING
+    SELECT i.id, i.queue, i.task, i.args, i.kwargs, i.priority, i.run_at, i.max_attempts,
+           i.key, i.group_key, i.batch, %(now)s
+    FROM unnest(%(ids)s::bigint[], %(queues)s::text[], %(tasks)s::text[], %(args)s::jsonb[],
+                %(kwargs)s::jsonb[], %(priorities)s::integer[], %(run_ats)s::timestamptz[],
+                %(max_attempts)s::integer[], %(keys)s::text[], %(groups)s::text[],
+                %(batches)s::text[])
+         AS i(id, queue, task, args, kwargs, priority, run_at, max_attempts, key, group_key, batch)
+    -- Keys in one global order: two producers inserting the same keys wait for
+    -- each other's uncommitted rows in the same order, so they never deadlock.
+    ORDER BY i.queue, i.key, i.id
+    -- A concurrent enqueue of the same live key won: we return its job instead.
+    ON CONFLICT (queue, key) WHERE key IS NOT NULL AND state IN ('queued', 'running') DO NOTHING
     RETURNING id, queue, task, created_at
-),
-ev AS (
+), enqueued AS (
     INSERT INTO events (job_id, queue, task, kind, attempt, at)
-    SELECT id, queue, task, 'enqueued', 0, created_at FROM inserted ORDER BY id
-),
-notified AS (
-    SELECT count(pg_notify('conveyor_jobs', q)) AS n
-    FROM (SELECT DISTINCT queue AS q FROM inserted) AS d
+    SELECT id, queue, task, 'enqueued', 0, created_at FROM new ORDER BY id
 )
-SELECT input.id, inserted.id IS NOT NULL
-FROM input LEFT JOIN inserted ON inserted.id = input.id CROSS JOIN notified
-ORDER BY input.ord
+SELECT new.id
+FROM new, (SELECT count(pg_notify('conveyor_jobs', q.queue))
+           FROM (SELECT DISTINCT queue FROM new) AS q) AS notified
 
 -- name: job_find_keys
 -- Every job holding one of the (queue, key) pairs, newest first.
@@ -90,40 +62,43 @@ WHERE key IS NOT NULL
 ORDER BY id DESC
 
 -- name: job_get
-SELECT * FROM jobs WHERE id = %(id)s::bigint
+SELECT * FROM jobs WHERE id = %(id)s
 
 -- name: job_get_many
 SELECT * FROM jobs WHERE id = ANY(%(ids)s::bigint[])
 
 -- name: job_list
 SELECT * FROM jobs
-WHERE (%(state)s::text IS NULL OR state = %(state)s::text)
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-  AND (%(task)s::text IS NULL OR task = %(task)s::text)
-  AND (%(batch)s::text IS NULL OR batch = %(batch)s::text)
-  AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
+WHERE (%(state)s::text IS NULL OR state = %(state)s)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(task)s::text IS NULL OR task = %(task)s)
+  AND (%(batch)s::text IS NULL OR batch = %(batch)s)
+  AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s)
 ORDER BY id DESC
-LIMIT %(limit)s::bigint
+LIMIT %(limit)s
 
 -- name: job_claim
--- Each queue is searched on its own (the lateral subquery walks the jobs_queued
--- index of one queue in claim order and stops at the limit); the best of those
--- candidates win. A single "queue = ANY(...) ORDER BY" would sort every queued
--- job of those queues on each claim. SKIP LOCKED makes concurrent claimers
--- pass over each other's candidates instead of waiting for them.
+-- Each queue is searched on its own (the LATERAL subquery walks one queue's
+-- jobs_queued index in claim order and stops at the limit); the best of those
+-- candidates win. SKIP LOCKED lets concurrent claimers pass each other.
 --
 -- A job in a group is claimable only when it is its group's oldest queued job
--- and no job of the group is running; the unique index jobs_group_running
--- backs this up when concurrent claimers see different snapshots.
-WITH candidates AS (
-    SELECT c.id, c.priority
-    FROM (SELECT DISTINCT name FROM unnest(%(queues)s::text[]) AS u (name)) AS q
+-- and no job of the group is running. Those checks read this statement's
+-- snapshot: a claimer that started before another claimer's commit can still
+-- see the group idle and pick its next job. The unique index
+-- jobs_group_running turns that into a unique violation, and the store
+-- retries the claim with a fresh snapshot.
+--
+-- MATERIALIZED: the locking candidate search must run exactly once.
+WITH candidates AS MATERIALIZED (
+    SELECT c.id
+    FROM unnest(%(queues)s::text[]) AS q(name)
     CROSS JOIN LATERAL (
         SELECT j.id, j.priority FROM jobs AS j
         WHERE j.state = 'queued'
           AND j.queue = q.name
-          AND j.run_at <= %(now)s::timestamptz
-          AND (%(group)s::text IS NULL OR j.group_key = %(group)s::text)
+          AND j.run_at <= %(now)s
+          AND (%(group)s::text IS NULL OR j.group_key = %(group)s)
           AND (j.group_key IS NULL OR (
               NOT EXISTS (SELECT 1 FROM jobs AS r
                           WHERE r.group_key = j.group_key AND r.state = 'running')
@@ -131,67 +106,58 @@ WITH candidates AS (
                               WHERE o.group_key = j.group_key AND o.state = 'queued'
                                 AND o.id < j.id)))
         ORDER BY j.priority DESC, j.id
-        LIMIT %(limit)s::bigint
-        FOR UPDATE OF j SKIP LOCKED
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
     ) AS c
-    WHERE q.name NOT IN (SELECT name FROM queues WHERE paused)
+    WHERE NOT EXISTS (SELECT 1 FROM queues AS p WHERE p.name = q.name AND p.paused)
     ORDER BY c.priority DESC, c.id
-    LIMIT %(limit)s::bigint
-),
-claimed AS (
+    LIMIT %(limit)s
+), claimed AS (
     UPDATE jobs
     SET state = 'running',
         attempts = jobs.attempts + 1,
-        worker = %(worker)s::text,
-        lease_token = %(token)s::text,
-        lease_expires_at = %(lease_expires_at)s::timestamptz,
-        started_at = %(now)s::timestamptz,
+        worker = %(worker)s,
+        lease_token = %(token)s,
+        lease_expires_at = %(lease_expires_at)s,
+        started_at = %(now)s,
         progress = NULL,
         progress_message = NULL
     FROM candidates
-    WHERE jobs.id = candidates.id AND jobs.state = 'queued'
+    WHERE jobs.id = candidates.id
     RETURNING jobs.*
-),
-ev AS (
+), claimed_events AS (
     INSERT INTO events (job_id, queue, task, kind, attempt, worker, at)
-    SELECT id, queue, task, 'claimed', attempts, worker, %(now)s::timestamptz
-    FROM claimed ORDER BY id
+    SELECT id, queue, task, 'claimed', attempts, worker, %(now)s FROM claimed ORDER BY id
 )
 SELECT * FROM claimed
 
 -- name: job_heartbeat
 UPDATE jobs
-SET lease_expires_at = %(lease_expires_at)s::timestamptz
-FROM unnest(%(ids)s::bigint[], %(tokens)s::text[]) AS l (id, token)
-WHERE jobs.id = l.id
-  AND jobs.lease_token = l.token
-  AND jobs.state = 'running'
+SET lease_expires_at = %(lease_expires_at)s
+FROM unnest(%(ids)s::bigint[], %(tokens)s::text[]) AS l(id, token)
+WHERE jobs.id = l.id AND jobs.lease_token = l.token AND jobs.state = 'running'
 RETURNING jobs.id, jobs.cancel_requested
 
 -- name: job_complete
 WITH changed AS (
     UPDATE jobs
     SET state = 'succeeded',
-        result = c.result::jsonb,
-        finished_at = %(now)s::timestamptz,
+        result = c.result,
+        finished_at = %(now)s,
         lease_token = NULL,
         lease_expires_at = NULL
-    FROM unnest(%(ids)s::bigint[], %(tokens)s::text[], %(results)s::text[])
-         AS c (id, token, result)
-    WHERE jobs.id = c.id
-      AND jobs.lease_token = c.token
-      AND jobs.state = 'running'
+    FROM unnest(%(ids)s::bigint[], %(tokens)s::text[], %(results)s::jsonb[])
+         AS c(id, token, result)
+    WHERE jobs.id = c.id AND jobs.lease_token = c.token AND jobs.state = 'running'
     RETURNING jobs.id, jobs.queue, jobs.task, jobs.state, jobs.attempts, jobs.worker
-),
-ev AS (
+), changed_events AS (
     INSERT INTO events (job_id, queue, task, kind, attempt, worker, at)
-    SELECT id, queue, task, %(kinds)s::jsonb ->> state, attempts, worker, %(now)s::timestamptz
-    FROM changed WHERE (%(kinds)s::jsonb ->> state) IS NOT NULL ORDER BY id
-),
-notified AS (
-    SELECT count(pg_notify('conveyor_done', id::text)) AS n FROM changed
+    SELECT id, queue, task, 'succeeded', attempts, worker, %(now)s FROM changed ORDER BY id
 )
-SELECT changed.id FROM changed CROSS JOIN notified
+SELECT changed.id
+FROM changed, (SELECT count(pg_notify('conveyor_done', d.ids))
+               FROM (SELECT string_agg(id::text, ',') AS ids FROM changed
+                     GROUP BY id / 400) AS d) AS notified
 
 -- name: job_fail
 -- A job whose cancel was requested ends cancelled rather than retrying.
@@ -206,36 +172,32 @@ WITH changed AS (
             THEN f.retry_at ELSE jobs.run_at END,
         finished_at = CASE
             WHEN NOT jobs.cancel_requested AND f.retryable AND jobs.attempts < jobs.max_attempts
-            THEN NULL ELSE %(now)s::timestamptz END,
+            THEN NULL ELSE %(now)s END,
         error = f.error,
         lease_token = NULL,
         lease_expires_at = NULL
     FROM unnest(%(ids)s::bigint[], %(tokens)s::text[], %(errors)s::text[],
                 %(retryables)s::boolean[], %(retry_ats)s::timestamptz[])
-         AS f (id, token, error, retryable, retry_at)
-    WHERE jobs.id = f.id
-      AND jobs.lease_token = f.token
-      AND jobs.state = 'running'
+         AS f(id, token, error, retryable, retry_at)
+    WHERE jobs.id = f.id AND jobs.lease_token = f.token AND jobs.state = 'running'
     RETURNING jobs.id, jobs.queue, jobs.task, jobs.state, jobs.attempts, jobs.worker, jobs.error
-),
-ev AS (
+), changed_events AS (
     INSERT INTO events (job_id, queue, task, kind, attempt, worker, at, error)
-    SELECT id, queue, task, %(kinds)s::jsonb ->> state, attempts, worker,
-           %(now)s::timestamptz, error
-    FROM changed WHERE (%(kinds)s::jsonb ->> state) IS NOT NULL ORDER BY id
-),
-notified AS (
-    SELECT count(pg_notify(n.channel, n.payload)) AS n
-    FROM (SELECT DISTINCT 'conveyor_jobs' AS channel, queue AS payload
-          FROM changed WHERE state = 'queued'
-          UNION ALL
-          SELECT 'conveyor_done', id::text FROM changed WHERE state <> 'queued') AS n
+    SELECT id, queue, task,
+           CASE state WHEN 'queued' THEN 'retried' ELSE state END,
+           attempts, worker, %(now)s, error
+    FROM changed ORDER BY id
 )
-SELECT changed.id FROM changed CROSS JOIN notified
+SELECT changed.id
+FROM changed,
+     (SELECT count(pg_notify('conveyor_done', d.ids))
+      FROM (SELECT string_agg(id::text, ',') AS ids FROM changed
+            WHERE state <> 'queued' GROUP BY id / 400) AS d) AS done,
+     (SELECT count(pg_notify('conveyor_jobs', q.queue))
+      FROM (SELECT DISTINCT queue FROM changed WHERE state = 'queued') AS q) AS requeued
 
 -- name: job_snooze
--- Gives the attempt back: a snooze is not a failure. The event names the
--- attempt that ran (attempts + 1 after the decrement).
+-- Gives the attempt back: a snooze is not a failure.
 WITH changed AS (
     UPDATE jobs
     SET state = CASE WHEN jobs.cancel_requested THEN 'cancelled' ELSE 'queued' END,
@@ -245,26 +207,18 @@ WITH changed AS (
         lease_token = NULL,
         lease_expires_at = NULL
     FROM unnest(%(ids)s::bigint[], %(tokens)s::text[], %(run_ats)s::timestamptz[])
-         AS s (id, token, run_at)
-    WHERE jobs.id = s.id
-      AND jobs.lease_token = s.token
-      AND jobs.state = 'running'
+         AS s(id, token, run_at)
+    WHERE jobs.id = s.id AND jobs.lease_token = s.token AND jobs.state = 'running'
     RETURNING jobs.id, jobs.queue, jobs.task, jobs.state, jobs.attempts, jobs.worker
-),
-ev AS (
+), changed_events AS (
     INSERT INTO events (job_id, queue, task, kind, attempt, worker, at)
-    SELECT id, queue, task, %(kinds)s::jsonb ->> state, attempts + 1, worker,
-           %(now)s::timestamptz
-    FROM changed WHERE (%(kinds)s::jsonb ->> state) IS NOT NULL ORDER BY id
-),
-notified AS (
-    SELECT count(pg_notify(n.channel, n.payload)) AS n
-    FROM (SELECT DISTINCT 'conveyor_jobs' AS channel, queue AS payload
-          FROM changed WHERE state = 'queued'
-          UNION ALL
-          SELECT 'conveyor_done', id::text FROM changed WHERE state <> 'queued') AS n
+    SELECT id, queue, task, CASE state WHEN 'queued' THEN 'snoozed' ELSE state END,
+           attempts + 1, worker, %(now)s
+    FROM changed ORDER BY id
 )
-SELECT changed.id FROM changed CROSS JOIN notified
+SELECT changed.id
+FROM changed, (SELECT count(pg_notify('conveyor_jobs', q.queue))
+               FROM (SELECT DISTINCT queue FROM changed) AS q) AS notified
 
 -- name: job_release
 -- Shutdown hands the job back without using up an attempt.
@@ -275,146 +229,122 @@ WITH changed AS (
         finished_at = CASE WHEN jobs.cancel_requested THEN %(now)s::timestamptz END,
         lease_token = NULL,
         lease_expires_at = NULL
-    FROM unnest(%(ids)s::bigint[], %(tokens)s::text[]) AS r (id, token)
-    WHERE jobs.id = r.id
-      AND jobs.lease_token = r.token
-      AND jobs.state = 'running'
+    FROM unnest(%(ids)s::bigint[], %(tokens)s::text[]) AS r(id, token)
+    WHERE jobs.id = r.id AND jobs.lease_token = r.token AND jobs.state = 'running'
     RETURNING jobs.id, jobs.queue, jobs.task, jobs.state, jobs.attempts, jobs.worker
-),
-ev AS (
+), changed_events AS (
     INSERT INTO events (job_id, queue, task, kind, attempt, worker, at)
-    SELECT id, queue, task, %(kinds)s::jsonb ->> state, attempts + 1, worker,
-           %(now)s::timestamptz
-    FROM changed WHERE (%(kinds)s::jsonb ->> state) IS NOT NULL ORDER BY id
-),
-notified AS (
-    SELECT count(pg_notify(n.channel, n.payload)) AS n
-    FROM (SELECT DISTINCT 'conveyor_jobs' AS channel, queue AS payload
-          FROM changed WHERE state = 'queued'
-          UNION ALL
-          SELECT 'conveyor_done', id::text FROM changed WHERE state <> 'queued') AS n
+    SELECT id, queue, task, CASE state WHEN 'queued' THEN 'released' ELSE state END,
+           attempts + 1, worker, %(now)s
+    FROM changed ORDER BY id
 )
-SELECT changed.id FROM changed CROSS JOIN notified
+SELECT changed.id
+FROM changed, (SELECT count(pg_notify('conveyor_jobs', q.queue))
+               FROM (SELECT DISTINCT queue FROM changed) AS q) AS notified
 
 -- name: job_set_cancelled
 WITH changed AS (
     UPDATE jobs
     SET state = 'cancelled',
-        finished_at = %(now)s::timestamptz,
+        finished_at = %(now)s,
         lease_token = NULL,
         lease_expires_at = NULL
-    FROM unnest(%(ids)s::bigint[], %(tokens)s::text[]) AS c (id, token)
-    WHERE jobs.id = c.id
-      AND jobs.lease_token = c.token
-      AND jobs.state = 'running'
-    RETURNING jobs.id, jobs.queue, jobs.task, jobs.state, jobs.attempts, jobs.worker
-),
-ev AS (
+    FROM unnest(%(ids)s::bigint[], %(tokens)s::text[]) AS c(id, token)
+    WHERE jobs.id = c.id AND jobs.lease_token = c.token AND jobs.state = 'running'
+    RETURNING jobs.id, jobs.queue, jobs.task, jobs.attempts, jobs.worker
+), changed_events AS (
     INSERT INTO events (job_id, queue, task, kind, attempt, worker, at)
-    SELECT id, queue, task, %(kinds)s::jsonb ->> state, attempts, worker, %(now)s::timestamptz
-    FROM changed WHERE (%(kinds)s::jsonb ->> state) IS NOT NULL ORDER BY id
-),
-notified AS (
-    SELECT count(pg_notify('conveyor_done', id::text)) AS n FROM changed
+    SELECT id, queue, task, 'cancelled', attempts, worker, %(now)s FROM changed ORDER BY id
 )
-SELECT changed.id FROM changed CROSS JOIN notified
+SELECT changed.id
+FROM changed, (SELECT count(pg_notify('conveyor_done', d.ids))
+               FROM (SELECT string_agg(id::text, ',') AS ids FROM changed
+                     GROUP BY id / 400) AS d) AS notified
 
 -- name: job_progress
 UPDATE jobs
-SET progress = coalesce(%(fraction)s::double precision, progress),
-    progress_message = %(message)s::text
-WHERE id = %(id)s::bigint AND lease_token = %(token)s::text AND state = 'running'
+SET progress = coalesce(%(fraction)s, progress), progress_message = %(message)s
+WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running'
 
 -- name: job_rescue_expired
--- The lease check is repeated on the row being updated: PostgreSQL re-evaluates
--- it on the newest row version once the row is locked, so a worker that renewed
--- or finished in the meantime wins entirely (the compare-and-set). Every rescue
--- records "rescued"; one that ends the job also records how it ended, after
--- all the "rescued" events (the order SQLite writes them in).
-WITH changed AS (
+-- PostgreSQL re-checks the WHERE clause on the newest version of each locked
+-- row, so a lease renewed (or a job finished) in the meantime is left alone:
+-- that re-check is the compare-and-set on (id, lease_token).
+--
+-- The locking SELECT sits in a MATERIALIZED CTE so it runs once: as a plain
+-- "id IN (SELECT ... LIMIT ... FOR UPDATE SKIP LOCKED)" the planner may rescan
+-- it for every candidate row, and each rescan can lock and return another
+-- row, so the limit no longer holds.
+WITH expired AS MATERIALIZED (
+    SELECT id FROM jobs
+    WHERE state = 'running' AND lease_expires_at < %(now)s
+    ORDER BY lease_expires_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), changed AS (
     UPDATE jobs
     SET state = CASE
             WHEN cancel_requested THEN 'cancelled'
             WHEN attempts < max_attempts THEN 'queued'
             ELSE 'failed' END,
         finished_at = CASE
-            WHEN NOT cancel_requested AND attempts < max_attempts
-            THEN NULL ELSE %(now)s::timestamptz END,
-        run_at = %(now)s::timestamptz,
+            WHEN NOT cancel_requested AND attempts < max_attempts THEN NULL ELSE %(now)s END,
+        run_at = %(now)s,
         error = 'worker lost: lease expired',
         lease_token = NULL,
         lease_expires_at = NULL
-    WHERE id IN (SELECT id FROM jobs
-                 WHERE state = 'running' AND lease_expires_at < %(now)s::timestamptz
-                 ORDER BY lease_expires_at
-                 LIMIT %(limit)s::bigint
-                 FOR UPDATE SKIP LOCKED)
-      AND state = 'running' AND lease_expires_at < %(now)s::timestamptz
+    WHERE id IN (SELECT id FROM expired)
+      AND state = 'running' AND lease_expires_at < %(now)s
     RETURNING id, queue, task, state, attempts, worker, error
-),
-ev AS (
+), changed_events AS (
+    -- "rescued" always; a job out of attempts (or with a cancel pending) also
+    -- records how it ended. As on SQLite, all the "rescued" events come first,
+    -- then the endings, each in job order.
     INSERT INTO events (job_id, queue, task, kind, attempt, worker, at, error)
-    SELECT c.id, c.queue, c.task, k.kind, c.attempts, c.worker, %(now)s::timestamptz, c.error
-    FROM changed AS c
-    CROSS JOIN LATERAL (VALUES (1, %(kinds)s::jsonb ->> c.state),
-                               (2, %(endings)s::jsonb ->> c.state)) AS k (pass, kind)
-    WHERE k.kind IS NOT NULL
-    ORDER BY k.pass, c.id
-),
-notified AS (
-    SELECT count(pg_notify(n.channel, n.payload)) AS n
-    FROM (SELECT DISTINCT 'conveyor_jobs' AS channel, queue AS payload
-          FROM changed WHERE state = 'queued'
-          UNION ALL
-          SELECT 'conveyor_done', id::text FROM changed WHERE state <> 'queued') AS n
+    SELECT id, queue, task, e.kind, attempts, worker, %(now)s, error
+    FROM changed
+    CROSS JOIN LATERAL (VALUES (1, 'rescued'), (2, state)) AS e(ordinal, kind)
+    WHERE e.ordinal = 1 OR state <> 'queued'
+    ORDER BY e.ordinal, id
 )
-SELECT changed.id FROM changed CROSS JOIN notified
+SELECT changed.id
+FROM changed,
+     (SELECT count(pg_notify('conveyor_done', d.ids))
+      FROM (SELECT string_agg(id::text, ',') AS ids FROM changed
+            WHERE state <> 'queued' GROUP BY id / 400) AS d) AS done,
+     (SELECT count(pg_notify('conveyor_jobs', q.queue))
+      FROM (SELECT DISTINCT queue FROM changed WHERE state = 'queued') AS q) AS requeued
 
--- name: job_cancel_queued
+-- name: job_cancel
+-- Queued: cancelled at once. Running: flagged, and its worker told. Finished:
+-- untouched (no row comes back; the store then reads the job as it is).
 WITH changed AS (
     UPDATE jobs
-    SET state = 'cancelled', finished_at = %(now)s::timestamptz
-    WHERE id = %(id)s::bigint AND state = 'queued'
-    RETURNING id, queue, task, state, attempts, worker
-),
-ev AS (
+    SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
+        finished_at = CASE WHEN state = 'queued' THEN %(now)s ELSE finished_at END,
+        cancel_requested = (state = 'running')
+    WHERE id = %(id)s
+      AND (state = 'queued' OR (state = 'running' AND NOT cancel_requested))
+    RETURNING jobs.*
+), changed_events AS (
     INSERT INTO events (job_id, queue, task, kind, attempt, worker, at)
-    SELECT id, queue, task, %(kinds)s::jsonb ->> state, attempts, worker, %(now)s::timestamptz
-    FROM changed WHERE (%(kinds)s::jsonb ->> state) IS NOT NULL
-),
-notified AS (
-    SELECT count(pg_notify('conveyor_done', id::text)) AS n FROM changed
+    SELECT id, queue, task,
+           CASE state WHEN 'running' THEN 'cancel_requested' ELSE 'cancelled' END,
+           attempts, worker, %(now)s
+    FROM changed
 )
-SELECT changed.id FROM changed CROSS JOIN notified
-
--- name: job_cancel_running
--- Only flags the job: the worker running it sees the flag (in its heartbeat
--- answer, or at once through conveyor_cancel), aborts and records cancelled.
-WITH changed AS (
-    UPDATE jobs
-    SET cancel_requested = true
-    WHERE id = %(id)s::bigint AND state = 'running' AND NOT cancel_requested
-    RETURNING id, queue, task, state, attempts, worker
-),
-ev AS (
-    INSERT INTO events (job_id, queue, task, kind, attempt, worker, at)
-    SELECT id, queue, task, %(kinds)s::jsonb ->> state, attempts, worker, %(now)s::timestamptz
-    FROM changed WHERE (%(kinds)s::jsonb ->> state) IS NOT NULL
-),
-notified AS (
-    SELECT count(pg_notify('conveyor_cancel', id::text)) AS n FROM changed
-)
-SELECT changed.id FROM changed CROSS JOIN notified
+SELECT changed.*,
+       pg_notify(CASE state WHEN 'running' THEN 'conveyor_cancel' ELSE 'conveyor_done' END,
+                 id::text)
+FROM changed
 
 -- name: job_retry
--- Manual retry of a failed or cancelled job, unless another live job now holds
--- its key (a producer racing this statement makes it fail on jobs_live_key,
--- which the store reports the same way).
+-- Manual retry of a failed or cancelled job, unless another live job now holds its key.
 WITH changed AS (
     UPDATE jobs
     SET state = 'queued',
         attempts = 0,
-        run_at = %(now)s::timestamptz,
+        run_at = %(now)s,
         cancel_requested = false,
         worker = NULL,
         result = NULL,
@@ -423,103 +353,90 @@ WITH changed AS (
         progress_message = NULL,
         started_at = NULL,
         finished_at = NULL
-    WHERE id = %(id)s::bigint AND state IN ('failed', 'cancelled')
+    WHERE id = %(id)s AND state IN ('failed', 'cancelled')
       AND (key IS NULL OR NOT EXISTS (
           SELECT 1 FROM jobs AS other
           WHERE other.queue = jobs.queue AND other.key = jobs.key
             AND other.state IN ('queued', 'running')))
-    RETURNING jobs.*
-),
-ev AS (
-    INSERT INTO events (job_id, queue, task, kind, attempt, worker, at)
-    SELECT id, queue, task, %(kinds)s::jsonb ->> state, attempts, worker, %(now)s::timestamptz
-    FROM changed WHERE (%(kinds)s::jsonb ->> state) IS NOT NULL
-),
-notified AS (
-    SELECT count(pg_notify('conveyor_jobs', queue)) AS n FROM changed
+    RETURNING id, queue, task, attempts
+), changed_events AS (
+    INSERT INTO events (job_id, queue, task, kind, attempt, at)
+    SELECT id, queue, task, 'manual_retry', attempts, %(now)s FROM changed
 )
-SELECT changed.* FROM changed CROSS JOIN notified
+SELECT changed.id, pg_notify('conveyor_jobs', changed.queue) FROM changed
 
 -- name: job_purge
--- Terminal jobs finished before the cutoff, oldest first, with their events.
--- Rows another transaction holds (e.g. a manual retry) are left for next time.
-WITH doomed AS (
+WITH doomed AS MATERIALIZED (
     SELECT id FROM jobs
-    WHERE finished_at < %(before)s::timestamptz
-      AND state IN ('succeeded', 'failed', 'cancelled')
+    WHERE finished_at < %(before)s AND state IN ('succeeded', 'failed', 'cancelled')
     ORDER BY finished_at
-    LIMIT %(limit)s::bigint
+    LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-),
-gone_events AS (
+), gone_events AS (
     DELETE FROM events WHERE job_id IN (SELECT id FROM doomed)
-),
-gone AS (
-    DELETE FROM jobs WHERE id IN (SELECT id FROM doomed) RETURNING id
 )
-SELECT count(*) FROM gone
+DELETE FROM jobs WHERE id IN (SELECT id FROM doomed)
 
 -- name: event_list
 SELECT seq, job_id, queue, task, kind, attempt, worker, at, error
-FROM events WHERE job_id = %(job_id)s::bigint ORDER BY seq
+FROM events WHERE job_id = %(job_id)s ORDER BY seq
 
 -- name: event_since
 SELECT seq, job_id, queue, task, kind, attempt, worker, at, error
-FROM events WHERE seq > %(seq)s::bigint ORDER BY seq LIMIT %(limit)s::bigint
+FROM events WHERE seq > %(seq)s ORDER BY seq LIMIT %(limit)s
 
--- name: stats
--- One statement, so every figure describes the same snapshot. Rows:
--- ('count', queue, state, n, oldest ready run_at of that queue and state),
--- ('paused', queue, ...) and ('finished', ..., n).
-SELECT 'count' AS what, queue, state, count(*) AS n,
-       min(run_at) FILTER (WHERE state = 'queued' AND run_at <= %(now)s::timestamptz)
-FROM jobs GROUP BY queue, state
-UNION ALL
-SELECT 'paused', name, NULL, NULL, NULL FROM queues WHERE paused
-UNION ALL
-SELECT 'finished', NULL, NULL, count(*), NULL FROM jobs
-WHERE finished_at >= %(since)s::timestamptz
+-- name: stats_counts
+SELECT queue, state, count(*) FROM jobs GROUP BY queue, state
+
+-- name: stats_oldest_ready
+SELECT queue, min(run_at) FROM jobs
+WHERE state = 'queued' AND run_at <= %(now)s
+GROUP BY queue
+
+-- name: stats_finished_since
+SELECT count(*) FROM jobs WHERE finished_at >= %(since)s
 
 -- name: next_run_at
-SELECT min(run_at) FROM jobs
-WHERE state = 'queued'
-  AND (%(all_queues)s::boolean OR queue = ANY(%(queues)s::text[]))
+SELECT min(run_at) FROM jobs WHERE state = 'queued' AND queue = ANY(%(queues)s::text[])
+
+-- name: next_run_at_all
+SELECT min(run_at) FROM jobs WHERE state = 'queued'
 
 -- name: queue_set_paused
-INSERT INTO queues (name, paused, updated_at)
-VALUES (%(name)s::text, %(paused)s::boolean, %(now)s::timestamptz)
-ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = excluded.updated_at
+WITH changed AS (
+    INSERT INTO queues (name, paused, updated_at) VALUES (%(name)s, %(paused)s, %(now)s)
+    ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = excluded.updated_at
+    RETURNING name, paused
+)
+SELECT name, CASE WHEN NOT paused THEN pg_notify('conveyor_jobs', name) END FROM changed
 
 -- name: queue_list
 SELECT name, paused FROM queues
 
 -- name: worker_register
 INSERT INTO workers (id, host, pid, queues, concurrency, jobs_in_hand, started_at, last_seen_at)
-VALUES (%(id)s::text, %(host)s::text, %(pid)s::integer, %(queues)s::text[],
-        %(concurrency)s::integer, 0, %(now)s::timestamptz, %(now)s::timestamptz)
+VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s, %(concurrency)s, 0, %(now)s, %(now)s)
 ON CONFLICT (id) DO UPDATE SET last_seen_at = excluded.last_seen_at
 
 -- name: worker_beat
-UPDATE workers SET last_seen_at = %(now)s::timestamptz, jobs_in_hand = %(jobs_in_hand)s::integer
-WHERE id = %(id)s::text
+UPDATE workers SET last_seen_at = %(now)s, jobs_in_hand = %(jobs_in_hand)s WHERE id = %(id)s
 
 -- name: worker_unregister
-DELETE FROM workers WHERE id = %(id)s::text
+DELETE FROM workers WHERE id = %(id)s
 
 -- name: worker_list
-SELECT id, host, pid, queues, concurrency, jobs_in_hand, started_at, last_seen_at
+SELECT id, host, pid, queues::text, concurrency, jobs_in_hand, started_at, last_seen_at
 FROM workers ORDER BY started_at, id
 
 -- name: worker_prune
-DELETE FROM workers WHERE last_seen_at < %(before)s::timestamptz
+DELETE FROM workers WHERE last_seen_at < %(before)s
 
 -- name: leader_acquire
 -- Take the lease when it is free or expired, or renew it when it is ours.
-INSERT INTO leaders (name, holder, expires_at)
-VALUES (%(name)s::text, %(holder)s::text, %(expires_at)s::timestamptz)
+INSERT INTO leaders (name, holder, expires_at) VALUES (%(name)s, %(holder)s, %(expires_at)s)
 ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
-WHERE leaders.holder = excluded.holder OR leaders.expires_at < %(now)s::timestamptz
+WHERE leaders.holder = excluded.holder OR leaders.expires_at < %(now)s
 RETURNING holder
 
 -- name: leader_release
-DELETE FROM leaders WHERE name = %(name)s::text AND holder = %(holder)s::text
+DELETE FROM leaders WHERE name = %(name)s AND holder = %(holder)s
