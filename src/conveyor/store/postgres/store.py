@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg.rows import tuple_row
 from psycopg.types.string import TextLoader
 from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -49,6 +50,7 @@ _MIGRATIONS = load_migrations("conveyor.store.postgres")
 _CLAIM_ATTEMPTS = 5
 
 Connection = psycopg.Connection[tuple[Any, ...]]
+Cursor = psycopg.Cursor[tuple[Any, ...]]
 
 
 def _row_to_job(row: Sequence[Any]) -> Job:
@@ -79,10 +81,22 @@ def _where(dsn: str) -> str:
     return f"{host}:{info.get('port') or 5432}/{info.get('dbname') or ''}"
 
 
-def _configure(conn: Connection) -> None:
+def _configure(conn: Connection | psycopg.Cursor[tuple[Any, ...]]) -> None:
     # Job payloads stay JSON text until a caller reads them (Job decodes lazily).
     conn.adapters.register_loader("jsonb", TextLoader)
     conn.adapters.register_loader("json", TextLoader)
+
+
+def _own_cursor(conn: psycopg.Connection[Any]) -> Cursor:
+    """A cursor on a caller's connection that reads the way pooled connections do.
+
+    The caller's connection may have its own row factory (e.g. dict_row) and
+    parse jsonb; this cursor returns tuples and leaves jsonb as text.
+    """
+    cur = conn.cursor(row_factory=tuple_row)
+    cur.adapters.register_loader("jsonb", TextLoader)
+    cur.adapters.register_loader("json", TextLoader)
+    return cur
 
 
 class PostgresStore:
@@ -199,7 +213,8 @@ class PostgresStore:
     ) -> list[Job]:
         if not jobs:
             return []
-        with self._tx(connection) as conn:
+        with self._tx(connection) as own:
+            conn: Connection | Cursor = own if connection is None else _own_cursor(own)
             pairs = key_pairs(jobs)
             found = self._find_keys(conn, pairs) if pairs else []
             plan = plan_insert(jobs, found)
@@ -239,7 +254,9 @@ class PostgresStore:
                         raise RuntimeError("a keyed insert was refused but no job holds the key")
         return resolve_plan(plan, len(jobs), inserted)
 
-    def _find_keys(self, conn: Connection, pairs: list[tuple[str, str]]) -> list[Job]:
+    def _find_keys(self, conn: Connection | Cursor, pairs: list[tuple[str, str]]) -> list[Job]:
+        # On a caller's connection, ``conn`` is a cursor made by _own_cursor: tuples
+        # and jsonb as text, like a pooled connection.
         params = {"queues": [q for q, _ in pairs], "keys": [k for _, k in pairs]}
         return [_row_to_job(r) for r in conn.execute(_Q["job_find_keys"], params)]
 
