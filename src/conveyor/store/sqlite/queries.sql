@@ -19,9 +19,10 @@ SELECT coalesce(max(version), 0) FROM schema_migrations
 -- name: migration_record
 INSERT INTO schema_migrations (version, name, applied_at) VALUES (:version, :name, :now)
 
--- name: job_max_id
--- Under BEGIN IMMEDIATE nobody else can insert, so ids max+1.. are ours to hand out.
-SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'jobs'), 0)
+-- name: job_take_ids
+-- Reserve :count ids; returns the last one. Under the write lock, so no one
+-- else takes ids between this and the insert.
+UPDATE counters SET value = value + :count WHERE name = 'jobs' RETURNING value
 
 -- name: job_insert
 INSERT INTO jobs (id, queue, task, args, kwargs, priority, run_at, max_attempts,

@@ -224,7 +224,9 @@ class SQLiteStore:
                 else []
             )
             plan = plan_insert(jobs, found)
-            first = conn.execute(_Q["job_max_id"]).fetchone()[0] + 1
+            count = len(plan.insert)
+            last = conn.execute(_Q["job_take_ids"], {"count": count}).fetchone()[0]
+            first = last - count + 1
             rows = []
             inserted: dict[int, Job] = {}
             for offset, position in enumerate(plan.insert):

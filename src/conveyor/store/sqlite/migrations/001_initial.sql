@@ -2,7 +2,7 @@
 -- and compared with plain < and <=.
 
 CREATE TABLE jobs (
-    id               INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused, even after purge
+    id               INTEGER PRIMARY KEY,  -- handed out from counters: never reused
     queue            TEXT    NOT NULL,
     task             TEXT    NOT NULL,
     state            TEXT    NOT NULL DEFAULT 'queued'
@@ -57,6 +57,15 @@ CREATE TABLE events (
     error   TEXT
 );
 CREATE INDEX events_job ON events (job_id, seq);
+
+-- Job ids are taken from here, a batch at a time, under the write lock: never
+-- reused even when the newest jobs are purged (which plain rowids would do),
+-- and one update per batch instead of AUTOINCREMENT's one per row.
+CREATE TABLE counters (
+    name  TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
+INSERT INTO counters (name, value) VALUES ('jobs', 0);
 
 CREATE TABLE queues (
     name       TEXT PRIMARY KEY,
