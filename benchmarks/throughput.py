@@ -109,9 +109,12 @@ def latency_same_process(dsn: str, samples: int) -> list[float]:
     import bench_app
 
     app = bench_app.app
-    with app.worker(queues=["latency"], concurrency=4, poll_interval=10):
-        latencies(app, 5)
-        return latencies(app, samples)
+    try:
+        with app.worker(queues=["latency"], concurrency=4, poll_interval=10):
+            latencies(app, 5)
+            return latencies(app, samples)
+    finally:
+        app.close()
 
 
 def raw_signal_latency(backend: str, dsn: str, samples: int) -> list[float]:

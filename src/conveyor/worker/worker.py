@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from conveyor.job import utcnow
 from conveyor.store.base import Completion, Failure, Lease, Snooze
+from conveyor.worker.acks import Acknowledger
 from conveyor.worker.context import Context
 from conveyor.worker.execution import (
     EventLoopThread,
@@ -102,6 +103,7 @@ class Worker:
         self._next_poll = 0.0
         self._next_cancel_check = 0.0
         self._drain_deadline: float | None = None
+        self._acks = Acknowledger(self._store_outcomes)
         self._maintenance: Any = None
         self.processed = 0
 
@@ -295,10 +297,18 @@ class Worker:
         self._write_outcomes(settle)
 
     def _write_outcomes(self, settle: list[tuple[Running, Outcome]]) -> None:
+        """Settle jobs here (in the control loop) and hand their outcomes to the writer."""
+        for running, outcome in settle:
+            running.settled = True
+            if outcome.run_at is not None and (outcome.kind == "snooze" or outcome.retryable):
+                self._set_timer(outcome.run_at)
+        self._acks.submit(settle)
+
+    def _store_outcomes(self, settle: list[tuple[Running, Outcome]]) -> None:
+        """Write outcomes, one store call per kind (in the acknowledger's thread)."""
         now = utcnow()
         by_kind: dict[str, list[tuple[Running, Outcome]]] = {}
         for running, outcome in settle:
-            running.settled = True
             by_kind.setdefault(outcome.kind, []).append((running, outcome))
         written: set[int] = set()
         for kind, items in by_kind.items():
@@ -312,14 +322,9 @@ class Worker:
                     for r, o in items
                 ]
                 done = self.store.job_fail(failures, now)
-                for failure in failures:
-                    if failure.retryable:
-                        self._set_timer(failure.retry_at)
             elif kind == "snooze":
                 snoozes = [Snooze(r.job.id, r.token, o.run_at or now) for r, o in items]
                 done = self.store.job_snooze(snoozes, now)
-                for snooze in snoozes:
-                    self._set_timer(snooze.run_at)
             elif kind == "release":
                 done = self.store.job_release([Lease(r.job.id, r.token) for r, _ in items], now)
             else:
@@ -468,6 +473,8 @@ class Worker:
             if leftover:
                 self._write_outcomes([(r, Outcome("release")) for r in leftover])
         finally:
+            # Every outcome is written before the worker says it has stopped.
+            self._acks.close(timeout=max(self.options.stop_timeout, 10.0))
             if self._maintenance is not None:
                 self._maintenance.stop()
             self._pool.shutdown(wait=False, cancel_futures=True)

@@ -48,7 +48,6 @@ class Listener:
 
     def _run(self) -> None:
         backoff = 0.1
-        first = True
         while not self._stop.is_set():
             try:
                 self._conn = self._connect()
@@ -59,10 +58,9 @@ class Listener:
                 continue
             backoff = 0.1
             self.connected.set()
-            if not first:
-                # Whatever was notified while we were away is lost: look again.
-                self._on_change("reconnected", "")
-            first = False
+            # Whatever was notified before LISTEN took effect (the first time:
+            # while this thread was starting) is lost: everyone looks again.
+            self._on_change("reconnected", "")
             try:
                 while not self._stop.is_set():
                     for notify in self._conn.notifies(timeout=_WAIT):

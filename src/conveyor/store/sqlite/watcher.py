@@ -39,6 +39,8 @@ class DataVersionWatcher:
         conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
         try:
             last = conn.execute("PRAGMA data_version").fetchone()[0]
+            # A commit made while this thread was starting went unseen: look again.
+            self._on_change("any", "")
             while not self._stop.wait(self._interval):
                 try:
                     version = conn.execute("PRAGMA data_version").fetchone()[0]
