@@ -6,6 +6,13 @@
 -- CTE), and sends its notifications there too; PostgreSQL delivers them at
 -- commit and folds duplicates within a transaction. Payloads of job ids are
 -- comma-separated, 400 ids to a notification (the payload limit is 8000 bytes).
+--
+-- Array parameters of the batched statements use binary placeholders (``%(x)b``):
+-- psycopg dumps a Python list as a text array literal with a regular expression
+-- per element, which cost more than the statement on 1,000-job batches.
+--
+-- Pooled connections run in autocommit: each statement here is a transaction of
+-- its own, which is why every change carries its events and notifications.
 
 -- name: migrations_table
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -18,41 +25,52 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 -- Held until the transaction ends: concurrent migrators apply each file once.
 SELECT pg_advisory_xact_lock(7245018)
 
+-- name: migrations_exist
+SELECT to_regclass('schema_migrations') IS NOT NULL
+
 -- name: schema_version
 SELECT coalesce(max(version), 0) FROM schema_migrations
 
 -- name: migration_record
 INSERT INTO schema_migrations (version, name, applied_at) VALUES (%(version)s, %(name)s, %(now)s)
 
--- name: job_reserve_ids
--- Ids are taken before the insert so that each new job is matched to its input
--- row however PostgreSQL orders the insert.
-SELECT nextval(pg_get_serial_sequence('jobs', 'id')) FROM generate_series(1, %(count)s)
-
 -- name: job_insert
-WITH new AS (
+-- One row per input, in input order: (id, inserted). Ids are drawn from the
+-- table's sequence in input order, so the caller matches rows to its inputs
+-- without reading them back; "inserted" is false for a keyed job that another
+-- producer's live job (committed after our key lookup) beat to jobs_live_key.
+-- Arrays travel in binary (the "b" placeholders): dumping them as text
+-- literals cost more than the insert itself.
+WITH input AS MATERIALIZED (
+    SELECT nextval((SELECT pg_get_serial_sequence('jobs', 'id'))::regclass) AS id, i.*
+    FROM unnest(%(queues)b::text[], %(tasks)b::text[], %(args)b::jsonb[],
+                %(kwargs)b::jsonb[], %(priorities)b::integer[], %(run_ats)b::timestamptz[],
+                %(max_attempts)b::integer[], %(keys)b::text[], %(groups)b::text[],
+                %(batches)b::text[])
+         WITH ORDINALITY
+         AS i(queue, task, args, kwargs, priority, run_at, max_attempts, key, group_key, batch,
+              ord)
+), new AS (
     INSERT INTO jobs (id, queue, task, args, kwargs, priority, run_at, max_attempts,
                       key, group_key, batch, created_at)
-    SELECT i.id, i.queue, i.task, i.args, i.kwargs, i.priority, i.run_at, i.max_attempts,
-           i.key, i.group_key, i.batch, %(now)s
-    FROM unnest(%(ids)s::bigint[], %(queues)s::text[], %(tasks)s::text[], %(args)s::jsonb[],
-                %(kwargs)s::jsonb[], %(priorities)s::integer[], %(run_ats)s::timestamptz[],
-                %(max_attempts)s::integer[], %(keys)s::text[], %(groups)s::text[],
-                %(batches)s::text[])
-         AS i(id, queue, task, args, kwargs, priority, run_at, max_attempts, key, group_key, batch)
+    SELECT id, queue, task, args, kwargs, priority, run_at, max_attempts,
+           key, group_key, batch, %(now)s
+    FROM input
     -- Keys in one global order: two producers inserting the same keys wait for
     -- each other's uncommitted rows in the same order, so they never deadlock.
-    ORDER BY i.queue, i.key, i.id
-    -- A concurrent enqueue of the same live key won: we return its job instead.
+    ORDER BY queue, key, id
     ON CONFLICT (queue, key) WHERE key IS NOT NULL AND state IN ('queued', 'running') DO NOTHING
     RETURNING id, queue, task, created_at
 ), enqueued AS (
     INSERT INTO events (job_id, queue, task, kind, attempt, at)
     SELECT id, queue, task, 'enqueued', 0, created_at FROM new ORDER BY id
+), notified AS (
+    SELECT count(pg_notify('conveyor_jobs', q.queue)) AS n
+    FROM (SELECT DISTINCT queue FROM new) AS q
 )
-SELECT new.id
-FROM new, (SELECT count(pg_notify('conveyor_jobs', q.queue))
-           FROM (SELECT DISTINCT queue FROM new) AS q) AS notified
+SELECT input.id, new.id IS NOT NULL
+FROM input LEFT JOIN new ON new.id = input.id CROSS JOIN notified
+ORDER BY input.ord
 
 -- name: job_find_keys
 -- Every job holding one of the (queue, key) pairs, newest first.
@@ -134,7 +152,7 @@ SELECT * FROM claimed
 -- name: job_heartbeat
 UPDATE jobs
 SET lease_expires_at = %(lease_expires_at)s
-FROM unnest(%(ids)s::bigint[], %(tokens)s::text[]) AS l(id, token)
+FROM unnest(%(ids)b::bigint[], %(tokens)b::text[]) AS l(id, token)
 WHERE jobs.id = l.id AND jobs.lease_token = l.token AND jobs.state = 'running'
 RETURNING jobs.id, jobs.cancel_requested
 
@@ -146,7 +164,7 @@ WITH changed AS (
         finished_at = %(now)s,
         lease_token = NULL,
         lease_expires_at = NULL
-    FROM unnest(%(ids)s::bigint[], %(tokens)s::text[], %(results)s::jsonb[])
+    FROM unnest(%(ids)b::bigint[], %(tokens)b::text[], %(results)b::jsonb[])
          AS c(id, token, result)
     WHERE jobs.id = c.id AND jobs.lease_token = c.token AND jobs.state = 'running'
     RETURNING jobs.id, jobs.queue, jobs.task, jobs.state, jobs.attempts, jobs.worker
@@ -176,8 +194,8 @@ WITH changed AS (
         error = f.error,
         lease_token = NULL,
         lease_expires_at = NULL
-    FROM unnest(%(ids)s::bigint[], %(tokens)s::text[], %(errors)s::text[],
-                %(retryables)s::boolean[], %(retry_ats)s::timestamptz[])
+    FROM unnest(%(ids)b::bigint[], %(tokens)b::text[], %(errors)b::text[],
+                %(retryables)b::boolean[], %(retry_ats)b::timestamptz[])
          AS f(id, token, error, retryable, retry_at)
     WHERE jobs.id = f.id AND jobs.lease_token = f.token AND jobs.state = 'running'
     RETURNING jobs.id, jobs.queue, jobs.task, jobs.state, jobs.attempts, jobs.worker, jobs.error
@@ -206,7 +224,7 @@ WITH changed AS (
         finished_at = CASE WHEN jobs.cancel_requested THEN %(now)s::timestamptz END,
         lease_token = NULL,
         lease_expires_at = NULL
-    FROM unnest(%(ids)s::bigint[], %(tokens)s::text[], %(run_ats)s::timestamptz[])
+    FROM unnest(%(ids)b::bigint[], %(tokens)b::text[], %(run_ats)b::timestamptz[])
          AS s(id, token, run_at)
     WHERE jobs.id = s.id AND jobs.lease_token = s.token AND jobs.state = 'running'
     RETURNING jobs.id, jobs.queue, jobs.task, jobs.state, jobs.attempts, jobs.worker
@@ -217,8 +235,12 @@ WITH changed AS (
     FROM changed ORDER BY id
 )
 SELECT changed.id
-FROM changed, (SELECT count(pg_notify('conveyor_jobs', q.queue))
-               FROM (SELECT DISTINCT queue FROM changed) AS q) AS notified
+FROM changed,
+     (SELECT count(pg_notify('conveyor_done', d.ids))
+      FROM (SELECT string_agg(id::text, ',') AS ids FROM changed
+            WHERE state <> 'queued' GROUP BY id / 400) AS d) AS done,
+     (SELECT count(pg_notify('conveyor_jobs', q.queue))
+      FROM (SELECT DISTINCT queue FROM changed WHERE state = 'queued') AS q) AS requeued
 
 -- name: job_release
 -- Shutdown hands the job back without using up an attempt.
@@ -229,7 +251,7 @@ WITH changed AS (
         finished_at = CASE WHEN jobs.cancel_requested THEN %(now)s::timestamptz END,
         lease_token = NULL,
         lease_expires_at = NULL
-    FROM unnest(%(ids)s::bigint[], %(tokens)s::text[]) AS r(id, token)
+    FROM unnest(%(ids)b::bigint[], %(tokens)b::text[]) AS r(id, token)
     WHERE jobs.id = r.id AND jobs.lease_token = r.token AND jobs.state = 'running'
     RETURNING jobs.id, jobs.queue, jobs.task, jobs.state, jobs.attempts, jobs.worker
 ), changed_events AS (
@@ -239,8 +261,12 @@ WITH changed AS (
     FROM changed ORDER BY id
 )
 SELECT changed.id
-FROM changed, (SELECT count(pg_notify('conveyor_jobs', q.queue))
-               FROM (SELECT DISTINCT queue FROM changed) AS q) AS notified
+FROM changed,
+     (SELECT count(pg_notify('conveyor_done', d.ids))
+      FROM (SELECT string_agg(id::text, ',') AS ids FROM changed
+            WHERE state <> 'queued' GROUP BY id / 400) AS d) AS done,
+     (SELECT count(pg_notify('conveyor_jobs', q.queue))
+      FROM (SELECT DISTINCT queue FROM changed WHERE state = 'queued') AS q) AS requeued
 
 -- name: job_set_cancelled
 WITH changed AS (
@@ -249,7 +275,7 @@ WITH changed AS (
         finished_at = %(now)s,
         lease_token = NULL,
         lease_expires_at = NULL
-    FROM unnest(%(ids)s::bigint[], %(tokens)s::text[]) AS c(id, token)
+    FROM unnest(%(ids)b::bigint[], %(tokens)b::text[]) AS c(id, token)
     WHERE jobs.id = c.id AND jobs.lease_token = c.token AND jobs.state = 'running'
     RETURNING jobs.id, jobs.queue, jobs.task, jobs.attempts, jobs.worker
 ), changed_events AS (

@@ -48,6 +48,8 @@ _Q = load_queries("conveyor.store.postgres")
 _MIGRATIONS = load_migrations("conveyor.store.postgres")
 #: Claims retried after a group race (see job_claim in queries.sql).
 _CLAIM_ATTEMPTS = 5
+#: Inserts of one batch retried when keys change hands under it (see job_insert_many).
+_INSERT_ROUNDS = 5
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 Cursor = psycopg.Cursor[tuple[Any, ...]]
@@ -137,6 +139,11 @@ class PostgresStore:
             min_size=min_size,
             max_size=max_size,
             kwargs={
+                # Each statement commits on its own: every change is one statement
+                # (events and notifications included), and leaving out BEGIN and
+                # COMMIT saves two of three round trips on the claim and ack paths.
+                # The few multi-statement methods open a transaction (_tx).
+                "autocommit": True,
                 "options": _session_options(dsn),
                 "connect_timeout": max(1, int(connect_timeout)),
             },
@@ -165,8 +172,8 @@ class PostgresStore:
         )
 
     @contextmanager
-    def _tx(self, connection: Any = None) -> Iterator[Connection]:
-        """A transaction on a pooled connection, or inside the caller's own (not committed)."""
+    def _conn(self, connection: Any = None) -> Iterator[Connection]:
+        """A pooled connection in autocommit mode, or the caller's own as it is (not committed)."""
         if connection is not None:
             if not isinstance(connection, psycopg.Connection):
                 raise ConfigurationError(
@@ -180,12 +187,18 @@ class PostgresStore:
         except PoolTimeout as exc:
             raise self._unavailable(exc) from None
 
+    @contextmanager
+    def _tx(self) -> Iterator[Connection]:
+        """One transaction on a pooled connection, for methods of several statements."""
+        with self._conn() as conn, conn.transaction():
+            yield conn
+
     def close(self) -> None:
         self._pool.close()
 
     def ping(self) -> None:
         try:
-            with self._tx() as conn:
+            with self._conn() as conn:
                 conn.execute("SELECT 1")
         except psycopg.OperationalError as exc:
             raise self._unavailable(exc) from None
@@ -193,10 +206,13 @@ class PostgresStore:
     # --- migrations -------------------------------------------------------------
 
     def schema_version(self) -> int:
-        with self._tx() as conn:
-            conn.execute(_Q["migrations_table"])
-            version: int = conn.execute(_Q["schema_version"]).fetchone()[0]  # type: ignore[index]
-            return version
+        # Reads only: creating the table here could race a concurrent migrate().
+        with self._conn() as conn:
+            exists = conn.execute(_Q["migrations_exist"]).fetchone()
+            if not exists or not exists[0]:
+                return 0
+            row = conn.execute(_Q["schema_version"]).fetchone()
+            return int(row[0]) if row else 0
 
     def migrate(self) -> int:
         with self._tx() as conn:
@@ -226,46 +242,65 @@ class PostgresStore:
     ) -> list[Job]:
         if not jobs:
             return []
-        with self._tx(connection) as own:
+        with self._conn(connection) as own:
             conn: Connection | Cursor = own if connection is None else _own_cursor(own)
             pairs = key_pairs(jobs)
-            found = self._find_keys(conn, pairs) if pairs else []
-            plan = plan_insert(jobs, found)
+            plan = plan_insert(jobs, self._find_keys(conn, pairs) if pairs else [])
             inserted: dict[int, Job] = {}
-            if plan.insert:
-                rows = conn.execute(_Q["job_reserve_ids"], {"count": len(plan.insert)})
-                ids = sorted(r[0] for r in rows)
-                chosen = [jobs[p] for p in plan.insert]
-                params = {
-                    "ids": ids,
-                    "queues": [j.queue for j in chosen],
-                    "tasks": [j.task for j in chosen],
-                    "args": [j.args_json for j in chosen],
-                    "kwargs": [j.kwargs_json for j in chosen],
-                    "priorities": [j.priority for j in chosen],
-                    "run_ats": [j.run_at for j in chosen],
-                    "max_attempts": [j.max_attempts for j in chosen],
-                    "keys": [j.key for j in chosen],
-                    "groups": [j.group for j in chosen],
-                    "batches": [j.batch for j in chosen],
-                    "now": now,
-                }
-                written = {r[0] for r in conn.execute(_Q["job_insert"], params)}
-                lost_race: list[int] = []
-                for position, job_id in zip(plan.insert, ids, strict=True):
-                    if job_id in written:
-                        inserted[position] = new_job_record(job_id, jobs[position], now)
-                    else:
-                        lost_race.append(position)
-                if lost_race:
-                    # Another transaction enqueued the same live key first: return its job.
-                    again = self._find_keys(conn, key_pairs([jobs[p] for p in lost_race]))
-                    replan = plan_insert([jobs[p] for p in lost_race], again)
-                    for index, existing in replan.existing.items():
-                        inserted[lost_race[index]] = existing
-                    if replan.insert:
-                        raise RuntimeError("a keyed insert was refused but no job holds the key")
+            pending = plan.insert
+            for _ in range(_INSERT_ROUNDS):
+                if not pending:
+                    break
+                lost = self._insert_rows(conn, jobs, pending, now, inserted)
+                if not lost:
+                    break
+                # Another producer's job took a key after our lookup (jobs_live_key
+                # refused our row): return that job, or insert again if it ended
+                # in the meantime and no longer holds the key.
+                subset = [jobs[p] for p in lost]
+                replan = plan_insert(subset, self._find_keys(conn, key_pairs(subset)))
+                for index, existing in replan.existing.items():
+                    inserted[lost[index]] = existing
+                pending = [lost[index] for index in replan.insert]
+            else:
+                if pending:
+                    raise RuntimeError(
+                        f"enqueue gave up after {_INSERT_ROUNDS} rounds: the keys of "
+                        f"{len(pending)} jobs kept changing hands"
+                    )
         return resolve_plan(plan, len(jobs), inserted)
+
+    def _insert_rows(
+        self,
+        conn: Connection | Cursor,
+        jobs: Sequence[NewJob],
+        positions: list[int],
+        now: datetime,
+        inserted: dict[int, Job],
+    ) -> list[int]:
+        """Insert the jobs at ``positions``; record them in ``inserted``; return those refused."""
+        chosen = [jobs[p] for p in positions]
+        params = {
+            "queues": [j.queue for j in chosen],
+            "tasks": [j.task for j in chosen],
+            "args": [j.args_json for j in chosen],
+            "kwargs": [j.kwargs_json for j in chosen],
+            "priorities": [j.priority for j in chosen],
+            "run_ats": [j.run_at for j in chosen],
+            "max_attempts": [j.max_attempts for j in chosen],
+            "keys": [j.key for j in chosen],
+            "groups": [j.group for j in chosen],
+            "batches": [j.batch for j in chosen],
+            "now": now,
+        }
+        rows = conn.execute(_Q["job_insert"], params).fetchall()
+        lost: list[int] = []
+        for position, (job_id, written) in zip(positions, rows, strict=True):
+            if written:
+                inserted[position] = new_job_record(job_id, jobs[position], now)
+            else:
+                lost.append(position)
+        return lost
 
     def _find_keys(self, conn: Connection | Cursor, pairs: list[tuple[str, str]]) -> list[Job]:
         # On a caller's connection, ``conn`` is a cursor made by _own_cursor: tuples
@@ -276,8 +311,8 @@ class PostgresStore:
     # --- reading ------------------------------------------------------------
 
     def _fetch_jobs(self, name: str, params: dict[str, Any]) -> list[Job]:
-        with self._tx() as conn:
-            return [_row_to_job(r) for r in conn.execute(_Q[name], params)]
+        with self._conn() as conn:
+            return [_row_to_job(r) for r in conn.execute(_Q[name], params).fetchall()]
 
     def job_get(self, job_id: int) -> Job | None:
         jobs = self._fetch_jobs("job_get", {"id": job_id})
@@ -299,11 +334,11 @@ class PostgresStore:
         return self._fetch_jobs("job_list", params)
 
     def event_list(self, job_id: int) -> list[Event]:
-        with self._tx() as conn:
+        with self._conn() as conn:
             return [_row_to_event(r) for r in conn.execute(_Q["event_list"], {"job_id": job_id})]
 
     def event_since(self, seq: int, limit: int) -> list[Event]:
-        with self._tx() as conn:
+        with self._conn() as conn:
             rows = conn.execute(_Q["event_since"], {"seq": seq, "limit": limit})
             return [_row_to_event(r) for r in rows]
 
@@ -338,7 +373,7 @@ class PostgresStore:
         )
 
     def next_run_at(self, queues: Sequence[str] | None) -> datetime | None:
-        with self._tx() as conn:
+        with self._conn() as conn:
             if queues is None:
                 row = conn.execute(_Q["next_run_at_all"]).fetchone()
             else:
@@ -360,7 +395,7 @@ class PostgresStore:
         if limit <= 0 or not queues:
             return []
         params = {
-            "queues": list(queues),
+            "queues": list(dict.fromkeys(queues)),  # a queue named twice is searched once
             "limit": limit,
             "worker": worker,
             "token": secrets.token_hex(16),
@@ -389,13 +424,13 @@ class PostgresStore:
             "tokens": [le.token for le in leases],
             "lease_expires_at": now + lease,
         }
-        with self._tx() as conn:
+        with self._conn() as conn:
             rows = conn.execute(_Q["job_heartbeat"], params).fetchall()
         return [LeaseStatus(id=r[0], cancel_requested=r[1]) for r in rows]
 
     def _change(self, name: str, params: dict[str, Any]) -> list[int]:
-        with self._tx() as conn:
-            return [r[0] for r in conn.execute(_Q[name], params)]
+        with self._conn() as conn:
+            return [r[0] for r in conn.execute(_Q[name], params).fetchall()]
 
     def job_complete(self, completions: Sequence[Completion], now: datetime) -> list[int]:
         if not completions:
@@ -448,7 +483,7 @@ class PostgresStore:
         self, lease: Lease, fraction: float | None, message: str | None, now: datetime
     ) -> bool:
         params = {"id": lease.id, "token": lease.token, "fraction": fraction, "message": message}
-        with self._tx() as conn:
+        with self._conn() as conn:
             return conn.execute(_Q["job_progress"], params).rowcount == 1
 
     def job_rescue_expired(self, now: datetime, limit: int = 1000) -> list[int]:
@@ -461,25 +496,26 @@ class PostgresStore:
         return jobs[0] if jobs else self.job_get(job_id)
 
     def job_retry(self, job_id: int, now: datetime) -> Job | None:
-        with self._tx() as conn:
-            changed = conn.execute(_Q["job_retry"], {"id": job_id, "now": now}).fetchall()
-            rows = conn.execute(_Q["job_get"], {"id": job_id}).fetchall()
+        try:
+            with self._tx() as conn:
+                changed = conn.execute(_Q["job_retry"], {"id": job_id, "now": now}).fetchall()
+                rows = conn.execute(_Q["job_get"], {"id": job_id}).fetchall()
+        except pg_errors.UniqueViolation:
+            # A producer enqueued a job with the same key while this retry ran: the
+            # key's live job is theirs (jobs_live_key), as if it had come first.
+            refused = self.job_get(job_id)
+            if refused is None:
+                return None
+            raise _retry_refusal(refused) from None
         if not rows:
             return None
         job = _row_to_job(rows[0])
         if not changed:
-            if job.state in (JobState.FAILED, JobState.CANCELLED):
-                raise JobStateError(
-                    f"job {job.id} cannot be retried: another live job in queue {job.queue!r} "
-                    f"holds its key {job.key!r}"
-                )
-            raise JobStateError(
-                f"job {job.id} is {job.state}; only failed or cancelled jobs can be retried"
-            )
+            raise _retry_refusal(job)
         return job
 
     def job_purge(self, finished_before: datetime, limit: int = 10_000) -> int:
-        with self._tx() as conn:
+        with self._conn() as conn:
             return conn.execute(
                 _Q["job_purge"], {"before": finished_before, "limit": limit}
             ).rowcount
@@ -491,7 +527,7 @@ class PostgresStore:
         self._change("queue_set_paused", {"name": queue, "paused": False, "now": now})
 
     def queue_paused(self) -> set[str]:
-        with self._tx() as conn:
+        with self._conn() as conn:
             return {name for name, paused in conn.execute(_Q["queue_list"]) if paused}
 
     # --- workers and maintenance ------------------------------------------------
@@ -519,7 +555,7 @@ class PostgresStore:
         self._change_none("worker_register", params)
 
     def _change_none(self, name: str, params: dict[str, Any]) -> int:
-        with self._tx() as conn:
+        with self._conn() as conn:
             return conn.execute(_Q[name], params).rowcount
 
     def worker_beat(self, worker_id: str, jobs_in_hand: int, now: datetime) -> None:
@@ -531,7 +567,7 @@ class PostgresStore:
         self._change_none("worker_unregister", {"id": worker_id})
 
     def worker_list(self) -> list[WorkerInfo]:
-        with self._tx() as conn:
+        with self._conn() as conn:
             rows = conn.execute(_Q["worker_list"]).fetchall()
         return [
             WorkerInfo(
@@ -556,3 +592,15 @@ class PostgresStore:
 
     def leader_release(self, name: str, holder: str) -> None:
         self._change_none("leader_release", {"name": name, "holder": holder})
+
+
+def _retry_refusal(job: Job) -> JobStateError:
+    """Why a manual retry changed nothing, in the words SQLiteStore uses."""
+    if job.state in (JobState.FAILED, JobState.CANCELLED):
+        return JobStateError(
+            f"job {job.id} cannot be retried: another live job in queue {job.queue!r} "
+            f"holds its key {job.key!r}"
+        )
+    return JobStateError(
+        f"job {job.id} is {job.state}; only failed or cancelled jobs can be retried"
+    )
