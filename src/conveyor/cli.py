@@ -6,6 +6,8 @@ import importlib
 import logging
 import os
 import sys
+import threading
+import time
 from typing import Any
 
 import click
@@ -62,7 +64,9 @@ def load_app(target: str) -> App:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise click.BadParameter(f"cannot import {module_name!r}: {exc}") from None
-    app = getattr(module, attribute, None)
+    if not hasattr(module, attribute):
+        raise click.BadParameter(f"{target!r}: module {module_name!r} has no {attribute!r}")
+    app = getattr(module, attribute)
     if not isinstance(app, App):
         raise click.BadParameter(f"{target!r} is not a conveyor App (got {type(app).__name__})")
     return app
@@ -100,4 +104,28 @@ def worker(
         lease=lease,
         poll_interval=poll_interval,
     )
+    if _handlers_still_running():
+        # Their jobs were released when the drain ended (a sync handler cannot be
+        # interrupted). Waiting for their threads would keep the process, and the
+        # handlers' side effects, alive while another worker runs the same jobs.
+        logging.getLogger("conveyor.worker").warning(
+            "exiting with handlers still running; their jobs were released"
+        )
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     sys.exit(code)
+
+
+#: Name prefix of the worker's handler threads (its ThreadPoolExecutor).
+HANDLER_THREAD_PREFIX = "conveyor-handler"
+
+
+def _handlers_still_running(grace: float = 0.5) -> bool:
+    """Whether a handler thread outlives the worker (idle pool threads end within ``grace``)."""
+    deadline = time.monotonic() + grace
+    threads = [t for t in threading.enumerate() if t.name.startswith(HANDLER_THREAD_PREFIX)]
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return any(t.is_alive() for t in threads)

@@ -183,7 +183,28 @@ def validate_name(what: str, value: object, *, optional: bool = False) -> str | 
         raise InvalidJobError(
             f"{what} is {len(value)} characters long; the limit is {MAX_NAME_LENGTH}"
         )
+    if value != storable_text(value):
+        raise InvalidJobError(
+            f"{what} {value!r} contains a NUL character or a lone surrogate, "
+            "which the databases cannot store"
+        )
     return value
+
+
+def storable_text(text: str) -> str:
+    """``text`` as both databases can store it, for free text such as errors.
+
+    PostgreSQL's text refuses NUL, SQLite's JSON functions cut a string at one,
+    and a lone surrogate cannot be encoded as UTF-8 at all: NUL becomes U+FFFD
+    and a lone surrogate its backslash escape, so nothing else is lost.
+    """
+    if "\x00" in text:
+        text = text.replace("\x00", "\ufffd")
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode()
+    return text
 
 
 def encode_json(what: str, value: Any) -> str:

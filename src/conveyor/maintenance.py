@@ -88,5 +88,10 @@ class Maintenance:
             # One key per tick, kept forever: however many workers (or leaders
             # in turn) get here, a tick is enqueued once.
             key = f"periodic:{periodic.task}:{tick.isoformat()}"
-            self.app.enqueue(periodic.task, key=key, unique="forever", run_at=tick)
+            try:
+                self.app.enqueue(periodic.task, key=key, unique="forever", run_at=tick)
+            except Exception:
+                # One task's trouble must not starve the others (nor rescue, next round).
+                log.exception("could not enqueue periodic task %s", periodic.task)
+                continue
             self._last_tick[periodic.task] = tick

@@ -9,6 +9,10 @@ from conveyor.errors import ConfigurationError
 
 _FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day", 1, 31), ("month", 1, 12), ("weekday", 0, 6))
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+#: Days a search may look ahead or back: the gap between two 29ths of February
+#: is at most eight years (2096 to 2104), and any expression that matches at
+#: all matches within it.
+_SEARCH_DAYS = 8 * 366 + 1
 
 
 @dataclass(frozen=True)
@@ -61,37 +65,55 @@ class Cron:
                 values = {v % 7 for v in values}
             sets.append(frozenset(values))
         minutes, hours, days, months, weekdays = sets
-        return cls(
+        cron = cls(
             expression, minutes, hours, days, months, weekdays,
             any_day=parts[2] == "*", any_weekday=parts[4] == "*",
         )  # fmt: skip
+        cron.next_tick(_EPOCH)  # refuse now what would never fire (e.g. "0 0 31 2 *")
+        return cron
 
     def matches(self, when: datetime) -> bool:
         if when.minute not in self.minutes or when.hour not in self.hours:
             return False
-        if when.month not in self.months:
+        return self._day_matches(when)
+
+    def _day_matches(self, day: datetime) -> bool:
+        if day.month not in self.months:
             return False
-        day_ok = when.day in self.days
-        weekday_ok = (when.isoweekday() % 7) in self.weekdays
+        day_ok = day.day in self.days
+        weekday_ok = (day.isoweekday() % 7) in self.weekdays
         if self.any_day or self.any_weekday:
             return day_ok and weekday_ok
         return day_ok or weekday_ok
 
     def last_tick(self, now: datetime) -> datetime:
-        """The latest matching minute at or before ``now`` (searching back up to a year)."""
-        when = now.astimezone(UTC).replace(second=0, microsecond=0)
-        for _ in range(366 * 24 * 60):
-            if self.matches(when):
-                return when
-            when -= timedelta(minutes=1)
+        """The latest matching minute at or before ``now``."""
+        end = now.astimezone(UTC).replace(second=0, microsecond=0)
+        day = end.replace(hour=0, minute=0)
+        latest = (end.hour, end.minute)
+        for _ in range(_SEARCH_DAYS):
+            if self._day_matches(day):
+                times = [(h, m) for h in self.hours for m in self.minutes if (h, m) <= latest]
+                if times:
+                    hour, minute = max(times)
+                    return day.replace(hour=hour, minute=minute)
+            day -= timedelta(days=1)
+            latest = (23, 59)
         raise ConfigurationError(f"cron {self.expression!r} never matches")
 
     def next_tick(self, now: datetime) -> datetime:
-        when = now.astimezone(UTC).replace(second=0, microsecond=0) + timedelta(minutes=1)
-        for _ in range(366 * 24 * 60):
-            if self.matches(when):
-                return when
-            when += timedelta(minutes=1)
+        """The earliest matching minute after ``now``."""
+        start = now.astimezone(UTC).replace(second=0, microsecond=0) + timedelta(minutes=1)
+        day = start.replace(hour=0, minute=0)
+        earliest = (start.hour, start.minute)
+        for _ in range(_SEARCH_DAYS):
+            if self._day_matches(day):
+                times = [(h, m) for h in self.hours for m in self.minutes if (h, m) >= earliest]
+                if times:
+                    hour, minute = min(times)
+                    return day.replace(hour=hour, minute=minute)
+            day += timedelta(days=1)
+            earliest = (0, 0)
         raise ConfigurationError(f"cron {self.expression!r} never matches")
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
-from conveyor.job import Event, Job, JobState, NewJob
+from conveyor.job import Event, Job, JobState, NewJob, storable_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +49,10 @@ class Failure:
     error: str
     retry_at: datetime
     retryable: bool = True
+
+    def __post_init__(self) -> None:
+        # Errors carry whatever an exception said: make them storable here, once.
+        object.__setattr__(self, "error", storable_text(self.error))
 
 
 @dataclass(frozen=True, slots=True)

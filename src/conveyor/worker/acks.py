@@ -22,8 +22,9 @@ RETRY_PAUSE = 0.5
 
 
 class Acknowledger:
-    def __init__(self, write: Callable[[list[Settlement]], None]) -> None:
+    def __init__(self, write: Callable[[list[Settlement]], None], ping: Callable[[], None]) -> None:
         self._write = write
+        self._ping = ping
         self._pending: list[Settlement] = []
         self._busy = False
         self._closed = False
@@ -69,13 +70,49 @@ class Acknowledger:
         # Outcomes are retried while the database is away: their leases keep
         # them safe meanwhile, and a write after a lease ran out is simply
         # refused by the lease check (the job was rescued and runs again).
+        # A refusal while the database answers is about the data instead: the
+        # batch is written one outcome at a time so that one bad outcome cannot
+        # hold back the others (or wedge the worker by retrying forever).
         while True:
             try:
                 self._write(batch)
                 return
             except Exception:
+                if self._reachable():
+                    self._write_one_by_one(batch)
+                    return
                 log.exception("could not record %d outcome(s); retrying", len(batch))
                 with self._cond:
                     if self._closed:
                         return
                     self._cond.wait(RETRY_PAUSE)
+
+    def _write_one_by_one(self, batch: list[Settlement]) -> None:
+        for running, outcome in batch:
+            try:
+                self._write([(running, outcome)])
+            except Exception as exc:
+                self._write_fallback(running, outcome, exc)
+
+    def _write_fallback(self, running: Running, outcome: Outcome, refused: Exception) -> None:
+        log.error(
+            "job %s: the database refused its outcome (%s): %s; failing it instead",
+            running.job.id,
+            outcome.kind,
+            refused,
+        )
+        fallback = Outcome(
+            "fail", error=f"the outcome could not be recorded: {refused}", retryable=False
+        )
+        try:
+            self._write([(running, fallback)])
+        except Exception:
+            # The lease runs out and the job is rescued: nothing is lost.
+            log.exception("job %s: could not record its failure either", running.job.id)
+
+    def _reachable(self) -> bool:
+        try:
+            self._ping()
+        except Exception:
+            return False
+        return True

@@ -115,10 +115,14 @@ def consume(
     group: str | None = None,
     lease: float = 30.0,
     poll_interval: float = 1.0,
+    *,
+    stop: threading.Event | None = None,
+    wake: Wakeup | None = None,
 ) -> Generator[ConsumedJob, None, None]:
+    """Claim and yield jobs until closed, or until ``stop`` is set (pull ``wake`` to be quick)."""
     worker_id = f"{socket.gethostname()}:{os.getpid()}:consume-{uuid.uuid4().hex[:8]}"
     lease_delta = timedelta(seconds=lease)
-    wake = Wakeup()
+    wake = wake if wake is not None else Wakeup()
 
     def listener(channel: str, payload: str) -> None:
         if channel in ("jobs", "any", "reconnected", "done"):
@@ -127,7 +131,7 @@ def consume(
     app.changes.add(listener)
     held: ConsumedJob | None = None
     try:
-        while True:
+        while stop is None or not stop.is_set():
             claimed = app.store.job_claim(queues, 1, worker_id, lease_delta, utcnow(), group=group)
             if not claimed:
                 next_at = app.store.next_run_at(queues)
@@ -158,16 +162,33 @@ async def aconsume(
     poll_interval: float = 1.0,
 ) -> AsyncIterator[ConsumedJob]:
     """The async twin: the blocking claims and waits run in a thread."""
-    iterator = consume(app, queues, group=group, lease=lease, poll_interval=poll_interval)
+    stop = threading.Event()
+    wake = Wakeup()
+    iterator = consume(
+        app, queues, group=group, lease=lease, poll_interval=poll_interval, stop=stop, wake=wake
+    )
     sentinel = object()
+    stepping = threading.Lock()
+
+    def step() -> object:
+        with stepping:
+            return next(iterator, sentinel)
+
+    def close() -> None:
+        with stepping:
+            iterator.close()
+
     try:
         while True:
-            job = await asyncio.to_thread(next, iterator, sentinel)
+            job = await asyncio.to_thread(step)
             if job is sentinel:
                 return
             assert isinstance(job, ConsumedJob)
             yield job
     finally:
-        # A claim may still be running in its thread if we were cancelled mid-wait.
-        with contextlib.suppress(ValueError):
-            await asyncio.to_thread(iterator.close)
+        # Cancelled mid-wait, a step still runs in its thread (and would wait for a job
+        # forever, holding up the event loop's shutdown): stop it, then close the
+        # iterator, which releases a job the step claimed meanwhile.
+        stop.set()
+        wake.set("stop")
+        await asyncio.to_thread(close)

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from conveyor.job import Job
+from conveyor.job import Job, storable_text
 
 
 class CancelSignal:
@@ -90,6 +90,8 @@ class Context:
         """Record how far the job is (0.0 to 1.0) and what it does; False if the lease is lost."""
         if fraction is not None and not 0.0 <= fraction <= 1.0:
             raise ValueError(f"progress fraction must be between 0 and 1, got {fraction}")
+        if message is not None:
+            message = storable_text(message)
         return self._progress(fraction, message) if self._progress else False
 
     def heartbeat(self) -> bool:

@@ -91,7 +91,11 @@ def outcome_of_result(result: Any) -> Outcome:
     try:
         return Outcome("complete", result_json=encode_json("result", result))
     except InvalidJobError as exc:
-        return Outcome("fail", error=f"the handler's return value cannot be stored: {exc}")
+        # Not retried: the handler would return the same kind of value again,
+        # repeating its side effects for nothing (and with no backoff).
+        return Outcome(
+            "fail", error=f"the handler's return value cannot be stored: {exc}", retryable=False
+        )
 
 
 def outcome_of_exception(exc: BaseException, running: Running, now: datetime) -> Outcome:

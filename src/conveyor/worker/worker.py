@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from conveyor.job import utcnow
 from conveyor.store.base import Completion, Failure, Lease, Snooze
-from conveyor.worker.acks import Acknowledger
+from conveyor.worker.acks import RETRY_PAUSE, Acknowledger
 from conveyor.worker.context import Context
 from conveyor.worker.execution import (
     EventLoopThread,
@@ -102,8 +102,10 @@ class Worker:
         self._next_heartbeat = 0.0
         self._next_poll = 0.0
         self._next_cancel_check = 0.0
+        #: A look for cancels was put off by the rate limit: take it when the pause ends.
+        self._cancel_check_due = False
         self._drain_deadline: float | None = None
-        self._acks = Acknowledger(self._store_outcomes)
+        self._acks = Acknowledger(self._store_outcomes, app.store.ping)
         self._maintenance: Any = None
         self.processed = 0
 
@@ -193,25 +195,43 @@ class Worker:
             self._shutdown()
 
     def _loop(self) -> None:
-        opts = self.options
         while True:
-            self._record_finished()
-            now_mono = time.monotonic()
-            if self._stopping.is_set():
-                if self._drain_step(now_mono):
+            try:
+                if self._step():
                     return
-            else:
-                claimed_any = self._claim_if_useful(now_mono)
-                if opts.burst and not self._in_hand and not claimed_any and not self._finished:
-                    return
-            self._check_deadlines(now_mono)
-            if now_mono >= self._next_heartbeat:
-                self._heartbeat()
-            reasons = self._wake.wait(self._sleep_time())
-            if reasons & {"jobs", "any", "reconnected"} or not reasons:
+            except Exception:
+                # The database is away (a restart, a failover, a locked file): held
+                # jobs run on, their outcomes wait in the acknowledger, and a lease
+                # that runs out meanwhile is rescued (its late outcome refused).
+                # Look at everything again after a pause; the wakes it swallows are
+                # covered by these flags.
+                log.exception("worker loop: a store call failed; trying again in %ss", RETRY_PAUSE)
                 self._maybe_ready = True
-            if reasons & {"cancel", "any", "reconnected"}:
-                self._check_cancels(force="cancel" in reasons or "reconnected" in reasons)
+                self._cancel_check_due = True
+                self._next_heartbeat = min(self._next_heartbeat, time.monotonic() + RETRY_PAUSE)
+                self._wake.wait(RETRY_PAUSE)
+
+    def _step(self) -> bool:
+        """One round of the control loop; True when the worker may exit."""
+        opts = self.options
+        self._record_finished()
+        now_mono = time.monotonic()
+        if self._stopping.is_set():
+            if self._drain_step(now_mono):
+                return True
+        else:
+            claimed_any = self._claim_if_useful(now_mono)
+            if opts.burst and not self._in_hand and not claimed_any and not self._finished:
+                return True
+        self._check_deadlines(now_mono)
+        if now_mono >= self._next_heartbeat:
+            self._heartbeat()
+        reasons = self._wake.wait(self._sleep_time())
+        if reasons & {"jobs", "any", "reconnected"} or not reasons:
+            self._maybe_ready = True
+        if reasons & {"cancel", "cancel-other", "any", "reconnected"} or self._cancel_check_due:
+            self._check_cancels(force="cancel" in reasons or "reconnected" in reasons)
+        return False
 
     def _sleep_time(self) -> float:
         now_mono = time.monotonic()
@@ -221,6 +241,8 @@ class Worker:
         for running in self._in_hand.values():
             if running.deadline is not None and not running.settled:
                 until = min(until, running.deadline - now_mono)
+        if self._cancel_check_due:
+            until = min(until, self._next_cancel_check - now_mono)
         if self._stopping.is_set():
             until = min(until, 0.05)
         return max(0.0, until)
@@ -240,10 +262,11 @@ class Worker:
         jobs = self.store.job_claim(self.options.queues, free, self.id, self._lease, now)
         # A full claim means more may be waiting; a partial one means we got all there was.
         self._maybe_ready = len(jobs) == free
-        if len(jobs) < free:
-            self._next_timer = self.store.next_run_at(self.options.queues)
+        # Dispatched before the next store call, which may fail: claimed jobs are held.
         for job in jobs:
             self._dispatch(job)
+        if len(jobs) < free:
+            self._next_timer = self.store.next_run_at(self.options.queues)
         return bool(jobs)
 
     def _dispatch(self, job: Any) -> None:
@@ -387,8 +410,14 @@ class Worker:
     def _check_cancels(self, force: bool) -> None:
         """Look for cancel requests of held jobs (quick path; the heartbeat is the fallback)."""
         now_mono = time.monotonic()
-        if not self._in_hand or (not force and now_mono < self._next_cancel_check):
+        if not self._in_hand:
+            self._cancel_check_due = False
             return
+        if not force and now_mono < self._next_cancel_check:
+            # Put off, not dropped: the change that woke us may be the cancel itself.
+            self._cancel_check_due = True
+            return
+        self._cancel_check_due = False
         self._next_cancel_check = now_mono + 0.05
         for job in self.store.job_get_many(list(self._in_hand)):
             running = self._in_hand.get(job.id)
@@ -458,6 +487,10 @@ class Worker:
                 job_id = -1
             if job_id in self._in_hand or job_id == -1:
                 self._wake.set("cancel")
+            else:
+                # Perhaps ours all the same: a job whose claim is committed but not yet
+                # handed to this loop. Look once it is (rate-limited, not forced).
+                self._wake.set("cancel-other")
             return
         if channel not in ("jobs", "any", "reconnected"):
             return  # e.g. "done": another job finished, nothing to claim

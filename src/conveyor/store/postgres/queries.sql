@@ -43,8 +43,8 @@ INSERT INTO schema_migrations (version, name, applied_at) VALUES (%(version)s, %
 -- literals cost more than the insert itself.
 WITH input AS MATERIALIZED (
     SELECT nextval((SELECT pg_get_serial_sequence('jobs', 'id'))::regclass) AS id, i.*
-    FROM unnest(%(queues)b::text[], %(tasks)b::text[], %(args)b::jsonb[],
-                %(kwargs)b::jsonb[], %(priorities)b::integer[], %(run_ats)b::timestamptz[],
+    FROM unnest(%(queues)b::text[], %(tasks)b::text[], %(args)b::json[],
+                %(kwargs)b::json[], %(priorities)b::integer[], %(run_ats)b::timestamptz[],
                 %(max_attempts)b::integer[], %(keys)b::text[], %(groups)b::text[],
                 %(batches)b::text[])
          WITH ORDINALITY
@@ -164,7 +164,7 @@ WITH changed AS (
         finished_at = %(now)s,
         lease_token = NULL,
         lease_expires_at = NULL
-    FROM unnest(%(ids)b::bigint[], %(tokens)b::text[], %(results)b::jsonb[])
+    FROM unnest(%(ids)b::bigint[], %(tokens)b::text[], %(results)b::json[])
          AS c(id, token, result)
     WHERE jobs.id = c.id AND jobs.lease_token = c.token AND jobs.state = 'running'
     RETURNING jobs.id, jobs.queue, jobs.task, jobs.state, jobs.attempts, jobs.worker

@@ -109,7 +109,7 @@ def _own_cursor(conn: psycopg.Connection[Any]) -> Cursor:
     """A cursor on a caller's connection that reads the way pooled connections do.
 
     The caller's connection may have its own row factory (e.g. dict_row) and
-    parse jsonb; this cursor returns tuples and leaves jsonb as text.
+    parse json; this cursor returns tuples and leaves json as text.
     """
     cur = conn.cursor(row_factory=tuple_row)
     cur.adapters.register_loader("jsonb", TextLoader)
@@ -304,7 +304,7 @@ class PostgresStore:
 
     def _find_keys(self, conn: Connection | Cursor, pairs: list[tuple[str, str]]) -> list[Job]:
         # On a caller's connection, ``conn`` is a cursor made by _own_cursor: tuples
-        # and jsonb as text, like a pooled connection.
+        # and json as text, like a pooled connection.
         params = {"queues": [q for q, _ in pairs], "keys": [k for _, k in pairs]}
         return [_row_to_job(r) for r in conn.execute(_Q["job_find_keys"], params)]
 

@@ -337,7 +337,8 @@ class SQLiteStore:
         if limit <= 0 or not queues:
             return []
         params = {
-            "queues": json.dumps(list(queues)),
+            # Named twice, a queue would be scanned twice and its jobs counted twice.
+            "queues": json.dumps(list(dict.fromkeys(queues))),
             "limit": limit,
             "worker": worker,
             "token": secrets.token_hex(16),

@@ -4,8 +4,10 @@ CREATE TABLE jobs (
     task             text        NOT NULL,
     state            text        NOT NULL DEFAULT 'queued'
                      CHECK (state IN ('queued', 'running', 'succeeded', 'failed', 'cancelled')),
-    args             jsonb       NOT NULL DEFAULT '[]',
-    kwargs           jsonb       NOT NULL DEFAULT '{}',
+    -- json, not jsonb: payloads come back exactly as sent (jsonb refuses \u0000,
+    -- turns 1e16 into an integer and -0.0 into 0) and are never queried inside.
+    args             json        NOT NULL DEFAULT '[]',
+    kwargs           json        NOT NULL DEFAULT '{}',
     priority         integer     NOT NULL DEFAULT 0,
     run_at           timestamptz NOT NULL,
     attempts         integer     NOT NULL DEFAULT 0,
@@ -17,7 +19,7 @@ CREATE TABLE jobs (
     lease_token      text,
     lease_expires_at timestamptz,
     cancel_requested boolean     NOT NULL DEFAULT false,
-    result           jsonb,
+    result           json,
     error            text,
     progress         double precision,
     progress_message text,

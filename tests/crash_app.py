@@ -1,0 +1,189 @@
+"""The App that the worker processes of test_crash.py run: ``conveyor worker crash_app:app``.
+
+``crash_app:app`` is built on first access from ``CONVEYOR_DSN``, so the test
+process can import this module (for ``build`` and the table helpers) without
+that variable. Handlers leave traces in tables of the same database, written
+on connections of their own, so the tests can see what ran where and when:
+
+- ``done(job_id, worker_pid)``: one row per run of ``record``;
+- ``runs(job_id, name, phase, at)``: ``sleepy`` at its start and end;
+- ``group_runs(grp, seq, started, ended, pid)``: one row per run of ``in_group``.
+
+Times are ``time.monotonic()``, one clock for every process of the machine.
+``CRASH_WORKER_NAME`` names a worker process in what its handlers return.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from typing import Any
+
+import psycopg
+
+from conveyor import App, FixedBackoff, Retry
+from conveyor.store.dsn import sqlite_path
+from conveyor.worker import Context
+
+TABLES = (
+    "CREATE TABLE IF NOT EXISTS done (job_id bigint NOT NULL, worker_pid integer NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS runs ("
+    " job_id bigint NOT NULL, name text NOT NULL, phase text NOT NULL,"
+    " at double precision NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS group_runs ("
+    " grp text NOT NULL, seq integer NOT NULL, started double precision NOT NULL,"
+    " ended double precision NOT NULL, pid integer NOT NULL)",
+)
+#: How long a handler keeps trying to write its trace while the database is away.
+WRITE_DEADLINE = 60.0
+
+
+def connect(dsn: str) -> Any:
+    """A DB-API connection to the database of ``dsn`` that commits every statement."""
+    if dsn.startswith("sqlite:"):
+        return sqlite3.connect(sqlite_path(dsn), timeout=30, isolation_level=None)
+    return psycopg.connect(dsn, autocommit=True, connect_timeout=5)
+
+
+def query(dsn: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Run one statement on a fresh connection (``%s`` placeholders); rows it returns."""
+    conn = connect(dsn)
+    try:
+        return _run(conn, dsn, sql, params)
+    finally:
+        conn.close()
+
+
+def create_tables(dsn: str) -> None:
+    for statement in TABLES:
+        query(dsn, statement)
+
+
+def _run(conn: Any, dsn: str, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    if dsn.startswith("sqlite:"):
+        cur = conn.execute(sql.replace("%s", "?"), params)
+        return list(cur.fetchall())
+    with conn.cursor() as cur:
+        cur.execute(sql, params)
+        return list(cur.fetchall()) if cur.description is not None else []
+
+
+_local = threading.local()
+
+
+def _write(sql: str, params: tuple[Any, ...]) -> None:
+    """Write a trace on this handler thread's own connection, reconnecting as needed."""
+    dsn = os.environ["CONVEYOR_DSN"]
+    deadline = time.monotonic() + WRITE_DEADLINE
+    while True:
+        conn = getattr(_local, "conn", None)
+        try:
+            if conn is None:
+                conn = _local.conn = connect(dsn)
+            _run(conn, dsn, sql, params)
+            return
+        except (sqlite3.Error, psycopg.Error):
+            _local.conn = None
+            if conn is not None:
+                conn.close()
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def sleep_until(deadline: float) -> None:
+    """Sleep until a point on the machine's monotonic clock, in short steps.
+
+    One long ``time.sleep`` leaves out the time its process spent stopped
+    (SIGSTOP); a process resumed after its deadline returns from this at once.
+    """
+    while (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(left, 0.02))
+
+
+def worker_name() -> str:
+    return os.environ.get("CRASH_WORKER_NAME") or str(os.getpid())
+
+
+def register(app: App) -> App:
+    """Register the handlers the tests use on ``app``."""
+
+    # Many attempts: a job may be on a worker that is killed more than once.
+    @app.task(max_attempts=20)
+    def record(ctx: Context, pause: float) -> int:
+        _write("INSERT INTO done (job_id, worker_pid) VALUES (%s, %s)", (ctx.job_id, os.getpid()))
+        time.sleep(pause)
+        return ctx.job_id
+
+    @app.task(max_attempts=5)
+    def sleepy(ctx: Context, seconds: float) -> str:
+        deadline = time.monotonic() + seconds
+        name = worker_name()
+        _write(
+            "INSERT INTO runs (job_id, name, phase, at) VALUES (%s, %s, %s, %s)",
+            (ctx.job_id, name, "start", time.monotonic()),
+        )
+        sleep_until(deadline)
+        _write(
+            "INSERT INTO runs (job_id, name, phase, at) VALUES (%s, %s, %s, %s)",
+            (ctx.job_id, name, "end", time.monotonic()),
+        )
+        return name
+
+    @app.task(max_attempts=5)
+    def pause(seconds: float, n: int) -> int:
+        time.sleep(seconds)
+        return n
+
+    @app.task
+    def until_cancelled(ctx: Context, limit: float) -> str:
+        ctx.cancelled.wait(limit)
+        return "ran to its limit"
+
+    @app.task
+    def in_group(group: str, seq: int, seconds: float) -> None:
+        started = time.monotonic()
+        time.sleep(seconds)
+        ended = time.monotonic()
+        _write(
+            "INSERT INTO group_runs (grp, seq, started, ended, pid) VALUES (%s, %s, %s, %s, %s)",
+            (group, seq, started, ended, os.getpid()),
+        )
+
+    @app.task
+    def noop() -> None:
+        return None
+
+    @app.task(backoff=FixedBackoff(1.0))
+    def fails_once(ctx: Context) -> int:
+        if ctx.attempt == 1:
+            raise RuntimeError("first attempt fails on purpose")
+        return ctx.attempt
+
+    @app.task
+    def snoozes_once(ctx: Context, delay: float) -> str:
+        # A snooze gives its attempt back; the first run is the one whose run_at
+        # is still its enqueue time.
+        if ctx.job.run_at <= ctx.job.created_at:
+            raise Retry(delay)
+        return "woke"
+
+    return app
+
+
+def build(dsn: str | None = None, **options: Any) -> App:
+    return register(App(dsn, **options))
+
+
+_app: App | None = None
+
+
+def __getattr__(name: str) -> Any:
+    global _app
+    if name == "app":
+        if _app is None:
+            _app = build(os.environ["CONVEYOR_DSN"])
+        return _app
+    raise AttributeError(name)

@@ -1,0 +1,648 @@
+"""A real store, driven by random sequences of operations, checked against a model.
+
+The model is a small piece of plain Python that restates DESIGN.md's state
+machine: which jobs a claim hands out (priority first, then oldest; only ready
+jobs: due, in a queue that is not paused, and the oldest queued job of a group
+with no running job), what every lease-checked write does with a held or a
+stale lease, and what rescue, cancel, manual retry and purge do. After every
+step the store must hold exactly the model's jobs in the model's states, with
+the model's history of events.
+
+The clock is a fixed value that the rules advance; nothing here reads real time.
+Leases last a whole number of seconds plus a half, and the clock moves in whole
+seconds, so a lease never expires exactly "now" (whether that instant counts as
+expired is not part of the contract), while ``run_at == now`` (ready: the
+contract says ``run_at <= now``) happens often.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, ClassVar
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+from psycopg import sql
+
+from conveyor.errors import JobStateError
+from conveyor.job import Job, JobState, NewJob
+from conveyor.store.base import Completion, Failure, JobFilter, Lease, Snooze, Store
+from conveyor.store.dsn import open_store
+
+START = datetime(2030, 1, 1, tzinfo=UTC)
+LEASE = timedelta(seconds=20.5)
+QUEUES = ("q1", "q2")
+KEYS = ("k1", "k2", "k3")
+GROUPS = ("g1", "g2")
+#: Seconds from now to run_at: mostly ready at once.
+DELAYS = (0, 0, 0, 5, 60)
+ERROR_LEASE_LOST = "worker lost: lease expired"
+
+QUEUED, RUNNING = JobState.QUEUED, JobState.RUNNING
+SUCCEEDED, FAILED, CANCELLED = JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED
+TERMINAL = (SUCCEEDED, FAILED, CANCELLED)
+
+#: queue, key, unique, group, priority, delay in seconds, max_attempts
+JobSpec = tuple[str, str | None, str, str | None, int, int, int]
+JOB_SPECS = st.tuples(
+    st.sampled_from(QUEUES),
+    st.sampled_from([None, None, *KEYS]),
+    st.sampled_from(["live", "live", "forever"]),
+    st.sampled_from([None, None, *GROUPS]),
+    st.integers(0, 2),
+    st.sampled_from(DELAYS),
+    st.integers(1, 3),
+)
+
+SETTINGS = settings(
+    max_examples=100,
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+
+@dataclass
+class ModelJob:
+    id: int
+    queue: str
+    priority: int
+    run_at: datetime
+    max_attempts: int
+    key: str | None
+    group: str | None
+    state: JobState = QUEUED
+    attempts: int = 0
+    token: str | None = None
+    lease_expires_at: datetime | None = None
+    cancel_requested: bool = False
+    finished_at: datetime | None = None
+    #: The error of the last failed attempt (kept while queued again), cleared by a manual retry.
+    error: str | None = None
+    #: (kind, attempt) of each event, oldest first.
+    events: list[tuple[str, int]] = field(default_factory=list)
+
+    @property
+    def live(self) -> bool:
+        return self.state in (QUEUED, RUNNING)
+
+    def finish(self, state: JobState, now: datetime) -> None:
+        self.state = state
+        self.token = None
+        self.lease_expires_at = None
+        if state in TERMINAL:
+            self.finished_at = now
+
+
+@dataclass
+class Model:
+    now: datetime = START
+    jobs: dict[int, ModelJob] = field(default_factory=dict)
+    paused: set[str] = field(default_factory=set)
+    #: The highest id handed out so far: ids only grow, and a purged job's id is never reused.
+    last_id: int = 0
+
+    def running(self) -> list[ModelJob]:
+        return [j for j in self.jobs.values() if j.state == RUNNING]
+
+    def ready(self, job: ModelJob) -> bool:
+        if job.state != QUEUED or job.run_at > self.now or job.queue in self.paused:
+            return False
+        if job.group is None:
+            return True
+        same_group = [j for j in self.jobs.values() if j.group == job.group]
+        return not any(j.state == RUNNING for j in same_group) and not any(
+            j.state == QUEUED and j.id < job.id for j in same_group
+        )
+
+    def claimable(self, queues: list[str], limit: int, group: str | None) -> list[ModelJob]:
+        ready = [
+            j
+            for j in self.jobs.values()
+            if j.queue in queues and (group is None or j.group == group) and self.ready(j)
+        ]
+        return sorted(ready, key=lambda j: (-j.priority, j.id))[:limit]
+
+    def holder(self, lease: Lease) -> ModelJob | None:
+        """The job a lease still holds, if it does."""
+        job = self.jobs.get(lease.id)
+        if job is None or job.state != RUNNING or job.token != lease.token:
+            return None
+        return job
+
+    def key_holders(self, queue: str, key: str) -> list[ModelJob]:
+        """Jobs (not purged) holding the key in the queue, newest first."""
+        found = [j for j in self.jobs.values() if j.queue == queue and j.key == key]
+        return sorted(found, key=lambda j: -j.id)
+
+
+class StoreMachine(RuleBasedStateMachine):
+    """Subclassed by each test with ``open_fresh_store``: a store on an empty database."""
+
+    open_fresh_store: Callable[[], tuple[Store, Callable[[], None]]]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.store, self._cleanup = type(self).open_fresh_store()
+        self.model = Model()
+        #: Every lease ever handed out, in order: the held ones and the stale ones.
+        self.leases: list[Lease] = []
+
+    def teardown(self) -> None:
+        self._cleanup()
+
+    # --- helpers ---------------------------------------------------------------
+
+    def _pick_lease(self, data: st.DataObject) -> Lease:
+        """Mostly a lease still held; else a stale one, preferably of a job running again."""
+        held = [le for le in self.leases if self.model.holder(le) is not None]
+        stale = [le for le in self.leases if self.model.holder(le) is None]
+        if held and (not stale or data.draw(st.integers(0, 3), label="stale?") > 0):
+            return data.draw(st.sampled_from(held), label="held lease")
+        # The sharpest test of fencing: the job is running under a newer lease.
+        superseded = [le for le in stale if self._state(le.id) == RUNNING]
+        if superseded and data.draw(st.booleans(), label="superseded?"):
+            return data.draw(st.sampled_from(superseded), label="superseded lease")
+        return data.draw(st.sampled_from(stale), label="stale lease")
+
+    def _state(self, job_id: int) -> JobState | None:
+        job = self.model.jobs.get(job_id)
+        return None if job is None else job.state
+
+    def _pick_job_id(self, data: st.DataObject, *likely: JobState) -> int:
+        """Any job, mostly one in a state in ``likely``, sometimes one that does not exist."""
+        ids = sorted(self.model.jobs)
+        if not ids or data.draw(st.integers(0, 9), label="unknown id?") == 0:
+            return max([0, *ids, *(le.id for le in self.leases)]) + 1000
+        preferred = [i for i in ids if self.model.jobs[i].state in likely]
+        if preferred and data.draw(st.integers(0, 3), label="likely state?") > 0:
+            return data.draw(st.sampled_from(preferred), label="job id")
+        return data.draw(st.sampled_from(ids), label="job id")
+
+    # --- producing -------------------------------------------------------------
+
+    @initialize(specs=st.lists(JOB_SPECS, min_size=3, max_size=8))
+    def start(self, specs: list[JobSpec]) -> None:
+        assert self.store.job_list(JobFilter(limit=10)) == []
+        self._enqueue(specs)
+
+    @rule(specs=st.lists(JOB_SPECS, min_size=1, max_size=3))
+    def enqueue(self, specs: list[JobSpec]) -> None:
+        self._enqueue(specs)
+
+    @precondition(lambda self: any(j.key is not None for j in self.model.jobs.values()))
+    @rule(data=st.data(), unique=st.sampled_from(["live", "forever"]))
+    def enqueue_same_key(self, data: st.DataObject, unique: str) -> None:
+        """A producer enqueues a key it used before (the job may be live or finished)."""
+        keyed = [j for j in self.model.jobs.values() if j.key is not None]
+        old = data.draw(st.sampled_from(sorted(keyed, key=lambda j: j.id)), label="same key as")
+        self._enqueue([(old.queue, old.key, unique, old.group, old.priority, 0, old.max_attempts)])
+
+    def _enqueue(self, specs: list[JobSpec]) -> None:
+        now = self.model.now
+        new_jobs = [
+            NewJob(
+                queue=queue,
+                task="t",
+                args_json="[]",
+                kwargs_json="{}",
+                run_at=now + timedelta(seconds=delay),
+                priority=priority,
+                max_attempts=max_attempts,
+                key=key,
+                unique=unique,
+                group=group,
+            )
+            for queue, key, unique, group, priority, delay, max_attempts in specs
+        ]
+        got = self.store.job_insert_many(new_jobs, now)
+        assert len(got) == len(new_jobs)
+
+        # The model's answer, position by position: an existing job or a new one.
+        first_of_key: dict[tuple[str, str], int] = {}
+        for position, (new, job) in enumerate(zip(new_jobs, got, strict=True)):
+            if new.key is not None:
+                pair = (new.queue, new.key)
+                if pair in first_of_key:
+                    assert job.id == got[first_of_key[pair]].id, f"position {position}"
+                    continue
+                first_of_key[pair] = position
+                holders = self.model.key_holders(new.queue, new.key)
+                live = [j for j in holders if j.live]
+                existing = None
+                if live:
+                    existing = live[0]
+                elif holders and new.unique == "forever":
+                    existing = holders[0]
+                if existing is not None:
+                    assert job.id == existing.id, f"position {position}: expected the existing job"
+                    continue
+            assert job.id > self.model.last_id, f"position {position}: new job got id {job.id}"
+            self.model.last_id = job.id
+            assert job.state == QUEUED
+            self.model.jobs[job.id] = ModelJob(
+                id=job.id,
+                queue=new.queue,
+                priority=new.priority,
+                run_at=new.run_at,
+                max_attempts=new.max_attempts,
+                key=new.key,
+                group=new.group,
+                events=[("enqueued", 0)],
+            )
+
+    # --- working ---------------------------------------------------------------
+
+    CLAIM_ARGS: ClassVar[dict[str, st.SearchStrategy[Any]]] = {
+        "queues": st.sampled_from([["q1", "q2"], ["q2", "q1"], ["q1"], ["q2"]]),
+        "limit": st.integers(1, 3),
+        "group": st.sampled_from([None, None, None, None, *GROUPS]),
+    }
+
+    @rule(**CLAIM_ARGS)
+    def claim(self, queues: list[str], limit: int, group: str | None) -> None:
+        self._claim(queues, limit, group)
+
+    @rule(**CLAIM_ARGS)
+    def claim_again(self, queues: list[str], limit: int, group: str | None) -> None:
+        """The same rule twice, so that claims come as often as the steps that end them."""
+        self._claim(queues, limit, group)
+
+    def _claim(self, queues: list[str], limit: int, group: str | None) -> None:
+        expected = self.model.claimable(queues, limit, group)
+        got = self.store.job_claim(queues, limit, "w", LEASE, self.model.now, group=group)
+        assert [j.id for j in got] == [j.id for j in expected]
+        tokens = {j.lease_token for j in got}
+        assert None not in tokens
+        assert not tokens & {le.token for le in self.leases}, "a lease token was reused"
+        for job, mine in zip(got, expected, strict=True):
+            mine.state = RUNNING
+            mine.attempts += 1
+            mine.token = job.lease_token
+            mine.lease_expires_at = self.model.now + LEASE
+            mine.events.append(("claimed", mine.attempts))
+            assert job.state == RUNNING
+            assert job.attempts == mine.attempts
+            self.leases.append(Lease(job.id, job.lease_token or ""))
+
+    END_ARGS: ClassVar[dict[str, st.SearchStrategy[Any]]] = {
+        "data": st.data(),
+        "action": st.sampled_from(["complete", "fail", "fail", "snooze", "release", "cancelled"]),
+        "retryable": st.booleans(),
+        "delay": st.sampled_from(DELAYS),
+    }
+
+    @precondition(lambda self: self.leases)
+    @rule(**END_ARGS)
+    def end_lease(self, data: st.DataObject, action: str, retryable: bool, delay: int) -> None:
+        """A worker reports how its job ended, under a lease it holds (or one it lost)."""
+        self._end_lease(self._pick_lease(data), action, retryable, delay)
+
+    @precondition(lambda self: self.leases)
+    @rule(**END_ARGS)
+    def end_lease_again(
+        self, data: st.DataObject, action: str, retryable: bool, delay: int
+    ) -> None:
+        self._end_lease(self._pick_lease(data), action, retryable, delay)
+
+    def _end_lease(self, lease: Lease, action: str, retryable: bool, delay: int) -> None:
+        if action == "complete":
+            self._complete(lease)
+        elif action == "fail":
+            self._fail(lease, retryable, delay)
+        elif action == "snooze":
+            self._snooze(lease, delay)
+        elif action == "release":
+            self._release(lease)
+        else:
+            self._set_cancelled(lease)
+
+    def _complete(self, lease: Lease) -> None:
+        job = self.model.holder(lease)
+        got = self.store.job_complete([Completion(lease.id, lease.token, "1")], self.model.now)
+        assert got == ([lease.id] if job else [])
+        if job:
+            job.finish(SUCCEEDED, self.model.now)
+            job.events.append(("succeeded", job.attempts))
+
+    def _fail(self, lease: Lease, retryable: bool, delay: int) -> None:
+        job = self.model.holder(lease)
+        now = self.model.now
+        retry_at = now + timedelta(seconds=delay)
+        failure = Failure(lease.id, lease.token, "boom", retry_at, retryable=retryable)
+        got = self.store.job_fail([failure], now)
+        assert got == ([lease.id] if job else [])
+        if not job:
+            return
+        if job.cancel_requested:
+            job.finish(CANCELLED, now)
+            job.events.append(("cancelled", job.attempts))
+        elif retryable and job.attempts < job.max_attempts:
+            job.error = "boom"
+            job.finish(QUEUED, now)
+            job.run_at = retry_at
+            job.events.append(("retried", job.attempts))
+        else:
+            job.error = "boom"
+            job.finish(FAILED, now)
+            job.events.append(("failed", job.attempts))
+
+    def _snooze(self, lease: Lease, delay: int) -> None:
+        job = self.model.holder(lease)
+        now = self.model.now
+        run_at = now + timedelta(seconds=delay)
+        got = self.store.job_snooze([Snooze(lease.id, lease.token, run_at)], now)
+        assert got == ([lease.id] if job else [])
+        if not job:
+            return
+        ran = job.attempts
+        job.attempts -= 1  # a snooze is not a failure: the attempt is given back
+        if job.cancel_requested:
+            job.finish(CANCELLED, now)
+            job.events.append(("cancelled", ran))
+        else:
+            job.finish(QUEUED, now)
+            job.run_at = run_at
+            job.events.append(("snoozed", ran))
+
+    def _release(self, lease: Lease) -> None:
+        job = self.model.holder(lease)
+        now = self.model.now
+        got = self.store.job_release([lease], now)
+        assert got == ([lease.id] if job else [])
+        if not job:
+            return
+        ran = job.attempts
+        job.attempts -= 1
+        if job.cancel_requested:
+            job.finish(CANCELLED, now)
+            job.events.append(("cancelled", ran))
+        else:
+            job.finish(QUEUED, now)
+            job.events.append(("released", ran))
+
+    def _set_cancelled(self, lease: Lease) -> None:
+        job = self.model.holder(lease)
+        got = self.store.job_set_cancelled([lease], self.model.now)
+        assert got == ([lease.id] if job else [])
+        if job:
+            job.finish(CANCELLED, self.model.now)
+            job.events.append(("cancelled", job.attempts))
+
+    @precondition(lambda self: self.leases)
+    @rule(data=st.data())
+    def heartbeat(self, data: st.DataObject) -> None:
+        count = data.draw(st.integers(1, 3), label="how many leases")
+        leases = list(dict.fromkeys(self._pick_lease(data) for _ in range(count)))
+        now = self.model.now
+        expected = {}
+        for lease in leases:
+            job = self.model.holder(lease)
+            if job:
+                job.lease_expires_at = now + LEASE
+                expected[job.id] = job.cancel_requested
+        got = self.store.job_heartbeat(leases, LEASE, now)
+        assert {s.id: s.cancel_requested for s in got} == expected
+        assert len(got) == len(expected)
+
+    @rule()
+    def rescue_expired(self) -> None:
+        self._rescue_expired()
+
+    @rule(seconds=st.sampled_from([10, 30]))
+    def time_passes_then_rescue(self, seconds: int) -> None:
+        """What the maintenance loop does while workers are gone: time passes, leases expire."""
+        self.model.now += timedelta(seconds=seconds)
+        self._rescue_expired()
+
+    def _rescue_expired(self) -> None:
+        now = self.model.now
+        expired = [
+            j for j in self.model.running() if j.lease_expires_at and j.lease_expires_at < now
+        ]
+        got = self.store.job_rescue_expired(now)
+        assert sorted(got) == sorted(j.id for j in expired)
+        for job in expired:
+            job.events.append(("rescued", job.attempts))
+            job.error = ERROR_LEASE_LOST
+            if job.cancel_requested:
+                job.finish(CANCELLED, now)
+                job.events.append(("cancelled", job.attempts))
+            elif job.attempts < job.max_attempts:
+                job.finish(QUEUED, now)
+                job.run_at = now
+            else:
+                job.finish(FAILED, now)
+                job.events.append(("failed", job.attempts))
+
+    # --- operating ---------------------------------------------------------------
+
+    @rule(data=st.data())
+    def cancel(self, data: st.DataObject) -> None:
+        job_id = self._pick_job_id(data, RUNNING)
+        now = self.model.now
+        got = self.store.job_cancel(job_id, now)
+        job = self.model.jobs.get(job_id)
+        if job is None:
+            assert got is None
+            return
+        if job.state == QUEUED:
+            job.finish(CANCELLED, now)
+            job.events.append(("cancelled", job.attempts))
+        elif job.state == RUNNING and not job.cancel_requested:
+            job.cancel_requested = True
+            job.events.append(("cancel_requested", job.attempts))
+        assert got is not None
+        assert got.id == job_id
+        assert got.state == job.state
+
+    @rule(data=st.data())
+    def retry(self, data: st.DataObject) -> None:
+        job_id = self._pick_job_id(data, FAILED, CANCELLED)
+        now = self.model.now
+        job = self.model.jobs.get(job_id)
+        if job is None:
+            assert self.store.job_retry(job_id, now) is None
+            return
+        key_taken = job.key is not None and any(
+            j.live and j.id != job.id for j in self.model.key_holders(job.queue, job.key)
+        )
+        if job.state not in (FAILED, CANCELLED) or key_taken:
+            with pytest.raises(JobStateError):
+                self.store.job_retry(job_id, now)
+            return
+        got = self.store.job_retry(job_id, now)
+        job.state = QUEUED
+        job.attempts = 0
+        job.run_at = now
+        job.cancel_requested = False
+        job.finished_at = None
+        job.error = None
+        job.events.append(("manual_retry", 0))
+        assert got is not None
+        assert got.id == job_id
+        assert got.state == QUEUED
+
+    @rule(ago=st.sampled_from([0.5, 10.5]))
+    def purge(self, ago: float) -> None:
+        before = self.model.now - timedelta(seconds=ago)
+        doomed = [
+            j.id
+            for j in self.model.jobs.values()
+            if j.state in TERMINAL and j.finished_at is not None and j.finished_at < before
+        ]
+        assert self.store.job_purge(before) == len(doomed)
+        for job_id in doomed:
+            del self.model.jobs[job_id]
+
+    @rule(queue=st.sampled_from(QUEUES), paused=st.sampled_from([False, False, True]))
+    def pause_or_resume(self, queue: str, paused: bool) -> None:
+        if paused:
+            self.store.queue_pause(queue, self.model.now)
+            self.model.paused.add(queue)
+        else:
+            self.store.queue_resume(queue, self.model.now)
+            self.model.paused.discard(queue)
+
+    @rule(seconds=st.sampled_from([1, 5, 20, 30, 60]))
+    def advance_clock(self, seconds: int) -> None:
+        self.model.now += timedelta(seconds=seconds)
+
+    # --- invariants -----------------------------------------------------------
+
+    @invariant()
+    def store_matches_model(self) -> None:
+        jobs = self.store.job_list(JobFilter(limit=10_000))
+        model = self.model.jobs
+        assert sorted(j.id for j in jobs) == sorted(model)
+        for job in jobs:
+            mine = model[job.id]
+            seen = _observed(job)
+            wanted = _expected(mine)
+            assert seen == wanted, f"job {job.id}: store {seen} != model {wanted}"
+
+        running = [j for j in jobs if j.state == RUNNING]
+        groups = [j.group for j in running if j.group is not None]
+        assert len(groups) == len(set(groups)), "two running jobs share a group"
+        live_keys = [(j.queue, j.key) for j in jobs if j.key is not None and not j.terminal]
+        assert len(live_keys) == len(set(live_keys)), "two live jobs share a key"
+        assert all(j.attempts <= j.max_attempts for j in running)
+
+        assert self.store.queue_paused() & set(QUEUES) == self.model.paused
+        queued = [j.run_at for j in model.values() if j.state == QUEUED]
+        assert self.store.next_run_at(None) == (min(queued) if queued else None)
+
+    @invariant()
+    def history_matches_model(self) -> None:
+        events = self.store.event_since(0, 100_000)
+        assert [e.seq for e in events] == sorted({e.seq for e in events})
+        seen: dict[int, list[tuple[str, int]]] = {}
+        for event in events:
+            seen.setdefault(event.job_id, []).append((event.kind, event.attempt))
+        wanted = {j.id: j.events for j in self.model.jobs.values()}
+        assert seen == wanted
+
+
+def _observed(job: Job) -> dict[str, object]:
+    lease = (job.lease_token, job.lease_expires_at, job.cancel_requested)
+    return _comparable(job.state, job, lease)
+
+
+def _expected(job: ModelJob) -> dict[str, object]:
+    return _comparable(job.state, job, (job.token, job.lease_expires_at, job.cancel_requested))
+
+
+def _comparable(
+    state: JobState, job: Job | ModelJob, lease: tuple[object, ...]
+) -> dict[str, object]:
+    """The fields the model predicts; some only mean something in some states."""
+    fields: dict[str, object] = {
+        "state": str(state),
+        "queue": job.queue,
+        "priority": job.priority,
+        "attempts": job.attempts,
+        "max_attempts": job.max_attempts,
+        "key": job.key,
+        "group": job.group,
+    }
+    if state == QUEUED:
+        fields["run_at"] = job.run_at
+    if state == RUNNING:
+        fields["lease"] = lease
+    if state in TERMINAL:
+        fields["finished_at"] = job.finished_at
+    if state in (QUEUED, FAILED):
+        fields["error"] = job.error
+    return fields
+
+
+def _machine(open_fresh_store: Callable[[], tuple[Store, Callable[[], None]]]) -> type:
+    return type("Machine", (StoreMachine,), {"open_fresh_store": staticmethod(open_fresh_store)})
+
+
+def test_sqlite_store_follows_the_model(tmp_path: Path) -> None:
+    counter = itertools.count()
+
+    def open_fresh_store() -> tuple[Store, Callable[[], None]]:
+        path = tmp_path / f"model-{next(counter)}.db"
+        store = open_store(f"sqlite:///{path}")
+        store.migrate()
+
+        def cleanup() -> None:
+            store.close()
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+        return store, cleanup
+
+    run_state_machine_as_test(_machine(open_fresh_store), settings=SETTINGS)
+
+
+@pytest.fixture
+def pg_model_dsn(pg_clean_dsn: str) -> Iterator[str]:
+    """One migrated database for the whole test; each example empties it first."""
+    store = open_store(pg_clean_dsn)
+    try:
+        store.migrate()
+    finally:
+        store.close()
+    yield pg_clean_dsn
+
+
+def _empty_postgres(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        tables = [
+            name
+            for (name,) in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+                " AND tablename <> 'schema_migrations' ORDER BY tablename"
+            )
+        ]
+        conn.execute(
+            sql.SQL("TRUNCATE {} RESTART IDENTITY").format(
+                sql.SQL(", ").join(map(sql.Identifier, tables))
+            )
+        )
+
+
+def test_postgres_store_follows_the_model(pg_model_dsn: str) -> None:
+    def open_fresh_store() -> tuple[Store, Callable[[], None]]:
+        _empty_postgres(pg_model_dsn)
+        store = open_store(pg_model_dsn, min_size=1, max_size=2)
+        return store, store.close
+
+    run_state_machine_as_test(_machine(open_fresh_store), settings=SETTINGS)
