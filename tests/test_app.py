@@ -154,6 +154,16 @@ def test_unencodable_payload_is_refused(
     assert app.jobs() == []
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [({"queue": "a\x00b"}, "NUL"), ({"key": "k\ud800"}, "surrogate"), ({"group": " "}, "empty")],
+)
+def test_unstorable_names_are_refused(app: App, options: dict[str, str], message: str) -> None:
+    with pytest.raises(InvalidJobError, match=message):
+        app.enqueue("t", **options)  # type: ignore[arg-type]
+    assert app.jobs() == []
+
+
 def test_payload_size_limit(app: App) -> None:
     with pytest.raises(InvalidJobError, match="limit is"):
         app.enqueue("t", args=["x" * (MAX_PAYLOAD_BYTES + 1)])

@@ -1322,10 +1322,24 @@ def test_nul_character_in_result_does_not_block_the_batch(store: Store) -> None:
 
 def test_error_text_with_nul_character_is_stored(store: Store) -> None:
     # Error texts carry exception messages, which may echo arbitrary input.
+    # Neither database keeps a NUL in text: it is stored as U+FFFD, the rest intact.
     job = running(store, max_attempts=1)
-    assert fail(store, job, error="bad input 'a\x00b'") == [job.id]
+    assert fail(store, job, error="bad input 'a\x00b' and more") == [job.id]
     assert get(store, job.id).state == FAILED
-    assert get(store, job.id).error == "bad input 'a\x00b'"
+    assert get(store, job.id).error == "bad input 'a\ufffdb' and more"
+
+
+def test_error_text_with_lone_surrogate_is_stored(store: Store) -> None:
+    # Not encodable as UTF-8: kept as its backslash escape rather than refused.
+    job = running(store, max_attempts=1)
+    assert fail(store, job, error="bad \udc80 byte") == [job.id]
+    assert get(store, job.id).error == "bad \\udc80 byte"
+
+
+def test_queue_named_twice_claims_as_if_named_once(store: Store) -> None:
+    jobs = [enqueue_one(store) for _ in range(4)]
+    claimed = claim(store, ("default", "default"), limit=3)
+    assert [j.id for j in claimed] == [j.id for j in jobs[:3]]
 
 
 def test_result_payload_round_trips(store: Store) -> None:

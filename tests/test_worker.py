@@ -309,11 +309,10 @@ def test_a_result_that_is_not_json_fails_the_job(app: App) -> None:
 
 
 def test_a_nul_character_in_an_outcome_does_not_wedge_the_worker(app: App) -> None:
-    """NUL is valid in Python text and JSON ("\\u0000"), but PostgreSQL text and jsonb refuse it.
+    """NUL is valid in Python text and JSON ("\\u0000"), but PostgreSQL text refuses it.
 
     Whatever the store makes of such an outcome, it must not hold up the outcomes
-    of other jobs: today on PostgreSQL the acknowledger retries the refused batch
-    forever and no outcome of this worker is recorded again.
+    of other jobs.
     """
 
     @app.task(max_attempts=1)
@@ -340,6 +339,56 @@ def test_a_nul_character_in_an_outcome_does_not_wedge_the_worker(app: App) -> No
     failed = app.get(jobs[0].id)
     assert failed.state == JobState.FAILED
     assert "before" in (failed.error or "") and "after" in (failed.error or "")
+
+
+REFUSE_POISON = {
+    "sqlite": [
+        """CREATE TRIGGER refuse_poison BEFORE UPDATE ON jobs WHEN NEW.result LIKE '%poison%'
+           BEGIN SELECT RAISE(ABORT, 'poison result refused'); END"""
+    ],
+    "postgres": [
+        """CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+           BEGIN
+               IF NEW.result::text LIKE '%poison%' THEN
+                   RAISE EXCEPTION 'poison result refused';
+               END IF;
+               RETURN NEW;
+           END $$""",
+        """CREATE TRIGGER refuse_poison BEFORE UPDATE ON jobs
+           FOR EACH ROW EXECUTE FUNCTION refuse_poison()""",
+    ],
+}
+
+
+def test_an_outcome_the_database_refuses_fails_alone(app: App, dsn: str) -> None:
+    """A refusal of the data (here a trigger; in life a constraint or a size limit)
+    fails that one job, and the outcomes written with it or after it still land."""
+    if dsn.startswith("sqlite"):
+        with sqlite3.connect(dsn.removeprefix("sqlite:///")) as conn:
+            for statement in REFUSE_POISON["sqlite"]:
+                conn.execute(statement)
+    else:
+        import psycopg
+
+        with psycopg.connect(dsn, autocommit=True) as pg:
+            for statement in REFUSE_POISON["postgres"]:
+                pg.execute(statement)
+
+    @app.task(max_attempts=3)
+    def echo(text: str) -> str:
+        return text
+
+    with app.worker(concurrency=4, lease=5, stop_timeout=1):
+        poison = echo.enqueue("poison")
+        fine = [echo.enqueue(f"fine {n}") for n in range(6)]
+        assert [j.wait(timeout=5) for j in fine] == [f"fine {n}" for n in range(6)]
+        wait_until(lambda: app.get(poison.id).terminal, timeout=5)
+        assert echo.enqueue("later").wait(timeout=5) == "later"
+    refused = app.get(poison.id)
+    assert refused.state == JobState.FAILED
+    assert refused.attempts == 1  # not run again: it would return the same thing
+    assert "could not be recorded" in (refused.error or "")
+    assert "poison result refused" in (refused.error or "")
 
 
 # --- timeouts -----------------------------------------------------------------------
