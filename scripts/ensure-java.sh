@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Make sure a Java runtime that Spark 4 supports (17 or 21) is on PATH, so the
+# Spark suite can start its local session. Installs Debian's OpenJDK 17
+# headless runtime with apt-get when none is found.
+set -euo pipefail
+
+java_major() {
+    # `java -version` prints e.g. 'openjdk version "17.0.15" 2025-04-15' on stderr.
+    java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n 1
+}
+
+if command -v java >/dev/null 2>&1; then
+    major="$(java_major)"
+    if [[ "$major" == "17" || "$major" == "21" ]]; then
+        echo "ensure-java: found Java $major"
+        exit 0
+    fi
+    echo "ensure-java: Java ${major:-?} on PATH; Spark 4 needs 17 or 21"
+fi
+
+if ! command -v apt-get >/dev/null 2>&1; then
+    echo "ensure-java: no Java 17 and apt-get is unavailable; install OpenJDK 17 by hand" >&2
+    exit 1
+fi
+if [[ "$(id -u)" -eq 0 ]]; then sudo=(); else sudo=(sudo); fi
+echo "ensure-java: installing openjdk-17-jre-headless with apt-get"
+"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
+"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y --no-install-recommends openjdk-17-jre-headless
