@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -19,11 +20,17 @@ from conveyor.job import Event, Job, JobState, utcnow
 from conveyor.store.base import Stats, WorkerInfo
 
 STATES = [str(s) for s in JobState]
+#: Line width of tables written to a pipe or file.
+PIPE_WIDTH = 200
 
 
 def console() -> Console:
-    """A console on the current stdout (read at each call, so a test runner can capture it)."""
-    return Console(file=sys.stdout, soft_wrap=True)
+    """A console on the current stdout (read at each call, so a test runner can capture it).
+
+    Piped output gets wide lines: a table folded to 80 columns defeats grep.
+    """
+    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else PIPE_WIDTH
+    return Console(file=sys.stdout, soft_wrap=True, width=width)
 
 
 def interactive() -> bool:
