@@ -252,8 +252,13 @@ def run_demo(dsn: str | None, total: int, lease: float, concurrency: int, report
             f"{work.reminders} reminders deferred by an hour"
         )
         with open(log_path, "w") as log:
-            workers = [start_worker(n, chosen, lease, concurrency, log) for n in (1, 2)]
+            workers = [start_worker(1, chosen, lease, concurrency, log)]
             try:
+                # Worker 2 starts once worker 1 holds jobs, so that worker 1 is sure to
+                # have some (the slow reports, enqueued first) when it is killed, even
+                # in a small run whose quick jobs are gone in a second.
+                _wait_for_claims(app, workers[0])
+                workers.append(start_worker(2, chosen, lease, concurrency, log))
                 _supervise(app, work, workers, lease, show)
             finally:
                 for w in workers:
@@ -276,6 +281,16 @@ def run_demo(dsn: str | None, total: int, lease: float, concurrency: int, report
         "(then http://127.0.0.1:8080)\n"
         f"Worker logs:          {log_path}"
     )
+
+
+def _wait_for_claims(app: App, w: WorkerProcess, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not held_by(app, w.pid):
+        if w.process.poll() is not None:
+            raise click.ClickException(f"worker 1 exited at once (code {w.process.returncode})")
+        if time.monotonic() > deadline:
+            raise click.ClickException(f"worker 1 claimed nothing in {timeout:g}s")
+        time.sleep(0.05)
 
 
 def _supervise(
