@@ -18,7 +18,7 @@ sees exactly the rows, states and events a worker would leave::
 
 What differs from a worker: handlers run one at a time in the calling thread,
 a task's ``timeout`` is not enforced, leases are not renewed (nothing else
-claims meanwhile), and cancelling a running job has no effect until it ends.
+claims meanwhile), and a cancel requested while a handler runs does not stop it.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ without those extras installed.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -86,6 +87,11 @@ class ConveyorGroup(click.Group):
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise  # click prints these itself, as one line
+        except BrokenPipeError:
+            # The reader went away (``conveyor jobs list | head``): nothing to say, and
+            # the interpreter's final flush of stdout must not fail again.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(1)
         except Exception as exc:
             if ctx.params.get("debug"):
                 raise
