@@ -392,6 +392,10 @@ def _summary(app: App, workers: list[WorkerProcess], work: Workload, started: fl
             f"{' ...' if len(killed.held) > 10 else ''}; "
             f"see one with: conveyor jobs show {sample} --dsn {_dsn_of(app)}"
         )
+        click.echo(
+            f"(worker 1, pid {killed.pid}, stays in the list of workers until it has been "
+            "silent for a minute: a killed process cannot unregister itself)"
+        )
 
 
 def _dsn_of(app: App) -> str:
