@@ -434,3 +434,22 @@ def test_progress_bar_on_a_terminal(tmp_path: Path) -> None:
     output = b"".join(chunks).decode(errors="replace")
     assert "enqueueing t" in output  # the bar's label, drawn while it ran
     assert "enqueued 20,000 jobs of t" in output
+
+
+def test_enqueue_with_app_takes_the_tasks_defaults_and_checks_arguments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # --app puts --dsn in $CONVEYOR_DSN for the App's module; undone after the test.
+    monkeypatch.delenv("CONVEYOR_DSN", raising=False)
+    dsn = f"sqlite:///{tmp_path / 'a.db'}"
+    app_option = ["--app", "conveyor.demo_tasks:app", "--dsn", dsn]
+    job = run_json("enqueue", "render_report", "--args", "[1, 0.5]", *app_option)
+    assert (job["queue"], job["max_attempts"]) == ("reports", 3)
+    overridden = run_json("enqueue", "thumbnail", "--args", "[1]", "--queue", "x", *app_option)
+    assert overridden["queue"] == "x"
+    wrong = run("enqueue", "thumbnail", "--args", "[1, 2, 3]", *app_option, code=1)
+    assert "arguments do not fit task 'thumbnail'" in one_line_error(wrong)
+    unknown = run("enqueue", "nope", *app_option, code=2)
+    assert "has no task 'nope'" in unknown.stderr
+    with App(dsn) as app:
+        assert [j.task for j in app.jobs()] == ["thumbnail", "render_report"]

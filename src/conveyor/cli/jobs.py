@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -21,7 +22,8 @@ from conveyor.cli.output import (
     progress,
 )
 from conveyor.errors import ConveyorError
-from conveyor.task import EnqueueOptions
+from conveyor.store.dsn import DSN_ENV
+from conveyor.task import EnqueueOptions, Task
 
 #: Calls per transaction when enqueueing from a file or with --count.
 ENQUEUE_BATCH = 1000
@@ -45,6 +47,13 @@ ENQUEUE_BATCH = 1000
     default=None,
     help='JSON lines, one job each: {"args": [...], "kwargs": {...}} ("-": stdin).',
 )
+@click.option(
+    "--app",
+    "app_path",
+    metavar="MODULE:APP",
+    default=None,
+    help="Take the task's queue, priority and attempts from this App, and check the arguments.",
+)
 @dsn_option
 @json_option
 def enqueue(
@@ -59,10 +68,21 @@ def enqueue(
     max_attempts: int | None,
     count: int,
     calls_file: Any,
+    app_path: str | None,
     dsn: str | None,
     as_json: bool,
 ) -> None:
-    """Enqueue jobs of TASK by name (the handler's code is not needed here)."""
+    """Enqueue jobs of TASK by name (the handler's code is not needed here).
+
+    Without --app, the job goes to --queue, else to 'default', whatever queue the
+    task is registered on: give one or the other.
+    """
+    registry = _registry(app_path, dsn)
+    if registry is not None and task not in registry:
+        raise click.BadParameter(
+            f"{app_path} has no task {task!r}; it has: {', '.join(sorted(registry)) or 'none'}",
+            param_hint="TASK",
+        )
     opts = EnqueueOptions(
         queue=queue,
         key=key,
@@ -79,8 +99,13 @@ def enqueue(
         total = count
     ids: list[int] = []
     with open_app(dsn) as app, progress(f"enqueueing {task}", total) as advance:
+        if registry is not None:
+            # The task's defaults come from its registration; its handler never runs here.
+            app.tasks.update(registry)
         batch: list[tuple[list[Any], dict[str, Any]]] = []
         for call in calls:
+            if registry is not None:
+                registry[task].check_arguments(*call)
             batch.append(call)
             if len(batch) == ENQUEUE_BATCH:
                 ids.extend(job.id for job in app.enqueue_calls(task, batch, opts))
@@ -99,6 +124,20 @@ def enqueue(
         click.echo(f"enqueued job {ids[0]} ({task})")
     else:
         click.echo(f"enqueued {len(ids):,} jobs of {task} (ids {min(ids)}..{max(ids)})")
+
+
+def _registry(app_path: str | None, dsn: str | None) -> dict[str, Task[Any, Any]] | None:
+    """The tasks of the App at MODULE:APP (imported with --dsn in $CONVEYOR_DSN, as the worker)."""
+    if app_path is None:
+        return None
+    if dsn:
+        os.environ[DSN_ENV] = dsn
+    from conveyor.cli.worker import load_app
+
+    loaded = load_app(app_path)
+    tasks = dict(loaded.tasks)
+    loaded.close()  # only its registry is needed; jobs go to --dsn through our own App
+    return tasks
 
 
 def _calls_from_file(lines: Any) -> Iterator[tuple[list[Any], dict[str, Any]]]:
