@@ -255,6 +255,13 @@ def test_malformed_dsn_is_one_line(dsn: str, expected: str) -> None:
         assert line.startswith("error: ") and expected in line
 
 
+def test_unreachable_postgres_is_one_line() -> None:
+    # Port 1 on loopback: refused at once; the pool keeps trying until its timeout.
+    result = run("jobs", "list", "--dsn", "postgresql://u@127.0.0.1:1/db", code=1)
+    line = one_line_error(result)
+    assert line.startswith("error: cannot connect to PostgreSQL at 127.0.0.1:1/db")
+
+
 def test_bad_json_arguments_and_durations_are_usage_errors(tmp_path: Path) -> None:
     dsn = f"sqlite:///{tmp_path / 'x.db'}"
     bad_json = run("enqueue", "t", "--args", "[1,", "--dsn", dsn, code=2)

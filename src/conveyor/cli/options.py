@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -40,10 +41,16 @@ json_option: Callable[[F], F] = click.option(
 def open_app(dsn: str | None) -> Iterator[App]:
     """An App on the database, for commands that need no task code (pool kept small)."""
     resolved = dsn or default_dsn()
+    context = click.get_current_context(silent=True)
+    if context is None or not context.find_root().params.get("debug"):
+        # The pool logs every failed connection attempt as a multi-line warning; the
+        # command's own error already says the server cannot be reached, in one line.
+        logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
     options: dict[str, Any] = {}
     if not resolved.startswith("sqlite:"):
-        # One command, one thread: a pool of one connection is enough.
-        options = {"min_size": 1, "max_size": 2}
+        # One command, one thread: a pool of one connection is enough. A person is
+        # waiting: an unreachable server is reported after 5 s, not the default 10.
+        options = {"min_size": 1, "max_size": 2, "connect_timeout": 5.0}
     with App(resolved, **options) as app:
         yield app
 
