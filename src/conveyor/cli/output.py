@@ -243,7 +243,7 @@ def job_view(job: Job, events: Sequence[Event]) -> RenderableType:
     fields.add_column()
     data = job_dict(job)
     for name in (
-        "id", "queue", "task", "state", "attempts", "max_attempts", "priority", "key", "group",
+        "id", "queue", "task", "state", "attempts", "priority", "key", "group",
         "batch", "run_at", "created_at", "started_at", "finished_at", "worker",
         "cancel_requested", "progress", "progress_message",
     ):  # fmt: skip
@@ -252,8 +252,6 @@ def job_view(job: Job, events: Sequence[Event]) -> RenderableType:
             continue
         if name == "attempts":
             value = f"{job.attempts} of {job.max_attempts}"
-        elif name == "max_attempts":
-            continue
         elif name == "state":
             value = Text(str(job.state), style=STATE_STYLE[str(job.state)])
         fields.add_row(name, value if isinstance(value, Text) else Text(str(value)))
@@ -264,7 +262,9 @@ def job_view(job: Job, events: Sequence[Event]) -> RenderableType:
         parts.append(Text("result: ", style="bold") + Text(json.dumps(data["result"])))
     if job.error:
         parts.append(Text(""))
-        parts.append(Text("error:", style="bold red"))
+        # A job that succeeded or waits for a retry keeps the error of an earlier attempt.
+        label = "error:" if job.state == JobState.FAILED else "error of an earlier attempt:"
+        parts.append(Text(label, style="bold red"))
         parts.append(Text(job.error.rstrip()))
     timeline = Table(title="Events", title_justify="left")
     for column in ("seq", "at", "kind", "attempt", "worker", "error"):
