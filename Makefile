@@ -66,13 +66,26 @@ test: venv ensure-postgres ensure-java
 	$(BIN)/mypy --strict src
 	$(BIN)/pytest -q
 
-## demo: run the quickstart example
-demo: venv
-	$(BIN)/python examples/quickstart.py
+## demo: run `conveyor demo` (two workers, one killed midway) on ./conveyor-demo.db
+# Its own light environment (the cli extra only: no Spark, no PostgreSQL), so a
+# fresh machine is ready in seconds; an existing dev .venv is used when present.
+DEMO_VENV := $(if $(wildcard $(STAMP)),$(VENV),.venv-demo)
+
+demo:
+	@if [ ! -x $(DEMO_VENV)/bin/conveyor ]; then \
+		echo "Creating $(DEMO_VENV) with $(PYTHON)"; \
+		$(PYTHON) -m venv $(DEMO_VENV) || { \
+			if [ "$$(id -u)" -eq 0 ]; then sudo=; else sudo=sudo; fi; \
+			$$sudo env DEBIAN_FRONTEND=noninteractive apt-get update; \
+			$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y python3-venv; \
+			rm -rf $(DEMO_VENV); $(PYTHON) -m venv $(DEMO_VENV); }; \
+		$(DEMO_VENV)/bin/python -m pip install -q -e '.[cli]'; \
+	fi
+	$(DEMO_VENV)/bin/conveyor demo
 
 ## bench: run the store benchmark
 bench: venv ensure-postgres
 	$(BIN)/python benchmarks/store.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist src/*.egg-info
+	rm -rf $(VENV) .venv-demo .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist src/*.egg-info

@@ -403,8 +403,38 @@ class App:
             raise JobNotFoundError(f"no job with id {job_id}")
         return self._attach(job)
 
-    def purge(self, older_than: timedelta) -> int:
-        """Delete terminal jobs (and their events) that finished more than ``older_than`` ago."""
+    def retry_failed(
+        self,
+        queue: str | None = None,
+        *,
+        batch_size: int = 1000,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> int:
+        """Queue every failed job (of ``queue``, or of all queues) again; return how many.
+
+        Works in batches of ``batch_size``, one transaction each, calling
+        ``on_batch(count)`` after each (for a progress bar). A keyed job whose key a
+        newer or live job holds stays failed. Jobs that fail again while this runs
+        are not retried a second time.
+        """
+        if queue is not None:
+            validate_name("queue", queue)
+        started = utcnow()
+        total = 0
+        while True:
+            ids = self.store.job_retry_failed(queue, started, utcnow(), batch_size)
+            if not ids:
+                return total
+            total += len(ids)
+            self.changes.publish("jobs", queue or "")
+            if on_batch is not None:
+                on_batch(len(ids))
+
+    def purge(self, older_than: timedelta, *, on_batch: Callable[[int], None] | None = None) -> int:
+        """Delete terminal jobs (and their events) that finished more than ``older_than`` ago.
+
+        Deletes in batches, one transaction each, calling ``on_batch(count)`` after each.
+        """
         if older_than < timedelta(0):
             raise ConfigurationError("older_than must not be negative")
         cutoff = utcnow() - older_than
@@ -414,6 +444,8 @@ class App:
             total += deleted
             if deleted == 0:
                 return total
+            if on_batch is not None:
+                on_batch(deleted)
 
     def pause(self, queue: str) -> None:
         """Stop workers from claiming from ``queue``; running jobs finish."""

@@ -254,6 +254,18 @@ class Store(Protocol):
         """Delete up to ``limit`` terminal jobs (and their events) finished before the time."""
         ...
 
+    def job_retry_failed(
+        self, queue: str | None, failed_before: datetime, now: datetime, limit: int = 1000
+    ) -> list[int]:
+        """Queue again up to ``limit`` failed jobs (of ``queue``, or of all queues), attempts reset.
+
+        Only jobs that failed at or before ``failed_before``: a caller that loops
+        until nothing is left passes the time it started, so a job failing again
+        meanwhile is not retried twice. A keyed job is retried only when it is the
+        newest job of its key and no live job holds the key. Returns the ids queued.
+        """
+        ...
+
     def queue_pause(self, queue: str, now: datetime) -> None: ...
 
     def queue_resume(self, queue: str, now: datetime) -> None: ...

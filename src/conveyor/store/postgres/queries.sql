@@ -466,3 +466,47 @@ RETURNING holder
 
 -- name: leader_release
 DELETE FROM leaders WHERE name = %(name)s AND holder = %(holder)s
+
+-- name: job_retry_failed
+-- Bulk manual retry: up to %(limit)s failed jobs of %(queue)s (all queues when
+-- NULL) that failed at or before %(before)s. The cutoff is the start of the whole
+-- operation, so a job that fails again while a long retry runs is not picked up
+-- a second time. A keyed job goes back only when it is the newest job of its key
+-- and no live job holds the key: two retried jobs of one key would both be live.
+WITH picked AS (
+    SELECT j.id FROM jobs AS j
+    WHERE j.state = 'failed' AND j.finished_at <= %(before)s
+      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+      AND (j.key IS NULL OR (
+          j.id = (SELECT max(o.id) FROM jobs AS o WHERE o.queue = j.queue AND o.key = j.key)
+          AND NOT EXISTS (
+              SELECT 1 FROM jobs AS other
+              WHERE other.queue = j.queue AND other.key = j.key
+                AND other.state IN ('queued', 'running'))))
+    ORDER BY j.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), changed AS (
+    UPDATE jobs
+    SET state = 'queued',
+        attempts = 0,
+        run_at = %(now)s,
+        cancel_requested = false,
+        worker = NULL,
+        result = NULL,
+        error = NULL,
+        progress = NULL,
+        progress_message = NULL,
+        started_at = NULL,
+        finished_at = NULL
+    FROM picked
+    WHERE jobs.id = picked.id AND jobs.state = 'failed'
+    RETURNING jobs.id, jobs.queue, jobs.task, jobs.attempts
+), changed_events AS (
+    INSERT INTO events (job_id, queue, task, kind, attempt, at)
+    SELECT id, queue, task, 'manual_retry', attempts, %(now)s FROM changed
+), notified AS (
+    -- One notification per queue, not per job: a batch is a thousand rows.
+    SELECT pg_notify('conveyor_jobs', queue) FROM (SELECT DISTINCT queue FROM changed) AS q
+)
+SELECT changed.id FROM changed, (SELECT count(*) FROM notified) AS n

@@ -514,6 +514,21 @@ class PostgresStore:
             raise _retry_refusal(job)
         return job
 
+    def job_retry_failed(
+        self, queue: str | None, failed_before: datetime, now: datetime, limit: int = 1000
+    ) -> list[int]:
+        params = {"queue": queue, "before": failed_before, "now": now, "limit": limit}
+        for _ in range(3):
+            try:
+                with self._conn() as conn:
+                    return [r[0] for r in conn.execute(_Q["job_retry_failed"], params)]
+            except pg_errors.UniqueViolation:
+                # A producer enqueued a job with the key of one being retried, after
+                # the statement's snapshot: the key's live job is theirs. The next
+                # try sees it and leaves that job failed.
+                continue
+        return []
+
     def job_purge(self, finished_before: datetime, limit: int = 10_000) -> int:
         with self._conn() as conn:
             return conn.execute(

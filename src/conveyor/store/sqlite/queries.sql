@@ -324,3 +324,35 @@ RETURNING holder
 
 -- name: leader_release
 DELETE FROM leaders WHERE name = :name AND holder = :holder
+
+-- name: job_retry_failed
+-- Bulk manual retry: up to :limit failed jobs of :queue (all queues when NULL)
+-- that failed at or before :before. The cutoff is the start of the whole
+-- operation, so a job that fails again while a long retry runs is not picked up
+-- a second time. A keyed job goes back only when it is the newest job of its key
+-- and no live job holds the key: two retried jobs of one key would both be live.
+UPDATE jobs
+SET state = 'queued',
+    attempts = 0,
+    run_at = :now,
+    cancel_requested = 0,
+    worker = NULL,
+    result = NULL,
+    error = NULL,
+    progress = NULL,
+    progress_message = NULL,
+    started_at = NULL,
+    finished_at = NULL
+WHERE id IN (
+    SELECT j.id FROM jobs AS j
+    WHERE j.state = 'failed' AND j.finished_at <= :before
+      AND (:queue IS NULL OR j.queue = :queue)
+      AND (j.key IS NULL OR (
+          j.id = (SELECT max(o.id) FROM jobs AS o WHERE o.queue = j.queue AND o.key = j.key)
+          AND NOT EXISTS (
+              SELECT 1 FROM jobs AS other
+              WHERE other.queue = j.queue AND other.key = j.key
+                AND other.state IN ('queued', 'running'))))
+    ORDER BY j.id
+    LIMIT :limit)
+RETURNING id

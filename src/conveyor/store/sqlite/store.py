@@ -452,6 +452,16 @@ class SQLiteStore:
             self._record(conn, "retry", ids, now_ts)
         return _row_to_job(row)
 
+    def job_retry_failed(
+        self, queue: str | None, failed_before: datetime, now: datetime, limit: int = 1000
+    ) -> list[int]:
+        now_ts = _ts(now)
+        params = {"queue": queue, "before": _ts(failed_before), "now": now_ts, "limit": limit}
+        with self._write() as conn:
+            ids = [r[0] for r in conn.execute(_Q["job_retry_failed"], params)]
+            self._record(conn, "retry", ids, now_ts)
+        return ids
+
     def job_purge(self, finished_before: datetime, limit: int = 10_000) -> int:
         with self._write() as conn:
             ids = [

@@ -1,4 +1,4 @@
-"""The ``conveyor`` command (installed with ``conveyor[cli]``)."""
+"""Running the queue: ``conveyor migrate`` and ``conveyor worker MODULE:APP``."""
 
 from __future__ import annotations
 
@@ -8,47 +8,19 @@ import os
 import sys
 import threading
 import time
-from typing import Any
 
 import click
 
 from conveyor.app import App
-from conveyor.errors import ConveyorError
-from conveyor.store.dsn import DSN_ENV, default_dsn
-
-dsn_option = click.option(
-    "--dsn",
-    envvar=DSN_ENV,
-    default=None,
-    show_default=f"${DSN_ENV}, else sqlite:///conveyor.db",
-    help="The database: sqlite:///path.db or postgresql://user@host:port/db.",
-)
+from conveyor.cli.options import dsn_option, open_app
+from conveyor.store.dsn import DSN_ENV
 
 
-class ConveyorGroup(click.Group):
-    """Prints conveyor's errors as one clear line (with --debug: the traceback too)."""
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except ConveyorError as exc:
-            if ctx.params.get("debug"):
-                raise
-            click.secho(f"error: {exc}", fg="red", err=True)
-            sys.exit(1)
-
-
-@click.group(cls=ConveyorGroup)
-@click.option("--debug", is_flag=True, help="Show tracebacks.")
-def cli(debug: bool) -> None:
-    """conveyor: a durable job queue on SQLite and PostgreSQL."""
-
-
-@cli.command()
+@click.command()
 @dsn_option
 def migrate(dsn: str | None) -> None:
     """Create or upgrade the database schema."""
-    with App(dsn or default_dsn()) as app:
+    with open_app(dsn) as app:
         version = app.migrate()
         click.echo(f"{app.store.description}: schema at version {version}")
 
@@ -72,8 +44,9 @@ def load_app(target: str) -> App:
     return app
 
 
-@cli.command()
+@click.command()
 @click.argument("app_path", metavar="MODULE:APP")
+@dsn_option
 @click.option("--queues", default=None, help="Comma-separated queues (default: all the app's).")
 @click.option("--concurrency", default=8, show_default=True, help="Jobs run at once.")
 @click.option("--burst", is_flag=True, help="Return when no job is ready or running.")
@@ -83,6 +56,7 @@ def load_app(target: str) -> App:
 @click.option("--log-level", default="INFO", show_default=True)
 def worker(
     app_path: str,
+    dsn: str | None,
     queues: str | None,
     concurrency: int,
     burst: bool,
@@ -91,7 +65,13 @@ def worker(
     poll_interval: float,
     log_level: str,
 ) -> None:
-    """Run a worker for the App at MODULE:APP until SIGTERM or SIGINT."""
+    """Run a worker for the App at MODULE:APP until SIGTERM or SIGINT.
+
+    The App's module is imported after --dsn is put in $CONVEYOR_DSN, so an
+    ``App()`` created without a DSN works on the database named here.
+    """
+    if dsn:
+        os.environ[DSN_ENV] = dsn
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

@@ -1,0 +1,57 @@
+"""The ``conveyor`` command (installed with ``conveyor[cli]``).
+
+Every command takes ``--dsn`` (default ``$CONVEYOR_DSN``, else ``./conveyor.db``).
+Listings print tables, or JSON with ``--json``. Errors are one line on stderr
+and a non-zero exit; ``conveyor --debug ...`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import click
+
+from conveyor.cli.group import ConveyorGroup, LazyCommand
+from conveyor.cli.jobs import enqueue, jobs
+from conveyor.cli.queues import pause, purge, resume, stats
+from conveyor.cli.worker import HANDLER_THREAD_PREFIX, load_app, migrate, worker
+
+__all__ = ["HANDLER_THREAD_PREFIX", "cli", "load_app"]
+
+_SPARK = ("pyspark", "pyarrow", "pandas", "py4j")
+
+#: Commands whose code lives in optional extras, imported only when run.
+LAZY_COMMANDS = {
+    "dashboard": LazyCommand(
+        "conveyor.web.commands:dashboard",
+        extra="web",
+        requires=("starlette", "jinja2", "uvicorn"),
+        short_help="Serve the web dashboard (and /metrics).",
+    ),
+    "report": LazyCommand(
+        "conveyor.spark.commands:report",
+        extra="spark",
+        requires=_SPARK,
+        short_help="Queue analytics with Spark: throughput, latencies, failures.",
+    ),
+    "archive": LazyCommand(
+        "conveyor.spark.commands:archive",
+        extra="spark",
+        requires=_SPARK,
+        short_help="Archive finished jobs to Parquet with Spark, then purge them.",
+    ),
+    "demo": LazyCommand(
+        "conveyor.demo:demo",
+        extra="cli",
+        requires=("rich", "click"),
+        short_help="Run a mixed workload on two workers, kill one, watch it recover.",
+    ),
+}
+
+
+@click.group(cls=ConveyorGroup, lazy=LAZY_COMMANDS)
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+def cli(debug: bool) -> None:
+    """conveyor: a durable job queue on SQLite and PostgreSQL."""
+
+
+for _command in (migrate, worker, enqueue, jobs, stats, purge, pause, resume):
+    cli.add_command(_command)
