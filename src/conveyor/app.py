@@ -352,14 +352,19 @@ class App:
         limit: int = 100,
         *,
         batch: str | None = None,
+        error: str | None = None,
         before_id: int | None = None,
     ) -> list[Job]:
-        """Jobs newest first; page with ``before_id=<last id of the previous page>``."""
+        """Jobs newest first; page with ``before_id=<last id of the previous page>``.
+
+        ``error`` keeps the jobs whose last error contains that text.
+        """
         job_filter = JobFilter(
             state=JobState(state) if state is not None else None,
             queue=queue,
             task=task,
             batch=batch,
+            error=error,
             before_id=before_id,
             limit=limit,
         )
@@ -402,6 +407,25 @@ class App:
         if job is None:
             raise JobNotFoundError(f"no job with id {job_id}")
         return self._attach(job)
+
+    def retry_failed(self, queue: str) -> int:
+        """Queue every failed job of ``queue`` again; return how many were queued.
+
+        Goes through the failed jobs a slice at a time (one transaction each), so
+        a queue with a million failures never holds one long lock.
+        """
+        validate_name("queue", queue)
+        total = 0
+        after_id = 0
+        while True:
+            part = self.store.job_retry_failed(queue, utcnow(), after_id=after_id)
+            total += part.retried
+            if part.last_id is None:
+                break
+            after_id = part.last_id
+        if total:
+            self.changes.publish("jobs", queue)
+        return total
 
     def purge(self, older_than: timedelta) -> int:
         """Delete terminal jobs (and their events) that finished more than ``older_than`` ago."""

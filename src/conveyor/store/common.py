@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from conveyor.job import LIVE_STATES, EventKind, Job, JobState, NewJob
+from conveyor.store.base import JobFilter
 
 KeyPair = tuple[str, str]
 
@@ -139,3 +141,36 @@ def new_job_record(job_id: int, new: NewJob, now: datetime) -> Job:
         group=new.group,
         batch=new.batch,
     )
+
+
+#: A keyset page with no ``before_id`` starts below this id (the largest 64-bit integer):
+#: an always-present bound lets the planner walk an index range from it.
+NO_ID_BOUND = 2**63 - 1
+
+
+def job_list_query(filter: JobFilter) -> tuple[str, dict[str, Any]]:
+    """The name of the job_list statement that serves a filter, and its parameters.
+
+    A statement with ``(:x IS NULL OR x = :x)`` for every filter cannot use an
+    index on x (its plan is made before the value is known), so each driving
+    column has its own statement (the one whose index walks the page, newest
+    first, from ``before_id`` down) and the other filters only skip rows.
+    """
+    if filter.state is not None:
+        name = "job_list_by_state"
+    elif filter.queue is not None:
+        name = "job_list_by_queue"
+    elif filter.batch is not None:
+        name = "job_list_by_batch"
+    else:
+        name = "job_list"
+    params = {
+        "state": None if filter.state is None else str(filter.state),
+        "queue": filter.queue,
+        "task": filter.task,
+        "batch": filter.batch,
+        "error": filter.error or None,
+        "before_id": NO_ID_BOUND if filter.before_id is None else filter.before_id,
+        "limit": filter.limit,
+    }
+    return name, params

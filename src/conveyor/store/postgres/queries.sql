@@ -91,7 +91,8 @@ WHERE (%(state)s::text IS NULL OR state = %(state)s)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
   AND (%(task)s::text IS NULL OR task = %(task)s)
   AND (%(batch)s::text IS NULL OR batch = %(batch)s)
-  AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s)
+  AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s)) > 0)
+  AND id < %(before_id)s
 ORDER BY id DESC
 LIMIT %(limit)s
 
@@ -466,3 +467,114 @@ RETURNING holder
 
 -- name: leader_release
 DELETE FROM leaders WHERE name = %(name)s AND holder = %(holder)s
+
+-- ---------------------------------------------------------------------------
+-- The dashboard and /metrics.
+
+-- name: job_list_by_state
+-- job_list when a state is given: walks jobs_state_id from before_id down, so a
+-- page costs the same at the first page and the ten-thousandth (the generic plan
+-- can use the index because state and the id bound are plain comparisons). The
+-- other filters (and the error text, a substring match) only skip rows.
+SELECT * FROM jobs
+WHERE state = %(state)s
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(task)s::text IS NULL OR task = %(task)s)
+  AND (%(batch)s::text IS NULL OR batch = %(batch)s)
+  AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s)) > 0)
+  AND id < %(before_id)s
+ORDER BY id DESC
+LIMIT %(limit)s
+
+-- name: job_list_by_queue
+-- job_list when a queue but no state is given: walks jobs_queue_id.
+SELECT * FROM jobs
+WHERE queue = %(queue)s
+  AND (%(task)s::text IS NULL OR task = %(task)s)
+  AND (%(batch)s::text IS NULL OR batch = %(batch)s)
+  AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s)) > 0)
+  AND id < %(before_id)s
+ORDER BY id DESC
+LIMIT %(limit)s
+
+-- name: job_list_by_batch
+-- job_list when only a batch (and perhaps a task) is given: reads the batch's
+-- rows from jobs_batch and sorts them (a batch is bounded by what one fan-out made).
+SELECT * FROM jobs
+WHERE batch = %(batch)s
+  AND (%(task)s::text IS NULL OR task = %(task)s)
+  AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s)) > 0)
+  AND id < %(before_id)s
+ORDER BY id DESC
+LIMIT %(limit)s
+
+-- name: stats_finished_per_slot
+-- Jobs that reached a terminal state since since, per queue, state and slot of
+-- slot seconds (slot 0 starts at since): the throughput chart. Reads the
+-- jobs_finished index range of that hour only.
+SELECT queue, state,
+       floor(extract(epoch FROM finished_at - %(since)s) / %(slot)s)::int AS slot_index,
+       count(*)
+FROM jobs
+WHERE finished_at >= %(since)s
+GROUP BY queue, state, slot_index
+
+-- name: event_count_by_kind
+-- Events after after_seq per queue and kind, with the last seq counted: /metrics
+-- adds these to its counters and asks again from there, reading only new events.
+SELECT queue, kind, count(*), max(seq) FROM events
+WHERE seq > %(after_seq)s
+GROUP BY queue, kind
+
+-- name: job_run_time_histogram
+-- Run time (started_at to finished_at of the last attempt) of the jobs that ended
+-- in (after, until], per queue and bucket; bucket i counts run times above
+-- bounds[i-1] and at most bounds[i] (Prometheus "le" buckets, not cumulative).
+SELECT queue,
+       (SELECT count(*) FROM unnest(%(bounds)s::float8[]) AS b WHERE b < d) AS bucket,
+       count(*),
+       sum(d)
+FROM (SELECT queue, extract(epoch FROM finished_at - started_at)::float8 AS d
+      FROM jobs
+      WHERE finished_at > %(after)s AND finished_at <= %(until)s
+        AND state IN ('succeeded', 'failed') AND started_at IS NOT NULL) AS runs
+GROUP BY queue, bucket
+
+-- name: job_retry_failed
+-- "Retry all failed" of a queue, a slice at a time: the next failed jobs after
+-- after_id are queued again with the same key rule as job_retry. Answers the
+-- last id looked at (NULL when there were none left) and how many were queued;
+-- a job whose key another live job now holds stays failed and is passed over.
+WITH picked AS MATERIALIZED (
+    SELECT id FROM jobs
+    WHERE state = 'failed' AND queue = %(queue)s AND id > %(after_id)s
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), changed AS (
+    UPDATE jobs
+    SET state = 'queued',
+        attempts = 0,
+        run_at = %(now)s,
+        cancel_requested = false,
+        worker = NULL,
+        result = NULL,
+        error = NULL,
+        progress = NULL,
+        progress_message = NULL,
+        started_at = NULL,
+        finished_at = NULL
+    WHERE id IN (SELECT id FROM picked) AND state = 'failed'
+      AND (key IS NULL OR NOT EXISTS (
+          SELECT 1 FROM jobs AS other
+          WHERE other.queue = jobs.queue AND other.key = jobs.key
+            AND other.state IN ('queued', 'running')))
+    RETURNING id, queue, task, attempts
+), changed_events AS (
+    INSERT INTO events (job_id, queue, task, kind, attempt, at)
+    SELECT id, queue, task, 'manual_retry', attempts, %(now)s FROM changed
+)
+SELECT (SELECT max(id) FROM picked),
+       (SELECT count(*) FROM changed),
+       CASE WHEN EXISTS (SELECT 1 FROM changed)
+            THEN pg_notify('conveyor_jobs', %(queue)s) END

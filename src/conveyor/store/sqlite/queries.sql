@@ -52,7 +52,8 @@ WHERE (:state IS NULL OR state = :state)
   AND (:queue IS NULL OR queue = :queue)
   AND (:task IS NULL OR task = :task)
   AND (:batch IS NULL OR batch = :batch)
-  AND (:before_id IS NULL OR id < :before_id)
+  AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
+  AND id < :before_id
 ORDER BY id DESC
 LIMIT :limit
 
@@ -324,3 +325,100 @@ RETURNING holder
 
 -- name: leader_release
 DELETE FROM leaders WHERE name = :name AND holder = :holder
+
+-- ---------------------------------------------------------------------------
+-- The dashboard and /metrics.
+
+-- name: job_list_by_state
+-- job_list when a state is given: walks jobs_state_id from :before_id down, so a
+-- page costs the same at the first page and the ten-thousandth. The other
+-- filters (and the error text, a substring match) only skip rows of that range.
+SELECT * FROM jobs
+WHERE state = :state
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:task IS NULL OR task = :task)
+  AND (:batch IS NULL OR batch = :batch)
+  AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
+  AND id < :before_id
+ORDER BY id DESC
+LIMIT :limit
+
+-- name: job_list_by_queue
+-- job_list when a queue but no state is given: walks jobs_queue_id.
+SELECT * FROM jobs
+WHERE queue = :queue
+  AND (:task IS NULL OR task = :task)
+  AND (:batch IS NULL OR batch = :batch)
+  AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
+  AND id < :before_id
+ORDER BY id DESC
+LIMIT :limit
+
+-- name: job_list_by_batch
+-- job_list when only a batch (and perhaps a task) is given: walks jobs_batch,
+-- whose entries end in the rowid, so they come in id order.
+SELECT * FROM jobs
+WHERE batch = :batch
+  AND (:task IS NULL OR task = :task)
+  AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
+  AND id < :before_id
+ORDER BY id DESC
+LIMIT :limit
+
+-- name: stats_finished_per_slot
+-- Jobs that reached a terminal state since :since, per queue, state and slot of
+-- :slot seconds (slot 0 starts at :since): the throughput chart. Reads the
+-- jobs_finished index range of that hour only.
+SELECT queue, state, CAST((finished_at - :since) / :slot AS INTEGER) AS slot_index, count(*)
+FROM jobs
+WHERE finished_at >= :since AND finished_at IS NOT NULL
+GROUP BY queue, state, slot_index
+
+-- name: event_count_by_kind
+-- Events after :after_seq per queue and kind, with the last seq counted: /metrics
+-- adds these to its counters and asks again from there, reading only new events.
+SELECT queue, kind, count(*), max(seq) FROM events
+WHERE seq > :after_seq
+GROUP BY queue, kind
+
+-- name: job_run_time_histogram
+-- Run time (started_at to finished_at of the last attempt) of the jobs that ended
+-- in (:after, :until], per queue and bucket; bucket i counts run times above
+-- :bounds[i-1] and at most :bounds[i] (Prometheus "le" buckets, not cumulative).
+SELECT queue,
+       (SELECT count(*) FROM json_each(:bounds) WHERE value < finished_at - started_at)
+           AS bucket,
+       count(*),
+       sum(finished_at - started_at)
+FROM jobs
+WHERE finished_at > :after AND finished_at <= :until
+  AND state IN ('succeeded', 'failed') AND started_at IS NOT NULL
+GROUP BY queue, bucket
+
+-- name: job_failed_ids
+-- The next failed jobs of a queue after :after_id, for "retry all failed".
+SELECT id FROM jobs
+WHERE state = 'failed' AND queue = :queue AND id > :after_id
+ORDER BY id
+LIMIT :limit
+
+-- name: job_retry_many
+-- job_retry for the ids of :ids (a JSON array), with the same key rule.
+UPDATE jobs
+SET state = 'queued',
+    attempts = 0,
+    run_at = :now,
+    cancel_requested = 0,
+    worker = NULL,
+    result = NULL,
+    error = NULL,
+    progress = NULL,
+    progress_message = NULL,
+    started_at = NULL,
+    finished_at = NULL
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ('failed', 'cancelled')
+  AND (key IS NULL OR NOT EXISTS (
+      SELECT 1 FROM jobs AS other
+      WHERE other.queue = jobs.queue AND other.key = jobs.key
+        AND other.state IN ('queued', 'running')))
+RETURNING id
