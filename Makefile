@@ -12,7 +12,7 @@ CODE_PATHS := $(wildcard src tests benchmarks)
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv test lint format typecheck pytest ensure-postgres demo bench clean
+.PHONY: venv test lint format typecheck pytest ensure-postgres ensure-chromium demo bench clean
 
 ## venv: create .venv and install the package with its dev extras (re-run when pyproject.toml changes)
 venv: $(STAMP)
@@ -37,6 +37,10 @@ $(STAMP): pyproject.toml
 ensure-postgres:
 	scripts/ensure-postgres.sh
 
+## ensure-chromium: install Debian's chromium and chromedriver if missing (dashboard browser tests)
+ensure-chromium:
+	scripts/ensure-chromium.sh
+
 ## lint: ruff (lint + format check) and mypy --strict
 lint: venv
 	$(BIN)/ruff check $(CODE_PATHS)
@@ -52,11 +56,11 @@ format: venv
 	$(BIN)/ruff check --fix $(CODE_PATHS)
 
 ## pytest: the test suite only
-pytest: venv ensure-postgres
+pytest: venv ensure-postgres ensure-chromium
 	$(BIN)/pytest -q
 
 ## test: everything CI checks
-test: venv ensure-postgres
+test: venv ensure-postgres ensure-chromium
 	$(BIN)/ruff check $(CODE_PATHS)
 	$(BIN)/ruff format --check $(CODE_PATHS)
 	$(BIN)/mypy --strict src

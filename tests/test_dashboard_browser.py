@@ -67,6 +67,7 @@ def seeded(tmp_path: Path) -> Iterator[tuple[App, Seeded]]:
 @pytest.fixture
 def shoot(browser: WebDriver, tmp_path: Path) -> Callable[[str], Path]:
     fresh(browser)
+
     def save(name: str) -> Path:
         path = tmp_path / f"{name}.png"
         assert browser.save_screenshot(str(path)), f"no screenshot of {name}"
@@ -146,9 +147,7 @@ def test_failed_job_traceback_and_retry(
         assert console_errors(browser) == []
 
 
-def test_post_without_csrf_token_is_refused(
-    browser: WebDriver, seeded: tuple[App, Seeded]
-) -> None:
+def test_post_without_csrf_token_is_refused(browser: WebDriver, seeded: tuple[App, Seeded]) -> None:
     app, ids = seeded
     with serve(app) as base:
         browser.get(f"{base}/jobs/{ids.failed_id}")

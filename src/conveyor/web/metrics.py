@@ -52,8 +52,9 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 class Metrics:
     """The counters and histogram of one dashboard process, and the text of a scrape."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: App, commit_lag: timedelta = COMMIT_LAG) -> None:
         self.app = app
+        self.commit_lag = commit_lag
         self._lock = threading.Lock()
         self._last_seq = 0
         self._events: dict[tuple[str, str], int] = {}
@@ -68,7 +69,7 @@ class Metrics:
         for key, count in counted.counts.items():
             self._events[key] = self._events.get(key, 0) + count
         self._last_seq = counted.last_seq
-        until = now - COMMIT_LAG
+        until = now - self.commit_lag
         if until > self._window_end:
             for row in store.job_run_time_histogram(self._window_end, until, RUN_TIME_BOUNDS):
                 buckets = self._buckets.setdefault(row.queue, [0] * (len(RUN_TIME_BOUNDS) + 1))

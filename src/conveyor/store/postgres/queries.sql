@@ -578,3 +578,10 @@ SELECT (SELECT max(id) FROM picked),
        (SELECT count(*) FROM changed),
        CASE WHEN EXISTS (SELECT 1 FROM changed)
             THEN pg_notify('conveyor_jobs', %(queue)s) END
+
+-- name: plan_for_values
+-- For the rest of this transaction, plan each statement for its parameter values.
+-- The sessions plan generically (see _session_options), which suits the claim;
+-- a job list's best plan depends on the values: a rare state walks jobs_state_id,
+-- a common one the primary key.
+SET LOCAL plan_cache_mode = force_custom_plan

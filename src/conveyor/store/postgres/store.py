@@ -334,7 +334,9 @@ class PostgresStore:
 
     def job_list(self, filter: JobFilter) -> list[Job]:
         name, params = job_list_query(filter)
-        return self._fetch_jobs(name, params)
+        with self._tx() as conn:
+            conn.execute(_Q["plan_for_values"])
+            return [_row_to_job(r) for r in conn.execute(_Q[name], params).fetchall()]
 
     def event_list(self, job_id: int) -> list[Event]:
         with self._conn() as conn:
