@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -48,7 +49,7 @@ def csrf_of(client: TestClient, path: str = "/") -> str:
     return match.group(1)
 
 
-def post(client: TestClient, path: str, **form: str) -> object:
+def post(client: TestClient, path: str, **form: str) -> Any:
     return client.post(path, data=form, follow_redirects=False)
 
 
@@ -144,14 +145,14 @@ def test_retry_with_form_token_queues_the_job_again(
 ) -> None:
     token = csrf_of(client, f"/jobs/{seeded.failed_id}")
     response = post(client, f"/jobs/{seeded.failed_id}/retry", csrf_token=token)
-    assert response.status_code == 303  # type: ignore[attr-defined]
-    location = response.headers["location"]  # type: ignore[attr-defined]
+    assert response.status_code == 303
+    location = response.headers["location"]
     assert location == f"/jobs/{seeded.failed_id}?notice=retried"
     assert app.get(seeded.failed_id).state == JobState.QUEUED
     assert "Job queued again." in client.get(location).text
     # A second retry of the now queued job is refused with the store's reason.
     again = post(client, f"/jobs/{seeded.failed_id}/retry", csrf_token=token)
-    assert again.status_code == 409  # type: ignore[attr-defined]
+    assert again.status_code == 409
 
 
 def test_posts_without_the_form_token_or_from_another_site_are_refused(
@@ -159,8 +160,8 @@ def test_posts_without_the_form_token_or_from_another_site_are_refused(
 ) -> None:
     token = csrf_of(client)
     path = f"/jobs/{seeded.failed_id}/retry"
-    assert post(client, path).status_code == 403  # type: ignore[attr-defined]
-    assert post(client, path, csrf_token="guess").status_code == 403  # type: ignore[attr-defined]
+    assert post(client, path).status_code == 403
+    assert post(client, path, csrf_token="guess").status_code == 403
     foreign = client.post(
         path,
         data={"csrf_token": token},
@@ -178,9 +179,7 @@ def test_cancel_pause_resume_retry_all_and_purge(
     token = csrf_of(client)
     assert (
         post(client, f"/jobs/{seeded.script_id}/cancel", csrf_token=token)
-        .headers[  # type: ignore[attr-defined]
-            "location"
-        ]
+        .headers["location"]
         .endswith("notice=cancelled")
     )
     assert app.get(seeded.script_id).state == JobState.CANCELLED
@@ -194,19 +193,16 @@ def test_cancel_pause_resume_retry_all_and_purge(
     assert not app.stats().queues["mail"].paused
 
     response = post(client, "/queues/reports/retry-failed", csrf_token=token)
-    assert response.headers["location"] == "/?notice=retried_all&n=1"  # type: ignore[attr-defined]
+    assert response.headers["location"] == "/?notice=retried_all&n=1"
     assert app.get(seeded.failed_id).state == JobState.QUEUED
     assert (
-        "Failed jobs of the queue queued again: 1."
-        in client.get(
-            response.headers["location"]  # type: ignore[attr-defined]
-        ).text
+        "Failed jobs of the queue queued again: 1." in client.get(response.headers["location"]).text
     )
 
     # Purge deletes what finished before the cutoff: nothing is a day old yet.
     response = post(client, "/purge", csrf_token=token, older_than="1d")
-    assert response.headers["location"] == "/?notice=purged&n=0"  # type: ignore[attr-defined]
-    assert post(client, "/purge", csrf_token=token, older_than="1y").status_code == 409  # type: ignore[attr-defined]
+    assert response.headers["location"] == "/?notice=purged&n=0"
+    assert post(client, "/purge", csrf_token=token, older_than="1y").status_code == 409
     assert app.get(seeded.succeeded_id).state == JobState.SUCCEEDED
 
 
@@ -237,7 +233,7 @@ def test_token_is_needed_for_every_request(app: App, seeded: Seeded) -> None:
         assert client.get("/jobs?state=failed").status_code == 200  # with the cookie now
         token = csrf_of(client)
         retried = post(client, f"/jobs/{seeded.failed_id}/retry", csrf_token=token)
-        assert retried.status_code == 303  # type: ignore[attr-defined]
+        assert retried.status_code == 303
 
 
 def test_loopback_only_dashboard_refuses_other_host_names(app: App, seeded: Seeded) -> None:

@@ -92,17 +92,15 @@ def wait_for(browser: WebDriver, css: str, timeout: float = 10) -> None:
 
 
 def test_overview_shows_the_queues_and_workers(
-    browser: WebDriver, dsn: str, tmp_path: Path
+    browser: WebDriver, dsn: str, shoot: Callable[[str], Path]
 ) -> None:
-    fresh(browser)
     with App(dsn) as app:
         app.migrate()
         seed(app)
         with serve(app) as base:
             browser.get(base + "/")
             wait_for(browser, "table.queues")
-            (tmp_path / "shot").mkdir()
-            browser.save_screenshot(str(tmp_path / "shot" / "overview.png"))
+            shoot("overview")
             rows = browser.find_elements(By.CSS_SELECTOR, "table.queues tbody tr")
             names = [r.find_element(By.CSS_SELECTOR, "td a").text for r in rows]
             assert names == ["mail", "media", "reports", "web"]
