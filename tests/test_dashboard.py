@@ -22,7 +22,7 @@ from starlette.testclient import TestClient
 
 from conveyor import App
 from conveyor.job import JobState, utcnow
-from conveyor.store.base import Completion
+from conveyor.store.base import Completion, Failure
 from conveyor.web import create_app
 from conveyor.web.commands import dashboard
 from conveyor.web.metrics import Metrics
@@ -263,40 +263,57 @@ def test_metrics_gauges_and_counters(app: App, client: TestClient, seeded: Seede
     first = samples(response.text)
     assert first['conveyor_jobs{queue="reports",state="failed"}'] == 1
     assert first['conveyor_jobs{queue="mail",state="succeeded"}'] == 2
-    assert first['conveyor_jobs_succeeded_total{queue="mail"}'] == 2
-    assert first['conveyor_jobs_failed_total{queue="reports"}'] == 1
-    assert first['conveyor_jobs_enqueued_total{queue="mail"}'] == 4
     assert first["conveyor_workers"] == 1
+    assert first['conveyor_worker_jobs_in_hand{host="build-01"}'] == 1
     assert first['conveyor_queue_oldest_ready_age_seconds{queue="mail"}'] >= 0
+    assert first['conveyor_queue_oldest_ready_age_seconds{queue="reports"}'] == 0  # none ready
+    # Counters count from the first scrape on, as a process's own counters do.
+    assert first['conveyor_jobs_succeeded_total{queue="mail"}'] == 0
+    assert "# TYPE conveyor_jobs_succeeded_total counter" in response.text
     assert "# TYPE conveyor_job_run_seconds histogram" in response.text
 
-    # Counters go on from where the last scrape stopped: new events only, once.
     app.retry(seeded.failed_id)
-    (job,) = app.store.job_claim(["mail"], 1, "w9", timedelta(seconds=30), utcnow())
-    app.store.job_complete([Completion(job.id, job.lease_token or "", None)], utcnow())
+    now = utcnow()
+    done, broken = app.store.job_claim(["mail"], 2, "w9", timedelta(seconds=30), now)
+    app.store.job_complete([Completion(done.id, done.lease_token or "", None)], now)
+    app.store.job_fail([Failure(broken.id, broken.lease_token or "", "boom", now)], now)
     second = samples(client.get("/metrics").text)
-    assert second['conveyor_jobs_succeeded_total{queue="mail"}'] == 3
+    assert second['conveyor_jobs_succeeded_total{queue="mail"}'] == 1
+    assert second['conveyor_jobs_retried_total{queue="mail"}'] == 1  # attempts were left
     assert second['conveyor_jobs_manually_retried_total{queue="reports"}'] == 1
-    assert second['conveyor_jobs_failed_total{queue="reports"}'] == 1
+    assert second['conveyor_jobs_failed_total{queue="reports"}'] == 0
     assert second['conveyor_jobs{queue="reports",state="failed"}'] == 0
+    # A scrape with nothing new adds nothing: each event is counted once.
+    third = samples(client.get("/metrics").text)
+    assert {k: v for k, v in third.items() if "_total" in k} == {
+        k: v for k, v in second.items() if "_total" in k
+    }
 
 
 def test_run_time_histogram_is_cumulative_and_counts_each_job_once(
     app: App, seeded: Seeded
 ) -> None:
-    # No commit lag here: the jobs of the seed ended a moment ago.
-    metrics = Metrics(app, commit_lag=timedelta(0))
-    first = samples(metrics.render())
-    assert first['conveyor_job_run_seconds_count{queue="mail"}'] == 2
-    assert first['conveyor_job_run_seconds_bucket{queue="mail",le="+Inf"}'] == 2
-    assert first['conveyor_job_run_seconds_count{queue="reports"}'] == 1
-    buckets = [
-        v for k, v in first.items() if k.startswith('conveyor_job_run_seconds_bucket{queue="mail"')
-    ]
-    assert buckets == sorted(buckets)  # cumulative
+    metrics = Metrics(app, commit_lag=timedelta(0))  # no wait for late commits here
+    metrics.render()  # the first scrape: counting starts here
+    jobs = app.store.job_claim(["mail", "media"], 3, "w9", timedelta(seconds=30), utcnow())
+    app.store.job_complete([Completion(j.id, j.lease_token or "", None) for j in jobs], utcnow())
     time.sleep(0.01)
-    second = samples(metrics.render())
-    assert second['conveyor_job_run_seconds_count{queue="mail"}'] == 2  # not counted again
+    counted = samples(metrics.render())
+    assert counted['conveyor_job_run_seconds_count{queue="mail"}'] == 2
+    assert counted['conveyor_job_run_seconds_count{queue="media"}'] == 1
+    # Each ran for well under a second (claimed, then completed at once).
+    assert counted['conveyor_job_run_seconds_bucket{queue="mail",le="1.0"}'] == 2
+    assert counted['conveyor_job_run_seconds_bucket{queue="mail",le="+Inf"}'] == 2
+    assert 0 <= counted['conveyor_job_run_seconds_sum{queue="mail"}'] < 2
+    buckets = [
+        v
+        for k, v in counted.items()
+        if k.startswith('conveyor_job_run_seconds_bucket{queue="mail"')
+    ]
+    assert len(buckets) == 17 and buckets == sorted(buckets)  # cumulative
+    # The seed's jobs ended before the first scrape: not counted; and none twice.
+    assert 'conveyor_job_run_seconds_count{queue="reports"}' not in counted
+    assert samples(metrics.render())['conveyor_job_run_seconds_count{queue="mail"}'] == 2
 
 
 def test_healthz(app: App, client: TestClient) -> None:

@@ -350,6 +350,10 @@ class Store(Protocol):
         """
         ...
 
+    def event_last_seq(self) -> int:
+        """The seq of the newest event (0 when there is none)."""
+        ...
+
     def job_run_time_histogram(
         self, finished_after: datetime, finished_until: datetime, bounds: Sequence[float]
     ) -> list[RunTimeBucket]:

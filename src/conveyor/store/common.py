@@ -148,22 +148,15 @@ def new_job_record(job_id: int, new: NewJob, now: datetime) -> Job:
 NO_ID_BOUND = 2**63 - 1
 
 
-def job_list_query(filter: JobFilter) -> tuple[str, dict[str, Any]]:
-    """The name of the job_list statement that serves a filter, and its parameters.
+def job_list_queries(filter: JobFilter) -> list[tuple[str, dict[str, Any]]]:
+    """The job_list statements that serve a filter, with their parameters.
 
     A statement with ``(:x IS NULL OR x = :x)`` for every filter cannot use an
     index on x (its plan is made before the value is known), so each driving
-    column has its own statement (the one whose index walks the page, newest
-    first, from ``before_id`` down) and the other filters only skip rows.
+    column has its own statement: the one whose index walks the page, newest
+    first, from ``before_id`` down; the other filters only skip rows. A queue
+    without a state is one walk per state (merge with ``newest_first``).
     """
-    if filter.state is not None:
-        name = "job_list_by_state"
-    elif filter.queue is not None:
-        name = "job_list_by_queue"
-    elif filter.batch is not None:
-        name = "job_list_by_batch"
-    else:
-        name = "job_list"
     params = {
         "state": None if filter.state is None else str(filter.state),
         "queue": filter.queue,
@@ -173,4 +166,18 @@ def job_list_query(filter: JobFilter) -> tuple[str, dict[str, Any]]:
         "before_id": NO_ID_BOUND if filter.before_id is None else filter.before_id,
         "limit": filter.limit,
     }
-    return name, params
+    if filter.queue is not None:
+        states = [params["state"]] if filter.state is not None else [str(s) for s in JobState]
+        return [("job_list_by_queue_state", {**params, "state": s}) for s in states]
+    if filter.state is not None:
+        return [("job_list_by_state", params)]
+    if filter.batch is not None:
+        return [("job_list_by_batch", params)]
+    return [("job_list", params)]
+
+
+def newest_first(pages: Sequence[Sequence[Job]], limit: int) -> list[Job]:
+    """The newest ``limit`` jobs of pages that are each newest first."""
+    if len(pages) == 1:
+        return list(pages[0][:limit])
+    return sorted((job for page in pages for job in page), key=lambda j: -j.id)[:limit]

@@ -1,20 +1,20 @@
 """/metrics in the Prometheus text format (version 0.0.4), written by hand.
 
 Gauges (jobs per queue and state, oldest ready age, paused, workers) are read
-fresh on every scrape. Counters and the run-time histogram grow from what the
-store recorded: each scrape reads only what is new since the previous one (the
-events after the last seq counted; the jobs that ended since the last window),
-so a scrape stays cheap on a big database. They count from the first scrape of
-this process, which counts everything still in the store (purged jobs are
-gone); a restart starts them again, which Prometheus's rate() expects of
-counters.
+fresh on every scrape. Counters and the run-time histogram count what happens
+from this process's first scrape on, as an application's own counters would
+(Prometheus's rate() and increase() expect a restart to start them again):
+each scrape reads only what is new since the previous one, the events after
+the last seq counted and the jobs that ended since the last window, so a
+scrape stays cheap on a database of millions of jobs (counting all of history
+at the first scrape took 10+ s at a million jobs).
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from conveyor.app import App
 from conveyor.job import EventKind, JobState, utcnow
@@ -46,7 +46,6 @@ COUNTED_KINDS = {
     ),
     EventKind.CANCELLED: ("conveyor_jobs_cancelled_total", "Jobs cancelled."),
 }
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class Metrics:
@@ -56,20 +55,25 @@ class Metrics:
         self.app = app
         self.commit_lag = commit_lag
         self._lock = threading.Lock()
-        self._last_seq = 0
+        #: None until the first scrape, which starts the counters at the newest event.
+        self._last_seq: int | None = None
         self._events: dict[tuple[str, str], int] = {}
-        self._window_end = _EPOCH
+        self._window_end = utcnow()  # set again by the first scrape
         # queue -> per-bucket counts (last one above every bound), sum of seconds.
         self._buckets: dict[str, list[int]] = {}
         self._sums: dict[str, float] = {}
 
     def _catch_up(self, now: datetime) -> None:
         store = self.app.store
+        until = now - self.commit_lag
+        if self._last_seq is None:
+            self._last_seq = store.event_last_seq()
+            self._window_end = until
+            return
         counted = store.event_count_by_kind(self._last_seq)
         for key, count in counted.counts.items():
             self._events[key] = self._events.get(key, 0) + count
         self._last_seq = counted.last_seq
-        until = now - self.commit_lag
         if until > self._window_end:
             for row in store.job_run_time_histogram(self._window_end, until, RUN_TIME_BOUNDS):
                 buckets = self._buckets.setdefault(row.queue, [0] * (len(RUN_TIME_BOUNDS) + 1))

@@ -43,9 +43,10 @@ from conveyor.store.base import (
     WorkerInfo,
 )
 from conveyor.store.common import (
-    job_list_query,
+    job_list_queries,
     key_pairs,
     new_job_record,
+    newest_first,
     plan_insert,
     resolve_plan,
 )
@@ -333,10 +334,13 @@ class PostgresStore:
         return [by_id[i] for i in job_ids if i in by_id]
 
     def job_list(self, filter: JobFilter) -> list[Job]:
-        name, params = job_list_query(filter)
         with self._tx() as conn:
             conn.execute(_Q["plan_for_values"])
-            return [_row_to_job(r) for r in conn.execute(_Q[name], params).fetchall()]
+            pages = [
+                [_row_to_job(r) for r in conn.execute(_Q[name], params).fetchall()]
+                for name, params in job_list_queries(filter)
+            ]
+        return newest_first(pages, filter.limit)
 
     def event_list(self, job_id: int) -> list[Event]:
         with self._conn() as conn:
@@ -615,6 +619,11 @@ class PostgresStore:
             counts[(queue, kind)] = count
             last = max(last, max_seq)
         return EventCounts(counts=counts, last_seq=last)
+
+    def event_last_seq(self) -> int:
+        with self._conn() as conn:
+            row = conn.execute(_Q["event_last_seq"]).fetchone()
+        return int(row[0]) if row else 0
 
     def job_run_time_histogram(
         self, finished_after: datetime, finished_until: datetime, bounds: Sequence[float]

@@ -42,9 +42,10 @@ from conveyor.store.common import (
     EVENT_KINDS,
     RESCUE_ENDINGS,
     WITH_ERROR,
-    job_list_query,
+    job_list_queries,
     key_pairs,
     new_job_record,
+    newest_first,
     plan_insert,
     resolve_plan,
 )
@@ -273,8 +274,12 @@ class SQLiteStore:
         return [by_id[i] for i in job_ids if i in by_id]
 
     def job_list(self, filter: JobFilter) -> list[Job]:
-        name, params = job_list_query(filter)
-        return [_row_to_job(r) for r in self._conn().execute(_Q[name], params)]
+        conn = self._conn()
+        pages = [
+            [_row_to_job(r) for r in conn.execute(_Q[name], params)]
+            for name, params in job_list_queries(filter)
+        ]
+        return newest_first(pages, filter.limit)
 
     def event_list(self, job_id: int) -> list[Event]:
         rows = self._conn().execute(_Q["event_list"], {"job_id": job_id})
@@ -559,6 +564,9 @@ class SQLiteStore:
             counts[(queue, kind)] = count
             last = max(last, max_seq)
         return EventCounts(counts=counts, last_seq=last)
+
+    def event_last_seq(self) -> int:
+        return int(self._conn().execute(_Q["event_last_seq"]).fetchone()[0])
 
     def job_run_time_histogram(
         self, finished_after: datetime, finished_until: datetime, bounds: Sequence[float]
