@@ -370,9 +370,11 @@ LIMIT :limit
 -- name: stats_finished_per_slot
 -- Jobs that reached a terminal state since :since, per queue, state and slot of
 -- :slot seconds (slot 0 starts at :since): the throughput chart. Reads the
--- jobs_finished index range of that hour only.
+-- jobs_finished index range of that hour only: INDEXED BY, because with
+-- statistics the planner preferred walking all of jobs_queue_state in GROUP BY
+-- order (1.4 s instead of 70 ms at a million jobs).
 SELECT queue, state, CAST((finished_at - :since) / :slot AS INTEGER) AS slot_index, count(*)
-FROM jobs
+FROM jobs INDEXED BY jobs_finished
 WHERE finished_at >= :since AND finished_at IS NOT NULL
 GROUP BY queue, state, slot_index
 
@@ -395,7 +397,7 @@ SELECT queue,
            AS bucket,
        count(*),
        sum(finished_at - started_at)
-FROM jobs
+FROM jobs INDEXED BY jobs_finished  -- the window's range, not all of jobs_queue_state
 WHERE finished_at > :after AND finished_at <= :until
   AND state IN ('succeeded', 'failed') AND started_at IS NOT NULL
 GROUP BY queue, bucket
