@@ -236,13 +236,19 @@ def test_token_is_needed_for_every_request(app: App, seeded: Seeded) -> None:
         assert retried.status_code == 303
 
 
-def test_loopback_only_dashboard_refuses_other_host_names(app: App, seeded: Seeded) -> None:
-    web = create_app(app, allowed_hosts=["127.0.0.1", "localhost"])
-    with TestClient(web, base_url=BASE) as client:
-        assert client.get("/").status_code == 200
+def test_without_a_token_only_loopback_host_names_are_answered(app: App, seeded: Seeded) -> None:
+    web = create_app(app)
+    for base in (BASE, "http://localhost:8080", "http://[::1]:8080"):
+        with TestClient(web, base_url=base) as client:
+            assert client.get("/").status_code == 200, base
     # A foreign name that resolves to 127.0.0.1 (DNS rebinding) gets nothing.
     with TestClient(web, base_url="http://evil.example:8080") as client:
         assert client.get("/").status_code == 400
+    # With a token, or when told to, any name is answered.
+    with TestClient(create_app(app, token="t"), base_url="http://jobs.internal") as client:
+        assert client.get("/", headers={"Authorization": "Bearer t"}).status_code == 200
+    with TestClient(create_app(app, allowed_hosts=["*"]), base_url="http://a.b") as client:
+        assert client.get("/").status_code == 200
 
 
 # --- metrics and health -------------------------------------------------------------------

@@ -350,6 +350,10 @@ class Store(Protocol):
         """
         ...
 
+    def queue_names(self) -> list[str]:
+        """Every queue that holds jobs or has been paused, by name."""
+        ...
+
     def event_last_seq(self) -> int:
         """The seq of the newest event (0 when there is none)."""
         ...

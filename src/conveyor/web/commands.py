@@ -47,7 +47,8 @@ def dashboard(dsn: str | None, host: str, port: int, token: str | None) -> None:
         )
     app = App(dsn)
     # Without a token the pages are open to this machine only; answering just the
-    # loopback names keeps a foreign site from reaching them through DNS rebinding.
+    # loopback names (and the address given) keeps a foreign site from reaching
+    # them through DNS rebinding.
     allowed = None if token is not None else [*LOOPBACK_NAMES, host]
     web = create_app(app, token, allowed_hosts=allowed)
     shown = f"[{host}]" if ":" in host else host

@@ -30,7 +30,7 @@ from conveyor.errors import ConveyorError, JobNotFoundError
 from conveyor.job import JobState, utcnow
 from conveyor.web import charts
 from conveyor.web.metrics import Metrics
-from conveyor.web.security import CSRF_FIELD, CsrfTokens, Guard, foreign_origin
+from conveyor.web.security import CSRF_FIELD, LOOPBACK_NAMES, CsrfTokens, Guard, foreign_origin
 
 #: Seconds between refreshes of the overview.
 REFRESH_SECONDS = 5
@@ -62,10 +62,15 @@ def create_app(
     """The dashboard of ``app`` as an ASGI application.
 
     With ``token``, every request must carry it (see conveyor.web.security).
-    ``allowed_hosts`` limits the Host names answered (the command passes the
-    loopback names when it runs without a token).
+    ``allowed_hosts`` are the Host names it answers to; by default the
+    loopback names when there is no token (a page elsewhere cannot reach it
+    through DNS rebinding) and any name when there is one. ``["*"]`` allows
+    any name without a token, for a dashboard behind a proxy that checks.
     """
-    return Dashboard(app).build(token, allowed_hosts)
+    if allowed_hosts is None:
+        allowed_hosts = LOOPBACK_NAMES if token is None else ["*"]
+    hosts = None if "*" in allowed_hosts else allowed_hosts
+    return Dashboard(app).build(token, hosts)
 
 
 class Dashboard:
@@ -181,7 +186,7 @@ class Dashboard:
             {
                 "jobs": jobs,
                 "filters": filters,
-                "queues": sorted(self.app.stats().queues),
+                "queues": self.app.store.queue_names(),
                 "older": older,
                 "newest": newest,
                 "now": utcnow(),

@@ -589,3 +589,18 @@ SELECT (SELECT max(id) FROM picked),
 -- a job list's best plan depends on the values: a rare state walks jobs_state_id,
 -- a common one the primary key.
 SET LOCAL plan_cache_mode = force_custom_plan
+
+-- name: queue_names
+-- Every queue that has jobs or a pause setting. A loose index scan: each step
+-- seeks the next name in jobs_queue_state, so twenty queues cost twenty seeks
+-- however many jobs they hold (DISTINCT would read every entry).
+WITH RECURSIVE names (name) AS (
+    SELECT min(queue) FROM jobs
+    UNION ALL
+    SELECT (SELECT min(queue) FROM jobs WHERE queue > names.name)
+    FROM names WHERE names.name IS NOT NULL
+)
+SELECT name FROM names WHERE name IS NOT NULL
+UNION
+SELECT name FROM queues
+ORDER BY 1

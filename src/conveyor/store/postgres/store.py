@@ -620,6 +620,10 @@ class PostgresStore:
             last = max(last, max_seq)
         return EventCounts(counts=counts, last_seq=last)
 
+    def queue_names(self) -> list[str]:
+        with self._conn() as conn:
+            return [row[0] for row in conn.execute(_Q["queue_names"]).fetchall()]
+
     def event_last_seq(self) -> int:
         with self._conn() as conn:
             row = conn.execute(_Q["event_last_seq"]).fetchone()

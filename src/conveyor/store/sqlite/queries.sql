@@ -429,3 +429,18 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ('failed', 'cancell
       WHERE other.queue = jobs.queue AND other.key = jobs.key
         AND other.state IN ('queued', 'running')))
 RETURNING id
+
+-- name: queue_names
+-- Every queue that has jobs or a pause setting. A loose index scan: each step
+-- seeks the next name in jobs_queue_state, so twenty queues cost twenty seeks
+-- however many jobs they hold (DISTINCT would read every entry).
+WITH RECURSIVE names (name) AS (
+    SELECT min(queue) FROM jobs
+    UNION ALL
+    SELECT (SELECT min(queue) FROM jobs WHERE queue > names.name)
+    FROM names WHERE names.name IS NOT NULL
+)
+SELECT name FROM names WHERE name IS NOT NULL
+UNION
+SELECT name FROM queues
+ORDER BY 1

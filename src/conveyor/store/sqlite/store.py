@@ -565,6 +565,9 @@ class SQLiteStore:
             last = max(last, max_seq)
         return EventCounts(counts=counts, last_seq=last)
 
+    def queue_names(self) -> list[str]:
+        return [row[0] for row in self._conn().execute(_Q["queue_names"])]
+
     def event_last_seq(self) -> int:
         return int(self._conn().execute(_Q["event_last_seq"]).fetchone()[0])
 
