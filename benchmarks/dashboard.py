@@ -2,12 +2,17 @@
 
     python benchmarks/dashboard.py                      # both backends (starts a PostgreSQL)
     python benchmarks/dashboard.py --backend sqlite --jobs 200000
+    python benchmarks/dashboard.py --write-cost     # what the dashboard's indexes cost workers
 
 Fills the tables with SQL (a day of work: 98% succeeded, 2% queued, one job in
 a thousand failed with a traceback, twenty queues, 5% of jobs in batches, two
 events per job), then times each read of the dashboard and /metrics: the
 median of ``--rounds`` calls, in milliseconds. Keyset pages are timed at the
 newest page and deep in the table (below the middle id).
+
+``--write-cost`` instead measures a worker's claim-10-then-complete loop (jobs/s)
+on a fresh database with and without the index of migration 003, in
+alternating rounds (the machine is noisy), median of ``--rounds``.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from conveyor import App
 from conveyor.job import JobState, utcnow
@@ -98,6 +104,63 @@ def fill(app: App, dsn: str, count: int) -> None:
             conn.execute("VACUUM ANALYZE events")
 
 
+DASHBOARD_INDEXES = ("jobs_queue_state",)
+
+
+def drain_rate(dsn: str, with_indexes: bool, count: int) -> float:
+    """Jobs/s of enqueue-then-claim-10-and-complete on a fresh database."""
+    from conveyor.store.base import Completion
+
+    with App(dsn) as app:
+        app.migrate()
+        if not with_indexes:
+            drop_indexes(dsn)
+        app.enqueue_calls("bench.noop", [((n,), {}) for n in range(count)], _options())
+        store = app.store
+        started = time.perf_counter()
+        while True:
+            jobs = store.job_claim(["default"], 10, "w1", timedelta(seconds=60), utcnow())
+            if not jobs:
+                break
+            store.job_complete(
+                [Completion(j.id, j.lease_token or "", None) for j in jobs], utcnow()
+            )
+        return count / (time.perf_counter() - started)
+
+
+def _options() -> Any:
+    from conveyor.task import EnqueueOptions
+
+    return EnqueueOptions()
+
+
+def drop_indexes(dsn: str) -> None:
+    statements = [f"DROP INDEX {name}" for name in DASHBOARD_INDEXES]  # fixed names
+    if dsn.startswith("sqlite"):
+        import sqlite3
+
+        conn = sqlite3.connect(dsn.removeprefix("sqlite:///"))
+        for statement in statements:
+            conn.execute(statement)
+        conn.commit()
+        conn.close()
+    else:
+        import psycopg
+
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for statement in statements:
+                conn.execute(statement.encode())
+
+
+def write_cost(dsns: Callable[[], Iterator[str]], rounds: int, count: int) -> tuple[float, float]:
+    rates: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(rounds):
+        for with_indexes in (False, True):
+            for dsn in dsns():
+                rates[with_indexes].append(drain_rate(dsn, with_indexes, count))
+    return statistics.median(rates[False]), statistics.median(rates[True])
+
+
 def timed(call: Callable[[], Any], rounds: int) -> float:
     times = []
     for _ in range(rounds):
@@ -166,7 +229,11 @@ def main() -> None:
     parser.add_argument("--pg-dsn", help="an empty PostgreSQL database to fill")
     parser.add_argument("--jobs", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--write-cost", action="store_true")
     options = parser.parse_args()
+    if options.write_cost:
+        main_write_cost(options)
+        return
     table: dict[str, list[tuple[str, float]]] = {}
     if options.backend in ("sqlite", "all"):
         with tempfile.TemporaryDirectory() as folder:
@@ -183,6 +250,41 @@ def main() -> None:
     names = [name for name, _ in next(iter(table.values()))]
     for i, name in enumerate(names):
         print(f"| {name} | " + " | ".join(f"{table[b][i][1]:.1f}" for b in backends) + " |")
+
+
+def main_write_cost(options: argparse.Namespace) -> None:
+    count = 20_000
+    print("| claim 10 + complete, jobs/s | without the indexes | with them |")
+    print("|---|---:|---:|")
+    if options.backend in ("sqlite", "all"):
+
+        def sqlite_dbs() -> Iterator[str]:
+            with tempfile.TemporaryDirectory() as folder:
+                yield f"sqlite:///{folder}/w.db"
+
+        without, with_ = write_cost(sqlite_dbs, options.rounds, count)
+        print(f"| SQLite | {without:,.0f} | {with_:,.0f} |")
+    if options.backend in ("postgres", "all"):
+        with postgres(options.pg_dsn) as base:
+            import psycopg
+            from psycopg import sql
+
+            numbers = iter(range(1_000_000))
+
+            def pg_dbs() -> Iterator[str]:
+                name = f"bench_write_{next(numbers)}"
+                with psycopg.connect(base, autocommit=True) as admin:
+                    admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+                try:
+                    yield urlunsplit(urlsplit(base)._replace(path="/" + name))
+                finally:
+                    with psycopg.connect(base, autocommit=True) as admin:
+                        admin.execute(
+                            sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name))
+                        )
+
+            without, with_ = write_cost(pg_dbs, options.rounds, count)
+            print(f"| PostgreSQL | {without:,.0f} | {with_:,.0f} |")
 
 
 if __name__ == "__main__":

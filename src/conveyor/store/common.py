@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -148,14 +148,18 @@ def new_job_record(job_id: int, new: NewJob, now: datetime) -> Job:
 NO_ID_BOUND = 2**63 - 1
 
 
-def job_list_queries(filter: JobFilter) -> list[tuple[str, dict[str, Any]]]:
+def job_list_queries(
+    filter: JobFilter, queue_names: Callable[[], Sequence[str]]
+) -> list[tuple[str, dict[str, Any]]]:
     """The job_list statements that serve a filter, with their parameters.
 
     A statement with ``(:x IS NULL OR x = :x)`` for every filter cannot use an
-    index on x (its plan is made before the value is known), so each driving
-    column has its own statement: the one whose index walks the page, newest
-    first, from ``before_id`` down; the other filters only skip rows. A queue
-    without a state is one walk per state (merge with ``newest_first``).
+    index on x (its plan is made before the value is known), so the driving
+    columns have their own statement, whose index walks the page newest first
+    from ``before_id`` down; the other filters only skip rows. jobs_queue_state
+    leads with the queue: a state across queues is one walk per queue (from
+    ``queue_names``), a queue across states one per state; merge the pages
+    with ``newest_first``.
     """
     params = {
         "state": None if filter.state is None else str(filter.state),
@@ -166,18 +170,20 @@ def job_list_queries(filter: JobFilter) -> list[tuple[str, dict[str, Any]]]:
         "before_id": NO_ID_BOUND if filter.before_id is None else filter.before_id,
         "limit": filter.limit,
     }
-    if filter.queue is not None:
-        states = [params["state"]] if filter.state is not None else [str(s) for s in JobState]
-        return [("job_list_by_queue_state", {**params, "state": s}) for s in states]
-    if filter.state is not None:
-        return [("job_list_by_state", params)]
-    if filter.batch is not None:
-        return [("job_list_by_batch", params)]
-    return [("job_list", params)]
+    if filter.queue is None and filter.state is None:
+        return [("job_list_by_batch" if filter.batch is not None else "job_list", params)]
+    queues = [filter.queue] if filter.queue is not None else list(queue_names())
+    states = [str(filter.state)] if filter.state is not None else [str(s) for s in JobState]
+    return [
+        ("job_list_by_queue_state", {**params, "queue": q, "state": s})
+        for q in queues
+        for s in states
+    ]
 
 
 def newest_first(pages: Sequence[Sequence[Job]], limit: int) -> list[Job]:
     """The newest ``limit`` jobs of pages that are each newest first."""
     if len(pages) == 1:
         return list(pages[0][:limit])
+    # Pages never share a job (each is one queue and state), so no duplicates.
     return sorted((job for page in pages for job in page), key=lambda j: -j.id)[:limit]

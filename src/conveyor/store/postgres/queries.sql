@@ -471,23 +471,12 @@ DELETE FROM leaders WHERE name = %(name)s AND holder = %(holder)s
 -- ---------------------------------------------------------------------------
 -- The dashboard and /metrics.
 
--- name: job_list_by_state
--- job_list when a state but no queue is given: walks jobs_state_id from the id
--- bound down, so a page costs the same at the first page and the ten-thousandth.
--- The other filters (and the error text, a substring match) only skip rows.
-SELECT * FROM jobs
-WHERE state = %(state)s
-  AND (%(task)s::text IS NULL OR task = %(task)s)
-  AND (%(batch)s::text IS NULL OR batch = %(batch)s)
-  AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s)) > 0)
-  AND id < %(before_id)s
-ORDER BY id DESC
-LIMIT %(limit)s
-
 -- name: job_list_by_queue_state
--- job_list when a queue is given: walks jobs_queue_state. A queue without a
--- state runs this once per state and keeps the newest (see job_list_queries):
--- five short index walks instead of sorting all of a big queue's jobs.
+-- job_list when a queue or a state is given: walks jobs_queue_state from the id
+-- bound down, so a page costs the same at the first page and the ten-thousandth.
+-- A queue without a state runs it once per state, a state without a queue once
+-- per queue, and keeps the newest (see job_list_queries). The other filters
+-- (and the error text, a substring match) only skip rows.
 SELECT * FROM jobs
 WHERE queue = %(queue)s
   AND state = %(state)s
@@ -586,8 +575,8 @@ SELECT (SELECT max(id) FROM picked),
 -- name: plan_for_values
 -- For the rest of this transaction, plan each statement for its parameter values.
 -- The sessions plan generically (see _session_options), which suits the claim;
--- a job list's best plan depends on the values: a rare state walks jobs_state_id,
--- a common one the primary key.
+-- a job list's best plan depends on the values: a rare queue and state walks
+-- jobs_queue_state, a common one may as well walk the primary key.
 SET LOCAL plan_cache_mode = force_custom_plan
 
 -- name: queue_names

@@ -336,9 +336,13 @@ class PostgresStore:
     def job_list(self, filter: JobFilter) -> list[Job]:
         with self._tx() as conn:
             conn.execute(_Q["plan_for_values"])
+
+            def queue_names() -> list[str]:
+                return [row[0] for row in conn.execute(_Q["queue_names"]).fetchall()]
+
             pages = [
                 [_row_to_job(r) for r in conn.execute(_Q[name], params).fetchall()]
-                for name, params in job_list_queries(filter)
+                for name, params in job_list_queries(filter, queue_names)
             ]
         return newest_first(pages, filter.limit)
 

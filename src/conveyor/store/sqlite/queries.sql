@@ -329,23 +329,12 @@ DELETE FROM leaders WHERE name = :name AND holder = :holder
 -- ---------------------------------------------------------------------------
 -- The dashboard and /metrics.
 
--- name: job_list_by_state
--- job_list when a state but no queue is given: walks jobs_state_id from the id
--- bound down, so a page costs the same at the first page and the ten-thousandth.
--- The other filters (and the error text, a substring match) only skip rows.
-SELECT * FROM jobs
-WHERE state = :state
-  AND (:task IS NULL OR task = :task)
-  AND (:batch IS NULL OR batch = :batch)
-  AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
-  AND id < :before_id
-ORDER BY id DESC
-LIMIT :limit
-
 -- name: job_list_by_queue_state
--- job_list when a queue is given: walks jobs_queue_state. A queue without a
--- state runs this once per state and keeps the newest (see job_list_queries):
--- five short index walks instead of sorting all of a big queue's jobs.
+-- job_list when a queue or a state is given: walks jobs_queue_state from the id
+-- bound down, so a page costs the same at the first page and the ten-thousandth.
+-- A queue without a state runs it once per state, a state without a queue once
+-- per queue, and keeps the newest (see job_list_queries). The other filters
+-- (and the error text, a substring match) only skip rows.
 SELECT * FROM jobs
 WHERE queue = :queue
   AND state = :state

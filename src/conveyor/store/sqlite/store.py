@@ -277,7 +277,7 @@ class SQLiteStore:
         conn = self._conn()
         pages = [
             [_row_to_job(r) for r in conn.execute(_Q[name], params)]
-            for name, params in job_list_queries(filter)
+            for name, params in job_list_queries(filter, self.queue_names)
         ]
         return newest_first(pages, filter.limit)
 
