@@ -254,7 +254,7 @@ def main() -> None:
 
 def main_write_cost(options: argparse.Namespace) -> None:
     count = 20_000
-    print("| claim 10 + complete, jobs/s | without the indexes | with them |")
+    print("| claim 10 + complete, jobs/s | without the index | with it |")
     print("|---|---:|---:|")
     if options.backend in ("sqlite", "all"):
 
