@@ -199,9 +199,16 @@ def test_cancel_pause_resume_retry_all_and_purge(
         "Failed jobs of the queue queued again: 1." in client.get(response.headers["location"]).text
     )
 
-    # Purge deletes what finished before the cutoff: nothing is a day old yet.
+    # Purge deletes what finished before the cutoff: nothing is a day old yet...
     response = post(client, "/purge", csrf_token=token, older_than="1d")
     assert response.headers["location"] == "/?notice=purged&n=0"
+    # ...but a job that finished two hours ago is more than an hour old.
+    (old,) = app.store.job_claim(["media"], 1, "w9", timedelta(seconds=30), utcnow())
+    ended = utcnow() - timedelta(hours=2)
+    app.store.job_complete([Completion(old.id, old.lease_token or "", None)], ended)
+    response = post(client, "/purge", csrf_token=token, older_than="1h")
+    assert response.headers["location"] == "/?notice=purged&n=1"
+    assert app.store.job_get(old.id) is None
     assert post(client, "/purge", csrf_token=token, older_than="1y").status_code == 409
     assert app.get(seeded.succeeded_id).state == JobState.SUCCEEDED
 
