@@ -382,3 +382,21 @@ def test_command_serves_the_dashboard(tmp_path: Path) -> None:
         proc.terminate()
         output = proc.communicate(timeout=30)[0]
     assert f"conveyor dashboard on http://127.0.0.1:{port}/" in output
+
+
+def test_command_without_the_web_extra_says_how_to_get_it() -> None:
+    # None in sys.modules makes an import fail as if the package were not installed.
+    code = (
+        "import sys\n"
+        "for name in ('starlette', 'jinja2', 'uvicorn'):\n"
+        "    sys.modules[name] = None\n"
+        "from click.testing import CliRunner\n"
+        "from conveyor.web.commands import dashboard\n"
+        "result = CliRunner().invoke(dashboard, [])\n"
+        "print(result.exit_code, result.output)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert run.stdout.startswith("1 ")
+    assert "pip install 'conveyor[web]'" in run.stdout

@@ -9,7 +9,8 @@ from __future__ import annotations
 import click
 
 from conveyor.store.dsn import DSN_ENV
-from conveyor.web.security import LOOPBACK_NAMES, is_loopback
+from conveyor.web import require_web_extra
+from conveyor.web.hosts import LOOPBACK_NAMES, is_loopback
 
 TOKEN_ENV = "CONVEYOR_DASHBOARD_TOKEN"
 
@@ -33,6 +34,10 @@ TOKEN_ENV = "CONVEYOR_DASHBOARD_TOKEN"
 )
 def dashboard(dsn: str | None, host: str, port: int, token: str | None) -> None:
     """Serve the web dashboard (overview, jobs, actions, /metrics, /healthz)."""
+    try:
+        require_web_extra()
+    except ImportError as exc:
+        raise click.ClickException(str(exc)) from None
     import uvicorn
 
     from conveyor.app import App

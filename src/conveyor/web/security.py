@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from urllib.parse import urlencode, urlsplit
@@ -31,7 +30,6 @@ from starlette.types import ASGIApp
 
 TOKEN_COOKIE = "conveyor_token"
 CSRF_FIELD = "csrf_token"
-LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1", "[::1]")
 
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
@@ -46,17 +44,6 @@ SECURITY_HEADERS = {
 }
 
 Handler = Callable[[Request], Awaitable[Response]]
-
-
-def is_loopback(host: str) -> bool:
-    """Whether binding to ``host`` keeps the dashboard on this machine."""
-    name = host.strip("[]")
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
 
 
 def same_token(given: str | None, expected: str) -> bool:

@@ -29,8 +29,9 @@ from conveyor.app import App
 from conveyor.errors import ConveyorError, JobNotFoundError
 from conveyor.job import JobState, utcnow
 from conveyor.web import charts
+from conveyor.web.hosts import LOOPBACK_NAMES
 from conveyor.web.metrics import Metrics
-from conveyor.web.security import CSRF_FIELD, LOOPBACK_NAMES, CsrfTokens, Guard, foreign_origin
+from conveyor.web.security import CSRF_FIELD, CsrfTokens, Guard, foreign_origin
 
 #: Seconds between refreshes of the overview.
 REFRESH_SECONDS = 5
