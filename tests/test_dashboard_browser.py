@@ -221,3 +221,22 @@ def test_jobs_page_pages_with_keyset_links(
             older[0].click()
             assert time.monotonic() - started < 30
         assert len(seen) == 120 and seen == sorted(seen, reverse=True)
+
+
+def test_token_login_sets_a_cookie_the_browser_sends_back(
+    browser: WebDriver, seeded: tuple[App, Seeded], shoot: Callable[[str], Path]
+) -> None:
+    app, ids = seeded
+    with serve(app, token="tok-123") as base:
+        browser.get(base + "/jobs")
+        assert "needs its token" in browser.find_element(By.TAG_NAME, "body").text
+        browser.get(base + "/jobs?state=failed&token=tok-123")
+        wait_for(browser, "table.jobs")
+        assert browser.current_url == base + "/jobs?state=failed"  # the token left the address
+        browser.find_element(By.LINK_TEXT, str(ids.failed_id)).click()
+        wait_for(browser, "#job-error")
+        browser.find_element(By.XPATH, "//button[text()='Retry']").click()
+        wait_for(browser, ".notice")
+        shoot("retried-with-token")
+        assert app.get(ids.failed_id).state == JobState.QUEUED
+        browser.delete_all_cookies()
