@@ -12,7 +12,7 @@ CODE_PATHS := $(wildcard src tests benchmarks)
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv test lint format typecheck pytest ensure-postgres ensure-java demo bench clean
+.PHONY: venv test lint format typecheck pytest ensure-postgres ensure-java ensure-chromium demo bench clean
 
 ## venv: create .venv and install the package with its dev extras (re-run when pyproject.toml changes)
 venv: $(STAMP)
@@ -41,6 +41,10 @@ ensure-postgres:
 ensure-java:
 	scripts/ensure-java.sh
 
+## ensure-chromium: install Debian's chromium and chromedriver if missing (dashboard browser tests)
+ensure-chromium:
+	scripts/ensure-chromium.sh
+
 ## lint: ruff (lint + format check) and mypy --strict
 lint: venv
 	$(BIN)/ruff check $(CODE_PATHS)
@@ -56,11 +60,11 @@ format: venv
 	$(BIN)/ruff check --fix $(CODE_PATHS)
 
 ## pytest: the test suite only
-pytest: venv ensure-postgres ensure-java
+pytest: venv ensure-postgres ensure-java ensure-chromium
 	$(BIN)/pytest -q
 
 ## test: everything CI checks
-test: venv ensure-postgres ensure-java
+test: venv ensure-postgres ensure-java ensure-chromium
 	$(BIN)/ruff check $(CODE_PATHS)
 	$(BIN)/ruff format --check $(CODE_PATHS)
 	$(BIN)/mypy --strict src

@@ -352,14 +352,19 @@ class App:
         limit: int = 100,
         *,
         batch: str | None = None,
+        error: str | None = None,
         before_id: int | None = None,
     ) -> list[Job]:
-        """Jobs newest first; page with ``before_id=<last id of the previous page>``."""
+        """Jobs newest first; page with ``before_id=<last id of the previous page>``.
+
+        ``error`` keeps the jobs whose last error contains that text.
+        """
         job_filter = JobFilter(
             state=JobState(state) if state is not None else None,
             queue=queue,
             task=task,
             batch=batch,
+            error=error,
             before_id=before_id,
             limit=limit,
         )

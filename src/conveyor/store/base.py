@@ -78,6 +78,8 @@ class JobFilter:
     queue: str | None = None
     task: str | None = None
     batch: str | None = None
+    #: Only jobs whose last error contains this text (case-insensitive for ASCII).
+    error: str | None = None
     #: Keyset pagination: only jobs with id below this one (newest first).
     before_id: int | None = None
     limit: int = 100
@@ -115,6 +117,40 @@ class WorkerInfo:
     jobs_in_hand: int
     started_at: datetime
     last_seen_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedCount:
+    """How many jobs of a queue reached a terminal state in one time slot."""
+
+    queue: str
+    state: str
+    #: The slot's number counted from the start of the window (0 is the oldest).
+    slot: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class EventCounts:
+    """Events per (queue, kind) after a seq, and the last seq they include."""
+
+    counts: dict[tuple[str, str], int]
+    #: Ask again from here; the ``after_seq`` given when there were no new events.
+    last_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunTimeBucket:
+    """Jobs of a queue whose run time fell in one histogram bucket.
+
+    ``bucket`` i holds run times above ``bounds[i-1]`` and at most ``bounds[i]``;
+    ``len(bounds)`` holds those above the last bound.
+    """
+
+    queue: str
+    bucket: int
+    count: int
+    total_seconds: float
 
 
 class Subscription(Protocol):
@@ -302,3 +338,31 @@ class Store(Protocol):
         ...
 
     def leader_release(self, name: str, holder: str) -> None: ...
+
+    # --- the dashboard and metrics ------------------------------------------------
+    def stats_finished_per_slot(self, since: datetime, slot: timedelta) -> list[FinishedCount]:
+        """Jobs that reached a terminal state since ``since``, per queue, state and slot."""
+        ...
+
+    def event_count_by_kind(self, after_seq: int) -> EventCounts:
+        """Count the events after ``after_seq`` per queue and kind.
+
+        On PostgreSQL a transaction can commit an event with a lower seq after
+        a higher one was counted; such an event is not counted by a caller that
+        goes on from ``last_seq``. Good enough for metrics, not for accounting.
+        """
+        ...
+
+    def queue_names(self) -> list[str]:
+        """Every queue that holds jobs or has been paused, by name."""
+        ...
+
+    def event_last_seq(self) -> int:
+        """The seq of the newest event (0 when there is none)."""
+        ...
+
+    def job_run_time_histogram(
+        self, finished_after: datetime, finished_until: datetime, bounds: Sequence[float]
+    ) -> list[RunTimeBucket]:
+        """Run times of the jobs that succeeded or failed in (after, until], bucketed."""
+        ...

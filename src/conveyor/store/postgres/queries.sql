@@ -91,7 +91,8 @@ WHERE (%(state)s::text IS NULL OR state = %(state)s)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
   AND (%(task)s::text IS NULL OR task = %(task)s)
   AND (%(batch)s::text IS NULL OR batch = %(batch)s)
-  AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s)
+  AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s)) > 0)
+  AND id < %(before_id)s
 ORDER BY id DESC
 LIMIT %(limit)s
 
@@ -510,3 +511,90 @@ WITH picked AS (
     SELECT pg_notify('conveyor_jobs', queue) FROM (SELECT DISTINCT queue FROM changed) AS q
 )
 SELECT changed.id FROM changed, (SELECT count(*) FROM notified) AS n
+
+-- ---------------------------------------------------------------------------
+-- The dashboard and /metrics.
+
+-- name: job_list_by_queue_state
+-- job_list when a queue or a state is given: walks jobs_queue_state from the id
+-- bound down, so a page costs the same at the first page and the ten-thousandth.
+-- A queue without a state runs it once per state, a state without a queue once
+-- per queue, and keeps the newest (see job_list_queries). The other filters
+-- (and the error text, a substring match) only skip rows.
+SELECT * FROM jobs
+WHERE queue = %(queue)s
+  AND state = %(state)s
+  AND (%(task)s::text IS NULL OR task = %(task)s)
+  AND (%(batch)s::text IS NULL OR batch = %(batch)s)
+  AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s)) > 0)
+  AND id < %(before_id)s
+ORDER BY id DESC
+LIMIT %(limit)s
+
+-- name: job_list_by_batch
+-- job_list when only a batch (and perhaps a task) is given: reads the batch's
+-- rows from jobs_batch and sorts them (a batch is bounded by what one fan-out made).
+SELECT * FROM jobs
+WHERE batch = %(batch)s
+  AND (%(task)s::text IS NULL OR task = %(task)s)
+  AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s)) > 0)
+  AND id < %(before_id)s
+ORDER BY id DESC
+LIMIT %(limit)s
+
+-- name: stats_finished_per_slot
+-- Jobs that reached a terminal state since since, per queue, state and slot of
+-- slot seconds (slot 0 starts at since): the throughput chart. Reads the
+-- jobs_finished index range of that hour only.
+SELECT queue, state,
+       floor(extract(epoch FROM finished_at - %(since)s) / %(slot)s)::int AS slot_index,
+       count(*)
+FROM jobs
+WHERE finished_at >= %(since)s
+GROUP BY queue, state, slot_index
+
+-- name: event_count_by_kind
+-- Events after after_seq per queue and kind, with the last seq counted: /metrics
+-- adds these to its counters and asks again from there, reading only new events.
+SELECT queue, kind, count(*), max(seq) FROM events
+WHERE seq > %(after_seq)s
+GROUP BY queue, kind
+
+-- name: event_last_seq
+SELECT coalesce(max(seq), 0) FROM events
+
+-- name: job_run_time_histogram
+-- Run time (started_at to finished_at of the last attempt) of the jobs that ended
+-- in (after, until], per queue and bucket; bucket i counts run times above
+-- bounds[i-1] and at most bounds[i] (Prometheus "le" buckets, not cumulative).
+SELECT queue,
+       (SELECT count(*) FROM unnest(%(bounds)s::float8[]) AS b WHERE b < d) AS bucket,
+       count(*),
+       sum(d)
+FROM (SELECT queue, extract(epoch FROM finished_at - started_at)::float8 AS d
+      FROM jobs
+      WHERE finished_at > %(after)s AND finished_at <= %(until)s
+        AND state IN ('succeeded', 'failed') AND started_at IS NOT NULL) AS runs
+GROUP BY queue, bucket
+
+-- name: plan_for_values
+-- For the rest of this transaction, plan each statement for its parameter values.
+-- The sessions plan generically (see _session_options), which suits the claim;
+-- a job list's best plan depends on the values: a rare queue and state walks
+-- jobs_queue_state, a common one may as well walk the primary key.
+SET LOCAL plan_cache_mode = force_custom_plan
+
+-- name: queue_names
+-- Every queue that has jobs or a pause setting. A loose index scan: each step
+-- seeks the next name in jobs_queue_state, so twenty queues cost twenty seeks
+-- however many jobs they hold (DISTINCT would read every entry).
+WITH RECURSIVE names (name) AS (
+    SELECT min(queue) FROM jobs
+    UNION ALL
+    SELECT (SELECT min(queue) FROM jobs WHERE queue > names.name)
+    FROM names WHERE names.name IS NOT NULL
+)
+SELECT name FROM names WHERE name IS NOT NULL
+UNION
+SELECT name FROM queues
+ORDER BY 1

@@ -28,17 +28,27 @@ from conveyor.job import Event, Job, JobState, NewJob
 from conveyor.store.base import (
     ChangeCallback,
     Completion,
+    EventCounts,
     Failure,
+    FinishedCount,
     JobFilter,
     Lease,
     LeaseStatus,
     QueueStats,
+    RunTimeBucket,
     Snooze,
     Stats,
     Subscription,
     WorkerInfo,
 )
-from conveyor.store.common import key_pairs, new_job_record, plan_insert, resolve_plan
+from conveyor.store.common import (
+    job_list_queries,
+    key_pairs,
+    new_job_record,
+    newest_first,
+    plan_insert,
+    resolve_plan,
+)
 from conveyor.store.postgres.listener import Listener
 from conveyor.store.sql import load_migrations, load_queries
 
@@ -323,15 +333,17 @@ class PostgresStore:
         return [by_id[i] for i in job_ids if i in by_id]
 
     def job_list(self, filter: JobFilter) -> list[Job]:
-        params = {
-            "state": None if filter.state is None else str(filter.state),
-            "queue": filter.queue,
-            "task": filter.task,
-            "batch": filter.batch,
-            "before_id": filter.before_id,
-            "limit": filter.limit,
-        }
-        return self._fetch_jobs("job_list", params)
+        with self._tx() as conn:
+            conn.execute(_Q["plan_for_values"])
+
+            def queue_names() -> list[str]:
+                return [row[0] for row in conn.execute(_Q["queue_names"]).fetchall()]
+
+            pages = [
+                [_row_to_job(r) for r in conn.execute(_Q[name], params).fetchall()]
+                for name, params in job_list_queries(filter, queue_names)
+            ]
+        return newest_first(pages, filter.limit)
 
     def event_list(self, job_id: int) -> list[Event]:
         with self._conn() as conn:
@@ -607,6 +619,43 @@ class PostgresStore:
 
     def leader_release(self, name: str, holder: str) -> None:
         self._change_none("leader_release", {"name": name, "holder": holder})
+
+    # --- the dashboard and metrics ------------------------------------------------
+
+    def stats_finished_per_slot(self, since: datetime, slot: timedelta) -> list[FinishedCount]:
+        params = {"since": since, "slot": slot.total_seconds()}
+        with self._conn() as conn:
+            rows = conn.execute(_Q["stats_finished_per_slot"], params).fetchall()
+        return [FinishedCount(queue=q, state=s, slot=i, count=c) for q, s, i, c in rows]
+
+    def event_count_by_kind(self, after_seq: int) -> EventCounts:
+        with self._conn() as conn:
+            rows = conn.execute(_Q["event_count_by_kind"], {"after_seq": after_seq}).fetchall()
+        counts: dict[tuple[str, str], int] = {}
+        last = after_seq
+        for queue, kind, count, max_seq in rows:
+            counts[(queue, kind)] = count
+            last = max(last, max_seq)
+        return EventCounts(counts=counts, last_seq=last)
+
+    def queue_names(self) -> list[str]:
+        with self._conn() as conn:
+            return [row[0] for row in conn.execute(_Q["queue_names"]).fetchall()]
+
+    def event_last_seq(self) -> int:
+        with self._conn() as conn:
+            row = conn.execute(_Q["event_last_seq"]).fetchone()
+        return int(row[0]) if row else 0
+
+    def job_run_time_histogram(
+        self, finished_after: datetime, finished_until: datetime, bounds: Sequence[float]
+    ) -> list[RunTimeBucket]:
+        params = {"after": finished_after, "until": finished_until, "bounds": list(bounds)}
+        with self._conn() as conn:
+            rows = conn.execute(_Q["job_run_time_histogram"], params).fetchall()
+        return [
+            RunTimeBucket(queue=q, bucket=b, count=c, total_seconds=float(s)) for q, b, c, s in rows
+        ]
 
 
 def _retry_refusal(job: Job) -> JobStateError:

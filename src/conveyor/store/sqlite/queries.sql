@@ -52,7 +52,8 @@ WHERE (:state IS NULL OR state = :state)
   AND (:queue IS NULL OR queue = :queue)
   AND (:task IS NULL OR task = :task)
   AND (:batch IS NULL OR batch = :batch)
-  AND (:before_id IS NULL OR id < :before_id)
+  AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
+  AND id < :before_id
 ORDER BY id DESC
 LIMIT :limit
 
@@ -356,3 +357,83 @@ WHERE id IN (
     ORDER BY j.id
     LIMIT :limit)
 RETURNING id
+
+-- ---------------------------------------------------------------------------
+-- The dashboard and /metrics.
+
+-- name: job_list_by_queue_state
+-- job_list when a queue or a state is given: walks jobs_queue_state from the id
+-- bound down, so a page costs the same at the first page and the ten-thousandth.
+-- A queue without a state runs it once per state, a state without a queue once
+-- per queue, and keeps the newest (see job_list_queries). The other filters
+-- (and the error text, a substring match) only skip rows.
+SELECT * FROM jobs
+WHERE queue = :queue
+  AND state = :state
+  AND (:task IS NULL OR task = :task)
+  AND (:batch IS NULL OR batch = :batch)
+  AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
+  AND id < :before_id
+ORDER BY id DESC
+LIMIT :limit
+
+-- name: job_list_by_batch
+-- job_list when only a batch (and perhaps a task) is given: walks jobs_batch,
+-- whose entries end in the rowid, so they come in id order.
+SELECT * FROM jobs
+WHERE batch = :batch
+  AND (:task IS NULL OR task = :task)
+  AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
+  AND id < :before_id
+ORDER BY id DESC
+LIMIT :limit
+
+-- name: stats_finished_per_slot
+-- Jobs that reached a terminal state since :since, per queue, state and slot of
+-- :slot seconds (slot 0 starts at :since): the throughput chart. Reads the
+-- jobs_finished index range of that hour only: INDEXED BY, because with
+-- statistics the planner preferred walking all of jobs_queue_state in GROUP BY
+-- order (1.4 s instead of 70 ms at a million jobs).
+SELECT queue, state, CAST((finished_at - :since) / :slot AS INTEGER) AS slot_index, count(*)
+FROM jobs INDEXED BY jobs_finished
+WHERE finished_at >= :since AND finished_at IS NOT NULL
+GROUP BY queue, state, slot_index
+
+-- name: event_count_by_kind
+-- Events after :after_seq per queue and kind, with the last seq counted: /metrics
+-- adds these to its counters and asks again from there, reading only new events.
+SELECT queue, kind, count(*), max(seq) FROM events
+WHERE seq > :after_seq
+GROUP BY queue, kind
+
+-- name: event_last_seq
+SELECT coalesce(max(seq), 0) FROM events
+
+-- name: job_run_time_histogram
+-- Run time (started_at to finished_at of the last attempt) of the jobs that ended
+-- in (:after, :until], per queue and bucket; bucket i counts run times above
+-- :bounds[i-1] and at most :bounds[i] (Prometheus "le" buckets, not cumulative).
+SELECT queue,
+       (SELECT count(*) FROM json_each(:bounds) WHERE value < finished_at - started_at)
+           AS bucket,
+       count(*),
+       sum(finished_at - started_at)
+FROM jobs INDEXED BY jobs_finished  -- the window's range, not all of jobs_queue_state
+WHERE finished_at > :after AND finished_at <= :until
+  AND state IN ('succeeded', 'failed') AND started_at IS NOT NULL
+GROUP BY queue, bucket
+
+-- name: queue_names
+-- Every queue that has jobs or a pause setting. A loose index scan: each step
+-- seeks the next name in jobs_queue_state, so twenty queues cost twenty seeks
+-- however many jobs they hold (DISTINCT would read every entry).
+WITH RECURSIVE names (name) AS (
+    SELECT min(queue) FROM jobs
+    UNION ALL
+    SELECT (SELECT min(queue) FROM jobs WHERE queue > names.name)
+    FROM names WHERE names.name IS NOT NULL
+)
+SELECT name FROM names WHERE name IS NOT NULL
+UNION
+SELECT name FROM queues
+ORDER BY 1

@@ -23,11 +23,14 @@ from conveyor.job import Event, Job, JobState, NewJob
 from conveyor.store.base import (
     ChangeCallback,
     Completion,
+    EventCounts,
     Failure,
+    FinishedCount,
     JobFilter,
     Lease,
     LeaseStatus,
     QueueStats,
+    RunTimeBucket,
     Snooze,
     Stats,
     Subscription,
@@ -38,8 +41,10 @@ from conveyor.store.common import (
     EVENT_KINDS,
     RESCUE_ENDINGS,
     WITH_ERROR,
+    job_list_queries,
     key_pairs,
     new_job_record,
+    newest_first,
     plan_insert,
     resolve_plan,
 )
@@ -268,15 +273,12 @@ class SQLiteStore:
         return [by_id[i] for i in job_ids if i in by_id]
 
     def job_list(self, filter: JobFilter) -> list[Job]:
-        params = {
-            "state": None if filter.state is None else str(filter.state),
-            "queue": filter.queue,
-            "task": filter.task,
-            "batch": filter.batch,
-            "before_id": filter.before_id,
-            "limit": filter.limit,
-        }
-        return [_row_to_job(r) for r in self._conn().execute(_Q["job_list"], params)]
+        conn = self._conn()
+        pages = [
+            [_row_to_job(r) for r in conn.execute(_Q[name], params)]
+            for name, params in job_list_queries(filter, self.queue_names)
+        ]
+        return newest_first(pages, filter.limit)
 
     def event_list(self, job_id: int) -> list[Event]:
         rows = self._conn().execute(_Q["event_list"], {"job_id": job_id})
@@ -555,6 +557,41 @@ class SQLiteStore:
     def leader_release(self, name: str, holder: str) -> None:
         with self._write() as conn:
             conn.execute(_Q["leader_release"], {"name": name, "holder": holder})
+
+    # --- the dashboard and metrics ------------------------------------------------
+
+    def stats_finished_per_slot(self, since: datetime, slot: timedelta) -> list[FinishedCount]:
+        params = {"since": _ts(since), "slot": slot.total_seconds()}
+        rows = self._conn().execute(_Q["stats_finished_per_slot"], params)
+        return [FinishedCount(queue=q, state=s, slot=i, count=c) for q, s, i, c in rows]
+
+    def event_count_by_kind(self, after_seq: int) -> EventCounts:
+        rows = self._conn().execute(_Q["event_count_by_kind"], {"after_seq": after_seq})
+        counts: dict[tuple[str, str], int] = {}
+        last = after_seq
+        for queue, kind, count, max_seq in rows:
+            counts[(queue, kind)] = count
+            last = max(last, max_seq)
+        return EventCounts(counts=counts, last_seq=last)
+
+    def queue_names(self) -> list[str]:
+        return [row[0] for row in self._conn().execute(_Q["queue_names"])]
+
+    def event_last_seq(self) -> int:
+        return int(self._conn().execute(_Q["event_last_seq"]).fetchone()[0])
+
+    def job_run_time_histogram(
+        self, finished_after: datetime, finished_until: datetime, bounds: Sequence[float]
+    ) -> list[RunTimeBucket]:
+        params = {
+            "after": _ts(finished_after),
+            "until": _ts(finished_until),
+            "bounds": json.dumps(list(bounds)),
+        }
+        rows = self._conn().execute(_Q["job_run_time_histogram"], params)
+        return [
+            RunTimeBucket(queue=q, bucket=b, count=c, total_seconds=float(s)) for q, b, c, s in rows
+        ]
 
 
 def _retry_refusal(job: Job) -> Exception:

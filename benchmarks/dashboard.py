@@ -1,0 +1,291 @@
+"""How fast the dashboard's reads are on a big database (a million jobs by default).
+
+    python benchmarks/dashboard.py                      # both backends (starts a PostgreSQL)
+    python benchmarks/dashboard.py --backend sqlite --jobs 200000
+    python benchmarks/dashboard.py --write-cost     # what the dashboard's indexes cost workers
+
+Fills the tables with SQL (a day of work: 98% succeeded, 2% queued, one job in
+a thousand failed with a traceback, twenty queues, 5% of jobs in batches, two
+events per job), then times each read of the dashboard and /metrics: the
+median of ``--rounds`` calls, in milliseconds. Keyset pages are timed at the
+newest page and deep in the table (below the middle id).
+
+``--write-cost`` instead measures a worker's claim-10-then-complete loop (jobs/s)
+on a fresh database with and without the index of migration 003, in
+alternating rounds (the machine is noisy), median of ``--rounds``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from conveyor import App
+from conveyor.job import JobState, utcnow
+from conveyor.web.metrics import Metrics
+
+HERE = Path(__file__).resolve().parent
+
+SQLITE_FILL = """
+WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < :count)
+INSERT INTO jobs (id, queue, task, state, args, run_at, created_at, attempts, batch,
+                  started_at, finished_at, error)
+SELECT i, 'q' || (i % 20), 't' || (i % 7),
+       CASE WHEN i % 1000 = 0 THEN 'failed' WHEN i % 50 = 1 THEN 'queued' ELSE 'succeeded' END,
+       '[' || i || ']', :now - (:count - i) * 0.08, :now - (:count - i) * 0.08, 1,
+       CASE WHEN i % 100 < 5 THEN 'b' || (i / 10000) END,
+       CASE WHEN i % 50 <> 1 THEN :now - (:count - i) * 0.08 END,
+       CASE WHEN i % 50 <> 1 THEN :now - (:count - i) * 0.08 + 0.05 END,
+       CASE WHEN i % 1000 = 0 THEN 'Traceback (most recent call last):' || char(10) ||
+            '  File "app.py", line 12, in fetch' || char(10) ||
+            'TimeoutError: upstream ' || (i % 7) || ' did not answer' END
+FROM n
+"""
+SQLITE_EVENTS = """
+INSERT INTO events (job_id, queue, task, kind, attempt, worker, at)
+SELECT id, queue, task, 'enqueued', 0, NULL, created_at FROM jobs
+UNION ALL
+SELECT id, queue, task, state, 1, 'w1', finished_at FROM jobs WHERE finished_at IS NOT NULL
+ORDER BY 7
+"""
+PG_FILL = """
+INSERT INTO jobs (id, queue, task, state, args, run_at, created_at, attempts, batch,
+                  started_at, finished_at, error)
+SELECT i, 'q' || (i %% 20), 't' || (i %% 7),
+       CASE WHEN i %% 1000 = 0 THEN 'failed' WHEN i %% 50 = 1 THEN 'queued' ELSE 'succeeded' END,
+       jsonb_build_array(i), t, t, 1,
+       CASE WHEN i %% 100 < 5 THEN 'b' || (i / 10000) END,
+       CASE WHEN i %% 50 <> 1 THEN t END,
+       CASE WHEN i %% 50 <> 1 THEN t + interval '50 ms' END,
+       CASE WHEN i %% 1000 = 0 THEN 'Traceback (most recent call last):' || chr(10) ||
+            '  File "app.py", line 12, in fetch' || chr(10) ||
+            'TimeoutError: upstream ' || (i %% 7) || ' did not answer' END
+FROM generate_series(1, %(count)s) AS i,
+     LATERAL (SELECT %(now)s::timestamptz - (%(count)s - i) * interval '80 ms' AS t) AS times
+"""
+PG_EVENTS = """
+INSERT INTO events (job_id, queue, task, kind, attempt, worker, at)
+SELECT id, queue, task, 'enqueued', 0, NULL, created_at FROM jobs
+UNION ALL
+SELECT id, queue, task, state, 1, 'w1', finished_at FROM jobs WHERE finished_at IS NOT NULL
+ORDER BY 7
+"""
+
+
+def fill(app: App, dsn: str, count: int) -> None:
+    now = utcnow()
+    if dsn.startswith("sqlite"):
+        import sqlite3
+
+        conn = sqlite3.connect(dsn.removeprefix("sqlite:///"))
+        conn.execute(SQLITE_FILL, {"count": count, "now": now.timestamp()})
+        conn.execute(SQLITE_EVENTS)
+        conn.execute("UPDATE counters SET value = ? WHERE name = 'jobs'", (count,))
+        conn.commit()
+        conn.execute("ANALYZE")
+        conn.close()
+    else:
+        import psycopg
+
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(PG_FILL, {"count": count, "now": now})
+            conn.execute(PG_EVENTS)
+            conn.execute("SELECT setval('jobs_id_seq', %s)", (count,))
+            conn.execute("VACUUM ANALYZE jobs")
+            conn.execute("VACUUM ANALYZE events")
+
+
+DASHBOARD_INDEXES = ("jobs_queue_state",)
+
+
+def drain_rate(dsn: str, with_indexes: bool, count: int) -> float:
+    """Jobs/s of enqueue-then-claim-10-and-complete on a fresh database."""
+    from conveyor.store.base import Completion
+
+    with App(dsn) as app:
+        app.migrate()
+        if not with_indexes:
+            drop_indexes(dsn)
+        app.enqueue_calls("bench.noop", [((n,), {}) for n in range(count)], _options())
+        store = app.store
+        started = time.perf_counter()
+        while True:
+            jobs = store.job_claim(["default"], 10, "w1", timedelta(seconds=60), utcnow())
+            if not jobs:
+                break
+            store.job_complete(
+                [Completion(j.id, j.lease_token or "", None) for j in jobs], utcnow()
+            )
+        return count / (time.perf_counter() - started)
+
+
+def _options() -> Any:
+    from conveyor.task import EnqueueOptions
+
+    return EnqueueOptions()
+
+
+def drop_indexes(dsn: str) -> None:
+    statements = [f"DROP INDEX {name}" for name in DASHBOARD_INDEXES]  # fixed names
+    if dsn.startswith("sqlite"):
+        import sqlite3
+
+        conn = sqlite3.connect(dsn.removeprefix("sqlite:///"))
+        for statement in statements:
+            conn.execute(statement)
+        conn.commit()
+        conn.close()
+    else:
+        import psycopg
+
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for statement in statements:
+                conn.execute(statement.encode())
+
+
+def write_cost(dsns: Callable[[], Iterator[str]], rounds: int, count: int) -> tuple[float, float]:
+    rates: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(rounds):
+        for with_indexes in (False, True):
+            for dsn in dsns():
+                rates[with_indexes].append(drain_rate(dsn, with_indexes, count))
+    return statistics.median(rates[False]), statistics.median(rates[True])
+
+
+def timed(call: Callable[[], Any], rounds: int) -> float:
+    times = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times)
+
+
+def measure(dsn: str, count: int, rounds: int) -> list[tuple[str, float]]:
+    with App(dsn) as app:
+        app.migrate()
+        started = time.perf_counter()
+        fill(app, dsn, count)
+        print(f"  filled {count:,} jobs in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+        middle = count // 2
+        failed = JobState.FAILED
+        reads: list[tuple[str, Callable[[], Any]]] = [
+            ("jobs, newest page", lambda: app.jobs(limit=51)),
+            ("jobs, deep page", lambda: app.jobs(limit=51, before_id=middle)),
+            ("failed, newest page", lambda: app.jobs(failed, limit=51)),
+            ("failed, deep page", lambda: app.jobs(failed, limit=51, before_id=middle)),
+            ("failed + error text", lambda: app.jobs(failed, error="upstream 3", limit=51)),
+            ("queue, deep page", lambda: app.jobs(queue="q3", limit=51, before_id=middle)),
+            ("queue + failed", lambda: app.jobs(failed, queue="q0", limit=51)),
+            ("batch", lambda: app.jobs(batch="b50", limit=51)),
+            ("task (no index)", lambda: app.jobs(task="t3", limit=51, before_id=middle)),
+            ("error text alone (no index)", lambda: app.jobs(error="upstream 3", limit=51)),
+            ("one job and its events", lambda: (app.get(middle), app.events(middle))),
+            (
+                "throughput, last hour",
+                lambda: app.store.stats_finished_per_slot(
+                    utcnow() - timedelta(hours=1), timedelta(minutes=1)
+                ),
+            ),
+            ("stats (counts per queue and state)", app.stats),
+        ]
+        results = [(name, timed(call, rounds)) for name, call in reads]
+        metrics = Metrics(app)
+        results.append(("/metrics, first scrape", timed(metrics.render, 1)))
+        results.append(("/metrics, next scrapes", timed(metrics.render, rounds)))
+        return results
+
+
+@contextlib.contextmanager
+def postgres(dsn: str | None) -> Iterator[str]:
+    if dsn:
+        yield dsn
+        return
+    sys.path.insert(0, str(HERE.parent / "tests"))
+    from pg_server import PgServer
+
+    server = PgServer()
+    server.start()
+    try:
+        yield server.dsn
+    finally:
+        server.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--backend", choices=["sqlite", "postgres", "all"], default="all")
+    parser.add_argument("--pg-dsn", help="an empty PostgreSQL database to fill")
+    parser.add_argument("--jobs", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--write-cost", action="store_true")
+    options = parser.parse_args()
+    if options.write_cost:
+        main_write_cost(options)
+        return
+    table: dict[str, list[tuple[str, float]]] = {}
+    if options.backend in ("sqlite", "all"):
+        with tempfile.TemporaryDirectory() as folder:
+            print("sqlite", file=sys.stderr)
+            dsn = f"sqlite:///{folder}/dashboard.db"
+            table["SQLite"] = measure(dsn, options.jobs, options.rounds)
+    if options.backend in ("postgres", "all"):
+        with postgres(options.pg_dsn) as dsn:
+            print("postgres", file=sys.stderr)
+            table["PostgreSQL"] = measure(dsn, options.jobs, options.rounds)
+    backends = list(table)
+    print(f"| read, {options.jobs:,} jobs (ms, median) | " + " | ".join(backends) + " |")
+    print("|---|" + "---:|" * len(backends))
+    names = [name for name, _ in next(iter(table.values()))]
+    for i, name in enumerate(names):
+        print(f"| {name} | " + " | ".join(f"{table[b][i][1]:.1f}" for b in backends) + " |")
+
+
+def main_write_cost(options: argparse.Namespace) -> None:
+    count = 20_000
+    print("| claim 10 + complete, jobs/s | without the index | with it |")
+    print("|---|---:|---:|")
+    if options.backend in ("sqlite", "all"):
+
+        def sqlite_dbs() -> Iterator[str]:
+            with tempfile.TemporaryDirectory() as folder:
+                yield f"sqlite:///{folder}/w.db"
+
+        without, with_ = write_cost(sqlite_dbs, options.rounds, count)
+        print(f"| SQLite | {without:,.0f} | {with_:,.0f} |")
+    if options.backend in ("postgres", "all"):
+        with postgres(options.pg_dsn) as base:
+            import psycopg
+            from psycopg import sql
+
+            numbers = iter(range(1_000_000))
+
+            def pg_dbs() -> Iterator[str]:
+                name = f"bench_write_{next(numbers)}"
+                with psycopg.connect(base, autocommit=True) as admin:
+                    admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+                try:
+                    yield urlunsplit(urlsplit(base)._replace(path="/" + name))
+                finally:
+                    with psycopg.connect(base, autocommit=True) as admin:
+                        admin.execute(
+                            sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name))
+                        )
+
+            without, with_ = write_cost(pg_dbs, options.rounds, count)
+            print(f"| PostgreSQL | {without:,.0f} | {with_:,.0f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""``conveyor dashboard``: serve the dashboard with uvicorn.
+
+A standalone click command, so the ``conveyor`` group can attach it lazily
+and a CLI without the web extra still starts.
+"""
+
+from __future__ import annotations
+
+import click
+
+from conveyor.store.dsn import DSN_ENV
+from conveyor.web import require_web_extra
+from conveyor.web.hosts import LOOPBACK_NAMES, is_loopback
+
+TOKEN_ENV = "CONVEYOR_DASHBOARD_TOKEN"
+
+
+@click.command("dashboard")
+@click.option(
+    "--dsn",
+    envvar=DSN_ENV,
+    default=None,
+    show_default=f"${DSN_ENV}, else sqlite:///conveyor.db",
+    help="The database: sqlite:///path.db or postgresql://user@host:port/db.",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
+@click.option(
+    "--token",
+    envvar=TOKEN_ENV,
+    default=None,
+    help=f"Require this token on every request (also ${TOKEN_ENV}); "
+    "needed to listen on anything but loopback.",
+)
+def dashboard(dsn: str | None, host: str, port: int, token: str | None) -> None:
+    """Serve the web dashboard (overview, jobs, actions, /metrics, /healthz)."""
+    try:
+        require_web_extra()
+    except ImportError as exc:
+        raise click.ClickException(str(exc)) from None
+    import uvicorn
+
+    from conveyor.app import App
+    from conveyor.web.server import create_app
+
+    if not token:
+        token = None
+    if token is None and not is_loopback(host):
+        raise click.UsageError(
+            f"refusing to listen on {host} without a token: anyone who can reach it could "
+            f"read and retry jobs. Pass --token or set {TOKEN_ENV} (or listen on 127.0.0.1)."
+        )
+    app = App(dsn)
+    # Without a token the pages are open to this machine only; answering just the
+    # loopback names (and the address given) keeps a foreign site from reaching
+    # them through DNS rebinding.
+    allowed = None if token is not None else [*LOOPBACK_NAMES, host]
+    web = create_app(app, token, allowed_hosts=allowed)
+    shown = f"[{host}]" if ":" in host else host
+    click.echo(f"conveyor dashboard on http://{shown}:{port}/ ({app.store.description})")
+    try:
+        uvicorn.run(web, host=host, port=port, log_level="warning", server_header=False)
+    finally:
+        app.close()
