@@ -65,7 +65,7 @@ class EventStreamReader(DataSourceStreamReader):
         return ReadAllAvailable() if self.max_events is None else ReadMaxRows(self.max_events)
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
-        rows = limit.maxRows if isinstance(limit, ReadMaxRows) else None
+        rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         return self._latest(start, rows)
 
     def _latest(self, start: dict[str, int], limit: int | None) -> dict[str, int]:
