@@ -100,8 +100,8 @@ def to_condition(column: Column, filter: Filter) -> Condition | None:
         return None
     if not values or any(v is None for v in values):
         return None
-    converted = [_sql_value(column, v) for v in values]
-    if any(v is None for v in converted):
+    converted = [c for v in values if (c := _sql_value(column, v)) is not None]
+    if len(converted) != len(values):
         return None
     lite = [c[0] for c in converted]
     pg = [c[1] for c in converted]
@@ -149,7 +149,8 @@ class ConveyorReader(DataSourceReader):
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
         by_name = {c.name: c for c in TABLES[self.table]}
         for item in filters:
-            column = by_name.get(item.attribute[0]) if len(item.attribute) == 1 else None
+            path: tuple[str, ...] = getattr(item, "attribute", ())
+            column = by_name.get(path[0]) if len(path) == 1 else None
             condition = None if column is None else to_condition(column, item)
             if condition is None:
                 yield item
@@ -223,7 +224,7 @@ class ConveyorReader(DataSourceReader):
             while rows := cursor.fetchmany(FETCH_ROWS):
                 total += len(rows)
                 if not self.columns:
-                    yield pa.RecordBatch.from_arrays([], schema=schema, num_rows=len(rows))  # type: ignore[call-arg]
+                    yield pa.RecordBatch.from_arrays([], schema=schema, num_rows=len(rows))
                     continue
                 values = list(zip(*rows, strict=True))
                 yield pa.RecordBatch.from_arrays(
@@ -266,7 +267,7 @@ class ConveyorReader(DataSourceReader):
                 for batch in reader:
                     total += batch.num_rows
                     if not self.columns:
-                        yield pa.RecordBatch.from_arrays([], schema=schema, num_rows=batch.num_rows)  # type: ignore[call-arg]
+                        yield pa.RecordBatch.from_arrays([], schema=schema, num_rows=batch.num_rows)
                         continue
                     yield pa.RecordBatch.from_arrays(
                         [
@@ -293,7 +294,7 @@ def _pg_csv_type(column: Column) -> pa.DataType:
 
 
 def _timestamps(micros: pa.Array | pa.ChunkedArray) -> pa.Array:
-    return pc.cast(micros, pa.timestamp("us", tz="UTC"))  # type: ignore[no-any-return]
+    return pc.cast(micros, pa.timestamp("us", tz="UTC"))
 
 
 def _sqlite_array(column: Column, values: Sequence[Any]) -> pa.Array:
@@ -302,9 +303,9 @@ def _sqlite_array(column: Column, values: Sequence[Any]) -> pa.Array:
         # for dates this side of 2255).
         seconds = pa.array(values, pa.float64())
         micros = pc.cast(pc.round(pc.multiply(seconds, 1e6)), pa.int64())
-        return pc.cast(micros, pa.timestamp("us", tz="UTC"))  # type: ignore[no-any-return]
+        return pc.cast(micros, pa.timestamp("us", tz="UTC"))
     if isinstance(column.type, BooleanType):
-        return pc.cast(pa.array(values, pa.int64()), pa.bool_())  # type: ignore[no-any-return]
+        return pc.cast(pa.array(values, pa.int64()), pa.bool_())
     return pa.array(values, arrow_type(column))
 
 

@@ -216,7 +216,8 @@ class ConveyorDataSource(DataSource):
         return EventStreamReader(self.dsn, columns_for_schema("events", schema), self.options)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from conveyor.spark.writer import ConveyorWriter, WritePlan
+        from conveyor.spark.rows import WritePlan
+        from conveyor.spark.writer import ConveyorWriter
 
         if overwrite:
             raise ConfigurationError(

@@ -76,12 +76,12 @@ class EventStreamReader(DataSourceStreamReader):
                 if limit is None:
                     seq = conn.execute(q["stream_latest"]).fetchone()[0]
                 else:
-                    params = {"after": start["seq"], "limit": limit}
-                    seq = conn.execute(q["stream_latest_limited"], params).fetchone()[0]
+                    bounds = {"after": start["seq"], "limit": limit}
+                    seq = conn.execute(q["stream_latest_limited"], bounds).fetchone()[0]
             finally:
                 conn.close()
             return {"seq": max(seq or 0, start["seq"])}
-        params = {"xid": start["xid"], "seq": start["seq"], "limit": limit}
+        params: dict[str, int | None] = {"xid": start["xid"], "seq": start["seq"], "limit": limit}
         statement = q["stream_latest" if limit is None else "stream_latest_limited"]
         with postgres_connect(self.dsn) as pg:
             row = pg.execute(statement, params).fetchone()
@@ -117,8 +117,8 @@ class EventStreamReader(DataSourceStreamReader):
             "until_seq": span.end["seq"],
         }
         with postgres_connect(self.dsn) as pg:
-            cursor = pg.execute(sql, params)
-            while rows := cursor.fetchmany(FETCH_ROWS):
+            pg_cursor = pg.execute(sql, params)
+            while rows := pg_cursor.fetchmany(FETCH_ROWS):
                 yield _batch(self.columns, schema, rows, sqlite=False)
 
     def commit(self, end: dict[str, int]) -> None:
@@ -130,7 +130,7 @@ def _batch(
     columns: tuple[Column, ...], schema: pa.Schema, rows: list[Any], *, sqlite: bool
 ) -> pa.RecordBatch:
     if not columns:
-        return pa.RecordBatch.from_arrays([], schema=schema, num_rows=len(rows))  # type: ignore[call-arg]
+        return pa.RecordBatch.from_arrays([], schema=schema, num_rows=len(rows))
     values = list(zip(*rows, strict=True))
     if sqlite:
         arrays = [_sqlite_array(c, v) for c, v in zip(columns, values, strict=True)]
