@@ -19,7 +19,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from conveyor.job import Job, NewJob
-from conveyor.spark.report import PERCENTILES, Report, report
+from conveyor.spark.archive import archive, read_archive
+from conveyor.spark.report import PERCENTILES, report
 from conveyor.store.base import Completion, Failure, Lease, Store
 from conveyor.store.dsn import open_store
 
@@ -194,11 +195,9 @@ def test_report_numbers_match_the_jobs_the_test_ran(
     assert flaky["wait_p99"] == pytest.approx(110)
     assert flaky["run_p99"] == pytest.approx(2)
 
-    throughput = {(r["minute"], r["queue"]): r["jobs"] for r in result.throughput.collect()}
-    minute = {m.replace(tzinfo=UTC) if m.tzinfo is None else m for m, _ in throughput}
-    assert at(60) in minute and at(120) in minute
+    # collect() gives naive local times: astimezone reads them as such.
     by_queue = {
-        (m.replace(tzinfo=UTC) if m.tzinfo is None else m, q): n for (m, q), n in throughput.items()
+        (r["minute"].astimezone(UTC), r["queue"]): r["jobs"] for r in result.throughput.collect()
     }
     assert by_queue[(at(60), "images")] == 19
     assert by_queue[(at(120), "images")] == 1
@@ -237,3 +236,138 @@ def test_report_writes_parquet_and_charts(
         assert data.startswith(b"\x89PNG\r\n\x1a\n"), chart
         width = int.from_bytes(data[16:20], "big")
         assert width >= 1000, (chart, width)
+
+
+# --- archive ------------------------------------------------------------------
+
+DAY = timedelta(days=1)
+
+
+@dataclass
+class ArchiveSeed:
+    old: list[Job]
+    recent: Job
+    live: list[Job]
+
+
+def seed_archive_jobs(store: Store) -> ArchiveSeed:
+    """Six terminal jobs finished on 1 and 2 January, a recent one, and two live ones."""
+    images = store.job_insert_many([new_job("images", "resize", n) for n in range(4)], T0)
+    for job in images[:3]:
+        complete(store, claim_one(store, "images", at(10)), at(20), f'{{"n": {job.id}}}')
+    (mail,) = store.job_insert_many([new_job("emails", "send", 1, max_attempts=2)], T0)
+    fail(store, claim_one(store, "emails", at(30)), at(31), "TimeoutError: slow")
+    fail(store, claim_one(store, "emails", at(40)), at(41), "TimeoutError: slow")
+    (cancelled,) = store.job_insert_many([new_job("emails", "send", 2)], T0 + DAY)
+    store.job_cancel(cancelled.id, T0 + DAY + timedelta(hours=1))
+    complete(store, claim_one(store, "images", T0 + DAY), T0 + DAY + timedelta(hours=2))
+    (recent,) = store.job_insert_many([new_job("images", "resize", 9)], T0 + 9 * DAY)
+    complete(store, claim_one(store, "images", T0 + 9 * DAY), T0 + 9 * DAY)
+    live = store.job_insert_many([new_job("default", "t", n) for n in range(2)], T0 + 9 * DAY)
+    claim_one(store, "default", T0 + 9 * DAY)
+    old = [*images, mail, cancelled]
+    return ArchiveSeed(old=old, recent=recent, live=live)
+
+
+class Crash(Exception):
+    pass
+
+
+def crash_after_write(stage: str, done: int, total: int) -> None:
+    if stage == "written":
+        raise Crash(f"stopped after writing {done} of {total} jobs")
+
+
+def test_archive_crash_between_write_and_delete_then_rerun(
+    spark: SparkSession, dsn: str, store: Store, tmp_path: Path
+) -> None:
+    seeded = seed_archive_jobs(store)
+    old_ids = sorted(j.id for j in seeded.old)
+    history = {i: [(e.seq, e.kind, e.error) for e in store.event_list(i)] for i in old_ids}
+    to = str(tmp_path / "archive")
+    now = T0 + 10 * DAY
+
+    with pytest.raises(Crash, match="stopped after writing 6 of 6 jobs"):
+        archive(spark, dsn, older_than=7 * DAY, to=to, now=now, progress=crash_after_write)
+
+    # The write committed, the delete never ran: the jobs are in both places.
+    assert all(store.job_get(i) is not None for i in old_ids)
+    assert sorted(r["id"] for r in spark.read.parquet(to).select("id").collect()) == old_ids
+
+    stages: list[tuple[str, int, int]] = []
+    rerun = archive(
+        spark, dsn, older_than=7 * DAY, to=to, now=now, progress=lambda *s: stages.append(s)
+    )
+
+    # The rerun wrote nothing again and deleted what the crashed run had written.
+    assert (rerun.selected, rerun.written, rerun.deleted) == (6, 0, 6)
+    assert stages[:2] == [("selected", 6, 6), ("written", 0, 6)]
+    assert stages[-1] == ("deleting", 6, 6)
+    assert all(store.job_get(i) is None for i in old_ids)
+    assert all(store.event_list(i) == [] for i in old_ids)
+    assert store.job_get(seeded.recent.id) is not None
+    assert all(store.job_get(j.id) is not None for j in seeded.live)
+
+    rows = {r["id"]: r for r in spark.read.parquet(to).collect()}
+    assert sorted(rows) == old_ids  # each job once
+    for job_id, events in history.items():
+        archived = [(e["seq"], e["kind"], e["error"]) for e in rows[job_id]["events"]]
+        assert archived == events
+    mail = rows[seeded.old[4].id]
+    assert (mail["state"], mail["queue"], mail["attempts"]) == ("failed", "emails", 2)
+    assert [e["kind"] for e in mail["events"]] == [
+        "enqueued",
+        "claimed",
+        "retried",
+        "claimed",
+        "failed",
+    ]
+    assert rows[seeded.old[0].id]["result"] == f'{{"n": {seeded.old[0].id}}}'
+    partitions = {(str(r["date"]), r["queue"]) for r in rows.values()}
+    assert partitions == {
+        ("2026-01-01", "images"),
+        ("2026-01-01", "emails"),
+        ("2026-01-02", "images"),
+        ("2026-01-02", "emails"),
+    }
+    assert (Path(to) / "date=2026-01-02" / "queue=emails").is_dir()
+
+    # Ten days on, the recent job is old too: a later run appends it.
+    later = archive(spark, dsn, older_than=7 * DAY, to=to, now=now + 10 * DAY)
+    assert (later.selected, later.written, later.deleted) == (1, 1, 1)
+    frame = read_archive(spark, to)
+    assert frame.count() == 7
+    assert frame.select("archive_run").distinct().count() == 2
+    assert dict(frame.dtypes)["queue"] == "string"
+    assert dict(frame.dtypes)["date"] == "date"
+
+
+def test_archive_keeps_a_job_retried_after_it_was_written(
+    spark: SparkSession, dsn: str, store: Store, tmp_path: Path
+) -> None:
+    seeded = seed_archive_jobs(store)
+    cancelled = seeded.old[5]
+    to = str(tmp_path / "archive")
+    now = T0 + 10 * DAY
+
+    def retry_after_write(stage: str, done: int, total: int) -> None:
+        # An operator retries the job between the write and the delete.
+        if stage == "written":
+            assert store.job_retry(cancelled.id, now) is not None
+
+    result = archive(spark, dsn, older_than=7 * DAY, to=to, now=now, progress=retry_after_write)
+
+    assert (result.written, result.deleted) == (6, 5)
+    kept = store.job_get(cancelled.id)
+    assert kept is not None and kept.state == "queued"
+    # It finishes again; once old, it is archived a second time, history complete.
+    claimed = claim_one(store, "emails", now + DAY)
+    complete(store, claimed, now + DAY)
+    again = archive(spark, dsn, older_than=7 * DAY, to=to, now=now + 10 * DAY)
+    assert (again.written, again.deleted) == (2, 2)  # the recent job and the retried one
+    versions = read_archive(spark, to).where(f"id = {cancelled.id}").orderBy("finished_at")
+    kinds = [[e["kind"] for e in r["events"]] for r in versions.collect()]
+    assert kinds == [
+        ["enqueued", "cancelled"],
+        ["enqueued", "cancelled", "manual_retry", "claimed", "succeeded"],
+    ]

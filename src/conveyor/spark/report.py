@@ -37,7 +37,7 @@ import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from conveyor.job import EventKind, JobState
 
@@ -231,10 +231,7 @@ def _percentiles(frame: DataFrame, value: Column, prefix: str) -> DataFrame:
         .select(
             "queue",
             "task",
-            *[
-                F.col("_p")[i].alias(f"{prefix}_{name}")
-                for i, (name, _) in enumerate(PERCENTILES)
-            ],
+            *[F.col("_p")[i].alias(f"{prefix}_{name}") for i, (name, _) in enumerate(PERCENTILES)],
         )
     )
 
@@ -270,7 +267,9 @@ def _summary(
         .join(runs, ["queue", "task"], "full_outer")
         .join(peaks, ["queue", "task"], "left_outer")
     )
-    zeros = {name: 0 for name in [*_COUNTED_KINDS, "peak_per_minute"]}
+    zeros: dict[str, bool | float | int | str] = {
+        name: 0 for name in [*_COUNTED_KINDS, "peak_per_minute"]
+    }
     joined = joined.fillna(zeros)
 
     def ratio(numerator: Column, denominator: Column) -> Column:
@@ -341,6 +340,7 @@ def format_seconds(value: float | None) -> str:
 # through pyplot: no global backend to switch, no display needed, and nothing
 # left open in a long-lived process.
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _UNITS = ((3600.0, "h"), (60.0, "min"), (1.0, "s"), (0.001, "ms"))
 #: More groups than this make a latency chart unreadable: the busiest are kept.
 MAX_CHART_GROUPS = 20
@@ -354,33 +354,34 @@ def _unit_for(seconds: float) -> tuple[float, str]:
 
 
 def throughput_chart(rows: list[Row], start: datetime, end: datetime, path: Path) -> Path:
-    """Jobs that ran to an end per minute, one line per queue (and their total), as a PNG."""
+    """Jobs that ran to an end per minute, stacked by queue, as a PNG."""
     import matplotlib.dates as mdates
-    import pandas as pd
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(11, 5), layout="constrained")
     ax = fig.add_subplot()
-    minutes = (end - start).total_seconds() / 60
     # Beyond two days, minute points blur into noise: average them per hour.
-    hourly = minutes > 2 * 24 * 60
-    if rows:
-        frame = pd.DataFrame([(r["minute"], r["queue"], r["jobs"]) for r in rows])
-        frame.columns = ["minute", "queue", "jobs"]
-        frame["minute"] = pd.to_datetime(frame["minute"], utc=True)
-        table = frame.pivot_table(index="minute", columns="queue", values="jobs", aggfunc="sum")
-        # Minutes with no finished job are zeros, not gaps to draw a line across.
-        full = pd.date_range(
-            pd.Timestamp(start).floor("min"), pd.Timestamp(end).floor("min"), freq="min"
-        )
-        table = table.reindex(full.tz_convert("UTC"), fill_value=0).fillna(0)
-        if hourly:
-            table = table.resample("h").mean()
+    bucket = timedelta(hours=1) if end - start > timedelta(days=2) else timedelta(minutes=1)
+    first = _floor(start, bucket)
+    slots = int((end - first) / bucket) + 1
+    edges = [first + i * bucket for i in range(slots)]
+    series: dict[str, list[float]] = {}
+    for row in rows:
+        # collect() gives naive local times; astimezone reads them as such.
+        moment = row["minute"].astimezone(UTC)
+        slot = int((moment - first) / bucket)
+        if 0 <= slot < slots:
+            values = series.setdefault(str(row["queue"]), [0.0] * slots)
+            # Every slot is zero until a row says otherwise: no line drawn across a gap.
+            values[slot] += row["jobs"] * (timedelta(minutes=1) / bucket)
+    xs = [_days(edge) for edge in edges]
+    if series:
+        names = sorted(series)
         # Stacked: each band is a queue, the top edge is the total of all queues.
         ax.stackplot(
-            table.index,
-            [table[q].to_numpy() for q in table.columns],
-            labels=[str(q) for q in table.columns],
+            xs,
+            [series[name] for name in names],
+            labels=names,
             alpha=0.85,
             step="post",
         )
@@ -391,20 +392,31 @@ def throughput_chart(rows: list[Row], start: datetime, end: datetime, path: Path
             0.5, 0.5, "No job finished in this window", ha="center", va="center",
             transform=ax.transAxes, color="0.4", fontsize=13,
         )  # fmt: skip
-        ax.set_xlim(start, end)
+    ax.set_xlim(xs[0], _days(end))
     window = f"{start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC"
     fig.suptitle("Throughput by queue", fontsize=14)
     ax.set_title(window, fontsize=10, color="0.35")
     ax.set_xlabel("Time (UTC)")
-    per = "jobs per minute, hourly mean" if hourly else "jobs per minute"
+    per = "jobs per minute, hourly mean" if bucket > timedelta(minutes=1) else "jobs per minute"
     ax.set_ylabel(f"Jobs finished ({per})")
-    locator = mdates.AutoDateLocator(tz=UTC)
+    # matplotlib's stubs leave these constructors unannotated.
+    locator = mdates.AutoDateLocator(tz=UTC)  # type: ignore[no-untyped-call]
     ax.xaxis.set_major_locator(locator)
-    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz=UTC))
+    formatter = mdates.ConciseDateFormatter(locator, tz=UTC)  # type: ignore[no-untyped-call]
+    ax.xaxis.set_major_formatter(formatter)
     ax.grid(True, alpha=0.3)
     ax.spines[["top", "right"]].set_visible(False)
     fig.savefig(path, dpi=120)
     return path
+
+
+def _days(moment: datetime) -> float:
+    """matplotlib's date number: days since its default epoch, 1970-01-01 UTC."""
+    return (moment.astimezone(UTC) - _EPOCH) / timedelta(days=1)
+
+
+def _floor(moment: datetime, bucket: timedelta) -> datetime:
+    return _EPOCH + ((moment.astimezone(UTC) - _EPOCH) // bucket) * bucket
 
 
 def latency_chart(rows: list[Row], path: Path) -> Path:
