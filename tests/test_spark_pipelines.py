@@ -8,6 +8,7 @@ source in the shared local Spark session.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from pyspark.sql import SparkSession
 
 from conveyor.job import Job, NewJob
 from conveyor.spark.archive import archive, read_archive
+from conveyor.spark.fanin import batch_results
 from conveyor.spark.report import PERCENTILES, report
 from conveyor.store.base import Completion, Failure, Lease, Store
 from conveyor.store.dsn import open_store
@@ -371,3 +373,69 @@ def test_archive_keeps_a_job_retried_after_it_was_written(
         ["enqueued", "cancelled"],
         ["enqueued", "cancelled", "manual_retry", "claimed", "succeeded"],
     ]
+
+
+# --- fan-in ---------------------------------------------------------------------
+
+
+def seed_batch(store: Store, batch: str, results: list[str | None]) -> list[Job]:
+    """One job per result, in order: completed with it, or (None) left queued."""
+    jobs = []
+    for n, result in enumerate(results):
+        # A queue of its own for the job left queued: no later claim can take it.
+        queue = "parked" if result is None else "images"
+        (job,) = store.job_insert_many([new_job(queue, "resize", n, batch=batch)], T0)
+        if result is not None:
+            complete(store, claim_one(store, queue, at(1)), at(5), result)
+        jobs.append(job)
+    return jobs
+
+
+def test_batch_results_parse_each_jobs_result(spark: SparkSession, dsn: str, store: Store) -> None:
+    done = seed_batch(
+        store, "b1", ['{"width": 100, "url": "a.png"}', '{"width": 250, "url": "b.png"}', None]
+    )
+    # A failed job of the batch, and a job of another batch that must not show.
+    (failing,) = store.job_insert_many(
+        [new_job("failing", "resize", 7, batch="b1", max_attempts=1)], T0
+    )
+    fail(store, claim_one(store, "failing", at(6)), at(7), "OSError: disk full")
+    seed_batch(store, "b2", ["1"])
+
+    frame = batch_results(spark, dsn, "b1")
+
+    rows = frame.collect()
+    assert [r["id"] for r in rows] == [*(j.id for j in done), failing.id]
+    assert [r["state"] for r in rows] == ["succeeded", "succeeded", "queued", "failed"]
+    # The JSON text is kept (compared parsed: a backend may normalise whitespace).
+    assert json.loads(rows[0]["result"]) == {"width": 100, "url": "a.png"}
+    values = [r["result_value"] for r in rows]
+    assert (values[0]["width"], values[0]["url"]) == (100, "a.png")
+    assert (values[1]["width"], values[1]["url"]) == (250, "b.png")
+    assert values[2:] == [None, None]
+    assert rows[3]["error"] == "OSError: disk full"
+    # Spark can work on the parsed value directly.
+    assert frame.where("result_value.width > 150").select("id").collect()[0]["id"] == done[1].id
+
+
+def test_batch_results_with_scalar_results_and_a_given_schema(
+    spark: SparkSession, dsn: str, store: Store
+) -> None:
+    seed_batch(store, "scores", ["1", "2.5", '"n/a"'])
+    seed_batch(store, "sizes", ['{"width": 10}', '{"width": "wide"}'])
+    seed_batch(store, "pending", [None, None])
+
+    # Inferred across the batch: a number and a string widen to a string.
+    scores = [r["result_value"] for r in batch_results(spark, dsn, "scores").collect()]
+    assert scores == ["1", "2.5", "n/a"]
+    sizes = batch_results(spark, dsn, "sizes", schema="struct<width: int>")
+    assert dict(sizes.dtypes)["result_value"] == "struct<width:int>"
+    # A result that does not fit the schema parses to null; its text is kept.
+    widths = [
+        (r["result_value"]["width"] if r["result_value"] else None, r["result"])
+        for r in sizes.collect()
+    ]
+    assert widths[0][0] == 10
+    assert widths[1][0] is None and json.loads(widths[1][1]) == {"width": "wide"}
+    pending = batch_results(spark, dsn, "pending").collect()
+    assert [r["result_value"] for r in pending] == [None, None]
