@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 import pyarrow as pa
 import pytest
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -27,7 +28,6 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
-from pyspark.sql.utils import AnalysisException
 
 from conveyor.job import JobState, NewJob
 from conveyor.spark import read_table
@@ -100,10 +100,19 @@ def test_write_makes_one_job_per_row_with_named_columns(
         ],
         "id long, path string, q string, prio int, at timestamp, grp string, opts map<string,int>",
     )
+    listener = None
+    if dsn.startswith("postgres"):
+        # Workers wait on this channel: the move into jobs must wake them.
+        listener = psycopg.connect(dsn, autocommit=True)
+        listener.execute("LISTEN conveyor_jobs")
     writer(
         frame, dsn, task="resize", keyColumn="id", queueColumn="q", priorityColumn="prio",
         runAtColumn="at", groupColumn="grp", batch="b1", queue="images",
     ).save()  # fmt: skip
+    if listener is not None:
+        with listener:
+            woken = {n.payload for n in listener.notifies(timeout=2, stop_after=3)}
+        assert woken == {"hi", "lo", "images"}
 
     jobs = sorted(all_jobs(opened), key=lambda j: j.key)
     assert [j.key for j in jobs] == ["1", "2", "3"]
@@ -144,8 +153,13 @@ def test_rerun_with_a_key_column_enqueues_nothing_twice(
     jobs = all_jobs(opened)
     assert len(jobs) == 300
     assert len({j.key for j in jobs}) == 300
-    # Without a key the same rows are new jobs: the dedupe above was the key's doing.
-    writer(frame.limit(10), dsn, task="resize").save()
+    # Once jobs have finished their keys are free again, unless unique is "forever".
+    claimed = opened.job_claim(["default"], 10, "w", timedelta(minutes=1), datetime.now(UTC))
+    opened.job_complete([Completion(j.id, j.lease_token or "", None) for j in claimed], T0)
+    finished = frame.where(F.col("path").isin([j.key for j in claimed]))
+    writer(finished, dsn, task="resize", keyColumn="path", unique="forever").save()
+    assert len(all_jobs(opened)) == 300
+    writer(finished, dsn, task="resize", keyColumn="path").save()
     assert len(all_jobs(opened)) == 310
 
 

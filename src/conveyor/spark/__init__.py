@@ -46,7 +46,9 @@ def register(spark: SparkSession) -> None:
     spark.dataSource.register(ConveyorDataSource)
 
 
-def session(master: str = "local[*]", app_name: str = "conveyor", **conf: str) -> SparkSession:
+def session(
+    master: str = "local[*]", app_name: str = "conveyor", conf: dict[str, str] | None = None
+) -> SparkSession:
     """A SparkSession with the data source registered, for scripts and notebooks.
 
     Spark's Python workers run ``python3`` from PATH unless told otherwise; this
@@ -58,8 +60,8 @@ def session(master: str = "local[*]", app_name: str = "conveyor", **conf: str) -
 
     builder = SparkSession.builder.master(master).appName(app_name)
     builder = builder.config("spark.sql.session.timeZone", "UTC")
-    for key, value in conf.items():
-        builder = builder.config(key.replace("__", "."), value)
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     register(spark)
     return spark
