@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from pyspark.sql import SparkSession
 
 from conveyor.job import Job, NewJob
+from conveyor.spark import commands
 from conveyor.spark.archive import archive, read_archive
 from conveyor.spark.fanin import batch_results
 from conveyor.spark.report import PERCENTILES, report
@@ -159,11 +161,12 @@ def rows_by_group(frame: Any) -> dict[tuple[str, str], dict[str, Any]]:
 
 
 def test_report_numbers_match_the_jobs_the_test_ran(
-    spark: SparkSession, dsn: str, store: Store
+    spark: SparkSession, dsn: str, store: Store, tmp_path: Path
 ) -> None:
     seeded = seed_report_jobs(store)
+    out = tmp_path / "report"
 
-    result = report(spark, dsn, since=timedelta(hours=1), now=at(3600))
+    result = report(spark, dsn, since=timedelta(hours=1), out=out, now=at(3600))
 
     assert (result.start, result.end) == (T0, at(3600))
     summary = rows_by_group(result.summary)
@@ -219,20 +222,12 @@ def test_report_numbers_match_the_jobs_the_test_ran(
     timeout = result.errors.collect()[0]
     assert timeout["latest_text"] == TIMEOUT_TRACEBACK
 
-
-def test_report_writes_parquet_and_charts(
-    spark: SparkSession, dsn: str, store: Store, tmp_path: Path
-) -> None:
-    seed_report_jobs(store)
-    out = tmp_path / "report"
-
-    result = report(spark, dsn, since=timedelta(hours=1), out=out, now=at(3600))
-
-    summary = spark.read.parquet(str(out / "summary"))
-    assert sorted(summary.columns) == sorted(result.summary.columns)
-    assert rows_by_group(summary) == rows_by_group(result.summary)
+    # Written out: the same tables as Parquet, and two charts.
+    summary_file = spark.read.parquet(str(out / "summary"))
+    assert sorted(summary_file.columns) == sorted(result.summary.columns)
+    assert rows_by_group(summary_file) == summary
     assert spark.read.parquet(str(out / "errors")).count() == 3
-    assert spark.read.parquet(str(out / "throughput")).count() == result.throughput.count()
+    assert spark.read.parquet(str(out / "throughput")).count() == len(by_queue)
     for chart in ("throughput.png", "latency.png"):
         data = (out / chart).read_bytes()
         assert data.startswith(b"\x89PNG\r\n\x1a\n"), chart
@@ -439,3 +434,92 @@ def test_batch_results_with_scalar_results_and_a_given_schema(
     assert widths[1][0] is None and json.loads(widths[1][1]) == {"width": "wide"}
     pending = batch_results(spark, dsn, "pending").collect()
     assert [r["result_value"] for r in pending] == [None, None]
+
+
+# --- commands -------------------------------------------------------------------
+# The pipelines are checked on both databases above; the commands around them
+# only on SQLite.
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("30m", timedelta(minutes=30)),
+        ("24h", timedelta(hours=24)),
+        ("7d", timedelta(days=7)),
+        ("2w", timedelta(days=14)),
+        ("90s", timedelta(seconds=90)),
+        ("1h30m", timedelta(hours=1, minutes=30)),
+        (" 1.5H ", timedelta(minutes=90)),
+    ],
+)
+def test_parse_duration(text: str, expected: timedelta) -> None:
+    assert commands.parse_duration(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "7", "d", "7x", "-1d", "1d junk", "h1"])
+def test_parse_duration_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match="is not a duration"):
+        commands.parse_duration(text)
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path) -> Iterator[tuple[str, Store]]:
+    dsn = f"sqlite:///{tmp_path / 'cli.db'}"
+    opened = open_store(dsn)
+    opened.migrate()
+    yield dsn, opened
+    opened.close()
+
+
+def test_report_command_prints_tables_and_writes_files(
+    spark: SparkSession, sqlite_store: tuple[str, Store], tmp_path: Path
+) -> None:
+    dsn, store = sqlite_store
+    seed_report_jobs(store)
+    out = tmp_path / "out"
+
+    # The seeded jobs ran on 1 January 2026: a long --since reaches them.
+    args = ["--since", "1000d", "--out", str(out), "--dsn", dsn]
+    result = CliRunner().invoke(commands.report, args, env={"COLUMNS": "220"})
+
+    assert result.exit_code == 0, result.output
+    for text in (
+        "Outcomes",
+        "images",
+        "resize",
+        "flaky",
+        "Wait p99",
+        "TimeoutError: upstream slow",
+    ):
+        assert text in result.output
+    assert (out / "throughput.png").is_file() and (out / "latency.png").is_file()
+    assert (out / "summary").is_dir()
+
+
+def test_report_command_rejects_a_bad_duration(sqlite_store: tuple[str, Store]) -> None:
+    dsn, _ = sqlite_store
+    result = CliRunner().invoke(commands.report, ["--since", "soon", "--dsn", dsn])
+
+    assert result.exit_code == 2
+    assert "'soon' is not a duration" in result.output
+
+
+def test_archive_command(
+    spark: SparkSession, sqlite_store: tuple[str, Store], tmp_path: Path
+) -> None:
+    dsn, store = sqlite_store
+    seeded = seed_archive_jobs(store)
+    to = tmp_path / "archive"
+
+    args = ["--older-than", "1d", "--to", str(to), "--dsn", dsn]
+    result = CliRunner().invoke(commands.archive, args, env={"COLUMNS": "200"})
+
+    assert result.exit_code == 0, result.output
+    # Every terminal job (the six old ones and the recent one) is long finished now.
+    assert "7 finished jobs older than the cutoff" in result.output
+    assert "Archived 7 jobs" in result.output
+    assert "deleted 7 from the store" in result.output
+    assert spark.read.parquet(str(to)).count() == 7
+    assert store.job_get(seeded.recent.id) is None
+    assert all(store.job_get(j.id) is not None for j in seeded.live)
