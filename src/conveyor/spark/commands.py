@@ -11,7 +11,7 @@ running is used.
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import UTC, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -141,7 +141,8 @@ def _print_report(console: Console, result: Report, summary: list[Row], errors: 
         outcomes.add_row(
             r["queue"],
             r["task"],
-            f"{r['throughput_per_minute']:.2f}",
+            # Significant digits: a quiet queue over a long window is still not 0.00.
+            f"{r['throughput_per_minute']:.3g}",
             str(r["peak_per_minute"]),
             str(r["succeeded"]),
             f"[red]{r['failed']}[/]" if r["failed"] else "0",
@@ -187,7 +188,8 @@ def _print_report(console: Console, result: Report, summary: list[Row], errors: 
                 str(e["jobs"]),
                 f"{e['queue']} / {e['task']}",
                 e["error"],
-                f"{e['last_seen']:%Y-%m-%d %H:%M:%S}",
+                # collect() gives naive local times; astimezone reads them as such.
+                f"{e['last_seen'].astimezone(UTC):%Y-%m-%d %H:%M:%S}",
             )
         console.print(top)
 
