@@ -137,8 +137,9 @@ def archive(
             .withColumn("date", _utc_date("finished_at"))
         )
         # Without this, an empty write would still leave a _SUCCESS file (and,
-        # on an empty archive, a folder Spark cannot infer a schema from).
-        if not rows.isEmpty():
+        # on an empty archive, a folder Spark cannot infer a schema from). Asked
+        # of ``new``, not ``rows``: that would read the events table twice.
+        if not new.isEmpty():
             rows.write.mode("append").partitionBy("date", "queue").parquet(to)
 
         committed = _archived_keys(spark, to, cutoff, run=run)
