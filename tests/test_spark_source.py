@@ -219,9 +219,20 @@ def test_a_task_that_outlives_its_write_stages_nothing(dsn: str, opened: Store) 
     assert all_jobs(opened) == []
 
 
+@pytest.fixture
+def sqlite_dsn(tmp_path: Path) -> Iterator[tuple[str, Store]]:
+    """One backend for checks made before any row reaches a database."""
+    dsn = f"sqlite:///{tmp_path / 'jobs.db'}"
+    store = open_store(dsn)
+    store.migrate()
+    yield dsn, store
+    store.close()
+
+
 def test_values_that_cannot_be_json_fail_naming_column_and_row(
-    spark: SparkSession, dsn: str, opened: Store
+    spark: SparkSession, sqlite_dsn: tuple[str, Store]
 ) -> None:
+    dsn, opened = sqlite_dsn
     frame = spark.createDataFrame(
         [(1, 0.5, None), (2, float("nan"), "x"), (3, 1.0, "y")],
         "id long, score double, note string",
@@ -234,7 +245,10 @@ def test_values_that_cannot_be_json_fail_naming_column_and_row(
     assert sorted(j.kwargs["note"] or "" for j in all_jobs(opened)) == ["", "y"]
 
 
-def test_options_are_checked_before_anything_runs(spark: SparkSession, dsn: str) -> None:
+def test_options_are_checked_before_anything_runs(
+    spark: SparkSession, sqlite_dsn: tuple[str, Store]
+) -> None:
+    dsn = sqlite_dsn[0]
     with pytest.raises(AnalysisException, match="keyColumn names column 'nope'"):
         writer(items(spark, 3), dsn, task="t", keyColumn="nope").save()
     with pytest.raises(AnalysisException, match="taskColumn"):
