@@ -432,9 +432,9 @@ def latency_chart(rows: list[Row], path: Path) -> Path:
     labels = [f"{r['queue']} / {r['task']}" for r in groups]
     colors = {"p50": "#4C72B0", "p95": "#DD8452", "p99": "#C44E52"}
     bar = 0.26
-    for ax, prefix, title in (
-        (axes[0], "wait", "Wait time (created \u2192 started)"),
-        (axes[1], "run", "Run time (started \u2192 finished)"),
+    for ax, prefix, title, nothing in (
+        (axes[0], "wait", "Wait time (created \u2192 started)", "No job started in this window"),
+        (axes[1], "run", "Run time (started \u2192 finished)", "No job finished in this window"),
     ):
         values = [r[f"{prefix}_{name}"] for r in groups for name, _ in PERCENTILES]
         known = [v for v in values if v is not None]
@@ -453,16 +453,19 @@ def latency_chart(rows: list[Row], path: Path) -> Path:
         ax.set_xlabel(f"Duration ({unit})")
         ax.grid(True, axis="x", alpha=0.3)
         ax.spines[["top", "right"]].set_visible(False)
-        if not groups:
+        if not known:
             ax.text(
-                0.5, 0.5, "No job started in this window", ha="center", va="center",
+                0.5, 0.5, nothing, ha="center", va="center",
                 transform=ax.transAxes, color="0.4", fontsize=12,
             )  # fmt: skip
+            ax.set_xticks([])
     axes[0].set_yticks(range(len(groups)), labels)
     axes[0].set_ylabel("Queue / task")
     axes[0].invert_yaxis()
-    handles, names = axes[0].get_legend_handles_labels()
-    fig.legend(handles, names, loc="outside lower center", ncol=3, frameon=False)
+    if groups:
+        # Empty bar groups draw no patch: a legend of them would show the wrong colours.
+        handles, names = axes[0].get_legend_handles_labels()
+        fig.legend(handles, names, loc="outside lower center", ncol=3, frameon=False)
     fig.suptitle("Latency percentiles by queue and task", fontsize=14)
     fig.savefig(path, dpi=120)
     return path
