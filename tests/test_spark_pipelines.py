@@ -222,11 +222,6 @@ def test_report_numbers_match_the_jobs_the_test_ran(
     timeout = result.errors.collect()[0]
     assert timeout["latest_text"] == TIMEOUT_TRACEBACK
 
-    # An hour before anything happened: empty tables, and charts that say so.
-    quiet = report(spark, dsn, since=timedelta(hours=1), out=tmp_path / "quiet", now=at(-3600))
-    assert (quiet.summary.count(), quiet.throughput.count(), quiet.errors.count()) == (0, 0, 0)
-    assert (tmp_path / "quiet" / "throughput.png").is_file()
-
     # Written out: the same tables as Parquet, and two charts.
     summary_file = spark.read.parquet(str(out / "summary"))
     assert sorted(summary_file.columns) == sorted(result.summary.columns)
@@ -288,11 +283,6 @@ def test_archive_crash_between_write_and_delete_then_rerun(
     history = {i: [(e.seq, e.kind, e.error) for e in store.event_list(i)] for i in old_ids}
     to = str(tmp_path / "archive")
     now = T0 + 10 * DAY
-
-    # On 2 January nothing has been finished for seven days yet: no archive at all.
-    idle = archive(spark, dsn, older_than=7 * DAY, to=to, now=T0 + DAY)
-    assert (idle.selected, idle.written, idle.deleted) == (0, 0, 0)
-    assert not Path(to).exists()
 
     with pytest.raises(Crash, match="stopped after writing 6 of 6 jobs"):
         archive(spark, dsn, older_than=7 * DAY, to=to, now=now, progress=crash_after_write)
@@ -428,7 +418,6 @@ def test_batch_results_with_scalar_results_and_a_given_schema(
 ) -> None:
     seed_batch(store, "scores", ["1", "2.5", '"n/a"'])
     seed_batch(store, "sizes", ['{"width": 10}', '{"width": "wide"}'])
-    seed_batch(store, "pending", [None, None])
 
     # Inferred across the batch: a number and a string widen to a string.
     scores = [r["result_value"] for r in batch_results(spark, dsn, "scores").collect()]
@@ -442,6 +431,29 @@ def test_batch_results_with_scalar_results_and_a_given_schema(
     ]
     assert widths[0][0] == 10
     assert widths[1][0] is None and json.loads(widths[1][1]) == {"width": "wide"}
+
+
+# --- empty windows ------------------------------------------------------------
+
+
+def test_pipelines_on_empty_windows(
+    spark: SparkSession, dsn: str, store: Store, tmp_path: Path
+) -> None:
+    seed_archive_jobs(store)
+    seed_batch(store, "pending", [None, None])
+
+    # An hour before anything happened: empty tables, and charts that say so.
+    quiet = report(spark, dsn, since=timedelta(hours=1), out=tmp_path / "quiet", now=at(-3600))
+    assert (quiet.summary.count(), quiet.throughput.count(), quiet.errors.count()) == (0, 0, 0)
+    assert (tmp_path / "quiet" / "throughput.png").is_file()
+
+    # On 2 January nothing has been finished for seven days yet: no archive at all.
+    to = tmp_path / "archive"
+    idle = archive(spark, dsn, older_than=7 * DAY, to=str(to), now=T0 + DAY)
+    assert (idle.selected, idle.written, idle.deleted) == (0, 0, 0)
+    assert not to.exists()
+
+    # A batch none of whose jobs has a result yet: nothing to infer a type from.
     pending = batch_results(spark, dsn, "pending").collect()
     assert [r["result_value"] for r in pending] == [None, None]
 

@@ -121,7 +121,7 @@ def archive(
         new = (
             selected
             if archived is None
-            else selected.join(archived, ["id", "finished_at"], "left_anti")
+            else selected.join(archived.drop("archive_run"), ["id", "finished_at"], "left_anti")
         )
         events = (
             read_table(spark, dsn, "events")
@@ -142,16 +142,17 @@ def archive(
         if not new.isEmpty():
             rows.write.mode("append").partitionBy("date", "queue").parquet(to)
 
-        committed = _archived_keys(spark, to, cutoff, run=run)
-        written = 0 if committed is None else committed.count()
-        report("written", written, total)
-
-        # What the archive holds now, whichever run wrote it: the ids to delete.
+        # Read back what the archive holds now, whichever run wrote it: those
+        # of the selected jobs are the ones to delete; ours are what this run wrote.
         held = _archived_keys(spark, to, cutoff)
-        ids: list[int] = []
+        found: dict[int, bool] = {}
         if held is not None:
-            doomed = keys.join(held, ["id", "finished_at"], "left_semi").select("id")
-            ids = [int(row["id"]) for row in doomed.toLocalIterator()]
+            mine = (F.col("archive_run") == run).alias("mine")
+            for row in keys.join(held, ["id", "finished_at"]).select("id", mine).collect():
+                found[int(row["id"])] = found.get(int(row["id"]), False) or bool(row["mine"])
+        written = sum(found.values())
+        report("written", written, total)
+        ids = sorted(found)
         deleted = _delete(dsn, ids, cutoff, delete_chunk, report)
     finally:
         selected.unpersist()
@@ -166,10 +167,8 @@ def _utc_date(column: str) -> Column:
     return F.date_from_unix_date(F.floor(F.unix_seconds(F.col(column)) / 86_400).cast("int"))
 
 
-def _archived_keys(
-    spark: SparkSession, to: str, cutoff: datetime, run: str | None = None
-) -> DataFrame | None:
-    """``(id, finished_at)`` of the archived jobs that could be eligible; None with no archive."""
+def _archived_keys(spark: SparkSession, to: str, cutoff: datetime) -> DataFrame | None:
+    """``(id, finished_at, archive_run)`` of archived jobs that could be eligible, or None."""
     from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
 
@@ -181,9 +180,7 @@ def _archived_keys(
         raise
     # Partition pruning: nothing finished after the cutoff's date can match.
     frame = frame.where(F.col("date") <= F.lit(cutoff.date()))
-    if run is not None:
-        frame = frame.where(F.col("archive_run") == run)
-    return frame.select("id", "finished_at")
+    return frame.select("id", "finished_at", "archive_run")
 
 
 def _key_schema() -> StructType:
