@@ -256,5 +256,6 @@ def archive(older_than: timedelta, to: str, dsn: str | None, master: str) -> Non
     note = f" ({earlier} were already in the archive)" if earlier else ""
     console.print(
         f"Archived {result.written} jobs finished before {result.cutoff:%Y-%m-%d %H:%M} UTC "
-        f"to {to}{note}; deleted {result.deleted} from the store."
+        f"to {to}{note}; deleted {result.deleted} from the store.",
+        highlight=False,
     )
