@@ -527,6 +527,20 @@ def test_report_command_rejects_a_bad_duration(sqlite_store: tuple[str, Store]) 
     assert "'soon' is not a duration" in result.output
 
 
+def test_commands_check_the_database_before_starting_spark(tmp_path: Path) -> None:
+    missing = f"sqlite:///{tmp_path / 'missing.db'}"
+    result = CliRunner().invoke(commands.report, ["--dsn", missing])
+    assert result.exit_code == 1
+    assert "no database at" in result.output
+    assert not (tmp_path / "missing.db").exists()
+
+    (tmp_path / "empty.db").touch()
+    empty = f"sqlite:///{tmp_path / 'empty.db'}"
+    result = CliRunner().invoke(commands.archive, ["--to", str(tmp_path / "a"), "--dsn", empty])
+    assert result.exit_code == 1
+    assert "has no conveyor tables: run `conveyor migrate` first" in result.output
+
+
 def test_archive_command(
     spark: SparkSession, sqlite_store: tuple[str, Store], tmp_path: Path
 ) -> None:

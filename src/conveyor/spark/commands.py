@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from conveyor.store.dsn import DSN_ENV, default_dsn
+from conveyor.errors import ConveyorError
+from conveyor.store.dsn import DSN_ENV, default_dsn, open_store, sqlite_path
 
 if TYPE_CHECKING:
     from pyspark.sql import Row, SparkSession
@@ -82,6 +83,30 @@ def _spark(master: str, app_name: str) -> SparkSession:
     return spark
 
 
+def _checked_dsn(dsn: str | None) -> str:
+    """The DSN to use, once its database is known to hold conveyor's tables.
+
+    Checked before Spark starts: a wrong path or a down server is then a
+    one-line error in a second, not a Python worker's traceback after ten.
+    """
+    dsn = dsn or default_dsn()
+    try:
+        if dsn.lower().startswith("sqlite:") and not sqlite_path(dsn).is_file():
+            raise click.ClickException(f"no database at {sqlite_path(dsn)} (DSN {dsn})")
+        store = open_store(dsn, migrate=False)
+        try:
+            version = store.schema_version()
+        finally:
+            store.close()
+    except ConveyorError as exc:
+        raise click.ClickException(str(exc)) from None
+    if version == 0:
+        raise click.ClickException(
+            f"{store.description} has no conveyor tables: run `conveyor migrate` first"
+        )
+    return dsn
+
+
 def _console() -> Console:
     from rich.console import Console
 
@@ -104,10 +129,11 @@ def report(since: timedelta, out: Path | None, dsn: str | None, master: str) -> 
     """Queue analytics: throughput, wait and run times, outcomes and top errors."""
     from conveyor.spark.report import report as build
 
+    dsn = _checked_dsn(dsn)
     console = _console()
     spark = _spark(master, "conveyor report")
     with console.status("Reading jobs and events..."):
-        result = build(spark, dsn or default_dsn(), since=since)
+        result = build(spark, dsn, since=since)
         summary = result.summary.collect()
         errors = result.errors.collect()
     _print_report(console, result, summary, errors)
@@ -220,6 +246,7 @@ def archive(older_than: timedelta, to: str, dsn: str | None, master: str) -> Non
 
     from conveyor.spark.archive import archive as run_archive
 
+    dsn = _checked_dsn(dsn)
     console = _console()
     spark = _spark(master, "conveyor archive")
     if console.is_terminal:
@@ -242,7 +269,7 @@ def archive(older_than: timedelta, to: str, dsn: str | None, master: str) -> Non
                 progress.update(step, completed=done, total=total)
 
         with progress:
-            result = run_archive(spark, dsn or default_dsn(), older_than, to, progress=show)
+            result = run_archive(spark, dsn, older_than, to, progress=show)
     else:
 
         def log(stage: str, done: int, total: int) -> None:
@@ -251,7 +278,7 @@ def archive(older_than: timedelta, to: str, dsn: str | None, master: str) -> Non
             elif stage == "written":
                 console.print(f"{done} written to {to} by this run")
 
-        result = run_archive(spark, dsn or default_dsn(), older_than, to, progress=log)
+        result = run_archive(spark, dsn, older_than, to, progress=log)
     earlier = result.selected - result.written
     note = f" ({earlier} were already in the archive)" if earlier else ""
     console.print(
