@@ -25,7 +25,7 @@ from psycopg.conninfo import make_conninfo
 
 from pg_server import PgServer, PgServerError
 
-pytest_plugins = ["store_fixtures"]
+pytest_plugins = ["store_fixtures", "spark_fixtures"]
 
 _db_counter = itertools.count(1)
 

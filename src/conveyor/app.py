@@ -32,7 +32,7 @@ from conveyor.job import (
 from conveyor.maintenance import Periodic
 from conveyor.retry import Backoff
 from conveyor.schedule import make_schedule
-from conveyor.store.base import JobFilter, Stats, Store
+from conveyor.store.base import BatchStatus, JobFilter, Stats, Store
 from conveyor.store.dsn import open_store
 from conveyor.task import EnqueueOptions, Task
 
@@ -376,6 +376,14 @@ class App:
 
     def stats(self) -> Stats:
         return self.store.stats(utcnow())
+
+    def batch_status(self, batch: str) -> BatchStatus:
+        """How many of a batch's jobs are done (succeeded), failed, cancelled and outstanding.
+
+        Outstanding jobs are queued (including those waiting to retry) or
+        running. Purged jobs are no longer counted.
+        """
+        return self.store.batch_status(validate_name("batch", batch) or batch)
 
     def health(self) -> dict[str, Any]:
         """Whether the store answers, how fast, and its schema version. Never raises."""

@@ -106,6 +106,49 @@ class Stats:
 
 
 @dataclass(frozen=True, slots=True)
+class BatchStatus:
+    """How far a batch has got: its jobs counted by state, read at one moment."""
+
+    batch: str
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def queued(self) -> int:
+        return self.counts.get(JobState.QUEUED, 0)
+
+    @property
+    def running(self) -> int:
+        return self.counts.get(JobState.RUNNING, 0)
+
+    @property
+    def done(self) -> int:
+        """Jobs that succeeded."""
+        return self.counts.get(JobState.SUCCEEDED, 0)
+
+    @property
+    def failed(self) -> int:
+        return self.counts.get(JobState.FAILED, 0)
+
+    @property
+    def cancelled(self) -> int:
+        return self.counts.get(JobState.CANCELLED, 0)
+
+    @property
+    def outstanding(self) -> int:
+        """Jobs that may still change: queued (waiting or retrying) or running."""
+        return self.queued + self.running
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def finished(self) -> bool:
+        """Every job of the batch is terminal (a batch with no jobs is not finished)."""
+        return self.total > 0 and self.outstanding == 0
+
+
+@dataclass(frozen=True, slots=True)
 class WorkerInfo:
     """A live worker, as it registered itself (and last checked in)."""
 
@@ -221,6 +264,10 @@ class Store(Protocol):
 
     def stats(self, now: datetime) -> Stats: ...
 
+    def batch_status(self, batch: str) -> BatchStatus:
+        """The jobs of a batch counted by state (purged jobs are no longer counted)."""
+        ...
+
     def next_run_at(self, queues: Sequence[str] | None) -> datetime | None:
         """The earliest run_at of a queued job: when a timer should wake a worker."""
         ...
@@ -299,6 +346,15 @@ class Store(Protocol):
         until nothing is left passes the time it started, so a job failing again
         meanwhile is not retried twice. A keyed job is retried only when it is the
         newest job of its key and no live job holds the key. Returns the ids queued.
+        """
+        ...
+
+    def job_delete_terminal(self, job_ids: Sequence[int], finished_before: datetime) -> list[int]:
+        """Delete the given jobs (and their events) that are terminal and finished before the time.
+
+        The archive's delete: it names exactly the jobs it has written. A job
+        retried since is live again (or finished later) and is left alone.
+        Returns the ids deleted.
         """
         ...
 

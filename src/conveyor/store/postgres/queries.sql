@@ -598,3 +598,24 @@ SELECT name FROM names WHERE name IS NOT NULL
 UNION
 SELECT name FROM queues
 ORDER BY 1
+
+-- name: batch_counts
+SELECT state, count(*) FROM jobs WHERE batch = %(batch)s GROUP BY state
+
+-- name: job_delete_terminal
+-- The archive names the jobs it wrote; only those still terminal and finished
+-- before its cutoff go (a job retried since then is live again, or newer).
+-- Rows are locked in id order so that two archive runs never deadlock, and a
+-- row a manual retry changed meanwhile is checked again after the lock.
+WITH doomed AS MATERIALIZED (
+    SELECT id FROM jobs
+    WHERE id = ANY(%(ids)b::bigint[])
+      AND state IN ('succeeded', 'failed', 'cancelled')
+      AND finished_at < %(before)s
+    ORDER BY id
+    FOR UPDATE
+), gone_events AS (
+    DELETE FROM events WHERE job_id IN (SELECT id FROM doomed)
+)
+DELETE FROM jobs WHERE id IN (SELECT id FROM doomed)
+RETURNING id

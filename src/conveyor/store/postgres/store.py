@@ -26,6 +26,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from conveyor.errors import ConfigurationError, JobStateError, StoreUnavailableError
 from conveyor.job import Event, Job, JobState, NewJob
 from conveyor.store.base import (
+    BatchStatus,
     ChangeCallback,
     Completion,
     EventCounts,
@@ -384,6 +385,11 @@ class PostgresStore:
             finished_last_minute=finished,
         )
 
+    def batch_status(self, batch: str) -> BatchStatus:
+        with self._conn() as conn:
+            rows = conn.execute(_Q["batch_counts"], {"batch": batch}).fetchall()
+        return BatchStatus(batch, {state: count for state, count in sorted(rows)})
+
     def next_run_at(self, queues: Sequence[str] | None) -> datetime | None:
         with self._conn() as conn:
             if queues is None:
@@ -546,6 +552,13 @@ class PostgresStore:
             return conn.execute(
                 _Q["job_purge"], {"before": finished_before, "limit": limit}
             ).rowcount
+
+    def job_delete_terminal(self, job_ids: Sequence[int], finished_before: datetime) -> list[int]:
+        if not job_ids:
+            return []
+        params = {"ids": list(job_ids), "before": finished_before}
+        with self._conn() as conn:
+            return [r[0] for r in conn.execute(_Q["job_delete_terminal"], params)]
 
     def queue_pause(self, queue: str, now: datetime) -> None:
         self._change("queue_set_paused", {"name": queue, "paused": True, "now": now})

@@ -437,3 +437,14 @@ SELECT name FROM names WHERE name IS NOT NULL
 UNION
 SELECT name FROM queues
 ORDER BY 1
+
+-- name: batch_counts
+SELECT state, count(*) FROM jobs WHERE batch = :batch GROUP BY state
+
+-- name: job_delete_terminal_select
+-- The archive names the jobs it wrote; only those still terminal and finished
+-- before its cutoff go (a job retried since then is live again, or newer).
+SELECT id FROM jobs
+WHERE id IN (SELECT value FROM json_each(:ids))
+  AND state IN ('succeeded', 'failed', 'cancelled')
+  AND finished_at < :before

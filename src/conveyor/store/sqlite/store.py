@@ -21,6 +21,7 @@ from typing import Any
 from conveyor.errors import ConfigurationError, JobStateError, StoreUnavailableError
 from conveyor.job import Event, Job, JobState, NewJob
 from conveyor.store.base import (
+    BatchStatus,
     ChangeCallback,
     Completion,
     EventCounts,
@@ -320,6 +321,10 @@ class SQLiteStore:
             finished_last_minute=finished,
         )
 
+    def batch_status(self, batch: str) -> BatchStatus:
+        rows = self._conn().execute(_Q["batch_counts"], {"batch": batch}).fetchall()
+        return BatchStatus(batch, {state: count for state, count in sorted(rows)})
+
     def next_run_at(self, queues: Sequence[str] | None) -> datetime | None:
         params = {"all_queues": queues is None, "queues": json.dumps(list(queues or []))}
         value = self._conn().execute(_Q["next_run_at"], params).fetchone()[0]
@@ -477,6 +482,19 @@ class SQLiteStore:
                 conn.execute(_Q["event_delete_for_jobs"], {"ids": encoded})
                 conn.execute(_Q["job_delete"], {"ids": encoded})
         return len(ids)
+
+    def job_delete_terminal(self, job_ids: Sequence[int], finished_before: datetime) -> list[int]:
+        if not job_ids:
+            return []
+        params = {"ids": json.dumps(list(job_ids)), "before": _ts(finished_before)}
+        with self._write() as conn:
+            # Selected under the write lock: no retry can slip in before the delete.
+            ids = [r[0] for r in conn.execute(_Q["job_delete_terminal_select"], params)]
+            if ids:
+                encoded = json.dumps(ids)
+                conn.execute(_Q["event_delete_for_jobs"], {"ids": encoded})
+                conn.execute(_Q["job_delete"], {"ids": encoded})
+        return ids
 
     def queue_pause(self, queue: str, now: datetime) -> None:
         self._set_paused(queue, True, now)

@@ -1,0 +1,271 @@
+"""The Spark data source beside the store's own enqueue and a plain read, same run, same machine.
+
+    python benchmarks/spark.py                         # both backends, 1,000,000 rows
+    python benchmarks/spark.py --backend sqlite --rows 200000
+    python benchmarks/spark.py --pg-dsn postgresql://user@host:5432/db
+
+For each backend, on fresh databases:
+
+- Spark enqueue: a DataFrame of ``--rows`` rows (an id used as the key column,
+  two task arguments) written with ``format("conveyor")``, atomic (staged,
+  then moved in one transaction);
+- store enqueue_many: the same jobs through ``Store.job_insert_many`` in
+  batches of 10,000, payloads encoded in the timed loop as a producer would;
+- Spark read: every column of every job, ``format("conveyor")`` into Spark's
+  ``noop`` sink (the rows are produced and converted, then dropped);
+- plain read: ``SELECT *`` of the same jobs on one connection, every row
+  fetched into Python.
+
+Spark runs in local mode on all cores; a small write and read first warm it up
+(the first Python data source query in a session costs seconds once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sqlite3
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from conveyor.job import NewJob
+from conveyor.store.dsn import open_store
+
+HERE = Path(__file__).resolve().parent
+STORE_BATCH = 10_000
+
+
+@dataclass
+class Result:
+    backend: str
+    measure: str
+    rows: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.rows / self.seconds if self.seconds else float("nan")
+
+
+def timed(work: Callable[[], int]) -> tuple[int, float]:
+    start = time.perf_counter()
+    rows = work()
+    return rows, time.perf_counter() - start
+
+
+@contextlib.contextmanager
+def postgres(dsn: str | None) -> Iterator[str]:
+    """A PostgreSQL server: the one given, else a throwaway server started here."""
+    if dsn:
+        yield dsn
+        return
+    sys.path.insert(0, str(HERE.parent / "tests"))
+    from pg_server import PgServer
+
+    server = PgServer()
+    server.start()
+    try:
+        yield server.dsn
+    finally:
+        server.stop()
+
+
+def fresh_database(backend: str, base: str, folder: Path, name: str) -> str:
+    """A new empty database for one measurement, migrated."""
+    if backend == "sqlite":
+        dsn = f"sqlite:///{folder / (name + '.db')}"
+    else:
+        import psycopg
+        from psycopg import sql
+
+        sys.path.insert(0, str(HERE.parent / "tests"))
+        from conftest import dsn_with_dbname
+
+        with psycopg.connect(base, autocommit=True) as admin:
+            ident = sql.Identifier(name)
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))
+            admin.execute(sql.SQL("CREATE DATABASE {} TEMPLATE template0").format(ident))
+        dsn = dsn_with_dbname(base, name)
+    store = open_store(dsn)
+    store.migrate()
+    store.close()
+    return dsn
+
+
+def count_jobs(dsn: str) -> int:
+    store = open_store(dsn)
+    try:
+        if dsn.startswith("sqlite"):
+            conn = sqlite3.connect(dsn.removeprefix("sqlite:///"))
+            try:
+                count: int = conn.execute("SELECT count(*) FROM jobs").fetchone()[0]
+            finally:
+                conn.close()
+            return count
+        import psycopg
+
+        with psycopg.connect(dsn) as pg:
+            row = pg.execute("SELECT count(*) FROM jobs").fetchone()
+            return int(row[0]) if row else 0
+    finally:
+        store.close()
+
+
+def spark_session() -> Any:
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    from conveyor.spark import register
+
+    spark = (
+        SparkSession.builder.master("local[*]")
+        .appName("conveyor-benchmark")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.memory", "3g")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
+def frame(spark: Any, rows: int) -> Any:
+    partitions = max(2, os.cpu_count() or 2)
+    return spark.range(0, rows, numPartitions=partitions).selectExpr(
+        "id", "concat('s3://bucket/img-', id, '.png') AS path", "cast(id % 100 AS int) AS size"
+    )
+
+
+def spark_enqueue(spark: Any, dsn: str, rows: int) -> int:
+    (
+        frame(spark, rows)
+        .write.format("conveyor")
+        .option("dsn", dsn)
+        .option("task", "resize")
+        .option("keyColumn", "id")
+        .mode("append")
+        .save()
+    )
+    return count_jobs(dsn)
+
+
+def store_enqueue(dsn: str, rows: int) -> int:
+    store = open_store(dsn)
+    try:
+        now = datetime.now(UTC)
+        for start in range(0, rows, STORE_BATCH):
+            batch = [
+                NewJob(
+                    queue="default",
+                    task="resize",
+                    args_json="[]",
+                    kwargs_json=json.dumps(
+                        {"path": f"s3://bucket/img-{i}.png", "size": i % 100},
+                        separators=(",", ":"),
+                    ),
+                    run_at=now,
+                    key=str(i),
+                )
+                for i in range(start, min(start + STORE_BATCH, rows))
+            ]
+            store.job_insert_many(batch, now)
+    finally:
+        store.close()
+    return count_jobs(dsn)
+
+
+def spark_read(spark: Any, dsn: str) -> int:
+    jobs = spark.read.format("conveyor").option("dsn", dsn).option("table", "jobs").load()
+    jobs.write.format("noop").mode("overwrite").save()
+    return count_jobs(dsn)
+
+
+def plain_read(dsn: str) -> int:
+    rows = 0
+    if dsn.startswith("sqlite"):
+        conn = sqlite3.connect(dsn.removeprefix("sqlite:///"))
+        try:
+            cursor = conn.execute("SELECT * FROM jobs")
+            while chunk := cursor.fetchmany(10_000):
+                rows += len(chunk)
+        finally:
+            conn.close()
+        return rows
+    import psycopg
+
+    with psycopg.connect(dsn) as pg, pg.cursor(name="everything") as cursor:
+        cursor.itersize = 10_000
+        cursor.execute("SELECT * FROM jobs")
+        while chunk := cursor.fetchmany(10_000):
+            rows += len(chunk)
+    return rows
+
+
+def bench_backend(spark: Any, backend: str, base: str, folder: Path, rows: int) -> list[Result]:
+    warm = fresh_database(backend, base, folder, "bench_warm")
+    spark_enqueue(spark, warm, 1_000)
+    spark_read(spark, warm)
+
+    results = []
+    store_dsn = fresh_database(backend, base, folder, "bench_store")
+    done, seconds = timed(lambda: store_enqueue(store_dsn, rows))
+    results.append(Result(backend, "store enqueue_many", done, seconds))
+
+    spark_dsn = fresh_database(backend, base, folder, "bench_spark")
+    done, seconds = timed(lambda: spark_enqueue(spark, spark_dsn, rows))
+    results.append(Result(backend, "Spark enqueue (atomic, key column)", done, seconds))
+
+    done, seconds = timed(lambda: plain_read(spark_dsn))
+    results.append(Result(backend, "plain read, one connection", done, seconds))
+    done, seconds = timed(lambda: spark_read(spark, spark_dsn))
+    results.append(Result(backend, "Spark read, all columns", done, seconds))
+    for result in results:
+        if result.rows != rows:
+            raise SystemExit(f"{result.measure} on {backend}: {result.rows} jobs, not {rows}")
+    return results
+
+
+def print_table(results: list[Result]) -> None:
+    print("| backend | measure | rows | seconds | rows/s |")
+    print("|---|---|---:|---:|---:|")
+    for r in results:
+        print(f"| {r.backend} | {r.measure} | {r.rows:,} | {r.seconds:.2f} | {r.rate:,.0f} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--backend", choices=["sqlite", "postgres", "all"], default="all")
+    parser.add_argument("--pg-dsn", help="use this PostgreSQL server (it gets bench_* databases)")
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    options = parser.parse_args()
+
+    spark = spark_session()
+    results: list[Result] = []
+    try:
+        with tempfile.TemporaryDirectory() as name:
+            folder = Path(name)
+            if options.backend in ("sqlite", "all"):
+                results += bench_backend(spark, "sqlite", "", folder, options.rows)
+            if options.backend in ("postgres", "all"):
+                with postgres(options.pg_dsn) as base:
+                    results += bench_backend(spark, "postgres", base, folder, options.rows)
+    finally:
+        spark.stop()
+    print_table(results)
+
+
+if __name__ == "__main__":
+    main()

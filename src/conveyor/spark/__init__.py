@@ -1,0 +1,110 @@
+"""conveyor on Apache Spark: DataFrames in as jobs, jobs and events out.
+
+Needs the ``spark`` extra (``pip install 'conveyor[spark]'``)::
+
+    from conveyor.spark import register
+    register(spark)
+    df.write.format("conveyor").option("dsn", dsn).option("task", "resize").mode("append").save()
+    jobs = spark.read.format("conveyor").option("dsn", dsn).option("table", "jobs").load()
+    events = spark.readStream.format("conveyor").option("dsn", dsn).load()
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+try:
+    import pyarrow  # noqa: F401  (the data source API needs it; fail here with the hint)
+    import pyspark  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the installation
+    raise ImportError(
+        f"conveyor.spark needs PySpark and pyarrow: pip install 'conveyor[spark]' ({exc})"
+    ) from None
+
+from conveyor.spark.source import NAME, ConveyorDataSource
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["NAME", "ConveyorDataSource", "read_table", "register", "session"]
+
+# Filter pushdown of Python data sources is off by default in Spark, and a
+# reader that implements it fails unless it is on.
+_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+# Filters read_table() understands: column -> values (one value or a list).
+_FILTER_COLUMNS = frozenset(
+    {"state", "queue", "task", "batch", "key", "group_key", "worker", "kind", "job_id", "id"}
+)
+_TIME_BOUNDS = ("_since", "_until")
+
+
+def register(spark: SparkSession) -> None:
+    """Register the ``conveyor`` data source on ``spark`` and turn on filter pushdown."""
+    spark.conf.set(_PUSHDOWN_CONF, "true")
+    spark.dataSource.register(ConveyorDataSource)
+
+
+def session(
+    master: str = "local[*]", app_name: str = "conveyor", conf: dict[str, str] | None = None
+) -> SparkSession:
+    """A SparkSession with the data source registered, for scripts and notebooks.
+
+    Spark's Python workers run ``python3`` from PATH unless told otherwise; this
+    points them at the running interpreter, the one that has conveyor installed.
+    On a cluster, build the session your cluster needs and call ``register()``.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master(master).appName(app_name)
+    builder = builder.config("spark.sql.session.timeZone", "UTC")
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    register(spark)
+    return spark
+
+
+def read_table(
+    spark: SparkSession,
+    dsn: str,
+    table: str = "jobs",
+    *,
+    columns: list[str] | None = None,
+    **filters: Any,
+) -> DataFrame:
+    """``table`` ("jobs" or "events") as a DataFrame, filtered in the database.
+
+    ``filters``: a column of {_FILTER_COLUMNS} equal to a value or one of a list
+    (``state=["failed", "cancelled"]``), and time bounds on a timestamp column
+    as ``<column>_since`` (inclusive) and ``<column>_until`` (exclusive), e.g.
+    ``finished_at_since=datetime(...)``. They reach SQL through Spark's filter
+    pushdown. ``columns`` reads only those columns.
+    """
+    from pyspark.sql import functions as F
+
+    from conveyor.spark.source import TABLES
+
+    known = {c.name: c for c in TABLES[table]} if table in TABLES else {}
+    reader = spark.read.format(NAME).option("dsn", dsn).option("table", table)
+    if columns is not None:
+        reader = reader.option("columns", ",".join(columns))
+    frame = reader.load()
+    for name, value in filters.items():
+        if name.endswith(_TIME_BOUNDS):
+            column_name = name.rsplit("_", 1)[0]
+            column = known.get(column_name)
+            if column is None or not column.timestamp:
+                raise TypeError(f"read_table: {name} names no timestamp column of {table}")
+            col = F.col(column_name)
+            frame = frame.where(col >= F.lit(value) if name.endswith("_since") else col < value)
+            continue
+        if name not in _FILTER_COLUMNS or name not in known:
+            raise TypeError(f"read_table: {table} cannot be filtered on {name!r}")
+        if isinstance(value, list | tuple | set | frozenset):
+            frame = frame.where(F.col(name).isin(list(value)))
+        else:
+            frame = frame.where(F.col(name) == F.lit(value))
+    return frame

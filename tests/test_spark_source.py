@@ -1,0 +1,459 @@
+"""The ``conveyor`` Spark data source on both databases, with a real local Spark.
+
+Writes are checked through the store (what a worker would see), reads against
+jobs the store made, and pushdown through the statements the reader ran (its
+``traceFile`` option records each statement and how many rows it returned).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+import pytest
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructType,
+    TimestampType,
+)
+
+from conveyor.job import JobState, NewJob
+from conveyor.spark import read_table
+from conveyor.spark.rows import WritePlan
+from conveyor.spark.writer import ConveyorWriter, WriteEndedError
+from conveyor.store.base import Completion, Failure, Store
+from conveyor.store.dsn import open_store, sqlite_path
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@pytest.fixture
+def opened(dsn: str) -> Iterator[Store]:
+    store = open_store(dsn)
+    store.migrate()
+    yield store
+    store.close()
+
+
+def all_jobs(store: Store) -> list[Any]:
+    from conveyor.store.base import JobFilter
+
+    return store.job_list(JobFilter(limit=100_000))
+
+
+def leftovers(dsn: str) -> tuple[list[str], int]:
+    """Staging tables still present, and writes still open."""
+    if dsn.startswith("sqlite"):
+        conn = sqlite3.connect(sqlite_path(dsn))
+        try:
+            tables = conn.execute(
+                "SELECT name FROM sqlite_master WHERE name LIKE 'spark_stage_%'"
+            ).fetchall()
+            open_writes = conn.execute("SELECT count(*) FROM spark_writes").fetchone()[0]
+        finally:
+            conn.close()
+    else:
+        with psycopg.connect(dsn) as pg:
+            tables = pg.execute(
+                "SELECT tablename FROM pg_tables WHERE tablename LIKE 'spark_stage_%'"
+            ).fetchall()
+            open_writes = pg.execute("SELECT count(*) FROM spark_writes").fetchone()[0]  # type: ignore[index]
+    return [t[0] for t in tables], open_writes
+
+
+def writer(frame: DataFrame, dsn: str, **options: str) -> Any:
+    out = frame.write.format("conveyor").option("dsn", dsn).mode("append")
+    for name, value in options.items():
+        out = out.option(name, value)
+    return out
+
+
+def items(spark: SparkSession, count: int, partitions: int = 2) -> DataFrame:
+    return spark.range(0, count, numPartitions=partitions).selectExpr(
+        "id", "concat('img-', id) AS path", "cast(id % 5 AS int) AS size"
+    )
+
+
+# --- write = enqueue -----------------------------------------------------------
+
+
+def test_write_makes_one_job_per_row_with_named_columns(
+    spark: SparkSession, dsn: str, opened: Store
+) -> None:
+    frame = spark.createDataFrame(
+        [
+            (1, "a.png", "hi", 5, T0 + timedelta(hours=1), "g1", {"w": 10}),
+            (2, "b.png", "lo", None, None, None, {"w": 20}),
+            (3, "c.png", None, -1, T0, "g1", None),
+        ],
+        "id long, path string, q string, prio int, at timestamp, grp string, opts map<string,int>",
+    )
+    listener = None
+    if dsn.startswith("postgres"):
+        # Workers wait on this channel: the move into jobs must wake them.
+        listener = psycopg.connect(dsn, autocommit=True)
+        listener.execute("LISTEN conveyor_jobs")
+    writer(
+        frame, dsn, task="resize", keyColumn="id", queueColumn="q", priorityColumn="prio",
+        runAtColumn="at", groupColumn="grp", batch="b1", queue="images",
+    ).save()  # fmt: skip
+    if listener is not None:
+        with listener:
+            woken = {n.payload for n in listener.notifies(timeout=2, stop_after=3)}
+        assert woken == {"hi", "lo", "images"}
+
+    jobs = sorted(all_jobs(opened), key=lambda j: j.key)
+    assert [j.key for j in jobs] == ["1", "2", "3"]
+    assert [j.queue for j in jobs] == ["hi", "lo", "images"]  # a null queue: the option's
+    assert [j.priority for j in jobs] == [5, 0, -1]
+    assert [j.group for j in jobs] == ["g1", None, "g1"]
+    assert {j.batch for j in jobs} == {"b1"}
+    assert {j.task for j in jobs} == {"resize"}
+    assert jobs[0].run_at == T0 + timedelta(hours=1)
+    assert jobs[2].run_at == T0
+    assert jobs[1].run_at == jobs[1].created_at  # no run_at: ready when the write commits
+    # Columns not named by an option are the task's keyword arguments; maps are objects.
+    assert jobs[0].kwargs == {"path": "a.png", "opts": {"w": 10}}
+    assert jobs[2].kwargs == {"path": "c.png", "opts": None}
+    assert all(j.args == [] and j.state == JobState.QUEUED for j in jobs)
+    for job in jobs:
+        assert [e.kind for e in opened.event_list(job.id)] == ["enqueued"]
+    assert leftovers(dsn) == ([], 0)
+
+
+def test_job_ids_come_from_the_store_so_later_enqueues_never_collide(
+    spark: SparkSession, dsn: str, opened: Store
+) -> None:
+    first = opened.job_insert_many([NewJob("default", "t", "[]", "{}", T0)], T0)[0]
+    writer(items(spark, 200), dsn, task="resize").save()
+    after = opened.job_insert_many([NewJob("default", "t", "[]", "{}", T0)], T0)[0]
+    ids = sorted(j.id for j in all_jobs(opened))
+    assert len(ids) == len(set(ids)) == 202
+    assert ids[0] == first.id and ids[-1] == after.id
+
+
+def test_rerun_with_a_key_column_enqueues_nothing_twice(
+    spark: SparkSession, dsn: str, opened: Store
+) -> None:
+    frame = items(spark, 300)
+    writer(frame, dsn, task="resize", keyColumn="path").save()
+    writer(frame, dsn, task="resize", keyColumn="path").save()
+    jobs = all_jobs(opened)
+    assert len(jobs) == 300
+    assert len({j.key for j in jobs}) == 300
+    # Once jobs have finished their keys are free again, unless unique is "forever".
+    claimed = opened.job_claim(["default"], 10, "w", timedelta(minutes=1), datetime.now(UTC))
+    opened.job_complete([Completion(j.id, j.lease_token or "", None) for j in claimed], T0)
+    finished = frame.where(F.col("path").isin([j.key for j in claimed]))
+    writer(finished, dsn, task="resize", keyColumn="path", unique="forever").save()
+    assert len(all_jobs(opened)) == 300
+    writer(finished, dsn, task="resize", keyColumn="path").save()
+    assert len(all_jobs(opened)) == 310
+
+
+def test_a_retried_task_does_not_duplicate_jobs(
+    spark: SparkSession, dsn: str, opened: Store
+) -> None:
+    @F.udf(returnType=LongType(), useArrow=False)
+    def fail_first_attempt(value: int) -> int:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        # The first attempt of partition 1 dies after staging some batches.
+        if value == 350 and context is not None and context.attemptNumber() == 0:
+            raise RuntimeError("injected task failure")
+        return value
+
+    frame = items(spark, 400).withColumn("id", fail_first_attempt("id"))
+    writer(frame, dsn, task="resize", keyColumn="id", batchSize="50").save()
+    jobs = all_jobs(opened)
+    assert sorted(int(j.key) for j in jobs) == list(range(400))
+    assert leftovers(dsn) == ([], 0)
+
+
+def test_a_failed_write_enqueues_nothing(spark: SparkSession, dsn: str, opened: Store) -> None:
+    @F.udf(returnType=LongType(), useArrow=False)
+    def always_fail(value: int) -> int:
+        if value == 390:
+            raise RuntimeError("injected task failure")
+        return value
+
+    frame = items(spark, 400).withColumn("id", always_fail("id"))
+    with pytest.raises(Exception, match="injected task failure"):
+        writer(frame, dsn, task="resize", keyColumn="id", batchSize="50").save()
+    # Partition 0 staged all its rows and partition 1 most of its own: none is a job.
+    assert all_jobs(opened) == []
+    assert opened.event_since(0, 10) == []
+    assert leftovers(dsn) == ([], 0)
+
+
+def test_a_task_that_outlives_its_write_stages_nothing(dsn: str, opened: Store) -> None:
+    from pyspark.sql.types import StructField
+
+    schema = StructType([StructField("id", LongType()), StructField("path", StringType())])
+    plan = WritePlan.from_options(schema, {"task": "resize", "keycolumn": "id", "batchsize": "2"})
+    write = ConveyorWriter(dsn, plan)
+    batch = pa.RecordBatch.from_pydict({"id": [1, 2, 3], "path": ["a", "b", "c"]})
+    # A task stages rows, then the driver aborts: its staging goes with the write.
+    write.write(iter([batch]))
+    assert len(leftovers(dsn)[0]) == 1
+    write.abort([])
+    assert leftovers(dsn) == ([], 0)
+    # A cancelled task that keeps going after the abort (Spark ends its input
+    # early, and it returns normally) finds the write closed.
+    with pytest.raises(WriteEndedError):
+        write.write(iter([batch]))
+    assert leftovers(dsn) == ([], 0)
+    assert all_jobs(opened) == []
+
+
+@pytest.fixture
+def sqlite_dsn(tmp_path: Path) -> Iterator[tuple[str, Store]]:
+    """One backend for checks made before any row reaches a database."""
+    dsn = f"sqlite:///{tmp_path / 'jobs.db'}"
+    store = open_store(dsn)
+    store.migrate()
+    yield dsn, store
+    store.close()
+
+
+def test_values_that_cannot_be_json_fail_naming_column_and_row(
+    spark: SparkSession, sqlite_dsn: tuple[str, Store]
+) -> None:
+    dsn, opened = sqlite_dsn
+    frame = spark.createDataFrame(
+        [(1, 0.5, None), (2, float("nan"), "x"), (3, 1.0, "y")],
+        "id long, score double, note string",
+    ).coalesce(1)
+    with pytest.raises(Exception, match=r"column 'score', row 1 of partition 0.*JSON"):
+        writer(frame, dsn, task="rank").save()
+    assert all_jobs(opened) == []
+    # Nulls are fine: a task argument may be None.
+    writer(frame.where("id != 2"), dsn, task="rank").save()
+    assert sorted(j.kwargs["note"] or "" for j in all_jobs(opened)) == ["", "y"]
+
+
+def test_options_are_checked_before_anything_runs(
+    spark: SparkSession, sqlite_dsn: tuple[str, Store]
+) -> None:
+    dsn = sqlite_dsn[0]
+    with pytest.raises(AnalysisException, match="keyColumn names column 'nope'"):
+        writer(items(spark, 3), dsn, task="t", keyColumn="nope").save()
+    with pytest.raises(AnalysisException, match="taskColumn"):
+        writer(items(spark, 3), dsn).save()
+
+
+def test_non_atomic_write_uses_the_store_insert(
+    spark: SparkSession, dsn: str, opened: Store
+) -> None:
+    frame = items(spark, 120)
+    writer(frame, dsn, task="resize", keyColumn="id", atomic="false", batchSize="25").save()
+    writer(frame, dsn, task="resize", keyColumn="id", atomic="false").save()
+    assert sorted(int(j.key) for j in all_jobs(opened)) == list(range(120))
+    assert leftovers(dsn) == ([], 0)
+
+
+# --- read ----------------------------------------------------------------------
+
+
+def _history(store: Store) -> None:
+    """40 jobs in two queues and two tasks: 10 succeeded, 5 failed, the rest queued."""
+    new = [
+        NewJob(f"q{i % 2}", f"t{i % 4 // 2}", "[1]", json.dumps({"n": i}), T0, batch=f"b{i % 3}")
+        for i in range(40)
+    ]
+    store.job_insert_many(new, T0)
+    claimed = store.job_claim(["q0"], 15, "w1", timedelta(minutes=5), T0 + timedelta(seconds=1))
+    done = T0 + timedelta(seconds=10)
+    store.job_complete(
+        [Completion(j.id, j.lease_token or "", '{"ok":true}') for j in claimed[:10]], done
+    )
+    store.job_fail(
+        [Failure(j.id, j.lease_token or "", "boom", done, retryable=False) for j in claimed[10:]],
+        done + timedelta(seconds=5),
+    )  # fmt: skip
+
+
+def test_read_gives_typed_jobs(spark: SparkSession, dsn: str, opened: Store) -> None:
+    _history(opened)
+    frame = spark.read.format("conveyor").option("dsn", dsn).option("table", "jobs").load()
+    types = dict((f.name, f.dataType) for f in frame.schema.fields)
+    assert isinstance(types["id"], LongType) and isinstance(types["attempts"], IntegerType)
+    assert isinstance(types["created_at"], TimestampType)
+    assert isinstance(types["finished_at"], TimestampType)
+    rows = frame.orderBy("id").collect()
+    assert len(rows) == 40
+    parsed = frame.select(
+        F.from_json("kwargs", MapType(StringType(), IntegerType())).alias("k"),
+        F.from_json("result", "ok boolean").alias("r"),
+    ).collect()
+    assert sorted(r.k["n"] for r in parsed) == list(range(40))
+    assert sum(1 for r in parsed if r.r is not None and r.r.ok) == 10
+    states = {r.state: r["count"] for r in frame.groupBy("state").count().collect()}
+    assert states == {"succeeded": 10, "failed": 5, "queued": 25}
+    # Compared in Spark: collect() would give naive datetimes in the local zone. Filtered
+    # queries come last: Spark 4.3 keeps a loaded DataFrame's first pushed-down plan for its
+    # later unfiltered queries (see the README), so those run on the DataFrame first.
+    assert frame.where(F.col("created_at") == F.lit(T0)).count() == 40
+    assert frame.where(F.col("finished_at") == F.lit(T0 + timedelta(seconds=10))).count() == 10
+    events = spark.read.format("conveyor").option("dsn", dsn).option("table", "events").load()
+    kinds = {r.kind: r["count"] for r in events.groupBy("kind").count().collect()}
+    assert kinds == {"enqueued": 40, "claimed": 15, "succeeded": 10, "failed": 5}
+
+
+def test_filters_are_applied_by_the_database(
+    spark: SparkSession, dsn: str, opened: Store, tmp_path: Path
+) -> None:
+    _history(opened)
+    trace = tmp_path / "trace.jsonl"
+    frame = (
+        spark.read.format("conveyor")
+        .option("dsn", dsn)
+        .option("table", "jobs")
+        .option("traceFile", str(trace))
+        .load()
+    )
+    since = T0 + timedelta(seconds=9)
+    picked = frame.where(
+        (F.col("state").isin("succeeded", "failed"))
+        & (F.col("queue") == "q0")
+        & (F.col("finished_at") >= F.lit(since))
+        & (F.col("batch") == "b0")
+        & (F.col("task") == "t0")
+    ).collect()
+    expected = [
+        j for j in all_jobs(opened)
+        if j.state in ("succeeded", "failed") and j.batch == "b0" and j.task == "t0"
+    ]  # fmt: skip
+    assert sorted(r.id for r in picked) == sorted(j.id for j in expected)
+    assert expected
+    statements = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert statements
+    for statement in statements:
+        sql = statement["sql"]
+        for fragment in ("queue =", "finished_at >=", "batch =", "task ="):
+            assert fragment in sql
+        assert "state IN (?, ?)" in sql or "state = ANY(%s)" in sql
+    # The database returned only the matching rows, not the table for Spark to filter.
+    assert sum(s["rows"] for s in statements) == len(expected)
+
+
+def test_reads_split_by_id_range_and_read_only_named_columns(
+    spark: SparkSession, dsn: str, opened: Store, tmp_path: Path
+) -> None:
+    _history(opened)
+    trace = tmp_path / "trace.jsonl"
+    frame = (
+        spark.read.format("conveyor")
+        .option("dsn", dsn)
+        .option("table", "jobs")
+        .option("numPartitions", "3")
+        .option("columns", "id,state")
+        .option("traceFile", str(trace))
+        .load()
+    )
+    assert frame.columns == ["id", "state"]
+    assert frame.rdd.getNumPartitions() == 3
+    ids = [r.id for r in frame.collect()]
+    assert sorted(ids) == sorted(j.id for j in all_jobs(opened))
+    statements = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert len(statements) == 3
+    selects = ("SELECT id, state FROM", "COPY (SELECT id, state FROM")
+    assert all(s["sql"].startswith(selects) for s in statements)
+
+
+def test_read_table_helper_filters(spark: SparkSession, dsn: str, opened: Store) -> None:
+    _history(opened)
+    failed = read_table(spark, dsn, state="failed", queue="q0").collect()
+    assert len(failed) == 5 and {r.error for r in failed} == {"boom"}
+    later = read_table(spark, dsn, "events", kind=["succeeded", "failed"],
+                       at_since=T0 + timedelta(seconds=12)).collect()  # fmt: skip
+    assert {r.kind for r in later} == {"failed"} and len(later) == 5
+
+
+# --- stream --------------------------------------------------------------------
+
+
+def _run_stream(spark: SparkSession, dsn: str, out: Path, checkpoint: Path, **options: str) -> Any:
+    stream = spark.readStream.format("conveyor").option("dsn", dsn)
+    for name, value in options.items():
+        stream = stream.option(name, value)
+    sink = (
+        stream.load()
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+    )
+    if "maxEventsPerTrigger" not in options:
+        query = sink.trigger(availableNow=True).start()
+        query.awaitTermination(120)
+        return query
+    # Trigger.AvailableNow reads everything at once in a Python source; micro-batch
+    # triggers are where maxEventsPerTrigger bounds the batches.
+    query = sink.start()
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    return query
+
+
+def _seqs(spark: SparkSession, out: Path) -> list[int]:
+    return sorted(r.seq for r in spark.read.parquet(str(out)).select("seq").collect())
+
+
+def test_stream_resumes_from_its_checkpoint(
+    spark: SparkSession, dsn: str, opened: Store, tmp_path: Path
+) -> None:
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    opened.job_insert_many([NewJob("q", "t", "[]", "{}", T0) for _ in range(5)], T0)
+    query = _run_stream(spark, dsn, out, checkpoint, maxEventsPerTrigger="2")
+    assert _seqs(spark, out) == [1, 2, 3, 4, 5]
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert sizes == [2, 2, 1]  # maxEventsPerTrigger bounds each micro-batch
+    # Restarted: only the new events, none twice.
+    opened.job_insert_many([NewJob("q", "t", "[]", "{}", T0) for _ in range(3)], T0)
+    _run_stream(spark, dsn, out, checkpoint)
+    assert _seqs(spark, out) == list(range(1, 9))
+
+
+def test_stream_delivers_an_event_committed_late(
+    spark: SparkSession, pg_clean_dsn: str, tmp_path: Path
+) -> None:
+    store = open_store(pg_clean_dsn)
+    store.migrate()
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    insert = (
+        "INSERT INTO events (job_id, queue, task, kind, attempt, at) "
+        "VALUES (%s, 'q', 't', 'enqueued', 0, now()) RETURNING seq"
+    )
+    try:
+        with psycopg.connect(pg_clean_dsn) as early, psycopg.connect(pg_clean_dsn) as late:
+            early_seq = early.execute(insert, (1,)).fetchone()[0]  # type: ignore[index]
+            late_seq = late.execute(insert, (2,)).fetchone()[0]  # type: ignore[index]
+            late.commit()
+            assert early_seq < late_seq
+            # The lower seq is still uncommitted: the stream must not move past it.
+            _run_stream(spark, pg_clean_dsn, out, checkpoint)
+            assert not out.exists() or _seqs(spark, out) == []
+            early.commit()
+        _run_stream(spark, pg_clean_dsn, out, checkpoint)
+        assert _seqs(spark, out) == [early_seq, late_seq]
+        with psycopg.connect(pg_clean_dsn) as more:
+            next_seq = more.execute(insert, (3,)).fetchone()[0]  # type: ignore[index]
+        _run_stream(spark, pg_clean_dsn, out, checkpoint)
+        assert _seqs(spark, out) == [early_seq, late_seq, next_seq]
+    finally:
+        store.close()
