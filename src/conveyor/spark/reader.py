@@ -10,6 +10,7 @@ on PostgreSQL parsed by Arrow's CSV reader straight from ``COPY ... TO STDOUT``
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -249,8 +250,14 @@ class ConveyorReader(DataSourceReader):
         with postgres_connect(self.dsn) as pg:
             cursor = pg.cursor()
             with cursor.copy(sql, params) as copy:
+                chunks = iter(copy)
+                first = next(chunks, None)
+                if first is None:
+                    # An empty range: Arrow's CSV reader refuses an empty input.
+                    self._trace(sql, params, 0)
+                    return
                 reader = pacsv.open_csv(
-                    _CopyStream(iter(copy)),
+                    _CopyStream(itertools.chain([first], chunks)),
                     read_options=pacsv.ReadOptions(
                         column_names=names, block_size=8 << 20, use_threads=False
                     ),
