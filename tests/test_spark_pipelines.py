@@ -291,15 +291,24 @@ def test_archive_crash_between_write_and_delete_then_rerun(
     assert all(store.job_get(i) is not None for i in old_ids)
     assert sorted(r["id"] for r in spark.read.parquet(to).select("id").collect()) == old_ids
 
+    def crash_mid_delete(stage: str, done: int, total: int) -> None:
+        if stage == "deleting" and done == 2:
+            raise Crash("stopped after the first chunk")
+
+    # A second run stops after deleting its first chunk of two jobs.
+    with pytest.raises(Crash):
+        archive(spark, dsn, 7 * DAY, to, now=now, progress=crash_mid_delete, delete_chunk=2)
+    assert sum(store.job_get(i) is None for i in old_ids) == 2
+
     stages: list[tuple[str, int, int]] = []
     rerun = archive(
         spark, dsn, older_than=7 * DAY, to=to, now=now, progress=lambda *s: stages.append(s)
     )
 
-    # The rerun wrote nothing again and deleted what the crashed run had written.
-    assert (rerun.selected, rerun.written, rerun.deleted) == (6, 0, 6)
-    assert stages[:2] == [("selected", 6, 6), ("written", 0, 6)]
-    assert stages[-1] == ("deleting", 6, 6)
+    # The rerun wrote nothing again and deleted what the stopped runs had left.
+    assert (rerun.selected, rerun.written, rerun.deleted) == (4, 0, 4)
+    assert stages[:2] == [("selected", 4, 4), ("written", 0, 4)]
+    assert stages[-1] == ("deleting", 4, 4)
     assert all(store.job_get(i) is None for i in old_ids)
     assert all(store.event_list(i) == [] for i in old_ids)
     assert store.job_get(seeded.recent.id) is not None
