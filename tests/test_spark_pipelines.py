@@ -22,9 +22,9 @@ from pyspark.sql import SparkSession
 
 from conveyor.job import Job, NewJob
 from conveyor.spark import commands
-from conveyor.spark.archive import archive, read_archive
+from conveyor.spark.analytics import PERCENTILES, report
+from conveyor.spark.archiving import archive, read_archive
 from conveyor.spark.fanin import batch_results
-from conveyor.spark.report import PERCENTILES, report
 from conveyor.store.base import Completion, Failure, Lease, Store
 from conveyor.store.dsn import open_store
 

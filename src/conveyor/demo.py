@@ -413,11 +413,13 @@ def _report(dsn: str, wanted: bool) -> None:
         )
         return
     try:
-        has_report = importlib.util.find_spec("conveyor.spark.report") is not None
+        has_report = importlib.util.find_spec("conveyor.spark.analytics") is not None
     except ImportError:
         has_report = False
     if not has_report:
-        click.echo("\nThis installation of conveyor has no Spark report (conveyor.spark.report).")
+        click.echo(
+            "\nThis installation of conveyor has no Spark report (conveyor.spark.analytics)."
+        )
         return
     click.echo("\nSpark report (conveyor report):")
     sys.stdout.flush()

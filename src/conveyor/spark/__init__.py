@@ -28,7 +28,17 @@ from conveyor.spark.source import NAME, ConveyorDataSource
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["NAME", "ConveyorDataSource", "read_table", "register", "session"]
+__all__ = [
+    "NAME",
+    "ConveyorDataSource",
+    "archive",
+    "batch_results",
+    "read_archive",
+    "read_table",
+    "register",
+    "report",
+    "session",
+]
 
 # Filter pushdown of Python data sources is off by default in Spark, and a
 # reader that implements it fails unless it is on.
@@ -108,3 +118,10 @@ def read_table(
         else:
             frame = frame.where(F.col(name) == F.lit(value))
     return frame
+
+
+# The pipelines on top of the data source. Imported last: they reach read_table
+# through this module when they run.
+from conveyor.spark.analytics import report  # noqa: E402
+from conveyor.spark.archiving import archive, read_archive  # noqa: E402
+from conveyor.spark.fanin import batch_results  # noqa: E402

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Row, SparkSession
     from rich.console import Console
 
-    from conveyor.spark.report import Report
+    from conveyor.spark.analytics import Report
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
 _PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
@@ -127,7 +127,7 @@ def _console() -> Console:
 @master_option
 def report(since: timedelta, out: Path | None, dsn: str | None, master: str) -> None:
     """Queue analytics: throughput, wait and run times, outcomes and top errors."""
-    from conveyor.spark.report import report as build
+    from conveyor.spark.analytics import report as build
 
     dsn = _checked_dsn(dsn)
     console = _console()
@@ -146,7 +146,7 @@ def report(since: timedelta, out: Path | None, dsn: str | None, master: str) -> 
 def _print_report(console: Console, result: Report, summary: list[Row], errors: list[Row]) -> None:
     from rich.table import Table
 
-    from conveyor.spark.report import format_seconds
+    from conveyor.spark.analytics import format_seconds
 
     window = f"{result.start:%Y-%m-%d %H:%M} to {result.end:%Y-%m-%d %H:%M} UTC"
     if not summary:
@@ -244,7 +244,7 @@ def archive(older_than: timedelta, to: str, dsn: str | None, master: str) -> Non
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
 
-    from conveyor.spark.archive import archive as run_archive
+    from conveyor.spark.archiving import archive as run_archive
 
     dsn = _checked_dsn(dsn)
     console = _console()
