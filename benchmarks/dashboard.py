@@ -18,7 +18,6 @@ alternating rounds (the machine is noisy), median of ``--rounds``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import statistics
 import sys
 import tempfile
@@ -32,6 +31,7 @@ from urllib.parse import urlsplit, urlunsplit
 from conveyor import App
 from conveyor.job import JobState, utcnow
 from conveyor.web.metrics import Metrics
+from pg import postgres
 
 HERE = Path(__file__).resolve().parent
 
@@ -203,22 +203,6 @@ def measure(dsn: str, count: int, rounds: int) -> list[tuple[str, float]]:
         results.append(("/metrics, first scrape", timed(metrics.render, 1)))
         results.append(("/metrics, next scrapes", timed(metrics.render, rounds)))
         return results
-
-
-@contextlib.contextmanager
-def postgres(dsn: str | None) -> Iterator[str]:
-    if dsn:
-        yield dsn
-        return
-    sys.path.insert(0, str(HERE.parent / "tests"))
-    from pg_server import PgServer
-
-    server = PgServer()
-    server.start()
-    try:
-        yield server.dsn
-    finally:
-        server.stop()
 
 
 def main() -> None:

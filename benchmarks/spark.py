@@ -23,14 +23,13 @@ Spark runs in local mode on all cores; a small write and read first warm it up
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sqlite3
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,6 +37,7 @@ from typing import Any
 
 from conveyor.job import NewJob
 from conveyor.store.dsn import open_store
+from pg import postgres
 
 HERE = Path(__file__).resolve().parent
 STORE_BATCH = 10_000
@@ -59,23 +59,6 @@ def timed(work: Callable[[], int]) -> tuple[int, float]:
     start = time.perf_counter()
     rows = work()
     return rows, time.perf_counter() - start
-
-
-@contextlib.contextmanager
-def postgres(dsn: str | None) -> Iterator[str]:
-    """A PostgreSQL server: the one given, else a throwaway server started here."""
-    if dsn:
-        yield dsn
-        return
-    sys.path.insert(0, str(HERE.parent / "tests"))
-    from pg_server import PgServer
-
-    server = PgServer()
-    server.start()
-    try:
-        yield server.dsn
-    finally:
-        server.stop()
 
 
 def fresh_database(backend: str, base: str, folder: Path, name: str) -> str:

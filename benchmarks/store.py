@@ -16,7 +16,6 @@ import argparse
 import contextlib
 import json
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -29,6 +28,7 @@ from conveyor.job import NewJob
 from conveyor.store.base import Completion, Store
 from conveyor.store.dsn import open_store
 from conveyor.store.sql import parse_queries
+from pg import postgres
 
 HERE = Path(__file__).resolve().parent
 BATCH = 1000
@@ -183,23 +183,6 @@ def print_table(rows: list[Row]) -> None:
     print("|---|---|---:|---:|---:|")
     for r in rows:
         print(f"| {r.backend} | {r.measure} | {r.ours:,.0f} | {r.raw:,.0f} | {r.ratio:.0%} |")
-
-
-@contextlib.contextmanager
-def postgres(dsn: str | None) -> Iterator[str]:
-    """A PostgreSQL database: the one given, else a throwaway server started here."""
-    if dsn:
-        yield dsn
-        return
-    sys.path.insert(0, str(HERE.parent / "tests"))
-    from pg_server import PgServer
-
-    server = PgServer()
-    server.start()
-    try:
-        yield server.dsn
-    finally:
-        server.stop()
 
 
 def main() -> None:

@@ -35,7 +35,8 @@ sys.path.insert(0, str(HERE))
 from conveyor import App  # noqa: E402
 from conveyor.store.sqlite.watcher import DEFAULT_INTERVAL  # noqa: E402
 from conveyor.task import EnqueueOptions  # noqa: E402
-from store import RawLoop, postgres  # noqa: E402
+from pg import postgres  # noqa: E402
+from store import RawLoop  # noqa: E402
 
 CONCURRENCY = 16
 
