@@ -19,6 +19,7 @@ LISTEN/NOTIFY round trip on PostgreSQL, data_version change detection on SQLite.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sqlite3
 import subprocess
@@ -109,7 +110,8 @@ def latency_same_process(dsn: str, samples: int) -> list[float]:
     os.environ["CONVEYOR_DSN"] = dsn
     import bench_app
 
-    app = bench_app.app
+    # A fresh App per backend: the module's App was made for the DSN of its first import.
+    app = importlib.reload(bench_app).app
     try:
         with app.worker(queues=["latency"], concurrency=4, poll_interval=10):
             latencies(app, 5)
