@@ -118,3 +118,54 @@ def test_concurrent_first_use_migrates_once(tmp_path: Path) -> None:
     conn = sqlite3.connect(path)
     assert conn.execute("SELECT count(*) FROM schema_migrations").fetchone()[0] == int(latest)
     conn.close()
+
+
+def test_sqlite_upgrade_keeps_every_job_event_and_rule(tmp_path: Path) -> None:
+    """A database made by older migrations keeps its rows when the newer ones rebuild tables."""
+    from datetime import UTC, datetime
+
+    from conveyor.job import NewJob
+
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)
+    conn.execute(
+        "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, "
+        "applied_at REAL NOT NULL)"
+    )
+    old = [m for m in load_migrations("conveyor.store.sqlite") if m.version <= 4]
+    for migration in old:
+        conn.executescript(migration.sql)
+        conn.execute(
+            "INSERT INTO schema_migrations VALUES (?, ?, 0)", (migration.version, migration.name)
+        )
+    conn.execute(
+        "INSERT INTO jobs (id, queue, task, state, run_at, key, created_at, finished_at) "
+        "VALUES (7, 'q', 't', 'succeeded', 1, 'k', 1, 2), (8, 'q', 't', 'queued', 1, 'k', 1, NULL)"
+    )
+    conn.execute("UPDATE counters SET value = 8 WHERE name = 'jobs'")
+    conn.execute(
+        "INSERT INTO events (job_id, queue, task, kind, attempt, at) "
+        "VALUES (8, 'q', 't', 'enqueued', 0, 1)"
+    )
+    conn.commit()
+    conn.close()
+
+    store = open_store(f"sqlite:///{path}")
+    try:
+        assert store.schema_version() == len(load_migrations("conveyor.store.sqlite"))
+        assert [(j.id, j.state.value, j.key) for j in store.job_get_many([7, 8])] == [
+            (7, "succeeded", "k"),
+            (8, "queued", "k"),
+        ]
+        assert [e.kind for e in store.event_list(8)] == ["enqueued"]
+        # The live-key rule still holds after the rebuild: the same key returns job 8.
+        now = datetime.now(UTC)
+        again = store.job_insert_many([NewJob("q", "t", "[]", "{}", key="k", run_at=now)], now)
+        assert again[0].id == 8
+        # And ids go on from the counter, never reusing one.
+        fresh = store.job_insert_many([NewJob("q", "t", "[]", "{}", run_at=now)], now)
+        assert fresh[0].id == 9
+        with pytest.raises(sqlite3.IntegrityError):
+            sqlite3.connect(path).execute("UPDATE jobs SET state = 'lost' WHERE id = 9")
+    finally:
+        store.close()
