@@ -5,6 +5,11 @@ whenever another connection commits to the file, and reading it costs a few
 microseconds without touching any table, so a thread can check it every few
 milliseconds and wake the worker when anything was written: a new job, a
 retry, a cancel. The worker then asks the store what is ready.
+
+The same thread checkpoints the write-ahead log (PASSIVE: without the write
+lock, so commits go on meanwhile) when something was written, at most every
+``CHECKPOINT_INTERVAL``: left to the committing writer, the copy and its sync
+hold up whichever commit crosses the threshold.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,6 +25,8 @@ log = logging.getLogger("conveyor.sqlite")
 
 #: How often the watcher checks, in seconds: the cross-process wake latency.
 DEFAULT_INTERVAL = 0.002
+#: How often, at most, the watcher checkpoints the write-ahead log, in seconds.
+CHECKPOINT_INTERVAL = 0.25
 
 
 class DataVersionWatcher:
@@ -41,15 +49,21 @@ class DataVersionWatcher:
             last = conn.execute("PRAGMA data_version").fetchone()[0]
             # A commit made while this thread was starting went unseen: look again.
             self._on_change("any", "")
+            written = True
+            next_checkpoint = time.monotonic()
             while not self._stop.wait(self._interval):
                 try:
                     version = conn.execute("PRAGMA data_version").fetchone()[0]
+                    if version != last:
+                        last = version
+                        written = True
+                        self._on_change("any", "")
+                    if written and time.monotonic() >= next_checkpoint:
+                        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                        written = False
+                        next_checkpoint = time.monotonic() + CHECKPOINT_INTERVAL
                 except sqlite3.Error as exc:  # a locked or vanished file: keep trying
-                    log.warning("cannot read data_version of %s: %s", self._path, exc)
-                    continue
-                if version != last:
-                    last = version
-                    self._on_change("any", "")
+                    log.warning("cannot watch %s: %s", self._path, exc)
         finally:
             conn.close()
 
