@@ -21,7 +21,6 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import FrameType
@@ -36,8 +35,8 @@ from conveyor.worker.execution import (
     Outcome,
     Running,
     poison_outcome,
-    run_sync,
 )
+from conveyor.worker.handler_threads import HandlerThreads
 from conveyor.worker.wakeup import Wakeup
 
 if TYPE_CHECKING:
@@ -91,7 +90,7 @@ class Worker:
         self._wake = Wakeup()
         self._in_hand: dict[int, Running] = {}
         self._finished: deque[Running] = deque()
-        self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="conveyor-handler")
+        self._threads = HandlerThreads(concurrency)
         self._loop_thread: EventLoopThread | None = None
         self._stopping = threading.Event()
         self._hard_stop = threading.Event()
@@ -290,7 +289,7 @@ class Worker:
                 self._loop_thread = EventLoopThread()
             running.future = self._loop_thread.submit(running, self._handler_done)
         else:
-            self._pool.submit(run_sync, running, self._handler_done)
+            self._threads.submit(running, self._handler_done)
 
     def _handler_done(self, running: Running) -> None:
         """Called from a handler thread or the event loop: hand the outcome to the control loop."""
@@ -510,7 +509,7 @@ class Worker:
             self._acks.close(timeout=max(self.options.stop_timeout, 10.0))
             if self._maintenance is not None:
                 self._maintenance.stop()
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._threads.close()
             if self._loop_thread is not None:
                 self._loop_thread.close()
             try:
