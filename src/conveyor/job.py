@@ -207,10 +207,15 @@ def storable_text(text: str) -> str:
     return text
 
 
+# One encoder for every payload and result: json.dumps with options builds a
+# new encoder on each call, which cost more than encoding a small payload.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
+
 def encode_json(what: str, value: Any) -> str:
     """Encode a value as strict JSON (no NaN), or raise InvalidJobError naming what failed."""
     try:
-        return json.dumps(value, separators=(",", ":"), allow_nan=False)
+        return _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         raise InvalidJobError(
             f"{what} must be JSON-serialisable: {exc}. "
