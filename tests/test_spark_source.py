@@ -386,7 +386,19 @@ def test_read_table_helper_filters(spark: SparkSession, dsn: str, opened: Store)
 # --- stream --------------------------------------------------------------------
 
 
-def _run_stream(spark: SparkSession, dsn: str, out: Path, checkpoint: Path, **options: str) -> Any:
+def _run_stream(
+    spark: SparkSession,
+    dsn: str,
+    out: Path,
+    checkpoint: Path,
+    available_now: bool | None = None,
+    **options: str,
+) -> Any:
+    """Run a stream to the end of what is there: by Trigger.AvailableNow unless
+    ``available_now`` is False (the default with maxEventsPerTrigger), else by
+    processAllAvailable on micro-batches."""
+    if available_now is None:
+        available_now = "maxEventsPerTrigger" not in options
     stream = spark.readStream.format("conveyor").option("dsn", dsn)
     for name, value in options.items():
         stream = stream.option(name, value)
@@ -396,12 +408,10 @@ def _run_stream(spark: SparkSession, dsn: str, out: Path, checkpoint: Path, **op
         .option("path", str(out))
         .option("checkpointLocation", str(checkpoint))
     )
-    if "maxEventsPerTrigger" not in options:
+    if available_now:
         query = sink.trigger(availableNow=True).start()
         query.awaitTermination(120)
         return query
-    # Trigger.AvailableNow reads everything at once in a Python source; micro-batch
-    # triggers are where maxEventsPerTrigger bounds the batches.
     query = sink.start()
     try:
         query.processAllAvailable()
@@ -427,6 +437,42 @@ def test_stream_resumes_from_its_checkpoint(
     opened.job_insert_many([NewJob("q", "t", "[]", "{}", T0) for _ in range(3)], T0)
     _run_stream(spark, dsn, out, checkpoint)
     assert _seqs(spark, out) == list(range(1, 9))
+
+
+def test_available_now_reads_in_batches_of_max_events_and_stops(
+    spark: SparkSession, dsn: str, opened: Store, tmp_path: Path
+) -> None:
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    opened.job_insert_many([NewJob("q", "t", "[]", "{}", T0) for _ in range(5)], T0)
+    query = _run_stream(spark, dsn, out, checkpoint, available_now=True, maxEventsPerTrigger="2")
+    assert _seqs(spark, out) == [1, 2, 3, 4, 5]
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert sizes == [2, 2, 1]
+
+
+def test_available_now_reads_nothing_written_after_it_started(dsn: str, opened: Store) -> None:
+    """The reader's side of Trigger.AvailableNow: the target is fixed when Spark prepares it."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+    from conveyor.spark.source import TABLES
+    from conveyor.spark.stream import EventStreamReader
+
+    opened.job_insert_many([NewJob("q", "t", "[]", "{}", T0) for _ in range(3)], T0)
+    reader = EventStreamReader(dsn, TABLES["events"], {"maxEventsPerTrigger": "2"})
+    start = reader.initialOffset()
+    reader.prepareForTriggerAvailableNow()
+    opened.job_insert_many([NewJob("q", "t", "[]", "{}", T0) for _ in range(4)], T0)
+    first = reader.latestOffset(start, ReadMaxRows(2))
+    assert first["seq"] == 2
+    second = reader.latestOffset(first, ReadMaxRows(2))
+    assert second["seq"] == 3  # the target: the four later events are not read
+    assert reader.latestOffset(second, ReadMaxRows(2)) == second
+    assert reader.latestOffset(second, ReadAllAvailable()) == second
+    # Without Trigger.AvailableNow the same reader moves on to the later events.
+    assert (
+        EventStreamReader(dsn, TABLES["events"], {}).latestOffset(second, ReadAllAvailable())["seq"]
+        == 7
+    )
 
 
 def test_stream_delivers_an_event_committed_late(

@@ -25,6 +25,7 @@ from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
+    SupportsTriggerAvailableNow,
 )
 
 from conveyor.errors import ConfigurationError
@@ -41,12 +42,14 @@ class EventRange:
     end: dict[str, int]
 
 
-class EventStreamReader(DataSourceStreamReader):
+class EventStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, dsn: str, columns: tuple[Column, ...], options: Mapping[str, str]) -> None:
         self.dsn = dsn
         self.backend = backend_of(dsn)
         self.columns = columns
         self.max_events = int_option(options, "maxEventsPerTrigger", None)
+        #: Under Trigger.AvailableNow: the offset of the last event there was at the start.
+        self.target: dict[str, int] | None = None
         self.starting = (option(options, "startingOffsets", "earliest") or "earliest").lower()
         if self.starting not in ("earliest", "latest"):
             raise ConfigurationError(
@@ -64,9 +67,22 @@ class EventStreamReader(DataSourceStreamReader):
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadAllAvailable() if self.max_events is None else ReadMaxRows(self.max_events)
 
+    def prepareForTriggerAvailableNow(self) -> None:
+        # Everything up to here and nothing after, in as many batches of
+        # maxEventsPerTrigger as it takes. On PostgreSQL no event can appear
+        # below this offset later (its transactions have all ended), so the
+        # target is exact.
+        self.target = self._latest(self._origin(), None)
+
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        return self._latest(start, rows)
+        latest = self._latest(start, rows)
+        if self.target is not None:
+            latest = min(latest, max(self.target, start, key=self._order), key=self._order)
+        return latest
+
+    def _order(self, offset: dict[str, int]) -> tuple[int, int]:
+        return (offset.get("xid", 0), offset["seq"])
 
     def _latest(self, start: dict[str, int], limit: int | None) -> dict[str, int]:
         q = queries(self.backend)
