@@ -219,6 +219,45 @@ def test_a_task_that_outlives_its_write_stages_nothing(dsn: str, opened: Store) 
     assert all_jobs(opened) == []
 
 
+def test_a_write_abandoned_by_its_driver_is_cleared_by_the_next(dsn: str, opened: Store) -> None:
+    from pyspark.sql.types import StructField
+
+    from conveyor.errors import ConfigurationError
+
+    schema = StructType([StructField("id", LongType()), StructField("path", StringType())])
+    options = {"task": "resize", "keycolumn": "id", "abandonedafterhours": "2"}
+    plan = WritePlan.from_options(schema, options)
+    batch = pa.RecordBatch.from_pydict({"id": [1, 2, 3], "path": ["a", "b", "c"]})
+    # Two drivers that staged rows and never committed or aborted: one three
+    # hours ago (dead), one a minute ago (perhaps still running).
+    dead, running = ConveyorWriter(dsn, plan), ConveyorWriter(dsn, plan)
+    dead.write(iter([batch]))
+    running.write(iter([batch]))
+    three_hours_ago = datetime.now(UTC) - timedelta(hours=3)
+    age = "UPDATE spark_writes SET started_at = ? WHERE id = ?"
+    if dsn.startswith("sqlite"):
+        with sqlite3.connect(sqlite_path(dsn)) as conn:
+            conn.execute(age, (three_hours_ago.timestamp(), dead.write_id))
+    else:
+        with psycopg.connect(dsn) as pg:
+            pg.execute(age.replace("?", "%s"), (three_hours_ago, dead.write_id))
+    assert len(leftovers(dsn)[0]) == 2
+
+    fresh = ConveyorWriter(dsn, plan)
+    tables, open_writes = leftovers(dsn)
+    assert open_writes == 2  # running and fresh
+    assert [t for t in tables if dead.write_id in t] == []
+    assert [t for t in tables if running.write_id in t] != []
+    with pytest.raises(WriteEndedError):
+        dead.write(iter([batch]))
+    fresh.commit([fresh.write(iter([batch]))])
+    assert sorted(j.key for j in all_jobs(opened)) == ["1", "2", "3"]
+    running.abort([])
+    assert leftovers(dsn) == ([], 0)
+    with pytest.raises(ConfigurationError, match="abandonedAfterHours"):
+        WritePlan.from_options(schema, {**options, "abandonedafterhours": "0"})
+
+
 @pytest.fixture
 def sqlite_dsn(tmp_path: Path) -> Iterator[tuple[str, Store]]:
     """One backend for checks made before any row reaches a database."""

@@ -44,6 +44,7 @@ from conveyor.spark.source import bool_option, int_option, option
 DEFAULT_QUEUE = "default"
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_BATCH_SIZE = 10_000
+DEFAULT_ABANDONED_AFTER_HOURS = 24
 _INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
 # Options that name a column, by the job field they fill.
 _COLUMN_OPTIONS = {
@@ -75,6 +76,9 @@ class WritePlan:
     unique: Unique = "live"
     atomic: bool = True
     batch_size: int = DEFAULT_BATCH_SIZE
+    #: An atomic write open this long is taken for abandoned (its driver died) and
+    #: cleared away by the next atomic write to the store.
+    abandoned_after: dt.timedelta = dt.timedelta(hours=DEFAULT_ABANDONED_AFTER_HOURS)
 
     @classmethod
     def from_options(cls, schema: StructType, options: Mapping[str, str]) -> WritePlan:
@@ -141,6 +145,10 @@ class WritePlan:
             unique=unique,  # type: ignore[arg-type]  # checked just above
             atomic=bool_option(options, "atomic", True),
             batch_size=int_option(options, "batchSize", DEFAULT_BATCH_SIZE) or DEFAULT_BATCH_SIZE,
+            abandoned_after=dt.timedelta(
+                hours=int_option(options, "abandonedAfterHours", DEFAULT_ABANDONED_AFTER_HOURS)
+                or DEFAULT_ABANDONED_AFTER_HOURS
+            ),
         )
 
 

@@ -11,7 +11,9 @@ the others by ending their input early, and such a task can commit a truncated
 partition *after* the driver's ``abort()`` ran. Here the write's row in
 ``spark_writes`` is the guard: commit and abort delete it, and a task checks
 for it in every transaction it stages rows in, so a task that outlives the
-write stages nothing (and whatever it staged before, abort drops).
+write stages nothing (and whatever it staged before, abort drops). A driver
+that dies leaves its row and staging tables: the next atomic write to the store
+clears writes open longer than ``abandonedAfterHours``.
 
 With ``atomic`` false, tasks insert through the store's own ``job_insert_many``
 in batches: each batch is visible as soon as it commits, and a failed write
@@ -22,8 +24,9 @@ reruns from duplicating jobs.
 from __future__ import annotations
 
 import io
+import logging
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -43,6 +46,8 @@ from conveyor.spark.db import (
 from conveyor.spark.rows import JobColumns, Where, WritePlan, prepare
 
 STAGE_PREFIX = "spark_stage_"
+
+log = logging.getLogger("conveyor.spark")
 
 
 class WriteEndedError(ConveyorError):
@@ -75,6 +80,25 @@ def open_store_migrated(dsn: str) -> None:
         store.close()
 
 
+def _stage_prefix(write_id: str) -> str:
+    return f"{STAGE_PREFIX}{write_id}_"
+
+
+def _drop_stages(conn: Any, q: Mapping[str, str], write_id: str) -> None:
+    """Drop every staging table of a write, including those of attempts Spark discarded."""
+    # fetchall: SQLite cannot drop a table while a cursor reads the schema.
+    tables = conn.execute(q["stage_tables"], {"prefix": _stage_prefix(write_id)}).fetchall()
+    for (table,) in tables:
+        conn.execute(q["stage_drop"].format(stage=quote_ident(table)))
+
+
+def _clear_abandoned(conn: Any, q: Mapping[str, str], write_id: str) -> None:
+    """Close a write whose driver died and drop what its tasks staged: none of it became jobs."""
+    log.warning("clearing Spark write %s, abandoned by its driver", write_id)
+    conn.execute(q["write_close"], {"id": write_id})
+    _drop_stages(conn, q, write_id)
+
+
 class ConveyorWriter(DataSourceArrowWriter):
     def __init__(self, dsn: str, plan: WritePlan) -> None:
         self.dsn = dsn
@@ -87,22 +111,29 @@ class ConveyorWriter(DataSourceArrowWriter):
 
     @property
     def prefix(self) -> str:
-        return f"{STAGE_PREFIX}{self.write_id}_"
+        return _stage_prefix(self.write_id)
 
     # --- driver ---------------------------------------------------------------
 
     def _open_write(self) -> None:
         q = queries(self.backend)
         now = datetime.now(UTC)
+        before = now - self.plan.abandoned_after
         if self.backend == "sqlite":
             conn = sqlite_connect(self.dsn)
             try:
                 with sqlite_write(conn):
+                    for (write_id,) in conn.execute(
+                        q["write_abandoned"], {"before": before.timestamp()}
+                    ).fetchall():
+                        _clear_abandoned(conn, q, write_id)
                     conn.execute(q["write_open"], {"id": self.write_id, "now": now.timestamp()})
             finally:
                 conn.close()
         else:
-            with postgres_connect(self.dsn) as pg:
+            with postgres_connect(self.dsn) as pg, pg.transaction():
+                for (write_id,) in pg.execute(q["write_abandoned"], {"before": before}).fetchall():
+                    _clear_abandoned(pg, q, write_id)
                 pg.execute(q["write_open"], {"id": self.write_id, "now": now})
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -132,10 +163,7 @@ class ConveyorWriter(DataSourceArrowWriter):
                         raise WriteEndedError(f"write {self.write_id} was already ended")
                     if stages:
                         self._move_sqlite(conn, stages, now)
-                    # fetchall: SQLite cannot drop a table while a cursor reads the schema.
-                    tables = conn.execute(q["stage_tables"], {"prefix": self.prefix}).fetchall()
-                    for (table,) in tables:
-                        conn.execute(q["stage_drop"].format(stage=quote_ident(table)))
+                    _drop_stages(conn, q, self.write_id)
             finally:
                 conn.close()
             return
@@ -155,8 +183,7 @@ class ConveyorWriter(DataSourceArrowWriter):
                     q["stage_move"].format(stages=union),
                     {"now": now, "unique": self.plan.unique},
                 )
-            for (table,) in pg.execute(q["stage_tables"], {"prefix": self.prefix}).fetchall():
-                pg.execute(q["stage_drop"].format(stage=quote_ident(table)))
+            _drop_stages(pg, q, self.write_id)
 
     def _move_sqlite(self, conn: Any, stages: list[str], now: datetime) -> None:
         q = queries("sqlite")

@@ -13,6 +13,11 @@ SELECT 1 FROM spark_writes WHERE id = %(id)s FOR SHARE
 -- name: write_close
 DELETE FROM spark_writes WHERE id = %(id)s
 
+-- name: write_abandoned
+-- Writes opened before %(before)s and never ended: their driver died between
+-- opening the write and its commit or abort.
+SELECT id FROM spark_writes WHERE started_at < %(before)s
+
 -- name: stage_tables
 SELECT tablename FROM pg_tables
 WHERE schemaname = current_schema() AND tablename LIKE %(prefix)s || '%%'

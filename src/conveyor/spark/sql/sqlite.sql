@@ -11,6 +11,11 @@ SELECT 1 FROM spark_writes WHERE id = :id
 -- name: write_close
 DELETE FROM spark_writes WHERE id = :id
 
+-- name: write_abandoned
+-- Writes opened before :before and never ended: their driver died between
+-- opening the write and its commit or abort.
+SELECT id FROM spark_writes WHERE started_at < :before
+
 -- name: stage_tables
 -- Every staging table of a write, including those of failed or duplicate task
 -- attempts, which the driver never hears about.
