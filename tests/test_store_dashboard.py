@@ -16,6 +16,7 @@ from psycopg import sql as pgsql
 
 from conveyor.job import EventKind, Job, JobState, NewJob, encode_payload
 from conveyor.store.base import Completion, Failure, JobFilter, Store
+from conveyor.store.dsn import open_store
 from conveyor.store.sql import load_queries
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -157,20 +158,46 @@ def test_finished_per_slot_counts_by_queue_state_and_minute(store: Store) -> Non
 
 
 def test_event_counts_read_only_what_is_new(store: Store) -> None:
-    assert store.event_last_seq() == 0
+    assert store.event_offset() == (0, 0)
     store.job_insert_many([new_job(queue="a"), new_job(queue="b")], T0)
-    first = store.event_count_by_kind(0)
+    first = store.event_count_by_kind((0, 0))
     assert first.counts == {("a", EventKind.ENQUEUED): 1, ("b", EventKind.ENQUEUED): 1}
-    assert first.last_seq > 0
-    assert store.event_count_by_kind(first.last_seq).counts == {}
-    assert store.event_count_by_kind(first.last_seq).last_seq == first.last_seq
-    assert store.event_last_seq() == first.last_seq
+    assert first.offset > (0, 0)
+    assert store.event_count_by_kind(first.offset).counts == {}
+    assert store.event_count_by_kind(first.offset).offset == first.offset
+    assert store.event_offset() == first.offset
 
     job = claim_one(store, "a", at(1))
     fail(store, job, "boom", at(2))
-    second = store.event_count_by_kind(first.last_seq)
+    second = store.event_count_by_kind(first.offset)
     assert second.counts == {("a", EventKind.CLAIMED): 1, ("a", EventKind.FAILED): 1}
-    assert second.last_seq > first.last_seq
+    assert second.offset > first.offset
+
+
+def test_postgres_event_counts_include_an_event_committed_late(pg_clean_dsn: str) -> None:
+    """A lower seq committed after a higher one was counted is counted later, once."""
+    store = open_store(pg_clean_dsn)
+    store.migrate()
+    insert = (
+        "INSERT INTO events (job_id, queue, task, kind, attempt, at) "
+        "VALUES (%s, 'q', 't', 'enqueued', 0, now()) RETURNING seq"
+    )
+    try:
+        with psycopg.connect(pg_clean_dsn) as early, psycopg.connect(pg_clean_dsn) as late:
+            early_seq = early.execute(insert, (1,)).fetchone()[0]  # type: ignore[index]
+            late_seq = late.execute(insert, (2,)).fetchone()[0]  # type: ignore[index]
+            late.commit()
+            assert early_seq < late_seq
+            # The lower seq's transaction is still open: nothing past it is counted yet.
+            first = store.event_count_by_kind((0, 0))
+            assert first.counts == {}
+            early.commit()
+        second = store.event_count_by_kind(first.offset)
+        assert second.counts == {("q", EventKind.ENQUEUED): 2}
+        assert store.event_count_by_kind(second.offset).counts == {}
+        assert store.event_offset() == second.offset
+    finally:
+        store.close()
 
 
 def test_run_time_histogram_buckets_the_last_attempt(store: Store) -> None:

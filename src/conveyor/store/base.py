@@ -173,13 +173,20 @@ class FinishedCount:
     count: int
 
 
+#: A place in the event log: (transaction, seq). Events are counted in this
+#: order: on PostgreSQL the transaction id of the writer (a transaction can
+#: commit a lower seq after a higher one is visible); on SQLite, where commits
+#: come in seq order, always 0.
+EventOffset = tuple[int, int]
+
+
 @dataclass(frozen=True, slots=True)
 class EventCounts:
-    """Events per (queue, kind) after a seq, and the last seq they include."""
+    """Events per (queue, kind) after an offset, and the offset they reach."""
 
     counts: dict[tuple[str, str], int]
-    #: Ask again from here; the ``after_seq`` given when there were no new events.
-    last_seq: int
+    #: Ask again from here; the offset given when there were no new events.
+    offset: EventOffset
 
 
 @dataclass(frozen=True, slots=True)
@@ -400,12 +407,12 @@ class Store(Protocol):
         """Jobs that reached a terminal state since ``since``, per queue, state and slot."""
         ...
 
-    def event_count_by_kind(self, after_seq: int) -> EventCounts:
-        """Count the events after ``after_seq`` per queue and kind.
+    def event_count_by_kind(self, after: EventOffset) -> EventCounts:
+        """Count the events after ``after`` per queue and kind.
 
-        On PostgreSQL a transaction can commit an event with a lower seq after
-        a higher one was counted; such an event is not counted by a caller that
-        goes on from ``last_seq``. Good enough for metrics, not for accounting.
+        A caller that goes on from the returned offset counts every event once,
+        including, on PostgreSQL, one whose transaction commits a lower seq
+        after a higher one was counted (it is counted once it has committed).
         """
         ...
 
@@ -413,8 +420,8 @@ class Store(Protocol):
         """Every queue that holds jobs or has been paused, by name."""
         ...
 
-    def event_last_seq(self) -> int:
-        """The seq of the newest event (0 when there is none)."""
+    def event_offset(self) -> EventOffset:
+        """The offset of the newest event (``(0, 0)`` when there is none): count from here."""
         ...
 
     def job_run_time_histogram(

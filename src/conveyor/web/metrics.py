@@ -5,7 +5,7 @@ fresh on every scrape. Counters and the run-time histogram count what happens
 from this process's first scrape on, as an application's own counters would
 (Prometheus's rate() and increase() expect a restart to start them again):
 each scrape reads only what is new since the previous one, the events after
-the last seq counted and the jobs that ended since the last window, so a
+the last one counted and the jobs that ended since the last window, so a
 scrape stays cheap on a database of millions of jobs (counting all of history
 at the first scrape took 10+ s at a million jobs).
 """
@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 
 from conveyor.app import App
 from conveyor.job import EventKind, JobState, utcnow
+from conveyor.store.base import EventOffset
 
 #: Upper bounds (seconds) of the run-time histogram's buckets.
 RUN_TIME_BOUNDS: tuple[float, ...] = (
@@ -56,7 +57,7 @@ class Metrics:
         self.commit_lag = commit_lag
         self._lock = threading.Lock()
         #: None until the first scrape, which starts the counters at the newest event.
-        self._last_seq: int | None = None
+        self._offset: EventOffset | None = None
         self._events: dict[tuple[str, str], int] = {}
         self._window_end = utcnow()  # set again by the first scrape
         # queue -> per-bucket counts (last one above every bound), sum of seconds.
@@ -66,14 +67,14 @@ class Metrics:
     def _catch_up(self, now: datetime) -> None:
         store = self.app.store
         until = now - self.commit_lag
-        if self._last_seq is None:
-            self._last_seq = store.event_last_seq()
+        if self._offset is None:
+            self._offset = store.event_offset()
             self._window_end = until
             return
-        counted = store.event_count_by_kind(self._last_seq)
+        counted = store.event_count_by_kind(self._offset)
         for key, count in counted.counts.items():
             self._events[key] = self._events.get(key, 0) + count
-        self._last_seq = counted.last_seq
+        self._offset = counted.offset
         if until > self._window_end:
             for row in store.job_run_time_histogram(self._window_end, until, RUN_TIME_BOUNDS):
                 buckets = self._buckets.setdefault(row.queue, [0] * (len(RUN_TIME_BOUNDS) + 1))

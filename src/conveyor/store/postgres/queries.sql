@@ -554,14 +554,24 @@ WHERE finished_at >= %(since)s
 GROUP BY queue, state, slot_index
 
 -- name: event_count_by_kind
--- Events after after_seq per queue and kind, with the last seq counted: /metrics
--- adds these to its counters and asks again from there, reading only new events.
-SELECT queue, kind, count(*), max(seq) FROM events
-WHERE seq > %(after_seq)s
+-- Events after the offset (xid, seq) per queue and kind, with the last offset
+-- counted: /metrics adds these to its counters and asks again from there,
+-- reading only new events. As the Spark stream does, it counts only events of
+-- transactions below the oldest one still running (all of which have ended),
+-- in (xid, seq) order: a transaction can commit a lower seq after a higher one
+-- was counted, and is counted then, once. One statement: one snapshot.
+SELECT queue, kind, count(*), max(ARRAY[xid::text::bigint, seq])
+FROM events
+WHERE xid < pg_snapshot_xmin(pg_current_snapshot())
+  AND (xid, seq) > (%(xid)s::text::xid8, %(seq)s)
 GROUP BY queue, kind
 
--- name: event_last_seq
-SELECT coalesce(max(seq), 0) FROM events
+-- name: event_offset
+SELECT xid::text::bigint, seq
+FROM events
+WHERE xid < pg_snapshot_xmin(pg_current_snapshot())
+ORDER BY xid DESC, seq DESC
+LIMIT 1
 
 -- name: job_run_time_histogram
 -- Run time (started_at to finished_at of the last attempt) of the jobs that ended

@@ -30,6 +30,7 @@ from conveyor.store.base import (
     ChangeCallback,
     Completion,
     EventCounts,
+    EventOffset,
     Failure,
     FinishedCount,
     JobFilter,
@@ -641,24 +642,25 @@ class PostgresStore:
             rows = conn.execute(_Q["stats_finished_per_slot"], params).fetchall()
         return [FinishedCount(queue=q, state=s, slot=i, count=c) for q, s, i, c in rows]
 
-    def event_count_by_kind(self, after_seq: int) -> EventCounts:
+    def event_count_by_kind(self, after: EventOffset) -> EventCounts:
+        params = {"xid": after[0], "seq": after[1]}
         with self._conn() as conn:
-            rows = conn.execute(_Q["event_count_by_kind"], {"after_seq": after_seq}).fetchall()
+            rows = conn.execute(_Q["event_count_by_kind"], params).fetchall()
         counts: dict[tuple[str, str], int] = {}
-        last = after_seq
-        for queue, kind, count, max_seq in rows:
+        last = after
+        for queue, kind, count, (xid, seq) in rows:
             counts[(queue, kind)] = count
-            last = max(last, max_seq)
-        return EventCounts(counts=counts, last_seq=last)
+            last = max(last, (int(xid), int(seq)))
+        return EventCounts(counts=counts, offset=last)
 
     def queue_names(self) -> list[str]:
         with self._conn() as conn:
             return [row[0] for row in conn.execute(_Q["queue_names"]).fetchall()]
 
-    def event_last_seq(self) -> int:
+    def event_offset(self) -> EventOffset:
         with self._conn() as conn:
-            row = conn.execute(_Q["event_last_seq"]).fetchone()
-        return int(row[0]) if row else 0
+            row = conn.execute(_Q["event_offset"]).fetchone()
+        return (int(row[0]), int(row[1])) if row else (0, 0)
 
     def job_run_time_histogram(
         self, finished_after: datetime, finished_until: datetime, bounds: Sequence[float]

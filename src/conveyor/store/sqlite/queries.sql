@@ -402,12 +402,13 @@ GROUP BY queue, state, slot_index
 -- name: event_count_by_kind
 -- Events after :after_seq per queue and kind, with the last seq counted: /metrics
 -- adds these to its counters and asks again from there, reading only new events.
+-- One writer at a time: events commit in seq order.
 SELECT queue, kind, count(*), max(seq) FROM events
 WHERE seq > :after_seq
 GROUP BY queue, kind
 
--- name: event_last_seq
-SELECT coalesce(max(seq), 0) FROM events
+-- name: event_offset
+SELECT 0, coalesce(max(seq), 0) FROM events
 
 -- name: job_run_time_histogram
 -- Run time (started_at to finished_at of the last attempt) of the jobs that ended

@@ -25,6 +25,7 @@ from conveyor.store.base import (
     ChangeCallback,
     Completion,
     EventCounts,
+    EventOffset,
     Failure,
     FinishedCount,
     JobFilter,
@@ -607,20 +608,21 @@ class SQLiteStore:
         rows = self._conn().execute(_Q["stats_finished_per_slot"], params)
         return [FinishedCount(queue=q, state=s, slot=i, count=c) for q, s, i, c in rows]
 
-    def event_count_by_kind(self, after_seq: int) -> EventCounts:
-        rows = self._conn().execute(_Q["event_count_by_kind"], {"after_seq": after_seq})
+    def event_count_by_kind(self, after: EventOffset) -> EventCounts:
+        rows = self._conn().execute(_Q["event_count_by_kind"], {"after_seq": after[1]})
         counts: dict[tuple[str, str], int] = {}
-        last = after_seq
+        last = after[1]
         for queue, kind, count, max_seq in rows:
             counts[(queue, kind)] = count
             last = max(last, max_seq)
-        return EventCounts(counts=counts, last_seq=last)
+        return EventCounts(counts=counts, offset=(0, last))
 
     def queue_names(self) -> list[str]:
         return [row[0] for row in self._conn().execute(_Q["queue_names"])]
 
-    def event_last_seq(self) -> int:
-        return int(self._conn().execute(_Q["event_last_seq"]).fetchone()[0])
+    def event_offset(self) -> EventOffset:
+        xid, seq = self._conn().execute(_Q["event_offset"]).fetchone()
+        return (int(xid), int(seq))
 
     def job_run_time_histogram(
         self, finished_after: datetime, finished_until: datetime, bounds: Sequence[float]
