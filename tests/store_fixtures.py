@@ -6,7 +6,8 @@ PostgreSQL: one contract, checked on both databases.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -42,3 +43,25 @@ def app(dsn: str) -> Iterator[App]:
     with App(dsn) as application:
         application.migrate()
         yield application
+
+
+@contextmanager
+def event_committed_late(pg_dsn: str) -> Iterator[tuple[Callable[[], None], int, int]]:
+    """Two events on PostgreSQL whose seqs commit out of order.
+
+    Yields ``(commit_early, early_seq, late_seq)``: the event with the higher
+    seq is committed, the one with the lower seq waits in an open transaction
+    until ``commit_early()``.
+    """
+    import psycopg
+
+    insert = (
+        "INSERT INTO events (job_id, queue, task, kind, attempt, at) "
+        "VALUES (%s, 'q', 't', 'enqueued', 0, now()) RETURNING seq"
+    )
+    with psycopg.connect(pg_dsn) as early, psycopg.connect(pg_dsn) as late:
+        early_seq = early.execute(insert, (1,)).fetchone()[0]  # type: ignore[index]
+        late_seq = late.execute(insert, (2,)).fetchone()[0]  # type: ignore[index]
+        late.commit()
+        assert early_seq < late_seq
+        yield early.commit, early_seq, late_seq

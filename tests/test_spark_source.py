@@ -35,6 +35,7 @@ from conveyor.spark.rows import WritePlan
 from conveyor.spark.writer import ConveyorWriter, WriteEndedError
 from conveyor.store.base import Completion, Failure, Store
 from conveyor.store.dsn import open_store, sqlite_path
+from store_fixtures import event_committed_late
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -520,24 +521,19 @@ def test_stream_delivers_an_event_committed_late(
     store = open_store(pg_clean_dsn)
     store.migrate()
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
-    insert = (
-        "INSERT INTO events (job_id, queue, task, kind, attempt, at) "
-        "VALUES (%s, 'q', 't', 'enqueued', 0, now()) RETURNING seq"
-    )
     try:
-        with psycopg.connect(pg_clean_dsn) as early, psycopg.connect(pg_clean_dsn) as late:
-            early_seq = early.execute(insert, (1,)).fetchone()[0]  # type: ignore[index]
-            late_seq = late.execute(insert, (2,)).fetchone()[0]  # type: ignore[index]
-            late.commit()
-            assert early_seq < late_seq
+        with event_committed_late(pg_clean_dsn) as (commit_early, early_seq, late_seq):
             # The lower seq is still uncommitted: the stream must not move past it.
             _run_stream(spark, pg_clean_dsn, out, checkpoint)
             assert not out.exists() or _seqs(spark, out) == []
-            early.commit()
+            commit_early()
         _run_stream(spark, pg_clean_dsn, out, checkpoint)
         assert _seqs(spark, out) == [early_seq, late_seq]
         with psycopg.connect(pg_clean_dsn) as more:
-            next_seq = more.execute(insert, (3,)).fetchone()[0]  # type: ignore[index]
+            next_seq = more.execute(
+                "INSERT INTO events (job_id, queue, task, kind, attempt, at) "
+                "VALUES (3, 'q', 't', 'enqueued', 0, now()) RETURNING seq"
+            ).fetchone()[0]  # type: ignore[index]
         _run_stream(spark, pg_clean_dsn, out, checkpoint)
         assert _seqs(spark, out) == [early_seq, late_seq, next_seq]
     finally:

@@ -18,6 +18,7 @@ from conveyor.job import EventKind, Job, JobState, NewJob, encode_payload
 from conveyor.store.base import Completion, Failure, JobFilter, Store
 from conveyor.store.dsn import open_store
 from conveyor.store.sql import load_queries
+from store_fixtures import event_committed_late
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
@@ -178,20 +179,12 @@ def test_postgres_event_counts_include_an_event_committed_late(pg_clean_dsn: str
     """A lower seq committed after a higher one was counted is counted later, once."""
     store = open_store(pg_clean_dsn)
     store.migrate()
-    insert = (
-        "INSERT INTO events (job_id, queue, task, kind, attempt, at) "
-        "VALUES (%s, 'q', 't', 'enqueued', 0, now()) RETURNING seq"
-    )
     try:
-        with psycopg.connect(pg_clean_dsn) as early, psycopg.connect(pg_clean_dsn) as late:
-            early_seq = early.execute(insert, (1,)).fetchone()[0]  # type: ignore[index]
-            late_seq = late.execute(insert, (2,)).fetchone()[0]  # type: ignore[index]
-            late.commit()
-            assert early_seq < late_seq
+        with event_committed_late(pg_clean_dsn) as (commit_early, _, _):
             # The lower seq's transaction is still open: nothing past it is counted yet.
             first = store.event_count_by_kind((0, 0))
             assert first.counts == {}
-            early.commit()
+            commit_early()
         second = store.event_count_by_kind(first.offset)
         assert second.counts == {("q", EventKind.ENQUEUED): 2}
         assert store.event_count_by_kind(second.offset).counts == {}

@@ -7,8 +7,6 @@ not pickle: everything here is opened inside a task and closed with it.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
 from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Literal
@@ -63,18 +61,6 @@ def postgres_connect(dsn: str) -> psycopg.Connection[Any]:
     import psycopg
 
     return psycopg.connect(dsn, autocommit=True)
-
-
-@contextmanager
-def sqlite_write(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """A transaction under SQLite's write lock: what it reads stays true until it commits."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield conn
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
 
 
 def quote_ident(name: str) -> str:

@@ -41,9 +41,9 @@ from conveyor.spark.db import (
     queries,
     quote_ident,
     sqlite_connect,
-    sqlite_write,
 )
 from conveyor.spark.rows import JobColumns, Where, WritePlan, prepare
+from conveyor.store.sqlite.store import immediate_transaction
 
 STAGE_PREFIX = "spark_stage_"
 
@@ -122,7 +122,7 @@ class ConveyorWriter(DataSourceArrowWriter):
         if self.backend == "sqlite":
             conn = sqlite_connect(self.dsn)
             try:
-                with sqlite_write(conn):
+                with immediate_transaction(conn):
                     for (write_id,) in conn.execute(
                         q["write_abandoned"], {"before": before.timestamp()}
                     ).fetchall():
@@ -156,7 +156,7 @@ class ConveyorWriter(DataSourceArrowWriter):
         if self.backend == "sqlite":
             conn = sqlite_connect(self.dsn)
             try:
-                with sqlite_write(conn):
+                with immediate_transaction(conn):
                     if conn.execute(q["write_close"], {"id": self.write_id}).rowcount != 1:
                         if stages is None:
                             return
@@ -236,7 +236,7 @@ class ConveyorWriter(DataSourceArrowWriter):
                 jobs = prepare(batch, self.plan, Where(partition, rows))
                 # One short transaction per batch, not one for the task: SQLite
                 # has one writer, and the other tasks stage at the same time.
-                with sqlite_write(conn):
+                with immediate_transaction(conn):
                     if conn.execute(q["write_is_open"], {"id": self.write_id}).fetchone() is None:
                         raise WriteEndedError(f"write {self.write_id} ended before this task")
                     if rows == 0:

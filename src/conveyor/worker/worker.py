@@ -505,11 +505,13 @@ class Worker:
             if leftover:
                 self._write_outcomes([(r, Outcome("release")) for r in leftover])
         finally:
+            # Idle handler threads end now (no work comes after the loop), whatever
+            # the rest of the shutdown meets.
+            self._threads.close()
             # Every outcome is written before the worker says it has stopped.
             self._acks.close(timeout=max(self.options.stop_timeout, 10.0))
             if self._maintenance is not None:
                 self._maintenance.stop()
-            self._threads.close()
             if self._loop_thread is not None:
                 self._loop_thread.close()
             try:

@@ -183,13 +183,8 @@ class SQLiteStore:
                 f"write lock for over {BUSY_TIMEOUT_SECONDS:.0f}s"
             )
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with immediate_transaction(conn):
                 yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
         finally:
             self._writer.release()
 
@@ -636,6 +631,18 @@ class SQLiteStore:
         return [
             RunTimeBucket(queue=q, bucket=b, count=c, total_seconds=float(s)) for q, b, c, s in rows
         ]
+
+
+@contextmanager
+def immediate_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """A transaction under SQLite's write lock: what it reads stays true until it commits."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 def _retry_refusal(job: Job) -> Exception:

@@ -54,16 +54,20 @@ class DataVersionWatcher:
             while not self._stop.wait(self._interval):
                 try:
                     version = conn.execute("PRAGMA data_version").fetchone()[0]
-                    if version != last:
-                        last = version
-                        written = True
-                        self._on_change("any", "")
-                    if written and time.monotonic() >= next_checkpoint:
-                        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-                        written = False
-                        next_checkpoint = time.monotonic() + CHECKPOINT_INTERVAL
                 except sqlite3.Error as exc:  # a locked or vanished file: keep trying
-                    log.warning("cannot watch %s: %s", self._path, exc)
+                    log.warning("cannot read data_version of %s: %s", self._path, exc)
+                    continue
+                if version != last:
+                    last = version
+                    written = True
+                    self._on_change("any", "")
+                if written and time.monotonic() >= next_checkpoint:
+                    written = False
+                    next_checkpoint = time.monotonic() + CHECKPOINT_INTERVAL
+                    try:
+                        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                    except sqlite3.Error as exc:  # e.g. a read-only file: commits do it
+                        log.debug("cannot checkpoint %s: %s", self._path, exc)
         finally:
             conn.close()
 
