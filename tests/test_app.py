@@ -365,6 +365,30 @@ def test_async_twins(app: App) -> None:
     thread.join()
 
 
+def test_async_twins_of_reading_and_operating(app: App) -> None:
+    import asyncio
+    from datetime import timedelta
+
+    async def scenario() -> None:
+        first = await app.aenqueue("t", args=[1], batch="b")
+        second = await app.aenqueue("t", args=[2], batch="b", queue="other")
+        assert [j.id for j in await app.ajobs(queue="other")] == [second.id]
+        assert (await app.astats()).count("queued") == 2
+        assert (await app.abatch_status("b")).outstanding == 2
+        assert (await app.acancel(first.id)).state == JobState.CANCELLED
+        assert [e.kind for e in await app.aevents(first.id)] == ["enqueued", "cancelled"]
+        assert (await app.aretry(first.id)).state == JobState.QUEUED
+        await app.apause("other")
+        assert (await app.astats()).queues["other"].paused
+        await app.aresume("other")
+        assert not (await app.astats()).queues["other"].paused
+        await app.acancel(second.id)
+        assert await app.apurge(timedelta(0)) == 1
+        assert [j.id for j in await app.ajobs()] == [first.id]
+
+    asyncio.run(scenario())
+
+
 # --- DSNs -----------------------------------------------------------------------
 
 

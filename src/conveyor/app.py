@@ -467,6 +467,42 @@ class App:
     def resume(self, queue: str) -> None:
         self.store.queue_resume(validate_name("queue", queue) or queue, utcnow())
 
+    # --- async twins: the calls above for asyncio code, run in a worker thread ----
+
+    async def ajobs(
+        self,
+        state: JobState | str | None = None,
+        queue: str | None = None,
+        task: str | None = None,
+        limit: int = 100,
+        **filters: Any,
+    ) -> list[Job]:
+        return await asyncio.to_thread(self.jobs, state, queue, task, limit, **filters)
+
+    async def aevents(self, job_id: int) -> list[Any]:
+        return await asyncio.to_thread(self.events, job_id)
+
+    async def astats(self) -> Stats:
+        return await asyncio.to_thread(self.stats)
+
+    async def abatch_status(self, batch: str) -> BatchStatus:
+        return await asyncio.to_thread(self.batch_status, batch)
+
+    async def acancel(self, job_id: int) -> Job:
+        return await asyncio.to_thread(self.cancel, job_id)
+
+    async def aretry(self, job_id: int) -> Job:
+        return await asyncio.to_thread(self.retry, job_id)
+
+    async def apurge(self, older_than: timedelta) -> int:
+        return await asyncio.to_thread(self.purge, older_than)
+
+    async def apause(self, queue: str) -> None:
+        await asyncio.to_thread(self.pause, queue)
+
+    async def aresume(self, queue: str) -> None:
+        await asyncio.to_thread(self.resume, queue)
+
     # --- waiting ----------------------------------------------------------------
 
     def wait(self, job_id: int, timeout: float | None = None) -> Any:
