@@ -503,6 +503,28 @@ def sqlite_store(tmp_path: Path) -> Iterator[tuple[str, Store]]:
     opened.close()
 
 
+def test_report_groups_errors_that_differ_only_in_numbers(
+    spark: SparkSession, sqlite_store: tuple[str, Store]
+) -> None:
+    dsn, store = sqlite_store
+    store.job_insert_many([new_job("pay", "charge", n, max_attempts=1) for n in range(3)], T0)
+    messages = [
+        "ValueError: card of customer c00196 declined for 21.95 EUR",
+        "ValueError: card of customer c00197 declined for 3.10 EUR",
+        "KeyError: 'currency'",
+    ]
+    for second, message in enumerate(messages, start=1):
+        fail(store, claim_one(store, "pay", at(second)), at(second), message, retryable=False)
+
+    result = report(spark, dsn, since=timedelta(hours=1), now=at(3600))
+
+    errors = [(r["error"], r["pattern"], r["count"], r["jobs"]) for r in result.errors.collect()]
+    assert errors == [
+        (messages[1], "ValueError: card of customer c# declined for #.# EUR", 2, 2),
+        (messages[2], messages[2], 1, 1),
+    ]
+
+
 def test_report_command_prints_tables_and_writes_files(
     spark: SparkSession, sqlite_store: tuple[str, Store], tmp_path: Path
 ) -> None:

@@ -108,9 +108,9 @@ def _checked_dsn(dsn: str | None) -> str:
 
 
 def _console() -> Console:
-    from rich.console import Console
+    from conveyor.cli.output import console
 
-    return Console()
+    return console()
 
 
 @click.command("report")
@@ -156,13 +156,20 @@ def _print_report(console: Console, result: Report, summary: list[Row], errors: 
     def pct(value: float | None) -> str:
         return "-" if value is None else f"{value:.1%}"
 
+    # Two tables rather than one of thirteen columns: each fits a terminal.
     outcomes = Table(title=f"Outcomes, {window}", title_justify="left")
-    for name in ("Queue", "Task"):
-        outcomes.add_column(name, style="bold")
+    rates = Table(
+        title="Rates: success and failure of finished jobs, retry and rescue of attempts",
+        title_justify="left",
+    )
+    for table in (outcomes, rates):
+        for name in ("Queue", "Task"):
+            table.add_column(name, style="bold")
     for name in ("Jobs/min", "Peak/min", "Succeeded", "Failed", "Cancelled", "Retried"):
         outcomes.add_column(name, justify="right")
-    for name in ("Rescued", "Success", "Failure", "Retry", "Rescue"):
-        outcomes.add_column(name, justify="right")
+    outcomes.add_column("Rescued", justify="right")
+    for name in ("Success", "Failure", "Retry", "Rescue"):
+        rates.add_column(name, justify="right")
     for r in summary:
         outcomes.add_row(
             r["queue"],
@@ -175,12 +182,17 @@ def _print_report(console: Console, result: Report, summary: list[Row], errors: 
             str(r["cancelled"]),
             str(r["retried"]),
             f"[yellow]{r['rescued']}[/]" if r["rescued"] else "0",
+        )
+        rates.add_row(
+            r["queue"],
+            r["task"],
             pct(r["success_rate"]),
             pct(r["failure_rate"]),
             pct(r["retry_rate"]),
             pct(r["rescue_rate"]),
         )
     console.print(outcomes)
+    console.print(rates)
 
     latency = Table(title="Wait (created to started) and run (started to finished) times")
     latency.title_justify = "left"
