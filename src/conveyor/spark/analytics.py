@@ -324,9 +324,7 @@ def _top_errors(events: DataFrame) -> DataFrame:
         )
         .orderBy(F.desc("count"), F.desc("last_seen"), "queue", "task", "pattern")
         .limit(TOP_ERRORS)
-        .select(
-            "queue", "task", "error", "pattern", "count", "jobs", "last_seen", "latest_text"
-        )
+        .select("queue", "task", "error", "pattern", "count", "jobs", "last_seen", "latest_text")
     )
 
 
