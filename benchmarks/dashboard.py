@@ -50,7 +50,8 @@ SELECT i, 'q' || (i % 20), 't' || (i % 7),
             'TimeoutError: upstream ' || (i % 7) || ' did not answer' END
 FROM n
 """
-SQLITE_EVENTS = """
+# The same on both databases: an enqueued event per job, an ending per finished one.
+EVENTS = """
 INSERT INTO events (job_id, queue, task, kind, attempt, worker, at)
 SELECT id, queue, task, 'enqueued', 0, NULL, created_at FROM jobs
 UNION ALL
@@ -72,13 +73,6 @@ SELECT i, 'q' || (i %% 20), 't' || (i %% 7),
 FROM generate_series(1, %(count)s) AS i,
      LATERAL (SELECT %(now)s::timestamptz - (%(count)s - i) * interval '80 ms' AS t) AS times
 """
-PG_EVENTS = """
-INSERT INTO events (job_id, queue, task, kind, attempt, worker, at)
-SELECT id, queue, task, 'enqueued', 0, NULL, created_at FROM jobs
-UNION ALL
-SELECT id, queue, task, state, 1, 'w1', finished_at FROM jobs WHERE finished_at IS NOT NULL
-ORDER BY 7
-"""
 
 
 def fill(app: App, dsn: str, count: int) -> None:
@@ -88,7 +82,7 @@ def fill(app: App, dsn: str, count: int) -> None:
 
         conn = sqlite3.connect(dsn.removeprefix("sqlite:///"))
         conn.execute(SQLITE_FILL, {"count": count, "now": now.timestamp()})
-        conn.execute(SQLITE_EVENTS)
+        conn.execute(EVENTS)
         conn.execute("UPDATE counters SET value = ? WHERE name = 'jobs'", (count,))
         conn.commit()
         conn.execute("ANALYZE")
@@ -98,7 +92,7 @@ def fill(app: App, dsn: str, count: int) -> None:
 
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(PG_FILL, {"count": count, "now": now})
-            conn.execute(PG_EVENTS)
+            conn.execute(EVENTS)
             conn.execute("SELECT setval('jobs_id_seq', %s)", (count,))
             conn.execute("VACUUM ANALYZE jobs")
             conn.execute("VACUUM ANALYZE events")

@@ -105,21 +105,18 @@ def count_jobs(dsn: str) -> int:
 def spark_session() -> Any:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
+    from conveyor.spark import session
 
-    from conveyor.spark import register
-
-    spark = (
-        SparkSession.builder.master("local[*]")
-        .appName("conveyor-benchmark")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.memory", "3g")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
+    spark = session(
+        "local[*]",
+        "conveyor-benchmark",
+        conf={
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.driver.memory": "3g",
+        },
     )
     spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
     return spark
 
 

@@ -18,12 +18,4 @@ if command -v java >/dev/null 2>&1; then
     echo "ensure-java: Java ${major:-?} on PATH; Spark 4 needs 17 or 21"
 fi
 
-if ! command -v apt-get >/dev/null 2>&1; then
-    echo "ensure-java: no Java 17 and apt-get is unavailable; install OpenJDK 17 by hand" >&2
-    exit 1
-fi
-if [[ "$(id -u)" -eq 0 ]]; then sudo=(); else sudo=(sudo); fi
-echo "ensure-java: installing openjdk-17-jre-headless with apt-get"
-"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
-"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y --no-install-recommends openjdk-17-jre-headless
+"$(dirname "$0")/apt-install.sh" ensure-java "OpenJDK 17" openjdk-17-jre-headless

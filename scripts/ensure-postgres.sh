@@ -23,17 +23,6 @@ find_initdb() {
     return 1
 }
 
-as_root() {
-    if [[ "$(id -u)" -eq 0 ]]; then
-        "$@"
-    elif command -v sudo >/dev/null 2>&1; then
-        sudo "$@"
-    else
-        echo "ensure-postgres: need root (or sudo) to run: $*" >&2
-        exit 1
-    fi
-}
-
 if [[ -n "${CONVEYOR_TEST_PG_DSN:-}" ]]; then
     echo "ensure-postgres: CONVEYOR_TEST_PG_DSN is set; using that server"
     exit 0
@@ -42,15 +31,9 @@ fi
 if initdb_path="$(find_initdb)"; then
     echo "ensure-postgres: found $initdb_path"
 else
-    if ! command -v apt-get >/dev/null 2>&1; then
-        echo "ensure-postgres: PostgreSQL server binaries not found and apt-get is" \
-            "unavailable; install PostgreSQL 15 (initdb, pg_ctl, postgres) by hand" >&2
-        exit 1
-    fi
-    echo "ensure-postgres: PostgreSQL server binaries not found; installing with apt-get"
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get update
-    as_root env DEBIAN_FRONTEND=noninteractive \
-        apt-get install -y --no-install-recommends postgresql
+    echo "ensure-postgres: PostgreSQL server binaries not found"
+    "$(dirname "$0")/apt-install.sh" ensure-postgres \
+        "PostgreSQL 15 (initdb, pg_ctl, postgres)" postgresql
     if ! initdb_path="$(find_initdb)"; then
         echo "ensure-postgres: installed postgresql, but initdb is still not found" >&2
         exit 1

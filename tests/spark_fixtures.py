@@ -28,25 +28,22 @@ def spark() -> Iterator[SparkSession]:
     # Without it Spark warns that the hostname resolves to a loopback address.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-    from pyspark.sql import SparkSession
-
-    from conveyor.spark import register
+    from conveyor.spark import session
 
     jvm_options = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
-    session = (
-        SparkSession.builder.master("local[2,2]")
-        .appName("conveyor-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.extraJavaOptions", jvm_options)
-        .config("spark.executor.extraJavaOptions", jvm_options)
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
+    spark = session(
+        "local[2,2]",
+        "conveyor-tests",
+        conf={
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.sql.shuffle.partitions": "2",
+            "spark.driver.extraJavaOptions": jvm_options,
+            "spark.executor.extraJavaOptions": jvm_options,
+        },
     )
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
+    spark.sparkContext.setLogLevel("ERROR")
     try:
-        yield session
+        yield spark
     finally:
-        session.stop()
+        spark.stop()

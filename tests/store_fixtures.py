@@ -38,6 +38,16 @@ def store(dsn: str) -> Iterator[Store]:
 
 
 @pytest.fixture
+def sqlite_store(tmp_path: Path) -> Iterator[tuple[str, Store]]:
+    """A migrated store on a fresh SQLite file and its DSN, for checks one backend suffices for."""
+    dsn = f"sqlite:///{tmp_path / 'jobs.db'}"
+    opened = open_store(dsn)
+    opened.migrate()
+    yield dsn, opened
+    opened.close()
+
+
+@pytest.fixture
 def app(dsn: str) -> Iterator[App]:
     """A migrated App on a fresh database."""
     with App(dsn) as application:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -26,7 +25,6 @@ from conveyor.spark.analytics import PERCENTILES, report
 from conveyor.spark.archiving import archive, read_archive
 from conveyor.spark.fanin import batch_results
 from conveyor.store.base import Completion, Failure, Lease, Store
-from conveyor.store.dsn import open_store
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
@@ -40,14 +38,6 @@ TIMEOUT_TRACEBACK = (
 
 def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
-
-
-@pytest.fixture
-def store(dsn: str) -> Iterator[Store]:
-    opened = open_store(dsn)
-    opened.migrate()
-    yield opened
-    opened.close()
 
 
 def new_job(
@@ -492,15 +482,6 @@ def test_parse_duration(text: str, expected: timedelta) -> None:
 def test_parse_duration_rejects(text: str) -> None:
     with pytest.raises(ValueError, match="is not a duration"):
         commands.parse_duration(text)
-
-
-@pytest.fixture
-def sqlite_store(tmp_path: Path) -> Iterator[tuple[str, Store]]:
-    dsn = f"sqlite:///{tmp_path / 'cli.db'}"
-    opened = open_store(dsn)
-    opened.migrate()
-    yield dsn, opened
-    opened.close()
 
 
 def test_report_groups_errors_that_differ_only_in_numbers(

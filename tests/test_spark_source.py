@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -38,14 +37,6 @@ from conveyor.store.dsn import open_store, sqlite_path
 from store_fixtures import event_committed_late
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-@pytest.fixture
-def opened(dsn: str) -> Iterator[Store]:
-    store = open_store(dsn)
-    store.migrate()
-    yield store
-    store.close()
 
 
 def all_jobs(store: Store) -> list[Any]:
@@ -91,7 +82,7 @@ def items(spark: SparkSession, count: int, partitions: int = 2) -> DataFrame:
 
 
 def test_write_makes_one_job_per_row_with_named_columns(
-    spark: SparkSession, dsn: str, opened: Store
+    spark: SparkSession, dsn: str, store: Store
 ) -> None:
     frame = spark.createDataFrame(
         [
@@ -115,7 +106,7 @@ def test_write_makes_one_job_per_row_with_named_columns(
             woken = {n.payload for n in listener.notifies(timeout=2, stop_after=3)}
         assert woken == {"hi", "lo", "images"}
 
-    jobs = sorted(all_jobs(opened), key=lambda j: j.key)
+    jobs = sorted(all_jobs(store), key=lambda j: j.key)
     assert [j.key for j in jobs] == ["1", "2", "3"]
     assert [j.queue for j in jobs] == ["hi", "lo", "images"]  # a null queue: the option's
     assert [j.priority for j in jobs] == [5, 0, -1]
@@ -130,42 +121,42 @@ def test_write_makes_one_job_per_row_with_named_columns(
     assert jobs[2].kwargs == {"path": "c.png", "opts": None}
     assert all(j.args == [] and j.state == JobState.QUEUED for j in jobs)
     for job in jobs:
-        assert [e.kind for e in opened.event_list(job.id)] == ["enqueued"]
+        assert [e.kind for e in store.event_list(job.id)] == ["enqueued"]
     assert leftovers(dsn) == ([], 0)
 
 
 def test_job_ids_come_from_the_store_so_later_enqueues_never_collide(
-    spark: SparkSession, dsn: str, opened: Store
+    spark: SparkSession, dsn: str, store: Store
 ) -> None:
-    first = opened.job_insert_many([NewJob("default", "t", "[]", "{}", T0)], T0)[0]
+    first = store.job_insert_many([NewJob("default", "t", "[]", "{}", T0)], T0)[0]
     writer(items(spark, 200), dsn, task="resize").save()
-    after = opened.job_insert_many([NewJob("default", "t", "[]", "{}", T0)], T0)[0]
-    ids = sorted(j.id for j in all_jobs(opened))
+    after = store.job_insert_many([NewJob("default", "t", "[]", "{}", T0)], T0)[0]
+    ids = sorted(j.id for j in all_jobs(store))
     assert len(ids) == len(set(ids)) == 202
     assert ids[0] == first.id and ids[-1] == after.id
 
 
 def test_rerun_with_a_key_column_enqueues_nothing_twice(
-    spark: SparkSession, dsn: str, opened: Store
+    spark: SparkSession, dsn: str, store: Store
 ) -> None:
     frame = items(spark, 300)
     writer(frame, dsn, task="resize", keyColumn="path").save()
     writer(frame, dsn, task="resize", keyColumn="path").save()
-    jobs = all_jobs(opened)
+    jobs = all_jobs(store)
     assert len(jobs) == 300
     assert len({j.key for j in jobs}) == 300
     # Once jobs have finished their keys are free again, unless unique is "forever".
-    claimed = opened.job_claim(["default"], 10, "w", timedelta(minutes=1), datetime.now(UTC))
-    opened.job_complete([Completion(j.id, j.lease_token or "", None) for j in claimed], T0)
+    claimed = store.job_claim(["default"], 10, "w", timedelta(minutes=1), datetime.now(UTC))
+    store.job_complete([Completion(j.id, j.lease_token or "", None) for j in claimed], T0)
     finished = frame.where(F.col("path").isin([j.key for j in claimed]))
     writer(finished, dsn, task="resize", keyColumn="path", unique="forever").save()
-    assert len(all_jobs(opened)) == 300
+    assert len(all_jobs(store)) == 300
     writer(finished, dsn, task="resize", keyColumn="path").save()
-    assert len(all_jobs(opened)) == 310
+    assert len(all_jobs(store)) == 310
 
 
 def test_a_retried_task_does_not_duplicate_jobs(
-    spark: SparkSession, dsn: str, opened: Store
+    spark: SparkSession, dsn: str, store: Store
 ) -> None:
     @F.udf(returnType=LongType(), useArrow=False)
     def fail_first_attempt(value: int) -> int:
@@ -179,12 +170,12 @@ def test_a_retried_task_does_not_duplicate_jobs(
 
     frame = items(spark, 400).withColumn("id", fail_first_attempt("id"))
     writer(frame, dsn, task="resize", keyColumn="id", batchSize="50").save()
-    jobs = all_jobs(opened)
+    jobs = all_jobs(store)
     assert sorted(int(j.key) for j in jobs) == list(range(400))
     assert leftovers(dsn) == ([], 0)
 
 
-def test_a_failed_write_enqueues_nothing(spark: SparkSession, dsn: str, opened: Store) -> None:
+def test_a_failed_write_enqueues_nothing(spark: SparkSession, dsn: str, store: Store) -> None:
     @F.udf(returnType=LongType(), useArrow=False)
     def always_fail(value: int) -> int:
         if value == 390:
@@ -195,12 +186,12 @@ def test_a_failed_write_enqueues_nothing(spark: SparkSession, dsn: str, opened: 
     with pytest.raises(Exception, match="injected task failure"):
         writer(frame, dsn, task="resize", keyColumn="id", batchSize="50").save()
     # Partition 0 staged all its rows and partition 1 most of its own: none is a job.
-    assert all_jobs(opened) == []
-    assert opened.event_since(0, 10) == []
+    assert all_jobs(store) == []
+    assert store.event_since(0, 10) == []
     assert leftovers(dsn) == ([], 0)
 
 
-def test_a_task_that_outlives_its_write_stages_nothing(dsn: str, opened: Store) -> None:
+def test_a_task_that_outlives_its_write_stages_nothing(dsn: str, store: Store) -> None:
     from pyspark.sql.types import StructField
 
     schema = StructType([StructField("id", LongType()), StructField("path", StringType())])
@@ -217,10 +208,10 @@ def test_a_task_that_outlives_its_write_stages_nothing(dsn: str, opened: Store) 
     with pytest.raises(WriteEndedError):
         write.write(iter([batch]))
     assert leftovers(dsn) == ([], 0)
-    assert all_jobs(opened) == []
+    assert all_jobs(store) == []
 
 
-def test_a_write_abandoned_by_its_driver_is_cleared_by_the_next(dsn: str, opened: Store) -> None:
+def test_a_write_abandoned_by_its_driver_is_cleared_by_the_next(dsn: str, store: Store) -> None:
     from pyspark.sql.types import StructField
 
     from conveyor.errors import ConfigurationError
@@ -252,43 +243,33 @@ def test_a_write_abandoned_by_its_driver_is_cleared_by_the_next(dsn: str, opened
     with pytest.raises(WriteEndedError):
         dead.write(iter([batch]))
     fresh.commit([fresh.write(iter([batch]))])
-    assert sorted(j.key for j in all_jobs(opened)) == ["1", "2", "3"]
+    assert sorted(j.key for j in all_jobs(store)) == ["1", "2", "3"]
     running.abort([])
     assert leftovers(dsn) == ([], 0)
     with pytest.raises(ConfigurationError, match="abandonedAfterHours"):
         WritePlan.from_options(schema, {**options, "abandonedafterhours": "0"})
 
 
-@pytest.fixture
-def sqlite_dsn(tmp_path: Path) -> Iterator[tuple[str, Store]]:
-    """One backend for checks made before any row reaches a database."""
-    dsn = f"sqlite:///{tmp_path / 'jobs.db'}"
-    store = open_store(dsn)
-    store.migrate()
-    yield dsn, store
-    store.close()
-
-
 def test_values_that_cannot_be_json_fail_naming_column_and_row(
-    spark: SparkSession, sqlite_dsn: tuple[str, Store]
+    spark: SparkSession, sqlite_store: tuple[str, Store]
 ) -> None:
-    dsn, opened = sqlite_dsn
+    dsn, store = sqlite_store
     frame = spark.createDataFrame(
         [(1, 0.5, None), (2, float("nan"), "x"), (3, 1.0, "y")],
         "id long, score double, note string",
     ).coalesce(1)
     with pytest.raises(Exception, match=r"column 'score', row 1 of partition 0.*JSON"):
         writer(frame, dsn, task="rank").save()
-    assert all_jobs(opened) == []
+    assert all_jobs(store) == []
     # Nulls are fine: a task argument may be None.
     writer(frame.where("id != 2"), dsn, task="rank").save()
-    assert sorted(j.kwargs["note"] or "" for j in all_jobs(opened)) == ["", "y"]
+    assert sorted(j.kwargs["note"] or "" for j in all_jobs(store)) == ["", "y"]
 
 
 def test_options_are_checked_before_anything_runs(
-    spark: SparkSession, sqlite_dsn: tuple[str, Store]
+    spark: SparkSession, sqlite_store: tuple[str, Store]
 ) -> None:
-    dsn = sqlite_dsn[0]
+    dsn = sqlite_store[0]
     with pytest.raises(AnalysisException, match="keyColumn names column 'nope'"):
         writer(items(spark, 3), dsn, task="t", keyColumn="nope").save()
     with pytest.raises(AnalysisException, match="taskColumn"):
@@ -296,12 +277,12 @@ def test_options_are_checked_before_anything_runs(
 
 
 def test_non_atomic_write_uses_the_store_insert(
-    spark: SparkSession, dsn: str, opened: Store
+    spark: SparkSession, dsn: str, store: Store
 ) -> None:
     frame = items(spark, 120)
     writer(frame, dsn, task="resize", keyColumn="id", atomic="false", batchSize="25").save()
     writer(frame, dsn, task="resize", keyColumn="id", atomic="false").save()
-    assert sorted(int(j.key) for j in all_jobs(opened)) == list(range(120))
+    assert sorted(int(j.key) for j in all_jobs(store)) == list(range(120))
     assert leftovers(dsn) == ([], 0)
 
 
@@ -326,8 +307,8 @@ def _history(store: Store) -> None:
     )  # fmt: skip
 
 
-def test_read_gives_typed_jobs(spark: SparkSession, dsn: str, opened: Store) -> None:
-    _history(opened)
+def test_read_gives_typed_jobs(spark: SparkSession, dsn: str, store: Store) -> None:
+    _history(store)
     frame = spark.read.format("conveyor").option("dsn", dsn).option("table", "jobs").load()
     types = dict((f.name, f.dataType) for f in frame.schema.fields)
     assert isinstance(types["id"], LongType) and isinstance(types["attempts"], IntegerType)
@@ -354,9 +335,9 @@ def test_read_gives_typed_jobs(spark: SparkSession, dsn: str, opened: Store) -> 
 
 
 def test_filters_are_applied_by_the_database(
-    spark: SparkSession, dsn: str, opened: Store, tmp_path: Path
+    spark: SparkSession, dsn: str, store: Store, tmp_path: Path
 ) -> None:
-    _history(opened)
+    _history(store)
     trace = tmp_path / "trace.jsonl"
     frame = (
         spark.read.format("conveyor")
@@ -374,7 +355,7 @@ def test_filters_are_applied_by_the_database(
         & (F.col("task") == "t0")
     ).collect()
     expected = [
-        j for j in all_jobs(opened)
+        j for j in all_jobs(store)
         if j.state in ("succeeded", "failed") and j.batch == "b0" and j.task == "t0"
     ]  # fmt: skip
     assert sorted(r.id for r in picked) == sorted(j.id for j in expected)
@@ -391,9 +372,9 @@ def test_filters_are_applied_by_the_database(
 
 
 def test_reads_split_by_id_range_and_read_only_named_columns(
-    spark: SparkSession, dsn: str, opened: Store, tmp_path: Path
+    spark: SparkSession, dsn: str, store: Store, tmp_path: Path
 ) -> None:
-    _history(opened)
+    _history(store)
     trace = tmp_path / "trace.jsonl"
     frame = (
         spark.read.format("conveyor")
@@ -407,15 +388,15 @@ def test_reads_split_by_id_range_and_read_only_named_columns(
     assert frame.columns == ["id", "state"]
     assert frame.rdd.getNumPartitions() == 3
     ids = [r.id for r in frame.collect()]
-    assert sorted(ids) == sorted(j.id for j in all_jobs(opened))
+    assert sorted(ids) == sorted(j.id for j in all_jobs(store))
     statements = [json.loads(line) for line in trace.read_text().splitlines()]
     assert len(statements) == 3
     selects = ("SELECT id, state FROM", "COPY (SELECT id, state FROM")
     assert all(s["sql"].startswith(selects) for s in statements)
 
 
-def test_read_table_helper_filters(spark: SparkSession, dsn: str, opened: Store) -> None:
-    _history(opened)
+def test_read_table_helper_filters(spark: SparkSession, dsn: str, store: Store) -> None:
+    _history(store)
     failed = read_table(spark, dsn, state="failed", queue="q0").collect()
     assert len(failed) == 5 and {r.error for r in failed} == {"boom"}
     later = read_table(spark, dsn, "events", kind=["succeeded", "failed"],
@@ -465,43 +446,43 @@ def _seqs(spark: SparkSession, out: Path) -> list[int]:
 
 
 def test_stream_resumes_from_its_checkpoint(
-    spark: SparkSession, dsn: str, opened: Store, tmp_path: Path
+    spark: SparkSession, dsn: str, store: Store, tmp_path: Path
 ) -> None:
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
-    opened.job_insert_many([NewJob("q", "t", "[]", "{}", T0) for _ in range(5)], T0)
+    store.job_insert_many([NewJob("q", "t", "[]", "{}", T0) for _ in range(5)], T0)
     query = _run_stream(spark, dsn, out, checkpoint, maxEventsPerTrigger="2")
     assert _seqs(spark, out) == [1, 2, 3, 4, 5]
     sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     assert sizes == [2, 2, 1]  # maxEventsPerTrigger bounds each micro-batch
     # Restarted: only the new events, none twice.
-    opened.job_insert_many([NewJob("q", "t", "[]", "{}", T0) for _ in range(3)], T0)
+    store.job_insert_many([NewJob("q", "t", "[]", "{}", T0) for _ in range(3)], T0)
     _run_stream(spark, dsn, out, checkpoint)
     assert _seqs(spark, out) == list(range(1, 9))
 
 
 def test_available_now_reads_in_batches_of_max_events_and_stops(
-    spark: SparkSession, dsn: str, opened: Store, tmp_path: Path
+    spark: SparkSession, dsn: str, store: Store, tmp_path: Path
 ) -> None:
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
-    opened.job_insert_many([NewJob("q", "t", "[]", "{}", T0) for _ in range(5)], T0)
+    store.job_insert_many([NewJob("q", "t", "[]", "{}", T0) for _ in range(5)], T0)
     query = _run_stream(spark, dsn, out, checkpoint, available_now=True, maxEventsPerTrigger="2")
     assert _seqs(spark, out) == [1, 2, 3, 4, 5]
     sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     assert sizes == [2, 2, 1]
 
 
-def test_available_now_reads_nothing_written_after_it_started(dsn: str, opened: Store) -> None:
+def test_available_now_reads_nothing_written_after_it_started(dsn: str, store: Store) -> None:
     """The reader's side of Trigger.AvailableNow: the target is fixed when Spark prepares it."""
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
     from conveyor.spark.source import TABLES
     from conveyor.spark.stream import EventStreamReader
 
-    opened.job_insert_many([NewJob("q", "t", "[]", "{}", T0) for _ in range(3)], T0)
+    store.job_insert_many([NewJob("q", "t", "[]", "{}", T0) for _ in range(3)], T0)
     reader = EventStreamReader(dsn, TABLES["events"], {"maxEventsPerTrigger": "2"})
     start = reader.initialOffset()
     reader.prepareForTriggerAvailableNow()
-    opened.job_insert_many([NewJob("q", "t", "[]", "{}", T0) for _ in range(4)], T0)
+    store.job_insert_many([NewJob("q", "t", "[]", "{}", T0) for _ in range(4)], T0)
     first = reader.latestOffset(start, ReadMaxRows(2))
     assert first["seq"] == 2
     second = reader.latestOffset(first, ReadMaxRows(2))

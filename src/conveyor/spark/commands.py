@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from conveyor.cli.output import console as cli_console
 from conveyor.errors import ConveyorError
 from conveyor.store.dsn import DSN_ENV, default_dsn, open_store, sqlite_path
 
@@ -107,12 +108,6 @@ def _checked_dsn(dsn: str | None) -> str:
     return dsn
 
 
-def _console() -> Console:
-    from conveyor.cli.output import console
-
-    return console()
-
-
 @click.command("report")
 @click.option(
     "--since", callback=_duration, default="24h", show_default=True, help="How far back to look."
@@ -130,7 +125,7 @@ def report(since: timedelta, out: Path | None, dsn: str | None, master: str) -> 
     from conveyor.spark.analytics import report as build
 
     dsn = _checked_dsn(dsn)
-    console = _console()
+    console = cli_console()
     spark = _spark(master, "conveyor report")
     with console.status("Reading jobs and events..."):
         result = build(spark, dsn, since=since)
@@ -259,7 +254,7 @@ def archive(older_than: timedelta, to: str, dsn: str | None, master: str) -> Non
     from conveyor.spark.archiving import archive as run_archive
 
     dsn = _checked_dsn(dsn)
-    console = _console()
+    console = cli_console()
     spark = _spark(master, "conveyor archive")
     if console.is_terminal:
         progress = Progress(
