@@ -3,18 +3,27 @@
     python benchmarks/store.py                      # both backends (starts a PostgreSQL)
     python benchmarks/store.py --backend sqlite
     python benchmarks/store.py --pg-dsn postgresql://user@host:5432/db
+    python benchmarks/store.py --backend sqlite --breakdown   # where the SQLite time goes
 
 Measures enqueue_many (rows/s, batches of 1,000) and a claim-N-then-complete
 loop (jobs/s) for N = 1, 10, 100. Each figure is the median of ``--rounds``
 alternating rounds of the store and the raw loop, because this machine is
 noisy: alternating keeps a noisy moment from favouring one side.
+
+``--breakdown`` adds, for SQLite, one more round of each measure with every
+statement the store runs timed by its name in queries.sql: microseconds per job
+inside SQLite, beside the raw loop's whole cost per job. What is left over is
+the store's Python. (SQLite only: a PostgreSQL statement is one round trip,
+whose server side EXPLAIN ANALYZE shows.)
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import json
+import sqlite3
 import statistics
 import tempfile
 import time
@@ -22,12 +31,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from conveyor.job import NewJob
 from conveyor.store.base import Completion, Store
 from conveyor.store.dsn import open_store
-from conveyor.store.sql import parse_queries
+from conveyor.store.sql import load_queries, parse_queries
 from pg import postgres
 
 HERE = Path(__file__).resolve().parent
@@ -178,6 +187,93 @@ def bench_backend(
     return rows
 
 
+class TimedConnection(sqlite3.Connection):
+    """A SQLite connection adding up the time of each statement, by its name in queries.sql."""
+
+    totals: ClassVar[collections.Counter[str]] = collections.Counter()
+    names: ClassVar[dict[str, str]] = {
+        sql: name for name, sql in load_queries("conveyor.store.sqlite").items()
+    }
+
+    def _timed(self, sql: str, run: Callable[[], sqlite3.Cursor]) -> Any:
+        started = time.perf_counter()
+        # fetchall: a statement's work is done when its rows are, not when it starts.
+        rows = FetchedRows(run().fetchall())
+        self.totals[self.names.get(sql, sql.split()[0])] += time.perf_counter() - started
+        return rows
+
+    def execute(self, sql: str, *args: Any) -> Any:  # type: ignore[override]
+        return self._timed(sql, lambda: super(TimedConnection, self).execute(sql, *args))
+
+    def executemany(self, sql: str, *args: Any) -> Any:  # type: ignore[override]
+        return self._timed(sql, lambda: super(TimedConnection, self).executemany(sql, *args))
+
+
+class FetchedRows(list[Any]):
+    """A statement's rows, answering the cursor calls the store's hot paths make."""
+
+    def fetchall(self) -> list[Any]:
+        return list(self)
+
+    def fetchone(self) -> Any:
+        return self[0] if self else None
+
+
+@contextlib.contextmanager
+def timed_statements() -> Iterator[collections.Counter[str]]:
+    """Connections opened inside this block time their statements into the yielded counter."""
+    connect = sqlite3.connect
+    TimedConnection.totals = collections.Counter()
+
+    def timed_connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        return connect(*args, **kwargs, factory=TimedConnection)
+
+    sqlite3.connect = timed_connect  # type: ignore[assignment]
+    try:
+        yield TimedConnection.totals
+    finally:
+        sqlite3.connect = connect  # type: ignore[assignment]
+
+
+def breakdown(dsn: str, enqueue_count: int, drain_count: int) -> None:
+    """Print microseconds per job in each SQLite statement of the store, beside the raw loop."""
+    raw = RawLoop("sqlite", dsn)
+    with timed_statements() as totals:
+        store = open_store(dsn)
+    print("\n| measure | where | µs per job |")
+    print("|---|---|---:|")
+
+    def report(measure: str, jobs: int, seconds: float, raw_jobs: int, raw_seconds: float) -> None:
+        for name, spent in totals.most_common():
+            print(f"| {measure} | statement {name} | {spent / jobs * 1e6:.1f} |")
+        print(f"| {measure} | all statements | {sum(totals.values()) / jobs * 1e6:.1f} |")
+        print(f"| {measure} | the store, in all | {seconds / jobs * 1e6:.1f} |")
+        print(f"| {measure} | the raw loop, in all | {raw_seconds / raw_jobs * 1e6:.1f} |")
+
+    try:
+        totals.clear()
+        seconds = timed(lambda: store_enqueue(store, enqueue_count))
+        raw_seconds = timed(lambda: raw.enqueue(enqueue_count))
+        report("enqueue_many", enqueue_count, seconds, enqueue_count, raw_seconds)
+        for per_claim in (1, 10, 100):
+            count = drain_count if per_claim > 1 else drain_count // 4
+            raw.drain(10_000)
+            store_drain(store, 10_000)
+            raw.enqueue(count)
+            store_enqueue(store, count)
+            totals.clear()
+            started = time.perf_counter()
+            jobs = store_drain(store, per_claim)
+            seconds = time.perf_counter() - started
+            started = time.perf_counter()
+            raw_jobs = raw.drain(per_claim)
+            raw_seconds = time.perf_counter() - started
+            report(f"claim {per_claim} + complete", jobs, seconds, raw_jobs, raw_seconds)
+    finally:
+        raw.close()
+        store.close()
+
+
 def print_table(rows: list[Row]) -> None:
     print("| backend | measure | conveyor | raw SQL loop | conveyor / raw |")
     print("|---|---|---:|---:|---:|")
@@ -194,6 +290,9 @@ def main() -> None:
     parser.add_argument("--enqueue", type=int, default=100_000, help="jobs per enqueue round")
     parser.add_argument("--drain", type=int, default=20_000, help="jobs per drain round")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--breakdown", action="store_true", help="time each SQLite statement of the store"
+    )
     options = parser.parse_args()
 
     rows: list[Row] = []
@@ -201,6 +300,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as folder:
             dsn = f"sqlite:///{Path(folder) / 'bench.db'}"
             rows += bench_backend("sqlite", dsn, options.enqueue, options.drain, options.rounds)
+            if options.breakdown:
+                breakdown(dsn, options.enqueue, options.drain)
     if options.backend in ("postgres", "all"):
         with postgres(options.pg_dsn) as dsn:
             rows += bench_backend("postgres", dsn, options.enqueue, options.drain, options.rounds)

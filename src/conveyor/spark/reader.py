@@ -9,6 +9,8 @@ on PostgreSQL parsed by Arrow's CSV reader straight from ``COPY ... TO STDOUT``
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import io
 import itertools
 import json
@@ -222,16 +224,25 @@ class ConveyorReader(DataSourceReader):
         total = 0
         try:
             cursor = conn.execute(sql, params)
-            while rows := cursor.fetchmany(FETCH_ROWS):
-                total += len(rows)
-                if not self.columns:
-                    yield pa.RecordBatch.from_arrays([], schema=schema, num_rows=len(rows))
-                    continue
-                values = list(zip(*rows, strict=True))
-                yield pa.RecordBatch.from_arrays(
-                    [_sqlite_array(c, v) for c, v in zip(self.columns, values, strict=True)],
-                    schema=schema,
-                )
+            while True:
+                with _collector_paused():
+                    rows = cursor.fetchmany(FETCH_ROWS)
+                    if not rows:
+                        break
+                    total += len(rows)
+                    batch = (
+                        pa.RecordBatch.from_arrays(
+                            [
+                                _sqlite_array(c, v)
+                                for c, v in zip(self.columns, zip(*rows, strict=True), strict=True)
+                            ],
+                            schema=schema,
+                        )
+                        if self.columns
+                        else pa.RecordBatch.from_arrays([], schema=schema, num_rows=len(rows))
+                    )
+                    del rows  # freed before Spark takes the batch
+                yield batch
         finally:
             conn.close()
             self._trace(sql, params, total)
@@ -284,6 +295,23 @@ class ConveyorReader(DataSourceReader):
                         schema=schema,
                     )
         self._trace(sql, params, total)
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cycle collector off while a batch is fetched and converted.
+
+    A fetch makes a tuple per row and an object per value, none of them in a
+    cycle, yet each 700 allocations start a collection that walks them all:
+    a fifth of a partition's read time. Back on before the batch is yielded.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _pg_select(column: Column) -> str:
