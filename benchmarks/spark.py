@@ -45,6 +45,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
 from conveyor.job import NewJob
 from conveyor.spark.reader import ROWS_PER_PARTITION, ConveyorReader, IdRange
 from conveyor.spark.source import TABLES, struct_of
@@ -186,7 +189,7 @@ def spark_read(spark: Any, dsn: str) -> int:
 def write_phases(dsn: str, rows: int) -> tuple[Result, Result]:
     """The atomic write's staging and final move, timed apart, in this process."""
     import pyarrow as pa
-    from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+    from pyspark.sql.types import IntegerType, LongType, StringType, StructField
 
     from conveyor.spark.rows import WritePlan
     from conveyor.spark.writer import ConveyorWriter
@@ -226,48 +229,48 @@ def write_phases(dsn: str, rows: int) -> tuple[Result, Result]:
     )
 
 
-class _OneBatchOverAndOver:
-    """A Python data source reader yielding one batch of real jobs until ``rows`` are out."""
+class OneBatchReader(DataSourceReader):
+    """Yields one batch of real jobs over and over until ``rows`` are out: no database read."""
 
     def __init__(self, dsn: str, rows: int, partitions: int) -> None:
         self.dsn, self.rows, self.count = dsn, rows, partitions
 
-    def partitions(self) -> list[Any]:
-        from pyspark.sql.datasource import InputPartition
-
+    def partitions(self) -> list[InputPartition]:
         return [InputPartition(i) for i in range(self.count)]
 
-    def read(self, partition: Any) -> Any:
-        from pyspark.sql.datasource import InputPartition
-
+    def read(self, partition: InputPartition) -> Any:
         reader = ConveyorReader(self.dsn, "jobs", TABLES["jobs"], {})
         batch = next(iter(reader.read(InputPartition(IdRange(1, STORE_BATCH + 1)))))
         for _ in range(self.rows // self.count // batch.num_rows):
             yield batch
 
 
+class IntakeSource(DataSource):
+    """``format("conveyor_bench_intake")``: Spark's intake from a Python data source, alone."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "conveyor_bench_intake"
+
+    def schema(self) -> StructType:
+        return struct_of(TABLES["jobs"])
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        rows = int(self.options["rows"])
+        return OneBatchReader(self.options["dsn"], rows, int(self.options["partitions"]))
+
+
 def spark_intake(spark: Any, dsn: str, rows: int) -> int:
     """Spark's ceiling for a Python data source read here: no database behind the batches."""
-    from pyspark.sql.datasource import DataSource, DataSourceReader
-
     partitions = max(1, rows // ROWS_PER_PARTITION)
-
-    class Reader(_OneBatchOverAndOver, DataSourceReader):
-        pass
-
-    class Source(DataSource):
-        @classmethod
-        def name(cls) -> str:
-            return "conveyor_bench_intake"
-
-        def schema(self) -> Any:
-            return struct_of(TABLES["jobs"])
-
-        def reader(self, schema: Any) -> Any:
-            return Reader(dsn, rows, partitions)
-
-    spark.dataSource.register(Source)
-    jobs = spark.read.format("conveyor_bench_intake").load()
+    spark.dataSource.register(IntakeSource)
+    jobs = (
+        spark.read.format("conveyor_bench_intake")
+        .option("dsn", dsn)
+        .option("rows", str(rows))
+        .option("partitions", str(partitions))
+        .load()
+    )
     jobs.write.format("noop").mode("overwrite").save()
     return rows // partitions // STORE_BATCH * STORE_BATCH * partitions
 

@@ -43,6 +43,7 @@ HERE = Path(__file__).resolve().parent
 BATCH = 1000
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 LEASE = timedelta(seconds=60)
+CLAIM_SIZES = (1, 10, 100)
 
 
 @dataclass
@@ -135,6 +136,15 @@ def store_drain(store: Store, per_claim: int) -> int:
         done += len(jobs)
 
 
+def refill(raw: RawLoop, store: Store, per_claim: int, drain_count: int) -> None:
+    """Empty both queues, then enqueue the jobs of one drain round on each side."""
+    count = drain_count if per_claim > 1 else drain_count // 4  # claims of 1 are slow
+    raw.drain(10_000)
+    store_drain(store, 10_000)
+    raw.enqueue(count)
+    store_enqueue(store, count)
+
+
 def timed(fn: Callable[[], Any]) -> float:
     started = time.perf_counter()
     fn()
@@ -159,14 +169,10 @@ def bench_backend(
             )
         )
         # The drain rounds start from the jobs enqueued above, topped up each round.
-        for per_claim in (1, 10, 100):
-            count = drain_count if per_claim > 1 else drain_count // 4
+        for per_claim in CLAIM_SIZES:
             ours, theirs = [], []
             for _ in range(rounds):
-                raw.drain(10_000)  # empty whatever is left
-                store_drain(store, 10_000)
-                raw.enqueue(count)
-                store_enqueue(store, count)
+                refill(raw, store, per_claim, drain_count)
                 done_raw = [0]
                 done_ours = [0]
                 t_raw = timed(lambda: done_raw.__setitem__(0, raw.drain(per_claim)))  # noqa: B023
@@ -255,12 +261,8 @@ def breakdown(dsn: str, enqueue_count: int, drain_count: int) -> None:
         seconds = timed(lambda: store_enqueue(store, enqueue_count))
         raw_seconds = timed(lambda: raw.enqueue(enqueue_count))
         report("enqueue_many", enqueue_count, seconds, enqueue_count, raw_seconds)
-        for per_claim in (1, 10, 100):
-            count = drain_count if per_claim > 1 else drain_count // 4
-            raw.drain(10_000)
-            store_drain(store, 10_000)
-            raw.enqueue(count)
-            store_enqueue(store, count)
+        for per_claim in CLAIM_SIZES:
+            refill(raw, store, per_claim, drain_count)
             totals.clear()
             started = time.perf_counter()
             jobs = store_drain(store, per_claim)
