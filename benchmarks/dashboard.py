@@ -30,6 +30,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from conveyor import App
 from conveyor.job import JobState, utcnow
+from conveyor.store.base import Finish
 from conveyor.web.metrics import Metrics
 from pg import postgres
 
@@ -103,7 +104,6 @@ DASHBOARD_INDEXES = ("jobs_queue_state",)
 
 def drain_rate(dsn: str, with_indexes: bool, count: int) -> float:
     """Jobs/s of enqueue-then-claim-10-and-complete on a fresh database."""
-    from conveyor.store.base import Completion
 
     with App(dsn) as app:
         app.migrate()
@@ -116,8 +116,8 @@ def drain_rate(dsn: str, with_indexes: bool, count: int) -> float:
             jobs = store.job_claim(["default"], 10, "w1", timedelta(seconds=60), utcnow())
             if not jobs:
                 break
-            store.job_complete(
-                [Completion(j.id, j.lease_token or "", None) for j in jobs], utcnow()
+            store.job_finish(
+                [Finish.complete(j.id, j.lease_token or "", None) for j in jobs], utcnow()
             )
         return count / (time.perf_counter() - started)
 

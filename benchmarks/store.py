@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from conveyor.job import NewJob
-from conveyor.store.base import Completion, Store
+from conveyor.store.base import Finish, Store
 from conveyor.store.dsn import open_store
 from conveyor.store.sql import load_queries, parse_queries
 from pg import postgres
@@ -130,8 +130,9 @@ def store_drain(store: Store, per_claim: int) -> int:
         jobs = store.job_claim(["bench"], per_claim, "bench-worker", LEASE, NOW)
         if not jobs:
             return done
-        store.job_complete(
-            [Completion(j.id, j.lease_token or "", None) for j in jobs], NOW + timedelta(seconds=1)
+        store.job_finish(
+            [Finish.complete(j.id, j.lease_token or "", None) for j in jobs],
+            NOW + timedelta(seconds=1),
         )
         done += len(jobs)
 

@@ -12,7 +12,8 @@ from datetime import timedelta
 
 from conveyor import App
 from conveyor.job import utcnow
-from conveyor.store.base import Completion, Failure, Lease
+from conveyor.store.base import Finish, Lease
+from outcomes import Failure
 
 #: Arguments that would run as script if a page failed to escape them.
 SCRIPT_PAYLOAD = "<script>window.__pwned = 1; document.title = 'pwned';</script>"
@@ -44,11 +45,13 @@ def seed(app: App) -> Seeded:
     now = utcnow()  # after the enqueues: their run_at must not lie in the future
 
     mail = store.job_claim(["mail"], 2, "worker-a", timedelta(seconds=30), now)
-    store.job_complete([Completion(j.id, j.lease_token or "", '{"sent": true}') for j in mail], now)
+    store.job_finish(
+        [Finish.complete(j.id, j.lease_token or "", '{"sent": true}') for j in mail], now
+    )
     reports = store.job_claim(["reports"], 2, "worker-b", timedelta(seconds=30), now)
     failing, running = sorted(reports, key=lambda j: j.id)
     error = traceback_of(ConnectionError("SMTP relay refused the connection: 421 try later"))
-    store.job_fail(
+    store.job_finish(
         [Failure(failing.id, failing.lease_token or "", error, now + timedelta(seconds=5))], now
     )
     store.job_progress(Lease(running.id, running.lease_token or ""), 0.4, "page 4 of 10", now)

@@ -22,7 +22,8 @@ from conveyor import (
     UnknownTaskError,
 )
 from conveyor.job import MAX_NAME_LENGTH, MAX_PAYLOAD_BYTES, utcnow
-from conveyor.store.base import Completion, Failure, Lease
+from conveyor.store.base import Finish, Lease
+from outcomes import Failure, cancelled
 
 
 def test_enqueue_and_get(app: App) -> None:
@@ -307,13 +308,15 @@ def _finish_later(app: App, job_id: int, outcome: str) -> threading.Thread:
         (claimed,) = app.store.job_claim(["default"], 1, "w1", timedelta(seconds=30), now)
         assert claimed.id == job_id and claimed.lease_token is not None
         if outcome == "succeed":
-            app.store.job_complete([Completion(job_id, claimed.lease_token, '{"x": 1}')], utcnow())
+            app.store.job_finish(
+                [Finish.complete(job_id, claimed.lease_token, '{"x": 1}')], utcnow()
+            )
         elif outcome == "fail":
             failure = Failure(job_id, claimed.lease_token, "Traceback: boom", now, retryable=False)
-            app.store.job_fail([failure], utcnow())
+            app.store.job_finish([failure], utcnow())
         else:
             app.cancel(job_id)
-            app.store.job_set_cancelled([Lease(job_id, claimed.lease_token)], utcnow())
+            app.store.job_finish(cancelled([Lease(job_id, claimed.lease_token)]), utcnow())
 
     thread = threading.Thread(target=run)
     thread.start()

@@ -8,7 +8,8 @@ import pytest
 
 from conveyor import App, InvalidJobError
 from conveyor.job import Job, NewJob
-from conveyor.store.base import Completion, Failure, Lease
+from conveyor.store.base import Finish, Lease
+from outcomes import Failure, cancelled
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
@@ -38,11 +39,11 @@ def test_batch_status_counts_each_state(app: App) -> None:
     # Oldest first: the claim took the first six jobs of b1, in order.
     assert [j.id for j in claimed] == [j.id for j in jobs[:6]]
     later = T0 + timedelta(seconds=2)
-    store.job_complete([Completion(j.id, lease(j).token, "1") for j in claimed[:2]], later)
-    store.job_fail([Failure(claimed[2].id, lease(claimed[2]).token, "boom", later, False)], later)
+    store.job_finish([Finish.complete(j.id, lease(j).token, "1") for j in claimed[:2]], later)
+    store.job_finish([Failure(claimed[2].id, lease(claimed[2]).token, "boom", later, False)], later)
     # A retryable failure with attempts left is queued again: still outstanding.
-    store.job_fail([Failure(claimed[3].id, lease(claimed[3]).token, "flaky", later)], later)
-    store.job_set_cancelled([lease(claimed[5])], later)
+    store.job_finish([Failure(claimed[3].id, lease(claimed[3]).token, "flaky", later)], later)
+    store.job_finish(cancelled([lease(claimed[5])]), later)
 
     status = app.batch_status("b1")
 
@@ -64,10 +65,10 @@ def test_batch_status_is_finished_once_nothing_is_outstanding(app: App) -> None:
     store = app.store
     store.job_insert_many([new_job("b1", n) for n in range(3)], T0)
     claimed = store.job_claim(["default"], 3, "w1", LEASE, T0)
-    store.job_complete([Completion(claimed[0].id, lease(claimed[0]).token, "1")], T0)
+    store.job_finish([Finish.complete(claimed[0].id, lease(claimed[0]).token, "1")], T0)
     assert not app.batch_status("b1").finished
 
-    store.job_complete([Completion(j.id, lease(j).token, "2") for j in claimed[1:]], T0)
+    store.job_finish([Finish.complete(j.id, lease(j).token, "2") for j in claimed[1:]], T0)
 
     status = app.batch_status("b1")
     assert status.finished

@@ -22,12 +22,13 @@ from starlette.testclient import TestClient
 
 from conveyor import App
 from conveyor.job import JobState, utcnow
-from conveyor.store.base import Completion, Failure
+from conveyor.store.base import Finish
 from conveyor.web import create_app
 from conveyor.web.commands import dashboard
 from conveyor.web.metrics import Metrics
 from dashboard_seed import SCRIPT_PAYLOAD, Seeded, seed
 from dashboard_server import free_port
+from outcomes import Failure
 
 BASE = "http://127.0.0.1"
 
@@ -205,7 +206,7 @@ def test_cancel_pause_resume_retry_all_and_purge(
     # ...but a job that finished two hours ago is more than an hour old.
     (old,) = app.store.job_claim(["media"], 1, "w9", timedelta(seconds=30), utcnow())
     ended = utcnow() - timedelta(hours=2)
-    app.store.job_complete([Completion(old.id, old.lease_token or "", None)], ended)
+    app.store.job_finish([Finish.complete(old.id, old.lease_token or "", None)], ended)
     response = post(client, "/purge", csrf_token=token, older_than="1h")
     assert response.headers["location"] == "/?notice=purged&n=1"
     assert app.store.job_get(old.id) is None
@@ -288,8 +289,8 @@ def test_metrics_gauges_and_counters(app: App, client: TestClient, seeded: Seede
     app.retry(seeded.failed_id)
     now = utcnow()
     done, broken = app.store.job_claim(["mail"], 2, "w9", timedelta(seconds=30), now)
-    app.store.job_complete([Completion(done.id, done.lease_token or "", None)], now)
-    app.store.job_fail([Failure(broken.id, broken.lease_token or "", "boom", now)], now)
+    app.store.job_finish([Finish.complete(done.id, done.lease_token or "", None)], now)
+    app.store.job_finish([Failure(broken.id, broken.lease_token or "", "boom", now)], now)
     second = samples(client.get("/metrics").text)
     assert second['conveyor_jobs_succeeded_total{queue="mail"}'] == 1
     assert second['conveyor_jobs_retried_total{queue="mail"}'] == 1  # attempts were left
@@ -309,7 +310,7 @@ def test_run_time_histogram_is_cumulative_and_counts_each_job_once(
     metrics = Metrics(app, commit_lag=timedelta(0))  # no wait for late commits here
     metrics.render()  # the first scrape: counting starts here
     jobs = app.store.job_claim(["mail", "media"], 3, "w9", timedelta(seconds=30), utcnow())
-    app.store.job_complete([Completion(j.id, j.lease_token or "", None) for j in jobs], utcnow())
+    app.store.job_finish([Finish.complete(j.id, j.lease_token or "", None) for j in jobs], utcnow())
     time.sleep(0.01)
     counted = samples(metrics.render())
     assert counted['conveyor_job_run_seconds_count{queue="mail"}'] == 2

@@ -13,7 +13,7 @@ import pytest
 from conveyor import App
 from conveyor.job import utcnow
 from conveyor.worker.context import Context
-from conveyor.worker.execution import Running, poison_outcome
+from conveyor.worker.executor import Running, poison_outcome
 from conveyor.worker.handler_threads import HandlerThreads
 
 release = threading.Event()
@@ -47,7 +47,6 @@ def claimed(app: App, count: int) -> list[Running]:
 
 
 def test_runs_up_to_size_at_once_and_reports_each(app: App) -> None:
-    threads = HandlerThreads(2)
     done: list[Running] = []
     finished = threading.Semaphore(0)
 
@@ -55,8 +54,9 @@ def test_runs_up_to_size_at_once_and_reports_each(app: App) -> None:
         done.append(running)
         finished.release()
 
+    threads = HandlerThreads(2, done=on_done)
     for running in claimed(app, 3):
-        threads.submit(running, on_done)
+        threads.submit(running)
     deadline = time.monotonic() + 5
     while len(entered) < 2 and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -70,11 +70,11 @@ def test_runs_up_to_size_at_once_and_reports_each(app: App) -> None:
 
 
 def test_work_not_started_before_close_never_starts(app: App) -> None:
-    threads = HandlerThreads(1)
-    first, second = claimed(app, 2)
     reported: list[Running] = []
-    threads.submit(first, reported.append)
-    threads.submit(second, reported.append)
+    threads = HandlerThreads(1, done=reported.append)
+    first, second = claimed(app, 2)
+    threads.submit(first)
+    threads.submit(second)
     while not entered:
         time.sleep(0.01)
     threads.close()
@@ -84,4 +84,4 @@ def test_work_not_started_before_close_never_starts(app: App) -> None:
     assert entered == [0]
     assert reported == [first]
     with pytest.raises(RuntimeError, match="closed"):
-        threads.submit(second, reported.append)
+        threads.submit(second)

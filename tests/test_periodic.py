@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from conveyor import App, ConfigurationError, JobState
-from conveyor.maintenance import Maintenance
 from conveyor.schedule import Cron, Every, make_schedule
 from conveyor.store.postgres import listener as pg_listener
+from conveyor.worker.maintenance import Maintenance
 
 
 @pytest.fixture(autouse=True)

@@ -23,16 +23,10 @@ import pytest
 
 from conveyor.errors import ConfigurationError, JobStateError, StoreUnavailableError
 from conveyor.job import Event, Job, JobState, NewJob
-from conveyor.store.base import (
-    Completion,
-    Failure,
-    JobFilter,
-    Lease,
-    Snooze,
-    Store,
-)
+from conveyor.store.base import Finish, JobFilter, Lease, Store
 from conveyor.store.postgres import PostgresStore
 from conveyor.store.sqlite import SQLiteStore
+from outcomes import Failure, cancelled, released
 
 T0 = datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
@@ -160,9 +154,9 @@ def scenario(store: Store) -> list[tuple[str, Any]]:
     note("get", store.job_get(ids[0]))
     note("get missing", store.job_get(10_000))
     note("get many", store.job_get_many([ids[3], 10_000, ids[0], ids[3]]))
-    note("next run at", store.next_run_at(None))
-    note("next run at other", store.next_run_at(["other"]))
-    note("next run at none", store.next_run_at(["nothing"]))
+    note("next run in", store.next_run_in(["default", "other"], at(1)))
+    note("next run in other", store.next_run_in(["other"], at(1)))
+    note("next run in none", store.next_run_in(["nothing"], at(1)))
 
     # Pause a queue: claims skip it, stats show it even when empty.
     store.queue_pause("other", at(2))
@@ -194,16 +188,19 @@ def scenario(store: Store) -> list[tuple[str, Any]]:
     a, b, c, d = (leases[j.id] for j in claimed)
     note(
         "complete",
-        store.job_complete(
-            [Completion(a.id, a.token, '{"ok": [1, 2]}'), Completion(b.id, "stale", None)],
+        store.job_finish(
+            [
+                Finish.complete(a.id, a.token, '{"ok": [1, 2]}'),
+                Finish.complete(b.id, "stale", None),
+            ],
             at(9),
         ),
     )
-    note("complete again", store.job_complete([Completion(a.id, a.token, "1")], at(9)))
+    note("complete again", store.job_finish([Finish.complete(a.id, a.token, "1")], at(9)))
     note(
         "fail",
         sorted(
-            store.job_fail(
+            store.job_finish(
                 [
                     Failure(b.id, b.token, "boom\nTraceback", at(60)),
                     Failure(c.id, c.token, "fatal", at(60), retryable=False),
@@ -213,29 +210,29 @@ def scenario(store: Store) -> list[tuple[str, Any]]:
             )
         ),
     )
-    note("snooze", store.job_snooze([Snooze(d.id, d.token, at(120))], at(11)))
-    note("snooze stale", store.job_snooze([Snooze(d.id, d.token, at(120))], at(11)))
+    note("snooze", store.job_finish([Finish.snooze(d.id, d.token, at(120))], at(11)))
+    note("snooze stale", store.job_finish([Finish.snooze(d.id, d.token, at(120))], at(11)))
     for job_id in [*ids, ids[-1] + 1, ids[-1] + 2]:
         note(f"job {job_id}", store.job_get(job_id))
 
     # Claim again, release one, cancel one while running, finish it as cancelled.
     more = note("claim more", store.job_claim(["default"], 3, "w3", LEASE, at(20)))
     ls = [Lease(j.id, j.lease_token or "") for j in more]
-    note("release", store.job_release([ls[0], Lease(ls[1].id, "stale")], at(21)))
+    note("release", store.job_finish(released([ls[0], Lease(ls[1].id, "stale")]), at(21)))
     note("cancel running", store.job_cancel(ls[1].id, at(22)))
     note("cancel running twice", store.job_cancel(ls[1].id, at(22)))
     note(
         "heartbeat sees cancel",
         sorted((s.id, s.cancel_requested) for s in store.job_heartbeat(ls[1:], LEASE, at(23))),
     )
-    note("set cancelled stale", store.job_set_cancelled([Lease(ls[1].id, "x")], at(24)))
-    note("set cancelled", store.job_set_cancelled([ls[1]], at(24)))
+    note("set cancelled stale", store.job_finish(cancelled([Lease(ls[1].id, "x")]), at(24)))
+    note("set cancelled", store.job_finish(cancelled([ls[1]]), at(24)))
     if len(ls) > 2:
         # A pending cancel wins over a retryable failure.
         note("cancel 3rd", store.job_cancel(ls[2].id, at(24)))
         note(
             "fail with cancel pending",
-            store.job_fail([Failure(ls[2].id, ls[2].token, "e", at(99))], at(25)),
+            store.job_finish([Failure(ls[2].id, ls[2].token, "e", at(99))], at(25)),
         )
 
     # Cancel queued and terminal jobs, and a missing one.
@@ -272,7 +269,7 @@ def scenario(store: Store) -> list[tuple[str, Any]]:
         got = store.job_claim(["default"], 100, "w6", LEASE, at(501))
         note("claim for k1", got)
         for job in got:
-            store.job_fail([Failure(job.id, job.lease_token or "", "x", at(502), False)], at(502))
+            store.job_finish([Failure(job.id, job.lease_token or "", "x", at(502), False)], at(502))
     note("k1 now", store.job_get(ids[1]))
     note("insert k1 live again", store.job_insert_many([new(key="k1")], at(503)))
     try:
@@ -411,15 +408,15 @@ def test_notifications(pg: PostgresStore, pg_clean_dsn: str) -> None:
         claimed = pg.job_claim(["default", "q2"], 3, "w", LEASE, at(1))
         assert _drain(listener) == []
         a, b, c = (Lease(j.id, j.lease_token or "") for j in claimed)
-        pg.job_fail([Failure(a.id, a.token, "e", at(5))], at(2))
+        pg.job_finish([Failure(a.id, a.token, "e", at(5))], at(2))
         assert _drain(listener) == [("conveyor_jobs", "default")]
         pg.job_cancel(b.id, at(3))
         assert _drain(listener) == [("conveyor_cancel", str(b.id))]
-        pg.job_complete([Completion(c.id, c.token, None)], at(4))
+        pg.job_finish([Finish.complete(c.id, c.token, None)], at(4))
         done = _drain(listener)
         assert [ch for ch, _ in done] == ["conveyor_done"]
         assert str(c.id) in done[0][1].split(",")
-        pg.job_set_cancelled([b], at(5))
+        pg.job_finish(cancelled([b]), at(5))
         assert [ch for ch, _ in _drain(listener)] == ["conveyor_done"]
         # Snooze and release: back to queued (jobs), or ended by a pending cancel (done).
         pg.job_insert_many([new(run_at=at(30))], T0)
@@ -427,9 +424,9 @@ def test_notifications(pg: PostgresStore, pg_clean_dsn: str) -> None:
         d, e = pg.job_claim(["default", "default"], 2, "w", LEASE, at(40))
         pg.job_cancel(e.id, at(41))
         _drain(listener)
-        pg.job_snooze([Snooze(d.id, d.lease_token or "", at(50))], at(42))
+        pg.job_finish([Finish.snooze(d.id, d.lease_token or "", at(50))], at(42))
         assert _drain(listener) == [("conveyor_jobs", "default")]
-        pg.job_release([Lease(e.id, e.lease_token or "")], at(43))
+        pg.job_finish(released([Lease(e.id, e.lease_token or "")]), at(43))
         assert _drain(listener) == [("conveyor_done", str(e.id))]
         pg.job_rescue_expired(at(44))
         assert _drain(listener) == []
@@ -534,7 +531,9 @@ def test_many_claimers_never_share_a_job_or_a_group(
                     order.setdefault(group, []).append(job.id)
                 with lock:
                     running.discard(group)
-                done = store.job_complete([Completion(job.id, job.lease_token or "", None)], at(2))
+                done = store.job_finish(
+                    [Finish.complete(job.id, job.lease_token or "", None)], at(2)
+                )
                 assert done == [job.id]
         except BaseException as exc:
             errors.append(exc)

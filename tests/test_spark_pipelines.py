@@ -24,7 +24,8 @@ from conveyor.spark import commands
 from conveyor.spark.analytics import PERCENTILES, report
 from conveyor.spark.archiving import archive, read_archive
 from conveyor.spark.fanin import batch_results
-from conveyor.store.base import Completion, Failure, Lease, Store
+from conveyor.store.base import Finish, Lease, Store
+from outcomes import Failure
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
@@ -72,12 +73,14 @@ def claim_one(store: Store, queue: str, now: datetime, lease_for: timedelta = LE
 
 
 def complete(store: Store, job: Job, now: datetime, result_json: str = "null") -> None:
-    assert store.job_complete([Completion(job.id, lease(job).token, result_json)], now) == [job.id]
+    assert store.job_finish([Finish.complete(job.id, lease(job).token, result_json)], now) == [
+        job.id
+    ]
 
 
 def fail(store: Store, job: Job, now: datetime, error: str, retryable: bool = True) -> None:
     failure = Failure(job.id, lease(job).token, error, now, retryable)
-    assert store.job_fail([failure], now) == [job.id]
+    assert store.job_finish([failure], now) == [job.id]
 
 
 def nearest_rank(values: list[float], fraction: float) -> float:

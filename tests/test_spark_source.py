@@ -32,8 +32,9 @@ from conveyor.job import JobState, NewJob
 from conveyor.spark import read_table
 from conveyor.spark.rows import WritePlan
 from conveyor.spark.writer import ConveyorWriter, WriteEndedError
-from conveyor.store.base import Completion, Failure, Store
+from conveyor.store.base import Finish, Store
 from conveyor.store.dsn import open_store, sqlite_path
+from outcomes import Failure
 from store_fixtures import event_committed_late
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -147,7 +148,7 @@ def test_rerun_with_a_key_column_enqueues_nothing_twice(
     assert len({j.key for j in jobs}) == 300
     # Once jobs have finished their keys are free again, unless unique is "forever".
     claimed = store.job_claim(["default"], 10, "w", timedelta(minutes=1), datetime.now(UTC))
-    store.job_complete([Completion(j.id, j.lease_token or "", None) for j in claimed], T0)
+    store.job_finish([Finish.complete(j.id, j.lease_token or "", None) for j in claimed], T0)
     finished = frame.where(F.col("path").isin([j.key for j in claimed]))
     writer(finished, dsn, task="resize", keyColumn="path", unique="forever").save()
     assert len(all_jobs(store)) == 300
@@ -298,10 +299,10 @@ def _history(store: Store) -> None:
     store.job_insert_many(new, T0)
     claimed = store.job_claim(["q0"], 15, "w1", timedelta(minutes=5), T0 + timedelta(seconds=1))
     done = T0 + timedelta(seconds=10)
-    store.job_complete(
-        [Completion(j.id, j.lease_token or "", '{"ok":true}') for j in claimed[:10]], done
+    store.job_finish(
+        [Finish.complete(j.id, j.lease_token or "", '{"ok":true}') for j in claimed[:10]], done
     )
-    store.job_fail(
+    store.job_finish(
         [Failure(j.id, j.lease_token or "", "boom", done, retryable=False) for j in claimed[10:]],
         done + timedelta(seconds=5),
     )  # fmt: skip

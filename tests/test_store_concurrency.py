@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from conveyor.job import Job, JobState, NewJob, utcnow
-from conveyor.store.base import Completion, JobFilter, Store
+from conveyor.store.base import Finish, JobFilter, Store
 from conveyor.store.dsn import open_store
 
 THREADS = 8
@@ -116,8 +116,8 @@ def _claim_until_empty(store: Store, queue: str, limit: int, worker: str) -> lis
             return claimed
         claimed.extend(job.id for job in jobs)
         assert all(job.lease_token for job in jobs)
-        done = store.job_complete(
-            [Completion(job.id, job.lease_token or "", "null") for job in jobs], utcnow()
+        done = store.job_finish(
+            [Finish.complete(job.id, job.lease_token or "", "null") for job in jobs], utcnow()
         )
         assert sorted(done) == sorted(job.id for job in jobs), "a fresh lease did not hold"
 
@@ -278,8 +278,8 @@ def test_groups_run_one_at_a_time_in_order(dsn: str) -> None:
                     if job.group is not None:
                         with lock:
                             in_hand.discard(job.group)
-                    done = store.job_complete(
-                        [Completion(job.id, job.lease_token or "", "null")], utcnow()
+                    done = store.job_finish(
+                        [Finish.complete(job.id, job.lease_token or "", "null")], utcnow()
                     )
                     assert done == [job.id]
                     with lock:
@@ -387,8 +387,8 @@ def test_rescue_and_late_complete_never_both_win(dsn: str) -> None:
                 if index == 0:
                     rescued[i] = store.job_rescue_expired(now)
                 else:
-                    completed[i] = store.job_complete(
-                        [Completion(ids[i], tokens[i], '"late"')], now
+                    completed[i] = store.job_finish(
+                        [Finish.complete(ids[i], tokens[i], '"late"')], now
                     )
         except BaseException:
             barrier.abort()

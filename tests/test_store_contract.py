@@ -22,15 +22,8 @@ import pytest
 
 from conveyor.errors import JobStateError
 from conveyor.job import Job, JobState, NewJob, Unique, encode_json, encode_payload
-from conveyor.store.base import (
-    Completion,
-    Failure,
-    JobFilter,
-    Lease,
-    LeaseStatus,
-    Snooze,
-    Store,
-)
+from conveyor.store.base import Finish, JobFilter, Lease, LeaseStatus, Store
+from outcomes import Failure, cancelled, released
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
@@ -150,14 +143,16 @@ def fail(
     error: str = "boom",
 ) -> list[int]:
     failure = Failure(job.id, lease_of(job).token, error, retry_at or now, retryable)
-    return store.job_fail([failure], now)
+    return store.job_finish([failure], now)
 
 
 def complete(
     store: Store, job: Job, result: Any = None, *, now: datetime = T0, token: str | None = None
 ) -> list[int]:
     result_json = None if result is None else encode_json("result", result)
-    return store.job_complete([Completion(job.id, token or lease_of(job).token, result_json)], now)
+    return store.job_finish(
+        [Finish.complete(job.id, token or lease_of(job).token, result_json)], now
+    )
 
 
 # --- enqueue: -> queued -------------------------------------------------------
@@ -246,7 +241,7 @@ def test_insert_with_key_of_finished_job_inserts_a_new_one(store: Store, ending:
     elif ending == "failed":
         assert fail(store, first) == [first.id]
     else:
-        assert store.job_set_cancelled([lease_of(first)], T0) == [first.id]
+        assert store.job_finish(cancelled([lease_of(first)]), T0) == [first.id]
     again = enqueue_one(store, now=at(1), key="k")
     assert again.id > first.id
     assert again.state == QUEUED
@@ -406,7 +401,7 @@ def test_claim_gives_a_fresh_lease_token_per_call(store: Store) -> None:
     first = claim_one(store)
     second = claim_one(store)
     assert first.lease_token != second.lease_token
-    assert store.job_release([lease_of(first)], at(1)) == [first.id]
+    assert store.job_finish(released([lease_of(first)]), at(1)) == [first.id]
     again = claim_one(store, now=at(1))
     assert again.id == first.id
     assert again.lease_token not in (first.lease_token, second.lease_token)
@@ -537,7 +532,7 @@ def test_complete_records_succeeded_event(store: Store) -> None:
 
 def test_complete_with_none_result(store: Store) -> None:
     job = running(store)
-    assert store.job_complete([Completion(job.id, lease_of(job).token, None)], T0) == [job.id]
+    assert store.job_finish([Finish.complete(job.id, lease_of(job).token, None)], T0) == [job.id]
     done = get(store, job.id)
     assert done.state == SUCCEEDED
     assert done.result_json is None
@@ -545,7 +540,7 @@ def test_complete_with_none_result(store: Store) -> None:
 
 def test_complete_with_json_null_result(store: Store) -> None:
     job = running(store)
-    assert store.job_complete([Completion(job.id, lease_of(job).token, "null")], T0) == [job.id]
+    assert store.job_finish([Finish.complete(job.id, lease_of(job).token, "null")], T0) == [job.id]
     assert get(store, job.id).result is None
     assert get(store, job.id).state == SUCCEEDED
 
@@ -553,8 +548,12 @@ def test_complete_with_json_null_result(store: Store) -> None:
 def test_complete_many_in_one_call(store: Store) -> None:
     enqueue(store, new_job(), new_job())
     a, b = claim(store)
-    ids = store.job_complete(
-        [Completion(a.id, lease_of(a).token, "1"), Completion(b.id, lease_of(b).token, "2")], T0
+    ids = store.job_finish(
+        [
+            Finish.complete(a.id, lease_of(a).token, "1"),
+            Finish.complete(b.id, lease_of(b).token, "2"),
+        ],
+        T0,
     )
     assert sorted(ids) == [a.id, b.id]
     assert [get(store, a.id).result, get(store, b.id).result] == [1, 2]
@@ -647,7 +646,7 @@ def test_fail_not_retryable_fails_at_once(store: Store) -> None:
 def test_fail_with_stale_token_is_ignored(store: Store) -> None:
     job = running(store)
     failure = Failure(job.id, stale(job).token, "late", at(30))
-    assert store.job_fail([failure], at(1)) == []
+    assert store.job_finish([failure], at(1)) == []
     after = get(store, job.id)
     assert after.state == RUNNING
     assert after.error is None
@@ -659,7 +658,7 @@ def test_fail_with_stale_token_is_ignored(store: Store) -> None:
 
 def test_snooze_queues_at_run_at_and_gives_the_attempt_back(store: Store) -> None:
     job = running(store)
-    assert store.job_snooze([Snooze(job.id, lease_of(job).token, at(60))], at(1)) == [job.id]
+    assert store.job_finish([Finish.snooze(job.id, lease_of(job).token, at(60))], at(1)) == [job.id]
     after = get(store, job.id)
     assert after.state == QUEUED
     assert after.run_at == at(60)
@@ -670,14 +669,14 @@ def test_snooze_queues_at_run_at_and_gives_the_attempt_back(store: Store) -> Non
 
 def test_snooze_records_snoozed_event_naming_the_attempt_that_ran(store: Store) -> None:
     job = running(store)
-    store.job_snooze([Snooze(job.id, lease_of(job).token, at(60))], at(1))
+    store.job_finish([Finish.snooze(job.id, lease_of(job).token, at(60))], at(1))
     assert kinds(store, job.id) == ["enqueued", "claimed", "snoozed"]
     assert store.event_list(job.id)[-1].attempt == 1
 
 
 def test_snoozed_job_is_claimed_again_at_run_at(store: Store) -> None:
     job = running(store)
-    store.job_snooze([Snooze(job.id, lease_of(job).token, at(60))], at(1))
+    store.job_finish([Finish.snooze(job.id, lease_of(job).token, at(60))], at(1))
     assert claim(store, now=at(59)) == []
     again = claim_one(store, now=at(60))
     assert again.id == job.id
@@ -687,7 +686,7 @@ def test_snoozed_job_is_claimed_again_at_run_at(store: Store) -> None:
 def test_snooze_with_cancel_pending_ends_cancelled(store: Store) -> None:
     job = running(store)
     store.job_cancel(job.id, at(1))
-    assert store.job_snooze([Snooze(job.id, lease_of(job).token, at(60))], at(2)) == [job.id]
+    assert store.job_finish([Finish.snooze(job.id, lease_of(job).token, at(60))], at(2)) == [job.id]
     after = get(store, job.id)
     assert after.state == CANCELLED
     assert after.finished_at == at(2)
@@ -696,14 +695,14 @@ def test_snooze_with_cancel_pending_ends_cancelled(store: Store) -> None:
 
 def test_snooze_with_stale_token_is_ignored(store: Store) -> None:
     job = running(store)
-    assert store.job_snooze([Snooze(job.id, stale(job).token, at(60))], at(1)) == []
+    assert store.job_finish([Finish.snooze(job.id, stale(job).token, at(60))], at(1)) == []
     assert get(store, job.id).state == RUNNING
     assert get(store, job.id).attempts == 1
 
 
 def test_release_queues_and_gives_the_attempt_back(store: Store) -> None:
     job = running(store, run_at=T0)
-    assert store.job_release([lease_of(job)], at(5)) == [job.id]
+    assert store.job_finish(released([lease_of(job)]), at(5)) == [job.id]
     after = get(store, job.id)
     assert after.state == QUEUED
     assert after.attempts == 0
@@ -717,7 +716,7 @@ def test_release_queues_and_gives_the_attempt_back(store: Store) -> None:
 def test_release_with_cancel_pending_ends_cancelled(store: Store) -> None:
     job = running(store)
     store.job_cancel(job.id, at(1))
-    assert store.job_release([lease_of(job)], at(2)) == [job.id]
+    assert store.job_finish(released([lease_of(job)]), at(2)) == [job.id]
     after = get(store, job.id)
     assert after.state == CANCELLED
     assert after.finished_at == at(2)
@@ -726,7 +725,7 @@ def test_release_with_cancel_pending_ends_cancelled(store: Store) -> None:
 
 def test_release_with_stale_token_is_ignored(store: Store) -> None:
     job = running(store)
-    assert store.job_release([stale(job)], at(1)) == []
+    assert store.job_finish(released([stale(job)]), at(1)) == []
     assert get(store, job.id).state == RUNNING
 
 
@@ -735,7 +734,7 @@ def test_release_with_stale_token_is_ignored(store: Store) -> None:
 
 def test_set_cancelled_records_cancelled(store: Store) -> None:
     job = running(store)
-    assert store.job_set_cancelled([lease_of(job)], at(3)) == [job.id]
+    assert store.job_finish(cancelled([lease_of(job)]), at(3)) == [job.id]
     after = get(store, job.id)
     assert after.state == CANCELLED
     assert after.finished_at == at(3)
@@ -745,7 +744,7 @@ def test_set_cancelled_records_cancelled(store: Store) -> None:
 
 def test_set_cancelled_with_stale_token_is_ignored(store: Store) -> None:
     job = running(store)
-    assert store.job_set_cancelled([stale(job)], at(3)) == []
+    assert store.job_finish(cancelled([stale(job)]), at(3)) == []
     assert get(store, job.id).state == RUNNING
 
 
@@ -896,7 +895,7 @@ def test_cancel_running_job_then_worker_records_cancelled(store: Store) -> None:
     store.job_cancel(job.id, at(2))
     (status,) = store.job_heartbeat([lease_of(job)], LEASE, at(3))
     assert status.cancel_requested is True
-    assert store.job_set_cancelled([lease_of(job)], at(4)) == [job.id]
+    assert store.job_finish(cancelled([lease_of(job)]), at(4)) == [job.id]
     after = get(store, job.id)
     assert after.state == CANCELLED
     assert after.finished_at == at(4)
@@ -941,7 +940,7 @@ def test_cancel_of_finished_job_leaves_it_unchanged(store: Store, ending: str) -
     elif ending == "failed":
         fail(store, job, now=at(1))
     else:
-        store.job_set_cancelled([lease_of(job)], at(1))
+        store.job_finish(cancelled([lease_of(job)]), at(1))
     events_before = kinds(store, job.id)
     answer = store.job_cancel(job.id, at(5))
     assert answer is not None
@@ -994,7 +993,7 @@ def test_retry_of_cancelled_job_queues_it(store: Store) -> None:
 def test_retry_of_cancel_requested_job_clears_the_request(store: Store) -> None:
     job = running(store)
     store.job_cancel(job.id, at(1))
-    store.job_set_cancelled([lease_of(job)], at(2))
+    store.job_finish(cancelled([lease_of(job)]), at(2))
     store.job_retry(job.id, at(3))
     after = get(store, job.id)
     assert after.state == QUEUED
@@ -1036,18 +1035,18 @@ def test_retry_of_missing_job_returns_none(store: Store) -> None:
 
 
 def test_purge_deletes_terminal_jobs_finished_before_the_cutoff(store: Store) -> None:
-    succeeded, failed, cancelled, recent, busy, queued = enqueue(
+    succeeded, failed, cancelled_job, recent, busy, queued = enqueue(
         store, *(new_job(max_attempts=1) for _ in range(6))
     )
     jobs = {j.id: j for j in claim(store, limit=4)}
     complete(store, jobs[succeeded.id], now=at(10))
     fail(store, jobs[failed.id], now=at(20))
-    store.job_cancel(cancelled.id, at(30))
-    store.job_set_cancelled([lease_of(jobs[cancelled.id])], at(30))
+    store.job_cancel(cancelled_job.id, at(30))
+    store.job_finish(cancelled([lease_of(jobs[cancelled_job.id])]), at(30))
     complete(store, jobs[recent.id], now=at(100))
     claim(store, limit=1, now=at(100))  # busy is running, queued stays queued
     assert store.job_purge(at(50)) == 3
-    for gone in (succeeded, failed, cancelled):
+    for gone in (succeeded, failed, cancelled_job):
         assert store.job_get(gone.id) is None
         assert store.event_list(gone.id) == []
     assert {j.id for j in store.job_list(JobFilter())} == {recent.id, queued.id, busy.id}
@@ -1133,36 +1132,51 @@ def test_stats_of_an_empty_store(store: Store) -> None:
     assert stats.finished_last_minute == 0
 
 
-# --- next_run_at ------------------------------------------------------------------
+# --- next_run_in ------------------------------------------------------------------
 
 
-def test_next_run_at_is_the_earliest_queued_run_at(store: Store) -> None:
+def test_next_run_in_counts_to_the_earliest_job_not_yet_due(store: Store) -> None:
     enqueue(
         store,
         new_job(queue="a", run_at=at(30)),
         new_job(queue="a", run_at=at(10)),
         new_job(queue="b", run_at=at(5)),
     )
-    assert store.next_run_at(["a"]) == at(10)
-    assert store.next_run_at(["a", "b"]) == at(5)
-    assert store.next_run_at(None) == at(5)
-    assert store.next_run_at(["c"]) is None
+    assert store.next_run_in(["a"], T0) == 10.0
+    assert store.next_run_in(["a", "b"], T0) == 5.0
+    assert store.next_run_in(["a", "b"], at(7)) == 3.0
+    assert store.next_run_in(["c"], T0) is None
 
 
-def test_next_run_at_ignores_jobs_that_are_not_queued(store: Store) -> None:
+def test_next_run_in_ignores_jobs_already_due_and_paused_queues(store: Store) -> None:
+    # A due job that was not claimed waits on a busy group or a pause: a timer set
+    # to its (past) run_at would make a worker claim in a loop.
+    head = running(store, queue="g", group="chat", run_at=T0)
+    enqueue_one(store, queue="g", group="chat", run_at=T0)
+    assert head.state == RUNNING
+    assert store.job_claim(["g"], 5, "w2", LEASE, at(1)) == []
+    assert store.next_run_in(["g"], at(1)) is None
+    enqueue_one(store, queue="g", run_at=at(50))
+    assert store.next_run_in(["g"], at(1)) == 49.0
+    store.queue_pause("p", T0)
+    enqueue_one(store, queue="p", run_at=at(20))
+    assert store.next_run_in(["p"], T0) is None
+    store.queue_resume("p", T0)
+    assert store.next_run_in(["p"], T0) == 20.0
+
+
+def test_next_run_in_ignores_jobs_that_are_not_queued(store: Store) -> None:
     busy = running(store, queue="r", run_at=T0)
     done = running(store, queue="d", run_at=T0)
     complete(store, done)
     enqueue_one(store, queue="r", run_at=at(20))
     assert busy.state == RUNNING
-    assert store.next_run_at(["r"]) == at(20)
-    assert store.next_run_at(["d"]) is None
-    assert store.next_run_at(None) == at(20)
+    assert store.next_run_in(["r"], T0) == 20.0
+    assert store.next_run_in(["d"], T0) is None
 
 
-def test_next_run_at_of_an_empty_store_is_none(store: Store) -> None:
-    assert store.next_run_at(None) is None
-    assert store.next_run_at(["default"]) is None
+def test_next_run_in_of_an_empty_store_is_none(store: Store) -> None:
+    assert store.next_run_in(["default"], T0) is None
 
 
 # --- job_list ------------------------------------------------------------------
@@ -1308,10 +1322,10 @@ def test_nul_character_in_payload_round_trips(store: Store) -> None:
 def test_nul_character_in_result_does_not_block_the_batch(store: Store) -> None:
     enqueue(store, new_job(), new_job())
     plain, odd = claim(store)
-    ids = store.job_complete(
+    ids = store.job_finish(
         [
-            Completion(plain.id, lease_of(plain).token, encode_json("result", "fine")),
-            Completion(odd.id, lease_of(odd).token, encode_json("result", "a\x00b")),
+            Finish.complete(plain.id, lease_of(plain).token, encode_json("result", "fine")),
+            Finish.complete(odd.id, lease_of(odd).token, encode_json("result", "a\x00b")),
         ],
         at(1),
     )

@@ -15,9 +15,10 @@ import pytest
 from psycopg import sql as pgsql
 
 from conveyor.job import EventKind, Job, JobState, NewJob, encode_payload
-from conveyor.store.base import Completion, Failure, JobFilter, Store
+from conveyor.store.base import Finish, JobFilter, Store
 from conveyor.store.dsn import open_store
 from conveyor.store.sql import load_queries
+from outcomes import Failure
 from store_fixtures import event_committed_late
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -55,11 +56,11 @@ def claim_one(store: Store, queue: str, now: datetime) -> Job:
 
 
 def fail(store: Store, job: Job, error: str, now: datetime) -> None:
-    assert store.job_fail([Failure(job.id, job.lease_token or "", error, now)], now) == [job.id]
+    assert store.job_finish([Failure(job.id, job.lease_token or "", error, now)], now) == [job.id]
 
 
 def complete(store: Store, job: Job, now: datetime) -> None:
-    assert store.job_complete([Completion(job.id, job.lease_token or "", None)], now) == [job.id]
+    assert store.job_finish([Finish.complete(job.id, job.lease_token or "", None)], now) == [job.id]
 
 
 # --- job_list: error text and the index-driven statements ------------------------------

@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from conveyor.job import Job, JobState, NewJob
-from conveyor.store.base import Completion, Lease, Store
+from conveyor.store.base import Finish, Lease, Store
+from outcomes import cancelled
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
@@ -21,8 +22,8 @@ def finish(store: Store, jobs: list[Job], now: datetime) -> None:
     completions = []
     for job in claimed:
         assert job.lease_token is not None
-        completions.append(Completion(job.id, job.lease_token, "null"))
-    store.job_complete(completions, now)
+        completions.append(Finish.complete(job.id, job.lease_token, "null"))
+    store.job_finish(completions, now)
 
 
 def test_deletes_only_named_terminal_jobs_finished_before_the_cutoff(store: Store) -> None:
@@ -51,7 +52,7 @@ def test_deletes_only_named_terminal_jobs_finished_before_the_cutoff(store: Stor
 def test_a_job_retried_after_it_was_archived_is_kept(store: Store) -> None:
     (job,) = store.job_insert_many([new_job(1)], T0)
     claimed = store.job_claim(["default"], 1, "w1", LEASE, T0)
-    store.job_set_cancelled([Lease(job.id, claimed[0].lease_token or "")], T0)
+    store.job_finish(cancelled([Lease(job.id, claimed[0].lease_token or "")]), T0)
     retried = store.job_retry(job.id, T0 + timedelta(seconds=1))
     assert retried is not None
 

@@ -40,8 +40,9 @@ from psycopg import sql
 
 from conveyor.errors import JobStateError
 from conveyor.job import Job, JobState, NewJob
-from conveyor.store.base import Completion, Failure, JobFilter, Lease, Snooze, Store
+from conveyor.store.base import Finish, JobFilter, Lease, Store
 from conveyor.store.dsn import open_store
+from outcomes import Failure, cancelled, released
 
 START = datetime(2030, 1, 1, tzinfo=UTC)
 LEASE = timedelta(seconds=20.5)
@@ -333,7 +334,7 @@ class StoreMachine(RuleBasedStateMachine):
 
     def _complete(self, lease: Lease) -> None:
         job = self.model.holder(lease)
-        got = self.store.job_complete([Completion(lease.id, lease.token, "1")], self.model.now)
+        got = self.store.job_finish([Finish.complete(lease.id, lease.token, "1")], self.model.now)
         assert got == ([lease.id] if job else [])
         if job:
             job.finish(SUCCEEDED, self.model.now)
@@ -344,7 +345,7 @@ class StoreMachine(RuleBasedStateMachine):
         now = self.model.now
         retry_at = now + timedelta(seconds=delay)
         failure = Failure(lease.id, lease.token, "boom", retry_at, retryable=retryable)
-        got = self.store.job_fail([failure], now)
+        got = self.store.job_finish([failure], now)
         assert got == ([lease.id] if job else [])
         if not job:
             return
@@ -365,7 +366,7 @@ class StoreMachine(RuleBasedStateMachine):
         job = self.model.holder(lease)
         now = self.model.now
         run_at = now + timedelta(seconds=delay)
-        got = self.store.job_snooze([Snooze(lease.id, lease.token, run_at)], now)
+        got = self.store.job_finish([Finish.snooze(lease.id, lease.token, run_at)], now)
         assert got == ([lease.id] if job else [])
         if not job:
             return
@@ -382,7 +383,7 @@ class StoreMachine(RuleBasedStateMachine):
     def _release(self, lease: Lease) -> None:
         job = self.model.holder(lease)
         now = self.model.now
-        got = self.store.job_release([lease], now)
+        got = self.store.job_finish(released([lease]), now)
         assert got == ([lease.id] if job else [])
         if not job:
             return
@@ -397,7 +398,7 @@ class StoreMachine(RuleBasedStateMachine):
 
     def _set_cancelled(self, lease: Lease) -> None:
         job = self.model.holder(lease)
-        got = self.store.job_set_cancelled([lease], self.model.now)
+        got = self.store.job_finish(cancelled([lease]), self.model.now)
         assert got == ([lease.id] if job else [])
         if job:
             job.finish(CANCELLED, self.model.now)
@@ -543,8 +544,13 @@ class StoreMachine(RuleBasedStateMachine):
         assert all(j.attempts <= j.max_attempts for j in running)
 
         assert self.store.queue_paused() & set(QUEUES) == self.model.paused
-        queued = [j.run_at for j in model.values() if j.state == QUEUED]
-        assert self.store.next_run_at(None) == (min(queued) if queued else None)
+        now = self.model.now
+        waiting = [
+            (j.run_at - now).total_seconds()
+            for j in model.values()
+            if j.state == QUEUED and j.run_at > now and j.queue not in self.model.paused
+        ]
+        assert self.store.next_run_in(QUEUES, now) == (min(waiting) if waiting else None)
 
     @invariant()
     def history_matches_model(self) -> None:

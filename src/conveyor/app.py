@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+import weakref
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
-from conveyor.changes import ChangeHub
 from conveyor.errors import (
     ConfigurationError,
     InvalidJobError,
@@ -27,18 +28,19 @@ from conveyor.job import (
     utcnow,
     validate_max_attempts,
     validate_name,
+    validate_new_job,
     validate_priority,
 )
-from conveyor.maintenance import Periodic
-from conveyor.retry import Backoff
-from conveyor.schedule import make_schedule
+from conveyor.retry import Backoff, check_backoff
+from conveyor.schedule import Periodic, make_schedule
 from conveyor.store.base import BatchStatus, JobFilter, Stats, Store
 from conveyor.store.dsn import open_store
 from conveyor.task import EnqueueOptions, Task
+from conveyor.worker.changes import ChangeHub
 
 if TYPE_CHECKING:
     from conveyor.worker import Worker
-    from conveyor.worker.consume import ConsumedJob
+    from conveyor.worker.consume import ConsumedJob, Consumer
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -62,6 +64,7 @@ class App:
         *,
         store: Store | None = None,
         retention: timedelta | None = None,
+        inline: bool = False,
         **store_options: Any,
     ):
         if store is not None and dsn is not None:
@@ -73,6 +76,11 @@ class App:
         self.retention = retention
         #: Changes seen by this process: local enqueues and completions, and the database's feed.
         self.changes = ChangeHub(self.store)
+        #: Inline mode (for tests): every enqueue runs its jobs before it returns.
+        self.inline = inline
+        self._inline_with_scheduled = True
+        #: Open pull loops (``consume``): closed, releasing what they hold, with the App.
+        self._consumers: weakref.WeakSet[Any] = weakref.WeakSet()
 
     def __repr__(self) -> str:
         return f"<App {self.store.description} tasks={len(self.tasks)}>"
@@ -84,8 +92,27 @@ class App:
         self.close()
 
     def close(self) -> None:
+        for consumer in list(self._consumers):
+            consumer.close()
         self.changes.close()
         self.store.close()
+
+    def set_inline(self, enabled: bool, *, with_scheduled: bool = True) -> None:
+        """Switch inline mode: each enqueue then runs the new jobs' queues in the calling thread.
+
+        The jobs run on the worker's execution path (claim under a lease, the
+        executor, the completer), so they leave the rows and events a worker
+        would. ``with_scheduled`` also runs deferred jobs and retries at once.
+        """
+        self.inline = enabled
+        self._inline_with_scheduled = with_scheduled
+
+    def _run_inline(self, jobs: list[Job]) -> list[Job]:
+        from conveyor.worker.inline import drain
+
+        for queue in dict.fromkeys(job.queue for job in jobs):
+            drain(self, [queue], with_scheduled=self._inline_with_scheduled)
+        return [self.get(job.id) for job in jobs]
 
     def migrate(self) -> int:
         """Bring the database schema up to date; return its version."""
@@ -101,7 +128,7 @@ class App:
         *,
         queue: str = DEFAULT_QUEUE,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        timeout: float | None = None,
+        timeout: float | timedelta | None = None,
         name: str | None = None,
         priority: int = 0,
         backoff: Backoff | None = None,
@@ -115,7 +142,7 @@ class App:
         *,
         queue: str = DEFAULT_QUEUE,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        timeout: float | None = None,
+        timeout: float | timedelta | None = None,
         name: str | None = None,
         priority: int = 0,
         backoff: Backoff | None = None,
@@ -128,7 +155,7 @@ class App:
         *,
         queue: str = DEFAULT_QUEUE,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        timeout: float | None = None,
+        timeout: float | timedelta | None = None,
         name: str | None = None,
         priority: int = 0,
         backoff: Backoff | None = None,
@@ -143,8 +170,10 @@ class App:
                     f"a task named {task_name!r} is already registered; pass name=... to tell "
                     "them apart"
                 )
-            if timeout is not None and not timeout > 0:
-                raise ConfigurationError(f"timeout must be a positive number of seconds: {timeout}")
+            try:
+                checked_backoff = check_backoff(backoff) if backoff is not None else None
+            except (TypeError, ValueError) as exc:
+                raise ConfigurationError(f"task {task_name!r}: {exc}") from None
             task = Task(
                 self,
                 fn,
@@ -152,8 +181,8 @@ class App:
                 queue=validate_name("queue", queue) or DEFAULT_QUEUE,
                 max_attempts=validate_max_attempts(max_attempts),
                 priority=validate_priority(priority),
-                timeout=timeout,
-                backoff=backoff,
+                timeout=_timeout_seconds(task_name, timeout),
+                backoff=checked_backoff,
             )
             self.tasks[task_name] = task
             return task
@@ -215,16 +244,20 @@ class App:
         group: str | None = None,
         lease: float = 30.0,
         poll_interval: float = 1.0,
-    ) -> Iterator[ConsumedJob]:
+        *,
+        idle_timeout: float | None = None,
+    ) -> Consumer:
         """Claim jobs one at a time and yield them to a loop you own.
 
         End each with ``job.complete(result)``, ``job.fail(error)`` or
         ``job.release()``, or use ``with job:`` (complete on exit, fail on an
-        exception). Stopping the iteration releases a job still held.
+        exception). Stopping the iteration releases a job still held;
+        ``consumer.stop()`` ends the loop from another thread, and
+        ``idle_timeout`` ends it after that many seconds without a job.
         """
-        from conveyor.worker.consume import consume
+        from conveyor.worker.consume import Consumer
 
-        return consume(self, queues, group=group, lease=lease, poll_interval=poll_interval)
+        return Consumer(self, queues, group, lease, poll_interval, idle_timeout)
 
     def aconsume(
         self,
@@ -232,11 +265,13 @@ class App:
         group: str | None = None,
         lease: float = 30.0,
         poll_interval: float = 1.0,
+        *,
+        idle_timeout: float | None = None,
     ) -> AsyncIterator[ConsumedJob]:
         """``consume`` for async code: ``async for job in app.aconsume([...])``."""
         from conveyor.worker.consume import aconsume
 
-        return aconsume(self, queues, group=group, lease=lease, poll_interval=poll_interval)
+        return aconsume(self, queues, group, lease, poll_interval, idle_timeout)
 
     def get_task(self, name: str) -> Task[Any, Any]:
         try:
@@ -323,11 +358,23 @@ class App:
             raise InvalidJobError("key applies to one job; give each call its own key")
         jobs = self.store.job_insert_many(new_jobs, now, connection=opts.connection)
         self.changes.publish("jobs", queue)  # wakes this process's workers at once
+        if self.inline and opts.connection is None:
+            jobs = self._run_inline(jobs)
         return [self._attach(job) for job in jobs]
 
     def enqueue_many(self, jobs: Iterable[NewJob]) -> list[Job]:
-        """Insert prepared NewJob records in one transaction (the fast path of bulk loaders)."""
-        return [self._attach(job) for job in self.store.job_insert_many(list(jobs), utcnow())]
+        """Insert prepared NewJob records in one transaction (the fast path of bulk loaders).
+
+        They are checked by the rules of ``enqueue`` first; nothing is written
+        when one is refused.
+        """
+        new_jobs = [validate_new_job(job) for job in jobs]
+        inserted = self.store.job_insert_many(new_jobs, utcnow())
+        for queue in dict.fromkeys(job.queue for job in new_jobs):
+            self.changes.publish("jobs", queue)
+        if self.inline:
+            inserted = self._run_inline(inserted)
+        return [self._attach(job) for job in inserted]
 
     # --- reading ----------------------------------------------------------------
 
@@ -407,6 +454,9 @@ class App:
         job = self.store.job_cancel(job_id, utcnow())
         if job is None:
             raise JobNotFoundError(f"no job with id {job_id}")
+        if job.state == JobState.RUNNING and job.cancel_requested and job.lease_token:
+            # A worker of this process holding that attempt hears it at once.
+            self.changes.publish("cancel", f"{job.id}:{job.lease_token}")
         return self._attach(job)
 
     def retry(self, job_id: int) -> Job:
@@ -505,18 +555,32 @@ class App:
 
     # --- waiting ----------------------------------------------------------------
 
-    def wait(self, job_id: int, timeout: float | None = None) -> Any:
+    def wait(
+        self,
+        job_id: int,
+        timeout: float | None = None,
+        *,
+        on_progress: Callable[[float | None, str | None], None] | None = None,
+    ) -> Any:
         """Block until the job is terminal and return its result.
 
         Raises JobFailed (with the remote error and traceback), JobCancelled, or
         TimeoutError. Woken by the same signals as workers; it listens before
         it reads the job, so a completion between the two is never missed.
+        ``on_progress(fraction, message)`` hears the job's ``ctx.progress()``
+        calls at once when the job runs in this process's worker.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         changed = threading.Event()
         wanted = str(job_id)
 
         def listener(channel: str, payload: str) -> None:
+            if channel == "progress":
+                if on_progress is not None:
+                    job, fraction, message = payload.split("\t", 2)
+                    if job == wanted:
+                        on_progress(float(fraction) if fraction else None, message or None)
+                return
             if channel in ("done", "any", "reconnected") and (
                 not payload or wanted in payload.split(",")
             ):
@@ -545,3 +609,21 @@ class App:
 
     async def await_result(self, job_id: int, timeout: float | None = None) -> Any:
         return await asyncio.to_thread(self.wait, job_id, timeout)
+
+
+def _timeout_seconds(task: str, timeout: object) -> float | None:
+    """A task's timeout in seconds, refused when it is not a positive finite duration."""
+    if timeout is None:
+        return None
+    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not math.isfinite(seconds)
+        or seconds <= 0
+    ):
+        raise ConfigurationError(
+            f"task {task!r}: timeout must be a positive, finite number of seconds "
+            f"(or a timedelta), got {timeout!r}"
+        )
+    return float(seconds)

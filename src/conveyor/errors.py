@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 
 class ConveyorError(Exception):
     """Base class of every error conveyor raises."""
@@ -65,8 +67,9 @@ class JobCancelled(ConveyorError):
 class Retry(Exception):
     """Raised by a handler to run the job again later without counting it as a failure."""
 
-    def __init__(self, delay: float = 0.0, reason: str | None = None) -> None:
+    def __init__(self, delay: float | timedelta = 0.0, reason: str | None = None) -> None:
         super().__init__(reason or f"retry requested in {delay}s")
+        #: Seconds (or a timedelta) before the job runs again.
         self.delay = delay
 
 

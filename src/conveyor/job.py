@@ -5,6 +5,8 @@ from __future__ import annotations
 import enum
 import json
 import math
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
@@ -19,6 +21,15 @@ MAX_NAME_LENGTH = 200
 #: Largest encoded payload (args and kwargs together as JSON), in bytes. A job
 #: queue is no place for blobs: store them elsewhere and enqueue a reference.
 MAX_PAYLOAD_BYTES = 1024 * 1024
+
+#: Deepest nesting of lists and objects a payload or result may have: deeper
+#: JSON than the decoder will read back would be stored and then never run.
+MAX_JSON_DEPTH = 500
+#: Largest max_attempts: the databases keep attempts in a 32-bit integer.
+MAX_ATTEMPTS_LIMIT = 2**31 - 1
+#: No job may be due later than this: times up to the end of year 9999 are all
+#: that Python's datetime (and so every reader of the store) can represent.
+MAX_RUN_AT = datetime(9999, 1, 1, tzinfo=UTC)
 
 Unique = Literal["live", "forever"]
 
@@ -131,14 +142,21 @@ class Job:
     def terminal(self) -> bool:
         return self.state.terminal
 
-    def wait(self, timeout: float | None = None) -> Any:
+    def wait(
+        self,
+        timeout: float | None = None,
+        *,
+        on_progress: Callable[[float | None, str | None], None] | None = None,
+    ) -> Any:
         """Block until the job is terminal; return its result.
 
-        Raises JobFailed, JobCancelled or TimeoutError.
+        Raises JobFailed, JobCancelled or TimeoutError. ``on_progress(fraction,
+        message)`` hears the handler's progress at once when it runs in this
+        process.
         """
         if self._app is None:
             raise RuntimeError("this Job is not attached to an App; use app.wait(job_id)")
-        return self._app.wait(self.id, timeout=timeout)
+        return self._app.wait(self.id, timeout=timeout, on_progress=on_progress)
 
     async def await_result(self, timeout: float | None = None) -> Any:
         """``wait()`` for async code: does not block the event loop."""
@@ -215,12 +233,39 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 def encode_json(what: str, value: Any) -> str:
     """Encode a value as strict JSON (no NaN), or raise InvalidJobError naming what failed."""
     try:
-        return _ENCODER.encode(value)
+        text = _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         raise InvalidJobError(
             f"{what} must be JSON-serialisable: {exc}. "
             "Pass plain lists, dicts, strings, numbers, booleans and None."
         ) from None
+    except RecursionError:
+        raise InvalidJobError(
+            f"{what} is nested too deeply to encode (the limit is {MAX_JSON_DEPTH} levels)"
+        ) from None
+    # Counting brackets is cheap; only text with that many looks at its real depth.
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and json_depth(text) > MAX_JSON_DEPTH:
+        raise InvalidJobError(
+            f"{what} is nested {json_depth(text)} levels deep; the limit is {MAX_JSON_DEPTH}, "
+            "so that every worker can read it back"
+        )
+    return text
+
+
+_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def json_depth(text: str) -> int:
+    """How deeply lists and objects nest in JSON text (strings skipped)."""
+    depth = deepest = 0
+    for match in _JSON_TOKENS.finditer(text):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token in "]}":
+            depth -= 1
+    return deepest
 
 
 def encode_payload(args: Any, kwargs: Any) -> tuple[str, str]:
@@ -234,19 +279,26 @@ def encode_payload(args: Any, kwargs: Any) -> tuple[str, str]:
             raise InvalidJobError(f"kwargs keys must be strings, got {name!r}")
     args_json = encode_json("args", list(args))
     kwargs_json = encode_json("kwargs", kwargs)
+    check_payload_size(args_json, kwargs_json)
+    return args_json, kwargs_json
+
+
+def check_payload_size(args_json: str, kwargs_json: str) -> None:
     size = len(args_json.encode()) + len(kwargs_json.encode())
     if size > MAX_PAYLOAD_BYTES:
         raise InvalidJobError(
             f"payload is {size} bytes; the limit is {MAX_PAYLOAD_BYTES} bytes. "
             "Store large data elsewhere and enqueue a reference to it."
         )
-    return args_json, kwargs_json
 
 
 def resolve_run_at(
     now: datetime, delay: float | timedelta | None, run_at: datetime | None
 ) -> datetime:
-    """When a new job becomes ready: ``run_at`` if given, else ``now + delay``."""
+    """When a new job becomes ready: ``run_at`` if given, else ``now + delay``.
+
+    Refuses times that the store could hold but not give back (past year 9999).
+    """
     if delay is not None and run_at is not None:
         raise InvalidJobError("give either delay or run_at, not both")
     if run_at is not None:
@@ -254,7 +306,16 @@ def resolve_run_at(
             raise InvalidJobError(f"run_at must be a datetime, got {type(run_at).__name__}")
         if run_at.tzinfo is None:
             raise InvalidJobError("run_at must be timezone-aware (e.g. datetime.now(UTC))")
-        return run_at.astimezone(UTC)
+        try:
+            when = run_at.astimezone(UTC)
+        except OverflowError:
+            raise InvalidJobError(f"run_at {run_at.isoformat()} is out of range") from None
+        if when >= MAX_RUN_AT:
+            raise InvalidJobError(
+                f"run_at {run_at.isoformat()} is too far ahead: jobs must be due before "
+                f"{MAX_RUN_AT.isoformat()}"
+            )
+        return when
     if delay is None:
         return now
     seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
@@ -262,13 +323,53 @@ def resolve_run_at(
         raise InvalidJobError(f"delay must be a number of seconds, got {type(delay).__name__}")
     if not math.isfinite(seconds) or seconds < 0:
         raise InvalidJobError(f"delay must be a finite number of seconds >= 0, got {seconds}")
-    return now + timedelta(seconds=seconds)
+    try:
+        when = now + timedelta(seconds=seconds)
+    except OverflowError:
+        when = MAX_RUN_AT
+    if when >= MAX_RUN_AT:
+        raise InvalidJobError(
+            f"delay of {seconds} seconds is too long: jobs must be due before "
+            f"{MAX_RUN_AT.isoformat()}"
+        )
+    return when
 
 
 def validate_max_attempts(value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise InvalidJobError(f"max_attempts must be an integer >= 1, got {value!r}")
+    if (
+        not isinstance(value, int)
+        or isinstance(value, bool)
+        or not 1 <= value <= MAX_ATTEMPTS_LIMIT
+    ):
+        raise InvalidJobError(
+            f"max_attempts must be an integer from 1 to {MAX_ATTEMPTS_LIMIT}, got {value!r}"
+        )
     return value
+
+
+def validate_new_job(job: NewJob) -> NewJob:
+    """Check a prepared NewJob (the bulk path) by the same rules as an enqueue."""
+    validate_name("queue", job.queue)
+    validate_name("task name", job.task)
+    for what, value in (("key", job.key), ("group", job.group), ("batch", job.batch)):
+        validate_name(what, value, optional=True)
+    validate_max_attempts(job.max_attempts)
+    validate_priority(job.priority)
+    resolve_run_at(job.run_at, None, job.run_at)
+    if job.unique not in ("live", "forever"):
+        raise InvalidJobError(f"unique must be 'live' or 'forever', got {job.unique!r}")
+    for what, text, kind in (("args", job.args_json, list), ("kwargs", job.kwargs_json, dict)):
+        try:
+            value = json.loads(text)
+        except (ValueError, RecursionError):
+            raise InvalidJobError(f"{what} must be JSON text, got {text[:80]!r}") from None
+        if not isinstance(value, kind):
+            raise InvalidJobError(f"{what} must be a JSON {'array' if kind is list else 'object'}")
+    check_payload_size(job.args_json, job.kwargs_json)
+    for what, text in (("args", job.args_json), ("kwargs", job.kwargs_json)):
+        if text.count("[") + text.count("{") > MAX_JSON_DEPTH and json_depth(text) > MAX_JSON_DEPTH:
+            raise InvalidJobError(f"{what} are nested deeper than {MAX_JSON_DEPTH} levels")
+    return job
 
 
 def validate_priority(value: object) -> int:

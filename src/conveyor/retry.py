@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Protocol
 
 
@@ -46,10 +48,41 @@ class ExponentialBackoff:
 class FixedBackoff:
     """The same delay after every failed attempt."""
 
-    seconds: float = 5.0
+    seconds: float | timedelta = 5.0
+
+    def __post_init__(self) -> None:
+        seconds = self.seconds
+        if isinstance(seconds, timedelta):
+            seconds = seconds.total_seconds()
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+            raise TypeError(f"FixedBackoff needs seconds or a timedelta, got {self.seconds!r}")
+        if not math.isfinite(seconds) or seconds < 0:
+            raise ValueError(f"FixedBackoff needs a finite delay >= 0, got {self.seconds!r}")
+        object.__setattr__(self, "seconds", float(seconds))
 
     def delay(self, attempt: int) -> float:
+        assert isinstance(self.seconds, float)  # made so by __post_init__
         return self.seconds
 
 
 DEFAULT_BACKOFF: Backoff = ExponentialBackoff()
+
+
+def check_backoff(backoff: object) -> Backoff:
+    """Refuse, when a task is declared, a backoff that could not schedule a retry."""
+    delay = getattr(backoff, "delay", None)
+    if not callable(delay):
+        raise TypeError(f"backoff must have a delay(attempt) method, got {backoff!r}")
+    for attempt in (1, 2, 3, 50):
+        seconds = delay(attempt)
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+            raise TypeError(
+                f"backoff {backoff!r}.delay({attempt}) returned {seconds!r}; "
+                "it must return a number of seconds"
+            )
+        if not math.isfinite(seconds) or seconds < 0 or seconds > 10 * 365 * 86400:
+            raise ValueError(
+                f"backoff {backoff!r}.delay({attempt}) returned {seconds!r}; "
+                "it must be a finite number of seconds from 0 to ten years"
+            )
+    return backoff  # type: ignore[return-value]

@@ -152,3 +152,11 @@ def make_schedule(every: timedelta | float | None, cron: str | None) -> Schedule
         return Cron.parse(cron)
     assert every is not None
     return Every(every if isinstance(every, timedelta) else timedelta(seconds=every))
+
+
+@dataclass(frozen=True)
+class Periodic:
+    """A task the workers enqueue on a schedule."""
+
+    task: str
+    schedule: Schedule

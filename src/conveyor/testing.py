@@ -16,33 +16,23 @@ sees exactly the rows, states and events a worker would leave::
             job = build_report.enqueue(2024)      # runs before enqueue returns
         assert job.state == "succeeded" and job.result == {...}
 
-What differs from a worker: handlers run one at a time in the calling thread,
-a task's ``timeout`` is not enforced, leases are not renewed (nothing else
-claims meanwhile), and a cancel requested while a handler runs does not stop it.
+Handlers run on the worker's own execution path (the same executor and
+completer), one at a time in the calling thread. What differs from a worker:
+a task's ``timeout`` is not enforced, leases are not renewed (a long one is
+taken instead), and a cancel requested while a handler runs does not stop it.
 """
 
 from __future__ import annotations
 
-import asyncio
-import threading
-import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from conveyor.job import Job, JobState, NewJob, utcnow
-from conveyor.store.base import Completion, Failure, JobFilter, Lease, Snooze
-from conveyor.task import EnqueueOptions, Task
-from conveyor.worker.context import Context
-from conveyor.worker.execution import (
-    Outcome,
-    Running,
-    call_args,
-    outcome_of_exception,
-    outcome_of_result,
-    poison_outcome,
-)
+from conveyor.job import Job, JobState
+from conveyor.store.base import JobFilter
+from conveyor.task import Task
+from conveyor.worker.inline import DEFAULT_LIMIT, run_job
+from conveyor.worker.inline import drain as _drain
 
 if TYPE_CHECKING:
     from conveyor.app import App
@@ -55,13 +45,6 @@ __all__ = [
     "refute_enqueued",
     "run_job",
 ]
-
-#: Lease of a job run here. Long, since nothing renews it while the handler runs.
-LEASE = timedelta(minutes=10)
-#: How far ahead ``with_scheduled`` looks: every deferred or retrying job is due by then.
-FAR_FUTURE = timedelta(days=365 * 100)
-#: Jobs one drain runs at most: a handler that always asks to run again cannot loop forever.
-DEFAULT_LIMIT = 10_000
 
 TaskRef = Task[Any, Any] | str
 
@@ -88,103 +71,10 @@ def drain(
     ``cancelled``. Jobs queued while draining (by the handlers themselves) run
     too. With ``with_scheduled``, deferred jobs and retries waiting for their
     backoff run at once as well, so a failing job runs until its attempts are
-    spent. Stops after ``limit`` jobs.
+    spent. Stops after ``limit`` jobs. Handlers run on the worker's execution
+    path (claim, executor, completer), in this thread.
     """
-    chosen = list(queues) if queues else sorted({t.queue for t in app.tasks.values()})
-    counts: dict[str, int] = {}
-    if not chosen:
-        return counts
-    worker = f"testing:{uuid.uuid4().hex[:8]}"
-    for _ in range(limit):
-        now = utcnow()
-        # A claim "as of" a far future moment makes every deferred job due.
-        claim_now = now + FAR_FUTURE if with_scheduled else now
-        claimed = app.store.job_claim(chosen, 1, worker, LEASE, claim_now)
-        if not claimed:
-            break
-        outcome = run_job(app, claimed[0])
-        counts[outcome] = counts.get(outcome, 0) + 1
-    return counts
-
-
-def run_job(app: App, job: Job) -> str:
-    """Run one job this caller claimed (``job.lease_token`` set) and record its outcome.
-
-    Returns what became of it: succeeded, retried, failed, snoozed or cancelled
-    (or ``lost`` when its lease no longer held).
-    """
-    running = Running(job=job, task=app.tasks.get(job.task), context=Context(job))
-    lease = Lease(job.id, running.token)
-    running.context._progress = lambda fraction, message: app.store.job_progress(
-        lease, fraction, message, utcnow()
-    )
-    running.context._heartbeat = lambda: bool(app.store.job_heartbeat([lease], LEASE, utcnow()))
-    outcome = poison_outcome(running) or _call(running)
-    return _record(app, running, outcome)
-
-
-def _call(running: Running) -> Outcome:
-    assert running.task is not None
-    try:
-        args, kwargs = call_args(running)
-        result = running.task.fn(*args, **kwargs)
-        if running.task.is_async:
-            result = _run_coroutine(result)
-    except BaseException as exc:
-        if not isinstance(exc, Exception):
-            raise  # KeyboardInterrupt, SystemExit: the test run is ending
-        return outcome_of_exception(exc, running, utcnow())
-    return outcome_of_result(result)
-
-
-def _run_coroutine(coroutine: Any) -> Any:
-    """Await an async handler here, or on a thread of its own inside an async test."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coroutine)
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["result"] = asyncio.run(coroutine)
-        except BaseException as exc:
-            box["error"] = exc
-
-    thread = threading.Thread(target=run, name="conveyor-testing-async")
-    thread.start()
-    thread.join()
-    if "error" in box:
-        raise box["error"]
-    return box.get("result")
-
-
-def _record(app: App, running: Running, outcome: Outcome) -> str:
-    store, job, now = app.store, running.job, utcnow()
-    if outcome.kind == "complete":
-        done = store.job_complete([Completion(job.id, running.token, outcome.result_json)], now)
-    elif outcome.kind == "fail":
-        failure = Failure(
-            job.id,
-            running.token,
-            outcome.error or "failed",
-            outcome.run_at or now,
-            outcome.retryable,
-        )
-        done = store.job_fail([failure], now)
-    elif outcome.kind == "snooze":
-        done = store.job_snooze([Snooze(job.id, running.token, outcome.run_at or now)], now)
-    else:
-        done = store.job_release([Lease(job.id, running.token)], now)
-    app.changes.publish("done", str(job.id))
-    if not done:
-        return "lost"
-    state = app.get(job.id).state
-    if outcome.kind == "fail" and state == JobState.QUEUED:
-        return "retried"
-    if outcome.kind == "snooze" and state == JobState.QUEUED:
-        return "snoozed"
-    return str(state)
+    return _drain(app, queues, with_scheduled=with_scheduled, limit=limit)
 
 
 @contextmanager
@@ -198,31 +88,16 @@ def inline(app: App, *, with_scheduled: bool = True) -> Iterator[App]:
     the new jobs' queues are drained: ready jobs already waiting there run too.
     By default retries and deferred jobs run at once (``with_scheduled``), so a
     failing job has spent all its attempts when the enqueue returns.
+
+    This switches on the App's own inline mode (``App(dsn, inline=True)``) for
+    the block.
     """
-    original_calls = app.enqueue_calls
-    original_many = app.enqueue_many
-
-    def settle(jobs: list[Job]) -> list[Job]:
-        for queue in dict.fromkeys(job.queue for job in jobs):
-            drain(app, [queue], with_scheduled=with_scheduled)
-        return [app.get(job.id) for job in jobs]
-
-    def enqueue_calls(
-        task: str, calls: Iterable[tuple[Sequence[Any], dict[str, Any]]], opts: EnqueueOptions
-    ) -> list[Job]:
-        return settle(original_calls(task, calls, opts))
-
-    def enqueue_many(jobs: Iterable[NewJob]) -> list[Job]:
-        return settle(original_many(jobs))
-
-    # Instance attributes shadow the methods for this App only, and only until the block ends.
-    app.enqueue_calls = enqueue_calls  # type: ignore[method-assign]
-    app.enqueue_many = enqueue_many  # type: ignore[method-assign]
+    previous = app.inline
+    app.set_inline(True, with_scheduled=with_scheduled)
     try:
         yield app
     finally:
-        del app.enqueue_calls
-        del app.enqueue_many
+        app.set_inline(previous)
 
 
 # --- asserting what was enqueued ------------------------------------------------------------

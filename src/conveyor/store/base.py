@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 from conveyor.job import Event, Job, JobState, NewJob, storable_text
 
@@ -29,39 +29,70 @@ class Lease:
     token: str
 
 
-@dataclass(frozen=True, slots=True)
-class Completion:
-    id: int
-    token: str
-    result_json: str | None
+#: How an attempt ended, as ``job_finish`` records it:
+#:
+#: - complete: succeeded, with its result;
+#: - retry: failed, queued again at ``run_at`` while attempts remain, else failed;
+#: - fail: failed for good (``Fail``, a poison job, an outcome that cannot be stored);
+#: - snooze: queued again at ``run_at`` without using up an attempt (``Retry``);
+#: - release: handed back to queued without using up an attempt (shutdown);
+#: - cancelled: the worker aborted a job whose cancel was requested;
+#: - rescue: the lease expired (only if it still has): like retry, run again now.
+#:
+#: A job whose cancel was requested ends cancelled whatever the kind, unless it
+#: succeeded.
+FinishKind = Literal["complete", "retry", "fail", "snooze", "release", "cancelled", "rescue"]
+FINISH_KINDS: frozenset[str] = frozenset(get_args(FinishKind))
 
 
 @dataclass(frozen=True, slots=True)
-class Failure:
-    """A failed attempt.
-
-    The store queues the job again at ``retry_at`` while attempts remain and
-    ``retryable`` is true, else fails it for good.
-    """
+class Finish:
+    """One outcome for ``job_finish``, keyed by the lease the job was claimed under."""
 
     id: int
     token: str
-    error: str
-    retry_at: datetime
-    retryable: bool = True
+    kind: FinishKind
+    #: complete: the result as JSON text.
+    result_json: str | None = None
+    #: retry, fail, rescue: the error (with its traceback).
+    error: str | None = None
+    #: retry, snooze: when the job runs again.
+    run_at: datetime | None = None
 
     def __post_init__(self) -> None:
-        # Errors carry whatever an exception said: make them storable here, once.
-        object.__setattr__(self, "error", storable_text(self.error))
+        if self.kind not in FINISH_KINDS:
+            raise ValueError(f"unknown finish kind {self.kind!r}")
+        if self.error is not None:
+            # Errors carry whatever an exception said: make them storable here, once.
+            object.__setattr__(self, "error", storable_text(self.error))
+
+    @classmethod
+    def complete(cls, id: int, token: str, result_json: str | None) -> Finish:
+        return cls(id, token, "complete", result_json=result_json)
+
+    @classmethod
+    def retry(cls, id: int, token: str, error: str, run_at: datetime) -> Finish:
+        return cls(id, token, "retry", error=error, run_at=run_at)
+
+    @classmethod
+    def fail(cls, id: int, token: str, error: str) -> Finish:
+        return cls(id, token, "fail", error=error)
+
+    @classmethod
+    def snooze(cls, id: int, token: str, run_at: datetime) -> Finish:
+        return cls(id, token, "snooze", run_at=run_at)
+
+    @classmethod
+    def release(cls, id: int, token: str) -> Finish:
+        return cls(id, token, "release")
+
+    @classmethod
+    def cancelled(cls, id: int, token: str) -> Finish:
+        return cls(id, token, "cancelled")
 
 
-@dataclass(frozen=True, slots=True)
-class Snooze:
-    """Run again at ``run_at`` without using up an attempt (the handler raised Retry)."""
-
-    id: int
-    token: str
-    run_at: datetime
+#: The error a rescued job records.
+LEASE_EXPIRED_ERROR = "worker lost: lease expired"
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,8 +306,14 @@ class Store(Protocol):
         """The jobs of a batch counted by state (purged jobs are no longer counted)."""
         ...
 
-    def next_run_at(self, queues: Sequence[str] | None) -> datetime | None:
-        """The earliest run_at of a queued job: when a timer should wake a worker."""
+    def next_run_in(self, queues: Sequence[str], now: datetime | None = None) -> float | None:
+        """Seconds until the next queued job of ``queues`` that is not yet due becomes due.
+
+        Jobs already due (waiting on a busy group or a paused queue) are not
+        counted, nor jobs of paused queues: a worker sleeps until this, or a
+        wake-up, instead of claiming again at once. Measured on the store's
+        clock (``now`` None), so a worker's own clock cannot make it early.
+        """
         ...
 
     # --- working ------------------------------------------------------------
@@ -286,10 +323,14 @@ class Store(Protocol):
         limit: int,
         worker: str,
         lease: timedelta,
-        now: datetime,
+        now: datetime | None = None,
         group: str | None = None,
     ) -> list[Job]:
         """Atomically move up to ``limit`` ready jobs to running under a fresh lease token.
+
+        ``now`` None: the store's clock, which judges ``run_at`` and sets the
+        lease's expiry (on PostgreSQL the server's, so that skew between
+        worker machines cannot expire a healthy lease early).
 
         Ready: queued, ``run_at <= now``, queue not paused, and (for a job in
         a group) the oldest queued job of a group with no running job.
@@ -298,37 +339,47 @@ class Store(Protocol):
         ...
 
     def job_heartbeat(
-        self, leases: Sequence[Lease], lease: timedelta, now: datetime
+        self, leases: Sequence[Lease], lease: timedelta, now: datetime | None = None
     ) -> list[LeaseStatus]:
         """Extend the leases that still hold; say which of them have a cancel pending."""
         ...
 
-    def job_complete(self, completions: Sequence[Completion], now: datetime) -> list[int]:
-        """Record results; return the ids whose lease still held."""
-        ...
+    def job_finish(self, finishes: Sequence[Finish], now: datetime | None = None) -> list[int]:
+        """Record outcomes of running jobs, each checked against its lease, in one transaction.
 
-    def job_fail(self, failures: Sequence[Failure], now: datetime) -> list[int]: ...
-
-    def job_snooze(self, snoozes: Sequence[Snooze], now: datetime) -> list[int]: ...
-
-    def job_release(self, leases: Sequence[Lease], now: datetime) -> list[int]:
-        """Hand running jobs back to queued without using up an attempt (shutdown)."""
-        ...
-
-    def job_set_cancelled(self, leases: Sequence[Lease], now: datetime) -> list[int]:
-        """The worker aborted a job whose cancel was requested: record it cancelled."""
+        Returns the ids it changed: an id missing from the answer means that
+        lease no longer held (the job was rescued, cancelled or finished by
+        someone else), or, for a rescue, that it has not expired. Each change
+        appends its events (and, where the store has them, notifications) in
+        the same transaction. ``now`` None: the store's clock.
+        """
         ...
 
     def job_progress(
         self, lease: Lease, fraction: float | None, message: str | None, now: datetime
     ) -> bool: ...
 
-    def job_rescue_expired(self, now: datetime, limit: int = 1000) -> list[int]:
+    def job_rescue_expired(self, now: datetime | None = None, limit: int = 1000) -> list[int]:
         """Requeue (or fail, when out of attempts) running jobs whose lease expired.
 
-        A compare-and-set on (id, lease_token): a worker that renews or
-        finishes in the same instant either wins entirely or loses entirely.
+        Reads the expired leases, then ends them with ``job_finish`` kind
+        "rescue": a compare-and-set on (id, lease_token) that also re-checks
+        the expiry, so a worker that renews or finishes in the same instant
+        either wins entirely or loses entirely.
         """
+        ...
+
+    def periodic_enqueue(self, name: str, tick: datetime, job: NewJob, now: datetime) -> bool:
+        """Enqueue ``job`` for tick ``tick`` of periodic task ``name``, once.
+
+        The last tick enqueued is kept in the store, in the transaction that
+        inserts the job: a tick at or before it is refused (False), whatever
+        was purged, restarted or changed leader since.
+        """
+        ...
+
+    def periodic_last_ticks(self) -> dict[str, datetime]:
+        """The last tick enqueued of each periodic task, by name."""
         ...
 
     # --- operating ------------------------------------------------------------

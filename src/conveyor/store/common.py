@@ -82,45 +82,17 @@ def resolve_plan(plan: InsertPlan, count: int, inserted: dict[int, Job]) -> list
     return [job for job in results if job is not None]
 
 
-# The event each action records, by the state the job is in afterwards. A job
-# whose cancel was pending ends cancelled whatever the action was.
+# The event each action other than finishing records, by the state the job is
+# in afterwards (finishing has its own rule: event_insert_finished in each
+# backend's queries).
 EVENT_KINDS: dict[str, dict[str, str]] = {
     "claim": {JobState.RUNNING: EventKind.CLAIMED},
-    "complete": {JobState.SUCCEEDED: EventKind.SUCCEEDED},
-    "fail": {
-        JobState.QUEUED: EventKind.RETRIED,
-        JobState.FAILED: EventKind.FAILED,
-        JobState.CANCELLED: EventKind.CANCELLED,
-    },
-    "snooze": {JobState.QUEUED: EventKind.SNOOZED, JobState.CANCELLED: EventKind.CANCELLED},
-    "release": {JobState.QUEUED: EventKind.RELEASED, JobState.CANCELLED: EventKind.CANCELLED},
-    "set_cancelled": {JobState.CANCELLED: EventKind.CANCELLED},
-    # A rescue always records "rescued"; one that ran out of attempts (or had a
-    # cancel pending) also records how the job ended: see RESCUE_ENDINGS.
-    "rescue": {
-        JobState.QUEUED: EventKind.RESCUED,
-        JobState.FAILED: EventKind.RESCUED,
-        JobState.CANCELLED: EventKind.RESCUED,
-    },
     "cancel": {
         JobState.CANCELLED: EventKind.CANCELLED,
         JobState.RUNNING: EventKind.CANCEL_REQUESTED,
     },
     "retry": {JobState.QUEUED: EventKind.MANUAL_RETRY},
 }
-RESCUE_ENDINGS: dict[str, str] = {
-    JobState.FAILED: EventKind.FAILED,
-    JobState.CANCELLED: EventKind.CANCELLED,
-}
-#: Actions that give the attempt back: their events name the attempt that ran.
-ATTEMPT_GIVEN_BACK = frozenset({"snooze", "release"})
-#: Actions whose events carry the job's error.
-WITH_ERROR = frozenset({"fail", "rescue"})
-
-
-def event_kind(action: str, state: str) -> str | None:
-    """The event kind of one job changed by ``action`` that is now in ``state``."""
-    return EVENT_KINDS[action].get(state)
 
 
 def new_job_record(job_id: int, new: NewJob, now: datetime) -> Job:

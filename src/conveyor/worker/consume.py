@@ -2,8 +2,16 @@
 
 For code that must own its loop, such as a conversation that consumes its own
 messages strictly in order (``group=``). While the caller holds a job, a
-background thread renews its lease; when nothing is ready, the iterator waits
-for the same wakeups as a worker.
+background thread renews its lease; when nothing is ready, the loop waits for
+the same wake-ups as a worker. Outcomes are recorded by the same completer as
+the worker's.
+
+As robust as a worker: a consumer that finds nothing to claim takes back the
+jobs of consumers (or workers) whose lease expired, so a consume-only service
+needs no Worker for that; database errors are retried with backoff inside
+the loop; ``stop()`` ends the loop from another thread; ``idle_timeout`` ends
+it after a quiet spell; ``app.close()`` releases what it holds; a job whose
+payload cannot be decoded fails at once instead of being handed out.
 """
 
 from __future__ import annotations
@@ -14,15 +22,19 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
-from collections.abc import AsyncIterator, Generator, Sequence
+from collections.abc import AsyncIterator, Generator, Iterator, Sequence
 from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from conveyor.errors import LeaseLostError
+from conveyor.errors import LeaseLostError, StoreUnavailableError
 from conveyor.job import Job, encode_json, utcnow
-from conveyor.store.base import Completion, Failure, Lease
+from conveyor.store.base import Lease
+from conveyor.worker.completer import RETRY_PAUSES, Completer
+from conveyor.worker.context import Context
+from conveyor.worker.executor import Outcome, Running, run_again_at
 from conveyor.worker.wakeup import Wakeup
 
 if TYPE_CHECKING:
@@ -56,27 +68,43 @@ class ConsumedJob:
 
     def _keep_lease(self) -> None:
         interval = self._lease.total_seconds() / 3
-        while not self._stop_beat.wait(interval):
+        pause = interval
+        while not self._stop_beat.wait(pause):
             try:
-                if not self.app.store.job_heartbeat([self.lease], self._lease, utcnow()):
+                if not self.app.store.job_heartbeat([self.lease], self._lease):
                     log.warning("job %s: lease lost while held by a consumer", self.job.id)
                     return
-            except Exception:
-                log.exception("job %s: heartbeat failed; retrying", self.job.id)
+                pause = interval
+            except Exception as exc:
+                pause = min(pause / 2, 1.0)  # sooner, never in a loop
+                log.warning("job %s: heartbeat failed (retrying in %.2fs): %s", self.id, pause, exc)
 
-    def _end(self, changed: list[int], what: str) -> None:
+    def _end(self, outcome: Outcome, what: str) -> None:
+        """Record the outcome, retrying while the database is away (for up to one lease)."""
+        running = Running(job=self.job, task=None, context=Context(self.job), outcome=outcome)
+        completer = Completer(self.app.store, self.app.changes)
+        give_up = time.monotonic() + self._lease.total_seconds()
+        failures = 0
+        while True:
+            try:
+                written = completer.record([(running, outcome)])
+                break
+            except StoreUnavailableError:
+                if time.monotonic() >= give_up:
+                    self._stop_beat.set()
+                    raise
+                time.sleep(RETRY_PAUSES[min(failures, len(RETRY_PAUSES) - 1)])
+                failures += 1
         self.ended = True
         self._stop_beat.set()
-        if self.job.id not in changed:
+        if self.job.id not in written:
             raise LeaseLostError(
                 f"job {self.job.id}: the lease was lost before it could be {what}; "
                 "another worker may have taken it over"
             )
-        self.app.changes.publish("done", str(self.job.id))
 
     def complete(self, result: Any = None) -> None:
-        completion = Completion(self.job.id, self.lease.token, encode_json("result", result))
-        self._end(self.app.store.job_complete([completion], utcnow()), "completed")
+        self._end(Outcome("complete", result_json=encode_json("result", result)), "completed")
 
     def fail(self, error: str | BaseException, retry_in: float | None = None) -> None:
         """Fail this attempt: retried after ``retry_in`` seconds (the task's backoff if None)."""
@@ -84,13 +112,12 @@ class ConsumedJob:
         task = self.app.tasks.get(self.job.task)
         if retry_in is None:
             retry_in = task.backoff.delay(self.job.attempts) if task else 0.0
-        now = utcnow()
-        failure = Failure(self.job.id, self.lease.token, text, now + timedelta(seconds=retry_in))
-        self._end(self.app.store.job_fail([failure], now), "failed")
+        run_at = run_again_at(utcnow(), retry_in, "retry_in")
+        self._end(Outcome("retry", error=text, run_at=run_at), "failed")
 
     def release(self) -> None:
         """Hand the job back to the queue without using up an attempt."""
-        self._end(self.app.store.job_release([self.lease], utcnow()), "released")
+        self._end(Outcome("release"), "released")
 
     def __enter__(self) -> ConsumedJob:
         return self
@@ -109,49 +136,169 @@ class ConsumedJob:
             self.fail(exc)
 
 
-def consume(
-    app: App,
-    queues: Sequence[str],
-    group: str | None = None,
-    lease: float = 30.0,
-    poll_interval: float = 1.0,
-    *,
-    stop: threading.Event | None = None,
-    wake: Wakeup | None = None,
-) -> Generator[ConsumedJob, None, None]:
-    """Claim and yield jobs until closed, or until ``stop`` is set (pull ``wake`` to be quick)."""
-    worker_id = f"{socket.gethostname()}:{os.getpid()}:consume-{uuid.uuid4().hex[:8]}"
-    lease_delta = timedelta(seconds=lease)
-    wake = wake if wake is not None else Wakeup()
+class Consumer:
+    """The iterator ``app.consume`` returns: ``for job in consumer``; ``stop()`` from anywhere.
 
-    def listener(channel: str, payload: str) -> None:
-        if channel in ("jobs", "any", "reconnected", "done"):
-            wake.set(channel)
+    Dropping it (leaving the ``for`` loop) releases a job still held, as does
+    ``close()``.
+    """
 
-    app.changes.add(listener)
-    held: ConsumedJob | None = None
-    try:
-        while stop is None or not stop.is_set():
-            claimed = app.store.job_claim(queues, 1, worker_id, lease_delta, utcnow(), group=group)
-            if not claimed:
-                next_at = app.store.next_run_at(queues)
-                pause = poll_interval
-                if next_at is not None:
-                    pause = max(0.0, min(pause, (next_at - utcnow()).total_seconds()))
-                wake.wait(pause)
-                continue
-            claimed[0]._app = app
-            held = ConsumedJob(app, claimed[0], lease_delta)
-            yield held
-            if not held.ended:
-                # The loop body moved on without ending the job: hand it back.
-                held.release()
-            held = None
-    finally:
-        app.changes.remove(listener)
+    def __init__(
+        self,
+        app: App,
+        queues: Sequence[str],
+        group: str | None = None,
+        lease: float = 30.0,
+        poll_interval: float = 1.0,
+        idle_timeout: float | None = None,
+    ) -> None:
+        if not queues:
+            raise ValueError("consume needs at least one queue")
+        # The loop's state lives apart from this object, so that nothing but this
+        # object holds the generator: dropping it closes the generator at once
+        # (and releases what it holds), without waiting for the cycle collector.
+        self._loop = _Loop(app, list(queues), group, lease, poll_interval, idle_timeout)
+        self._jobs = self._loop.run()
+        app._consumers.add(self)
+
+    @property
+    def held(self) -> ConsumedJob | None:
+        return self._loop.held
+
+    def __iter__(self) -> Iterator[ConsumedJob]:
+        return self
+
+    def __next__(self) -> ConsumedJob:
+        return next(self._jobs)
+
+    def stop(self) -> None:
+        """End the loop (from any thread): the iteration stops at its next step."""
+        self._loop.stop()
+
+    def close(self) -> None:
+        """Stop, and release a job still held."""
+        self._loop.stop()
+        # Iterated in another thread right now (ValueError): stop() ends it there.
+        with contextlib.suppress(ValueError):
+            self._jobs.close()
+        self._loop.release_held()
+
+
+class _Loop:
+    def __init__(
+        self,
+        app: App,
+        queues: list[str],
+        group: str | None,
+        lease: float,
+        poll_interval: float,
+        idle_timeout: float | None,
+    ) -> None:
+        self.app = app
+        self.queues = queues
+        self.group = group
+        self.lease = timedelta(seconds=lease)
+        self.poll_interval = poll_interval
+        self.idle_timeout = idle_timeout
+        self.id = f"{socket.gethostname()}:{os.getpid()}:consume-{uuid.uuid4().hex[:8]}"
+        self.held: ConsumedJob | None = None
+        self._stop = threading.Event()
+        self._wake = Wakeup()
+        self._next_rescue = 0.0
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set("stop")
+
+    def release_held(self) -> None:
+        held, self.held = self.held, None
         if held is not None and not held.ended:
-            with contextlib.suppress(LeaseLostError):
+            try:
                 held.release()
+            except (LeaseLostError, StoreUnavailableError) as exc:
+                log.warning(
+                    "job %s: could not release it (%s); its lease will expire", held.id, exc
+                )
+
+    def _listener(self, channel: str, payload: str) -> None:
+        if channel in ("jobs", "any", "reconnected", "done"):
+            self._wake.set(channel)
+
+    def run(self) -> Generator[ConsumedJob, None, None]:
+        self.app.changes.add(self._listener)
+        idle_since = time.monotonic()
+        failures = 0
+        try:
+            while not self._stop.is_set():
+                try:
+                    job = self._claim_one()
+                    failures = 0
+                except StoreUnavailableError as exc:
+                    pause = RETRY_PAUSES[min(failures, len(RETRY_PAUSES) - 1)]
+                    failures += 1
+                    log.warning("consume: the database is away (retrying in %.2fs): %s", pause, exc)
+                    self._wake.wait(pause)
+                    continue
+                if job is None:
+                    idle = time.monotonic() - idle_since
+                    if self.idle_timeout is not None and idle >= self.idle_timeout:
+                        return
+                    self._wait_for_work(idle_since)
+                    continue
+                self.held = ConsumedJob(self.app, job, self.lease)
+                yield self.held
+                # A job the loop body moved on from without ending it goes back.
+                self.release_held()
+                idle_since = time.monotonic()
+        finally:
+            self.app.changes.remove(self._listener)
+            self.release_held()
+
+    def _claim_one(self) -> Job | None:
+        store = self.app.store
+        while True:
+            claimed = store.job_claim(self.queues, 1, self.id, self.lease, group=self.group)
+            if not claimed:
+                return None
+            job = claimed[0]
+            job._app = self.app
+            poison = _payload_check(job)
+            if poison is None:
+                return job
+            # Never handed out: it would fail the same way every time, and block its group.
+            log.error("job %s failed at once: %s", job.id, poison.error)
+            running = Running(job=job, task=None, context=Context(job))
+            Completer(store, self.app.changes).record([(running, poison)])
+
+    def _wait_for_work(self, idle_since: float) -> None:
+        store = self.app.store
+        now = time.monotonic()
+        if now >= self._next_rescue:
+            # Take part in maintenance: a consume-only service has no Worker to do it.
+            self._next_rescue = now + max(self.lease.total_seconds() / 4, 0.05)
+            try:
+                if store.job_rescue_expired():
+                    return  # look again at once: a rescued job may be ours to take
+            except Exception as exc:
+                log.warning("consume: rescue failed: %s", exc)
+        pause = min(self.poll_interval, max(0.0, self._next_rescue - now))
+        try:
+            next_in = store.next_run_in(self.queues)
+        except Exception:
+            next_in = None
+        if next_in is not None:
+            pause = min(pause, next_in)
+        if self.idle_timeout is not None:
+            pause = min(pause, max(0.0, idle_since + self.idle_timeout - now))
+        self._wake.wait(max(pause, 0.001))
+
+
+def _payload_check(job: Job) -> Outcome | None:
+    try:
+        job.args, job.kwargs  # noqa: B018 - decoding is the check
+    except (ValueError, RecursionError) as exc:
+        return Outcome("fail", error=f"undecodable payload: {type(exc).__name__}: {exc}")
+    return None
 
 
 async def aconsume(
@@ -160,23 +307,20 @@ async def aconsume(
     group: str | None = None,
     lease: float = 30.0,
     poll_interval: float = 1.0,
+    idle_timeout: float | None = None,
 ) -> AsyncIterator[ConsumedJob]:
     """The async twin: the blocking claims and waits run in a thread."""
-    stop = threading.Event()
-    wake = Wakeup()
-    iterator = consume(
-        app, queues, group=group, lease=lease, poll_interval=poll_interval, stop=stop, wake=wake
-    )
+    consumer = Consumer(app, queues, group, lease, poll_interval, idle_timeout)
     sentinel = object()
     stepping = threading.Lock()
 
     def step() -> object:
         with stepping:
-            return next(iterator, sentinel)
+            return next(consumer, sentinel)
 
     def close() -> None:
         with stepping:
-            iterator.close()
+            consumer.close()
 
     try:
         while True:
@@ -188,7 +332,6 @@ async def aconsume(
     finally:
         # Cancelled mid-wait, a step still runs in its thread (and would wait for a job
         # forever, holding up the event loop's shutdown): stop it, then close the
-        # iterator, which releases a job the step claimed meanwhile.
-        stop.set()
-        wake.set("stop")
+        # consumer, which releases a job the step claimed meanwhile.
+        consumer.stop()
         await asyncio.to_thread(close)

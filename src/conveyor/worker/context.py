@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -69,14 +70,28 @@ def _resolve(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
+#: Progress is written to the store at most this often per job (seconds); calls
+#: in between reach this process's listeners at once and the store later.
+PROGRESS_WRITE_INTERVAL = 1.0
+
+ProgressWriter = Callable[[float | None, str | None], bool]
+ProgressListener = Callable[[float | None, str | None], None]
+
+
 @dataclass
 class Context:
     """Passed to a handler whose first parameter is annotated ``Context``."""
 
     job: Job
     cancelled: CancelSignal = field(default_factory=CancelSignal)
-    _progress: Callable[[float | None, str | None], bool] | None = field(default=None, repr=False)
+    #: Writes progress to the store (under the job's lease); False when the lease is lost.
+    _write_progress: ProgressWriter | None = field(default=None, repr=False)
+    #: Tells listeners in this process (``job.wait(on_progress=...)``) at once.
+    _publish_progress: ProgressListener | None = field(default=None, repr=False)
     _heartbeat: Callable[[], bool] | None = field(default=None, repr=False)
+    _progress_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _progress_pending: tuple[float | None, str | None] | None = field(default=None, repr=False)
+    _progress_written_at: float = field(default=-PROGRESS_WRITE_INTERVAL, repr=False)
 
     @property
     def job_id(self) -> int:
@@ -87,12 +102,35 @@ class Context:
         return self.job.attempts
 
     def progress(self, fraction: float | None = None, message: str | None = None) -> bool:
-        """Record how far the job is (0.0 to 1.0) and what it does; False if the lease is lost."""
+        """Record how far the job is (0.0 to 1.0) and what it does; False if the lease is lost.
+
+        Listeners in this process hear of it at once; the store is written at
+        most once a second (the latest value wins), so a handler may call this
+        as often as it likes.
+        """
         if fraction is not None and not 0.0 <= fraction <= 1.0:
             raise ValueError(f"progress fraction must be between 0 and 1, got {fraction}")
         if message is not None:
             message = storable_text(message)
-        return self._progress(fraction, message) if self._progress else False
+        if self._publish_progress is not None:
+            self._publish_progress(fraction, message)
+        now = time.monotonic()
+        with self._progress_lock:
+            if now - self._progress_written_at < PROGRESS_WRITE_INTERVAL:
+                self._progress_pending = (fraction, message)
+                return True
+            self._progress_written_at = now
+            self._progress_pending = None
+        return self._write_progress(fraction, message) if self._write_progress else False
+
+    def flush_progress(self) -> None:
+        """Write progress that is still waiting for its turn (the worker calls this)."""
+        with self._progress_lock:
+            pending, self._progress_pending = self._progress_pending, None
+            if pending is not None:
+                self._progress_written_at = time.monotonic()
+        if pending is not None and self._write_progress is not None:
+            self._write_progress(*pending)
 
     def heartbeat(self) -> bool:
         """Renew this job's lease now (the worker also does it every third of the lease)."""

@@ -24,6 +24,15 @@ class Wakeup:
             self.reasons.add(reason)
             self._cond.notify_all()
 
+    def pull(self, reason: str) -> None:
+        """``set``, unless the latch is already pulled: the hot path of handlers returning.
+
+        Safe without the lock: the loop clears the flag before it reads the
+        inboxes, so whatever was put there before this look is seen.
+        """
+        if not self._flag:
+            self.set(reason)
+
     def wait(self, timeout: float | None) -> builtins.set[str]:
         """Wait until pulled or ``timeout`` passes; return the reasons (empty on timeout)."""
         with self._cond:

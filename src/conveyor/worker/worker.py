@@ -1,13 +1,27 @@
 """The worker: claims jobs, runs their handlers, records outcomes, holds leases, drains.
 
-One control thread does all store writes of the worker's jobs, in batches:
-claims fill every free slot in one statement, outcomes are acknowledged
-together as soon as the loop wakes, and every held lease is renewed in one
-statement each third of the lease. Handlers run in a thread pool (``def``) or
-on an event loop the worker owns (``async def``), and report back through a
-queue; the loop sleeps on a latch that anything worth a look pulls: a local
-enqueue, a notification from the database, a finished handler, a timer for the
-next deferred job, or the fallback poll.
+The parts, each with one job and its own failures:
+
+- the control loop (this module, one thread) claims as many jobs as there are
+  free slots, hands them to the executor, turns returned handlers into
+  outcomes, enforces timeouts, passes cancels on and drains at shutdown. It
+  owns every attempt it holds (``_held``); other threads talk to it only
+  through its inbox (deques it drains) and its latch (``Wakeup``);
+- the executor (``executor.py``) runs handlers: ``def`` ones on the handler
+  threads, ``async def`` ones on an event loop the worker owns;
+- the completer (``completer.py``) records outcomes in batches, retrying while
+  the database is away; an attempt stays held (and its lease renewed) until
+  its outcome is written;
+- the lease keeper (``leases.py``) renews every held lease each third of the
+  lease, whatever the rest is doing;
+- maintenance (``maintenance.py``): rescue, retention, periodic tasks, one
+  leader at a time.
+
+Each duty of the control loop (claim, cancels, timers) runs on its own: an
+exception is logged and that duty alone backs off, never the others, and no
+loop retries at full speed. An attempt is held until its handler has returned,
+also after a cancel or a timeout: a job, and its group, never runs twice at
+once in one worker.
 """
 
 from __future__ import annotations
@@ -19,30 +33,43 @@ import socket
 import threading
 import time
 import uuid
-from collections import deque
-from collections.abc import Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from conveyor.job import utcnow
-from conveyor.store.base import Completion, Failure, Lease, Snooze
-from conveyor.worker.acks import RETRY_PAUSE, Acknowledger
+from conveyor.job import Job, utcnow
+from conveyor.store.base import Lease, LeaseStatus
+from conveyor.worker.completer import Completer, CompleterThread, Settlement
 from conveyor.worker.context import Context
-from conveyor.worker.execution import (
+from conveyor.worker.executor import (
     EventLoopThread,
     Outcome,
     Running,
+    backoff_at,
     poison_outcome,
+    settle,
 )
 from conveyor.worker.handler_threads import HandlerThreads
+from conveyor.worker.leases import LeaseKeeper
+from conveyor.worker.talk import describe_finished, log_start, log_summary
 from conveyor.worker.wakeup import Wakeup
 
 if TYPE_CHECKING:
     from conveyor.app import App
+    from conveyor.worker.maintenance import Maintenance
 
 log = logging.getLogger("conveyor.worker")
+
+#: Longest a drain waits, after aborting the handlers still running at the end
+#: of stop_timeout, for them to return before their jobs are released anyway
+#: (after a second interrupt: the shorter one).
+ABORT_GRACE = 0.5
+HARD_STOP_GRACE = 0.1
+#: Least time between two looks for cancel requests in the database.
+CANCEL_CHECK_INTERVAL = 0.05
 
 
 @dataclass(frozen=True)
@@ -56,6 +83,36 @@ class WorkerOptions:
     poll_interval: float = 1.0
     #: Run the rescuer, retention and periodic tasks (one leader at a time).
     maintenance: bool = True
+
+
+class Duty:
+    """One duty of the control loop: after an error it alone waits, longer each time."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.failures = 0
+        self.retry_at = 0.0
+
+    def ready(self, now: float) -> bool:
+        return now >= self.retry_at
+
+    def run(self, action: Callable[[], Any], now: float) -> bool:
+        """Run ``action`` unless backing off; False when it did not run or failed."""
+        if now < self.retry_at:
+            return False
+        try:
+            action()
+        except Exception as exc:
+            self.failures += 1
+            pause = min(0.05 * 2**self.failures, 5.0)
+            self.retry_at = now + pause
+            if self.failures == 1 or self.failures % 20 == 0:
+                log.warning("%s failed (retrying in %.2fs): %s", self.name, pause, exc,
+                            exc_info=self.failures == 1)  # fmt: skip
+            return False
+        self.failures = 0
+        self.retry_at = 0.0
+        return True
 
 
 class Worker:
@@ -77,6 +134,8 @@ class Worker:
             raise ValueError("concurrency must be at least 1")
         if lease <= 0.1:
             raise ValueError("lease must be longer than 0.1 seconds")
+        if poll_interval <= 0:
+            raise ValueError("poll_interval must be positive")
         chosen = tuple(queues) if queues else tuple(sorted({t.queue for t in app.tasks.values()}))
         if not chosen:
             raise ValueError("no queues to work on: register tasks or pass queues=[...]")
@@ -88,25 +147,55 @@ class Worker:
         self.id = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._lease = timedelta(seconds=lease)
         self._wake = Wakeup()
-        self._in_hand: dict[int, Running] = {}
-        self._finished: deque[Running] = deque()
-        self._threads = HandlerThreads(concurrency)
+
+        # --- owned by the control loop ---
+        #: Attempts held under a lease, by job id: claimed, and not yet recorded.
+        self._held: dict[int, Running] = {}
+        #: Claims of a job whose previous attempt's handler has not returned yet
+        #: (its lease was lost and the job came back to us): they wait for it.
+        self._parked: dict[int, Running] = {}
+        #: Attempts whose handler has not returned (they take the slots).
+        self._active = 0
+        self._maybe_ready = True
+        self._next_timer: float | None = None
+        self._next_poll = 0.0
+        self._next_cancel_check = 0.0
+        self._cancel_check_due = False
+        self._drain_deadline: float | None = None
+        self._abort_deadline: float | None = None
+        self._claim = Duty("claim")
+        self._timer = Duty("next run_at")
+        self._cancels = Duty("cancel check")
+        self.counts: Counter[str] = Counter()
+
+        # --- inboxes: written by other threads, drained by the control loop ---
+        self._returned: deque[Running] = deque()
+        self._recorded: deque[tuple[list[Running], set[int]]] = deque()
+        self._renewed: deque[tuple[Sequence[Running], dict[int, LeaseStatus]]] = deque()
+        self._local_cancels: deque[tuple[int, str]] = deque()
+        #: What the lease keeper renews: replaced (never changed) by the control loop.
+        self._held_snapshot: tuple[Running, ...] = ()
+
+        self._threads = HandlerThreads(concurrency, done=self._handler_returned)
         self._loop_thread: EventLoopThread | None = None
+        self._completer = CompleterThread(
+            Completer(app.store, app.changes), self._outcomes_recorded
+        )
+        self._leases = LeaseKeeper(
+            app.store, self.id, lease, lambda: self._held_snapshot, self._leases_renewed
+        )
+        self._maintenance: Maintenance | None = None
+        self._started = False
         self._stopping = threading.Event()
         self._hard_stop = threading.Event()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
-        self._maybe_ready = True
-        self._next_timer: datetime | None = None
-        self._next_heartbeat = 0.0
-        self._next_poll = 0.0
-        self._next_cancel_check = 0.0
-        #: A look for cancels was put off by the rate limit: take it when the pause ends.
-        self._cancel_check_due = False
-        self._drain_deadline: float | None = None
-        self._acks = Acknowledger(self._store_outcomes, app.store.ping)
-        self._maintenance: Any = None
-        self.processed = 0
+        self._began = time.monotonic()
+
+    @property
+    def processed(self) -> int:
+        """Jobs whose outcome this worker recorded."""
+        return sum(self.counts.values())
 
     # --- public control ---------------------------------------------------------
 
@@ -116,6 +205,7 @@ class Worker:
         In the main thread, SIGTERM and SIGINT start a graceful drain; a second
         SIGINT stops at once (still releasing held jobs).
         """
+        self._claim_start()
         restore = self._install_signal_handlers()
         try:
             self._work()
@@ -126,9 +216,15 @@ class Worker:
 
     def start(self) -> Worker:
         """Run in a background thread (for tests and embedding)."""
+        self._claim_start()
         self._thread = threading.Thread(target=self._work, name=f"conveyor-worker-{self.id}")
         self._thread.start()
         return self
+
+    def _claim_start(self) -> None:
+        if self._started:
+            raise RuntimeError(f"worker {self.id} was already started; make a new Worker")
+        self._started = True
 
     def stop(self, graceful: bool = True, timeout: float | None = None) -> None:
         """Stop claiming; with ``graceful`` let running jobs finish for up to stop_timeout."""
@@ -178,321 +274,370 @@ class Worker:
     # --- the control loop ------------------------------------------------------------
 
     def _work(self) -> None:
-        from conveyor.maintenance import Maintenance
+        from conveyor.worker.maintenance import Maintenance
 
         try:
             self.app.changes.add(self._on_store_change)
-            self.store.worker_register(
-                self.id, socket.gethostname(), os.getpid(), list(self.options.queues),
-                self.options.concurrency, utcnow(),
-            )  # fmt: skip
+            log_start(self)
+            try:
+                self.store.worker_register(
+                    self.id, socket.gethostname(), os.getpid(), list(self.options.queues),
+                    self.options.concurrency, utcnow(),
+                )  # fmt: skip
+            except Exception as exc:  # only the workers list: the lease keeper checks in again
+                log.warning("could not register worker %s: %s", self.id, exc)
+            self._leases.start()
             if self.options.maintenance:
                 self._maintenance = Maintenance(self.app, self.id, self.options.lease)
                 self._maintenance.start()
-            self._loop()
+            while not self._step():
+                pass
         finally:
             self._shutdown()
 
-    def _loop(self) -> None:
-        while True:
-            try:
-                if self._step():
-                    return
-            except Exception:
-                # The database is away (a restart, a failover, a locked file): held
-                # jobs run on, their outcomes wait in the acknowledger, and a lease
-                # that runs out meanwhile is rescued (its late outcome refused).
-                # Look at everything again after a pause; the wakes it swallows are
-                # covered by these flags.
-                log.exception("worker loop: a store call failed; trying again in %ss", RETRY_PAUSE)
-                self._maybe_ready = True
-                self._cancel_check_due = True
-                self._next_heartbeat = min(self._next_heartbeat, time.monotonic() + RETRY_PAUSE)
-                self._wake.wait(RETRY_PAUSE)
-
     def _step(self) -> bool:
         """One round of the control loop; True when the worker may exit."""
-        opts = self.options
-        self._record_finished()
-        now_mono = time.monotonic()
+        self._read_inbox()
+        now = time.monotonic()
         if self._stopping.is_set():
-            if self._drain_step(now_mono):
+            if self._drain_step(now):
                 return True
         else:
-            claimed_any = self._claim_if_useful(now_mono)
-            if opts.burst and not self._in_hand and not claimed_any and not self._finished:
+            claimed = self._claim_if_useful(now)
+            if self.options.burst and self._burst_done(claimed):
                 return True
-        self._check_deadlines(now_mono)
-        if now_mono >= self._next_heartbeat:
-            self._heartbeat()
+        self._check_deadlines(now)
+        if self._cancel_check_due and now >= self._next_cancel_check:
+            self._cancel_check_due = False
+            self._next_cancel_check = now + CANCEL_CHECK_INTERVAL
+            if not self._cancels.run(self._check_cancels, now):
+                self._cancel_check_due = True
+        self._publish_held()
         reasons = self._wake.wait(self._sleep_time())
-        if reasons & {"jobs", "any", "reconnected"} or not reasons:
+        if reasons & {"jobs", "any", "reconnected"}:
             self._maybe_ready = True
-        if reasons & {"cancel", "cancel-other", "any", "reconnected"} or self._cancel_check_due:
-            self._check_cancels(force="cancel" in reasons or "reconnected" in reasons)
+        if reasons & {"cancel", "any", "reconnected"}:
+            self._cancel_check_due = True
         return False
 
-    def _sleep_time(self) -> float:
-        now_mono = time.monotonic()
-        until = min(self._next_heartbeat, self._next_poll) - now_mono
-        if self._next_timer is not None:
-            until = min(until, (self._next_timer - utcnow()).total_seconds())
-        for running in self._in_hand.values():
-            if running.deadline is not None and not running.settled:
-                until = min(until, running.deadline - now_mono)
-        if self._cancel_check_due:
-            until = min(until, self._next_cancel_check - now_mono)
-        if self._stopping.is_set():
-            until = min(until, 0.05)
-        return max(0.0, until)
+    def _burst_done(self, claimed: bool) -> bool:
+        return (
+            not claimed
+            and not self._maybe_ready
+            and not self._held
+            and not self._parked
+            and not self._returned
+            and not self._recorded
+        )
 
-    def _claim_if_useful(self, now_mono: float) -> bool:
+    def _sleep_time(self) -> float:
+        now = time.monotonic()
+        until = self._next_poll
+        if self._next_timer is not None:
+            until = min(until, self._next_timer)
+        if self._maybe_ready and self._active < self.options.concurrency:
+            until = min(until, self._claim.retry_at)
+        if self._cancel_check_due:
+            until = min(until, self._next_cancel_check)
+        for running in self._held.values():
+            if running.deadline is not None and running.abort is None and not running.returned:
+                until = min(until, running.deadline)
+        if self._stopping.is_set():
+            until = min(until, now + 0.05)
+        return max(0.0, until - now)
+
+    def _publish_held(self) -> None:
+        if len(self._held_snapshot) != len(self._held) or any(
+            self._held.get(r.id) is not r for r in self._held_snapshot
+        ):
+            self._held_snapshot = tuple(self._held.values())
+
+    # --- inbox ------------------------------------------------------------------------
+
+    def _handler_returned(self, running: Running) -> None:
+        """From a handler thread or the event loop: the handler returned."""
+        self._returned.append(running)
+        self._wake.pull("returned")
+
+    def _outcomes_recorded(self, runnings: list[Running], written: set[int]) -> None:
+        """From the completer's thread: a batch was written (or given up)."""
+        self._recorded.append((runnings, written))
+        self._wake.pull("recorded")
+
+    def _leases_renewed(self, renewed: Sequence[Running], statuses: dict[int, LeaseStatus]) -> None:
+        """From the lease keeper's thread."""
+        self._renewed.append((renewed, statuses))
+        self._wake.pull("renewed")
+
+    def _read_inbox(self) -> None:
+        settled: list[Settlement] = []
+        while self._returned:
+            running = self._returned.popleft()
+            outcome = self._returned_outcome(running)
+            if outcome is not None:
+                running.recorded = outcome
+                settled.append((running, outcome))
+        self._completer.submit(settled)
+        while self._recorded:
+            self._after_recorded(*self._recorded.popleft())
+        while self._renewed:
+            renewed, statuses = self._renewed.popleft()
+            for running in renewed:
+                status = statuses.get(running.id)
+                if self._held.get(running.id) is not running or running.recorded:
+                    continue
+                if status is None:
+                    self._abort(running, "lease lost")
+                elif status.cancel_requested:
+                    self._abort(running, "cancel")
+        while self._local_cancels:
+            job_id, token = self._local_cancels.popleft()
+            held = self._held.get(job_id)
+            if held is not None and held.token == token:
+                self._abort(held, "cancel")
+
+    def _returned_outcome(self, running: Running) -> Outcome | None:
+        """What a returned handler's attempt records (None: nothing, its lease is gone)."""
+        if running.returned:  # released by a drain that stopped waiting for it
+            return None
+        running.returned = True
+        self._active -= 1
+        parked = self._parked.pop(running.id, None)
+        if running.abort == "lease lost":
+            log.warning("job %s: lease lost while its handler ran; its outcome is dropped",
+                        running.id)  # fmt: skip
+            self._held.pop(running.id, None)
+            self.counts["lost"] += 1
+        if parked is not None:  # the next attempt of the same job may start now
+            self._held[parked.id] = parked
+            self._start([parked])
+        if running.abort == "lease lost":
+            return None
+        assert running.outcome is not None
+        if running.abort == "cancel":
+            return Outcome("cancelled")
+        if running.abort == "timeout":
+            assert running.task is not None
+            error = (
+                f"TimeoutError: job {running.id} ran past its timeout of {running.task.timeout}s"
+            )
+            return settle(running, lambda: Outcome("retry", error=error, run_at=backoff_at(
+                running, utcnow())))  # fmt: skip
+        if running.abort == "shutdown":
+            # Asked to stop by a drain: whatever it returned is taken as cut short.
+            return Outcome("release")
+        return running.outcome
+
+    def _after_recorded(self, runnings: list[Running], written: set[int]) -> None:
+        for running in runnings:
+            if self._held.get(running.id) is running:
+                del self._held[running.id]
+            if running.id in written:
+                outcome = describe_finished(running)
+                self.counts[outcome] += 1
+            else:
+                self.counts["lost"] += 1
+                log.warning(
+                    "job %s: lease lost before its outcome was recorded; another worker owns it",
+                    running.id,
+                )
+            # The group's next job, or the job itself queued again, may now be ready.
+            recorded = running.recorded
+            if running.job.group is not None or (
+                recorded is not None and recorded.kind in ("retry", "snooze", "release")
+            ):
+                self._maybe_ready = True
+                if recorded is not None and recorded.run_at is not None:
+                    delay = (recorded.run_at - utcnow()).total_seconds()
+                    self._set_timer(time.monotonic() + max(0.0, delay))
+
+    # --- claiming -------------------------------------------------------------------
+
+    def _claim_if_useful(self, now: float) -> bool:
         """Fill free slots when something may be ready; True if anything was claimed."""
-        free = self.options.concurrency - len(self._in_hand)
-        now = utcnow()
         if self._next_timer is not None and self._next_timer <= now:
             self._next_timer = None
             self._maybe_ready = True
-        if now_mono >= self._next_poll:
+        if now >= self._next_poll:
             self._maybe_ready = True
-            self._next_poll = now_mono + self.options.poll_interval
+            self._next_poll = now + self.options.poll_interval
+        free = self.options.concurrency - self._active - len(self._parked)
         if free <= 0 or not self._maybe_ready:
             return False
-        jobs = self.store.job_claim(self.options.queues, free, self.id, self._lease, now)
-        # A full claim means more may be waiting; a partial one means we got all there was.
+        jobs: list[Job] = []
+
+        def claim() -> None:
+            # No ``now``: the store's clock judges run_at and sets the lease.
+            jobs.extend(self.store.job_claim(self.options.queues, free, self.id, self._lease))
+
+        if not self._claim.run(claim, now):
+            return False
+        # A full claim means more may be waiting; a partial one means we got all
+        # there was that we may take. What was not taken waits for a wake, a
+        # timer for the next job that becomes due, or the fallback poll.
         self._maybe_ready = len(jobs) == free
-        # Dispatched before the next store call, which may fail: claimed jobs are held.
-        for job in jobs:
-            self._dispatch(job)
+        self._dispatch(jobs)
         if len(jobs) < free:
-            self._next_timer = self.store.next_run_at(self.options.queues)
+            self._timer.run(self._set_next_run_timer, now)
         return bool(jobs)
 
-    def _dispatch(self, job: Any) -> None:
-        task = self.app.tasks.get(job.task)
-        running = Running(job=job, task=task, context=Context(job))
-        running.context._progress = lambda fraction, message: self._progress(
-            running, fraction, message
+    def _set_next_run_timer(self) -> None:
+        seconds = self.store.next_run_in(self.options.queues)
+        if seconds is not None:
+            # A floor, so that a job due "now" by a rounding cannot make a hot loop.
+            self._set_timer(time.monotonic() + max(seconds, 0.001))
+
+    def _set_timer(self, at: float) -> None:
+        if self._next_timer is None or at < self._next_timer:
+            self._next_timer = at
+
+    def _dispatch(self, jobs: list[Job]) -> None:
+        ready: list[Running] = []
+        for job in jobs:
+            running = self._running(job)
+            earlier = self._held.get(job.id)
+            if earlier is not None and not earlier.returned:
+                # Our earlier attempt lost its lease and still runs: one at a time.
+                self._parked[job.id] = running
+                continue
+            # (An earlier attempt that returned may still await the completer's
+            # answer, which can come after the job was queued again and claimed.)
+            self._held[job.id] = running
+            ready.append(running)
+        self._start(ready)
+
+    def _running(self, job: Job) -> Running:
+        running = Running(job=job, task=self.app.tasks.get(job.task), context=Context(job))
+        running.context._write_progress = lambda fraction, message: self.store.job_progress(
+            running_lease(running), fraction, message, utcnow()
+        )
+        running.context._publish_progress = lambda fraction, message: self.app.changes.publish(
+            "progress", progress_payload(job.id, fraction, message)
         )
         running.context._heartbeat = lambda: self._heartbeat_from_handler(running)
-        self._in_hand[job.id] = running
-        poison = poison_outcome(running)
-        if poison is not None:
-            running.outcome = poison
-            self._finished.append(running)
-            return
-        assert task is not None
-        if task.timeout is not None:
-            running.deadline = running.started + task.timeout
-        if task.is_async:
-            if self._loop_thread is None:
-                self._loop_thread = EventLoopThread()
-            running.future = self._loop_thread.submit(running, self._handler_done)
-        else:
-            self._threads.submit(running, self._handler_done)
+        return running
 
-    def _handler_done(self, running: Running) -> None:
-        """Called from a handler thread or the event loop: hand the outcome to the control loop."""
-        self._finished.append(running)
-        self._wake.set("done")
-
-    # --- outcomes ------------------------------------------------------------------
-
-    def _record_finished(self) -> None:
-        """Write every finished handler's outcome, one store call per kind of outcome."""
+    def _start(self, runnings: list[Running]) -> None:
+        """Hand attempts to the executor; one that cannot start ends at once."""
         batch: list[Running] = []
-        while self._finished:
-            batch.append(self._finished.popleft())
-        if not batch:
-            return
-        settle: list[tuple[Running, Outcome]] = []
-        for running in batch:
-            self._in_hand.pop(running.job.id, None)
-            if running.settled or running.lost:
-                continue  # recorded at its deadline or lost its lease: the late result is dropped
-            outcome = running.outcome or Outcome("release")
-            if running.abort == "cancel":
-                outcome = Outcome("cancelled")
-            elif running.abort == "shutdown" and outcome.kind != "complete":
-                outcome = Outcome("release")
-            settle.append((running, outcome))
-        self._write_outcomes(settle)
-
-    def _write_outcomes(self, settle: list[tuple[Running, Outcome]]) -> None:
-        """Settle jobs here (in the control loop) and hand their outcomes to the writer."""
-        for running, outcome in settle:
-            running.settled = True
-            if outcome.run_at is not None and (outcome.kind == "snooze" or outcome.retryable):
-                self._set_timer(outcome.run_at)
-        self._acks.submit(settle)
-
-    def _store_outcomes(self, settle: list[tuple[Running, Outcome]]) -> None:
-        """Write outcomes, one store call per kind (in the acknowledger's thread)."""
-        now = utcnow()
-        by_kind: dict[str, list[tuple[Running, Outcome]]] = {}
-        for running, outcome in settle:
-            by_kind.setdefault(outcome.kind, []).append((running, outcome))
-        written: set[int] = set()
-        for kind, items in by_kind.items():
-            if kind == "complete":
-                done = self.store.job_complete(
-                    [Completion(r.job.id, r.token, o.result_json) for r, o in items], now
-                )
-            elif kind == "fail":
-                failures = [
-                    Failure(r.job.id, r.token, o.error or "failed", o.run_at or now, o.retryable)
-                    for r, o in items
-                ]
-                done = self.store.job_fail(failures, now)
-            elif kind == "snooze":
-                snoozes = [Snooze(r.job.id, r.token, o.run_at or now) for r, o in items]
-                done = self.store.job_snooze(snoozes, now)
-            elif kind == "release":
-                done = self.store.job_release([Lease(r.job.id, r.token) for r, _ in items], now)
-            else:
-                done = self.store.job_set_cancelled(
-                    [Lease(r.job.id, r.token) for r, _ in items], now
-                )
-            written.update(done)
-        if written:  # wakes waiters in this process
-            self.app.changes.publish("done", ",".join(map(str, written)))
-        for running, outcome in settle:
-            if running.job.id not in written:
-                log.warning(
-                    "job %s: lease lost before its outcome (%s) was recorded; "
-                    "another worker owns it now",
-                    running.job.id,
-                    outcome.kind,
-                )
-        self.processed += len(written)
-
-    def _set_timer(self, when: datetime) -> None:
-        if self._next_timer is None or when < self._next_timer:
-            self._next_timer = when
-
-    # --- leases, cancels, timeouts ------------------------------------------------------
-
-    def _heartbeat(self) -> None:
-        self._next_heartbeat = time.monotonic() + self.options.lease / 3
-        self._renew([r for r in self._in_hand.values() if not r.settled and not r.lost])
-        self.store.worker_beat(self.id, len(self._in_hand), utcnow())
+        for running in runnings:
+            self._active += 1
+            try:
+                poison = poison_outcome(running)
+                if poison is not None:
+                    running.outcome = poison
+                    self._handler_returned(running)
+                    continue
+                assert running.task is not None
+                if running.task.timeout is not None:
+                    running.deadline = running.started + running.task.timeout
+                if running.task.is_async:
+                    batch.append(running)
+                else:
+                    self._threads.submit(running)
+            except Exception as exc:
+                log.exception("job %s: could not start its handler", running.id)
+                running.outcome = Outcome("fail", error=f"could not start the handler: {exc}")
+                self._handler_returned(running)
+        if batch:
+            if self._loop_thread is None:
+                self._loop_thread = EventLoopThread(self._handler_returned)
+            self._loop_thread.submit(batch)
 
     def _heartbeat_from_handler(self, running: Running) -> bool:
-        """``ctx.heartbeat()``: renew one lease now; the control loop acts on what it learns."""
-        statuses = self.store.job_heartbeat(
-            [Lease(running.job.id, running.token)], self._lease, utcnow()
-        )
+        """``ctx.heartbeat()``: renew one lease now (in the handler's thread)."""
+        statuses = self.store.job_heartbeat([running_lease(running)], self._lease)
         if not statuses or statuses[0].cancel_requested:
-            self._wake.set("cancel")
+            self._renewed.append(([running], {s.id: s for s in statuses}))
+            self._wake.pull("renewed")
         return bool(statuses)
 
-    def _renew(self, held: list[Running]) -> bool:
-        if not held:
-            return True
-        statuses = self.store.job_heartbeat(
-            [Lease(r.job.id, r.token) for r in held], self._lease, utcnow()
-        )
-        alive = {s.id: s for s in statuses}
-        for running in held:
-            status = alive.get(running.job.id)
-            if status is None:
-                if not running.lost:
-                    log.warning(
-                        "job %s: lease lost (rescued or cancelled elsewhere)", running.job.id
-                    )
-                running.lost = True
-                running.context.cancelled.set("lease lost")
-            elif status.cancel_requested:
-                self._abort(running, "cancel")
-        return all(r.job.id in alive for r in held)
+    # --- cancels and timeouts ------------------------------------------------------
 
-    def _check_cancels(self, force: bool) -> None:
-        """Look for cancel requests of held jobs (quick path; the heartbeat is the fallback)."""
-        now_mono = time.monotonic()
-        if not self._in_hand:
-            self._cancel_check_due = False
+    def _check_cancels(self) -> None:
+        """Look for cancel requests of held jobs (quick path; the lease keeper is the fallback)."""
+        watched = [r for r in self._held.values() if not r.returned and r.abort is None]
+        if not watched:
             return
-        if not force and now_mono < self._next_cancel_check:
-            # Put off, not dropped: the change that woke us may be the cancel itself.
-            self._cancel_check_due = True
-            return
-        self._cancel_check_due = False
-        self._next_cancel_check = now_mono + 0.05
-        for job in self.store.job_get_many(list(self._in_hand)):
-            running = self._in_hand.get(job.id)
+        for job in self.store.job_get_many([r.id for r in watched]):
+            running = self._held.get(job.id)
             if running is not None and job.cancel_requested and job.lease_token == running.token:
                 self._abort(running, "cancel")
 
     def _abort(self, running: Running, reason: str) -> None:
-        if running.abort is not None:
+        """Ask a handler to stop; its attempt stays held until it returns."""
+        if running.abort is not None or running.returned:
             return
         running.abort = reason
         running.context.cancelled.set(reason)
-        if running.async_task is not None and self._loop_thread is not None:
+        if running.task is not None and running.task.is_async and self._loop_thread is not None:
             self._loop_thread.cancel(running)
-        if reason == "cancel" and not running.settled:
-            # Record the cancel now: a sync handler cannot be interrupted and may
-            # run on; its slot stays taken until it returns, its result is dropped.
-            self._write_outcomes([(running, Outcome("cancelled"))])
 
-    def _check_deadlines(self, now_mono: float) -> None:
-        timed_out = [
-            r
-            for r in self._in_hand.values()
-            if r.deadline is not None and now_mono >= r.deadline and not r.settled
-        ]
-        if not timed_out:
-            return
-        settle = []
-        for running in timed_out:
-            self._abort(running, "timeout")
-            assert running.task is not None
-            delay = running.task.backoff.delay(running.job.attempts)
-            limit = running.task.timeout
-            error = f"TimeoutError: job {running.job.id} ran past its timeout of {limit}s"
-            retry_at = utcnow() + timedelta(seconds=delay)
-            settle.append((running, Outcome("fail", error=error, run_at=retry_at)))
-        # The slot stays taken until the handler really returns (a sync handler
-        # cannot be interrupted); only its outcome is recorded now.
-        self._write_outcomes(settle)
-
-    def _progress(self, running: Running, fraction: float | None, message: str | None) -> bool:
-        return self.store.job_progress(
-            Lease(running.job.id, running.token), fraction, message, utcnow()
-        )
+    def _check_deadlines(self, now: float) -> None:
+        for running in list(self._held.values()):
+            if (
+                running.deadline is not None
+                and now >= running.deadline
+                and running.abort is None
+                and not running.returned
+            ):
+                self._abort(running, "timeout")
+                assert running.task is not None
+                self._leases.note(
+                    running,
+                    f"timed out after {running.task.timeout}s; waiting for the handler to return",
+                )
 
     # --- stopping ---------------------------------------------------------------------
 
-    def _drain_step(self, now_mono: float) -> bool:
+    def _drain_step(self, now: float) -> bool:
         """One step of a drain; True when the worker may exit."""
         if self._drain_deadline is None:
-            self._drain_deadline = now_mono + self.options.stop_timeout
-            log.info("stopping: %d job(s) in hand", len(self._in_hand))
-        pending = [r for r in self._in_hand.values() if not r.settled]
-        if pending and (self._hard_stop.is_set() or now_mono >= self._drain_deadline):
-            for running in pending:
-                self._abort(running, "shutdown")
-            # Release now: a sync handler may never return, and the job must
-            # be free for another worker at once, not after the lease expires.
-            self._write_outcomes([(r, Outcome("release")) for r in pending])
-            return True
-        return not pending
+            self._drain_deadline = now + self.options.stop_timeout
+            log.info("stopping: %d job(s) in hand", self._active)
+            # Claims that never started go straight back.
+            parked = list(self._parked.values())
+            self._parked.clear()
+            for r in parked:
+                r.recorded = Outcome("release")
+            self._completer.submit([(r, Outcome("release")) for r in parked])
+        running = [r for r in self._held.values() if not r.returned]
+        if not running:
+            return not self._held  # every outcome recorded (or handed to the completer)
+        if self._hard_stop.is_set() or now >= self._drain_deadline:
+            if self._abort_deadline is None:
+                grace = HARD_STOP_GRACE if self._hard_stop.is_set() else ABORT_GRACE
+                self._abort_deadline = now + grace
+                for r in running:
+                    self._abort(r, "shutdown")
+            elif now >= self._abort_deadline:
+                # A sync handler that ignores its cancel signal cannot be stopped:
+                # release its job now so that it runs elsewhere, and say so.
+                for r in running:
+                    log.warning(
+                        "job %s: the handler did not return after the stop timeout; "
+                        "releasing the job (the handler may still run until this process exits)",
+                        r.id,
+                    )
+                    r.returned = True
+                    r.recorded = Outcome("release")
+                    self._active -= 1
+                self._completer.submit([(r, Outcome("release")) for r in running])
+                return True
+        return False
 
     def _on_store_change(self, channel: str, payload: str) -> None:
         if channel == "cancel":
-            try:
-                job_id = int(payload)
-            except ValueError:
-                job_id = -1
-            if job_id in self._in_hand or job_id == -1:
-                self._wake.set("cancel")
+            job_id, _, token = payload.partition(":")
+            if token and job_id.isdigit():
+                # From this process (app.cancel): straight to the handler.
+                self._local_cancels.append((int(job_id), token))
+                self._wake.set("local-cancel")
             else:
-                # Perhaps ours all the same: a job whose claim is committed but not yet
-                # handed to this loop. Look once it is (rate-limited, not forced).
-                self._wake.set("cancel-other")
+                self._wake.set("cancel")
             return
         if channel not in ("jobs", "any", "reconnected"):
-            return  # e.g. "done": another job finished, nothing to claim
+            return  # "done", "progress": nothing to claim
         if channel == "jobs" and payload and payload not in self.options.queues:
             return
         self._wake.set(channel)
@@ -500,16 +645,19 @@ class Worker:
     def _shutdown(self) -> None:
         self.app.changes.remove(self._on_store_change)
         try:
-            self._record_finished()
-            leftover = [r for r in self._in_hand.values() if not r.settled and not r.lost]
-            if leftover:
-                self._write_outcomes([(r, Outcome("release")) for r in leftover])
+            self._read_inbox()
+            leftover = [r for r in self._held.values() if not r.recorded and not r.returned]
+            for r in leftover:
+                r.recorded = Outcome("release")
+            self._completer.submit([(r, Outcome("release")) for r in leftover])
         finally:
-            # Idle handler threads end now (no work comes after the loop), whatever
-            # the rest of the shutdown meets.
+            # Idle handler threads end now (no work comes after the loop).
             self._threads.close()
-            # Every outcome is written before the worker says it has stopped.
-            self._acks.close(timeout=max(self.options.stop_timeout, 10.0))
+            # Every outcome is written before the worker says it has stopped; the
+            # leases are kept until then.
+            self._completer.close(timeout=max(self.options.stop_timeout, 10.0))
+            self._read_inbox()
+            self._leases.stop()
             if self._maintenance is not None:
                 self._maintenance.stop()
             if self._loop_thread is not None:
@@ -518,4 +666,15 @@ class Worker:
                 self.store.worker_unregister(self.id)
             except Exception:
                 log.exception("could not unregister worker %s", self.id)
+            log_summary(self, time.monotonic() - self._began)
             self._stopped.set()
+
+
+def running_lease(running: Running) -> Lease:
+    return Lease(running.id, running.token)
+
+
+def progress_payload(job_id: int, fraction: float | None, message: str | None) -> str:
+    """``id<TAB>fraction<TAB>message`` for in-process progress listeners."""
+    shown = "" if fraction is None else repr(fraction)
+    return f"{job_id}\t{shown}\t{message or ''}"

@@ -108,6 +108,9 @@ LIMIT %(limit)s
 -- jobs_group_running turns that into a unique violation, and the store
 -- retries the claim with a fresh snapshot.
 --
+-- %(now)s NULL means the server's clock (now()): leases are judged on one
+-- clock, whatever the clocks of the worker machines say.
+--
 -- MATERIALIZED: the locking candidate search must run exactly once.
 WITH candidates AS MATERIALIZED (
     SELECT c.id
@@ -116,7 +119,7 @@ WITH candidates AS MATERIALIZED (
         SELECT j.id, j.priority FROM jobs AS j
         WHERE j.state = 'queued'
           AND j.queue = q.name
-          AND j.run_at <= %(now)s
+          AND j.run_at <= coalesce(%(now)s::timestamptz, now())
           AND (%(group)s::text IS NULL OR j.group_key = %(group)s)
           AND (j.group_key IS NULL OR (
               NOT EXISTS (SELECT 1 FROM jobs AS r
@@ -137,8 +140,8 @@ WITH candidates AS MATERIALIZED (
         attempts = jobs.attempts + 1,
         worker = %(worker)s,
         lease_token = %(token)s,
-        lease_expires_at = %(lease_expires_at)s,
-        started_at = %(now)s,
+        lease_expires_at = coalesce(%(now)s::timestamptz, now()) + %(lease)s::interval,
+        started_at = coalesce(%(now)s::timestamptz, now()),
         progress = NULL,
         progress_message = NULL
     FROM candidates
@@ -146,201 +149,105 @@ WITH candidates AS MATERIALIZED (
     RETURNING jobs.*
 ), claimed_events AS (
     INSERT INTO events (job_id, queue, task, kind, attempt, worker, at)
-    SELECT id, queue, task, 'claimed', attempts, worker, %(now)s FROM claimed ORDER BY id
+    SELECT id, queue, task, 'claimed', attempts, worker, coalesce(%(now)s::timestamptz, now()) FROM claimed ORDER BY id
 )
 SELECT * FROM claimed
 
 -- name: job_heartbeat
 UPDATE jobs
-SET lease_expires_at = %(lease_expires_at)s
+SET lease_expires_at = coalesce(%(now)s::timestamptz, now()) + %(lease)s::interval
 FROM unnest(%(ids)b::bigint[], %(tokens)b::text[]) AS l(id, token)
 WHERE jobs.id = l.id AND jobs.lease_token = l.token AND jobs.state = 'running'
 RETURNING jobs.id, jobs.cancel_requested
 
--- name: job_complete
-WITH changed AS (
-    UPDATE jobs
-    SET state = 'succeeded',
-        result = c.result,
-        finished_at = %(now)s,
-        lease_token = NULL,
-        lease_expires_at = NULL
-    FROM unnest(%(ids)b::bigint[], %(tokens)b::text[], %(results)b::json[])
-         AS c(id, token, result)
-    WHERE jobs.id = c.id AND jobs.lease_token = c.token AND jobs.state = 'running'
-    RETURNING jobs.id, jobs.queue, jobs.task, jobs.state, jobs.attempts, jobs.worker
-), changed_events AS (
-    INSERT INTO events (job_id, queue, task, kind, attempt, worker, at)
-    SELECT id, queue, task, 'succeeded', attempts, worker, %(now)s FROM changed ORDER BY id
-)
-SELECT changed.id
-FROM changed, (SELECT count(pg_notify('conveyor_done', d.ids))
-               FROM (SELECT string_agg(id::text, ',') AS ids FROM changed
-                     GROUP BY id / 400) AS d) AS notified
-
--- name: job_fail
--- A job whose cancel was requested ends cancelled rather than retrying.
+-- name: job_finish
+-- The one statement that ends running jobs, for every kind of outcome (see
+-- FinishKind in store/base.py), with their events and notifications. Each item
+-- names the lease it was claimed under, and a stale token changes nothing:
+-- that is the fence against a worker that lost its lease. A rescue also needs
+-- the lease to have run out (a worker that renewed it meanwhile keeps its
+-- job). A job whose cancel was requested ends cancelled, whatever the
+-- outcome, unless it succeeded. Snooze and release give the attempt back.
+--
+-- The new state is decided in the SET expressions from the row being updated,
+-- not in a CTE: a cancel committed while this statement waited for the row
+-- lock is seen (PostgreSQL re-reads the newest row version there).
 WITH changed AS (
     UPDATE jobs
     SET state = CASE
-            WHEN jobs.cancel_requested THEN 'cancelled'
-            WHEN f.retryable AND jobs.attempts < jobs.max_attempts THEN 'queued'
+            WHEN f.kind = 'complete' THEN 'succeeded'
+            WHEN NOT jobs.cancel_requested AND (f.kind IN ('snooze', 'release')
+                 OR (f.kind IN ('retry', 'rescue') AND jobs.attempts < jobs.max_attempts))
+            THEN 'queued'
+            WHEN jobs.cancel_requested OR f.kind = 'cancelled' THEN 'cancelled'
             ELSE 'failed' END,
         run_at = CASE
-            WHEN NOT jobs.cancel_requested AND f.retryable AND jobs.attempts < jobs.max_attempts
-            THEN f.retry_at ELSE jobs.run_at END,
+            WHEN NOT jobs.cancel_requested AND (f.kind IN ('snooze', 'release')
+                 OR (f.kind IN ('retry', 'rescue') AND jobs.attempts < jobs.max_attempts))
+            THEN coalesce(f.run_at, CASE WHEN f.kind = 'rescue' THEN coalesce(%(now)s::timestamptz, now()) END, jobs.run_at)
+            ELSE jobs.run_at END,
         finished_at = CASE
-            WHEN NOT jobs.cancel_requested AND f.retryable AND jobs.attempts < jobs.max_attempts
-            THEN NULL ELSE %(now)s END,
-        error = f.error,
+            WHEN NOT jobs.cancel_requested AND (f.kind IN ('snooze', 'release')
+                 OR (f.kind IN ('retry', 'rescue') AND jobs.attempts < jobs.max_attempts))
+            THEN NULL ELSE coalesce(%(now)s::timestamptz, now()) END,
+        attempts = jobs.attempts - CASE WHEN f.kind IN ('snooze', 'release') THEN 1 ELSE 0 END,
+        result = CASE WHEN f.kind = 'complete' THEN f.result ELSE jobs.result END,
+        error = coalesce(f.error, jobs.error),
         lease_token = NULL,
         lease_expires_at = NULL
-    FROM unnest(%(ids)b::bigint[], %(tokens)b::text[], %(errors)b::text[],
-                %(retryables)b::boolean[], %(retry_ats)b::timestamptz[])
-         AS f(id, token, error, retryable, retry_at)
-    WHERE jobs.id = f.id AND jobs.lease_token = f.token AND jobs.state = 'running'
-    RETURNING jobs.id, jobs.queue, jobs.task, jobs.state, jobs.attempts, jobs.worker, jobs.error
+    FROM unnest(%(ids)b::bigint[], %(tokens)b::text[], %(kinds)b::text[], %(results)b::json[],
+                %(errors)b::text[], %(run_ats)b::timestamptz[])
+         AS f(id, token, kind, result, error, run_at)
+    WHERE jobs.id = f.id
+      AND jobs.lease_token = f.token
+      AND jobs.state = 'running'
+      AND (f.kind <> 'rescue' OR jobs.lease_expires_at < coalesce(%(now)s::timestamptz, now()))
+    RETURNING jobs.id, jobs.queue, jobs.task, jobs.state, jobs.attempts, jobs.worker,
+              jobs.error, jobs.group_key, f.kind
 ), changed_events AS (
+    -- One event per job, named after what became of it; a rescue that did not
+    -- queue the job again also records how it ended, after all the "rescued"
+    -- events. Snooze and release gave the attempt back: their events add one.
     INSERT INTO events (job_id, queue, task, kind, attempt, worker, at, error)
     SELECT id, queue, task,
-           CASE state WHEN 'queued' THEN 'retried' ELSE state END,
-           attempts, worker, %(now)s, error
-    FROM changed ORDER BY id
+           CASE WHEN e.ordinal = 2 THEN state
+                WHEN changed.kind = 'rescue' THEN 'rescued'
+                WHEN state <> 'queued' THEN state
+                WHEN changed.kind = 'retry' THEN 'retried'
+                WHEN changed.kind = 'snooze' THEN 'snoozed'
+                ELSE 'released' END,
+           attempts + CASE WHEN changed.kind IN ('snooze', 'release') THEN 1 ELSE 0 END,
+           worker, coalesce(%(now)s::timestamptz, now()),
+           CASE WHEN changed.kind IN ('retry', 'fail', 'rescue') THEN error END
+    FROM changed
+    CROSS JOIN LATERAL (VALUES (1), (2)) AS e(ordinal)
+    WHERE e.ordinal = 1 OR (changed.kind = 'rescue' AND state <> 'queued')
+    ORDER BY e.ordinal, id
 )
+-- Waiters hear of jobs that ended; workers hear of queues with a job queued
+-- again, and of queues where a group may now let its next job through.
 SELECT changed.id
 FROM changed,
      (SELECT count(pg_notify('conveyor_done', d.ids))
       FROM (SELECT string_agg(id::text, ',') AS ids FROM changed
             WHERE state <> 'queued' GROUP BY id / 400) AS d) AS done,
      (SELECT count(pg_notify('conveyor_jobs', q.queue))
-      FROM (SELECT DISTINCT queue FROM changed WHERE state = 'queued') AS q) AS requeued
-
--- name: job_snooze
--- Gives the attempt back: a snooze is not a failure.
-WITH changed AS (
-    UPDATE jobs
-    SET state = CASE WHEN jobs.cancel_requested THEN 'cancelled' ELSE 'queued' END,
-        run_at = s.run_at,
-        attempts = jobs.attempts - 1,
-        finished_at = CASE WHEN jobs.cancel_requested THEN %(now)s::timestamptz END,
-        lease_token = NULL,
-        lease_expires_at = NULL
-    FROM unnest(%(ids)b::bigint[], %(tokens)b::text[], %(run_ats)b::timestamptz[])
-         AS s(id, token, run_at)
-    WHERE jobs.id = s.id AND jobs.lease_token = s.token AND jobs.state = 'running'
-    RETURNING jobs.id, jobs.queue, jobs.task, jobs.state, jobs.attempts, jobs.worker
-), changed_events AS (
-    INSERT INTO events (job_id, queue, task, kind, attempt, worker, at)
-    SELECT id, queue, task, CASE state WHEN 'queued' THEN 'snoozed' ELSE state END,
-           attempts + 1, worker, %(now)s
-    FROM changed ORDER BY id
-)
-SELECT changed.id
-FROM changed,
-     (SELECT count(pg_notify('conveyor_done', d.ids))
-      FROM (SELECT string_agg(id::text, ',') AS ids FROM changed
-            WHERE state <> 'queued' GROUP BY id / 400) AS d) AS done,
-     (SELECT count(pg_notify('conveyor_jobs', q.queue))
-      FROM (SELECT DISTINCT queue FROM changed WHERE state = 'queued') AS q) AS requeued
-
--- name: job_release
--- Shutdown hands the job back without using up an attempt.
-WITH changed AS (
-    UPDATE jobs
-    SET state = CASE WHEN jobs.cancel_requested THEN 'cancelled' ELSE 'queued' END,
-        attempts = jobs.attempts - 1,
-        finished_at = CASE WHEN jobs.cancel_requested THEN %(now)s::timestamptz END,
-        lease_token = NULL,
-        lease_expires_at = NULL
-    FROM unnest(%(ids)b::bigint[], %(tokens)b::text[]) AS r(id, token)
-    WHERE jobs.id = r.id AND jobs.lease_token = r.token AND jobs.state = 'running'
-    RETURNING jobs.id, jobs.queue, jobs.task, jobs.state, jobs.attempts, jobs.worker
-), changed_events AS (
-    INSERT INTO events (job_id, queue, task, kind, attempt, worker, at)
-    SELECT id, queue, task, CASE state WHEN 'queued' THEN 'released' ELSE state END,
-           attempts + 1, worker, %(now)s
-    FROM changed ORDER BY id
-)
-SELECT changed.id
-FROM changed,
-     (SELECT count(pg_notify('conveyor_done', d.ids))
-      FROM (SELECT string_agg(id::text, ',') AS ids FROM changed
-            WHERE state <> 'queued' GROUP BY id / 400) AS d) AS done,
-     (SELECT count(pg_notify('conveyor_jobs', q.queue))
-      FROM (SELECT DISTINCT queue FROM changed WHERE state = 'queued') AS q) AS requeued
-
--- name: job_set_cancelled
-WITH changed AS (
-    UPDATE jobs
-    SET state = 'cancelled',
-        finished_at = %(now)s,
-        lease_token = NULL,
-        lease_expires_at = NULL
-    FROM unnest(%(ids)b::bigint[], %(tokens)b::text[]) AS c(id, token)
-    WHERE jobs.id = c.id AND jobs.lease_token = c.token AND jobs.state = 'running'
-    RETURNING jobs.id, jobs.queue, jobs.task, jobs.attempts, jobs.worker
-), changed_events AS (
-    INSERT INTO events (job_id, queue, task, kind, attempt, worker, at)
-    SELECT id, queue, task, 'cancelled', attempts, worker, %(now)s FROM changed ORDER BY id
-)
-SELECT changed.id
-FROM changed, (SELECT count(pg_notify('conveyor_done', d.ids))
-               FROM (SELECT string_agg(id::text, ',') AS ids FROM changed
-                     GROUP BY id / 400) AS d) AS notified
+      FROM (SELECT DISTINCT queue FROM changed
+            WHERE state = 'queued' OR group_key IS NOT NULL) AS q) AS ready
 
 -- name: job_progress
 UPDATE jobs
 SET progress = coalesce(%(fraction)s, progress), progress_message = %(message)s
 WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running'
 
--- name: job_rescue_expired
--- PostgreSQL re-checks the WHERE clause on the newest version of each locked
--- row, so a lease renewed (or a job finished) in the meantime is left alone:
--- that re-check is the compare-and-set on (id, lease_token).
---
--- The locking SELECT sits in a MATERIALIZED CTE so it runs once: as a plain
--- "id IN (SELECT ... LIMIT ... FOR UPDATE SKIP LOCKED)" the planner may rescan
--- it for every candidate row, and each rescan can lock and return another
--- row, so the limit no longer holds.
-WITH expired AS MATERIALIZED (
-    SELECT id FROM jobs
-    WHERE state = 'running' AND lease_expires_at < %(now)s
-    ORDER BY lease_expires_at, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-), changed AS (
-    UPDATE jobs
-    SET state = CASE
-            WHEN cancel_requested THEN 'cancelled'
-            WHEN attempts < max_attempts THEN 'queued'
-            ELSE 'failed' END,
-        finished_at = CASE
-            WHEN NOT cancel_requested AND attempts < max_attempts THEN NULL ELSE %(now)s END,
-        run_at = %(now)s,
-        error = 'worker lost: lease expired',
-        lease_token = NULL,
-        lease_expires_at = NULL
-    WHERE id IN (SELECT id FROM expired)
-      AND state = 'running' AND lease_expires_at < %(now)s
-    RETURNING id, queue, task, state, attempts, worker, error
-), changed_events AS (
-    -- "rescued" always; a job out of attempts (or with a cancel pending) also
-    -- records how it ended. As on SQLite, all the "rescued" events come first,
-    -- then the endings, each in job order.
-    INSERT INTO events (job_id, queue, task, kind, attempt, worker, at, error)
-    SELECT id, queue, task, e.kind, attempts, worker, %(now)s, error
-    FROM changed
-    CROSS JOIN LATERAL (VALUES (1, 'rescued'), (2, state)) AS e(ordinal, kind)
-    WHERE e.ordinal = 1 OR state <> 'queued'
-    ORDER BY e.ordinal, id
-)
-SELECT changed.id
-FROM changed,
-     (SELECT count(pg_notify('conveyor_done', d.ids))
-      FROM (SELECT string_agg(id::text, ',') AS ids FROM changed
-            WHERE state <> 'queued' GROUP BY id / 400) AS d) AS done,
-     (SELECT count(pg_notify('conveyor_jobs', q.queue))
-      FROM (SELECT DISTINCT queue FROM changed WHERE state = 'queued') AS q) AS requeued
+-- name: job_expired_leases
+-- Running jobs whose lease ran out (on the server's clock unless %(now)s is
+-- given), with the lease they were claimed under: the store ends them with
+-- job_finish (kind rescue), which checks both again on the newest row.
+SELECT id, lease_token FROM jobs
+WHERE state = 'running' AND lease_expires_at < coalesce(%(now)s::timestamptz, now())
+ORDER BY lease_expires_at, id
+LIMIT %(limit)s
 
 -- name: job_cancel
 -- Queued: cancelled at once. Running: flagged, and its worker told. Finished:
@@ -423,11 +330,31 @@ GROUP BY queue
 -- name: stats_finished_since
 SELECT count(*) FROM jobs WHERE finished_at >= %(since)s
 
--- name: next_run_at
-SELECT min(run_at) FROM jobs WHERE state = 'queued' AND queue = ANY(%(queues)s::text[])
+-- name: next_run_in
+-- Seconds until the next queued job of the queues that is not due yet becomes
+-- due, on the server's clock. Jobs already due are left out: if they were not
+-- claimed, a busy group or a pause holds them, and a timer set to their (past)
+-- run_at would claim in a loop.
+SELECT extract(epoch FROM min(run_at) - coalesce(%(now)s::timestamptz, now()))::float8
+FROM jobs
+WHERE state = 'queued'
+  AND run_at > coalesce(%(now)s::timestamptz, now())
+  AND queue = ANY(%(queues)s::text[])
+  AND NOT EXISTS (SELECT 1 FROM queues AS p WHERE p.name = jobs.queue AND p.paused)
 
--- name: next_run_at_all
-SELECT min(run_at) FROM jobs WHERE state = 'queued'
+-- name: periodic_tick_take
+-- Record %(tick)s as the last enqueued tick of periodic task %(name)s, unless it
+-- (or a later one) already is: one row comes back when this caller takes the tick.
+INSERT INTO periodic_ticks (name, last_tick, updated_at) VALUES (%(name)s, %(tick)s, %(now)s)
+ON CONFLICT (name) DO UPDATE SET last_tick = excluded.last_tick, updated_at = excluded.updated_at
+WHERE periodic_ticks.last_tick < excluded.last_tick
+RETURNING name
+
+-- name: periodic_tick_job
+UPDATE periodic_ticks SET job_id = %(job_id)s WHERE name = %(name)s
+
+-- name: periodic_last_ticks
+SELECT name, last_tick FROM periodic_ticks
 
 -- name: queue_set_paused
 WITH changed AS (

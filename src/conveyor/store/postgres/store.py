@@ -26,19 +26,18 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from conveyor.errors import ConfigurationError, JobStateError, StoreUnavailableError
 from conveyor.job import Event, Job, JobState, NewJob
 from conveyor.store.base import (
+    LEASE_EXPIRED_ERROR,
     BatchStatus,
     ChangeCallback,
-    Completion,
     EventCounts,
     EventOffset,
-    Failure,
+    Finish,
     FinishedCount,
     JobFilter,
     Lease,
     LeaseStatus,
     QueueStats,
     RunTimeBucket,
-    Snooze,
     Stats,
     Subscription,
     WorkerInfo,
@@ -198,6 +197,12 @@ class PostgresStore:
                 yield conn
         except PoolTimeout as exc:
             raise self._unavailable(exc) from None
+        except psycopg.OperationalError as exc:
+            # The server went away mid-call (a restart, a failover, a dropped
+            # connection): the database is unavailable, not refusing the data.
+            # The pool replaces the broken connection; callers that retry, retry.
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise StoreUnavailableError(f"lost PostgreSQL at {self.where}: {reason}") from exc
 
     @contextmanager
     def _tx(self) -> Iterator[Connection]:
@@ -391,14 +396,10 @@ class PostgresStore:
             rows = conn.execute(_Q["batch_counts"], {"batch": batch}).fetchall()
         return BatchStatus(batch, {state: count for state, count in sorted(rows)})
 
-    def next_run_at(self, queues: Sequence[str] | None) -> datetime | None:
+    def next_run_in(self, queues: Sequence[str], now: datetime | None = None) -> float | None:
         with self._conn() as conn:
-            if queues is None:
-                row = conn.execute(_Q["next_run_at_all"]).fetchone()
-            else:
-                row = conn.execute(_Q["next_run_at"], {"queues": list(queues)}).fetchone()
-        value: datetime | None = row[0] if row else None
-        return value
+            row = conn.execute(_Q["next_run_in"], {"queues": list(queues), "now": now}).fetchone()
+        return None if row is None or row[0] is None else max(0.0, float(row[0]))
 
     # --- working ------------------------------------------------------------
 
@@ -408,7 +409,7 @@ class PostgresStore:
         limit: int,
         worker: str,
         lease: timedelta,
-        now: datetime,
+        now: datetime | None = None,
         group: str | None = None,
     ) -> list[Job]:
         if limit <= 0 or not queues:
@@ -418,7 +419,7 @@ class PostgresStore:
             "limit": limit,
             "worker": worker,
             "token": secrets.token_hex(16),
-            "lease_expires_at": now + lease,
+            "lease": lease,
             "now": now,
             "group": group,
         }
@@ -434,14 +435,15 @@ class PostgresStore:
         return []
 
     def job_heartbeat(
-        self, leases: Sequence[Lease], lease: timedelta, now: datetime
+        self, leases: Sequence[Lease], lease: timedelta, now: datetime | None = None
     ) -> list[LeaseStatus]:
         if not leases:
             return []
         params = {
             "ids": [le.id for le in leases],
             "tokens": [le.token for le in leases],
-            "lease_expires_at": now + lease,
+            "lease": lease,
+            "now": now,
         }
         with self._conn() as conn:
             rows = conn.execute(_Q["job_heartbeat"], params).fetchall()
@@ -451,52 +453,19 @@ class PostgresStore:
         with self._conn() as conn:
             return [r[0] for r in conn.execute(_Q[name], params).fetchall()]
 
-    def job_complete(self, completions: Sequence[Completion], now: datetime) -> list[int]:
-        if not completions:
+    def job_finish(self, finishes: Sequence[Finish], now: datetime | None = None) -> list[int]:
+        if not finishes:
             return []
         params = {
-            "ids": [c.id for c in completions],
-            "tokens": [c.token for c in completions],
-            "results": [c.result_json for c in completions],
+            "ids": [f.id for f in finishes],
+            "tokens": [f.token for f in finishes],
+            "kinds": [f.kind for f in finishes],
+            "results": [f.result_json for f in finishes],
+            "errors": [f.error for f in finishes],
+            "run_ats": [f.run_at for f in finishes],
             "now": now,
         }
-        return self._change("job_complete", params)
-
-    def job_fail(self, failures: Sequence[Failure], now: datetime) -> list[int]:
-        if not failures:
-            return []
-        params = {
-            "ids": [f.id for f in failures],
-            "tokens": [f.token for f in failures],
-            "errors": [f.error for f in failures],
-            "retryables": [f.retryable for f in failures],
-            "retry_ats": [f.retry_at for f in failures],
-            "now": now,
-        }
-        return self._change("job_fail", params)
-
-    def job_snooze(self, snoozes: Sequence[Snooze], now: datetime) -> list[int]:
-        if not snoozes:
-            return []
-        params = {
-            "ids": [s.id for s in snoozes],
-            "tokens": [s.token for s in snoozes],
-            "run_ats": [s.run_at for s in snoozes],
-            "now": now,
-        }
-        return self._change("job_snooze", params)
-
-    def _leases(self, name: str, leases: Sequence[Lease], now: datetime) -> list[int]:
-        if not leases:
-            return []
-        params = {"ids": [le.id for le in leases], "tokens": [le.token for le in leases]}
-        return self._change(name, {**params, "now": now})
-
-    def job_release(self, leases: Sequence[Lease], now: datetime) -> list[int]:
-        return self._leases("job_release", leases, now)
-
-    def job_set_cancelled(self, leases: Sequence[Lease], now: datetime) -> list[int]:
-        return self._leases("job_set_cancelled", leases, now)
+        return self._change("job_finish", params)
 
     def job_progress(
         self, lease: Lease, fraction: float | None, message: str | None, now: datetime
@@ -505,8 +474,29 @@ class PostgresStore:
         with self._conn() as conn:
             return conn.execute(_Q["job_progress"], params).rowcount == 1
 
-    def job_rescue_expired(self, now: datetime, limit: int = 1000) -> list[int]:
-        return self._change("job_rescue_expired", {"now": now, "limit": limit})
+    def job_rescue_expired(self, now: datetime | None = None, limit: int = 1000) -> list[int]:
+        with self._conn() as conn:
+            expired = conn.execute(
+                _Q["job_expired_leases"], {"now": now, "limit": limit}
+            ).fetchall()
+        rescues = [
+            Finish(id_, token, "rescue", error=LEASE_EXPIRED_ERROR) for id_, token in expired
+        ]
+        return self.job_finish(rescues, now)
+
+    def periodic_enqueue(self, name: str, tick: datetime, job: NewJob, now: datetime) -> bool:
+        with self._tx() as conn:
+            params = {"name": name, "tick": tick, "now": now}
+            if conn.execute(_Q["periodic_tick_take"], params).fetchone() is None:
+                return False
+            (inserted,) = self.job_insert_many([job], now, connection=conn)
+            conn.execute(_Q["periodic_tick_job"], {"name": name, "job_id": inserted.id})
+        return True
+
+    def periodic_last_ticks(self) -> dict[str, datetime]:
+        with self._conn() as conn:
+            rows = conn.execute(_Q["periodic_last_ticks"]).fetchall()
+        return {name: tick for name, tick in rows}
 
     # --- operating ------------------------------------------------------------
 

@@ -99,13 +99,11 @@ WHERE id IN (
 RETURNING *
 
 -- name: event_insert_for_jobs
--- One event for each job of :ids. :kinds maps the state the job is now in to the
--- event kind (e.g. {"queued": "retried", "failed": "failed"}); a job in a state
--- the map does not name gets no event. Snooze and release gave the attempt
--- back, so their events add :attempt_offset to name the attempt that ran.
-INSERT INTO events (job_id, queue, task, kind, attempt, worker, at, error)
-SELECT id, queue, task, :kinds ->> state, attempts + :attempt_offset, worker, :now,
-       CASE WHEN :with_error THEN error END
+-- One event for each job of :ids (claim, cancel, retry). :kinds maps the state
+-- the job is now in to the event kind (e.g. {"running": "claimed"}); a job in
+-- a state the map does not name gets no event.
+INSERT INTO events (job_id, queue, task, kind, attempt, worker, at)
+SELECT id, queue, task, :kinds ->> state, attempts, worker, :now
 FROM jobs
 WHERE id IN (SELECT value FROM json_each(:ids))
   AND (:kinds ->> state) IS NOT NULL
@@ -121,108 +119,80 @@ WHERE jobs.id = l.value ->> 0
   AND jobs.state = 'running'
 RETURNING jobs.id, jobs.cancel_requested
 
--- name: job_complete
--- :items is [[id, token, result_json_or_null], ...]
-UPDATE jobs
-SET state = 'succeeded',
-    result = c.value ->> 2,
-    finished_at = :now,
-    lease_token = NULL,
-    lease_expires_at = NULL
-FROM json_each(:items) AS c
-WHERE jobs.id = c.value ->> 0
-  AND jobs.lease_token = c.value ->> 1
-  AND jobs.state = 'running'
-RETURNING jobs.id
-
--- name: job_fail
--- :items is [[id, token, error, retryable, retry_at], ...]. A job whose cancel
--- was requested ends cancelled rather than retrying.
+-- name: job_finish
+-- The one statement that ends running jobs, for every kind of outcome (see
+-- FinishKind in store/base.py). :items is [[id, token, kind, result, error,
+-- run_at], ...]. Each item names the lease it was claimed under, and a stale
+-- token changes nothing: that is the fence against a worker that lost its
+-- lease. A rescue also needs the lease to have run out by :now (a worker that
+-- renewed it meanwhile keeps its job). A job whose cancel was requested ends
+-- cancelled, whatever the outcome, unless it succeeded. Snooze and release
+-- give the attempt back.
 UPDATE jobs
 SET state = CASE
-        WHEN jobs.cancel_requested THEN 'cancelled'
-        WHEN f.value ->> 3 AND jobs.attempts < jobs.max_attempts THEN 'queued'
+        WHEN f.kind = 'complete' THEN 'succeeded'
+        WHEN NOT jobs.cancel_requested AND (f.kind IN ('snooze', 'release')
+             OR (f.kind IN ('retry', 'rescue') AND jobs.attempts < jobs.max_attempts))
+        THEN 'queued'
+        WHEN jobs.cancel_requested OR f.kind = 'cancelled' THEN 'cancelled'
         ELSE 'failed' END,
     run_at = CASE
-        WHEN NOT jobs.cancel_requested AND f.value ->> 3 AND jobs.attempts < jobs.max_attempts
-        THEN f.value ->> 4 ELSE jobs.run_at END,
+        WHEN NOT jobs.cancel_requested AND (f.kind IN ('snooze', 'release')
+             OR (f.kind IN ('retry', 'rescue') AND jobs.attempts < jobs.max_attempts))
+        THEN coalesce(f.run_at, CASE WHEN f.kind = 'rescue' THEN :now END, jobs.run_at)
+        ELSE jobs.run_at END,
     finished_at = CASE
-        WHEN NOT jobs.cancel_requested AND f.value ->> 3 AND jobs.attempts < jobs.max_attempts
+        WHEN NOT jobs.cancel_requested AND (f.kind IN ('snooze', 'release')
+             OR (f.kind IN ('retry', 'rescue') AND jobs.attempts < jobs.max_attempts))
         THEN NULL ELSE :now END,
-    error = f.value ->> 2,
+    attempts = jobs.attempts - (f.kind IN ('snooze', 'release')),
+    result = CASE WHEN f.kind = 'complete' THEN f.result ELSE jobs.result END,
+    error = coalesce(f.error, jobs.error),
     lease_token = NULL,
     lease_expires_at = NULL
-FROM json_each(:items) AS f
-WHERE jobs.id = f.value ->> 0
-  AND jobs.lease_token = f.value ->> 1
+FROM (SELECT value ->> 0 AS id, value ->> 1 AS token, value ->> 2 AS kind,
+             value ->> 3 AS result, value ->> 4 AS error, value ->> 5 AS run_at
+      FROM json_each(:items)) AS f
+WHERE jobs.id = f.id
+  AND jobs.lease_token = f.token
   AND jobs.state = 'running'
+  AND (f.kind <> 'rescue' OR jobs.lease_expires_at < :now)
 RETURNING jobs.id
 
--- name: job_snooze
--- :items is [[id, token, run_at], ...]. Gives the attempt back: a snooze is not a failure.
-UPDATE jobs
-SET state = CASE WHEN jobs.cancel_requested THEN 'cancelled' ELSE 'queued' END,
-    run_at = s.value ->> 2,
-    attempts = jobs.attempts - 1,
-    finished_at = CASE WHEN jobs.cancel_requested THEN :now END,
-    lease_token = NULL,
-    lease_expires_at = NULL
-FROM json_each(:items) AS s
-WHERE jobs.id = s.value ->> 0
-  AND jobs.lease_token = s.value ->> 1
-  AND jobs.state = 'running'
-RETURNING jobs.id
-
--- name: job_release
--- :items is [[id, token], ...]. Shutdown hands the job back without using up an attempt.
-UPDATE jobs
-SET state = CASE WHEN jobs.cancel_requested THEN 'cancelled' ELSE 'queued' END,
-    attempts = jobs.attempts - 1,
-    finished_at = CASE WHEN jobs.cancel_requested THEN :now END,
-    lease_token = NULL,
-    lease_expires_at = NULL
-FROM json_each(:items) AS r
-WHERE jobs.id = r.value ->> 0
-  AND jobs.lease_token = r.value ->> 1
-  AND jobs.state = 'running'
-RETURNING jobs.id
-
--- name: job_set_cancelled
--- :items is [[id, token], ...]
-UPDATE jobs
-SET state = 'cancelled',
-    finished_at = :now,
-    lease_token = NULL,
-    lease_expires_at = NULL
-FROM json_each(:items) AS c
-WHERE jobs.id = c.value ->> 0
-  AND jobs.lease_token = c.value ->> 1
-  AND jobs.state = 'running'
-RETURNING jobs.id
+-- name: event_insert_finished
+-- The events of the jobs job_finish just changed (same transaction). :items is
+-- [[id, kind], ...]. Each job gets one event named after what became of it; a
+-- rescue that did not queue the job again also records how it ended, after
+-- all the "rescued" events. Snooze and release gave the attempt back, so
+-- their events add one to name the attempt that ran.
+INSERT INTO events (job_id, queue, task, kind, attempt, worker, at, error)
+SELECT jobs.id, queue, task,
+       CASE WHEN o.ordinal = 2 THEN jobs.state
+            WHEN f.kind = 'rescue' THEN 'rescued'
+            WHEN jobs.state <> 'queued' THEN jobs.state
+            WHEN f.kind = 'retry' THEN 'retried'
+            WHEN f.kind = 'snooze' THEN 'snoozed'
+            ELSE 'released' END,
+       attempts + (f.kind IN ('snooze', 'release')), worker, :now,
+       CASE WHEN f.kind IN ('retry', 'fail', 'rescue') THEN error END
+FROM (SELECT value ->> 0 AS id, value ->> 1 AS kind FROM json_each(:items)) AS f
+JOIN jobs ON jobs.id = f.id
+JOIN (SELECT 1 AS ordinal UNION ALL SELECT 2) AS o
+  ON o.ordinal = 1 OR (f.kind = 'rescue' AND jobs.state <> 'queued')
+ORDER BY o.ordinal, jobs.id
 
 -- name: job_progress
 UPDATE jobs
 SET progress = coalesce(:fraction, progress), progress_message = :message
 WHERE id = :id AND lease_token = :token AND state = 'running'
 
--- name: job_rescue_expired
--- The lease check is repeated on the row being updated: the compare-and-set.
-UPDATE jobs
-SET state = CASE
-        WHEN cancel_requested THEN 'cancelled'
-        WHEN attempts < max_attempts THEN 'queued'
-        ELSE 'failed' END,
-    finished_at = CASE
-        WHEN NOT cancel_requested AND attempts < max_attempts THEN NULL ELSE :now END,
-    run_at = :now,
-    error = 'worker lost: lease expired',
-    lease_token = NULL,
-    lease_expires_at = NULL
-WHERE id IN (SELECT id FROM jobs
-             WHERE state = 'running' AND lease_expires_at < :now
-             LIMIT :limit)
-  AND state = 'running' AND lease_expires_at < :now
-RETURNING id
+-- name: job_expired_leases
+-- Running jobs whose lease ran out, with the lease they were claimed under:
+-- the store ends them with job_finish (kind rescue), which checks both again.
+SELECT id, lease_token FROM jobs
+WHERE state = 'running' AND lease_expires_at < :now
+ORDER BY lease_expires_at, id
+LIMIT :limit
 
 -- name: job_cancel_queued
 UPDATE jobs
@@ -287,9 +257,28 @@ GROUP BY queue
 SELECT count(*) FROM jobs WHERE finished_at >= :since
 
 -- name: next_run_at
+-- When the next queued job of :queues that is not due yet becomes due. Jobs
+-- already due are left out: if they were not claimed, a busy group or a pause
+-- holds them, and a timer set to their (past) run_at would claim in a loop.
 SELECT min(run_at) FROM jobs
 WHERE state = 'queued'
-  AND (:all_queues OR queue IN (SELECT value FROM json_each(:queues)))
+  AND run_at > :now
+  AND queue IN (SELECT value FROM json_each(:queues))
+  AND queue NOT IN (SELECT name FROM queues WHERE paused)
+
+-- name: periodic_tick_take
+-- Record :tick as the last enqueued tick of periodic task :name, unless it (or
+-- a later one) already is: one row comes back when this caller takes the tick.
+INSERT INTO periodic_ticks (name, last_tick, updated_at) VALUES (:name, :tick, :now)
+ON CONFLICT (name) DO UPDATE SET last_tick = excluded.last_tick, updated_at = excluded.updated_at
+WHERE periodic_ticks.last_tick < excluded.last_tick
+RETURNING name
+
+-- name: periodic_tick_job
+UPDATE periodic_ticks SET job_id = :job_id WHERE name = :name
+
+-- name: periodic_last_ticks
+SELECT name, last_tick FROM periodic_ticks
 
 -- name: queue_set_paused
 INSERT INTO queues (name, paused, updated_at) VALUES (:name, :paused, :now)

@@ -19,30 +19,26 @@ from pathlib import Path
 from typing import Any
 
 from conveyor.errors import ConfigurationError, JobStateError, StoreUnavailableError
-from conveyor.job import Event, Job, JobState, NewJob
+from conveyor.job import Event, Job, JobState, NewJob, utcnow
 from conveyor.store.base import (
+    LEASE_EXPIRED_ERROR,
     BatchStatus,
     ChangeCallback,
-    Completion,
     EventCounts,
     EventOffset,
-    Failure,
+    Finish,
     FinishedCount,
     JobFilter,
     Lease,
     LeaseStatus,
     QueueStats,
     RunTimeBucket,
-    Snooze,
     Stats,
     Subscription,
     WorkerInfo,
 )
 from conveyor.store.common import (
-    ATTEMPT_GIVEN_BACK,
     EVENT_KINDS,
-    RESCUE_ENDINGS,
-    WITH_ERROR,
     job_list_queries,
     key_pairs,
     new_job_record,
@@ -122,8 +118,12 @@ class SQLiteStore:
     supports_listen_notify = False
     supports_external_transactions = True
 
-    def __init__(self, path: str | Path, *, migrate: bool = True) -> None:
+    def __init__(
+        self, path: str | Path, *, migrate: bool = True, busy_timeout: float = BUSY_TIMEOUT_SECONDS
+    ) -> None:
         self.path = Path(path)
+        #: Seconds a write waits for another process's write lock before giving up.
+        self.busy_timeout = busy_timeout
         self.description = f"SQLite database {self.path}"
         if not self.path.parent.is_dir():
             raise ConfigurationError(
@@ -152,7 +152,7 @@ class SQLiteStore:
             try:
                 conn = sqlite3.connect(
                     self.path,
-                    timeout=BUSY_TIMEOUT_SECONDS,
+                    timeout=self.busy_timeout,
                     isolation_level=None,  # we issue BEGIN ourselves
                     check_same_thread=False,  # closed from another thread by close()
                 )
@@ -177,14 +177,24 @@ class SQLiteStore:
             yield connection
             return
         conn = self._conn()
-        if not self._writer.acquire(timeout=BUSY_TIMEOUT_SECONDS):
+        if not self._writer.acquire(timeout=self.busy_timeout):
             raise StoreUnavailableError(
                 f"{self.description} is locked: another thread of this process held the "
-                f"write lock for over {BUSY_TIMEOUT_SECONDS:.0f}s"
+                f"write lock for over {self.busy_timeout:g}s"
             )
         try:
             with immediate_transaction(conn):
                 yield conn
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc):
+                raise
+            # Another process held the write lock past the busy timeout (a backup,
+            # a VACUUM, a long transaction): the database is away for now, not
+            # refusing this data. Callers that retry (the worker) wait and retry.
+            raise StoreUnavailableError(
+                f"{self.description} is locked: another process held the write lock "
+                f"for over {self.busy_timeout:g}s ({exc})"
+            ) from exc
         finally:
             self._writer.release()
 
@@ -345,10 +355,11 @@ class SQLiteStore:
         rows = self._conn().execute(_Q["batch_counts"], {"batch": batch}).fetchall()
         return BatchStatus(batch, {state: count for state, count in sorted(rows)})
 
-    def next_run_at(self, queues: Sequence[str] | None) -> datetime | None:
-        params = {"all_queues": queues is None, "queues": json.dumps(list(queues or []))}
+    def next_run_in(self, queues: Sequence[str], now: datetime | None = None) -> float | None:
+        now_ts = _ts(now or utcnow())
+        params = {"queues": json.dumps(list(queues)), "now": now_ts}
         value = self._conn().execute(_Q["next_run_at"], params).fetchone()[0]
-        return _dt(value)
+        return None if value is None else max(0.0, value - now_ts)
 
     # --- working ------------------------------------------------------------
 
@@ -358,11 +369,12 @@ class SQLiteStore:
         limit: int,
         worker: str,
         lease: timedelta,
-        now: datetime,
+        now: datetime | None = None,
         group: str | None = None,
     ) -> list[Job]:
         if limit <= 0 or not queues:
             return []
+        now = now or utcnow()  # one machine, one clock: the file's users share it
         params = {
             # Named twice, a queue would be scanned twice and its jobs counted twice.
             "queues": json.dumps(list(dict.fromkeys(queues))),
@@ -381,63 +393,48 @@ class SQLiteStore:
         return jobs
 
     def job_heartbeat(
-        self, leases: Sequence[Lease], lease: timedelta, now: datetime
+        self, leases: Sequence[Lease], lease: timedelta, now: datetime | None = None
     ) -> list[LeaseStatus]:
         if not leases:
             return []
         params = {
             "items": json.dumps([[le.id, le.token] for le in leases]),
-            "lease_expires_at": _ts(now + lease),
+            "lease_expires_at": _ts((now or utcnow()) + lease),
         }
         with self._write() as conn:
             rows = conn.execute(_Q["job_heartbeat"], params).fetchall()
         return [LeaseStatus(id=r[0], cancel_requested=bool(r[1])) for r in rows]
 
-    def _finish(self, action: str, items: list[list[Any]], now: datetime) -> list[int]:
-        """Run one of the batched lease-checked updates and record an event per changed job."""
-        if not items:
+    def job_finish(self, finishes: Sequence[Finish], now: datetime | None = None) -> list[int]:
+        if not finishes:
             return []
-        now_ts = _ts(now)
+        now_ts = _ts(now or utcnow())
+        items = [
+            [
+                f.id,
+                f.token,
+                f.kind,
+                f.result_json,
+                f.error,
+                None if f.run_at is None else _ts(f.run_at),
+            ]
+            for f in finishes
+        ]
+        kinds = {f.id: f.kind for f in finishes}
         with self._write() as conn:
             params = {"items": json.dumps(items), "now": now_ts}
-            ids = [r[0] for r in conn.execute(_Q[f"job_{action}"], params)]
-            self._record(conn, action, ids, now_ts)
+            ids = [r[0] for r in conn.execute(_Q["job_finish"], params)]
+            if ids:
+                changed = json.dumps([[i, kinds[i]] for i in ids])
+                conn.execute(_Q["event_insert_finished"], {"items": changed, "now": now_ts})
         return ids
 
     def _record(self, conn: sqlite3.Connection, action: str, ids: list[int], now_ts: float) -> None:
         """Append the events of ``action`` for the jobs it just changed (same transaction)."""
         if not ids:
             return
-        params = {
-            "ids": json.dumps(ids),
-            "kinds": json.dumps(EVENT_KINDS[action]),
-            "attempt_offset": 1 if action in ATTEMPT_GIVEN_BACK else 0,
-            "with_error": action in WITH_ERROR,
-            "now": now_ts,
-        }
+        params = {"ids": json.dumps(ids), "kinds": json.dumps(EVENT_KINDS[action]), "now": now_ts}
         conn.execute(_Q["event_insert_for_jobs"], params)
-        if action == "rescue":
-            conn.execute(
-                _Q["event_insert_for_jobs"], {**params, "kinds": json.dumps(RESCUE_ENDINGS)}
-            )
-
-    def job_complete(self, completions: Sequence[Completion], now: datetime) -> list[int]:
-        items = [[c.id, c.token, c.result_json] for c in completions]
-        return self._finish("complete", items, now)
-
-    def job_fail(self, failures: Sequence[Failure], now: datetime) -> list[int]:
-        items = [[f.id, f.token, f.error, f.retryable, _ts(f.retry_at)] for f in failures]
-        return self._finish("fail", items, now)
-
-    def job_snooze(self, snoozes: Sequence[Snooze], now: datetime) -> list[int]:
-        items = [[s.id, s.token, _ts(s.run_at)] for s in snoozes]
-        return self._finish("snooze", items, now)
-
-    def job_release(self, leases: Sequence[Lease], now: datetime) -> list[int]:
-        return self._finish("release", [[le.id, le.token] for le in leases], now)
-
-    def job_set_cancelled(self, leases: Sequence[Lease], now: datetime) -> list[int]:
-        return self._finish("set_cancelled", [[le.id, le.token] for le in leases], now)
 
     def job_progress(
         self, lease: Lease, fraction: float | None, message: str | None, now: datetime
@@ -446,13 +443,27 @@ class SQLiteStore:
         with self._write() as conn:
             return conn.execute(_Q["job_progress"], params).rowcount == 1
 
-    def job_rescue_expired(self, now: datetime, limit: int = 1000) -> list[int]:
-        now_ts = _ts(now)
+    def job_rescue_expired(self, now: datetime | None = None, limit: int = 1000) -> list[int]:
+        now = now or utcnow()
+        params = {"now": _ts(now), "limit": limit}
+        expired = self._conn().execute(_Q["job_expired_leases"], params).fetchall()
+        rescues = [
+            Finish(id_, token, "rescue", error=LEASE_EXPIRED_ERROR) for id_, token in expired
+        ]
+        return self.job_finish(rescues, now)
+
+    def periodic_enqueue(self, name: str, tick: datetime, job: NewJob, now: datetime) -> bool:
         with self._write() as conn:
-            params = {"now": now_ts, "limit": limit}
-            ids = [r[0] for r in conn.execute(_Q["job_rescue_expired"], params)]
-            self._record(conn, "rescue", ids, now_ts)
-        return ids
+            params = {"name": name, "tick": _ts(tick), "now": _ts(now)}
+            if conn.execute(_Q["periodic_tick_take"], params).fetchone() is None:
+                return False
+            (inserted,) = self.job_insert_many([job], now, connection=conn)
+            conn.execute(_Q["periodic_tick_job"], {"name": name, "job_id": inserted.id})
+        return True
+
+    def periodic_last_ticks(self) -> dict[str, datetime]:
+        rows = self._conn().execute(_Q["periodic_last_ticks"]).fetchall()
+        return {name: _dt_required(tick) for name, tick in rows}
 
     # --- operating ------------------------------------------------------------
 
@@ -643,6 +654,14 @@ def immediate_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connecti
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    """Whether SQLite gave up waiting for a lock (as opposed to refusing the statement)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    return "locked" in str(exc) or "busy" in str(exc)
 
 
 def _retry_refusal(job: Job) -> Exception:

@@ -1,0 +1,270 @@
+"""Running one claimed job's handler and turning what happened into an outcome.
+
+The one execution path of conveyor: the worker runs handlers here (sync ones on
+its handler threads, async ones on its event loop), and so do the testing
+helpers, inline. Nothing here touches the store; outcomes go to the completer.
+
+Whatever goes wrong between a claim and its outcome ends in an outcome: an
+unknown task, a payload that cannot be decoded, a result that cannot be
+stored, a ``Retry`` with a delay out of range, a backoff that raises. Such a
+job fails at once, with an error that says what happened, and is not retried
+when a retry would only do the same again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from conveyor.errors import Fail, InvalidJobError, Retry, UnknownTaskError
+from conveyor.job import MAX_RUN_AT, Job, encode_json, utcnow
+from conveyor.store.base import Finish, FinishKind
+from conveyor.task import Task
+from conveyor.worker.context import Context
+
+
+@dataclass(slots=True)
+class Outcome:
+    """How an attempt ended, before it is recorded (see FinishKind)."""
+
+    kind: FinishKind
+    result_json: str | None = None
+    error: str | None = None
+    #: retry and snooze: when the job runs again.
+    run_at: datetime | None = None
+
+    def finish(self, job_id: int, token: str) -> Finish:
+        return Finish(job_id, token, self.kind, self.result_json, self.error, self.run_at)
+
+
+@dataclass(eq=False)
+class Running:
+    """One attempt of a job this process holds under a lease.
+
+    Owned by the thread that claimed it (the worker's control loop), except
+    ``outcome``, which the handler's thread writes once before handing the
+    attempt back through the loop's inbox.
+    """
+
+    job: Job
+    task: Task[Any, Any] | None
+    context: Context
+    started: float = field(default_factory=time.monotonic)
+    #: Monotonic deadline from the task's timeout, if any.
+    deadline: float | None = None
+    #: Why the worker asked the handler to stop: "cancel", "timeout", "shutdown"
+    #: or "lease lost". The handler may not listen; the attempt stays held until it returns.
+    abort: str | None = None
+    #: The handler returned (its outcome is set) and was handed back.
+    returned: bool = False
+    #: What the handler's run came to (set by the handler's thread).
+    outcome: Outcome | None = None
+    #: The outcome handed to the completer (after a cancel or a timeout, not the
+    #: handler's own); set while its write is awaited.
+    recorded: Outcome | None = None
+    #: For async handlers: the asyncio task, to cancel it.
+    async_task: asyncio.Task[Any] | None = None
+    #: The payload, decoded once when the job was checked.
+    args: list[Any] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def token(self) -> str:
+        assert self.job.lease_token is not None
+        return self.job.lease_token
+
+    @property
+    def id(self) -> int:
+        return self.job.id
+
+
+def poison_outcome(running: Running) -> Outcome | None:
+    """An outcome for a job that can never run: unknown task or undecodable payload.
+
+    Decodes the payload into ``running.args`` and ``running.kwargs`` on the way.
+    """
+    job, task = running.job, running.task
+    if task is None:
+        message = f"no task named {job.task!r} is registered with this worker"
+        return Outcome("fail", error=str(UnknownTaskError(message)))
+    try:
+        running.args, running.kwargs = job.args, job.kwargs
+    except (ValueError, RecursionError, MemoryError) as exc:
+        return Outcome("fail", error=f"undecodable payload: {type(exc).__name__}: {exc}")
+    return None
+
+
+def outcome_of_result(result: Any) -> Outcome:
+    try:
+        return Outcome("complete", result_json=encode_json("result", result))
+    except InvalidJobError as exc:
+        # Not retried: the handler would return the same kind of value again,
+        # repeating its side effects for nothing.
+        return Outcome("fail", error=f"the handler's return value cannot be stored: {exc}")
+
+
+def outcome_of_exception(exc: BaseException, running: Running, now: datetime) -> Outcome:
+    if isinstance(exc, Retry):
+        return Outcome("snooze", run_at=run_again_at(now, exc.delay, "Retry delay"))
+    error = "".join(traceback.format_exception(exc))
+    if isinstance(exc, Fail):
+        return Outcome("fail", error=error)
+    return Outcome("retry", error=error, run_at=backoff_at(running, now))
+
+
+def backoff_at(running: Running, now: datetime) -> datetime:
+    """When a failed attempt runs again, from the task's backoff policy."""
+    assert running.task is not None
+    return run_again_at(now, running.task.backoff.delay(running.job.attempts), "backoff delay")
+
+
+def run_again_at(now: datetime, delay: Any, what: str) -> datetime:
+    """``now + delay`` (seconds or a timedelta), or InvalidJobError when it is out of range."""
+    seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise InvalidJobError(f"{what} must be a number of seconds, got {delay!r}")
+    if not math.isfinite(seconds) or not seconds >= 0:
+        raise InvalidJobError(f"{what} must be a finite number of seconds >= 0, got {delay!r}")
+    try:
+        when = now + timedelta(seconds=seconds)
+    except OverflowError:
+        when = MAX_RUN_AT
+    if when >= MAX_RUN_AT:
+        raise InvalidJobError(f"{what} of {delay!r} seconds runs past the year 9999")
+    return when
+
+
+def settle(running: Running, compute: Callable[[], Outcome]) -> Outcome:
+    """``compute()``, or a failure saying why no outcome could be made of the attempt."""
+    try:
+        return compute()
+    except Exception as exc:
+        return Outcome(
+            "fail",
+            error=(
+                f"conveyor could not record job {running.id}'s outcome: {type(exc).__name__}: {exc}"
+            ),
+        )
+
+
+def call_args(running: Running) -> tuple[list[Any], dict[str, Any]]:
+    assert running.task is not None
+    args = running.args
+    if running.task.takes_context:
+        args = [running.context, *args]
+    return args, running.kwargs
+
+
+def run_sync(running: Running) -> None:
+    """Run a sync handler in this thread; its outcome ends up in ``running.outcome``."""
+    assert running.task is not None
+    try:
+        args, kwargs = call_args(running)
+        result = running.task.fn(*args, **kwargs)
+    except BaseException as exc:
+        caught = exc
+        running.outcome = settle(running, lambda: outcome_of_exception(caught, running, utcnow()))
+    else:
+        running.outcome = settle(running, lambda: outcome_of_result(result))
+
+
+async def run_async(running: Running) -> None:
+    """Run an async handler on this event loop; its outcome ends up in ``running.outcome``."""
+    assert running.task is not None
+    running.async_task = asyncio.current_task()
+    try:
+        if running.abort:  # aborted before it started
+            raise asyncio.CancelledError
+        args, kwargs = call_args(running)
+        result = await running.task.fn(*args, **kwargs)
+    except asyncio.CancelledError as exc:
+        if running.abort:
+            # The worker cancelled it; what the attempt records follows from why.
+            running.outcome = Outcome("release")
+        else:  # a handler that cancels itself fails like any other exception
+            cancelled = exc
+            running.outcome = settle(
+                running, lambda: outcome_of_exception(cancelled, running, utcnow())
+            )
+    except BaseException as exc:
+        caught = exc
+        running.outcome = settle(running, lambda: outcome_of_exception(caught, running, utcnow()))
+    else:
+        running.outcome = settle(running, lambda: outcome_of_result(result))
+
+
+def run_inline(running: Running) -> None:
+    """Run a handler in this thread, sync or async: the testing helpers' way."""
+    assert running.task is not None
+    if not running.task.is_async:
+        run_sync(running)
+        return
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        asyncio.run(run_async(running))
+        return
+    # Inside a running event loop (an async test): a loop of its own, on a thread.
+    thread = threading.Thread(
+        target=lambda: asyncio.run(run_async(running)), name="conveyor-inline-async"
+    )
+    thread.start()
+    thread.join()
+
+
+class EventLoopThread:
+    """An asyncio event loop the worker owns, for async handlers.
+
+    Jobs arrive in batches: one call into the loop per claim, not one per job.
+    """
+
+    def __init__(self, done: Callable[[Running], None]) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._done = done
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._thread = threading.Thread(target=self._run, name="conveyor-async", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+        # Let cancelled handlers finish their cleanup before the loop closes.
+        pending = asyncio.all_tasks(self.loop)
+        for task in pending:
+            task.cancel()
+        if pending:
+            self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        self.loop.close()
+
+    def submit(self, runnings: list[Running]) -> None:
+        self.loop.call_soon_threadsafe(self._start, runnings)
+
+    def _start(self, runnings: list[Running]) -> None:
+        for running in runnings:
+            task = self.loop.create_task(self._run_one(running))
+            # The loop keeps only weak references to its tasks.
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _run_one(self, running: Running) -> None:
+        await run_async(running)
+        self._done(running)
+
+    def cancel(self, running: Running) -> None:
+        self.loop.call_soon_threadsafe(self._cancel, running)
+
+    @staticmethod
+    def _cancel(running: Running) -> None:
+        if running.async_task is not None:
+            running.async_task.cancel()
+
+    def close(self, timeout: float = 5.0) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout)

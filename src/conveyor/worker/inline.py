@@ -1,0 +1,85 @@
+"""Running ready jobs in the calling thread, on the worker's execution path.
+
+What ``App(inline=True)`` and the testing helpers (``conveyor.testing.drain``)
+use: claim under a lease, run the handler with the executor, record the
+outcome with the completer, exactly as a worker would, one job at a time and
+without threads. A task's ``timeout`` is not enforced here, leases are not
+renewed (a long lease is taken instead), and a cancel requested while a
+handler runs does not stop it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from conveyor.job import Job, JobState, utcnow
+from conveyor.store.base import Lease
+from conveyor.worker.completer import Completer
+from conveyor.worker.context import Context
+from conveyor.worker.executor import Running, poison_outcome, run_inline
+
+if TYPE_CHECKING:
+    from conveyor.app import App
+
+#: Lease of a job run here. Long, since nothing renews it while the handler runs.
+LEASE = timedelta(minutes=10)
+#: How far ahead ``with_scheduled`` looks: every deferred or retrying job is due by then.
+FAR_FUTURE = timedelta(days=365 * 100)
+#: Jobs one drain runs at most: a handler that always asks to run again cannot loop forever.
+DEFAULT_LIMIT = 10_000
+
+
+def drain(
+    app: App,
+    queues: Sequence[str] | None = None,
+    *,
+    with_scheduled: bool = False,
+    limit: int = DEFAULT_LIMIT,
+) -> dict[str, int]:
+    """Run ready jobs in this thread until none is left; count what happened to them."""
+    chosen = list(queues) if queues else sorted({t.queue for t in app.tasks.values()})
+    counts: dict[str, int] = {}
+    if not chosen:
+        return counts
+    worker = f"inline:{uuid.uuid4().hex[:8]}"
+    for _ in range(limit):
+        now = utcnow()
+        # A claim "as of" a far future moment makes every deferred job due.
+        claim_now = now + FAR_FUTURE if with_scheduled else now
+        claimed = app.store.job_claim(chosen, 1, worker, LEASE, claim_now)
+        if not claimed:
+            break
+        outcome = run_job(app, claimed[0])
+        counts[outcome] = counts.get(outcome, 0) + 1
+    return counts
+
+
+def run_job(app: App, job: Job) -> str:
+    """Run one job this caller claimed (``job.lease_token`` set) and record its outcome.
+
+    Returns what became of it: succeeded, retried, failed, snoozed or cancelled
+    (or ``lost`` when its lease no longer held).
+    """
+    running = Running(job=job, task=app.tasks.get(job.task), context=Context(job))
+    lease = Lease(job.id, running.token)
+    running.context._write_progress = lambda fraction, message: app.store.job_progress(
+        lease, fraction, message, utcnow()
+    )
+    running.context._heartbeat = lambda: bool(app.store.job_heartbeat([lease], LEASE, utcnow()))
+    running.outcome = poison_outcome(running)
+    if running.outcome is None:
+        run_inline(running)
+    assert running.outcome is not None
+    kind = running.outcome.kind
+    written = Completer(app.store, app.changes).record([(running, running.outcome)])
+    if job.id not in written:
+        return "lost"
+    state = app.get(job.id).state
+    if kind == "retry" and state == JobState.QUEUED:
+        return "retried"
+    if kind == "snooze" and state == JobState.QUEUED:
+        return "snoozed"
+    return str(state)

@@ -1,0 +1,106 @@
+"""Lease renewal, in a thread of its own so that nothing else can stop it.
+
+Every third of the lease, all the leases the worker holds are renewed in one
+statement. The control loop publishes what it holds as an immutable snapshot
+and learns from its inbox which leases were lost and which jobs have a cancel
+pending: the keeper owns no job state. A failed renewal is retried after a
+short pause, well within the lease; a control loop that is stuck or failing
+does not stop it, and neither does a handler that blocks its event loop.
+
+Throttled progress and notes (a timeout waiting for its handler) are written
+here too, on the same rhythm.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+
+from conveyor.job import utcnow
+from conveyor.store.base import Lease, LeaseStatus, Store
+from conveyor.worker.executor import Running
+
+log = logging.getLogger("conveyor.worker")
+
+#: Told what the renewal learned: the attempts renewed, and the status of each
+#: lease that still held (by job id). An attempt missing from it lost its lease.
+OnRenewed = Callable[[Sequence[Running], dict[int, LeaseStatus]], None]
+
+
+class LeaseKeeper:
+    def __init__(
+        self,
+        store: Store,
+        worker_id: str,
+        lease: float,
+        held: Callable[[], Sequence[Running]],
+        on_renewed: OnRenewed,
+    ) -> None:
+        self._store = store
+        self._worker_id = worker_id
+        self._lease = timedelta(seconds=lease)
+        self.interval = lease / 3
+        self._held = held
+        self._on_renewed = on_renewed
+        self._notes: dict[tuple[int, str], str] = {}
+        self._notes_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._now = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="conveyor-leases", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._now.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
+
+    def renew_soon(self) -> None:
+        """Renew at once (the control loop was away from the database and wants to know)."""
+        self._now.set()
+
+    def note(self, running: Running, message: str) -> None:
+        """Show ``message`` as the running job's progress message at the next renewal."""
+        with self._notes_lock:
+            self._notes[(running.id, running.token)] = message
+        self._now.set()
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                self.renew()
+                failures = 0
+                pause = self.interval
+            except Exception as exc:
+                failures += 1
+                # Soon, but never in a loop: at most every 50 ms, and within the lease.
+                pause = min(0.05 * 2**failures, self.interval / 2)
+                if failures == 1 or failures % 20 == 0:
+                    log.warning("could not renew leases (retrying in %.2fs): %s", pause, exc)
+            self._now.wait(pause)
+            self._now.clear()
+
+    def renew(self) -> None:
+        held = [r for r in self._held() if r.abort != "lease lost"]
+        if held:
+            leases = [Lease(r.id, r.token) for r in held]
+            statuses = self._store.job_heartbeat(leases, self._lease)
+            self._on_renewed(held, {s.id: s for s in statuses})
+        self._write_notes()
+        try:
+            self._store.worker_beat(self._worker_id, len(held), utcnow())
+        except Exception as exc:  # only the workers list: never in the way of the leases
+            log.debug("worker check-in failed: %s", exc)
+        for running in held:
+            running.context.flush_progress()
+
+    def _write_notes(self) -> None:
+        with self._notes_lock:
+            notes, self._notes = self._notes, {}
+        for (job_id, token), message in notes.items():
+            self._store.job_progress(Lease(job_id, token), None, message, utcnow())

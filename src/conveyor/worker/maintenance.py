@@ -1,0 +1,121 @@
+"""Work that one worker at a time does for everyone: rescue, retention, periodic tasks.
+
+Every worker runs a Maintenance thread; only the holder of the leader lease
+acts. The lease is a row with an expiry, renewed each round, so a leader that
+dies or freezes is replaced within one lease. Every action is safe to run
+twice: rescue is a compare-and-set, and a periodic tick is taken in the store,
+in the transaction that enqueues its job, so it runs once whatever is purged,
+restarted or handed over between leaders.
+
+Each action fails on its own: a rescue that fails does not stop the periodic
+ticks, and a round that fails is tried again after a pause.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from conveyor.job import NewJob, resolve_run_at, utcnow
+
+if TYPE_CHECKING:
+    from conveyor.app import App
+
+log = logging.getLogger("conveyor.maintenance")
+
+LEADER_NAME = "maintenance"
+
+
+class Maintenance:
+    def __init__(self, app: App, holder: str, lease: float) -> None:
+        self.app = app
+        self.holder = holder
+        # Check often enough that an expired lease is rescued within about a
+        # quarter of its length, but never hammer the database.
+        self.interval = min(max(lease / 4, 0.05), 5.0)
+        self.ttl = timedelta(seconds=max(self.interval * 3, 1.0))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="conveyor-maintenance", daemon=True)
+        self.is_leader = False
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
+        if self.is_leader:
+            try:
+                self.app.store.leader_release(LEADER_NAME, self.holder)
+            except Exception:
+                log.exception("could not release the maintenance lease")
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                self.run_once()
+                failures = 0
+            except Exception as exc:
+                # A database restart or a locked file: try again, a little later each time.
+                failures += 1
+                if failures == 1 or failures % 20 == 0:
+                    log.warning("maintenance round failed: %s", exc, exc_info=failures == 1)
+            self._stop.wait(self.interval * min(2**failures, 8))
+
+    def run_once(self, now: datetime | None = None) -> None:
+        """One round; ``now`` None: the store's clock judges leases, this machine's the rest."""
+        store = self.app.store
+        wall = now or utcnow()
+        self.is_leader = store.leader_acquire(LEADER_NAME, self.holder, self.ttl, wall)
+        if not self.is_leader:
+            return
+        for name, action in (
+            ("rescue", lambda: self._rescue(now)),
+            ("retention", lambda: self._purge(wall)),
+            ("worker list", lambda: store.worker_prune(wall - self._forget_after())),
+            ("periodic tasks", lambda: self._enqueue_periodic(wall)),
+        ):
+            try:
+                action()
+            except Exception as exc:
+                log.warning("maintenance: %s failed: %s", name, exc)
+
+    def _forget_after(self) -> timedelta:
+        return timedelta(seconds=max(self.ttl.total_seconds() * 10, 60))
+
+    def _rescue(self, now: datetime | None) -> None:
+        rescued = self.app.store.job_rescue_expired(now)
+        if rescued:
+            log.warning("rescued %d job(s) whose worker was lost: %s", len(rescued), rescued[:10])
+
+    def _purge(self, now: datetime) -> None:
+        if self.app.retention is not None:
+            self.app.store.job_purge(now - self.app.retention)
+
+    def _enqueue_periodic(self, now: datetime) -> None:
+        for periodic in self.app.periodic_tasks:
+            tick = periodic.schedule.last_tick(now)
+            task = self.app.tasks.get(periodic.task)
+            try:
+                job = NewJob(
+                    queue=task.queue if task else "default",
+                    task=periodic.task,
+                    args_json="[]",
+                    kwargs_json="{}",
+                    run_at=resolve_run_at(now, None, tick),
+                    priority=task.priority if task else 0,
+                    max_attempts=task.max_attempts if task else 3,
+                    # The key shows which tick a job is; the store's tick row is what
+                    # makes it run once.
+                    key=f"periodic:{periodic.task}:{tick.isoformat()}",
+                    unique="forever",
+                )
+                if self.app.store.periodic_enqueue(periodic.task, tick, job, now):
+                    self.app.changes.publish("jobs", job.queue)
+            except Exception:
+                # One task's trouble must not starve the others (nor rescue, next round).
+                log.exception("could not enqueue periodic task %s", periodic.task)

@@ -1,0 +1,113 @@
+"""What a worker says: a start line, a line per finished job, warnings, a summary.
+
+Everything goes through the standard ``logging`` module (logger
+``conveyor.worker``), so an application routes it where it likes; the
+``conveyor worker`` command shows it at INFO by default.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from importlib import metadata
+from typing import TYPE_CHECKING
+
+from conveyor.worker.executor import Running
+
+if TYPE_CHECKING:
+    from conveyor.worker.worker import Worker
+
+log = logging.getLogger("conveyor.worker")
+
+
+def version() -> str:
+    try:
+        return metadata.version("conveyor")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def log_start(worker: Worker) -> None:
+    app, opts = worker.app, worker.options
+    health = app.health()
+    state = (
+        f"schema v{health.get('schema_version')}, {health.get('latency_ms')} ms"
+        if health.get("ok")
+        else f"NOT READY: {health.get('error')}"
+    )
+    tasks = sorted(app.tasks)
+    log.info(
+        "worker %s starting: conveyor %s, %s (%s), queues %s, concurrency %d, lease %gs, tasks: %s",
+        worker.id,
+        version(),
+        app.store.description,
+        state,
+        ",".join(opts.queues),
+        opts.concurrency,
+        opts.lease,
+        ", ".join(tasks) or "none",
+    )
+    served = {task.queue for task in app.tasks.values()}
+    for queue in opts.queues:
+        if queue not in served:
+            log.warning(
+                "queue %r: no task of this worker is declared for it; its jobs of unknown "
+                "tasks will fail (is the queue name right?)",
+                queue,
+            )
+    try:
+        paused = app.store.queue_paused() & set(opts.queues)
+    except Exception:
+        paused = set()
+    for queue in sorted(paused):
+        log.warning("queue %r is paused: its jobs wait until `conveyor resume %s`", queue, queue)
+
+
+def describe_finished(running: Running) -> str:
+    """Log one finished job at INFO (WARNING for a failure); return what became of it."""
+    outcome = running.recorded
+    kind = "lost" if outcome is None else outcome.kind
+    job = running.job
+    label = {
+        "complete": "succeeded",
+        "retry": "retried" if job.attempts < job.max_attempts else "failed",
+        "fail": "failed",
+        "snooze": "snoozed",
+        "release": "released",
+        "cancelled": "cancelled",
+    }.get(kind, kind)
+    level = logging.WARNING if label == "failed" else logging.INFO
+    if log.isEnabledFor(level):
+        took = (time.monotonic() - running.started) * 1000
+        error = ""
+        if running.abort == "timeout":
+            error = f": ran past its timeout of {running.task.timeout if running.task else '?'}s"
+        elif outcome is not None and outcome.error and label in ("failed", "retried"):
+            lines = [line for line in outcome.error.strip().splitlines() if line.strip()]
+            error = f": {lines[-1].strip()}" if lines else ""
+        log.log(
+            level,
+            "job %d %s %s in %.1f ms (attempt %d/%d)%s",
+            job.id,
+            job.task,
+            label,
+            took,
+            job.attempts,
+            job.max_attempts,
+            error,
+            extra={"job_id": job.id, "task": job.task, "outcome": label},
+        )
+    return label
+
+
+def log_summary(worker: Worker, elapsed: float) -> None:
+    counts = worker.counts
+    done = sum(counts.values())
+    parts = ", ".join(f"{name} {count}" for name, count in sorted(counts.items()) if count)
+    log.info(
+        "worker %s stopped: %d job(s) in %.1fs%s",
+        worker.id,
+        done,
+        elapsed,
+        f" ({parts})" if parts else "",
+    )

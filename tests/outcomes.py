@@ -1,0 +1,25 @@
+"""Shorthands for tests that end jobs through ``Store.job_finish``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from conveyor.store.base import Finish, Lease
+
+
+def Failure(  # named like the record it builds
+    id: int, token: str, error: str, retry_at: datetime, retryable: bool = True
+) -> Finish:
+    """A failed attempt: retried at ``retry_at`` while attempts remain, unless not retryable."""
+    if retryable:
+        return Finish.retry(id, token, error, retry_at)
+    return Finish.fail(id, token, error)
+
+
+def released(leases: Iterable[Lease]) -> list[Finish]:
+    return [Finish.release(lease.id, lease.token) for lease in leases]
+
+
+def cancelled(leases: Iterable[Lease]) -> list[Finish]:
+    return [Finish.cancelled(lease.id, lease.token) for lease in leases]
