@@ -468,7 +468,7 @@ def test_closing_the_app_releases_what_a_consumer_holds(dsn: str) -> None:
 
 
 def test_consume_fails_a_poison_payload_at_once(app: App) -> None:
-    bad = NewJob("chat", "step", "[not json", "{}", utcnow(), group="g")
+    bad = NewJob("chat", "step", '{"not": "an array"}', "{}", utcnow(), group="g")
     (poison,) = app.store.job_insert_many([bad], utcnow())
     good = app.enqueue("step", [2], queue="chat", group="g")
     consumer = app.consume(["chat"], lease=5, idle_timeout=2)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from conveyor.job import Job, storable_text
 
@@ -74,8 +74,25 @@ def _resolve(future: asyncio.Future[None]) -> None:
 #: in between reach this process's listeners at once and the store later.
 PROGRESS_WRITE_INTERVAL = 1.0
 
-ProgressWriter = Callable[[float | None, str | None], bool]
-ProgressListener = Callable[[float | None, str | None], None]
+#: One lock for the progress of every job: progress is rare next to the jobs
+#: themselves, and a lock per job was a measurable cost of each claim.
+_PROGRESS_LOCK = threading.Lock()
+
+
+class Hooks(Protocol):
+    """What a Context asks of whoever runs its job (the worker, or the inline runner)."""
+
+    def write_progress(self, job: Job, fraction: float | None, message: str | None) -> bool:
+        """Write progress to the store under the job's lease; False when the lease is lost."""
+        ...
+
+    def publish_progress(self, job: Job, fraction: float | None, message: str | None) -> None:
+        """Tell listeners in this process (``job.wait(on_progress=...)``) at once."""
+        ...
+
+    def heartbeat(self, job: Job) -> bool:
+        """Renew the job's lease now; False when it is lost."""
+        ...
 
 
 @dataclass
@@ -84,12 +101,8 @@ class Context:
 
     job: Job
     cancelled: CancelSignal = field(default_factory=CancelSignal)
-    #: Writes progress to the store (under the job's lease); False when the lease is lost.
-    _write_progress: ProgressWriter | None = field(default=None, repr=False)
-    #: Tells listeners in this process (``job.wait(on_progress=...)``) at once.
-    _publish_progress: ProgressListener | None = field(default=None, repr=False)
-    _heartbeat: Callable[[], bool] | None = field(default=None, repr=False)
-    _progress_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    #: Whoever runs the job: one reference, not a closure per job and per hook.
+    _hooks: Hooks | None = field(default=None, repr=False)
     _progress_pending: tuple[float | None, str | None] | None = field(default=None, repr=False)
     _progress_written_at: float = field(default=-PROGRESS_WRITE_INTERVAL, repr=False)
 
@@ -112,26 +125,26 @@ class Context:
             raise ValueError(f"progress fraction must be between 0 and 1, got {fraction}")
         if message is not None:
             message = storable_text(message)
-        if self._publish_progress is not None:
-            self._publish_progress(fraction, message)
+        if self._hooks is not None:
+            self._hooks.publish_progress(self.job, fraction, message)
         now = time.monotonic()
-        with self._progress_lock:
+        with _PROGRESS_LOCK:
             if now - self._progress_written_at < PROGRESS_WRITE_INTERVAL:
                 self._progress_pending = (fraction, message)
                 return True
             self._progress_written_at = now
             self._progress_pending = None
-        return self._write_progress(fraction, message) if self._write_progress else False
+        return self._hooks.write_progress(self.job, fraction, message) if self._hooks else False
 
     def flush_progress(self) -> None:
         """Write progress that is still waiting for its turn (the worker calls this)."""
-        with self._progress_lock:
+        with _PROGRESS_LOCK:
             pending, self._progress_pending = self._progress_pending, None
             if pending is not None:
                 self._progress_written_at = time.monotonic()
-        if pending is not None and self._write_progress is not None:
-            self._write_progress(*pending)
+        if pending is not None and self._hooks is not None:
+            self._hooks.write_progress(self.job, *pending)
 
     def heartbeat(self) -> bool:
         """Renew this job's lease now (the worker also does it every third of the lease)."""
-        return self._heartbeat() if self._heartbeat else False
+        return self._hooks.heartbeat(self.job) if self._hooks else False

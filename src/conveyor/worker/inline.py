@@ -64,11 +64,7 @@ def run_job(app: App, job: Job) -> str:
     (or ``lost`` when its lease no longer held).
     """
     running = Running(job=job, task=app.tasks.get(job.task), context=Context(job))
-    lease = Lease(job.id, running.token)
-    running.context._write_progress = lambda fraction, message: app.store.job_progress(
-        lease, fraction, message, utcnow()
-    )
-    running.context._heartbeat = lambda: bool(app.store.job_heartbeat([lease], LEASE, utcnow()))
+    running.context._hooks = InlineHooks(app)
     running.outcome = poison_outcome(running)
     if running.outcome is None:
         run_inline(running)
@@ -83,3 +79,23 @@ def run_job(app: App, job: Job) -> str:
     if kind == "snooze" and state == JobState.QUEUED:
         return "snoozed"
     return str(state)
+
+
+class InlineHooks:
+    """A Context's hooks when its job runs inline: straight to the store."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+
+    def write_progress(self, job: Job, fraction: float | None, message: str | None) -> bool:
+        assert job.lease_token is not None
+        lease = Lease(job.id, job.lease_token)
+        return self.app.store.job_progress(lease, fraction, message, utcnow())
+
+    def publish_progress(self, job: Job, fraction: float | None, message: str | None) -> None:
+        return None  # nobody else waits in this thread while the handler runs
+
+    def heartbeat(self, job: Job) -> bool:
+        assert job.lease_token is not None
+        lease = Lease(job.id, job.lease_token)
+        return bool(self.app.store.job_heartbeat([lease], LEASE, utcnow()))

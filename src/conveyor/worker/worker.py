@@ -68,8 +68,11 @@ log = logging.getLogger("conveyor.worker")
 #: (after a second interrupt: the shorter one).
 ABORT_GRACE = 0.5
 HARD_STOP_GRACE = 0.1
-#: Least time between two looks for cancel requests in the database.
-CANCEL_CHECK_INTERVAL = 0.05
+#: Least time between two looks for cancel requests in the database. On SQLite
+#: every commit of another connection wakes the worker (it cannot tell a cancel
+#: from a claim), so this bounds what those wakes cost; a cancel from this
+#: process reaches the handler directly, and one from PostgreSQL is named.
+CANCEL_CHECK_INTERVAL = 0.25
 
 
 @dataclass(frozen=True)
@@ -171,7 +174,7 @@ class Worker:
         # --- inboxes: written by other threads, drained by the control loop ---
         self._returned: deque[Running] = deque()
         self._recorded: deque[tuple[list[Running], set[int]]] = deque()
-        self._renewed: deque[tuple[Sequence[Running], dict[int, LeaseStatus]]] = deque()
+        self._renewed: deque[tuple[list[Lease], dict[int, LeaseStatus]]] = deque()
         self._local_cancels: deque[tuple[int, str]] = deque()
         #: What the lease keeper renews: replaced (never changed) by the control loop.
         self._held_snapshot: tuple[Running, ...] = ()
@@ -366,7 +369,7 @@ class Worker:
 
     def _leases_renewed(self, renewed: Sequence[Running], statuses: dict[int, LeaseStatus]) -> None:
         """From the lease keeper's thread."""
-        self._renewed.append((renewed, statuses))
+        self._renewed.append(([Lease(r.id, r.token) for r in renewed], statuses))
         self._wake.pull("renewed")
 
     def _read_inbox(self) -> None:
@@ -382,14 +385,15 @@ class Worker:
             self._after_recorded(*self._recorded.popleft())
         while self._renewed:
             renewed, statuses = self._renewed.popleft()
-            for running in renewed:
-                status = statuses.get(running.id)
-                if self._held.get(running.id) is not running or running.recorded:
-                    continue
+            for lease in renewed:
+                status = statuses.get(lease.id)
+                attempt = self._held.get(lease.id)
+                if attempt is None or attempt.token != lease.token or attempt.recorded:
+                    continue  # another attempt by now, or already being recorded
                 if status is None:
-                    self._abort(running, "lease lost")
+                    self._abort(attempt, "lease lost")
                 elif status.cancel_requested:
-                    self._abort(running, "cancel")
+                    self._abort(attempt, "cancel")
         while self._local_cancels:
             job_id, token = self._local_cancels.popleft()
             held = self._held.get(job_id)
@@ -507,15 +511,25 @@ class Worker:
         self._start(ready)
 
     def _running(self, job: Job) -> Running:
-        running = Running(job=job, task=self.app.tasks.get(job.task), context=Context(job))
-        running.context._write_progress = lambda fraction, message: self.store.job_progress(
-            running_lease(running), fraction, message, utcnow()
+        return Running(
+            job=job, task=self.app.tasks.get(job.task), context=Context(job, _hooks=self)
         )
-        running.context._publish_progress = lambda fraction, message: self.app.changes.publish(
-            "progress", progress_payload(job.id, fraction, message)
-        )
-        running.context._heartbeat = lambda: self._heartbeat_from_handler(running)
-        return running
+
+    # --- what a handler's Context asks of the worker (from the handler's thread) ---
+
+    def write_progress(self, job: Job, fraction: float | None, message: str | None) -> bool:
+        return self.store.job_progress(job_lease(job), fraction, message, utcnow())
+
+    def publish_progress(self, job: Job, fraction: float | None, message: str | None) -> None:
+        self.app.changes.publish("progress", progress_payload(job.id, fraction, message))
+
+    def heartbeat(self, job: Job) -> bool:
+        """``ctx.heartbeat()``: renew one lease now; the control loop hears what it learns."""
+        statuses = self.store.job_heartbeat([job_lease(job)], self._lease)
+        if not statuses or statuses[0].cancel_requested:
+            self._renewed.append(([job_lease(job)], {s.id: s for s in statuses}))
+            self._wake.pull("renewed")
+        return bool(statuses)
 
     def _start(self, runnings: list[Running]) -> None:
         """Hand attempts to the executor; one that cannot start ends at once."""
@@ -543,14 +557,6 @@ class Worker:
             if self._loop_thread is None:
                 self._loop_thread = EventLoopThread(self._handler_returned)
             self._loop_thread.submit(batch)
-
-    def _heartbeat_from_handler(self, running: Running) -> bool:
-        """``ctx.heartbeat()``: renew one lease now (in the handler's thread)."""
-        statuses = self.store.job_heartbeat([running_lease(running)], self._lease)
-        if not statuses or statuses[0].cancel_requested:
-            self._renewed.append(([running], {s.id: s for s in statuses}))
-            self._wake.pull("renewed")
-        return bool(statuses)
 
     # --- cancels and timeouts ------------------------------------------------------
 
@@ -670,8 +676,9 @@ class Worker:
             self._stopped.set()
 
 
-def running_lease(running: Running) -> Lease:
-    return Lease(running.id, running.token)
+def job_lease(job: Job) -> Lease:
+    assert job.lease_token is not None
+    return Lease(job.id, job.lease_token)
 
 
 def progress_payload(job_id: int, fraction: float | None, message: str | None) -> str:
