@@ -75,8 +75,7 @@ class Maintenance:
         rescued = store.job_rescue_expired(now)
         if rescued:
             log.warning("rescued %d job(s) whose worker was lost: %s", len(rescued), rescued[:10])
-        if self.app.retention is not None:
-            store.job_purge(now - self.app.retention)
+        self.app.apply_retention(now)
         store.worker_prune(now - timedelta(seconds=max(self.ttl.total_seconds() * 10, 60)))
         self._enqueue_periodic(now)
 

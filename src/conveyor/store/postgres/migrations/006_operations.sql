@@ -1,0 +1,12 @@
+-- What operators look up and act on: the jobs of one group (listing, counting,
+-- cancelling a session's pending jobs, taking back its running one), and the
+-- last tick of each periodic task (the periodic-tasks page).
+--
+-- The group index holds grouped jobs only, so jobs without a group cost nothing more.
+CREATE INDEX IF NOT EXISTS jobs_group ON jobs (group_key, id) WHERE group_key IS NOT NULL;
+
+-- One row per periodic task: the newest tick enqueued, by whichever worker led.
+CREATE TABLE periodic_ticks (
+    task      text PRIMARY KEY,
+    last_tick timestamptz NOT NULL
+);
