@@ -12,6 +12,7 @@ from conveyor.app import App
 from conveyor.cli.options import Duration, dsn_option, json_option, open_app
 from conveyor.cli.output import console, interactive, print_json, progress, stats_dict, stats_view
 from conveyor.errors import ConveyorError
+from conveyor.job import validate_name
 
 FINAL_STATES = ("succeeded", "failed", "cancelled")
 
@@ -114,6 +115,7 @@ def _confirm(question: str) -> None:
 
 def _warn_if_unknown(app: App, queue: str) -> None:
     """A queue nobody has used is most likely a typo: say so (the command still acts)."""
+    validate_name("queue", queue)
     known = app.store.queue_names()
     if queue not in known:
         click.secho(

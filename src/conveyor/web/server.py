@@ -477,7 +477,8 @@ class Dashboard:
             return await run_in_threadpool(self.page(self.purge_confirm), request)
 
         def purge(form: dict[str, list[str]]) -> str:
-            older_than, states, queue = purge_choice(first_values(form), form.get("state", []))
+            values = {name: first(form, name) for name in ("older_than", "queue")}
+            older_than, states, queue = purge_choice(values, form.get("state", []))
             if older_than is None:
                 raise ConveyorError("choose how old the finished jobs to delete must be")
             return f"purged:{self.app.purge(older_than, states=states, queue=queue)}"
