@@ -83,7 +83,9 @@ def test_enqueue_by_name_with_every_option_then_list_and_show(db: tuple[App, str
     assert 89.9 < delay < 90.1
     # Same key while the first is live: the same job comes back.
     again = run("enqueue", "add", "--args", "[9, 9]", "--queue", "q1", "--key", "k1", "--dsn", dsn)
-    assert again.stdout.strip() == f"enqueued job {job['id']} (add)"
+    assert again.stdout.startswith(f"not enqueued: job {job['id']} (add, scheduled, created ")
+    assert "holds key 'k1' in queue q1" in again.stdout
+    assert run_json("enqueue", "add", "--queue", "q1", "--key", "k1", "--dsn", dsn)["existing"]
 
     run("enqueue", "add", "--args", "[3, 4]", "--dsn", dsn)
     listed = run_json("jobs", "list", "--queue", "q1", "--dsn", dsn)
@@ -96,7 +98,7 @@ def test_enqueue_by_name_with_every_option_then_list_and_show(db: tuple[App, str
     assert [e["kind"] for e in shown["events"]] == ["enqueued"]
 
     table = run("jobs", "list", "--dsn", dsn).stdout
-    assert str(job["id"]) in table and "queued" in table
+    assert str(job["id"]) in table and "scheduled" in table and "ready" in table
 
 
 def test_list_pages_with_before(db: tuple[App, str]) -> None:
@@ -159,17 +161,21 @@ def test_retry_all_failed_of_one_queue(db: tuple[App, str]) -> None:
     math_jobs = [app.enqueue("explode", [str(i)]).id for i in range(3)]
     other = app.enqueue("explode_other").id
     assert drain(app) == {"failed": 4}
-    out = run("jobs", "retry", "--all-failed", "--queue", "math", "--dsn", dsn).stdout
-    assert out.strip() == "3 failed job(s) in queue math queued again"
+    out = run("jobs", "retry", "--all-failed", "--queue", "math", "--dsn", dsn, "--yes").stdout
+    assert out.splitlines() == [
+        "3 job(s) match (failed 3); 3 can be queued again",
+        "3 job(s) queued again",
+    ]
     for job_id in math_jobs:
         job = app.get(job_id)
         assert job.state == JobState.QUEUED and job.attempts == 0 and job.error is None
         assert [e.kind for e in app.events(job_id)][-1] == "manual_retry"
     assert app.get(other).state == JobState.FAILED
-    assert run("jobs", "retry", "--all-failed", "--dsn", dsn).stdout.startswith("1 failed")
+    out = run("jobs", "retry", "--all-failed", "--dsn", dsn, stdin="y\n").stdout
+    assert out.endswith("1 job(s) queued again\n")
     assert app.get(other).state == JobState.QUEUED
     usage = run("jobs", "retry", "--dsn", dsn, code=2)
-    assert "give a JOB_ID or --all-failed" in usage.stderr
+    assert "name the jobs to retry: JOB_ID..., or filters" in usage.stderr
 
 
 def test_retry_failed_keeps_a_key_to_one_live_job(db: tuple[App, str]) -> None:
@@ -224,8 +230,8 @@ def test_purge_pause_resume_and_stats(db: tuple[App, str]) -> None:
     assert run_json("stats", "--dsn", dsn)["queues"]["waiting"]["paused"] is False
 
     assert run("purge", "--older-than", "7d", "--dsn", dsn).stdout.startswith("purged 0 ")
-    out = run("purge", "--older-than", "0s", "--dsn", dsn).stdout
-    assert out.startswith("purged 3 finished job(s)")
+    out = run("purge", "--older-than", "0s", "--dsn", dsn, "--yes").stdout
+    assert out.startswith("purged 3 succeeded/failed/cancelled job(s)")
     assert app.stats().count("succeeded") == 0 and app.stats().count("queued") == 1
 
 

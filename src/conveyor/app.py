@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from datetime import timedelta
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from conveyor.errors import (
@@ -17,9 +18,15 @@ from conveyor.errors import (
     JobCancelled,
     JobFailed,
     JobNotFoundError,
+    JobStateError,
+    SchemaMissingError,
     UnknownTaskError,
 )
 from conveyor.job import (
+    DETAILED_STATES,
+    FILTER_STATES,
+    TERMINAL_STATES,
+    WAITING_STATES,
     Job,
     JobState,
     NewJob,
@@ -33,7 +40,7 @@ from conveyor.job import (
 )
 from conveyor.retry import Backoff, check_backoff
 from conveyor.schedule import Periodic, make_schedule
-from conveyor.store.base import BatchStatus, JobFilter, Stats, Store
+from conveyor.store.base import BatchStatus, JobFilter, JobSelection, Stats, Store
 from conveyor.store.dsn import open_store
 from conveyor.task import EnqueueOptions, Task
 from conveyor.worker.changes import ChangeHub
@@ -65,6 +72,8 @@ class App:
         store: Store | None = None,
         retention: timedelta | None = None,
         inline: bool = False,
+        retention_by_state: Mapping[str, timedelta] | None = None,
+        keep_finished: int | Mapping[str, int] | None = None,
         **store_options: Any,
     ):
         if store is not None and dsn is not None:
@@ -74,6 +83,11 @@ class App:
         self.periodic_tasks: list[Periodic] = []
         #: Finished jobs older than this are purged by the workers' maintenance (off when None).
         self.retention = retention
+        #: Per final state (succeeded, failed, cancelled), a retention time of its own.
+        self.retention_by_state = check_retention_by_state(retention_by_state)
+        #: At most this many finished jobs per queue (an int for every queue, or per queue).
+        self.keep_finished = check_keep_finished(keep_finished)
+        self._next_count_retention = 0.0
         #: Changes seen by this process: local enqueues and completions, and the database's feed.
         self.changes = ChangeHub(self.store)
         #: Inline mode (for tests): every enqueue runs its jobs before it returns.
@@ -358,6 +372,10 @@ class App:
             raise InvalidJobError("key applies to one job; give each call its own key")
         jobs = self.store.job_insert_many(new_jobs, now, connection=opts.connection)
         self.changes.publish("jobs", queue)  # wakes this process's workers at once
+        for job in jobs:
+            # A new job is built from this call's ``now``; a job read back (one that
+            # holds the key already) carries the time it was really created.
+            job.existing = job.key is not None and job.created_at != now
         if self.inline and opts.connection is None:
             jobs = self._run_inline(jobs)
         return [self._attach(job) for job in jobs]
@@ -401,11 +419,22 @@ class App:
         batch: str | None = None,
         error: str | None = None,
         before_id: int | None = None,
+        group: str | None = None,
+        worker: str | None = None,
     ) -> list[Job]:
         """Jobs newest first; page with ``before_id=<last id of the previous page>``.
 
-        ``error`` keeps the jobs whose last error contains that text.
+        ``state`` is a state, or ``ready``, ``scheduled`` or ``retrying`` (kinds of
+        queued job); ``error`` keeps the jobs whose last error contains that text;
+        ``group`` the jobs of one group; ``worker`` those claimed by one worker id.
         """
+        if group is not None or worker is not None or state in WAITING_STATES:
+            selection = job_selection(
+                state=state, queue=queue, task=task, group=group, batch=batch, error=error,
+                worker=worker,
+            )  # fmt: skip
+            found = self.store.job_select(selection, utcnow(), before_id, limit)
+            return [self._attach(job) for job in found]
         job_filter = JobFilter(
             state=JobState(state) if state is not None else None,
             queue=queue,
@@ -438,6 +467,7 @@ class App:
         try:
             self.store.ping()
             version = self.store.schema_version()
+            self.check_schema()
         except Exception as exc:
             return {"ok": False, "store": self.store.description, "error": str(exc)}
         return {
@@ -493,17 +523,32 @@ class App:
             if on_batch is not None:
                 on_batch(len(ids))
 
-    def purge(self, older_than: timedelta, *, on_batch: Callable[[int], None] | None = None) -> int:
+    def purge(
+        self,
+        older_than: timedelta,
+        *,
+        states: Sequence[str] | None = None,
+        queue: str | None = None,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> int:
         """Delete terminal jobs (and their events) that finished more than ``older_than`` ago.
 
-        Deletes in batches, one transaction each, calling ``on_batch(count)`` after each.
+        ``states`` narrows it to some final states (succeeded, failed, cancelled),
+        ``queue`` to one queue. Deletes in batches, one transaction each, calling
+        ``on_batch(count)`` after each.
         """
         if older_than < timedelta(0):
             raise ConfigurationError("older_than must not be negative")
         cutoff = utcnow() - older_than
+        chosen = check_final_states(states)
+        if queue is not None:
+            validate_name("queue", queue)
         total = 0
         while True:
-            deleted = self.store.job_purge(cutoff)
+            if states is None and queue is None:
+                deleted = self.store.job_purge(cutoff)
+            else:
+                deleted = self.store.job_purge_where(cutoff, chosen, queue)
             total += deleted
             if deleted == 0:
                 return total
@@ -609,6 +654,327 @@ class App:
 
     async def await_result(self, job_id: int, timeout: float | None = None) -> Any:
         return await asyncio.to_thread(self.wait, job_id, timeout)
+
+    # --- operating in bulk, groups, retention -----------------------------------------
+    #
+    # A bulk action names its jobs by ids, by filters (the fields of JobSelection),
+    # or both. Over filters it walks the matching jobs newest first, a page of
+    # BULK_BATCH at a time, and acts on each page in one transaction; each action
+    # checks the state of every job as it changes it, so a job that moved on since
+    # it was read (a retry that runs, a cancel that finished) is left as it is.
+
+    def check_schema(self) -> int:
+        """Raise SchemaMissingError unless the database has this code's schema; return its version.
+
+        The CLI, the dashboard and the worker call it before anything else, so a
+        database that was never migrated says "run conveyor migrate" instead of
+        "no such table".
+        """
+        version = self.store.schema_version()
+        latest = self.store.schema_latest()
+        if version == 0:
+            raise SchemaMissingError(
+                f"{self.store.description} has no conveyor tables: "
+                "run `conveyor migrate` on it (with the same --dsn), or app.migrate(), first"
+            )
+        if version < latest:
+            raise SchemaMissingError(
+                f"{self.store.description} is at schema version {version} and this conveyor "
+                f"needs {latest}: run `conveyor migrate` on it (with the same --dsn)"
+            )
+        return version
+
+    def count_jobs(self, ids: Sequence[int] | None = None, **filters: str | None) -> dict[str, int]:
+        """Jobs matching ``ids`` and/or filters, per detailed state (zeros left out).
+
+        Filters: state (a state, or ready, scheduled, retrying), queue, task, group,
+        batch, error (text in the last error), worker. ``app.count_jobs(group="g")``
+        counts a group's jobs; the keys are ready, scheduled, retrying, running,
+        succeeded, failed and cancelled.
+        """
+        selection = job_selection(ids, **filters)
+        counts = self.store.job_count_selected(selection, utcnow())
+        return {state: counts[state] for state in DETAILED_STATES if counts.get(state)}
+
+    def retry_jobs(
+        self,
+        ids: Sequence[int] | None = None,
+        *,
+        on_batch: Callable[[int], None] | None = None,
+        **filters: str | None,
+    ) -> int:
+        """Queue the failed and cancelled jobs among those named again, attempts reset.
+
+        Of several jobs with one key, only the newest goes back, and none while a
+        live job holds the key. Returns how many were queued.
+        """
+        return self._bulk(
+            job_selection(ids, **filters), BULK_ACTIONS["retry"], self.store.job_retry_many,
+            on_batch,
+        )  # fmt: skip
+
+    def cancel_jobs(
+        self,
+        ids: Sequence[int] | None = None,
+        *,
+        on_batch: Callable[[int], None] | None = None,
+        **filters: str | None,
+    ) -> int:
+        """Cancel the queued jobs among those named; ask the workers of the running ones to stop.
+
+        ``app.cancel_jobs(group="session-42", state="queued")`` cancels a group's
+        pending jobs and leaves its running one alone. Returns how many changed.
+        """
+        return self._bulk(
+            job_selection(ids, **filters), BULK_ACTIONS["cancel"], self.store.job_cancel_many,
+            on_batch,
+        )  # fmt: skip
+
+    def delete_jobs(
+        self,
+        ids: Sequence[int] | None = None,
+        *,
+        on_batch: Callable[[int], None] | None = None,
+        **filters: str | None,
+    ) -> int:
+        """Delete the jobs named (queued or finished) with their history; running ones stay.
+
+        Cancel a running job first: its worker holds it. Returns how many were deleted.
+        """
+        return self._bulk(
+            job_selection(ids, **filters), BULK_ACTIONS["delete"],
+            lambda job_ids, now: self.store.job_delete_many(job_ids), on_batch,
+        )  # fmt: skip
+
+    def run_jobs_now(
+        self,
+        ids: Sequence[int] | None = None,
+        *,
+        on_batch: Callable[[int], None] | None = None,
+        **filters: str | None,
+    ) -> int:
+        """Make the scheduled and retrying jobs among those named due now; returns how many."""
+        return self._bulk(
+            job_selection(ids, **filters), BULK_ACTIONS["run_now"], self.store.job_run_now,
+            on_batch,
+        )  # fmt: skip
+
+    def take_back(
+        self,
+        ids: Sequence[int] | None = None,
+        *,
+        on_batch: Callable[[int], None] | None = None,
+        **filters: str | None,
+    ) -> int:
+        """Take back now the running jobs named, as if their leases had expired.
+
+        For a worker or consumer known to be dead (``app.take_back(group="g")``,
+        ``app.take_back(worker=worker_id)``): each job is queued again (failed when
+        out of attempts) with error "worker lost: taken back by an operator". If
+        the holder was alive after all, its outcome is refused (its lease is void)
+        and the job may run twice, as after any rescue. Returns how many.
+        """
+        return self._bulk(
+            job_selection(ids, **filters), BULK_ACTIONS["take_back"], self.store.job_take_back,
+            on_batch,
+        )  # fmt: skip
+
+    def _bulk(
+        self,
+        selection: JobSelection,
+        applies_to: tuple[str, ...],
+        act: Callable[[Sequence[int], datetime], list[int]],
+        on_batch: Callable[[int], None] | None,
+    ) -> int:
+        if selection.empty:
+            raise ConfigurationError(
+                "name the jobs: give ids, or at least one filter "
+                "(state, queue, task, group, batch, error, worker)"
+            )
+        total = 0
+
+        def done(changed: list[int]) -> None:
+            nonlocal total
+            total += len(changed)
+            if changed:
+                self.changes.publish("jobs", selection.queue or "")
+            if on_batch is not None:
+                on_batch(len(changed))
+
+        only_ids = selection.ids is not None and selection == JobSelection(ids=selection.ids)
+        if only_ids and selection.ids is not None:
+            # The action itself checks each job's state: no need to read them first.
+            for start in range(0, len(selection.ids), BULK_BATCH):
+                done(act(selection.ids[start : start + BULK_BATCH], utcnow()))
+            return total
+        for state in states_to_walk(selection.state, applies_to):
+            narrowed = dataclasses.replace(selection, state=state)
+            before: int | None = None
+            while True:
+                page = self.store.job_select(narrowed, utcnow(), before, BULK_BATCH)
+                if not page:
+                    break
+                done(act([job.id for job in page], utcnow()))
+                before = page[-1].id
+        return total
+
+    def delete_queue(self, queue: str) -> int:
+        """Delete a queue: its jobs (queued and finished) and their history, and its pause.
+
+        Refused while jobs of the queue run (cancel them, or wait). A producer that
+        enqueues to the name afterwards makes the queue anew. Returns the jobs deleted.
+        """
+        validate_name("queue", queue)
+        running = self.count_jobs(queue=queue, state="running").get("running", 0)
+        if running:
+            raise JobStateError(
+                f"queue {queue!r} has {running} running job(s): cancel them "
+                f"(conveyor jobs cancel --queue {queue} --state running) or let them finish, "
+                "then delete the queue"
+            )
+        deleted = self.delete_jobs(queue=queue)
+        self.store.queue_delete(queue)
+        return deleted
+
+    def purge_count(
+        self,
+        older_than: timedelta,
+        *,
+        states: Sequence[str] | None = None,
+        queue: str | None = None,
+    ) -> int:
+        """How many jobs ``purge`` with the same arguments would delete now (a dry run)."""
+        if older_than < timedelta(0):
+            raise ConfigurationError("older_than must not be negative")
+        if queue is not None:
+            validate_name("queue", queue)
+        return self.store.job_purge_count(utcnow() - older_than, check_final_states(states), queue)
+
+    def apply_retention(self, now: datetime) -> int:
+        """One round of retention, run by the workers' maintenance; returns the jobs deleted.
+
+        ``retention`` applies to the final states ``retention_by_state`` does not
+        name; ``keep_finished`` trims each queue to its newest finished jobs (at
+        most once a minute: it counts a queue's finished jobs to do so). Each round
+        deletes at most 10,000 jobs per rule, so a big backlog goes over a few rounds.
+        """
+        deleted = 0
+        by_state = self.retention_by_state
+        if self.retention is not None:
+            rest = [s for s in FINAL_STATES if s not in by_state]
+            if not by_state:
+                deleted += self.store.job_purge(now - self.retention)
+            elif rest:
+                deleted += self.store.job_purge_where(now - self.retention, rest, None)
+        for state, age in by_state.items():
+            deleted += self.store.job_purge_where(now - age, [state], None)
+        if self.keep_finished is not None and time.monotonic() >= self._next_count_retention:
+            self._next_count_retention = time.monotonic() + COUNT_RETENTION_EVERY
+            if isinstance(self.keep_finished, int):
+                keeps = dict.fromkeys(self.store.queue_names(), self.keep_finished)
+            else:
+                keeps = dict(self.keep_finished)
+            for queue, keep in keeps.items():
+                deleted += self.store.job_purge_beyond(queue, keep)
+        return deleted
+
+
+#: Jobs acted on per transaction by a bulk action.
+BULK_BATCH = 1000
+#: Seconds between two rounds of retention by count (each counts a queue's finished jobs).
+COUNT_RETENTION_EVERY = 60.0
+FINAL_STATES = tuple(str(s) for s in JobState if s in TERMINAL_STATES)
+#: The states each bulk action changes; it leaves jobs in other states alone.
+BULK_ACTIONS: dict[str, tuple[str, ...]] = {
+    "retry": ("failed", "cancelled"),
+    "cancel": ("queued", "running"),
+    "delete": ("queued", "succeeded", "failed", "cancelled"),
+    "run_now": ("scheduled", "retrying"),
+    "take_back": ("running",),
+}
+SELECTION_FILTERS = ("state", "queue", "task", "group", "batch", "error", "worker")
+
+
+def job_selection(ids: Sequence[int] | None = None, **filters: str | None) -> JobSelection:
+    """A JobSelection from ids and filters, checked: an unknown filter or state is refused."""
+    unknown = set(filters) - set(SELECTION_FILTERS)
+    if unknown:
+        raise ConfigurationError(
+            f"unknown filter {', '.join(sorted(unknown))}: use {', '.join(SELECTION_FILTERS)}"
+        )
+    state = filters.get("state")
+    if state is not None and state not in FILTER_STATES:
+        raise ConfigurationError(f"unknown state {state!r}: use one of {', '.join(FILTER_STATES)}")
+    for name in ("queue", "task", "group", "batch", "worker"):
+        validate_name(name, filters.get(name), optional=True)
+    chosen: tuple[int, ...] | None = None
+    if ids is not None:
+        if isinstance(ids, int | str):
+            raise ConfigurationError("ids must be a list of job ids")
+        chosen = tuple(int(i) for i in ids)
+        if any(not 0 < i < 2**63 for i in chosen):
+            raise ConfigurationError("job ids are positive 64-bit integers")
+    return JobSelection(
+        ids=chosen, **{name: filters.get(name) or None for name in SELECTION_FILTERS}
+    )
+
+
+def states_to_walk(state: str | None, applies_to: tuple[str, ...]) -> list[str]:
+    """The states a bulk action walks: those it applies to, within the selection's state."""
+    if state is None:
+        return list(applies_to)
+    if state in applies_to:
+        return [state]
+    if state in WAITING_STATES and "queued" in applies_to:
+        return [state]
+    if state == "queued":
+        return [s for s in applies_to if s in WAITING_STATES]
+    return []
+
+
+def check_final_states(states: Sequence[str] | None) -> list[str]:
+    """Final states named for a purge (all three when None), each checked."""
+    if states is None:
+        return list(FINAL_STATES)
+    if isinstance(states, str):
+        states = [states]
+    for state in states:
+        if state not in FINAL_STATES:
+            raise ConfigurationError(
+                f"only finished jobs are purged: {state!r} is not one of {', '.join(FINAL_STATES)}"
+            )
+    if not states:
+        raise ConfigurationError("name at least one final state to purge")
+    return list(dict.fromkeys(states))
+
+
+def check_retention_by_state(
+    by_state: Mapping[str, timedelta] | None,
+) -> dict[str, timedelta]:
+    chosen = dict(by_state or {})
+    check_final_states(list(chosen) or None)
+    for state, age in chosen.items():
+        if not isinstance(age, timedelta) or age < timedelta(0):
+            raise ConfigurationError(
+                f"retention_by_state[{state!r}] must be a timedelta of zero or more"
+            )
+    return chosen
+
+
+def check_keep_finished(keep: int | Mapping[str, int] | None) -> int | dict[str, int] | None:
+    if keep is None:
+        return None
+    values = [keep] if isinstance(keep, int) else list(keep.values())
+    for value in values:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ConfigurationError(
+                f"keep_finished must be a number of jobs (0 or more), got {value!r}"
+            )
+    if isinstance(keep, int):
+        return keep
+    for queue in keep:
+        validate_name("queue", queue)
+    return dict(keep)
 
 
 def _timeout_seconds(task: str, timeout: object) -> float | None:

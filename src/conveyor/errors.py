@@ -31,6 +31,14 @@ class StoreUnavailableError(ConveyorError):
     """The database cannot be reached; the message names where conveyor tried to connect."""
 
 
+class SchemaMissingError(ConveyorError):
+    """The database lacks conveyor's tables, or an upgrade of them: run ``conveyor migrate``.
+
+    Raised by ``App.check_schema()`` (and by commands, the dashboard and the
+    worker, which call it) instead of a database's own "no such table" error.
+    """
+
+
 class JobNotFoundError(ConveyorError, LookupError):
     """No job has that id (it was never created, or was purged)."""
 

@@ -62,6 +62,7 @@ class EventKind(enum.StrEnum):
     RESCUED = "rescued"  # lease expired; queued again (or failed when out of attempts)
     RELEASED = "released"  # handed back on shutdown; does not use up an attempt
     MANUAL_RETRY = "manual_retry"
+    RUN_NOW = "run_now"  # a scheduled or retrying job made due now by hand
 
 
 def utcnow() -> datetime:
@@ -119,6 +120,9 @@ class Job:
     started_at: datetime | None = None
     finished_at: datetime | None = None
     _app: App | None = field(default=None, repr=False, compare=False)
+    #: Set by an enqueue that found a live job holding its key (that job, returned
+    #: instead of a new one). Not stored: False on any job read back later.
+    existing: bool = field(default=False, repr=False, compare=False)
 
     @property
     def args(self) -> list[Any]:
@@ -141,6 +145,10 @@ class Job:
     @property
     def terminal(self) -> bool:
         return self.state.terminal
+
+    def detailed_state(self, now: datetime | None = None) -> str:
+        """The state as an operator reads it: a queued job is ready, scheduled or retrying."""
+        return detailed_state(self.state, self.run_at, self.attempts, self.error, now or utcnow())
 
     def wait(
         self,
@@ -381,3 +389,40 @@ def validate_priority(value: object) -> int:
 def state_after_failure(attempts: int, max_attempts: int, retryable: bool) -> JobState:
     """A failed attempt goes back to queued while attempts remain and the error is retryable."""
     return JobState.QUEUED if retryable and attempts < max_attempts else JobState.FAILED
+
+
+# --- what an operator sees: queued jobs told apart ------------------------------
+
+#: Due now: the next free worker takes it.
+READY = "ready"
+#: Queued to run later (a delay, a run_at, or a handler's Retry).
+SCHEDULED = "scheduled"
+#: Queued to run later after a failed attempt: waiting out its backoff.
+RETRYING = "retrying"
+#: The three kinds of queued job.
+WAITING_STATES = (READY, SCHEDULED, RETRYING)
+#: Every state a job is shown in, the queued ones told apart, in the order of a job's life.
+DETAILED_STATES = (READY, SCHEDULED, RETRYING, "running", "succeeded", "failed", "cancelled")
+#: What a filter may name: a state, or one of the kinds of queued job.
+FILTER_STATES = ("queued", *DETAILED_STATES)
+
+
+def detailed_state(
+    state: str, run_at: datetime, attempts: int, error: str | None, now: datetime
+) -> str:
+    """``state``, with a queued job shown as ready, scheduled or retrying.
+
+    The same rule as the stores' SQL (``detailed state`` in queries.sql): due
+    later after an attempt that left an error is retrying; due later otherwise
+    is scheduled; due now is ready.
+    """
+    if state != JobState.QUEUED:
+        return str(state)
+    if run_at <= now:
+        return READY
+    return RETRYING if error is not None and attempts > 0 else SCHEDULED
+
+
+def base_state(state: str) -> JobState:
+    """The stored state behind a detailed one (ready, scheduled and retrying are queued)."""
+    return JobState.QUEUED if state in WAITING_STATES else JobState(state)

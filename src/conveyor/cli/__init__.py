@@ -1,18 +1,23 @@
 """The ``conveyor`` command (installed with ``conveyor[cli]``).
 
-Every command takes ``--dsn`` (default ``$CONVEYOR_DSN``, else ``./conveyor.db``).
-Listings print tables, or JSON with ``--json``. Errors are one line on stderr
-and a non-zero exit; ``conveyor --debug ...`` shows the traceback instead.
+Every command takes ``--dsn`` (default ``$CONVEYOR_DSN``, else ``./conveyor.db``),
+before or after the command's name. Listings print tables, or JSON with
+``--json``. Errors are one line on stderr and a non-zero exit; ``--debug``
+(anywhere on the line) shows the traceback instead.
 """
 
 from __future__ import annotations
+
+import os
 
 import click
 
 from conveyor.cli.group import ConveyorGroup, LazyCommand
 from conveyor.cli.jobs import enqueue, jobs
-from conveyor.cli.queues import pause, purge, resume, stats
+from conveyor.cli.queues import delete_queue, pause, purge, resume, stats
 from conveyor.cli.worker import HANDLER_THREAD_PREFIX, load_app, migrate, worker
+from conveyor.errors import ConfigurationError
+from conveyor.store.dsn import DSN_ENV
 
 __all__ = ["HANDLER_THREAD_PREFIX", "cli", "load_app"]
 
@@ -48,10 +53,20 @@ LAZY_COMMANDS = {
 
 
 @click.group(cls=ConveyorGroup, lazy=LAZY_COMMANDS)
-@click.option("--debug", is_flag=True, help="Show tracebacks.")
-def cli(debug: bool) -> None:
+@click.option("--debug", is_flag=True, help="Show tracebacks (also after the command).")
+@click.option(
+    "--dsn",
+    default=None,
+    help="The database, for any command (also after the command, where it wins).",
+)
+def cli(debug: bool, dsn: str | None) -> None:
     """conveyor: a durable job queue on SQLite and PostgreSQL."""
+    if dsn is not None:
+        if not dsn.strip():
+            raise ConfigurationError("the DSN given with --dsn is empty")
+        # Every command reads its --dsn from $CONVEYOR_DSN when not given after it.
+        os.environ[DSN_ENV] = dsn
 
 
-for _command in (migrate, worker, enqueue, jobs, stats, purge, pause, resume):
+for _command in (migrate, worker, enqueue, jobs, stats, purge, pause, resume, delete_queue):
     cli.add_command(_command)

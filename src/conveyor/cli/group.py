@@ -82,6 +82,11 @@ class ConveyorGroup(click.Group):
             return _unavailable(name, lazy.short_help, reason)
         return command
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if ctx.parent is None:
+            args = hoist_debug(args)
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -97,6 +102,18 @@ class ConveyorGroup(click.Group):
                 raise
             click.secho(f"error: {describe(exc)}", fg="red", err=True)
             sys.exit(1)
+
+
+def hoist_debug(args: list[str]) -> list[str]:
+    """``--debug`` wherever it stands (``conveyor worker x:app --debug``) moved to the front.
+
+    Only before a ``--``, after which everything is an argument.
+    """
+    end = args.index("--") if "--" in args else len(args)
+    if "--debug" not in args[:end]:
+        return args
+    rest = [a for a in args[:end] if a != "--debug"]
+    return ["--debug", *rest, *args[end:]]
 
 
 def describe(exc: Exception) -> str:

@@ -5,23 +5,36 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 import click
 
-from conveyor.cli.options import Duration, JsonValue, dsn_option, json_option, open_app
+from conveyor.app import App
+from conveyor.cli.options import (
+    Duration,
+    JobId,
+    JsonValue,
+    dsn_option,
+    given,
+    json_option,
+    open_app,
+    selection_options,
+)
 from conveyor.cli.output import (
-    STATES,
     console,
+    counts_view,
     event_dict,
     job_dict,
     job_view,
     jobs_table,
     print_json,
     progress,
+    when,
 )
-from conveyor.errors import ConveyorError
+from conveyor.errors import ConveyorError, JobStateError
+from conveyor.job import DETAILED_STATES, WAITING_STATES, JobState
 from conveyor.store.dsn import DSN_ENV
 from conveyor.task import EnqueueOptions, Task
 
@@ -98,28 +111,46 @@ def enqueue(
         calls = iter([(args, kwargs)] * count)
         total = count
     ids: list[int] = []
-    with open_app(dsn) as app, progress(f"enqueueing {task}", total) as advance:
+    existing = None
+    with (
+        open_app(dsn, must_exist=False) as app,
+        progress(f"enqueueing {task}", total) as advance,
+    ):
         if registry is not None:
             # The task's defaults come from its registration; its handler never runs here.
             app.tasks.update(registry)
         batch: list[tuple[list[Any], dict[str, Any]]] = []
+
+        def flush() -> None:
+            nonlocal existing
+            for job in app.enqueue_calls(task, batch, opts):
+                ids.append(job.id)
+                existing = job if job.existing else existing
+            advance(len(batch))
+            batch.clear()
+
         for call in calls:
             if registry is not None:
                 registry[task].check_arguments(*call)
             batch.append(call)
             if len(batch) == ENQUEUE_BATCH:
-                ids.extend(job.id for job in app.enqueue_calls(task, batch, opts))
-                advance(len(batch))
-                batch = []
+                flush()
         if batch:
-            ids.extend(job.id for job in app.enqueue_calls(task, batch, opts))
-            advance(len(batch))
+            flush()
         if as_json:
             if len(ids) == 1:
-                print_json(job_dict(app.get(ids[0])))
+                print_json({**job_dict(app.get(ids[0])), "existing": existing is not None})
             else:
                 print_json({"task": task, "count": len(ids), "ids": ids})
             return
+    if existing is not None:
+        # The key is per queue: a live job holds it, so that job stands for this enqueue.
+        click.echo(
+            f"not enqueued: job {existing.id} ({existing.task}, {existing.detailed_state()}, "
+            f"created {when(existing.created_at)}) holds key {existing.key!r} in queue "
+            f"{existing.queue}; that job stands for this one"
+        )
+        return
     if len(ids) == 1:
         click.echo(f"enqueued job {ids[0]} ({task})")
     else:
@@ -156,29 +187,23 @@ def _calls_from_file(lines: Any) -> Iterator[tuple[list[Any], dict[str, Any]]]:
 
 @click.group()
 def jobs() -> None:
-    """List, show, retry and cancel jobs."""
+    """List, count, show, retry, cancel, delete and run jobs, one by one or in bulk."""
 
 
 @jobs.command("list")
-@click.option("--state", type=click.Choice(STATES), default=None)
-@click.option("--queue", default=None)
-@click.option("--task", default=None)
+@selection_options
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
-@click.option("--before", "before_id", type=int, default=None, help="Next page: ids below this.")
+@click.option(
+    "--before", "before_id", type=JobId(), default=None, help="Next page: ids below this."
+)
 @dsn_option
 @json_option
 def list_jobs(
-    state: str | None,
-    queue: str | None,
-    task: str | None,
-    limit: int,
-    before_id: int | None,
-    dsn: str | None,
-    as_json: bool,
+    limit: int, before_id: int | None, dsn: str | None, as_json: bool, **filters: str | None
 ) -> None:
-    """Jobs, newest first."""
+    """Jobs, newest first (--state scheduled: due later; retrying: after a failed attempt)."""
     with open_app(dsn) as app:
-        found = app.jobs(state=state, queue=queue, task=task, limit=limit, before_id=before_id)
+        found = app.jobs(limit=limit, before_id=before_id, **filters)
     if as_json:
         print_json([job_dict(job) for job in found])
         return
@@ -190,8 +215,22 @@ def list_jobs(
         click.echo(f"more: --before {found[-1].id}")
 
 
+@jobs.command("count")
+@selection_options
+@dsn_option
+@json_option
+def count_jobs(dsn: str | None, as_json: bool, **filters: str | None) -> None:
+    """How many jobs match, per state (a group's jobs: --group NAME)."""
+    with open_app(dsn) as app:
+        counts = app.count_jobs(None, **given(filters))
+    if as_json:
+        print_json({state: counts.get(state, 0) for state in DETAILED_STATES})
+        return
+    console().print(counts_view(counts))
+
+
 @jobs.command("show")
-@click.argument("job_id", type=int)
+@click.argument("job_id", type=JobId())
 @dsn_option
 @json_option
 def show_job(job_id: int, dsn: str | None, as_json: bool) -> None:
@@ -205,39 +244,176 @@ def show_job(job_id: int, dsn: str | None, as_json: bool) -> None:
     console().print(job_view(job, events))
 
 
-@jobs.command("retry")
-@click.argument("job_id", type=int, required=False)
-@click.option("--all-failed", is_flag=True, help="Every failed job (of --queue, or all).")
-@click.option("--queue", default=None, help="With --all-failed: only this queue.")
-@dsn_option
-def retry_jobs(job_id: int | None, all_failed: bool, queue: str | None, dsn: str | None) -> None:
-    """Queue a failed or cancelled job again (attempts reset), or every failed one."""
-    if (job_id is None) == (not all_failed):
-        raise click.UsageError("give a JOB_ID or --all-failed (not both)")
-    if queue is not None and not all_failed:
-        raise click.UsageError("--queue goes with --all-failed")
+# --- acting on jobs, one or many -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BulkAction:
+    """What ``conveyor jobs <name>`` does to the jobs it names."""
+
+    name: str
+    #: The App method that acts: app.<method>(ids, on_batch=..., **filters).
+    method: str
+    #: The detailed states it changes; jobs in others stay as they are.
+    applies_to: tuple[str, ...]
+    #: "retried", "cancelled"...: what happened to the jobs it changed.
+    past: str
+    help: str
+
+
+BULK = {
+    action.name: action
+    for action in (
+        BulkAction(
+            "retry",
+            "retry_jobs",
+            ("failed", "cancelled"),
+            "queued again",
+            "Queue failed or cancelled jobs again (attempts reset).",
+        ),
+        BulkAction(
+            "cancel",
+            "cancel_jobs",
+            (*WAITING_STATES, "running"),
+            "cancelled or asked to stop",
+            "Cancel queued jobs; ask the workers of running ones to stop them.",
+        ),
+        BulkAction(
+            "delete",
+            "delete_jobs",
+            (*WAITING_STATES, "succeeded", "failed", "cancelled"),
+            "deleted",
+            "Delete jobs and their history (running jobs stay: cancel them first).",
+        ),
+        BulkAction(
+            "run-now",
+            "run_jobs_now",
+            ("scheduled", "retrying"),
+            "made due now",
+            "Run scheduled or retrying jobs now instead of at their time.",
+        ),
+        BulkAction(
+            "take-back",
+            "take_back",
+            ("running",),
+            "taken back",
+            "Requeue now the running jobs of a dead worker or consumer (e.g. --group).",
+        ),
+    )
+}
+
+
+def _act(
+    action: BulkAction,
+    job_ids: tuple[int, ...],
+    filters: dict[str, str],
+    yes: bool,
+    dry_run: bool,
+    dsn: str | None,
+) -> None:
+    """Count what the ids and filters name, say it, ask (for filters), then act in batches."""
+    if not job_ids and not filters:
+        raise click.UsageError(
+            f"name the jobs to {action.name}: JOB_ID..., or filters such as --state, --queue, "
+            "--group, --task, --error (see --help)"
+        )
     with open_app(dsn) as app:
-        if job_id is not None:
-            job = app.retry(job_id)
-            click.echo(f"job {job.id} queued again ({job.task} on {job.queue})")
+        if len(job_ids) == 1 and not filters and not dry_run:
+            click.echo(_act_on_one(app, action, job_ids[0]))
             return
-        total = app.stats().count("failed", queue)
-        with progress("retrying failed jobs", total) as advance:
-            retried = app.retry_failed(queue, on_batch=advance)
-    where = f" in queue {queue}" if queue else ""
-    click.echo(f"{retried:,} failed job(s){where} queued again")
+        counts = app.count_jobs(list(job_ids) or None, **filters)
+        matching = sum(counts.values())
+        changing = sum(counts.get(state, 0) for state in action.applies_to)
+        found = ", ".join(f"{state} {n:,}" for state, n in counts.items()) or "none"
+        click.echo(f"{matching:,} job(s) match ({found}); {changing:,} can be {action.past}")
+        if dry_run or changing == 0:
+            return
+        if filters and not yes:
+            try:
+                click.confirm(f"{action.name} {changing:,} job(s)?", abort=True, err=True)
+            except click.Abort:
+                raise ConveyorError(
+                    "not confirmed: nothing changed (--yes acts without asking)"
+                ) from None
+        act = getattr(app, action.method)
+        with progress(action.name, changing) as advance:
+            changed = act(list(job_ids) or None, on_batch=advance, **filters)
+    click.echo(f"{changed:,} job(s) {action.past}")
 
 
-@jobs.command("cancel")
-@click.argument("job_id", type=int)
-@dsn_option
-def cancel_job(job_id: int, dsn: str | None) -> None:
-    """Cancel a queued job, or ask the worker of a running one to stop."""
-    with open_app(dsn) as app:
+def _act_on_one(app: App, action: BulkAction, job_id: int) -> str:
+    """One job, with what became of it (or why nothing did) in the words of its state."""
+    if action.name == "retry":
+        job = app.retry(job_id)
+        return f"job {job.id} queued again ({job.task} on {job.queue})"
+    if action.name == "cancel":
         job = app.cancel(job_id)
-    if job.state == "cancelled":
-        click.echo(f"job {job.id} cancelled")
-    elif job.cancel_requested and job.state == "running":
-        click.echo(f"job {job.id} is running: its worker was asked to stop it")
-    else:
+        if job.state == JobState.CANCELLED:
+            return f"job {job.id} cancelled"
+        if job.cancel_requested and job.state == JobState.RUNNING:
+            return f"job {job.id} is running: its worker was asked to stop it"
         raise ConveyorError(f"job {job.id} is already {job.state}; nothing to cancel")
+    state = app.get(job_id).detailed_state()
+    if state not in action.applies_to:
+        raise JobStateError(
+            f"job {job_id} is {state}; {action.name} applies to "
+            f"{' or '.join(action.applies_to)} jobs"
+        )
+    changed = getattr(app, action.method)([job_id])
+    if not changed:
+        raise JobStateError(f"job {job_id} changed meanwhile: nothing done (look again)")
+    return f"job {job_id} {action.past}"
+
+
+def _bulk_command(action: BulkAction) -> click.Command:
+    @click.argument("job_ids", metavar="[JOB_ID]...", type=JobId(), nargs=-1)
+    @selection_options
+    @click.option("--yes", "-y", is_flag=True, help="Act on the filter's jobs without asking.")
+    @click.option("--dry-run", is_flag=True, help="Count the jobs it would change; change none.")
+    @dsn_option
+    def command(
+        job_ids: tuple[int, ...], yes: bool, dry_run: bool, dsn: str | None, **filters: str | None
+    ) -> None:
+        _act(action, job_ids, given(filters), yes, dry_run, dsn)
+
+    command.__doc__ = (
+        f"{action.help}\n\nName the jobs by JOB_ID, or by filters: every job matching them "
+        "(counted first, then confirmed unless --yes)."
+    )
+    return jobs.command(action.name)(command)
+
+
+for _action in BULK.values():
+    if _action.name != "retry":
+        _bulk_command(_action)
+
+
+@jobs.command("retry")
+@click.argument("job_ids", metavar="[JOB_ID]...", type=JobId(), nargs=-1)
+@click.option("--all-failed", is_flag=True, help="Every failed job (same as --state failed).")
+@selection_options
+@click.option("--yes", "-y", is_flag=True, help="Act on the filter's jobs without asking.")
+@click.option("--dry-run", is_flag=True, help="Count the jobs it would change; change none.")
+@dsn_option
+def retry_jobs(
+    job_ids: tuple[int, ...],
+    all_failed: bool,
+    yes: bool,
+    dry_run: bool,
+    dsn: str | None,
+    **filters: str | None,
+) -> None:
+    """Queue failed or cancelled jobs again (attempts reset).
+
+    Name the jobs by JOB_ID, or by filters: every job matching them (counted
+    first, then confirmed unless --yes). Of several failed jobs with one key only
+    the newest goes back, and none while a live job holds the key.
+    """
+    chosen = given(filters)
+    if all_failed:
+        if job_ids:
+            raise click.UsageError("give JOB_IDs or --all-failed, not both")
+        if chosen.get("state", "failed") != "failed":
+            raise click.UsageError("--all-failed means --state failed")
+        chosen["state"] = "failed"
+    _act(BULK["retry"], job_ids, chosen, yes, dry_run, dsn)

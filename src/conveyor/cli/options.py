@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from conveyor.app import App
-from conveyor.store.dsn import DSN_ENV, default_dsn
+from conveyor.job import FILTER_STATES
+from conveyor.store.dsn import DSN_ENV, default_dsn, require_existing
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -38,9 +39,17 @@ json_option: Callable[[F], F] = click.option(
 
 
 @contextmanager
-def open_app(dsn: str | None) -> Iterator[App]:
-    """An App on the database, for commands that need no task code (pool kept small)."""
-    resolved = dsn or default_dsn()
+def open_app(dsn: str | None, *, must_exist: bool = True, migrating: bool = False) -> Iterator[App]:
+    """An App on the database, for commands that need no task code (pool kept small).
+
+    Commands that only read or operate keep ``must_exist``: a SQLite file that
+    does not exist is refused (a typo must not become an empty database). Every
+    command but ``migrate`` checks the schema first, so a database without
+    conveyor's tables says "run conveyor migrate" instead of "no such table".
+    """
+    resolved = dsn if dsn is not None else default_dsn()
+    if must_exist:
+        require_existing(resolved)
     context = click.get_current_context(silent=True)
     if context is None or not context.find_root().params.get("debug"):
         # The pool logs every failed connection attempt as a multi-line warning; the
@@ -52,6 +61,8 @@ def open_app(dsn: str | None) -> Iterator[App]:
         # waiting: an unreachable server is reported after 5 s, not the default 10.
         options = {"min_size": 1, "max_size": 2, "connect_timeout": 5.0}
     with App(resolved, **options) as app:
+        if not migrating:
+            app.check_schema()
         yield app
 
 
@@ -104,3 +115,44 @@ class JsonValue(_ParamType):
         if not isinstance(decoded, self.kind):
             self.fail(f"{value!r} is not a JSON {self.name.split()[1]}", param, ctx)
         return decoded
+
+
+#: The filters of a selection, as command-line options (each command's ``**filters``).
+_SELECTION_OPTIONS = (
+    click.option(
+        "--state",
+        type=click.Choice(list(FILTER_STATES)),
+        default=None,
+        help="A state, or ready / scheduled / retrying (kinds of queued job).",
+    ),
+    click.option("--queue", default=None, help="Jobs of this queue."),
+    click.option("--task", default=None, help="Jobs of this task."),
+    click.option("--group", default=None, help="Jobs of this group (ordering key)."),
+    click.option("--batch", default=None, help="Jobs of this batch."),
+    click.option("--error", default=None, help="Jobs whose last error contains this text."),
+    click.option("--worker", default=None, help="Jobs claimed by this worker id."),
+)
+
+
+def selection_options(f: F) -> F:
+    """--state, --queue, --task, --group, --batch, --error and --worker."""
+    for option in reversed(_SELECTION_OPTIONS):
+        f = option(f)
+    return f
+
+
+def given(filters: dict[str, Any]) -> dict[str, str]:
+    """The filters the user gave (click passes the others as None)."""
+    return {name: value for name, value in filters.items() if value is not None}
+
+
+class JobId(click.types.IntParamType):
+    """A job id: a positive 64-bit integer (anything else cannot name a job)."""
+
+    name = "job_id"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not 0 < number < 2**63:
+            self.fail(f"{value!r} is not a job id (a positive 64-bit integer)", param, ctx)
+        return number

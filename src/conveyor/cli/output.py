@@ -11,15 +11,18 @@ from datetime import datetime
 from typing import Any
 
 import click
+from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from conveyor.job import Event, Job, JobState, utcnow
-from conveyor.store.base import Stats, WorkerInfo
+from conveyor.job import DETAILED_STATES, FILTER_STATES, Event, Job, JobState, utcnow
+from conveyor.store.base import QueueStats, Stats, WorkerInfo
 
 STATES = [str(s) for s in JobState]
+#: What --state accepts: a state, or ready, scheduled or retrying (kinds of queued job).
+STATE_CHOICES = list(FILTER_STATES)
 #: Line width of tables written to a pipe or file.
 PIPE_WIDTH = 200
 
@@ -84,6 +87,7 @@ def job_dict(job: Job) -> dict[str, Any]:
         "queue": job.queue,
         "task": job.task,
         "state": str(job.state),
+        "detailed_state": job.detailed_state(),
         "args": _decoded(job.args_json),
         "kwargs": _decoded(job.kwargs_json),
         "priority": job.priority,
@@ -136,6 +140,7 @@ def stats_dict(stats: Stats, workers: Sequence[WorkerInfo]) -> dict[str, Any]:
             name: {
                 "paused": q.paused,
                 "counts": {state: q.counts.get(state, 0) for state in STATES},
+                "detailed_counts": q.detailed_counts(),
                 "oldest_ready_age": q.oldest_ready_age,
             }
             for name, q in stats.queues.items()
@@ -145,14 +150,35 @@ def stats_dict(stats: Stats, workers: Sequence[WorkerInfo]) -> dict[str, Any]:
     }
 
 
-# --- tables --------------------------------------------------------------------------
+# --- tables ---------------------------------------------------------------------------
+#
+# Tables fit the terminal: every cell stays on one line (cut with an ellipsis),
+# and below WIDE columns the least needed ones are left out; the queue overview
+# is stacked, one short block per queue, below STACK_BELOW columns.
 
 STATE_STYLE = {
     "queued": "cyan",
+    "ready": "cyan",
+    "scheduled": "blue",
+    "retrying": "dark_orange",
     "running": "yellow",
     "succeeded": "green",
     "failed": "red",
     "cancelled": "magenta",
+}
+#: From this width on, tables show every column.
+WIDE = 110
+#: Below this width the queue overview is stacked instead of a table.
+STACK_BELOW = 100
+#: Short headers of the detailed states, for the queue overview.
+SHORT = {
+    "ready": "ready",
+    "scheduled": "sched",
+    "retrying": "retry",
+    "running": "run",
+    "succeeded": "done",
+    "failed": "failed",
+    "cancelled": "cancel",
 }
 
 
@@ -171,7 +197,21 @@ def age(seconds: float | None) -> str:
 
 
 def when(value: datetime | None) -> str:
-    return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
+    """A time with its zone: ``2026-11-22 10:04:05 UTC``."""
+    return value.strftime("%Y-%m-%d %H:%M:%S UTC") if value is not None else "-"
+
+
+def short_when(value: datetime | None) -> str:
+    """A time for a table cell, whose header names the zone (UTC): ``11-22 10:04:05``."""
+    return value.strftime("%m-%d %H:%M:%S") if value is not None else "-"
+
+
+def relative(value: datetime | None, now: datetime) -> str:
+    """``in 59m12s`` or ``3m ago``."""
+    if value is None:
+        return "-"
+    seconds = (value - now).total_seconds()
+    return f"in {age(seconds)}" if seconds > 0 else f"{age(-seconds)} ago"
 
 
 def first_line(text: str | None, width: int = 60) -> str:
@@ -183,65 +223,151 @@ def first_line(text: str | None, width: int = 60) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
+def _width() -> int:
+    return console().width
+
+
+def _table(**options: Any) -> Table:
+    """A table that keeps each row on one line (cells cut with an ellipsis)."""
+    return Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, **options)
+
+
+def _column(table: Table, header: str, **options: Any) -> None:
+    table.add_column(header, no_wrap=True, overflow="ellipsis", **options)
+
+
 def stats_view(stats: Stats, workers: Sequence[WorkerInfo]) -> RenderableType:
-    queues = Table(title="Queues", title_justify="left")
-    queues.add_column("queue")
-    for state in STATES:
-        queues.add_column(state, justify="right", style=STATE_STYLE[state])
-    queues.add_column("oldest ready", justify="right")
-    queues.add_column("paused")
-    for name, q in stats.queues.items():
-        queues.add_row(
-            name,
-            *(f"{q.counts.get(state, 0):,}" for state in STATES),
-            age(q.oldest_ready_age),
-            "paused" if q.paused else "",
-        )
-    if not stats.queues:
-        queues.add_row("(no jobs)", *[""] * (len(STATES) + 2))
+    width = _width()
+    now = utcnow()
+    queues: RenderableType
+    if width < STACK_BELOW:
+        queues = _stacked_queues(stats)
+    else:
+        table = _table(title="Queues", title_justify="left")
+        _column(table, "queue", ratio=2, min_width=6)
+        for state in DETAILED_STATES:
+            _column(table, state, justify="right", style=STATE_STYLE[state])
+        _column(table, "oldest ready", justify="right")
+        _column(table, "paused")
+        for name, q in stats.queues.items():
+            counts = q.detailed_counts()
+            table.add_row(
+                name,
+                *(f"{counts[state]:,}" for state in DETAILED_STATES),
+                age(q.oldest_ready_age),
+                "paused" if q.paused else "",
+            )
+        if not stats.queues:
+            table.add_row("(no jobs)", *[""] * (len(DETAILED_STATES) + 2))
+        queues = table
     throughput = Text(
         f"Throughput: {stats.finished_last_minute:,} jobs finished in the last minute "
-        f"({stats.finished_last_minute / 60:.1f}/s)"
+        f"({stats.finished_last_minute / 60:.1f}/s)",
+        no_wrap=True,
+        overflow="ellipsis",
     )
-    live = Table(title=f"Live workers: {len(workers)}", title_justify="left")
-    for column in ("worker", "host", "pid", "queues", "jobs in hand", "last seen"):
-        live.add_column(column)
-    now = utcnow()
+    live = _table(title=f"Workers: {len(workers)}", title_justify="left")
+    columns = ["worker", "queues", "jobs", "last seen"]
+    if width >= WIDE:
+        columns[1:1] = ["host", "pid"]
+    for column in columns:
+        _column(live, column, ratio=2 if column in ("worker", "queues") else None)
     for w in workers:
-        live.add_row(
-            w.id,
-            w.host,
-            str(w.pid),
-            ",".join(w.queues),
-            f"{w.jobs_in_hand}/{w.concurrency}",
-            age((now - w.last_seen_at).total_seconds()) + " ago",
-        )
+        silent = (now - w.last_seen_at).total_seconds()
+        seen = age(silent) + " ago" + (" (probably dead)" if silent > SILENT_AFTER else "")
+        cells = {
+            "worker": w.id if width >= WIDE else f"{w.host}:{w.pid}",
+            "host": w.host,
+            "pid": str(w.pid),
+            "queues": ",".join(w.queues),
+            "jobs": f"{w.jobs_in_hand}/{w.concurrency}",
+            "last seen": seen,
+        }
+        live.add_row(*(cells[c] for c in columns))
     return Group(queues, throughput, live)
 
 
+#: A worker silent for longer (three missed heartbeats at the default lease) is probably dead.
+SILENT_AFTER = 30.0
+
+
+def _stacked_queues(stats: Stats) -> RenderableType:
+    """The queue overview for a narrow terminal: a name line, then its counts on one line."""
+    parts: list[RenderableType] = [Text("Queues", style="italic")]
+    if not stats.queues:
+        parts.append(Text("(no jobs)"))
+    for name, q in stats.queues.items():
+        parts.append(_queue_lines(name, q))
+    return Group(*parts)
+
+
+def _queue_lines(name: str, q: QueueStats) -> Text:
+    counts = q.detailed_counts()
+    line = Text(name, style="bold", no_wrap=True, overflow="ellipsis")
+    if q.paused:
+        line.append("  paused", style="magenta")
+    line.append(f"  oldest ready {age(q.oldest_ready_age)}\n  ")
+    for state in DETAILED_STATES:
+        line.append(f"{SHORT[state]} ", style="dim")
+        line.append(f"{counts[state]:,}", style=STATE_STYLE[state])
+        line.append("  ")
+    line.rstrip()
+    return line
+
+
 def jobs_table(jobs: Sequence[Job]) -> Table:
-    table = Table()
-    for column in ("id", "queue", "task", "state", "attempts", "created", "finished", "error"):
-        table.add_column(column, justify="right" if column in ("id", "attempts") else "left")
+    now = utcnow()
+    wide = _width() >= WIDE
+    table = _table()
+    _column(table, "id", justify="right")
+    _column(table, "queue", ratio=1, min_width=5)
+    _column(table, "task", ratio=2, min_width=6)
+    _column(table, "state")
+    _column(table, "tries", justify="right")
+    if wide:
+        _column(table, "created (UTC)")
+    _column(table, "next run / ended (UTC)" if wide else "when (UTC)")
+    _column(table, "error", ratio=3, min_width=8)
     for job in jobs:
-        table.add_row(
+        state = job.detailed_state(now)
+        shown_at = job.finished_at
+        if job.state == JobState.QUEUED:
+            shown_at = job.run_at
+        elif job.state == JobState.RUNNING:
+            shown_at = job.started_at
+        cells: list[RenderableType] = [
             str(job.id),
             job.queue,
             job.task,
-            Text(str(job.state), style=STATE_STYLE[str(job.state)]),
+            Text(state, style=STATE_STYLE[state]),
             f"{job.attempts}/{job.max_attempts}",
-            when(job.created_at),
-            when(job.finished_at),
-            first_line(job.error),
-        )
+        ]
+        if wide:
+            cells.append(short_when(job.created_at))
+        cells += [short_when(shown_at), first_line(job.error, 200)]
+        table.add_row(*cells)
+    return table
+
+
+def counts_view(counts: dict[str, int]) -> Table:
+    """Jobs per detailed state, and their total."""
+    table = _table()
+    _column(table, "state")
+    _column(table, "jobs", justify="right")
+    for state in DETAILED_STATES:
+        if counts.get(state):
+            table.add_row(Text(state, style=STATE_STYLE[state]), f"{counts[state]:,}")
+    table.add_row(Text("total", style="bold"), f"{sum(counts.values()):,}")
     return table
 
 
 def job_view(job: Job, events: Sequence[Event]) -> RenderableType:
+    now = utcnow()
     fields = Table.grid(padding=(0, 2))
-    fields.add_column(style="bold")
-    fields.add_column()
+    fields.add_column(style="bold", no_wrap=True)
+    fields.add_column(overflow="fold")
     data = job_dict(job)
+    times = {"run_at", "created_at", "started_at", "finished_at"}
     for name in (
         "id", "queue", "task", "state", "attempts", "priority", "key", "group",
         "batch", "run_at", "created_at", "started_at", "finished_at", "worker",
@@ -253,8 +379,15 @@ def job_view(job: Job, events: Sequence[Event]) -> RenderableType:
         if name == "attempts":
             value = f"{job.attempts} of {job.max_attempts}"
         elif name == "state":
-            value = Text(str(job.state), style=STATE_STYLE[str(job.state)])
-        fields.add_row(name, value if isinstance(value, Text) else Text(str(value)))
+            state = job.detailed_state(now)
+            value = Text(state, style=STATE_STYLE[state])
+            if state != str(job.state):
+                value.append(f" (queued, due {relative(job.run_at, now)})", style="dim")
+        elif name in times:
+            stamp = getattr(job, name)
+            value = f"{when(stamp)} ({relative(stamp, now)})"
+        label = "next run" if name == "run_at" and job.state == JobState.QUEUED else name
+        fields.add_row(label, value if isinstance(value, Text) else Text(str(value)))
     parts: list[RenderableType] = [fields, Text("")]
     parts.append(Text("args:   ", style="bold") + Text(json.dumps(data["args"])))
     parts.append(Text("kwargs: ", style="bold") + Text(json.dumps(data["kwargs"])))
@@ -266,17 +399,17 @@ def job_view(job: Job, events: Sequence[Event]) -> RenderableType:
         label = "error:" if job.state == JobState.FAILED else "error of an earlier attempt:"
         parts.append(Text(label, style="bold red"))
         parts.append(Text(job.error.rstrip()))
-    timeline = Table(title="Events", title_justify="left")
-    for column in ("seq", "at", "kind", "attempt", "worker", "error"):
-        timeline.add_column(column)
+    timeline = _table(title="Events", title_justify="left")
+    for column in ("seq", "at (UTC)", "kind", "attempt", "worker", "error"):
+        _column(timeline, column, ratio=2 if column in ("worker", "error") else None)
     for event in events:
         timeline.add_row(
             str(event.seq),
-            event.at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
+            event.at.strftime("%m-%d %H:%M:%S.%f")[:-3],
             event.kind,
             str(event.attempt),
             event.worker or "",
-            first_line(event.error),
+            first_line(event.error, 200),
         )
     parts.extend([Text(""), timeline])
     return Group(*parts)

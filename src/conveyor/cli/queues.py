@@ -1,4 +1,4 @@
-"""Looking after queues: ``conveyor stats``, ``pause``, ``resume`` and ``purge``."""
+"""Looking after queues: ``conveyor stats``, ``pause``, ``resume``, ``delete-queue``, ``purge``."""
 
 from __future__ import annotations
 
@@ -8,40 +8,53 @@ from datetime import timedelta
 import click
 from rich.live import Live
 
+from conveyor.app import App
 from conveyor.cli.options import Duration, dsn_option, json_option, open_app
 from conveyor.cli.output import console, interactive, print_json, progress, stats_dict, stats_view
+from conveyor.errors import ConveyorError
+from conveyor.job import validate_name
+
+FINAL_STATES = ("succeeded", "failed", "cancelled")
 
 
 @click.command()
-@click.option("--watch", is_flag=True, help="Refresh until interrupted.")
+@click.option("--watch", is_flag=True, help="Refresh until interrupted (Ctrl-C).")
 @click.option("--interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True)
 @click.option("--times", type=click.IntRange(min=1), default=None, hidden=True)
 @dsn_option
 @json_option
 def stats(watch: bool, interval: float, times: int | None, dsn: str | None, as_json: bool) -> None:
-    """Jobs per queue and state, oldest ready age, throughput and live workers."""
+    """Jobs per queue and state, oldest ready age, throughput and workers."""
     with open_app(dsn) as app:
         if not watch:
             times = 1
-        shown = 0
-        if watch and interactive() and not as_json:
-            # Redrawn in place on a terminal; a pipe gets one snapshot per interval.
-            with Live(console=console(), auto_refresh=False) as live:
-                while times is None or shown < times:
-                    live.update(stats_view(app.stats(), app.store.worker_list()), refresh=True)
-                    shown += 1
-                    if times is None or shown < times:
-                        time.sleep(interval)
+        try:
+            _show_stats(app, watch, interval, times, as_json)
+        except KeyboardInterrupt:
+            # Ctrl-C is how a watch ends: not an error, and nothing to add.
             return
-        while times is None or shown < times:
-            snapshot, workers = app.stats(), app.store.worker_list()
-            if as_json:
-                print_json(stats_dict(snapshot, workers))
-            else:
-                console().print(stats_view(snapshot, workers))
-            shown += 1
-            if times is None or shown < times:
-                time.sleep(interval)
+
+
+def _show_stats(app: App, watch: bool, interval: float, times: int | None, as_json: bool) -> None:
+    shown = 0
+    if watch and interactive() and not as_json:
+        # Redrawn in place on a terminal; a pipe gets one snapshot per interval.
+        with Live(console=console(), auto_refresh=False) as live:
+            while times is None or shown < times:
+                live.update(stats_view(app.stats(), app.store.worker_list()), refresh=True)
+                shown += 1
+                if times is None or shown < times:
+                    time.sleep(interval)
+        return
+    while times is None or shown < times:
+        snapshot, workers = app.stats(), app.store.worker_list()
+        if as_json:
+            print_json(stats_dict(snapshot, workers))
+        else:
+            console().print(stats_view(snapshot, workers))
+        shown += 1
+        if times is None or shown < times:
+            time.sleep(interval)
 
 
 @click.command()
@@ -49,18 +62,68 @@ def stats(watch: bool, interval: float, times: int | None, dsn: str | None, as_j
     "--older-than",
     type=Duration(),
     required=True,
-    help="Finished more than this long ago: 7d, 24h, 30m, 90s.",
+    help="Finished more than this long ago: 7d, 24h, 30m, 90s (0s: all of them).",
 )
+@click.option(
+    "--state",
+    "states",
+    type=click.Choice(FINAL_STATES),
+    multiple=True,
+    help="Only jobs that ended so (repeat for several; default: all three).",
+)
+@click.option("--queue", default=None, help="Only jobs of this queue.")
+@click.option("--dry-run", is_flag=True, help="Count the jobs it would delete; delete none.")
+@click.option("--yes", "-y", is_flag=True, help="Delete without asking.")
 @dsn_option
-def purge(older_than: timedelta, dsn: str | None) -> None:
-    """Delete finished jobs (and their events) older than --older-than."""
+def purge(
+    older_than: timedelta,
+    states: tuple[str, ...],
+    queue: str | None,
+    dry_run: bool,
+    yes: bool,
+    dsn: str | None,
+) -> None:
+    """Delete finished jobs (and their events) older than --older-than.
+
+    Counts them first and asks before deleting (--yes does not ask).
+    """
+    chosen = list(states) or None
+    what = f"{'/'.join(states or FINAL_STATES)} job(s) older than {older_than}"
+    if queue is not None:
+        what += f" in queue {queue}"
     with open_app(dsn) as app:
-        stats = app.stats()
-        finished = sum(stats.count(state) for state in ("succeeded", "failed", "cancelled"))
-        # The total is an upper bound (not all finished jobs are old enough): the bar may end early.
-        with progress("purging", finished) as advance:
-            deleted = app.purge(older_than, on_batch=advance)
-    click.echo(f"purged {deleted:,} finished job(s) older than {older_than}")
+        count = app.purge_count(older_than, states=chosen, queue=queue)
+        if dry_run:
+            click.echo(f"would purge {count:,} {what}")
+            return
+        if count == 0:
+            click.echo(f"purged 0 {what}")
+            return
+        if not yes:
+            _confirm(f"purge {count:,} {what}?")
+        with progress("purging", count) as advance:
+            deleted = app.purge(older_than, states=chosen, queue=queue, on_batch=advance)
+    click.echo(f"purged {deleted:,} {what}")
+
+
+def _confirm(question: str) -> None:
+    try:
+        click.confirm(question, abort=True, err=True)
+    except click.Abort:
+        raise ConveyorError("not confirmed: nothing changed (--yes acts without asking)") from None
+
+
+def _warn_if_unknown(app: App, queue: str) -> None:
+    """A queue nobody has used is most likely a typo: say so (the command still acts)."""
+    validate_name("queue", queue)
+    known = app.store.queue_names()
+    if queue not in known:
+        click.secho(
+            f"warning: no queue named {queue!r} has jobs or settings yet "
+            f"(known: {', '.join(known) or 'none'})",
+            fg="yellow",
+            err=True,
+        )
 
 
 @click.command()
@@ -69,6 +132,7 @@ def purge(older_than: timedelta, dsn: str | None) -> None:
 def pause(queue: str, dsn: str | None) -> None:
     """Stop workers claiming from QUEUE (running jobs finish)."""
     with open_app(dsn) as app:
+        _warn_if_unknown(app, queue)
         app.pause(queue)
     click.echo(f"queue {queue} paused")
 
@@ -79,5 +143,28 @@ def pause(queue: str, dsn: str | None) -> None:
 def resume(queue: str, dsn: str | None) -> None:
     """Let workers claim from QUEUE again."""
     with open_app(dsn) as app:
+        _warn_if_unknown(app, queue)
         app.resume(queue)
     click.echo(f"queue {queue} resumed")
+
+
+@click.command("delete-queue")
+@click.argument("queue")
+@click.option("--yes", "-y", is_flag=True, help="Delete without asking.")
+@dsn_option
+def delete_queue(queue: str, yes: bool, dsn: str | None) -> None:
+    """Delete QUEUE: its queued and finished jobs, their history, and its pause.
+
+    Refused while jobs of the queue are running (cancel them, or wait).
+    """
+    with open_app(dsn) as app:
+        if queue not in app.store.queue_names():
+            raise ConveyorError(f"no queue named {queue!r}: nothing to delete")
+        counts = app.count_jobs(None, queue=queue)
+        total = sum(counts.values())
+        found = ", ".join(f"{state} {n:,}" for state, n in counts.items()) or "no jobs"
+        click.echo(f"queue {queue} holds {total:,} job(s) ({found})")
+        if not yes:
+            _confirm(f"delete queue {queue} and its {total:,} job(s)?")
+        deleted = app.delete_queue(queue)
+    click.echo(f"queue {queue} deleted with {deleted:,} job(s)")

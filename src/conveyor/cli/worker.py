@@ -13,6 +13,8 @@ import click
 
 from conveyor.app import App
 from conveyor.cli.options import dsn_option, open_app
+from conveyor.errors import ConfigurationError
+from conveyor.logs import FORMATS, LEVELS, configure_logging
 from conveyor.store.dsn import DSN_ENV
 
 
@@ -20,7 +22,7 @@ from conveyor.store.dsn import DSN_ENV
 @dsn_option
 def migrate(dsn: str | None) -> None:
     """Create or upgrade the database schema."""
-    with open_app(dsn) as app:
+    with open_app(dsn, must_exist=False, migrating=True) as app:
         version = app.migrate()
         click.echo(f"{app.store.description}: schema at version {version}")
 
@@ -53,7 +55,20 @@ def load_app(target: str) -> App:
 @click.option("--stop-timeout", default=30.0, show_default=True, help="Seconds to drain.")
 @click.option("--lease", default=30.0, show_default=True, help="Lease length in seconds.")
 @click.option("--poll-interval", default=1.0, show_default=True, help="Fallback poll, seconds.")
-@click.option("--log-level", default="INFO", show_default=True)
+@click.option(
+    "--log-level",
+    type=click.Choice(LEVELS, case_sensitive=False),
+    default="INFO",
+    show_default=True,
+    help="INFO shows a line per finished job; WARNING only trouble.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(FORMATS),
+    default="text",
+    show_default=True,
+    help="text for people, json for log collectors (one object per line).",
+)
 def worker(
     app_path: str,
     dsn: str | None,
@@ -64,18 +79,22 @@ def worker(
     lease: float,
     poll_interval: float,
     log_level: str,
+    log_format: str,
 ) -> None:
     """Run a worker for the App at MODULE:APP until SIGTERM or SIGINT.
 
     The App's module is imported after --dsn is put in $CONVEYOR_DSN, so an
     ``App()`` created without a DSN works on the database named here.
     """
-    if dsn:
+    if dsn is not None:
+        if not dsn.strip():
+            raise ConfigurationError("the DSN given with --dsn is empty")
         os.environ[DSN_ENV] = dsn
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    # Through the logging module, before the App's module is imported: that module
+    # may route conveyor's loggers its own way (dictConfig, basicConfig(force=True)).
+    configure_logging(log_level, log_format)
     app = load_app(app_path)
+    app.check_schema()  # "run conveyor migrate" rather than a traceback from the worker
     code = app.run_worker(
         queues=[q.strip() for q in queues.split(",") if q.strip()] if queues else None,
         concurrency=concurrency,

@@ -14,11 +14,19 @@ same methods.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
-from conveyor.job import Event, Job, JobState, NewJob, storable_text
+from conveyor.job import (
+    DETAILED_STATES,
+    WAITING_STATES,
+    Event,
+    Job,
+    JobState,
+    NewJob,
+    storable_text,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,11 +45,14 @@ class Lease:
 #: - snooze: queued again at ``run_at`` without using up an attempt (``Retry``);
 #: - release: handed back to queued without using up an attempt (shutdown);
 #: - cancelled: the worker aborted a job whose cancel was requested;
-#: - rescue: the lease expired (only if it still has): like retry, run again now.
+#: - rescue: the lease expired (only if it still has): like retry, run again now;
+#: - take_back: an operator's rescue of a holder known to be dead, expired or not.
 #:
 #: A job whose cancel was requested ends cancelled whatever the kind, unless it
 #: succeeded.
-FinishKind = Literal["complete", "retry", "fail", "snooze", "release", "cancelled", "rescue"]
+FinishKind = Literal[
+    "complete", "retry", "fail", "snooze", "release", "cancelled", "rescue", "take_back"
+]
 FINISH_KINDS: frozenset[str] = frozenset(get_args(FinishKind))
 
 
@@ -93,6 +104,8 @@ class Finish:
 
 #: The error a rescued job records.
 LEASE_EXPIRED_ERROR = "worker lost: lease expired"
+#: The error of a job an operator took back from its (dead) holder.
+TAKEN_BACK_ERROR = "worker lost: taken back by an operator"
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +136,20 @@ class QueueStats:
     counts: dict[str, int]
     #: Seconds the oldest ready (queued, run_at <= now) job has waited; None when none is ready.
     oldest_ready_age: float | None
+    #: Of the queued jobs: due later (scheduled), and due later after a failed attempt (retrying).
+    scheduled: int = 0
+    retrying: int = 0
+
+    @property
+    def ready(self) -> int:
+        """Queued jobs that are due now."""
+        return self.counts.get(JobState.QUEUED, 0) - self.scheduled - self.retrying
+
+    def detailed_counts(self) -> dict[str, int]:
+        """Jobs per detailed state (ready, scheduled, retrying, running, ...), zeros included."""
+        counts = {state: self.counts.get(state, 0) for state in DETAILED_STATES}
+        counts.update(ready=self.ready, scheduled=self.scheduled, retrying=self.retrying)
+        return counts
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,8 +159,12 @@ class Stats:
     finished_last_minute: int = 0
 
     def count(self, state: JobState | str, queue: str | None = None) -> int:
+        """Jobs in ``state`` (a state, or ready, scheduled or retrying), of a queue or of all."""
         names = [queue] if queue is not None else list(self.queues)
-        return sum(self.queues[q].counts.get(str(state), 0) for q in names if q in self.queues)
+        chosen = [self.queues[q] for q in names if q in self.queues]
+        if state in WAITING_STATES:
+            return sum(q.detailed_counts()[str(state)] for q in chosen)
+        return sum(q.counts.get(str(state), 0) for q in chosen)
 
 
 @dataclass(frozen=True, slots=True)
@@ -480,3 +511,104 @@ class Store(Protocol):
     ) -> list[RunTimeBucket]:
         """Run times of the jobs that succeeded or failed in (after, until], bucketed."""
         ...
+
+    # --- operating in bulk, groups, retention and the operator's views ------------
+    def schema_latest(self) -> int:
+        """The schema version this code's migrations reach (what ``migrate()`` would give)."""
+        ...
+
+    def job_select(
+        self, selection: JobSelection, now: datetime, before_id: int | None, limit: int
+    ) -> list[Job]:
+        """Jobs matching the selection, newest first, below ``before_id`` (keyset pages).
+
+        ``now`` tells ready, scheduled and retrying jobs apart.
+        """
+        ...
+
+    def job_count_selected(self, selection: JobSelection, now: datetime) -> dict[str, int]:
+        """Jobs matching the selection per detailed state (ready, scheduled, ..., cancelled)."""
+        ...
+
+    def job_retry_many(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        """Queue the failed or cancelled jobs among ``job_ids`` again, attempts reset.
+
+        A keyed job goes back only when it is the newest job of its key and no
+        live job holds the key. Returns the ids queued.
+        """
+        ...
+
+    def job_cancel_many(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        """Cancel the queued jobs among ``job_ids``; ask the workers of the running ones to stop.
+
+        Returns the ids changed (cancelled, or with a cancel newly requested).
+        """
+        ...
+
+    def job_delete_many(self, job_ids: Sequence[int]) -> list[int]:
+        """Delete the jobs among ``job_ids`` that are not running, with their events."""
+        ...
+
+    def job_run_now(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        """Make the queued jobs among ``job_ids`` that are due later due now."""
+        ...
+
+    def job_take_back(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        """Rescue the running jobs among ``job_ids`` now, without waiting for their leases.
+
+        For jobs whose worker or consumer is known to be dead: as a rescue, each
+        is queued again (failed when out of attempts, cancelled when a cancel was
+        pending); a late outcome from the old holder is refused by its stale token.
+        """
+        ...
+
+    def job_purge_where(
+        self,
+        finished_before: datetime,
+        states: Sequence[str],
+        queue: str | None,
+        limit: int = 10_000,
+    ) -> int:
+        """Delete up to ``limit`` jobs in ``states`` (terminal ones) finished before the time."""
+        ...
+
+    def job_purge_count(
+        self, finished_before: datetime, states: Sequence[str], queue: str | None
+    ) -> int:
+        """How many jobs ``job_purge_where`` would delete in all (a dry run)."""
+        ...
+
+    def job_purge_beyond(self, queue: str, keep: int, limit: int = 10_000) -> int:
+        """Delete up to ``limit`` finished jobs of ``queue`` beyond its ``keep`` newest ones."""
+        ...
+
+    def queue_delete(self, queue: str) -> None:
+        """Forget a queue's settings (its pause); its jobs are deleted apart."""
+        ...
+
+
+# --- operating in bulk --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JobSelection:
+    """Which jobs a listing, a count or a bulk action applies to: every field that is set.
+
+    ``state`` is a state or one of the kinds of queued job (ready, scheduled,
+    retrying). ``error`` matches text in the last error (case-insensitive for
+    ASCII); ``worker`` is the worker (or consumer) id that claimed the job.
+    """
+
+    state: str | None = None
+    queue: str | None = None
+    task: str | None = None
+    group: str | None = None
+    batch: str | None = None
+    error: str | None = None
+    worker: str | None = None
+    ids: tuple[int, ...] | None = None
+
+    @property
+    def empty(self) -> bool:
+        """Selects every job."""
+        return all(getattr(self, f.name) is None for f in fields(self))

@@ -92,6 +92,7 @@ EVENT_KINDS: dict[str, dict[str, str]] = {
         JobState.RUNNING: EventKind.CANCEL_REQUESTED,
     },
     "retry": {JobState.QUEUED: EventKind.MANUAL_RETRY},
+    "run_now": {JobState.QUEUED: EventKind.RUN_NOW},
 }
 
 

@@ -37,6 +37,23 @@ def sqlite_path(dsn: str) -> Path:
     return Path(path)
 
 
+def require_existing(dsn: str) -> None:
+    """Refuse a SQLite DSN whose file does not exist, naming the path looked at.
+
+    Commands that only read or operate must not create an empty database where
+    a typo points (and then report "no jobs"). PostgreSQL databases are never
+    created by conveyor, so there is nothing to check for them here.
+    """
+    if not dsn.startswith("sqlite:"):
+        return
+    path = sqlite_path(dsn)
+    if not path.exists():
+        raise ConfigurationError(
+            f"no database at {path.absolute()}: the SQLite file does not exist. Check --dsn "
+            f"(or ${DSN_ENV}); `conveyor migrate --dsn {dsn}` creates it"
+        )
+
+
 def check_postgres_dsn(dsn: str) -> None:
     """Reject a PostgreSQL URL that cannot be right before trying to connect."""
     parts = urlsplit(dsn)
@@ -54,9 +71,14 @@ def check_postgres_dsn(dsn: str) -> None:
 
 def open_store(dsn: str | None = None, **options: Any) -> Store:
     """Open the store a DSN names; ``options`` go to the backend (e.g. pool sizes)."""
-    dsn = dsn or default_dsn()
+    if dsn is None:
+        dsn = default_dsn()
     if not isinstance(dsn, str):
         raise ConfigurationError(f"DSN must be a string, got {type(dsn).__name__}")
+    if not dsn.strip():
+        # Never a silent fallback: an empty value is a mistake (an unset variable
+        # in a script), and ./conveyor.db would be a database nobody meant.
+        raise ConfigurationError(f"the DSN is empty: {_HELP}")
     scheme = dsn.split(":", 1)[0].lower() if ":" in dsn else ""
     if scheme == "sqlite":
         from conveyor.store.sqlite import SQLiteStore

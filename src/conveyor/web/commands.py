@@ -6,11 +6,18 @@ and a CLI without the web extra still starts.
 
 from __future__ import annotations
 
+import os
+from typing import TYPE_CHECKING
+
 import click
 
-from conveyor.store.dsn import DSN_ENV
+from conveyor.errors import ConveyorError
+from conveyor.store.dsn import DSN_ENV, default_dsn, require_existing
 from conveyor.web import require_web_extra
 from conveyor.web.hosts import LOOPBACK_NAMES, is_loopback
+
+if TYPE_CHECKING:
+    from conveyor.app import App
 
 TOKEN_ENV = "CONVEYOR_DASHBOARD_TOKEN"
 
@@ -32,15 +39,23 @@ TOKEN_ENV = "CONVEYOR_DASHBOARD_TOKEN"
     help=f"Require this token on every request (also ${TOKEN_ENV}); "
     "needed to listen on anything but loopback.",
 )
-def dashboard(dsn: str | None, host: str, port: int, token: str | None) -> None:
-    """Serve the web dashboard (overview, jobs, actions, /metrics, /healthz)."""
+@click.option(
+    "--app",
+    "app_path",
+    metavar="MODULE:APP",
+    default=None,
+    help="Your App (imported with --dsn in $CONVEYOR_DSN): shows its periodic schedules.",
+)
+def dashboard(
+    dsn: str | None, host: str, port: int, token: str | None, app_path: str | None
+) -> None:
+    """Serve the web dashboard (overview, jobs, workers, actions, /metrics, /healthz)."""
     try:
         require_web_extra()
     except ImportError as exc:
         raise click.ClickException(str(exc)) from None
     import uvicorn
 
-    from conveyor.app import App
     from conveyor.web.server import create_app
 
     if not token:
@@ -50,7 +65,19 @@ def dashboard(dsn: str | None, host: str, port: int, token: str | None) -> None:
             f"refusing to listen on {host} without a token: anyone who can reach it could "
             f"read and retry jobs. Pass --token or set {TOKEN_ENV} (or listen on 127.0.0.1)."
         )
-    app = App(dsn)
+    if dsn is None:
+        dsn = default_dsn()
+    try:
+        # Never an empty database where a typo points: the file must exist.
+        require_existing(dsn)
+        app = _open(dsn, app_path)
+    except ConveyorError as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
+        app.check_schema()
+    except ConveyorError as exc:
+        # Served anyway: every page says so, and /healthz answers 503, until it is done.
+        click.secho(f"warning: {exc}", fg="yellow", err=True)
     # Without a token the pages are open to this machine only; answering just the
     # loopback names (and the address given) keeps a foreign site from reaching
     # them through DNS rebinding.
@@ -62,3 +89,23 @@ def dashboard(dsn: str | None, host: str, port: int, token: str | None) -> None:
         uvicorn.run(web, host=host, port=port, log_level="warning", server_header=False)
     finally:
         app.close()
+
+
+def _open(dsn: str, app_path: str | None) -> App:
+    """An App on the database; with ``app_path``, knowing that App's tasks and schedules.
+
+    As ``enqueue --app`` does: the application's module is imported with the DSN
+    in $CONVEYOR_DSN, its registry is copied, and its own App is closed.
+    """
+    from conveyor.app import App
+
+    app = App(dsn)
+    if app_path is not None:
+        from conveyor.cli.worker import load_app
+
+        os.environ[DSN_ENV] = dsn
+        loaded = load_app(app_path)
+        app.tasks.update(loaded.tasks)
+        app.periodic_tasks.extend(loaded.periodic_tasks)
+        loaded.close()
+    return app

@@ -1,19 +1,21 @@
-"""The dashboard's routes: overview, jobs, one job, actions, /metrics and /healthz.
+"""The dashboard's routes: pages, their live fragments, actions, /metrics and /healthz.
 
-Pages are rendered on the server from the App's store; the only script is
-static/live.js, which refreshes the overview. Store calls are synchronous, so
-read-only pages are plain functions (Starlette runs them in its thread pool)
-and actions run their store calls there too.
+Pages are rendered on the server from the App's store and work without
+script; static/live.js only refreshes the live part of a page (the same URL,
+asked with the ``X-Conveyor-Live`` header, answers that part alone) and asks
+before destructive forms. Store calls are synchronous, so pages are plain
+functions (Starlette runs them in its thread pool) and actions run their store
+calls there too.
 """
 
 from __future__ import annotations
 
-import json
+import sqlite3
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from importlib import resources
 from typing import Any
-from urllib.parse import parse_qs, quote, urlencode
+from urllib.parse import parse_qs, urlencode
 
 import jinja2
 from starlette.applications import Starlette
@@ -26,31 +28,58 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from conveyor.app import App
-from conveyor.errors import ConveyorError, JobNotFoundError
-from conveyor.job import JobState, utcnow
-from conveyor.web import charts
+from conveyor.errors import ConveyorError, JobNotFoundError, SchemaMissingError
+from conveyor.job import DETAILED_STATES, FILTER_STATES, JobState, utcnow
+from conveyor.web import charts, views
+from conveyor.web.format import FILTERS
 from conveyor.web.hosts import LOOPBACK_NAMES
 from conveyor.web.metrics import Metrics
+from conveyor.web.params import (
+    FILTER_NAMES,
+    BadRequest,
+    job_id_in_range,
+    parse_filters,
+    parse_id,
+    query,
+)
 from conveyor.web.security import CSRF_FIELD, CsrfTokens, Guard, foreign_origin
 
-#: Seconds between refreshes of the overview.
+#: Seconds between refreshes of a page's live part.
 REFRESH_SECONDS = 5
 PAGE_SIZE = 50
-#: A form body is a few short fields; anything bigger is not ours.
-MAX_FORM_BYTES = 16 * 1024
+#: A form body is a few short fields and at most a page of ids; anything bigger is not ours.
+MAX_FORM_BYTES = 64 * 1024
 #: Workers not seen for this long are shown as late (they may have died).
-LATE_AFTER = timedelta(seconds=60)
-PURGE_CHOICES = {"1h": timedelta(hours=1), "1d": timedelta(days=1), "7d": timedelta(days=7)}
+LATE_AFTER = views.SILENT_AFTER
+PURGE_CHOICES = {
+    "0s": timedelta(0),
+    "1h": timedelta(hours=1),
+    "1d": timedelta(days=1),
+    "7d": timedelta(days=7),
+    "30d": timedelta(days=30),
+}
+#: The header live.js sends to ask for a page's live part alone.
+LIVE_HEADER = "x-conveyor-live"
 #: Messages an action can leave for the page it redirects to (by code: the
 #: address never carries text to show).
 NOTICES = {
     "retried": "Job queued again.",
     "cancelled": "Job cancelled.",
     "cancel_requested": "Cancel requested: the worker running it will stop it.",
+    "run_now": "Job made due now: the next free worker takes it.",
+    "deleted": "Job deleted with its history.",
+    "taken_back": "Job taken back from its worker and queued again.",
     "paused": "Queue paused: workers no longer claim its jobs.",
     "resumed": "Queue resumed.",
     "retried_all": "Failed jobs of the queue queued again: {n}.",
     "purged": "Finished jobs deleted: {n}.",
+    "queue_deleted": "Queue deleted with its jobs: {n}.",
+    "bulk_retry": "Jobs queued again: {n}.",
+    "bulk_cancel": "Jobs cancelled or asked to stop: {n}.",
+    "bulk_delete": "Jobs deleted: {n}.",
+    "bulk_run_now": "Jobs made due now: {n}.",
+    "bulk_take_back": "Running jobs taken back and queued again: {n}.",
+    "none_selected": "Tick the jobs to act on first.",
 }
 
 
@@ -79,6 +108,8 @@ class Dashboard:
         self.app = app
         self.csrf = CsrfTokens()
         self.metrics = Metrics(app)
+        #: Set once the schema was found in place; cleared when a table goes missing.
+        self.schema_ok = False
         env = jinja2.Environment(
             loader=jinja2.PackageLoader("conveyor.web", "templates"),
             # Every value is escaped unless a template says otherwise, and none does:
@@ -88,32 +119,41 @@ class Dashboard:
             trim_blocks=True,
             lstrip_blocks=True,
         )
-        env.filters.update(
-            ago=ago,
-            when=when,
-            seconds=seconds,
-            pretty_json=pretty_json,
-            first_line=first_line,
-            segment=segment,
-        )
+        env.filters.update(FILTERS)
         env.globals.update(
-            csrf_field=CSRF_FIELD, states=[str(s) for s in JobState], refresh=REFRESH_SECONDS
+            csrf_field=CSRF_FIELD,
+            states=[str(s) for s in JobState],
+            detailed_states=list(DETAILED_STATES),
+            filter_states=list(FILTER_STATES),
+            refresh=REFRESH_SECONDS,
+            query=query,
         )
         self.templates = Jinja2Templates(env=env)
 
     def build(self, token: str | None, allowed_hosts: Sequence[str] | None) -> Starlette:
         static = resources.files("conveyor.web").joinpath("static")
         routes = [
-            Route("/", self.overview, name="overview"),
-            Route("/live", self.live, name="live"),
-            Route("/jobs", self.job_list, name="jobs"),
-            Route("/jobs/{job_id:int}", self.job_page, name="job"),
-            Route("/jobs/{job_id:int}/retry", self.job_retry, methods=["POST"]),
-            Route("/jobs/{job_id:int}/cancel", self.job_cancel, methods=["POST"]),
+            Route("/", self.page(self.overview), name="overview"),
+            Route("/live", self.page(self.overview_live), name="live"),
+            Route("/jobs", self.page(self.job_list), name="jobs"),
+            Route("/jobs/confirm", self.page(self.bulk_confirm), name="bulk_confirm"),
+            Route("/jobs/bulk", self.bulk_selected, methods=["POST"]),
+            Route("/jobs/bulk-matching", self.bulk_matching, methods=["POST"]),
+            Route("/jobs/{job_id:int}", self.page(self.job_page), name="job"),
+            Route("/jobs/{job_id:int}/{action}", self.job_action, methods=["POST"]),
+            Route("/workers", self.page(self.workers_page), name="workers"),
+            Route("/workers/take-back", self.worker_take_back, methods=["POST"]),
+            Route("/periodic", self.page(self.periodic_page), name="periodic"),
             Route("/queues/{queue:path}/pause", self.queue_pause, methods=["POST"]),
             Route("/queues/{queue:path}/resume", self.queue_resume, methods=["POST"]),
             Route("/queues/{queue:path}/retry-failed", self.queue_retry_failed, methods=["POST"]),
-            Route("/purge", self.purge, methods=["POST"]),
+            Route(
+                "/queues/{queue:path}/delete",
+                self.queue_delete,
+                methods=["GET", "POST"],
+                name="queue_delete",
+            ),
+            Route("/purge", self.purge, methods=["GET", "POST"], name="purge"),
             Route("/metrics", self.metrics_text, name="metrics"),
             Route("/healthz", self.healthz, name="healthz"),
             Mount("/static", StaticFiles(directory=str(static)), name="static"),
@@ -121,13 +161,68 @@ class Dashboard:
         middleware = [Middleware(Guard, token=token, allowed_hosts=allowed_hosts)]
         return Starlette(routes=routes, middleware=middleware)
 
-    # --- pages ------------------------------------------------------------------
+    # --- answering: pages, errors, a missing schema ---------------------------------------
 
     def render(
         self, request: Request, name: str, context: dict[str, Any], status_code: int = 200
     ) -> Response:
         context = {"csrf_token": self.csrf.value, "notice": notice(request), **context}
         return self.templates.TemplateResponse(request, name, context, status_code=status_code)
+
+    def problem(self, request: Request, message: str, status_code: int) -> Response:
+        return self.render(request, "error.html", {"message": message}, status_code)
+
+    def page(self, view: Callable[[Request], Response]) -> Callable[[Request], Response]:
+        """A page that answers what went wrong as a page of its own, never a 500.
+
+        A database without conveyor's tables gives the "run conveyor migrate" page
+        (503, as /healthz); what the browser sent that cannot be right, a 400.
+        """
+
+        def answer(request: Request) -> Response:
+            try:
+                self.require_schema()
+                return view(request)
+            except BadRequest as exc:
+                return self.problem(request, str(exc), 400)
+            except SchemaMissingError as exc:
+                return self.migrate_page(request, exc)
+            except Exception as exc:
+                if self.missing_table(exc):
+                    return self.migrate_page(request, None)
+                raise
+
+        return answer
+
+    def require_schema(self) -> None:
+        """Check the schema until it is found in place (a query per page until then)."""
+        if not self.schema_ok:
+            self.app.check_schema()
+            self.schema_ok = True
+
+    def missing_table(self, exc: Exception) -> bool:
+        """Whether an error came from a table gone missing (the schema was dropped)."""
+        text = str(exc)
+        gone = (isinstance(exc, sqlite3.OperationalError) and "no such table" in text) or (
+            type(exc).__name__ == "UndefinedTable"
+        )
+        if gone:
+            self.schema_ok = False
+        return gone
+
+    def migrate_page(self, request: Request, exc: SchemaMissingError | None) -> Response:
+        try:
+            self.app.check_schema()
+            message = str(exc) if exc is not None else "a table of conveyor is missing"
+        except SchemaMissingError as missing:
+            message = str(missing)
+        return self.render(request, "migrate.html", {"message": message}, 503)
+
+    def live(self, request: Request) -> bool:
+        """Whether live.js asks for the page's live part alone."""
+        return request.headers.get(LIVE_HEADER) == "1"
+
+    # --- pages ------------------------------------------------------------------
 
     def overview_context(self) -> dict[str, Any]:
         now = utcnow()
@@ -151,111 +246,191 @@ class Dashboard:
         }
 
     def overview(self, request: Request) -> Response:
-        return self.render(request, "overview.html", self.overview_context())
+        name = "_live.html" if self.live(request) else "overview.html"
+        return self.render(request, name, self.overview_context())
 
-    def live(self, request: Request) -> Response:
+    def overview_live(self, request: Request) -> Response:
         return self.render(request, "_live.html", self.overview_context())
 
     def job_list(self, request: Request) -> Response:
-        query = request.query_params
-        state = query.get("state") or None
-        if state is not None and state not in {str(s) for s in JobState}:
-            return self.render(request, "error.html", {"message": "unknown state"}, 400)
-        text = {k: (query.get(k) or "").strip() or None for k in ("queue", "task", "batch")}
-        error = (query.get("error") or "").strip() or None
-        before = query.get("before")
-        before_id = int(before) if before and before.isdigit() else None
+        filters = parse_filters(request.query_params)
+        before_id = parse_id(request.query_params.get("before"), "before")
         jobs = self.app.jobs(
-            state=state,
-            queue=text["queue"],
-            task=text["task"],
-            batch=text["batch"],
-            error=error,
-            before_id=before_id,
             limit=PAGE_SIZE + 1,  # one more than shown: is there an older page?
+            before_id=before_id,
+            **filters,
         )
-        filters = {"state": state, **text, "error": error}
-        kept = {k: v for k, v in filters.items() if v}
         older = None
         if len(jobs) > PAGE_SIZE:
             jobs = jobs[:PAGE_SIZE]
-            older = "?" + urlencode({**kept, "before": jobs[-1].id})
-        newest = "?" + urlencode(kept) if before_id is not None else None
-        return self.render(
-            request,
-            "jobs.html",
-            {
-                "jobs": jobs,
-                "filters": filters,
-                "queues": self.app.store.queue_names(),
-                "older": older,
-                "newest": newest,
-                "now": utcnow(),
-            },
-        )
+            older = query({**filters, "before": jobs[-1].id})
+        newest = query(filters) or "?" if before_id is not None else None
+        group_counts = None
+        if "group" in filters:
+            group_counts = self.app.count_jobs(None, group=filters["group"])
+        context = {
+            "jobs": jobs,
+            "filters": filters,
+            "filter_query": query(filters),
+            "queues": self.app.store.queue_names(),
+            "older": older,
+            "newest": newest,
+            "now": utcnow(),
+            "group_counts": group_counts,
+            "bulk_actions": views.BULK_ACTIONS,
+            "before": before_id,
+        }
+        name = "_jobs_table.html" if self.live(request) else "jobs.html"
+        return self.render(request, name, context)
 
     def job_page(self, request: Request) -> Response:
         job_id: int = request.path_params["job_id"]
         try:
+            if not job_id_in_range(job_id):
+                raise JobNotFoundError(f"no job with id {job_id}: ids are 64-bit numbers")
             job = self.app.get(job_id)
         except JobNotFoundError as exc:
-            return self.render(request, "error.html", {"message": str(exc)}, 404)
-        return self.render(
-            request, "job.html", {"job": job, "events": self.app.events(job_id), "now": utcnow()}
+            return self.problem(request, str(exc), 404)
+        context = {"job": job, "events": self.app.events(job_id), "now": utcnow()}
+        name = "_job_live.html" if self.live(request) else "job.html"
+        return self.render(request, name, context)
+
+    def bulk_confirm(self, request: Request) -> Response:
+        """What an action on every job matching the filters would change, and its button."""
+        action = views.BULK_ACTIONS.get(request.query_params.get("action", ""))
+        if action is None:
+            raise BadRequest("unknown action: retry, cancel, delete, run-now or take-back")
+        filters = parse_filters(request.query_params)
+        if not filters:
+            raise BadRequest("choose a filter first: an action on every job needs one")
+        counts = self.app.count_jobs(None, **filters)
+        changing = sum(counts.get(state, 0) for state in action.applies_to)
+        context = {
+            "action": action,
+            "filters": filters,
+            "filter_query": query(filters),
+            "counts": counts,
+            "matching": sum(counts.values()),
+            "changing": changing,
+        }
+        return self.render(request, "confirm.html", context)
+
+    def workers_page(self, request: Request) -> Response:
+        now = utcnow()
+        rows, orphans = views.worker_rows(
+            self.app.store.worker_list(), self.app.jobs(state="running", limit=1000), now
         )
+        context = {"now": now, "workers": rows, "orphans": orphans}
+        name = "_workers.html" if self.live(request) else "workers.html"
+        return self.render(request, name, context)
+
+    def periodic_page(self, request: Request) -> Response:
+        now = utcnow()
+        context = {
+            "now": now,
+            "rows": views.periodic_rows(self.app, now),
+            "knows_schedules": bool(self.app.periodic_tasks),
+        }
+        name = "_periodic.html" if self.live(request) else "periodic.html"
+        return self.render(request, name, context)
 
     # --- actions ----------------------------------------------------------------
 
     async def act(
-        self, request: Request, action: Callable[[dict[str, str]], str], back: str
+        self, request: Request, action: Callable[[dict[str, list[str]]], str], back: str
     ) -> Response:
         """Check a POST (CSRF, origin), run ``action`` off the event loop, redirect back.
 
         ``action`` answers the notice to show (a code of NOTICES, optionally
-        ``code:n``); a ConveyorError (a retry of a running job, ...) is shown
-        as a 409 page instead.
+        ``code:n``), and may end in ``@path?query`` to go elsewhere than ``back``;
+        a ConveyorError (a retry of a running job, ...) is shown as a 409 page, a
+        BadRequest as a 400 one.
         """
         body = await request.body()
         if len(body) > MAX_FORM_BYTES:
             return PlainTextResponse("form too large", status_code=413)
-        form = {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
-        if foreign_origin(request) or not self.csrf.valid(form.get(CSRF_FIELD)):
-            return self.render(
-                request,
-                "error.html",
-                {"message": "This form is stale or came from another site: reload the page."},
-                403,
+        form = parse_qs(body.decode("utf-8", "replace"))
+        token = first(form, CSRF_FIELD) or None
+        if foreign_origin(request) or not self.csrf.valid(token):
+            return self.problem(
+                request, "This form is stale or came from another site: reload the page.", 403
             )
         try:
+            await run_in_threadpool(self.require_schema)
             code = await run_in_threadpool(action, form)
+        except BadRequest as exc:
+            return self.problem(request, str(exc), 400)
+        except SchemaMissingError as exc:
+            return self.migrate_page(request, exc)
         except ConveyorError as exc:
-            return self.render(request, "error.html", {"message": str(exc)}, 409)
+            return self.problem(request, str(exc), 409)
+        code, _, target = code.partition("@")
         code, _, n = code.partition(":")
         params = {"notice": code, **({"n": n} if n else {})}
+        if target:
+            path, _, rest = target.partition("?")
+            extra = parse_qs(rest)
+            pairs = [(k, v[0]) for k, v in extra.items()] + list(params.items())
+            return RedirectResponse(f"{path}?{urlencode(pairs)}", status_code=303)
         return RedirectResponse(f"{back}?{urlencode(params)}", status_code=303)
 
-    async def job_retry(self, request: Request) -> Response:
+    async def job_action(self, request: Request) -> Response:
         job_id: int = request.path_params["job_id"]
+        name: str = request.path_params["action"]
+        if name not in views.JOB_ACTIONS:
+            return self.problem(request, f"no action {name!r} on a job", 404)
 
-        def retry(form: dict[str, str]) -> str:
-            self.app.retry(job_id)
-            return "retried"
+        def run(form: dict[str, list[str]]) -> str:
+            if not job_id_in_range(job_id):
+                raise JobNotFoundError(f"no job with id {job_id}")
+            return views.act_on_job(self.app, name, job_id)
 
-        return await self.act(request, retry, f"/jobs/{job_id}")
+        return await self.act(request, run, f"/jobs/{job_id}")
 
-    async def job_cancel(self, request: Request) -> Response:
-        job_id: int = request.path_params["job_id"]
+    async def bulk_selected(self, request: Request) -> Response:
+        """The ticked jobs of a list, and the action chosen for them."""
 
-        def cancel(form: dict[str, str]) -> str:
-            job = self.app.cancel(job_id)
-            return "cancel_requested" if job.state == JobState.RUNNING else "cancelled"
+        def run(form: dict[str, list[str]]) -> str:
+            back = "/jobs" + query(parse_filters(first_values(form)))
+            action = views.BULK_ACTIONS.get(first(form, "action"))
+            if action is None:
+                raise BadRequest("choose an action: retry, cancel, delete, run now or take back")
+            ids = [i for i in (parse_id(v) for v in form.get("id", [])) if i is not None]
+            if not ids:
+                return "none_selected@" + back
+            changed = getattr(self.app, action.method)(ids)
+            return f"bulk_{action.code}:{changed}@{back}"
 
-        return await self.act(request, cancel, f"/jobs/{job_id}")
+        return await self.act(request, run, "/jobs")
+
+    async def bulk_matching(self, request: Request) -> Response:
+        """An action on every job matching the filters (confirmed on /jobs/confirm)."""
+
+        def run(form: dict[str, list[str]]) -> str:
+            filters = parse_filters(first_values(form))
+            action = views.BULK_ACTIONS.get(first(form, "action"))
+            if action is None:
+                raise BadRequest("choose an action: retry, cancel, delete, run now or take back")
+            if not filters:
+                raise BadRequest("choose a filter first: an action on every job needs one")
+            changed = getattr(self.app, action.method)(None, **filters)
+            return f"bulk_{action.code}:{changed}@/jobs{query(filters)}"
+
+        return await self.act(request, run, "/jobs")
+
+    async def worker_take_back(self, request: Request) -> Response:
+        def run(form: dict[str, list[str]]) -> str:
+            worker = first(form, "worker")
+            if not worker:
+                raise BadRequest("name the worker whose jobs to take back")
+            return f"bulk_take_back:{self.app.take_back(None, worker=worker)}"
+
+        return await self.act(request, run, "/workers")
 
     async def queue_pause(self, request: Request) -> Response:
         queue: str = request.path_params["queue"]
 
-        def pause(form: dict[str, str]) -> str:
+        def pause(form: dict[str, list[str]]) -> str:
             self.app.pause(queue)
             return "paused"
 
@@ -264,7 +439,7 @@ class Dashboard:
     async def queue_resume(self, request: Request) -> Response:
         queue: str = request.path_params["queue"]
 
-        def resume(form: dict[str, str]) -> str:
+        def resume(form: dict[str, list[str]]) -> str:
             self.app.resume(queue)
             return "resumed"
 
@@ -273,23 +448,65 @@ class Dashboard:
     async def queue_retry_failed(self, request: Request) -> Response:
         queue: str = request.path_params["queue"]
 
-        def retry_all(form: dict[str, str]) -> str:
+        def retry_all(form: dict[str, list[str]]) -> str:
             return f"retried_all:{self.app.retry_failed(queue)}"
 
         return await self.act(request, retry_all, "/")
 
+    async def queue_delete(self, request: Request) -> Response:
+        queue: str = request.path_params["queue"]
+        if request.method == "GET":
+            return await run_in_threadpool(self.page(self.queue_delete_confirm), request)
+
+        def delete(form: dict[str, list[str]]) -> str:
+            return f"queue_deleted:{self.app.delete_queue(queue)}"
+
+        return await self.act(request, delete, "/")
+
+    def queue_delete_confirm(self, request: Request) -> Response:
+        queue: str = request.path_params["queue"]
+        parse_filters({"queue": queue})  # a name the databases can hold, or a 400
+        if queue not in self.app.store.queue_names():
+            return self.problem(request, f"no queue named {queue!r}", 404)
+        counts = self.app.count_jobs(None, queue=queue)
+        context = {"queue": queue, "counts": counts, "total": sum(counts.values())}
+        return self.render(request, "queue_delete.html", context)
+
     async def purge(self, request: Request) -> Response:
-        def purge(form: dict[str, str]) -> str:
-            older_than = PURGE_CHOICES.get(form.get("older_than", ""))
+        if request.method == "GET":
+            return await run_in_threadpool(self.page(self.purge_confirm), request)
+
+        def purge(form: dict[str, list[str]]) -> str:
+            values = {name: first(form, name) for name in ("older_than", "queue")}
+            older_than, states, queue = purge_choice(values, form.get("state", []))
             if older_than is None:
                 raise ConveyorError("choose how old the finished jobs to delete must be")
-            return f"purged:{self.app.purge(older_than)}"
+            return f"purged:{self.app.purge(older_than, states=states, queue=queue)}"
 
         return await self.act(request, purge, "/")
+
+    def purge_confirm(self, request: Request) -> Response:
+        """How many finished jobs a purge would delete (a dry run), and its button."""
+        params = request.query_params
+        older_than, states, queue = purge_choice(params, params.getlist("state"))
+        if older_than is None:
+            raise BadRequest(f"choose an age: one of {', '.join(PURGE_CHOICES)}")
+        count = self.app.purge_count(older_than, states=states, queue=queue)
+        context = {
+            "older_than": params.get("older_than"),
+            "states": states or [],
+            "queue": queue,
+            "count": count,
+        }
+        return self.render(request, "purge.html", context)
 
     # --- machines ---------------------------------------------------------------
 
     def metrics_text(self, request: Request) -> Response:
+        try:
+            self.require_schema()
+        except SchemaMissingError as exc:
+            return PlainTextResponse(f"# {exc}\n", status_code=503)
         return PlainTextResponse(
             self.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8"
         )
@@ -299,7 +516,32 @@ class Dashboard:
         return JSONResponse(health, status_code=200 if health["ok"] else 503)
 
 
-# --- template filters -------------------------------------------------------------
+# --- small helpers ------------------------------------------------------------------------
+
+
+def first(form: dict[str, list[str]], name: str) -> str:
+    values = form.get(name) or [""]
+    return values[0]
+
+
+def first_values(form: dict[str, list[str]]) -> dict[str, str]:
+    """The filters of a form (each the first value given)."""
+    return {name: first(form, name) for name in FILTER_NAMES if name in form}
+
+
+def purge_choice(
+    values: Any, states: list[str]
+) -> tuple[timedelta | None, list[str] | None, str | None]:
+    """Age, final states and queue of a purge form; a BadRequest for what cannot be."""
+    older_than = PURGE_CHOICES.get(values.get("older_than") or "")
+    final = [str(s) for s in JobState if s.terminal]
+    for state in states:
+        if state not in final:
+            raise BadRequest(f"only finished jobs are purged: {', '.join(final)}")
+    queue = (values.get("queue") or "").strip() or None
+    if queue is not None:
+        parse_filters({"queue": queue})
+    return older_than, list(dict.fromkeys(states)) or None, queue
 
 
 def notice(request: Request) -> str | None:
@@ -308,55 +550,4 @@ def notice(request: Request) -> str | None:
     if text is None:
         return None
     n = request.query_params.get("n", "")
-    return text.format(n=int(n) if n.isdigit() else "?")
-
-
-def segment(value: str) -> str:
-    """A name quoted to stand as one path segment (queue names may hold a slash)."""
-    return quote(value, safe="")
-
-
-def seconds(value: float | None) -> str:
-    """A duration as people read it: 42 s, 3 min 5 s, 2 h 10 min, 3 d 4 h."""
-    if value is None:
-        return "—"
-    total = int(value)
-    if total < 60:
-        return f"{value:.1f} s" if value < 10 else f"{total} s"
-    minutes, secs = divmod(total, 60)
-    if minutes < 60:
-        return f"{minutes} min {secs} s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours} h {minutes} min"
-    days, hours = divmod(hours, 24)
-    return f"{days} d {hours} h"
-
-
-def ago(value: datetime | None, now: datetime) -> str:
-    if value is None:
-        return "—"
-    delta = (now - value).total_seconds()
-    return f"{seconds(delta)} ago" if delta >= 0 else f"in {seconds(-delta)}"
-
-
-def when(value: datetime | None) -> str:
-    return "—" if value is None else value.strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def pretty_json(text: str | None) -> str:
-    if text is None:
-        return "—"
-    try:
-        return json.dumps(json.loads(text), indent=2, ensure_ascii=False, sort_keys=True)
-    except ValueError:
-        return text
-
-
-def first_line(text: str | None, limit: int = 120) -> str:
-    if not text:
-        return ""
-    # The last line of a traceback names the exception; the first says "Traceback".
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    line = lines[-1] if lines and lines[0].startswith("Traceback") else lines[0]
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+    return text.format(n=int(n) if n.isascii() and n.isdigit() else "?")

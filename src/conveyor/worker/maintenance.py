@@ -93,8 +93,7 @@ class Maintenance:
             log.warning("rescued %d job(s) whose worker was lost: %s", len(rescued), rescued[:10])
 
     def _purge(self, now: datetime) -> None:
-        if self.app.retention is not None:
-            self.app.store.job_purge(now - self.app.retention)
+        self.app.apply_retention(now)
 
     def _enqueue_periodic(self, now: datetime) -> None:
         for periodic in self.app.periodic_tasks:

@@ -177,18 +177,18 @@ WITH changed AS (
     SET state = CASE
             WHEN f.kind = 'complete' THEN 'succeeded'
             WHEN NOT jobs.cancel_requested AND (f.kind IN ('snooze', 'release')
-                 OR (f.kind IN ('retry', 'rescue') AND jobs.attempts < jobs.max_attempts))
+                 OR (f.kind IN ('retry', 'rescue', 'take_back') AND jobs.attempts < jobs.max_attempts))
             THEN 'queued'
             WHEN jobs.cancel_requested OR f.kind = 'cancelled' THEN 'cancelled'
             ELSE 'failed' END,
         run_at = CASE
             WHEN NOT jobs.cancel_requested AND (f.kind IN ('snooze', 'release')
-                 OR (f.kind IN ('retry', 'rescue') AND jobs.attempts < jobs.max_attempts))
-            THEN coalesce(f.run_at, CASE WHEN f.kind = 'rescue' THEN coalesce(%(now)s::timestamptz, now()) END, jobs.run_at)
+                 OR (f.kind IN ('retry', 'rescue', 'take_back') AND jobs.attempts < jobs.max_attempts))
+            THEN coalesce(f.run_at, CASE WHEN f.kind IN ('rescue', 'take_back') THEN coalesce(%(now)s::timestamptz, now()) END, jobs.run_at)
             ELSE jobs.run_at END,
         finished_at = CASE
             WHEN NOT jobs.cancel_requested AND (f.kind IN ('snooze', 'release')
-                 OR (f.kind IN ('retry', 'rescue') AND jobs.attempts < jobs.max_attempts))
+                 OR (f.kind IN ('retry', 'rescue', 'take_back') AND jobs.attempts < jobs.max_attempts))
             THEN NULL ELSE coalesce(%(now)s::timestamptz, now()) END,
         attempts = jobs.attempts - CASE WHEN f.kind IN ('snooze', 'release') THEN 1 ELSE 0 END,
         result = CASE WHEN f.kind = 'complete' THEN f.result ELSE jobs.result END,
@@ -211,17 +211,17 @@ WITH changed AS (
     INSERT INTO events (job_id, queue, task, kind, attempt, worker, at, error)
     SELECT id, queue, task,
            CASE WHEN e.ordinal = 2 THEN state
-                WHEN changed.kind = 'rescue' THEN 'rescued'
+                WHEN changed.kind IN ('rescue', 'take_back') THEN 'rescued'
                 WHEN state <> 'queued' THEN state
                 WHEN changed.kind = 'retry' THEN 'retried'
                 WHEN changed.kind = 'snooze' THEN 'snoozed'
                 ELSE 'released' END,
            attempts + CASE WHEN changed.kind IN ('snooze', 'release') THEN 1 ELSE 0 END,
            worker, coalesce(%(now)s::timestamptz, now()),
-           CASE WHEN changed.kind IN ('retry', 'fail', 'rescue') THEN error END
+           CASE WHEN changed.kind IN ('retry', 'fail', 'rescue', 'take_back') THEN error END
     FROM changed
     CROSS JOIN LATERAL (VALUES (1), (2)) AS e(ordinal)
-    WHERE e.ordinal = 1 OR (changed.kind = 'rescue' AND state <> 'queued')
+    WHERE e.ordinal = 1 OR (changed.kind IN ('rescue', 'take_back') AND state <> 'queued')
     ORDER BY e.ordinal, id
 )
 -- Waiters hear of jobs that ended; workers hear of queues with a job queued
@@ -556,3 +556,334 @@ WITH doomed AS MATERIALIZED (
 )
 DELETE FROM jobs WHERE id IN (SELECT id FROM doomed)
 RETURNING id
+
+-- ---------------------------------------------------------------------------
+-- Operating in bulk, groups, retention and the operator's views.
+--
+-- A selection (JobSelection) filters on every field that is set. Its
+-- statements come in variants that differ only in the column that drives the
+-- search (ids, a group, a queue and state, a batch, or none), so each can walk
+-- an index; the other filters only skip rows (and the store plans them for their
+-- values, as job_list, so a filter left NULL drops out of the plan). The
+-- "detailed state" tells queued jobs apart: due now is ready; due later after an
+-- attempt that left an error is retrying; due later otherwise is scheduled (the
+-- same rule as job.detailed_state).
+
+-- name: job_select
+SELECT * FROM jobs
+WHERE id < %(before_id)s
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(task)s::text IS NULL OR task = %(task)s::text)
+  AND (%(group)s::text IS NULL OR group_key = %(group)s::text)
+  AND (%(batch)s::text IS NULL OR batch = %(batch)s::text)
+  AND (%(worker)s::text IS NULL OR worker = %(worker)s::text)
+  AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s::text)) > 0)
+  AND (%(state)s::text IS NULL OR state = %(state)s::text
+       OR (state = 'queued' AND %(state)s::text = CASE
+             WHEN run_at <= %(now)s THEN 'ready'
+             WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
+             ELSE 'scheduled' END))
+ORDER BY id DESC
+LIMIT %(limit)s
+
+-- name: job_select_by_ids
+SELECT * FROM jobs
+WHERE id = ANY(%(ids)s::bigint[])
+  AND id < %(before_id)s
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(task)s::text IS NULL OR task = %(task)s::text)
+  AND (%(group)s::text IS NULL OR group_key = %(group)s::text)
+  AND (%(batch)s::text IS NULL OR batch = %(batch)s::text)
+  AND (%(worker)s::text IS NULL OR worker = %(worker)s::text)
+  AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s::text)) > 0)
+  AND (%(state)s::text IS NULL OR state = %(state)s::text
+       OR (state = 'queued' AND %(state)s::text = CASE
+             WHEN run_at <= %(now)s THEN 'ready'
+             WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
+             ELSE 'scheduled' END))
+ORDER BY id DESC
+LIMIT %(limit)s
+
+-- name: job_select_by_group
+-- Walks jobs_group (migration 006) from the id bound down.
+SELECT * FROM jobs
+WHERE group_key = %(group)s::text
+  AND id < %(before_id)s
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(task)s::text IS NULL OR task = %(task)s::text)
+  AND (%(batch)s::text IS NULL OR batch = %(batch)s::text)
+  AND (%(worker)s::text IS NULL OR worker = %(worker)s::text)
+  AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s::text)) > 0)
+  AND (%(state)s::text IS NULL OR state = %(state)s::text
+       OR (state = 'queued' AND %(state)s::text = CASE
+             WHEN run_at <= %(now)s THEN 'ready'
+             WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
+             ELSE 'scheduled' END))
+ORDER BY id DESC
+LIMIT %(limit)s
+
+-- name: job_select_by_queue_state
+-- Walks jobs_queue_state for one queue and stored state (base_state: queued for
+-- ready, scheduled and retrying), as job_list_by_queue_state does.
+SELECT * FROM jobs
+WHERE queue = %(queue)s::text
+  AND state = %(base_state)s::text
+  AND id < %(before_id)s
+  AND (%(task)s::text IS NULL OR task = %(task)s::text)
+  AND (%(group)s::text IS NULL OR group_key = %(group)s::text)
+  AND (%(batch)s::text IS NULL OR batch = %(batch)s::text)
+  AND (%(worker)s::text IS NULL OR worker = %(worker)s::text)
+  AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s::text)) > 0)
+  AND (%(state)s::text IS NULL OR state = %(state)s::text
+       OR (state = 'queued' AND %(state)s::text = CASE
+             WHEN run_at <= %(now)s THEN 'ready'
+             WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
+             ELSE 'scheduled' END))
+ORDER BY id DESC
+LIMIT %(limit)s
+
+-- name: job_select_by_batch
+SELECT * FROM jobs
+WHERE batch = %(batch)s::text
+  AND id < %(before_id)s
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(task)s::text IS NULL OR task = %(task)s::text)
+  AND (%(group)s::text IS NULL OR group_key = %(group)s::text)
+  AND (%(worker)s::text IS NULL OR worker = %(worker)s::text)
+  AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s::text)) > 0)
+  AND (%(state)s::text IS NULL OR state = %(state)s::text
+       OR (state = 'queued' AND %(state)s::text = CASE
+             WHEN run_at <= %(now)s THEN 'ready'
+             WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
+             ELSE 'scheduled' END))
+ORDER BY id DESC
+LIMIT %(limit)s
+
+-- name: job_count
+SELECT CASE WHEN state <> 'queued' THEN state
+            WHEN run_at <= %(now)s THEN 'ready'
+            WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
+            ELSE 'scheduled' END AS shown,
+       count(*)
+FROM jobs
+WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(task)s::text IS NULL OR task = %(task)s::text)
+  AND (%(group)s::text IS NULL OR group_key = %(group)s::text)
+  AND (%(batch)s::text IS NULL OR batch = %(batch)s::text)
+  AND (%(worker)s::text IS NULL OR worker = %(worker)s::text)
+  AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s::text)) > 0)
+GROUP BY shown
+
+-- name: job_count_by_ids
+SELECT CASE WHEN state <> 'queued' THEN state
+            WHEN run_at <= %(now)s THEN 'ready'
+            WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
+            ELSE 'scheduled' END AS shown,
+       count(*)
+FROM jobs
+WHERE id = ANY(%(ids)s::bigint[])
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(task)s::text IS NULL OR task = %(task)s::text)
+  AND (%(group)s::text IS NULL OR group_key = %(group)s::text)
+  AND (%(batch)s::text IS NULL OR batch = %(batch)s::text)
+  AND (%(worker)s::text IS NULL OR worker = %(worker)s::text)
+  AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s::text)) > 0)
+GROUP BY shown
+
+-- name: job_count_by_group
+SELECT CASE WHEN state <> 'queued' THEN state
+            WHEN run_at <= %(now)s THEN 'ready'
+            WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
+            ELSE 'scheduled' END AS shown,
+       count(*)
+FROM jobs
+WHERE group_key = %(group)s::text
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(task)s::text IS NULL OR task = %(task)s::text)
+  AND (%(batch)s::text IS NULL OR batch = %(batch)s::text)
+  AND (%(worker)s::text IS NULL OR worker = %(worker)s::text)
+  AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s::text)) > 0)
+GROUP BY shown
+
+-- name: job_count_by_queue
+SELECT CASE WHEN state <> 'queued' THEN state
+            WHEN run_at <= %(now)s THEN 'ready'
+            WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
+            ELSE 'scheduled' END AS shown,
+       count(*)
+FROM jobs
+WHERE queue = %(queue)s::text
+  AND (%(task)s::text IS NULL OR task = %(task)s::text)
+  AND (%(group)s::text IS NULL OR group_key = %(group)s::text)
+  AND (%(batch)s::text IS NULL OR batch = %(batch)s::text)
+  AND (%(worker)s::text IS NULL OR worker = %(worker)s::text)
+  AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s::text)) > 0)
+GROUP BY shown
+
+-- name: job_count_by_batch
+SELECT CASE WHEN state <> 'queued' THEN state
+            WHEN run_at <= %(now)s THEN 'ready'
+            WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
+            ELSE 'scheduled' END AS shown,
+       count(*)
+FROM jobs
+WHERE batch = %(batch)s::text
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(task)s::text IS NULL OR task = %(task)s::text)
+  AND (%(group)s::text IS NULL OR group_key = %(group)s::text)
+  AND (%(worker)s::text IS NULL OR worker = %(worker)s::text)
+  AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s::text)) > 0)
+GROUP BY shown
+
+-- name: stats_waiting
+-- Queued jobs due later per queue: scheduled, and retrying (after a failed attempt).
+SELECT queue,
+       count(*) FILTER (WHERE error IS NULL OR attempts = 0),
+       count(*) FILTER (WHERE error IS NOT NULL AND attempts > 0)
+FROM jobs
+WHERE state = 'queued' AND run_at > %(now)s
+GROUP BY queue
+
+-- name: job_retry_many
+-- Manual retry of the failed or cancelled jobs among ids, with job_retry_failed's
+-- rule for keys: only the newest job of a key, and only while no live job holds it.
+WITH picked AS (
+    SELECT j.id FROM jobs AS j
+    WHERE j.id = ANY(%(ids)s::bigint[])
+      AND j.state IN ('failed', 'cancelled')
+      AND (j.key IS NULL OR (
+          j.id = (SELECT max(o.id) FROM jobs AS o WHERE o.queue = j.queue AND o.key = j.key)
+          AND NOT EXISTS (
+              SELECT 1 FROM jobs AS other
+              WHERE other.queue = j.queue AND other.key = j.key
+                AND other.state IN ('queued', 'running'))))
+    ORDER BY j.id
+    FOR UPDATE SKIP LOCKED
+), changed AS (
+    UPDATE jobs
+    SET state = 'queued',
+        attempts = 0,
+        run_at = %(now)s,
+        cancel_requested = false,
+        worker = NULL,
+        result = NULL,
+        error = NULL,
+        progress = NULL,
+        progress_message = NULL,
+        started_at = NULL,
+        finished_at = NULL
+    FROM picked
+    WHERE jobs.id = picked.id AND jobs.state IN ('failed', 'cancelled')
+    RETURNING jobs.id, jobs.queue, jobs.task, jobs.attempts
+), changed_events AS (
+    INSERT INTO events (job_id, queue, task, kind, attempt, at)
+    SELECT id, queue, task, 'manual_retry', attempts, %(now)s FROM changed ORDER BY id
+), notified AS (
+    SELECT pg_notify('conveyor_jobs', queue) FROM (SELECT DISTINCT queue FROM changed) AS q
+)
+SELECT changed.id FROM changed, (SELECT count(*) FROM notified) AS n
+
+-- name: job_cancel_many
+-- Queued: cancelled at once. Running: flagged, and its worker told. Others untouched.
+WITH changed AS (
+    UPDATE jobs
+    SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
+        finished_at = CASE WHEN state = 'queued' THEN %(now)s ELSE finished_at END,
+        cancel_requested = (state = 'running')
+    WHERE id = ANY(%(ids)s::bigint[])
+      AND (state = 'queued' OR (state = 'running' AND NOT cancel_requested))
+    RETURNING id, queue, task, state, attempts, worker
+), changed_events AS (
+    INSERT INTO events (job_id, queue, task, kind, attempt, worker, at)
+    SELECT id, queue, task,
+           CASE state WHEN 'running' THEN 'cancel_requested' ELSE 'cancelled' END,
+           attempts, worker, %(now)s
+    FROM changed ORDER BY id
+)
+SELECT changed.id
+FROM changed,
+     (SELECT count(pg_notify('conveyor_cancel', d.ids))
+      FROM (SELECT string_agg(id::text, ',') AS ids FROM changed
+            WHERE state = 'running' GROUP BY id / 400) AS d) AS asked,
+     (SELECT count(pg_notify('conveyor_done', d.ids))
+      FROM (SELECT string_agg(id::text, ',') AS ids FROM changed
+            WHERE state = 'cancelled' GROUP BY id / 400) AS d) AS done
+
+-- name: job_delete_many
+-- A running job is left alone: its worker holds it (cancel it first). Rows are
+-- locked in id order, so two deletes never deadlock.
+WITH doomed AS MATERIALIZED (
+    SELECT id FROM jobs
+    WHERE id = ANY(%(ids)s::bigint[]) AND state <> 'running'
+    ORDER BY id
+    FOR UPDATE
+), gone_events AS (
+    DELETE FROM events WHERE job_id IN (SELECT id FROM doomed)
+)
+DELETE FROM jobs WHERE id IN (SELECT id FROM doomed) AND state <> 'running'
+RETURNING id
+
+-- name: job_run_now
+WITH changed AS (
+    UPDATE jobs
+    SET run_at = %(now)s
+    WHERE id = ANY(%(ids)s::bigint[]) AND state = 'queued' AND run_at > %(now)s
+    RETURNING id, queue, task, attempts
+), changed_events AS (
+    INSERT INTO events (job_id, queue, task, kind, attempt, at)
+    SELECT id, queue, task, 'run_now', attempts, %(now)s FROM changed ORDER BY id
+), notified AS (
+    SELECT pg_notify('conveyor_jobs', queue) FROM (SELECT DISTINCT queue FROM changed) AS q
+)
+SELECT changed.id FROM changed, (SELECT count(*) FROM notified) AS n
+
+-- name: job_running_leases
+-- The lease of each of these jobs that is running: job_take_back ends them with
+-- job_finish (kind take_back), which fences off a late outcome of the holder.
+SELECT id, lease_token FROM jobs WHERE id = ANY(%(ids)s::bigint[]) AND state = 'running'
+
+-- name: job_purge_where
+-- Finished jobs of the given states (and queue) that ended before the time,
+-- oldest first along jobs_finished.
+WITH doomed AS MATERIALIZED (
+    SELECT id FROM jobs
+    WHERE finished_at < %(before)s
+      AND state = ANY(%(states)s::text[])
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+    ORDER BY finished_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), gone_events AS (
+    DELETE FROM events WHERE job_id IN (SELECT id FROM doomed)
+)
+DELETE FROM jobs WHERE id IN (SELECT id FROM doomed)
+
+-- name: job_purge_count
+SELECT count(*) FROM jobs
+WHERE finished_at < %(before)s
+  AND state = ANY(%(states)s::text[])
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+
+-- name: job_purge_beyond
+-- The finished jobs of a queue past its keep newest (by id, the order they were
+-- enqueued), up to limit of them. Not locked while chosen (FOR UPDATE would lock
+-- the kept rows the offset passes over): the delete checks the state again, and
+-- only the jobs it deleted lose their events.
+WITH doomed AS MATERIALIZED (
+    SELECT id FROM jobs
+    WHERE queue = %(queue)s AND state IN ('succeeded', 'failed', 'cancelled')
+    ORDER BY id DESC
+    OFFSET %(keep)s
+    LIMIT %(limit)s
+), gone AS (
+    DELETE FROM jobs
+    WHERE id IN (SELECT id FROM doomed) AND state IN ('succeeded', 'failed', 'cancelled')
+    RETURNING id
+), gone_events AS (
+    DELETE FROM events WHERE job_id IN (SELECT id FROM gone)
+)
+SELECT count(*) FROM gone
+
+-- name: queue_delete
+DELETE FROM queues WHERE name = %(name)s
+

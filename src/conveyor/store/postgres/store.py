@@ -27,6 +27,7 @@ from conveyor.errors import ConfigurationError, JobStateError, StoreUnavailableE
 from conveyor.job import Event, Job, JobState, NewJob
 from conveyor.store.base import (
     LEASE_EXPIRED_ERROR,
+    TAKEN_BACK_ERROR,
     BatchStatus,
     ChangeCallback,
     EventCounts,
@@ -34,6 +35,7 @@ from conveyor.store.base import (
     Finish,
     FinishedCount,
     JobFilter,
+    JobSelection,
     Lease,
     LeaseStatus,
     QueueStats,
@@ -51,6 +53,7 @@ from conveyor.store.common import (
     resolve_plan,
 )
 from conveyor.store.postgres.listener import Listener
+from conveyor.store.selection import count_query, keep_state, select_queries
 from conveyor.store.sql import load_migrations, load_queries
 
 log = logging.getLogger("conveyor.postgres")
@@ -371,6 +374,7 @@ class PostgresStore:
             row = conn.execute(_Q["stats_finished_since"], {"since": since}).fetchone()
             finished = row[0] if row else 0
             paused = {name for name, p in conn.execute(_Q["queue_list"]) if p}
+            waiting = {q: (s, r) for q, s, r in conn.execute(_Q["stats_waiting"], {"now": now})}
         per_queue: dict[str, dict[str, int]] = {}
         for queue, state, count in counts:
             per_queue.setdefault(queue, {})[state] = count
@@ -385,6 +389,8 @@ class PostgresStore:
                     oldest_ready_age=(
                         max(0.0, (now - oldest[name]).total_seconds()) if name in oldest else None
                     ),
+                    scheduled=waiting.get(name, (0, 0))[0],
+                    retrying=waiting.get(name, (0, 0))[1],
                 )
                 for name, c in sorted(per_queue.items())
             },
@@ -661,6 +667,92 @@ class PostgresStore:
         return [
             RunTimeBucket(queue=q, bucket=b, count=c, total_seconds=float(s)) for q, b, c, s in rows
         ]
+
+    # --- operating in bulk, groups, retention and the operator's views ------------
+
+    def schema_latest(self) -> int:
+        return _MIGRATIONS[-1].version
+
+    def job_select(
+        self, selection: JobSelection, now: datetime, before_id: int | None, limit: int
+    ) -> list[Job]:
+        with self._tx() as conn:
+            conn.execute(_Q["plan_for_values"])
+
+            def queue_names() -> list[str]:
+                return [row[0] for row in conn.execute(_Q["queue_names"]).fetchall()]
+
+            pages = [
+                [_row_to_job(r) for r in conn.execute(_Q[name], {**params, "now": now}).fetchall()]
+                for name, params in select_queries(selection, before_id, limit, queue_names)
+            ]
+        return newest_first(pages, limit)
+
+    def job_count_selected(self, selection: JobSelection, now: datetime) -> dict[str, int]:
+        name, params = count_query(selection)
+        with self._tx() as conn:
+            conn.execute(_Q["plan_for_values"])
+            rows = conn.execute(_Q[name], {**params, "now": now}).fetchall()
+        return keep_state({state: int(n) for state, n in rows}, selection.state)
+
+    def _change_ids(self, name: str, job_ids: Sequence[int], now: datetime) -> list[int]:
+        if not job_ids:
+            return []
+        return sorted(self._change(name, {"ids": list(job_ids), "now": now}))
+
+    def job_retry_many(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        for _ in range(3):
+            try:
+                return self._change_ids("job_retry_many", job_ids, now)
+            except pg_errors.UniqueViolation:
+                # A producer took the key of a job being retried, after this
+                # statement's snapshot (see job_retry_failed): look again.
+                continue
+        return []
+
+    def job_cancel_many(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        return self._change_ids("job_cancel_many", job_ids, now)
+
+    def job_delete_many(self, job_ids: Sequence[int]) -> list[int]:
+        if not job_ids:
+            return []
+        return sorted(self._change("job_delete_many", {"ids": list(job_ids)}))
+
+    def job_run_now(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        return self._change_ids("job_run_now", job_ids, now)
+
+    def job_take_back(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        with self._conn() as conn:
+            held = conn.execute(_Q["job_running_leases"], {"ids": list(job_ids)}).fetchall()
+        finishes = [Finish(i, token, "take_back", error=TAKEN_BACK_ERROR) for i, token in held]
+        return self.job_finish(finishes, now)
+
+    def job_purge_where(
+        self,
+        finished_before: datetime,
+        states: Sequence[str],
+        queue: str | None,
+        limit: int = 10_000,
+    ) -> int:
+        params = {"before": finished_before, "states": list(states), "queue": queue}
+        return self._change_none("job_purge_where", {**params, "limit": limit})
+
+    def job_purge_count(
+        self, finished_before: datetime, states: Sequence[str], queue: str | None
+    ) -> int:
+        params = {"before": finished_before, "states": list(states), "queue": queue}
+        with self._conn() as conn:
+            row = conn.execute(_Q["job_purge_count"], params).fetchone()
+        return int(row[0]) if row else 0
+
+    def job_purge_beyond(self, queue: str, keep: int, limit: int = 10_000) -> int:
+        params = {"queue": queue, "keep": keep, "limit": limit}
+        with self._conn() as conn:
+            row = conn.execute(_Q["job_purge_beyond"], params).fetchone()
+        return int(row[0]) if row else 0
+
+    def queue_delete(self, queue: str) -> None:
+        self._change_none("queue_delete", {"name": queue})
 
 
 def _retry_refusal(job: Job) -> JobStateError:

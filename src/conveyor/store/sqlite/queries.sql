@@ -132,18 +132,18 @@ UPDATE jobs
 SET state = CASE
         WHEN f.kind = 'complete' THEN 'succeeded'
         WHEN NOT jobs.cancel_requested AND (f.kind IN ('snooze', 'release')
-             OR (f.kind IN ('retry', 'rescue') AND jobs.attempts < jobs.max_attempts))
+             OR (f.kind IN ('retry', 'rescue', 'take_back') AND jobs.attempts < jobs.max_attempts))
         THEN 'queued'
         WHEN jobs.cancel_requested OR f.kind = 'cancelled' THEN 'cancelled'
         ELSE 'failed' END,
     run_at = CASE
         WHEN NOT jobs.cancel_requested AND (f.kind IN ('snooze', 'release')
-             OR (f.kind IN ('retry', 'rescue') AND jobs.attempts < jobs.max_attempts))
-        THEN coalesce(f.run_at, CASE WHEN f.kind = 'rescue' THEN :now END, jobs.run_at)
+             OR (f.kind IN ('retry', 'rescue', 'take_back') AND jobs.attempts < jobs.max_attempts))
+        THEN coalesce(f.run_at, CASE WHEN f.kind IN ('rescue', 'take_back') THEN :now END, jobs.run_at)
         ELSE jobs.run_at END,
     finished_at = CASE
         WHEN NOT jobs.cancel_requested AND (f.kind IN ('snooze', 'release')
-             OR (f.kind IN ('retry', 'rescue') AND jobs.attempts < jobs.max_attempts))
+             OR (f.kind IN ('retry', 'rescue', 'take_back') AND jobs.attempts < jobs.max_attempts))
         THEN NULL ELSE :now END,
     attempts = jobs.attempts - (f.kind IN ('snooze', 'release')),
     result = CASE WHEN f.kind = 'complete' THEN f.result ELSE jobs.result END,
@@ -168,17 +168,17 @@ RETURNING jobs.id
 INSERT INTO events (job_id, queue, task, kind, attempt, worker, at, error)
 SELECT jobs.id, queue, task,
        CASE WHEN o.ordinal = 2 THEN jobs.state
-            WHEN f.kind = 'rescue' THEN 'rescued'
+            WHEN f.kind IN ('rescue', 'take_back') THEN 'rescued'
             WHEN jobs.state <> 'queued' THEN jobs.state
             WHEN f.kind = 'retry' THEN 'retried'
             WHEN f.kind = 'snooze' THEN 'snoozed'
             ELSE 'released' END,
        attempts + (f.kind IN ('snooze', 'release')), worker, :now,
-       CASE WHEN f.kind IN ('retry', 'fail', 'rescue') THEN error END
+       CASE WHEN f.kind IN ('retry', 'fail', 'rescue', 'take_back') THEN error END
 FROM (SELECT value ->> 0 AS id, value ->> 1 AS kind FROM json_each(:items)) AS f
 JOIN jobs ON jobs.id = f.id
 JOIN (SELECT 1 AS ordinal UNION ALL SELECT 2) AS o
-  ON o.ordinal = 1 OR (f.kind = 'rescue' AND jobs.state <> 'queued')
+  ON o.ordinal = 1 OR (f.kind IN ('rescue', 'take_back') AND jobs.state <> 'queued')
 ORDER BY o.ordinal, jobs.id
 
 -- name: job_progress
@@ -438,3 +438,272 @@ SELECT id FROM jobs
 WHERE id IN (SELECT value FROM json_each(:ids))
   AND state IN ('succeeded', 'failed', 'cancelled')
   AND finished_at < :before
+
+-- ---------------------------------------------------------------------------
+-- Operating in bulk, groups, retention and the operator's views.
+--
+-- A selection (JobSelection) filters on every field that is set. Its
+-- statements come in variants that differ only in the column that drives the
+-- search (ids, a group, a queue and state, a batch, or none), so each can walk
+-- an index; the other filters only skip rows. The "detailed state" tells queued
+-- jobs apart: due now is ready; due later after an attempt that left an error is
+-- retrying; due later otherwise is scheduled (the same rule as job.detailed_state).
+
+-- name: job_select
+SELECT * FROM jobs
+WHERE id < :before_id
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:task IS NULL OR task = :task)
+  AND (:group IS NULL OR group_key = :group)
+  AND (:batch IS NULL OR batch = :batch)
+  AND (:worker IS NULL OR worker = :worker)
+  AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
+  AND (:state IS NULL OR state = :state
+       OR (state = 'queued' AND :state = CASE
+             WHEN run_at <= :now THEN 'ready'
+             WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
+             ELSE 'scheduled' END))
+ORDER BY id DESC
+LIMIT :limit
+
+-- name: job_select_by_ids
+SELECT * FROM jobs
+WHERE id IN (SELECT value FROM json_each(:ids))
+  AND id < :before_id
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:task IS NULL OR task = :task)
+  AND (:group IS NULL OR group_key = :group)
+  AND (:batch IS NULL OR batch = :batch)
+  AND (:worker IS NULL OR worker = :worker)
+  AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
+  AND (:state IS NULL OR state = :state
+       OR (state = 'queued' AND :state = CASE
+             WHEN run_at <= :now THEN 'ready'
+             WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
+             ELSE 'scheduled' END))
+ORDER BY id DESC
+LIMIT :limit
+
+-- name: job_select_by_group
+-- Walks jobs_group (migration 006) from the id bound down.
+SELECT * FROM jobs
+WHERE group_key = :group
+  AND id < :before_id
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:task IS NULL OR task = :task)
+  AND (:batch IS NULL OR batch = :batch)
+  AND (:worker IS NULL OR worker = :worker)
+  AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
+  AND (:state IS NULL OR state = :state
+       OR (state = 'queued' AND :state = CASE
+             WHEN run_at <= :now THEN 'ready'
+             WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
+             ELSE 'scheduled' END))
+ORDER BY id DESC
+LIMIT :limit
+
+-- name: job_select_by_queue_state
+-- Walks jobs_queue_state for one queue and stored state (:base_state: queued for
+-- ready, scheduled and retrying), as job_list_by_queue_state does.
+SELECT * FROM jobs
+WHERE queue = :queue
+  AND state = :base_state
+  AND id < :before_id
+  AND (:task IS NULL OR task = :task)
+  AND (:group IS NULL OR group_key = :group)
+  AND (:batch IS NULL OR batch = :batch)
+  AND (:worker IS NULL OR worker = :worker)
+  AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
+  AND (:state IS NULL OR state = :state
+       OR (state = 'queued' AND :state = CASE
+             WHEN run_at <= :now THEN 'ready'
+             WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
+             ELSE 'scheduled' END))
+ORDER BY id DESC
+LIMIT :limit
+
+-- name: job_select_by_batch
+SELECT * FROM jobs
+WHERE batch = :batch
+  AND id < :before_id
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:task IS NULL OR task = :task)
+  AND (:group IS NULL OR group_key = :group)
+  AND (:worker IS NULL OR worker = :worker)
+  AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
+  AND (:state IS NULL OR state = :state
+       OR (state = 'queued' AND :state = CASE
+             WHEN run_at <= :now THEN 'ready'
+             WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
+             ELSE 'scheduled' END))
+ORDER BY id DESC
+LIMIT :limit
+
+-- name: job_count
+SELECT CASE WHEN state <> 'queued' THEN state
+            WHEN run_at <= :now THEN 'ready'
+            WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
+            ELSE 'scheduled' END AS shown,
+       count(*)
+FROM jobs
+WHERE (:queue IS NULL OR queue = :queue)
+  AND (:task IS NULL OR task = :task)
+  AND (:group IS NULL OR group_key = :group)
+  AND (:batch IS NULL OR batch = :batch)
+  AND (:worker IS NULL OR worker = :worker)
+  AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
+GROUP BY shown
+
+-- name: job_count_by_ids
+SELECT CASE WHEN state <> 'queued' THEN state
+            WHEN run_at <= :now THEN 'ready'
+            WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
+            ELSE 'scheduled' END AS shown,
+       count(*)
+FROM jobs
+WHERE id IN (SELECT value FROM json_each(:ids))
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:task IS NULL OR task = :task)
+  AND (:group IS NULL OR group_key = :group)
+  AND (:batch IS NULL OR batch = :batch)
+  AND (:worker IS NULL OR worker = :worker)
+  AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
+GROUP BY shown
+
+-- name: job_count_by_group
+SELECT CASE WHEN state <> 'queued' THEN state
+            WHEN run_at <= :now THEN 'ready'
+            WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
+            ELSE 'scheduled' END AS shown,
+       count(*)
+FROM jobs
+WHERE group_key = :group
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:task IS NULL OR task = :task)
+  AND (:batch IS NULL OR batch = :batch)
+  AND (:worker IS NULL OR worker = :worker)
+  AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
+GROUP BY shown
+
+-- name: job_count_by_queue
+SELECT CASE WHEN state <> 'queued' THEN state
+            WHEN run_at <= :now THEN 'ready'
+            WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
+            ELSE 'scheduled' END AS shown,
+       count(*)
+FROM jobs
+WHERE queue = :queue
+  AND (:task IS NULL OR task = :task)
+  AND (:group IS NULL OR group_key = :group)
+  AND (:batch IS NULL OR batch = :batch)
+  AND (:worker IS NULL OR worker = :worker)
+  AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
+GROUP BY shown
+
+-- name: job_count_by_batch
+SELECT CASE WHEN state <> 'queued' THEN state
+            WHEN run_at <= :now THEN 'ready'
+            WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
+            ELSE 'scheduled' END AS shown,
+       count(*)
+FROM jobs
+WHERE batch = :batch
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:task IS NULL OR task = :task)
+  AND (:group IS NULL OR group_key = :group)
+  AND (:worker IS NULL OR worker = :worker)
+  AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
+GROUP BY shown
+
+-- name: stats_waiting
+-- Queued jobs due later per queue: scheduled, and retrying (after a failed attempt).
+SELECT queue,
+       sum(CASE WHEN error IS NOT NULL AND attempts > 0 THEN 0 ELSE 1 END),
+       sum(CASE WHEN error IS NOT NULL AND attempts > 0 THEN 1 ELSE 0 END)
+FROM jobs
+WHERE state = 'queued' AND run_at > :now
+GROUP BY queue
+
+-- name: job_retry_many
+-- Manual retry of the failed or cancelled jobs among :ids, with job_retry_failed's
+-- rule for keys: only the newest job of a key, and only while no live job holds it.
+UPDATE jobs
+SET state = 'queued',
+    attempts = 0,
+    run_at = :now,
+    cancel_requested = 0,
+    worker = NULL,
+    result = NULL,
+    error = NULL,
+    progress = NULL,
+    progress_message = NULL,
+    started_at = NULL,
+    finished_at = NULL
+WHERE id IN (
+    SELECT j.id FROM jobs AS j
+    WHERE j.id IN (SELECT value FROM json_each(:ids))
+      AND (j.state = 'failed' OR j.state = 'cancelled')
+      AND (j.key IS NULL OR (
+          j.id = (SELECT max(o.id) FROM jobs AS o WHERE o.queue = j.queue AND o.key = j.key)
+          AND NOT EXISTS (
+              SELECT 1 FROM jobs AS other
+              WHERE other.queue = j.queue AND other.key = j.key
+                AND other.state IN ('queued', 'running')))))
+RETURNING id
+
+-- name: job_cancel_many_queued
+UPDATE jobs
+SET state = 'cancelled', finished_at = :now
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'queued'
+RETURNING id
+
+-- name: job_cancel_many_running
+UPDATE jobs
+SET cancel_requested = 1
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'running' AND NOT cancel_requested
+RETURNING id
+
+-- name: job_delete_many_select
+-- A running job is left alone: its worker holds it (cancel it first).
+SELECT id FROM jobs
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state <> 'running'
+
+-- name: job_run_now
+UPDATE jobs
+SET run_at = :now
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'queued' AND run_at > :now
+RETURNING id
+
+-- name: job_running_leases
+-- The lease of each of these jobs that is running: job_take_back ends them with
+-- job_finish (kind take_back), which fences off a late outcome of the holder.
+SELECT id, lease_token FROM jobs
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'running'
+
+-- name: job_purge_where_select
+-- Finished jobs of the given states (and queue) that ended before :before,
+-- oldest first along jobs_finished.
+SELECT id FROM jobs
+WHERE finished_at < :before
+  AND state IN (SELECT value FROM json_each(:states))
+  AND (:queue IS NULL OR queue = :queue)
+ORDER BY finished_at
+LIMIT :limit
+
+-- name: job_purge_count
+SELECT count(*) FROM jobs
+WHERE finished_at < :before
+  AND state IN (SELECT value FROM json_each(:states))
+  AND (:queue IS NULL OR queue = :queue)
+
+-- name: job_purge_beyond_select
+-- The finished jobs of a queue past its :keep newest (by id, the order they were
+-- enqueued), up to :limit of them.
+SELECT id FROM jobs
+WHERE queue = :queue AND (state = 'succeeded' OR state = 'failed' OR state = 'cancelled')
+ORDER BY id DESC
+LIMIT :limit OFFSET :keep
+
+-- name: queue_delete
+DELETE FROM queues WHERE name = :name
+

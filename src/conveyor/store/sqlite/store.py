@@ -22,6 +22,7 @@ from conveyor.errors import ConfigurationError, JobStateError, StoreUnavailableE
 from conveyor.job import Event, Job, JobState, NewJob, utcnow
 from conveyor.store.base import (
     LEASE_EXPIRED_ERROR,
+    TAKEN_BACK_ERROR,
     BatchStatus,
     ChangeCallback,
     EventCounts,
@@ -29,6 +30,7 @@ from conveyor.store.base import (
     Finish,
     FinishedCount,
     JobFilter,
+    JobSelection,
     Lease,
     LeaseStatus,
     QueueStats,
@@ -46,6 +48,7 @@ from conveyor.store.common import (
     plan_insert,
     resolve_plan,
 )
+from conveyor.store.selection import count_query, keep_state, select_queries
 from conveyor.store.sql import load_migrations, load_queries
 from conveyor.store.sqlite.watcher import DataVersionWatcher
 
@@ -329,6 +332,9 @@ class SQLiteStore:
             since = _ts(now - timedelta(minutes=1))
             finished = conn.execute(_Q["stats_finished_since"], {"since": since}).fetchone()[0]
             paused = {name for name, p in conn.execute(_Q["queue_list"]) if p}
+            waiting = {
+                q: (s, r) for q, s, r in conn.execute(_Q["stats_waiting"], {"now": _ts(now)})
+            }
         finally:
             conn.execute("COMMIT")
         per_queue: dict[str, dict[str, int]] = {}
@@ -345,6 +351,8 @@ class SQLiteStore:
                     oldest_ready_age=(
                         max(0.0, _ts(now) - oldest[name]) if name in oldest else None
                     ),
+                    scheduled=waiting.get(name, (0, 0))[0],
+                    retrying=waiting.get(name, (0, 0))[1],
                 )
                 for name, c in sorted(per_queue.items())
             },
@@ -642,6 +650,126 @@ class SQLiteStore:
         return [
             RunTimeBucket(queue=q, bucket=b, count=c, total_seconds=float(s)) for q, b, c, s in rows
         ]
+
+    # --- operating in bulk, groups, retention and the operator's views ------------
+
+    def schema_latest(self) -> int:
+        return _MIGRATIONS[-1].version
+
+    def _selection_params(self, params: dict[str, Any], now: datetime) -> dict[str, Any]:
+        ids = params.get("ids")
+        return {**params, "ids": None if ids is None else json.dumps(ids), "now": _ts(now)}
+
+    def job_select(
+        self, selection: JobSelection, now: datetime, before_id: int | None, limit: int
+    ) -> list[Job]:
+        conn = self._conn()
+        pages = [
+            [_row_to_job(r) for r in conn.execute(_Q[name], self._selection_params(params, now))]
+            for name, params in select_queries(selection, before_id, limit, self.queue_names)
+        ]
+        return newest_first(pages, limit)
+
+    def job_count_selected(self, selection: JobSelection, now: datetime) -> dict[str, int]:
+        name, params = count_query(selection)
+        rows = self._conn().execute(_Q[name], self._selection_params(params, now)).fetchall()
+        return keep_state(dict(rows), selection.state)
+
+    def _change_many(
+        self, name: str, action: str | None, job_ids: Sequence[int], now: datetime
+    ) -> list[int]:
+        """Run a statement on the jobs of ``job_ids`` and record ``action``'s events."""
+        if not job_ids:
+            return []
+        now_ts = _ts(now)
+        with self._write() as conn:
+            params = {"ids": json.dumps(list(job_ids)), "now": now_ts}
+            ids = sorted(r[0] for r in conn.execute(_Q[name], params))
+            if action is not None:
+                self._record(conn, action, ids, now_ts)
+        return ids
+
+    def job_retry_many(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        return self._change_many("job_retry_many", "retry", job_ids, now)
+
+    def job_cancel_many(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        if not job_ids:
+            return []
+        now_ts = _ts(now)
+        with self._write() as conn:
+            params = {"ids": json.dumps(list(job_ids)), "now": now_ts}
+            ids = [r[0] for r in conn.execute(_Q["job_cancel_many_queued"], params)]
+            ids += [r[0] for r in conn.execute(_Q["job_cancel_many_running"], params)]
+            ids.sort()
+            self._record(conn, "cancel", ids, now_ts)
+        return ids
+
+    def job_delete_many(self, job_ids: Sequence[int]) -> list[int]:
+        if not job_ids:
+            return []
+        with self._write() as conn:
+            params = {"ids": json.dumps(list(job_ids))}
+            ids = sorted(r[0] for r in conn.execute(_Q["job_delete_many_select"], params))
+            if ids:
+                encoded = json.dumps(ids)
+                conn.execute(_Q["event_delete_for_jobs"], {"ids": encoded})
+                conn.execute(_Q["job_delete"], {"ids": encoded})
+        return ids
+
+    def job_run_now(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        return self._change_many("job_run_now", "run_now", job_ids, now)
+
+    def job_take_back(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        params = {"ids": json.dumps(list(job_ids))}
+        held = self._conn().execute(_Q["job_running_leases"], params).fetchall()
+        finishes = [Finish(i, token, "take_back", error=TAKEN_BACK_ERROR) for i, token in held]
+        return self.job_finish(finishes, now)
+
+    def job_purge_where(
+        self,
+        finished_before: datetime,
+        states: Sequence[str],
+        queue: str | None,
+        limit: int = 10_000,
+    ) -> int:
+        params = {
+            "before": _ts(finished_before),
+            "states": json.dumps(list(states)),
+            "queue": queue,
+            "limit": limit,
+        }
+        with self._write() as conn:
+            ids = [r[0] for r in conn.execute(_Q["job_purge_where_select"], params)]
+            if ids:
+                encoded = json.dumps(ids)
+                conn.execute(_Q["event_delete_for_jobs"], {"ids": encoded})
+                conn.execute(_Q["job_delete"], {"ids": encoded})
+        return len(ids)
+
+    def job_purge_count(
+        self, finished_before: datetime, states: Sequence[str], queue: str | None
+    ) -> int:
+        params = {
+            "before": _ts(finished_before),
+            "states": json.dumps(list(states)),
+            "queue": queue,
+        }
+        count: int = self._conn().execute(_Q["job_purge_count"], params).fetchone()[0]
+        return count
+
+    def job_purge_beyond(self, queue: str, keep: int, limit: int = 10_000) -> int:
+        params = {"queue": queue, "keep": keep, "limit": limit}
+        with self._write() as conn:
+            ids = [r[0] for r in conn.execute(_Q["job_purge_beyond_select"], params)]
+            if ids:
+                encoded = json.dumps(ids)
+                conn.execute(_Q["event_delete_for_jobs"], {"ids": encoded})
+                conn.execute(_Q["job_delete"], {"ids": encoded})
+        return len(ids)
+
+    def queue_delete(self, queue: str) -> None:
+        with self._write() as conn:
+            conn.execute(_Q["queue_delete"], {"name": queue})
 
 
 @contextmanager

@@ -1,7 +1,34 @@
-// The dashboard's only script: refresh the overview's live part every few
-// seconds, and ask before destructive forms. Pages work without it.
+// The dashboard's only script. Pages work without it; with it:
+// - the live part of a page ([data-live]) is fetched again every few seconds and
+//   swapped in (the same address, asked with the X-Conveyor-Live header, answers
+//   that part alone), paused while the tab is hidden, while jobs are ticked, and
+//   while a field in it has the focus; open <details> stay open;
+// - a header checkbox ticks every job shown;
+// - destructive forms and buttons ask first.
 (function () {
   "use strict";
+
+  document.documentElement.classList.add("js");
+
+  function busyWith(box) {
+    if (box.querySelector("input[type=checkbox]:checked")) {
+      return "paused while jobs are ticked";
+    }
+    var focused = document.activeElement;
+    if (focused && focused !== document.body && box.contains(focused) &&
+        /^(INPUT|SELECT|TEXTAREA)$/.test(focused.tagName)) {
+      return "paused while you type";
+    }
+    return "";
+  }
+
+  function note(box, text) {
+    var form = box.closest("form");
+    var place = form && form.querySelector(".live-note");
+    if (place) {
+      place.textContent = text ? "Live updates " + text + "." : "";
+    }
+  }
 
   function refresh(box) {
     var every = (Number(box.getAttribute("data-every")) || 5) * 1000;
@@ -12,8 +39,16 @@
       if (document.hidden || busy) {
         return;
       }
+      var reason = busyWith(box);
+      note(box, reason);
+      if (reason) {
+        return;
+      }
       busy = true;
-      fetch(src, { credentials: "same-origin", headers: { Accept: "text/html" } })
+      fetch(src, {
+        credentials: "same-origin",
+        headers: { Accept: "text/html", "X-Conveyor-Live": "1" }
+      })
         .then(function (response) {
           if (!response.ok) {
             throw new Error("HTTP " + response.status);
@@ -21,8 +56,21 @@
           return response.text();
         })
         .then(function (html) {
-          // The fragment is rendered (and escaped) by the server, like the page.
+          if (busyWith(box)) {
+            return; // ticked or focused meanwhile: keep what the user is working with
+          }
+          var open = Array.prototype.map.call(
+            box.querySelectorAll("details[open][data-key]"),
+            function (d) { return d.getAttribute("data-key"); }
+          );
+          // The part is rendered (and escaped) by the server, like the page.
           box.innerHTML = html;
+          open.forEach(function (key) {
+            var again = box.querySelector('details[data-key="' + key + '"]');
+            if (again) {
+              again.open = true;
+            }
+          });
           box.removeAttribute("data-stale");
         })
         .catch(function () {
@@ -34,18 +82,31 @@
     }, every);
   }
 
+  document.addEventListener("change", function (event) {
+    var all = event.target;
+    if (!all.hasAttribute || !all.hasAttribute("data-select-all")) {
+      return;
+    }
+    var form = all.closest("form");
+    if (!form) {
+      return;
+    }
+    form.querySelectorAll("input[type=checkbox][name=id]").forEach(function (box) {
+      box.checked = all.checked;
+    });
+  });
+
   document.addEventListener("submit", function (event) {
     var form = event.target;
-    var question = form.getAttribute && form.getAttribute("data-confirm");
+    var button = event.submitter;
+    var question = (button && button.getAttribute("data-confirm-button")) ||
+      (form.getAttribute && form.getAttribute("data-confirm"));
     if (question && !window.confirm(question)) {
       event.preventDefault();
     }
   });
 
   document.addEventListener("DOMContentLoaded", function () {
-    var box = document.getElementById("live");
-    if (box) {
-      refresh(box);
-    }
+    document.querySelectorAll("[data-live]").forEach(refresh);
   });
 })();

@@ -1,0 +1,175 @@
+"""What the pages show and do, apart from HTTP: actions on jobs, workers with their jobs,
+periodic tasks with their ticks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from conveyor.app import App
+from conveyor.errors import JobStateError
+from conveyor.job import WAITING_STATES, Job, JobState
+from conveyor.schedule import Cron, Every
+from conveyor.store.base import WorkerInfo
+
+#: A worker that has not checked in for this long is probably dead: it beats every
+#: third of its lease (10 s at the default 30 s), so this is three missed beats.
+SILENT_AFTER = timedelta(seconds=30)
+
+
+@dataclass(frozen=True)
+class BulkAction:
+    """An action on many jobs: its form value, its button, the App method and where it applies."""
+
+    code: str
+    label: str
+    method: str
+    applies_to: tuple[str, ...]
+    #: What the action did to a job, for the confirmation page.
+    past: str
+    danger: bool = False
+
+
+BULK_ACTIONS = {
+    action.code: action
+    for action in (
+        BulkAction("retry", "Retry", "retry_jobs", ("failed", "cancelled"), "queued again"),
+        BulkAction("run_now", "Run now", "run_jobs_now", ("scheduled", "retrying"), "made due now"),
+        BulkAction(
+            "cancel",
+            "Cancel",
+            "cancel_jobs",
+            (*WAITING_STATES, "running"),
+            "cancelled (running ones: asked to stop)",
+            danger=True,
+        ),
+        BulkAction(
+            "delete",
+            "Delete",
+            "delete_jobs",
+            (*WAITING_STATES, "succeeded", "failed", "cancelled"),
+            "deleted with their history",
+            danger=True,
+        ),
+        BulkAction(
+            "take_back",
+            "Take back",
+            "take_back",
+            ("running",),
+            "taken from their worker and queued again",
+            danger=True,
+        ),
+    )
+}
+#: The buttons of a job's page, by the path segment of their POST.
+JOB_ACTIONS = ("retry", "cancel", "run-now", "delete", "take-back")
+
+
+def act_on_job(app: App, name: str, job_id: int) -> str:
+    """Run a job page's action; answer the notice code (and where to go after a delete)."""
+    if name == "retry":
+        app.retry(job_id)
+        return "retried"
+    if name == "cancel":
+        job = app.cancel(job_id)
+        return "cancel_requested" if job.state == JobState.RUNNING else "cancelled"
+    job = app.get(job_id)
+    state = job.detailed_state()
+    if name == "run-now":
+        _expect(job, state, ("scheduled", "retrying"), "run now")
+        app.run_jobs_now([job_id])
+        return "run_now"
+    if name == "take-back":
+        _expect(job, state, ("running",), "be taken back")
+        app.take_back([job_id])
+        return "taken_back"
+    _expect(job, state, BULK_ACTIONS["delete"].applies_to, "be deleted (cancel it first)")
+    if not app.delete_jobs([job_id]):
+        raise JobStateError(f"job {job_id} started meanwhile: cancel it first")
+    return "deleted@/jobs"
+
+
+def _expect(job: Job, state: str, allowed: Sequence[str], verb: str) -> None:
+    if state not in allowed:
+        raise JobStateError(f"job {job.id} is {state}: only {' or '.join(allowed)} jobs can {verb}")
+
+
+@dataclass
+class WorkerRow:
+    info: WorkerInfo
+    silent_for: float
+    jobs: list[Job] = field(default_factory=list)
+
+    @property
+    def probably_dead(self) -> bool:
+        return self.silent_for > SILENT_AFTER.total_seconds()
+
+
+def worker_rows(
+    workers: Sequence[WorkerInfo], running: Sequence[Job], now: datetime
+) -> tuple[list[WorkerRow], list[Job]]:
+    """Each worker with the running jobs it holds; and running jobs whose worker is not listed.
+
+    A worker that died without unregistering stays listed (its jobs too) until
+    the others forget it; the jobs of one already forgotten wait for their leases.
+    """
+    rows = {w.id: WorkerRow(w, max(0.0, (now - w.last_seen_at).total_seconds())) for w in workers}
+    orphans: list[Job] = []
+    for job in sorted(running, key=lambda j: j.id):
+        row = rows.get(job.worker or "")
+        if row is not None:
+            row.jobs.append(job)
+        else:
+            orphans.append(job)
+    return list(rows.values()), orphans
+
+
+@dataclass(frozen=True)
+class PeriodicRow:
+    task: str
+    #: "every 5 min" or the cron expression; None when this process does not know the task.
+    schedule: str | None
+    last_tick: datetime | None
+    next_tick: datetime | None
+
+
+def periodic_rows(app: App, now: datetime) -> list[PeriodicRow]:
+    """The App's periodic tasks with their last tick (from the store) and next one.
+
+    Tasks the store has ticks of but this App does not register (a dashboard
+    started without ``--app``) are listed with their last tick only.
+    """
+    last = app.store.periodic_last_ticks()
+    rows = []
+    known = set()
+    for periodic in app.periodic_tasks:
+        known.add(periodic.task)
+        rows.append(
+            PeriodicRow(
+                periodic.task,
+                describe_schedule(periodic.schedule),
+                last.get(periodic.task),
+                periodic.schedule.next_tick(now),
+            )
+        )
+    for task, tick in sorted(last.items()):
+        if task not in known:
+            rows.append(PeriodicRow(task, None, tick, None))
+    return rows
+
+
+def describe_schedule(schedule: object) -> str:
+    if isinstance(schedule, Every):
+        return f"every {_interval(schedule.interval)}"
+    if isinstance(schedule, Cron):
+        return f"cron {schedule.expression} (UTC)"
+    return str(schedule)
+
+
+def _interval(interval: timedelta) -> str:
+    total = int(interval.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if total % size == 0 and total >= size:
+            return f"{total // size} {unit}"
+    return f"{total} s"
