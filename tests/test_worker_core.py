@@ -530,3 +530,17 @@ def test_leases_are_judged_on_the_database_clock(pg_clean_dsn: str) -> None:
         assert app.get(job.id).state == JobState.RUNNING
         # Tests can still fix the clock.
         assert app.store.job_rescue_expired(utcnow() + timedelta(hours=1)) == [job.id]
+
+
+def test_a_worker_on_an_unmigrated_database_says_run_migrate(pg_clean_dsn: str) -> None:
+    from conveyor.errors import SchemaMissingError
+
+    with App(pg_clean_dsn) as app:  # PostgreSQL is never migrated implicitly
+
+        @app.task
+        def noop() -> None:
+            return None
+
+        worker = app.worker(maintenance=False)
+        with pytest.raises(SchemaMissingError, match="conveyor migrate"):
+            worker.start()

@@ -227,6 +227,9 @@ class Worker:
     def _claim_start(self) -> None:
         if self._started:
             raise RuntimeError(f"worker {self.id} was already started; make a new Worker")
+        # A database without conveyor's tables (or with older ones) says so now,
+        # in the caller's thread: "run conveyor migrate", not "no such table".
+        self.app.check_schema()
         self._started = True
 
     def stop(self, graceful: bool = True, timeout: float | None = None) -> None:
