@@ -12,7 +12,7 @@ CODE_PATHS := $(wildcard src tests benchmarks)
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv test lint format typecheck pytest ensure-postgres ensure-java ensure-chromium demo bench clean
+.PHONY: venv test test-fast lint format typecheck pytest ensure-postgres ensure-java ensure-chromium demo bench dist check-wheel clean
 
 ## venv: create .venv and install the package with its dev extras (re-run when pyproject.toml changes)
 venv: $(STAMP)
@@ -45,11 +45,12 @@ ensure-java:
 ensure-chromium:
 	scripts/ensure-chromium.sh
 
-## lint: ruff (lint + format check) and mypy --strict
+## lint: ruff (lint + format check), mypy --strict and the import layers
 lint: venv
 	$(BIN)/ruff check $(CODE_PATHS)
 	$(BIN)/ruff format --check $(CODE_PATHS)
 	$(MAKE) --no-print-directory typecheck
+	$(BIN)/lint-imports
 
 typecheck: venv
 	$(BIN)/mypy --strict src
@@ -63,12 +64,27 @@ format: venv
 pytest: venv ensure-postgres ensure-java ensure-chromium
 	$(BIN)/pytest -q
 
+## test-fast: the inner loop: SQLite tests only; needs no PostgreSQL, Java or Chromium
+test-fast: venv
+	CONVEYOR_TEST_FAST=1 $(BIN)/pytest -q -x
+
+## dist: build the wheel into dist/
+dist: venv
+	rm -rf dist
+	$(BIN)/python -m pip wheel -q --no-deps -w dist .
+
+## check-wheel: install the wheel with each extra into a fresh environment and import it
+check-wheel: dist
+	PYTHON=$(PYTHON) scripts/check-wheel.sh
+
 ## test: everything CI checks
 test: venv ensure-postgres ensure-java ensure-chromium
 	$(BIN)/ruff check $(CODE_PATHS)
 	$(BIN)/ruff format --check $(CODE_PATHS)
 	$(BIN)/mypy --strict src
+	$(BIN)/lint-imports
 	$(BIN)/pytest -q
+	$(MAKE) --no-print-directory check-wheel
 
 ## demo: run `conveyor demo` (two workers, one killed midway) on ./conveyor-demo.db
 # Its own light environment (the cli extra only: no Spark, no PostgreSQL), so a

@@ -8,6 +8,10 @@
   the test.
 - ``sqlite_path`` (function): path of a not-yet-existing SQLite file in a fresh
   temporary directory.
+
+``CONVEYOR_TEST_FAST=1`` (``make test-fast``) runs the quick inner loop: only
+what needs neither PostgreSQL, nor Spark, nor a browser, nor a subprocess
+fleet (tests marked ``slow``). The rest is deselected, not skipped: CI runs all.
 """
 
 from __future__ import annotations
@@ -71,3 +75,25 @@ def pg_clean_dsn(pg_dsn: str) -> Iterator[str]:
 @pytest.fixture
 def sqlite_path(tmp_path: Path) -> Path:
     return tmp_path / "conveyor.db"
+
+
+#: What a test needs that the fast inner loop does without.
+_HEAVY_FIXTURES = frozenset({"pg_dsn", "pg_clean_dsn", "spark", "browser"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get("CONVEYOR_TEST_FAST") != "1":
+        return
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        callspec = getattr(item, "callspec", None)
+        backend = callspec.params.get("dsn") if callspec is not None else None
+        heavy = bool(fixtures & _HEAVY_FIXTURES) or backend not in (None, "sqlite")
+        if heavy or item.get_closest_marker("slow") is not None:
+            drop.append(item)
+        else:
+            keep.append(item)
+    config.hook.pytest_deselected(items=drop)
+    items[:] = keep

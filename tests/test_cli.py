@@ -366,7 +366,7 @@ def test_extra_commands_are_listed_without_importing_them() -> None:
         "from click.testing import CliRunner\n"
         "from conveyor.cli import cli\n"
         "print(CliRunner().invoke(cli, ['--help']).stdout)\n"
-        "heavy = ('pyspark', 'starlette', 'conveyor.spark', 'conveyor.web', 'conveyor.demo')\n"
+        "heavy = ('pyspark', 'starlette', 'conveyor.spark', 'conveyor.web', 'conveyor.cli.demo')\n"
         "print('imported:', sorted(m for m in sys.modules if m.startswith(heavy)))\n"
     )
     out = subprocess.run(
@@ -411,7 +411,7 @@ def test_worker_runs_the_jobs_of_the_database_named_by_dsn(tmp_path: Path) -> No
     assert enqueued.returncode == 0, enqueued.stderr
     job_id = json.loads(enqueued.stdout)["id"]
     worked = _conveyor(
-        "worker", "conveyor.demo_tasks:app", "--burst", "--dsn", dsn, cwd=tmp_path, env=env
+        "worker", "conveyor.cli.demo_tasks:app", "--burst", "--dsn", dsn, cwd=tmp_path, env=env
     )
     assert worked.returncode == 0, worked.stderr
     with App(dsn) as app:
@@ -455,7 +455,7 @@ def test_enqueue_with_app_takes_the_tasks_defaults_and_checks_arguments(
     # --app puts --dsn in $CONVEYOR_DSN for the App's module; undone after the test.
     monkeypatch.delenv("CONVEYOR_DSN", raising=False)
     dsn = f"sqlite:///{tmp_path / 'a.db'}"
-    app_option = ["--app", "conveyor.demo_tasks:app", "--dsn", dsn]
+    app_option = ["--app", "conveyor.cli.demo_tasks:app", "--dsn", dsn]
     job = run_json("enqueue", "render_report", "--args", "[1, 0.5]", *app_option)
     assert (job["queue"], job["max_attempts"]) == ("reports", 3)
     overridden = run_json("enqueue", "thumbnail", "--args", "[1]", "--queue", "x", *app_option)

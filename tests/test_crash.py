@@ -32,6 +32,9 @@ from conveyor.store.base import JobFilter
 from conveyor.store.dsn import sqlite_path
 from pg_server import PgServer
 
+#: Whole processes started and killed: left out of the fast inner loop.
+pytestmark = pytest.mark.slow
+
 T = TypeVar("T")
 
 TESTS_DIR = Path(__file__).resolve().parent

@@ -10,12 +10,16 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from conveyor import App, JobState
 from conveyor.cli import cli
-from conveyor.demo import Workload
+from conveyor.cli.demo import Workload
 from conveyor.job import utcnow
+
+#: Whole processes started and killed: left out of the fast inner loop.
+pytestmark = pytest.mark.slow
 
 JOBS = 400
 

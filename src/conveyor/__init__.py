@@ -12,12 +12,14 @@ from conveyor.errors import (
     JobStateError,
     LeaseLostError,
     Retry,
+    SchemaMissingError,
     StoreUnavailableError,
     UnknownTaskError,
 )
 from conveyor.job import Event, Job, JobState
 from conveyor.retry import ExponentialBackoff, FixedBackoff
 from conveyor.task import Task
+from conveyor.version import __version__
 
 __all__ = [
     "App",
@@ -36,7 +38,9 @@ __all__ = [
     "JobStateError",
     "LeaseLostError",
     "Retry",
+    "SchemaMissingError",
     "StoreUnavailableError",
     "Task",
     "UnknownTaskError",
+    "__version__",
 ]

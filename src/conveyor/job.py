@@ -9,12 +9,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 from conveyor.errors import InvalidJobError
-
-if TYPE_CHECKING:
-    from conveyor.app import App
 
 #: Longest queue, task, key, group or batch name, in characters.
 MAX_NAME_LENGTH = 200
@@ -86,6 +83,26 @@ class NewJob:
     batch: str | None = None
 
 
+class JobSource(Protocol):
+    """Where a Job can be read again and waited for: the App it came from.
+
+    A protocol, so that these rules at the bottom of the package never import
+    the App above them.
+    """
+
+    def get(self, job_id: int) -> Job: ...
+
+    def wait(
+        self,
+        job_id: int,
+        timeout: float | None = None,
+        *,
+        on_progress: Callable[[float | None, str | None], None] | None = None,
+    ) -> Any: ...
+
+    async def await_result(self, job_id: int, timeout: float | None = None) -> Any: ...
+
+
 @dataclass(slots=True)
 class Job:
     """One row of the jobs table, as read at one moment.
@@ -119,7 +136,7 @@ class Job:
     progress_message: str | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
-    _app: App | None = field(default=None, repr=False, compare=False)
+    _app: JobSource | None = field(default=None, repr=False, compare=False)
     #: Set by an enqueue that found a live job holding its key (that job, returned
     #: instead of a new one). Not stored: False on any job read back later.
     existing: bool = field(default=False, repr=False, compare=False)

@@ -7,14 +7,11 @@ import inspect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 from conveyor.errors import InvalidJobError
 from conveyor.job import Job, Unique
 from conveyor.retry import DEFAULT_BACKOFF, Backoff
-
-if TYPE_CHECKING:
-    from conveyor.app import App
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -52,12 +49,20 @@ def context_parameter(fn: Callable[..., Any]) -> bool:
     ).startswith("conveyor")
 
 
+class TaskRegistry(Protocol):
+    """What a Task needs of the App it is registered with (a protocol: no upward import)."""
+
+    def enqueue_calls(
+        self, task: str, calls: Iterable[tuple[Sequence[Any], dict[str, Any]]], opts: EnqueueOptions
+    ) -> list[Job]: ...
+
+
 class Task(Generic[P, R]):
     """A registered handler. Call it to run the function here; ``enqueue`` to run it on a worker."""
 
     def __init__(
         self,
-        app: App,
+        app: TaskRegistry,
         fn: Callable[P, R],
         *,
         name: str,

@@ -18,6 +18,7 @@ from conveyor.cli.queues import delete_queue, pause, purge, resume, stats
 from conveyor.cli.worker import HANDLER_THREAD_PREFIX, load_app, migrate, worker
 from conveyor.errors import ConfigurationError
 from conveyor.store.dsn import DSN_ENV
+from conveyor.version import __version__
 
 __all__ = ["HANDLER_THREAD_PREFIX", "cli", "load_app"]
 
@@ -44,7 +45,7 @@ LAZY_COMMANDS = {
         short_help="Archive finished jobs to Parquet with Spark, then purge them.",
     ),
     "demo": LazyCommand(
-        "conveyor.demo:demo",
+        "conveyor.cli.demo:demo",
         extra="cli",
         requires=("rich", "click"),
         short_help="Run a mixed workload on two workers, kill one, watch it recover.",
@@ -53,6 +54,7 @@ LAZY_COMMANDS = {
 
 
 @click.group(cls=ConveyorGroup, lazy=LAZY_COMMANDS)
+@click.version_option(__version__, "--version", "-V", prog_name="conveyor")
 @click.option("--debug", is_flag=True, help="Show tracebacks (also after the command).")
 @click.option(
     "--dsn",

@@ -13,7 +13,7 @@ from typing import Any
 
 from conveyor.job import WAITING_STATES, JobState, base_state
 from conveyor.store.base import JobSelection
-from conveyor.store.common import NO_ID_BOUND
+from conveyor.store.listing import NO_ID_BOUND
 
 
 def selection_params(selection: JobSelection) -> dict[str, Any]:

@@ -9,22 +9,15 @@ from __future__ import annotations
 
 import logging
 import time
-from importlib import metadata
 from typing import TYPE_CHECKING
 
+from conveyor.version import __version__
 from conveyor.worker.executor import Running
 
 if TYPE_CHECKING:
     from conveyor.worker.worker import Worker
 
 log = logging.getLogger("conveyor.worker")
-
-
-def version() -> str:
-    try:
-        return metadata.version("conveyor")
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def log_start(worker: Worker) -> None:
@@ -39,7 +32,7 @@ def log_start(worker: Worker) -> None:
     log.info(
         "worker %s starting: conveyor %s, %s (%s), queues %s, concurrency %d, lease %gs, tasks: %s",
         worker.id,
-        version(),
+        __version__,
         app.store.description,
         state,
         ",".join(opts.queues),

@@ -44,14 +44,8 @@ from conveyor.store.base import (
     Subscription,
     WorkerInfo,
 )
-from conveyor.store.common import (
-    job_list_queries,
-    key_pairs,
-    new_job_record,
-    newest_first,
-    plan_insert,
-    resolve_plan,
-)
+from conveyor.store.keys import key_pairs, new_job_record, plan_insert, resolve_plan
+from conveyor.store.listing import job_list_queries, newest_first
 from conveyor.store.postgres.listener import Listener
 from conveyor.store.selection import count_query, keep_state, select_queries
 from conveyor.store.sql import load_migrations, load_queries

@@ -1,14 +1,15 @@
-"""Logic the backends share that is not SQL: idempotency-key planning, event kinds."""
+"""Idempotency keys of an enqueue: which new jobs to insert, and which existing job
+each of the others returns instead. The same plan on every backend; only the
+lookup and the insert are SQL.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
-from conveyor.job import LIVE_STATES, EventKind, Job, JobState, NewJob
-from conveyor.store.base import JobFilter
+from conveyor.job import LIVE_STATES, Job, JobState, NewJob
 
 KeyPair = tuple[str, str]
 
@@ -82,20 +83,6 @@ def resolve_plan(plan: InsertPlan, count: int, inserted: dict[int, Job]) -> list
     return [job for job in results if job is not None]
 
 
-# The event each action other than finishing records, by the state the job is
-# in afterwards (finishing has its own rule: event_insert_finished in each
-# backend's queries).
-EVENT_KINDS: dict[str, dict[str, str]] = {
-    "claim": {JobState.RUNNING: EventKind.CLAIMED},
-    "cancel": {
-        JobState.CANCELLED: EventKind.CANCELLED,
-        JobState.RUNNING: EventKind.CANCEL_REQUESTED,
-    },
-    "retry": {JobState.QUEUED: EventKind.MANUAL_RETRY},
-    "run_now": {JobState.QUEUED: EventKind.RUN_NOW},
-}
-
-
 def new_job_record(job_id: int, new: NewJob, now: datetime) -> Job:
     """The Job a fresh insert produced, built without reading it back."""
     return Job(
@@ -114,49 +101,3 @@ def new_job_record(job_id: int, new: NewJob, now: datetime) -> Job:
         group=new.group,
         batch=new.batch,
     )
-
-
-#: A keyset page with no ``before_id`` starts below this id (the largest 64-bit integer):
-#: an always-present bound lets the planner walk an index range from it.
-NO_ID_BOUND = 2**63 - 1
-
-
-def job_list_queries(
-    filter: JobFilter, queue_names: Callable[[], Sequence[str]]
-) -> list[tuple[str, dict[str, Any]]]:
-    """The job_list statements that serve a filter, with their parameters.
-
-    A statement with ``(:x IS NULL OR x = :x)`` for every filter cannot use an
-    index on x (its plan is made before the value is known), so the driving
-    columns have their own statement, whose index walks the page newest first
-    from ``before_id`` down; the other filters only skip rows. jobs_queue_state
-    leads with the queue: a state across queues is one walk per queue (from
-    ``queue_names``), a queue across states one per state; merge the pages
-    with ``newest_first``.
-    """
-    params = {
-        "state": None if filter.state is None else str(filter.state),
-        "queue": filter.queue,
-        "task": filter.task,
-        "batch": filter.batch,
-        "error": filter.error or None,
-        "before_id": NO_ID_BOUND if filter.before_id is None else filter.before_id,
-        "limit": filter.limit,
-    }
-    if filter.queue is None and filter.state is None:
-        return [("job_list_by_batch" if filter.batch is not None else "job_list", params)]
-    queues = [filter.queue] if filter.queue is not None else list(queue_names())
-    states = [str(filter.state)] if filter.state is not None else [str(s) for s in JobState]
-    return [
-        ("job_list_by_queue_state", {**params, "queue": q, "state": s})
-        for q in queues
-        for s in states
-    ]
-
-
-def newest_first(pages: Sequence[Sequence[Job]], limit: int) -> list[Job]:
-    """The newest ``limit`` jobs of pages that are each newest first."""
-    if len(pages) == 1:
-        return list(pages[0][:limit])
-    # Pages never share a job (each is one queue and state), so no duplicates.
-    return sorted((job for page in pages for job in page), key=lambda j: -j.id)[:limit]

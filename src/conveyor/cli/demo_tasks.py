@@ -1,4 +1,4 @@
-"""The tasks of ``conveyor demo``, run by ``conveyor worker conveyor.demo_tasks:app``.
+"""The tasks of ``conveyor demo``, run by ``conveyor worker conveyor.cli.demo_tasks:app``.
 
 Three queues with the kinds of work a real application hands to a queue:
 

@@ -26,8 +26,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.text import Text
 
 from conveyor.app import App
+from conveyor.cli.demo_tasks import REMINDER_DELAY, register
 from conveyor.cli.output import console, interactive, progress, stats_view
-from conveyor.demo_tasks import REMINDER_DELAY, register
 from conveyor.errors import ConfigurationError
 from conveyor.job import JobState
 from conveyor.store.dsn import sqlite_path
@@ -136,7 +136,7 @@ def enqueue_workload(app: App, work: Workload) -> None:
 
 def start_worker(number: int, dsn: str, lease: float, concurrency: int, log: IO[str]) -> Any:
     command = [
-        sys.executable, "-m", "conveyor", "worker", "conveyor.demo_tasks:app",
+        sys.executable, "-m", "conveyor", "worker", "conveyor.cli.demo_tasks:app",
         "--dsn", dsn, "--concurrency", str(concurrency), "--lease", str(lease),
         "--stop-timeout", "5", "--log-level", "WARNING",
     ]  # fmt: skip

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Install the built wheel into a fresh virtual environment, with each extra,
+# and check that every part imports and that the versions agree: the README's
+# install commands, tried as a user would.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+PYTHON=${PYTHON:-python3}
+wheel=$(ls dist/conveyor-*.whl | tail -n 1)
+env_dir=$(mktemp -d)
+trap 'rm -rf "$env_dir"' EXIT
+
+"$PYTHON" -m venv "$env_dir"
+pip=("$env_dir/bin/python" -m pip install -q --disable-pip-version-check)
+
+echo "check-wheel: $wheel, the core alone"
+"${pip[@]}" "$wheel"
+"$env_dir/bin/python" - <<'PY'
+import importlib.metadata, sys
+import conveyor
+from conveyor import App
+assert conveyor.__version__ == importlib.metadata.version("conveyor"), conveyor.__version__
+for extra in ("psycopg", "click", "starlette", "pyspark"):
+    assert extra not in sys.modules, f"the core imported {extra}"
+print("  core", conveyor.__version__, "ok")
+PY
+
+for extra in postgres cli web spark; do
+    echo "check-wheel: with [$extra]"
+    "${pip[@]}" "$wheel[$extra]"
+done
+"$env_dir/bin/python" - <<'PY'
+import conveyor.store.postgres, conveyor.cli, conveyor.web.server, conveyor.spark
+print("  postgres, cli, web, spark import ok")
+PY
+version=$("$env_dir/bin/conveyor" --version)
+expected=$("$env_dir/bin/python" -c "import conveyor; print(conveyor.__version__)")
+case "$version" in
+    *"$expected"*) echo "  conveyor --version: $version" ;;
+    *) echo "conveyor --version says '$version', the package $expected" >&2; exit 1 ;;
+esac
