@@ -17,7 +17,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import pytest
 from click.testing import CliRunner, Result
 
 from conveyor import App, JobState
@@ -65,7 +64,7 @@ def retrying(app: App, queue: str) -> Job:
     return app.get(job.id)
 
 
-# --- no silent empty databases ------------------------------------------------------------
+# --- no silent empty databases ---------------------------------------------------------------
 
 
 def test_reading_commands_refuse_a_sqlite_file_that_does_not_exist(tmp_path: Path) -> None:
@@ -204,7 +203,7 @@ def test_list_and_count_by_state_and_group(app: App, dsn: str) -> None:
     assert "retrying" in table and "total" in table and "5" in table
 
 
-# --- acting in bulk --------------------------------------------------------------------------------
+# --- acting in bulk ---------------------------------------------------------------
 
 
 def test_bulk_actions_count_first_then_ask(app: App, dsn: str) -> None:

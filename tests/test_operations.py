@@ -46,7 +46,7 @@ def complete(app: App, job: Job, at: datetime | None = None) -> None:
     assert done == [job.id]
 
 
-# --- every state visible -------------------------------------------------------------------
+# --- every state visible ---------------------------------------------------------------
 
 
 def test_ready_scheduled_and_retrying_are_told_apart(app: App) -> None:
@@ -88,7 +88,7 @@ def test_run_now_makes_scheduled_and_retrying_jobs_due(app: App) -> None:
     assert app.count_jobs(queue="q") == {"ready": 4}
 
 
-# --- bulk actions -----------------------------------------------------------------------------
+# --- bulk actions ---------------------------------------------------------------
 
 
 @pytest.fixture
@@ -176,7 +176,7 @@ def test_bulk_retry_keeps_a_key_to_one_live_job(app: App) -> None:
     assert app.get(first.id).state == JobState.FAILED
 
 
-# --- groups ---------------------------------------------------------------------------------
+# --- groups ---------------------------------------------------------------
 
 
 def test_a_groups_jobs_listed_counted_cancelled_and_taken_back(app: App) -> None:
@@ -290,7 +290,7 @@ def test_retention_by_final_state_and_by_count(dsn: str) -> None:
         App(dsn, keep_finished=-1)
 
 
-# --- enqueue with a held key --------------------------------------------------------------------
+# --- enqueue with a held key ---------------------------------------------------------------
 
 
 def test_enqueue_tells_when_a_live_job_holds_the_key(app: App) -> None:
@@ -335,7 +335,7 @@ def test_an_empty_dsn_and_a_missing_sqlite_file_are_refused(tmp_path: Path) -> N
     require_existing("postgresql://localhost/x")  # nothing to check: never created by conveyor
 
 
-# --- periodic ticks ---------------------------------------------------------------------------------
+# --- periodic ticks ---------------------------------------------------------------
 
 
 def test_periodic_ticks_keep_the_newest(app: App) -> None:
