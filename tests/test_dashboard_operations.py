@@ -21,7 +21,7 @@ from starlette.testclient import TestClient
 
 from conveyor import App, JobState
 from conveyor.job import utcnow
-from conveyor.store.base import Completion, Failure
+from conveyor.store.base import Completion, Failure, Lease
 from conveyor.web import create_app
 from conveyor.web.commands import dashboard
 
@@ -172,9 +172,7 @@ def test_workers_page_shows_their_jobs_and_a_silent_one_as_probably_dead(
     (a,) = app.store.job_claim(["reports"], 1, "alive-1", LEASE, now)
     (d,) = app.store.job_claim(["reports"], 1, "dead-1", LEASE, now)
     (o,) = app.store.job_claim(["reports"], 1, "forgotten-9", LEASE, now)
-    app.store.job_progress(
-        type("L", (), {"id": a.id, "token": a.lease_token})(), 0.25, "page 1", now
-    )  # type: ignore[arg-type]
+    app.store.job_progress(Lease(a.id, a.lease_token or ""), 0.25, "page 1", now)
     page = client.get("/workers").text
     # Listed oldest first: the silent one started earlier.
     dead, alive = page.split('<h2 class="mono">alive-1</h2>')
@@ -236,7 +234,7 @@ def test_delete_a_queue_after_seeing_what_it_holds(app: App, client: TestClient)
 def test_purge_shows_the_count_before_deleting(app: App, client: TestClient) -> None:
     failed(app, "mail", "x", 2)
     failed(app, "sms", "x", 1)
-    (job,) = [app.enqueue("t", [], queue="mail")]
+    app.enqueue("t", [], queue="mail")
     (held,) = app.store.job_claim(["mail"], 1, "w", LEASE, utcnow())
     app.store.job_complete([Completion(held.id, held.lease_token or "", None)], utcnow())
     page = client.get("/purge?older_than=0s&state=failed&queue=mail")
@@ -316,8 +314,7 @@ def test_odd_stored_data_and_odd_query_strings_never_give_a_500(
         error = {blank.id: "", huge.id: "E" * 2_000_000 + "\nValueError: huge", spaces.id: " \n \n"}
         store.job_fail([Failure(job.id, job.lease_token or "", error[job.id], now)], now)
     (held,) = store.job_claim(["odd2"], 1, "w\x7f<odd>", LEASE, now)
-    lease = type("L", (), {"id": held.id, "token": held.lease_token})()
-    store.job_progress(lease, float("nan"), "x" * 10_000, now)  # type: ignore[arg-type]
+    store.job_progress(Lease(held.id, held.lease_token or ""), float("nan"), "x" * 10_000, now)
     store.worker_register("w\x7f<odd>", "<host>", 1, ["<b>bold</b>", ""], 0, now)
     assert progress.id
 
