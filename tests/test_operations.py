@@ -346,3 +346,18 @@ def test_periodic_ticks_keep_the_newest(app: App) -> None:
     app.store.periodic_tick_save("report", early)  # a slower leader's older tick
     app.store.periodic_tick_save("cleanup", early)
     assert app.store.periodic_last_ticks() == {"report": late, "cleanup": early}
+
+
+def test_async_twins_of_the_bulk_actions(app: App) -> None:
+    import asyncio
+
+    ids = [app.enqueue("t", [n], queue="q", delay=600).id for n in range(2)]
+
+    async def main() -> tuple[dict[str, int], int, int]:
+        counts = await app.acount_jobs(queue="q")
+        ran = await app.arun_jobs_now(ids[:1])
+        cancelled = await app.acancel_jobs(queue="q", state="scheduled")
+        return counts, ran, cancelled
+
+    assert asyncio.run(main()) == ({"scheduled": 2}, 1, 1)
+    assert app.count_jobs(queue="q") == {"ready": 1, "cancelled": 1}

@@ -754,6 +754,28 @@ class App:
                 before = page[-1].id
         return total
 
+    # Async twins, run in a worker thread like the others.
+
+    async def acount_jobs(
+        self, ids: Sequence[int] | None = None, **filters: str | None
+    ) -> dict[str, int]:
+        return await asyncio.to_thread(self.count_jobs, ids, **filters)
+
+    async def aretry_jobs(self, ids: Sequence[int] | None = None, **filters: str | None) -> int:
+        return await asyncio.to_thread(self.retry_jobs, ids, **filters)
+
+    async def acancel_jobs(self, ids: Sequence[int] | None = None, **filters: str | None) -> int:
+        return await asyncio.to_thread(self.cancel_jobs, ids, **filters)
+
+    async def adelete_jobs(self, ids: Sequence[int] | None = None, **filters: str | None) -> int:
+        return await asyncio.to_thread(self.delete_jobs, ids, **filters)
+
+    async def arun_jobs_now(self, ids: Sequence[int] | None = None, **filters: str | None) -> int:
+        return await asyncio.to_thread(self.run_jobs_now, ids, **filters)
+
+    async def atake_back(self, ids: Sequence[int] | None = None, **filters: str | None) -> int:
+        return await asyncio.to_thread(self.take_back, ids, **filters)
+
     def delete_queue(self, queue: str) -> int:
         """Delete a queue: its jobs (queued and finished) and their history, and its pause.
 
