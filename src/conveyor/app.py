@@ -856,7 +856,7 @@ SELECTION_FILTERS = ("state", "queue", "task", "group", "batch", "error", "worke
 def _with_filters(
     action: Callable[..., int], ids: Sequence[int] | None, filters: dict[str, str | None]
 ) -> int:
-    """``action(ids, **filters)``, for the async twins (a thread takes no keywords)."""
+    """``action(ids, **filters)``: the async twins hand the filters over as one mapping."""
     return action(ids, **filters)
 
 
