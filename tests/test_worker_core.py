@@ -91,13 +91,15 @@ def test_an_idle_worker_sleeps_beside_jobs_it_may_not_claim(app: App, held_by: s
             if held_by == "busy group":
                 wait_until(lambda: app.get(head.id).state == JobState.RUNNING)
             claims = Counting(app, "job_claim")
+            time.sleep(1.2)  # past the SQLite watch's quick spell after activity
             cpu = time.process_time()
-            time.sleep(1.5)
+            time.sleep(2.0)
             cpu = time.process_time() - cpu
             release.set()
         # The fallback poll (0.5 s) and a wake or two; before, thousands a second.
-        assert claims.calls <= 8, claims.calls
-        assert cpu < 0.3, f"{cpu:.2f}s of CPU in 1.5s idle"
+        assert claims.calls <= 10, claims.calls
+        # The whole test process, idle worker and all: under 5% of a core.
+        assert cpu < 0.1, f"{cpu:.3f}s of CPU in 2s idle"
     finally:
         release.set()
 
