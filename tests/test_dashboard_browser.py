@@ -26,7 +26,7 @@ from conveyor.job import JobState, utcnow
 from conveyor.store.base import Finish, Lease
 from dashboard_seed import SCRIPT_PAYLOAD, Seeded, seed
 from dashboard_server import serve
-from outcomes import Failure
+from outcomes import Failure, record_tick
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -459,7 +459,7 @@ def test_periodic_tasks_page(
     @app.periodic(every=timedelta(minutes=5))
     def refresh_cache() -> None: ...
 
-    app.store.periodic_tick_save("refresh_cache", utcnow() - timedelta(minutes=1))
+    record_tick(app.store, "refresh_cache", utcnow() - timedelta(minutes=1))
     with serve(app) as base:
         browser.get(base + "/")
         browser.find_element(By.LINK_TEXT, "Periodic").click()

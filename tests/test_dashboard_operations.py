@@ -24,7 +24,7 @@ from conveyor.job import utcnow
 from conveyor.store.base import Finish, Lease
 from conveyor.web import create_app
 from conveyor.web.commands import dashboard
-from outcomes import Failure
+from outcomes import Failure, record_tick
 
 BASE = "http://127.0.0.1"
 LEASE = timedelta(seconds=30)
@@ -199,8 +199,8 @@ def test_periodic_tasks_with_last_and_next_tick(app: App, client: TestClient) ->
     def nightly_report() -> None: ...
 
     tick = datetime(2026, 11, 22, 10, 5, tzinfo=UTC)
-    app.store.periodic_tick_save("refresh_cache", tick)
-    app.store.periodic_tick_save("retired_task", tick)  # ticked once, no longer registered
+    record_tick(app.store, "refresh_cache", tick)
+    record_tick(app.store, "retired_task", tick)  # ticked once, no longer registered
     page = client.get("/periodic").text
     rows = {
         m[0]: m[1] for m in re.findall(r'<td class="mono title">([^<]+)</td>(.*?)</tr>', page, re.S)
