@@ -39,7 +39,9 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="session")
-def spark_server() -> Iterator[tuple[SparkSession, str]]:
+def spark_server(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[SparkSession, str]]:
     """The classic session and the URL of the Connect server running in its JVM."""
     # Spark's Python workers run `python3` from PATH unless told otherwise; they
     # must be this interpreter, the one that has conveyor and pyarrow installed.
@@ -66,6 +68,8 @@ def spark_server() -> Iterator[tuple[SparkSession, str]]:
             "spark.connect.grpc.binding.address": "127.0.0.1",
             "spark.connect.grpc.binding.port": str(port),
             "spark.connect.authenticate.token": token,
+            # Spark SQL tables of the tests live here, not in the working directory.
+            "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("warehouse")),
         },
     )
     spark.sparkContext.setLogLevel("ERROR")

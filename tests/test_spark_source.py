@@ -17,7 +17,7 @@ import psycopg
 import pyarrow as pa
 import pytest
 from pyspark.errors import AnalysisException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     IntegerType,
@@ -36,48 +36,10 @@ from conveyor.spark.writer import ConveyorWriter, WriteEndedError
 from conveyor.store.base import Completion, Failure, Store
 from conveyor.store.bulk import stage_prefix
 from conveyor.store.dsn import open_store, sqlite_path
+from spark_helpers import all_jobs, items, leftovers, writer
 from store_fixtures import event_committed_late
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-def all_jobs(store: Store) -> list[Any]:
-    from conveyor.store.base import JobFilter
-
-    return store.job_list(JobFilter(limit=100_000))
-
-
-def leftovers(dsn: str) -> tuple[list[str], int]:
-    """Staging tables still present, and writes still open."""
-    if dsn.startswith("sqlite"):
-        conn = sqlite3.connect(sqlite_path(dsn))
-        try:
-            tables = conn.execute(
-                "SELECT name FROM sqlite_master WHERE name LIKE 'spark_stage_%'"
-            ).fetchall()
-            open_writes = conn.execute("SELECT count(*) FROM spark_writes").fetchone()[0]
-        finally:
-            conn.close()
-    else:
-        with psycopg.connect(dsn) as pg:
-            tables = pg.execute(
-                "SELECT tablename FROM pg_tables WHERE tablename LIKE 'spark_stage_%'"
-            ).fetchall()
-            open_writes = pg.execute("SELECT count(*) FROM spark_writes").fetchone()[0]  # type: ignore[index]
-    return [t[0] for t in tables], open_writes
-
-
-def writer(frame: DataFrame, dsn: str, **options: str) -> Any:
-    out = frame.write.format("conveyor").option("dsn", dsn).mode("append")
-    for name, value in options.items():
-        out = out.option(name, value)
-    return out
-
-
-def items(spark: SparkSession, count: int, partitions: int = 2) -> DataFrame:
-    return spark.range(0, count, numPartitions=partitions).selectExpr(
-        "id", "concat('img-', id) AS path", "cast(id % 5 AS int) AS size"
-    )
 
 
 # --- write = enqueue -----------------------------------------------------------
@@ -126,7 +88,12 @@ def test_write_makes_one_job_per_row_with_named_columns(
         "at": (T0 + timedelta(hours=1)).isoformat(), "grp": "g1",
     }  # fmt: skip
     assert jobs[2].kwargs == {
-        "path": "c.png", "opts": None, "id": 3, "prio": -1, "at": T0.isoformat(), "grp": "g1"
+        "path": "c.png",
+        "opts": None,
+        "id": 3,
+        "prio": -1,
+        "at": T0.isoformat(),
+        "grp": "g1",
     }
     assert all(j.args == [] and j.state == JobState.QUEUED for j in jobs)
     for job in jobs:
