@@ -1,4 +1,4 @@
-"""An application whose tasks the Spark writer learns through ``.option("app", "tests.spark_app:app")``.
+"""An App whose tasks a Spark write learns through ``.option("app", "tests.spark_app:app")``.
 
 ``App()`` without a DSN: the writer sets ``$CONVEYOR_DSN`` to the write's own
 DSN while it imports this module, as ``conveyor worker --dsn`` does.

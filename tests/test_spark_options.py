@@ -58,7 +58,7 @@ def test_an_unknown_read_option_names_the_closest(use: str, typed: str, meant: s
 
 
 def test_an_option_of_another_use_says_where_it_belongs() -> None:
-    with pytest.raises(ConfigurationError, match="does not apply to a conveyor read .*stream read"):
+    with pytest.raises(ConfigurationError, match=r"not apply to a conveyor read .*stream read"):
         Options({"maxeventspertrigger": "5"}, "read")
     with pytest.raises(ConfigurationError, match='"atomic" does not apply to a conveyor streaming'):
         Options({"atomic": "false"}, "stream write")
