@@ -90,7 +90,9 @@ def _connect_session(spark_server: tuple[SparkSession, str]) -> Iterator[Any]:
 
     from conveyor.spark import register
 
-    remote = ConnectSession(connection=spark_server[1])
+    # As SparkSession.builder.remote(url).getOrCreate() makes it: the default and
+    # active Connect session (some of PySpark's Connect code looks it up).
+    remote = ConnectSession.builder.remote(spark_server[1]).create()
     os.environ[_CONNECT_MODE] = "1"
     try:
         register(remote)

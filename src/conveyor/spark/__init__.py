@@ -145,7 +145,8 @@ def read_table(
     (``state=["failed", "cancelled"]``), and time bounds on a timestamp column
     as ``<column>_since`` (inclusive) and ``<column>_until`` (exclusive), e.g.
     ``finished_at_since=datetime(...)``. They reach SQL through Spark's filter
-    pushdown. ``columns`` reads only those columns.
+    pushdown. ``columns`` reads only those columns (and, to filter on them, the
+    filters' own columns, which are then left out).
     """
     from pyspark.sql import functions as F
 
@@ -154,7 +155,9 @@ def read_table(
     known = {c.name: c for c in TABLES[table]} if table in TABLES else {}
     reader = spark.read.format(NAME).option("dsn", dsn).option("table", table)
     if columns is not None:
-        reader = reader.option("columns", ",".join(columns))
+        filtered = [n.rsplit("_", 1)[0] if n.endswith(_TIME_BOUNDS) else n for n in filters]
+        read = list(dict.fromkeys([*columns, *filtered]))
+        reader = reader.option("columns", ",".join(read))
     frame = reader.load()
     for name, value in filters.items():
         if name.endswith(_TIME_BOUNDS):
@@ -171,6 +174,8 @@ def read_table(
             frame = frame.where(F.col(name).isin(list(value)))
         else:
             frame = frame.where(F.col(name) == F.lit(value))
+    if columns is not None and len(read) > len(columns):
+        frame = frame.select(*columns)
     return frame
 
 
