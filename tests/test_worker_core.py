@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -26,18 +26,9 @@ from conveyor.schedule import Every
 from conveyor.store.postgres import listener as pg_listener
 from conveyor.worker import Context
 from conveyor.worker.maintenance import Maintenance
+from waiting import wait_until
 
-T = TypeVar("T")
 DEADLINE = 10.0
-
-
-def wait_until(condition: Callable[[], T], timeout: float = DEADLINE) -> T:
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(0.005)
-    return value
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,24 @@
+"""Waiting in tests for something that happens in another thread or process."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+#: Longest any condition in the tests may take to come true.
+DEADLINE = 10.0
+
+
+def wait_until(condition: Callable[[], T], timeout: float = DEADLINE, interval: float = 0.005) -> T:
+    """Poll ``condition`` until it returns something truthy; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(interval)
