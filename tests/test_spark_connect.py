@@ -71,7 +71,8 @@ def test_report_under_connect(connect: Any, dsn: str, store: Store, tmp_path: Pa
     summary = {(r["queue"], r["task"]): r for r in result.summary.collect()}
     resize = summary[("images", "resize")]
     assert (resize["attempts"], resize["succeeded"], resize["wait_p50"]) == (20, 20, 10)
-    assert next(r["error"] for r in result.errors.collect()) == "TimeoutError: upstream slow"
+    errors = [r["error"] for r in result.errors.collect()]
+    assert errors[0] == "TimeoutError: upstream slow"
     assert (tmp_path / "r" / "throughput.png").is_file()
 
 

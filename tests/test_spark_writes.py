@@ -173,6 +173,10 @@ def test_a_rerun_under_the_same_write_id_enqueues_nothing(
     spark: SparkSession, dsn: str, store: Store
 ) -> None:
     frame = items(spark, 12)
+    # A run whose driver died after it opened the write: it holds nothing up.
+    schema = StructType([StructField("id", LongType())])
+    options = Options({"task": "resize", "writeid": "daily-2026-11-23"}, "write")
+    dead = ConveyorWriter(dsn, WritePlan.from_options(schema, options))
     # No key column: only the write id tells a rerun apart.
     daily = enqueue(frame, dsn, task="resize", writeId="daily-2026-11-23")
     assert (daily.id, daily.enqueued, daily.new) == ("daily-2026-11-23", 12, True)
@@ -182,6 +186,9 @@ def test_a_rerun_under_the_same_write_id_enqueues_nothing(
     writer(frame, dsn, task="resize", writeId="daily-2026-11-23", atomic="false").save()
     assert len(all_jobs(store)) == 12
     assert enqueue(frame, dsn, task="resize", writeId="daily-2026-11-24").enqueued == 12
+    assert len(all_jobs(store)) == 24
+    # Had the first run lived to commit, it would have found the day done.
+    dead.commit([dead.write(iter([pa.RecordBatch.from_pydict({"id": [99]})]))])
     assert len(all_jobs(store)) == 24
     assert leftovers(dsn) == ([], 0)
 
@@ -211,6 +218,19 @@ def test_the_counts_reach_the_driver_log(
         f"conveyor write {write.write_id}: 3 rows: 2 jobs enqueued, 1 rows skipped" in caplog.text
     )
     assert len(all_jobs(store)) == 2
+
+
+def test_the_driver_log_line_is_shown_where_nothing_configured_logging() -> None:
+    """Spark's Python process on the driver configures no logging: the line must still show."""
+    import subprocess
+    import sys
+
+    code = (
+        "from conveyor.spark.writer import driver_log; "
+        "driver_log().info('conveyor write w1: 3 rows: 3 jobs enqueued')"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "INFO conveyor.spark: conveyor write w1: 3 rows: 3 jobs enqueued" in done.stderr
 
 
 # --- types -----------------------------------------------------------------------

@@ -66,19 +66,28 @@ def register(spark: SparkSession) -> None:
 
 
 def session(
-    master: str = "local[*]", app_name: str = "conveyor", conf: dict[str, str] | None = None
+    master: str = "local[*]",
+    app_name: str = "conveyor",
+    conf: dict[str, str] | None = None,
+    *,
+    connect: bool = False,
 ) -> SparkSession:
     """A SparkSession with the data source registered, for scripts and notebooks.
 
     Spark's Python workers run ``python3`` from PATH unless told otherwise; this
     points them at the running interpreter, the one that has conveyor installed.
-    On a cluster, build the session your cluster needs and call ``register()``.
+    With ``connect``, the session is a Spark Connect client: of a local Connect
+    server that Spark starts for a ``local[...]`` master (as
+    ``SparkSession.builder.remote("local[2]")`` does), or of the server an
+    ``sc://host:port`` URL names. On a cluster, build the session your cluster
+    needs and call ``register()``.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.master(master).appName(app_name)
-    builder = builder.config("spark.sql.session.timeZone", "UTC")
+    builder = SparkSession.builder
+    builder = builder.remote(master) if connect else builder.master(master)
+    builder = builder.appName(app_name).config("spark.sql.session.timeZone", "UTC")
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -14,6 +14,7 @@ first one not read), as Spark's Kafka source does.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import itertools
 import json
@@ -185,10 +186,13 @@ class ConveyorReader(DataSourceReader):
                 self.filters,
                 FETCH_ROWS,
             )
-            if self.backend == "sqlite":
-                yield from self._from_rows(scan)
-            else:
-                yield from self._from_csv(scan)
+            # The chunks are closed before the store: a read Spark stops early
+            # (a limit) must not leave a cursor on a closed connection.
+            with contextlib.closing(scan.chunks):
+                if self.backend == "sqlite":
+                    yield from self._from_rows(scan)
+                else:
+                    yield from self._from_csv(scan)
         finally:
             store.close()
 

@@ -23,6 +23,7 @@ are never handed out, even one that commits late.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -142,8 +143,9 @@ class EventStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 [c.name for c in self.columns],
                 span.start.get("from", 0),
             )
-            for rows in chunks:
-                yield _batch(self.columns, schema, rows, sqlite=self.backend == "sqlite")
+            with contextlib.closing(chunks):
+                for rows in chunks:
+                    yield _batch(self.columns, schema, rows, sqlite=self.backend == "sqlite")
         finally:
             store.close()
 

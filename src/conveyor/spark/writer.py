@@ -155,8 +155,11 @@ class ConveyorWriter(_Staging, DataSourceArrowWriter):
     def __init__(self, dsn: str, plan: WritePlan) -> None:
         self.dsn = dsn
         self.plan = plan
-        #: The caller's id, or one of our own: a rerun under the caller's id is recognised.
-        self.write_id = plan.write_id or secrets.token_hex(8)
+        #: This run of the write: its guard row and staging tables. Never the caller's id,
+        #: so a rerun under that id can start at once even if a run before it died.
+        self.write_id = secrets.token_hex(8)
+        #: Where the store records what the write did: the caller's id, else the run's.
+        self.result_id = plan.write_id or self.write_id
         #: Set when the caller's write id was committed before: this run enqueues nothing.
         self.done_before: WriteResult | None = None
         store = open_bulk_store(dsn)
@@ -179,7 +182,7 @@ class ConveyorWriter(_Staging, DataSourceArrowWriter):
         if self.done_before is not None:
             driver_log().info(
                 "conveyor write %s was committed before, at %s (%s); this run enqueued nothing",
-                self.write_id,
+                self.result_id,
                 self.done_before.committed_at.isoformat(),
                 describe(self.done_before),
             )
@@ -196,13 +199,21 @@ class ConveyorWriter(_Staging, DataSourceArrowWriter):
                     [m.stage for m in parts if m.stage is not None],
                     self.plan.unique,
                     datetime.now(UTC),
-                    self.write_id,
+                    self.result_id,
                 )
             else:
-                result = store.bulk_write_finish(self.write_id, datetime.now(UTC), self.write_id)
+                result = store.bulk_write_finish(self.write_id, datetime.now(UTC), self.result_id)
         finally:
             store.close()
-        driver_log().info("conveyor write %s: %s", self.write_id, describe(result))
+        if result.new:
+            driver_log().info("conveyor write %s: %s", self.result_id, describe(result))
+        else:
+            driver_log().info(
+                "conveyor write %s was committed by another run meanwhile (%s); this run "
+                "enqueued nothing",
+                self.result_id,
+                describe(result),
+            )
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         if self.done_before is not None:
@@ -212,7 +223,8 @@ class ConveyorWriter(_Staging, DataSourceArrowWriter):
             store.bulk_write_abort(self.write_id)
         finally:
             store.close()
-        driver_log().warning("conveyor write %s failed: nothing of it was kept", self.write_id)
+        kept = "nothing of it was kept" if self.plan.atomic else "the batches that committed stay"
+        driver_log().warning("conveyor write %s failed: %s", self.result_id, kept)
 
     # --- tasks ----------------------------------------------------------------
 

@@ -17,7 +17,7 @@ plain Python data (see ``stage_format`` and ``scan``).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol
@@ -121,7 +121,7 @@ class Scan:
 
     sql: str
     params: list[Any]
-    chunks: Iterator[Any]
+    chunks: Generator[Any, None, None]
 
 
 class BulkStore(Protocol):
@@ -199,7 +199,11 @@ class BulkStore(Protocol):
         ...
 
     def bulk_write_finish(self, write_id: str, now: datetime, result_id: str) -> WriteResult:
-        """End a non-atomic write: record the sum of its partitions' counts."""
+        """End a non-atomic write: record the sum of its partitions' counts.
+
+        When ``result_id`` was recorded before (another run with the same id
+        committed meanwhile), the counts are added to it.
+        """
         ...
 
     def bulk_write_result(self, result_id: str) -> WriteResult | None: ...
@@ -228,7 +232,7 @@ class BulkStore(Protocol):
 
     def event_stream_read(
         self, after: EventOffset, until: EventOffset, columns: Sequence[str], floor: int
-    ) -> Iterator[list[tuple[Any, ...]]]:
+    ) -> Generator[list[tuple[Any, ...]], None, None]:
         """The events after ``after`` up to ``until`` (and ``seq >= floor``), in chunks of rows."""
         ...
 

@@ -12,7 +12,7 @@ does its part, and closes it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, Literal
@@ -254,7 +254,7 @@ class PostgresBulkStore(PostgresStore):
         )
         return Scan(sql, params, self._copy_out(sql, params))
 
-    def _copy_out(self, sql: str, params: list[Any]) -> Iterator[Any]:
+    def _copy_out(self, sql: str, params: list[Any]) -> Generator[Any, None, None]:
         with self._conn() as conn, conn.cursor().copy(sql, params) as copy:
             # COPY sends a message per row: the chunks are handed on as they come.
             yield from copy
@@ -268,7 +268,7 @@ class PostgresBulkStore(PostgresStore):
 
     def event_stream_read(
         self, after: EventOffset, until: EventOffset, columns: Sequence[str], floor: int
-    ) -> Iterator[list[tuple[Any, ...]]]:
+    ) -> Generator[list[tuple[Any, ...]], None, None]:
         check_columns("events", columns, _KNOWN["events"])
         sql = _Q["event_stream_read"].format(columns=", ".join(columns) or "1")
         params = {

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -223,7 +223,7 @@ class SQLiteBulkStore(SQLiteStore):
         )
         return Scan(sql, params, self._chunks(sql, params, chunk_rows))
 
-    def _chunks(self, sql: str, params: list[Any], size: int) -> Iterator[list[Any]]:
+    def _chunks(self, sql: str, params: list[Any], size: int) -> Generator[list[Any], None, None]:
         cursor = self._conn().execute(sql, params)
         try:
             while True:
@@ -247,7 +247,7 @@ class SQLiteBulkStore(SQLiteStore):
 
     def event_stream_read(
         self, after: EventOffset, until: EventOffset, columns: Sequence[str], floor: int
-    ) -> Iterator[list[tuple[Any, ...]]]:
+    ) -> Generator[list[tuple[Any, ...]], None, None]:
         check_columns("events", columns, EVENT_COLUMNS)
         sql = _Q["event_stream_read"].format(columns=", ".join(columns) or "1")
         params = {"after": max(after[1], floor - 1), "until": until[1]}
