@@ -308,7 +308,7 @@ class App:
         """Enqueue by task name, without the handler's code (e.g. from another service).
 
         ``options`` are those of ``task.options(...)``: key, group, priority, delay,
-        run_at, queue, max_attempts, batch, unique, connection.
+        run_at, queue, max_attempts, batch, unique, limit_key, connection.
         """
         opts = EnqueueOptions(**options)
         return self.enqueue_calls(task, [(args, kwargs or {})], opts)[0]
@@ -337,6 +337,7 @@ class App:
         validate_name("key", opts.key, optional=True)
         validate_name("group", opts.group, optional=True)
         validate_name("batch", opts.batch, optional=True)
+        validate_name("limit_key", opts.limit_key, optional=True)
         max_attempts = validate_max_attempts(
             opts.max_attempts
             if opts.max_attempts is not None
@@ -365,6 +366,7 @@ class App:
                     unique=opts.unique,
                     group=opts.group,
                     batch=opts.batch,
+                    limit_key=opts.limit_key,
                 )
             )
         if opts.key is not None and len(new_jobs) > 1:
