@@ -200,7 +200,16 @@ WITH lim AS MATERIALIZED (
                       AND NOT EXISTS (SELECT 1 FROM jobs AS o
                                       WHERE o.group_key = j.group_key AND o.state = 'queued'
                                         AND o.id < j.id)))
-                  AND (kr.key_room IS NULL OR kr.key_room > 0)
+                  -- Only a key's oldest ready jobs, as many as it has room for: a
+                  -- key with a long backlog is passed over, like a busy group.
+                  AND (kr.key_room IS NULL OR (
+                      kr.key_room > 0
+                      AND (SELECT count(*) FROM (
+                              SELECT 1 FROM jobs AS o
+                              WHERE o.queue = j.queue AND o.limit_key = j.limit_key
+                                AND o.state = 'queued' AND o.id < j.id
+                                AND o.run_at <= coalesce(%(now)s::timestamptz, now())
+                              LIMIT kr.key_room) AS older) < kr.key_room))
                 ORDER BY j.priority DESC, j.id
                 LIMIT a.allow
                 FOR UPDATE OF j SKIP LOCKED
@@ -494,7 +503,11 @@ WITH clock AS (
                      OR (SELECT count(*) FROM limit_starts AS s
                          WHERE s.queue = j.queue AND s.limit_key = j.limit_key
                            AND s.at > clock.now - make_interval(secs => a.key_per))
-                        < a.key_rate))))
+                        < a.key_rate)
+                AND NOT EXISTS (SELECT 1 FROM jobs AS o
+                                WHERE o.queue = j.queue AND o.limit_key = j.limit_key
+                                  AND o.state = 'queued' AND o.id < j.id
+                                  AND o.run_at <= clock.now))))
     UNION ALL
     SELECT lim.throttled_until FROM lim, clock WHERE lim.throttled_until > clock.now
     UNION ALL

@@ -314,7 +314,11 @@ WITH asked AS (
                 AND (a.key_rate IS NULL
                      OR (SELECT count(*) FROM limit_starts AS s
                          WHERE s.queue = j.queue AND s.limit_key = j.limit_key
-                           AND s.at > :now - a.key_per) < a.key_rate))))
+                           AND s.at > :now - a.key_per) < a.key_rate)
+                AND NOT EXISTS (SELECT 1 FROM jobs AS o
+                                WHERE o.queue = j.queue AND o.limit_key = j.limit_key
+                                  AND o.state = 'queued' AND o.id < j.id
+                                  AND o.run_at <= :now))))
     UNION ALL
     SELECT throttled_until FROM lim WHERE throttled_until > :now
     UNION ALL
@@ -797,9 +801,12 @@ SELECT 1 FROM limits WHERE queue IN (SELECT value FROM json_each(:queues)) LIMIT
 -- job_claim, for queues of which some have limits. Each asked queue gets an
 -- allowance (:limit without limits; else what its throttle, concurrency and
 -- rate leave), each candidate job with a limit key a key allowance (what its
--- key's throttle, concurrency and rate leave); a job whose key has no room is
--- passed over like a job of a busy group, and of the rest at most a key's
--- allowance per key and a queue's allowance per queue are taken.
+-- key's throttle, concurrency and rate leave). A job with a limit key is
+-- claimable when it is one of its key's oldest ready jobs, as many as the key
+-- has room for (so a key with a long backlog is passed over, like a busy group,
+-- instead of filling the claim's candidates with jobs it may not start); of
+-- those, at most a key's allowance per key and a queue's allowance per queue
+-- are taken.
 WITH asked AS (
     SELECT q.value AS queue,
            l.queue IS NOT NULL AS limited,
@@ -855,7 +862,22 @@ WITH asked AS (
               AND (a.key_rate IS NULL
                    OR (SELECT count(*) FROM limit_starts AS s
                        WHERE s.queue = j.queue AND s.limit_key = j.limit_key
-                         AND s.at > :now - a.key_per) < a.key_rate)))
+                         AND s.at > :now - a.key_per) < a.key_rate)
+              -- Only a key's oldest ready jobs, as many as it has room for
+              -- (counted up to :limit, all a claim may take).
+              AND (SELECT count(*) FROM (
+                      SELECT 1 FROM jobs AS o
+                      WHERE o.queue = j.queue AND o.limit_key = j.limit_key
+                        AND o.state = 'queued' AND o.id < j.id AND o.run_at <= :now
+                      LIMIT :limit))
+                  < min(coalesce(a.key_concurrency - (SELECT count(*) FROM jobs AS r
+                                                      WHERE r.queue = j.queue
+                                                        AND r.limit_key = j.limit_key
+                                                        AND r.state = 'running'), :limit),
+                        coalesce(a.key_rate - (SELECT count(*) FROM limit_starts AS s
+                                               WHERE s.queue = j.queue
+                                                 AND s.limit_key = j.limit_key
+                                                 AND s.at > :now - a.key_per), :limit))))
         ORDER BY j.priority DESC, j.id
         LIMIT :limit)
     WHERE a.allow > 0

@@ -8,9 +8,11 @@
 -- table is not rewritten.
 ALTER TABLE jobs ADD COLUMN limit_key text;
 
--- Running and queued jobs of one key: the per-key concurrency count and the
--- limits view. Partial: jobs without a limit key cost nothing more.
-CREATE INDEX jobs_limit_key ON jobs (queue, limit_key, state) WHERE limit_key IS NOT NULL;
+-- Running and queued jobs of one key, queued ones oldest first: the per-key
+-- concurrency count, and the rule that only a key's oldest ready jobs (as many
+-- as it has room for) are claimable. Partial: jobs without a limit key cost
+-- nothing more.
+CREATE INDEX jobs_limit_key ON jobs (queue, limit_key, state, id) WHERE limit_key IS NOT NULL;
 
 -- One row per queue that has a limit or a throttle. rate/per: at most rate jobs
 -- started in any per seconds; concurrency: at most that many running. The key_
