@@ -66,11 +66,12 @@ class Limit:
     concurrency: int | None = None
 
     def __str__(self) -> str:
+        """``20/s, 3 at once``."""
         parts = []
         if self.rate is not None:
-            parts.append(f"rate {self.rate}")
+            parts.append(str(self.rate))
         if self.concurrency is not None:
-            parts.append(f"concurrency {self.concurrency}")
+            parts.append(f"{self.concurrency} at once")
         return ", ".join(parts) or "none"
 
 

@@ -1205,7 +1205,9 @@ SELECT l.queue, l.rate, l.per, l.concurrency, l.key_rate, l.key_per, l.key_concu
        (SELECT count(*) FROM jobs AS q
         WHERE q.queue = l.queue AND q.state = 'queued' AND q.run_at <= %(now)s),
        (SELECT count(*) FROM per_key AS k WHERE k.queue = l.queue AND k.room <= 0),
-       (SELECT coalesce(sum(greatest(k.ready - coalesce(greatest(k.room, 0), k.ready), 0)), 0)
+       -- room NULL: the key has no limit of its own (greatest() would read NULL as 0).
+       (SELECT coalesce(sum(CASE WHEN k.room IS NULL THEN 0
+                                 ELSE greatest(k.ready - greatest(k.room, 0), 0) END), 0)
         FROM per_key AS k
         WHERE k.queue = l.queue),
        (SELECT count(*) FROM limit_throttles AS t WHERE t.queue = l.queue AND t.until > %(now)s)
