@@ -138,6 +138,16 @@ def test_a_full_rate_window_tells_when_the_next_job_may_start(store: Store) -> N
     assert store.next_run_in(["api"], at(0.5)) == pytest.approx(0.5, abs=1e-3)
 
 
+def test_the_next_moment_counts_the_jobs_of_each_claim(store: Store) -> None:
+    enqueue(store, 10)
+    set_limit(store, rate="3/s")
+    claim(store, 0.0, limit=2)  # two starts at 0.0, recorded as one claim
+    claim(store, 0.4, limit=5)  # room for one
+    assert store.next_run_in(["api"], at(0.5)) == pytest.approx(0.5, abs=1e-3)
+    assert len(claim(store, 1.0)) == 2  # the two of 0.0 left the window
+    assert store.next_run_in(["api"], at(1.1)) == pytest.approx(0.3, abs=1e-3)
+
+
 def test_a_queue_with_room_and_ready_jobs_says_now(store: Store) -> None:
     enqueue(store, 3)
     set_limit(store, rate="10/s")

@@ -10,8 +10,11 @@ from conveyor.limits import Limit, QueueLimits, Rate
 from conveyor.store.base import LimitStatus
 
 #: Seconds a start is kept past its windows: a clock that steps back by less
-#: than this cannot make a claim forget a start that still counts.
-LIMIT_SLACK_SECONDS = 60.0
+#: than this cannot make a claim forget a start that still counts. (Claims are
+#: judged on one clock that moves forward: SQLite reads it under the write lock,
+#: PostgreSQL's claims use the server's and skip a stale snapshot; this is for
+#: a clock set back by hand.)
+LIMIT_SLACK_SECONDS = 10.0
 
 
 def limits_of_row(row: Sequence[Any], moment: Callable[[Any], datetime | None]) -> QueueLimits:

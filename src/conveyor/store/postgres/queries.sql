@@ -136,7 +136,7 @@ WITH lim AS MATERIALIZED (
                  CASE WHEN lim.throttled_until > coalesce(%(now)s::timestamptz, now()) THEN 0 END,
                  lim.concurrency - (SELECT count(*) FROM jobs AS r
                                     WHERE r.queue = lim.queue AND r.state = 'running'),
-                 lim.rate - (SELECT count(*) FROM limit_starts AS s
+                 lim.rate - (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
                              WHERE s.queue = lim.queue
                                AND s.at > coalesce(%(now)s::timestamptz, now())
                                           - make_interval(secs => lim.per)))::integer AS allow
@@ -184,7 +184,7 @@ WITH lim AS MATERIALIZED (
                                              WHERE r.queue = j.queue
                                                AND r.limit_key = j.limit_key
                                                AND r.state = 'running'),
-                        a.key_rate - (SELECT count(*) FROM limit_starts AS s
+                        a.key_rate - (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
                                       WHERE s.queue = j.queue AND s.limit_key = j.limit_key
                                         AND s.at > coalesce(%(now)s::timestamptz, now())
                                                    - make_interval(secs => a.key_per)))
@@ -237,19 +237,21 @@ WITH lim AS MATERIALIZED (
     INSERT INTO events (job_id, queue, task, kind, attempt, worker, at)
     SELECT id, queue, task, 'claimed', attempts, worker, coalesce(%(now)s::timestamptz, now()) FROM claimed ORDER BY id
 ), started AS (
-    -- The starts of this claim, for the rates that count them.
-    INSERT INTO limit_starts (queue, limit_key, at)
-    SELECT c.queue, c.limit_key, coalesce(%(now)s::timestamptz, now())
+    -- The starts of this claim, for the rates that count them: one row per queue
+    -- and limit key, with the number of its jobs this claim started.
+    INSERT INTO limit_starts (queue, limit_key, at, jobs)
+    SELECT c.queue, c.limit_key, coalesce(%(now)s::timestamptz, now()), count(*)
     FROM claimed AS c JOIN allowed AS a ON a.queue = c.queue
     WHERE a.rate IS NOT NULL OR a.key_rate IS NOT NULL
+    GROUP BY c.queue, c.limit_key
 ), expired AS (
-    -- Starts that left every window of their queue, with a minute to spare for
-    -- clocks that step back.
+    -- Starts that left every window of their queue, with %(slack)s seconds to
+    -- spare for clocks that step back.
     DELETE FROM limit_starts AS s
     USING allowed AS a
     WHERE s.queue = a.queue
-      AND s.at < coalesce(%(now)s::timestamptz, now()) - interval '60 seconds'
-                 - make_interval(secs => greatest(a.per, a.key_per))
+      AND s.at < coalesce(%(now)s::timestamptz, now())
+                 - make_interval(secs => %(slack)s::float8 + greatest(a.per, a.key_per))
 ), bumped AS (
     UPDATE limits SET version = limits.version + 1
     WHERE limits.queue IN (SELECT a.queue FROM allowed AS a)
@@ -461,7 +463,7 @@ WITH clock AS (
            least(CASE WHEN l.throttled_until > clock.now THEN 0 ELSE 1 END,
                  l.concurrency - (SELECT count(*) FROM jobs AS r
                                   WHERE r.queue = l.queue AND r.state = 'running'),
-                 l.rate - (SELECT count(*) FROM limit_starts AS s
+                 l.rate - (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
                            WHERE s.queue = l.queue
                              AND s.at > clock.now - make_interval(secs => l.per))) AS allow
     FROM limits AS l, clock
@@ -500,7 +502,7 @@ WITH clock AS (
                          WHERE r.queue = j.queue AND r.limit_key = j.limit_key
                            AND r.state = 'running') < a.key_concurrency)
                 AND (a.key_rate IS NULL
-                     OR (SELECT count(*) FROM limit_starts AS s
+                     OR (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
                          WHERE s.queue = j.queue AND s.limit_key = j.limit_key
                            AND s.at > clock.now - make_interval(secs => a.key_per))
                         < a.key_rate)
@@ -514,23 +516,26 @@ WITH clock AS (
     SELECT t.until FROM limit_throttles AS t JOIN open_lim AS lim ON lim.queue = t.queue, clock
     WHERE t.until > clock.now
     UNION ALL
-    -- A full window lets one more job start when its rate-th newest start leaves it.
+    -- A full window lets one more job start when the start that filled it leaves
+    -- it: counting back from the newest, the row whose jobs reach the rate.
     SELECT w.at + make_interval(secs => w.per) FROM (
-        SELECT s.at, lim.per, lim.rate,
-               row_number() OVER (PARTITION BY s.queue ORDER BY s.at DESC) AS nth
+        SELECT s.at, s.jobs, lim.per, lim.rate,
+               sum(s.jobs) OVER (PARTITION BY s.queue ORDER BY s.at DESC
+                                 ROWS UNBOUNDED PRECEDING) AS newer
         FROM limit_starts AS s JOIN open_lim AS lim ON lim.queue = s.queue, clock
         WHERE lim.rate IS NOT NULL AND s.at > clock.now - make_interval(secs => lim.per)
     ) AS w
-    WHERE w.nth = w.rate
+    WHERE w.newer >= w.rate AND w.newer - w.jobs < w.rate
     UNION ALL
     SELECT w.at + make_interval(secs => w.key_per) FROM (
-        SELECT s.at, lim.key_per, lim.key_rate,
-               row_number() OVER (PARTITION BY s.queue, s.limit_key ORDER BY s.at DESC) AS nth
+        SELECT s.at, s.jobs, lim.key_per, lim.key_rate,
+               sum(s.jobs) OVER (PARTITION BY s.queue, s.limit_key ORDER BY s.at DESC
+                                 ROWS UNBOUNDED PRECEDING) AS newer
         FROM limit_starts AS s JOIN open_lim AS lim ON lim.queue = s.queue, clock
         WHERE lim.key_rate IS NOT NULL AND s.limit_key IS NOT NULL
           AND s.at > clock.now - make_interval(secs => lim.key_per)
     ) AS w
-    WHERE w.nth = w.key_rate
+    WHERE w.newer >= w.key_rate AND w.newer - w.jobs < w.key_rate
 )
 SELECT extract(epoch FROM min(moments.at) - clock.now)::float8 FROM moments, clock
 GROUP BY clock.now
@@ -1187,7 +1192,7 @@ WITH per_key AS (
         l.key_concurrency - (SELECT count(*) FROM jobs AS r
                              WHERE r.queue = l.queue AND r.limit_key = j.limit_key
                                AND r.state = 'running'),
-        l.key_rate - (SELECT count(*) FROM limit_starts AS s
+        l.key_rate - (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
                       WHERE s.queue = l.queue AND s.limit_key = j.limit_key
                         AND s.at > %(now)s - make_interval(secs => l.key_per))
     ) AS room
@@ -1199,7 +1204,7 @@ SELECT l.queue, l.rate, l.per, l.concurrency, l.key_rate, l.key_per, l.key_concu
        l.throttled_until,
        (SELECT count(*) FROM jobs AS r WHERE r.queue = l.queue AND r.state = 'running'),
        CASE WHEN l.rate IS NULL THEN 0 ELSE (
-           SELECT count(*) FROM limit_starts AS s
+           SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
            WHERE s.queue = l.queue AND s.at > %(now)s - make_interval(secs => l.per))
        END,
        (SELECT count(*) FROM jobs AS q

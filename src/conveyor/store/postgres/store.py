@@ -432,6 +432,7 @@ class PostgresStore:
             "lease": lease,
             "now": now,
             "group": group,
+            "slack": LIMIT_SLACK_SECONDS,
         }
         for _ in range(_CLAIM_ATTEMPTS):
             try:

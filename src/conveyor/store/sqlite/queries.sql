@@ -275,7 +275,7 @@ WITH asked AS (
            min(CASE WHEN l.throttled_until > :now THEN 0 ELSE 1 END,
                coalesce(l.concurrency - (SELECT count(*) FROM jobs AS r
                                          WHERE r.queue = l.queue AND r.state = 'running'), 1),
-               coalesce(l.rate - (SELECT count(*) FROM limit_starts AS s
+               coalesce(l.rate - (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
                                   WHERE s.queue = l.queue AND s.at > :now - l.per), 1)) AS allow
     FROM limits AS l
     WHERE l.queue IN (SELECT queue FROM asked)
@@ -312,7 +312,7 @@ WITH asked AS (
                          WHERE r.queue = j.queue AND r.limit_key = j.limit_key
                            AND r.state = 'running') < a.key_concurrency)
                 AND (a.key_rate IS NULL
-                     OR (SELECT count(*) FROM limit_starts AS s
+                     OR (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
                          WHERE s.queue = j.queue AND s.limit_key = j.limit_key
                            AND s.at > :now - a.key_per) < a.key_rate)
                 AND NOT EXISTS (SELECT 1 FROM jobs AS o
@@ -325,20 +325,23 @@ WITH asked AS (
     SELECT t.until FROM limit_throttles AS t JOIN open_lim AS lim ON lim.queue = t.queue
     WHERE t.until > :now
     UNION ALL
-    -- A full window lets one more job start when its rate-th newest start leaves it.
+    -- A full window lets one more job start when the start that filled it leaves
+    -- it: counting back from the newest, the row whose jobs reach the rate.
     SELECT at + per FROM (
-        SELECT s.at, lim.per, lim.rate,
-               row_number() OVER (PARTITION BY s.queue ORDER BY s.at DESC) AS nth
+        SELECT s.at, s.jobs, lim.per, lim.rate,
+               sum(s.jobs) OVER (PARTITION BY s.queue ORDER BY s.at DESC
+                                 ROWS UNBOUNDED PRECEDING) AS newer
         FROM limit_starts AS s JOIN open_lim AS lim ON lim.queue = s.queue
         WHERE lim.rate IS NOT NULL AND s.at > :now - lim.per)
-    WHERE nth = rate
+    WHERE newer >= rate AND newer - jobs < rate
     UNION ALL
     SELECT at + key_per FROM (
-        SELECT s.at, lim.key_per, lim.key_rate,
-               row_number() OVER (PARTITION BY s.queue, s.limit_key ORDER BY s.at DESC) AS nth
+        SELECT s.at, s.jobs, lim.key_per, lim.key_rate,
+               sum(s.jobs) OVER (PARTITION BY s.queue, s.limit_key ORDER BY s.at DESC
+                                 ROWS UNBOUNDED PRECEDING) AS newer
         FROM limit_starts AS s JOIN open_lim AS lim ON lim.queue = s.queue
         WHERE lim.key_rate IS NOT NULL AND s.limit_key IS NOT NULL AND s.at > :now - lim.key_per)
-    WHERE nth = key_rate
+    WHERE newer >= key_rate AND newer - jobs < key_rate
 )
 SELECT min(at) FROM moments
 
@@ -817,7 +820,7 @@ WITH asked AS (
                coalesce(l.concurrency - (SELECT count(*) FROM jobs AS r
                                          WHERE r.queue = l.queue AND r.state = 'running'),
                         :limit),
-               coalesce(l.rate - (SELECT count(*) FROM limit_starts AS s
+               coalesce(l.rate - (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
                                   WHERE s.queue = l.queue AND s.at > :now - l.per),
                         :limit))
            END AS allow
@@ -834,7 +837,7 @@ WITH asked AS (
                                              WHERE r.queue = c.queue
                                                AND r.limit_key = c.limit_key
                                                AND r.state = 'running'), :limit),
-               coalesce(a.key_rate - (SELECT count(*) FROM limit_starts AS s
+               coalesce(a.key_rate - (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
                                       WHERE s.queue = c.queue AND s.limit_key = c.limit_key
                                         AND s.at > :now - a.key_per), :limit))
            END AS key_allow
@@ -860,7 +863,7 @@ WITH asked AS (
                        WHERE r.queue = j.queue AND r.limit_key = j.limit_key
                          AND r.state = 'running') < a.key_concurrency)
               AND (a.key_rate IS NULL
-                   OR (SELECT count(*) FROM limit_starts AS s
+                   OR (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
                        WHERE s.queue = j.queue AND s.limit_key = j.limit_key
                          AND s.at > :now - a.key_per) < a.key_rate)
               -- Only a key's oldest ready jobs, as many as it has room for
@@ -874,7 +877,7 @@ WITH asked AS (
                                                       WHERE r.queue = j.queue
                                                         AND r.limit_key = j.limit_key
                                                         AND r.state = 'running'), :limit),
-                        coalesce(a.key_rate - (SELECT count(*) FROM limit_starts AS s
+                        coalesce(a.key_rate - (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
                                                WHERE s.queue = j.queue
                                                  AND s.limit_key = j.limit_key
                                                  AND s.at > :now - a.key_per), :limit))))
@@ -909,11 +912,13 @@ WHERE id IN (SELECT id FROM chosen)
 RETURNING *
 
 -- name: limit_record_starts
--- The starts of a claim, for the rates that count them (same transaction).
-INSERT INTO limit_starts (queue, limit_key, at)
-SELECT j.queue, j.limit_key, :now FROM jobs AS j
+-- The starts of a claim, for the rates that count them (same transaction): one
+-- row per queue and limit key, with the number of its jobs the claim started.
+INSERT INTO limit_starts (queue, limit_key, at, jobs)
+SELECT j.queue, j.limit_key, :now, count(*) FROM jobs AS j
 WHERE j.id IN (SELECT value FROM json_each(:ids))
   AND j.queue IN (SELECT queue FROM limits WHERE rate IS NOT NULL OR key_rate IS NOT NULL)
+GROUP BY j.queue, j.limit_key
 
 -- name: limit_prune_starts
 -- Starts that left every window of their queue, with :slack seconds to spare for
@@ -997,7 +1002,7 @@ WITH per_key AS (
         coalesce(l.key_concurrency - (SELECT count(*) FROM jobs AS r
                                       WHERE r.queue = j.queue AND r.limit_key = j.limit_key
                                         AND r.state = 'running'), 2147483647),
-        coalesce(l.key_rate - (SELECT count(*) FROM limit_starts AS s
+        coalesce(l.key_rate - (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
                                WHERE s.queue = j.queue AND s.limit_key = j.limit_key
                                  AND s.at > :now - l.key_per), 2147483647)) AS room
     FROM jobs AS j JOIN limits AS l ON l.queue = j.queue
@@ -1008,7 +1013,7 @@ SELECT l.queue, l.rate, l.per, l.concurrency, l.key_rate, l.key_per, l.key_concu
        l.throttled_until,
        (SELECT count(*) FROM jobs AS r WHERE r.queue = l.queue AND r.state = 'running'),
        CASE WHEN l.rate IS NULL THEN 0 ELSE (
-           SELECT count(*) FROM limit_starts AS s WHERE s.queue = l.queue AND s.at > :now - l.per)
+           SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s WHERE s.queue = l.queue AND s.at > :now - l.per)
        END,
        (SELECT count(*) FROM jobs AS q
         WHERE q.queue = l.queue AND q.state = 'queued' AND q.run_at <= :now),

@@ -33,14 +33,17 @@ CREATE TABLE limits (
     updated_at       timestamptz NOT NULL
 );
 
--- The recent starts of rate-limited queues: one row per claimed job, written by
--- the claim, kept for a window (plus slack) and then pruned. A sliding log, so
--- that no window of per seconds ever holds more than rate starts; it holds at
--- most a window's worth of rows per limit, however many jobs the queue has done.
+-- The recent starts of rate-limited queues: a sliding log, so that no window
+-- of per seconds ever holds more than rate starts. One row per claim and limit
+-- key, with the number of jobs that claim started (the jobs of one claim start
+-- at one moment), written by the claim, kept for a window (plus slack) and then
+-- pruned: at most a window's worth of rows per limit, however many jobs the
+-- queue has done, and a claim counts rows of claims, not of jobs.
 CREATE TABLE limit_starts (
     queue     text        NOT NULL,
     limit_key text,
-    at        timestamptz NOT NULL
+    at        timestamptz NOT NULL,
+    jobs      integer     NOT NULL DEFAULT 1
 );
 CREATE INDEX limit_starts_queue ON limit_starts (queue, at);
 CREATE INDEX limit_starts_key ON limit_starts (queue, limit_key, at) WHERE limit_key IS NOT NULL;
