@@ -4,11 +4,20 @@
     python benchmarks/store.py --backend sqlite
     python benchmarks/store.py --pg-dsn postgresql://user@host:5432/db
     python benchmarks/store.py --backend sqlite --breakdown   # where the SQLite time goes
+    python benchmarks/store.py --limits             # limited queues beside an unlimited one
 
 Measures enqueue_many (rows/s, batches of 1,000) and a claim-N-then-complete
 loop (jobs/s) for N = 1, 10, 100. Each figure is the median of ``--rounds``
 alternating rounds of the store and the raw loop, because this machine is
 noisy: alternating keeps a noisy moment from favouring one side.
+
+``--limits`` measures, instead, claim N then complete (N = 10, 100) on four
+queues side by side in one database: an unlimited one, one with a rate limit,
+one with a concurrency limit and one with a per-key concurrency limit (each
+limit set high enough never to bind, so the figure is what checking it costs),
+and the unlimited queue once more through the claim statement as it was before
+limits existed (``claim_before_limits.sql``, run on the store's own connection),
+in alternating rounds: the cost of limits to a queue that has none.
 
 ``--breakdown`` adds, for SQLite, one more round of each measure with every
 statement the store runs timed by its name in queries.sql: microseconds per job
@@ -23,6 +32,7 @@ import argparse
 import collections
 import contextlib
 import json
+import secrets
 import sqlite3
 import statistics
 import tempfile
@@ -33,7 +43,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar
 
-from conveyor.job import NewJob
+from conveyor.job import Job, NewJob
+from conveyor.limits import Limit, Rate
 from conveyor.store.base import Finish, Store
 from conveyor.store.dsn import open_store
 from conveyor.store.sql import load_queries, parse_queries
@@ -277,6 +288,139 @@ def breakdown(dsn: str, enqueue_count: int, drain_count: int) -> None:
         store.close()
 
 
+# --- limits ------------------------------------------------------------------------------
+
+#: The limited queues of --limits, and their limits: never reached by a claim-complete loop.
+RATE = Limit(rate=Rate(100_000, 1.0))
+CONCURRENCY = Limit(concurrency=10_000)
+PER_KEY = Limit(concurrency=1)
+KEYS = 1000
+LIMIT_CASES = {
+    "unlimited, claim before limits": "bench_before",
+    "unlimited": "bench_free",
+    "rate 100,000/s": "bench_rate",
+    "concurrency 10,000": "bench_conc",
+    f"per key: 1 at once, {KEYS:,} keys": "bench_keyed",
+}
+LIMIT_CLAIM_SIZES = (10, 100)
+
+
+class ClaimBeforeLimits:
+    """The store's claim as it was before limits: the frozen statement, the store's connection."""
+
+    def __init__(self, store: Store, backend: str) -> None:
+        self.store = store
+        self.backend = backend
+        self.sql = parse_queries((HERE / "claim_before_limits.sql").read_text())[
+            f"{backend}_job_claim"
+        ]
+
+    def claim(self, queue: str, limit: int) -> list[Job]:
+        token = secrets.token_hex(16)
+        if self.backend == "sqlite":
+            from conveyor.store.sqlite.store import _row_to_job as sqlite_job
+
+            now = datetime.now(UTC)
+            params = {
+                "queues": json.dumps([queue]), "limit": limit, "worker": "bench-worker",
+                "token": token, "lease_expires_at": (now + LEASE).timestamp(),
+                "now": now.timestamp(), "group": None,
+            }  # fmt: skip
+            store: Any = self.store
+            with store._write() as conn:
+                jobs = [sqlite_job(r) for r in conn.execute(self.sql, params)]
+                store._record(conn, "claim", [j.id for j in jobs], now.timestamp())
+        else:
+            from conveyor.store.postgres.store import _row_to_job as postgres_job
+
+            params = {
+                "queues": [queue], "limit": limit, "worker": "bench-worker", "token": token,
+                "lease": LEASE, "now": None, "group": None,
+            }  # fmt: skip
+            with self.store._conn() as conn:  # type: ignore[attr-defined]
+                jobs = [postgres_job(r) for r in conn.execute(self.sql, params).fetchall()]
+        jobs.sort(key=lambda j: (-j.priority, j.id))
+        return jobs
+
+
+def limited_drain(claim: Callable[[int], list[Job]], store: Store, per_claim: int) -> int:
+    """Claim and complete until nothing is left, on the store's clock (rates count real time)."""
+    done = 0
+    while True:
+        jobs = claim(per_claim)
+        if not jobs:
+            return done
+        store.job_finish([Finish.complete(j.id, j.lease_token or "", None) for j in jobs])
+        done += len(jobs)
+
+
+def limit_fill(store: Store, queue: str, count: int) -> None:
+    keyed = queue == LIMIT_CASES[f"per key: 1 at once, {KEYS:,} keys"]
+    for start in range(0, count, BATCH):
+        batch = [
+            NewJob(
+                queue=queue, task="noop", args_json="[1]", kwargs_json="{}", run_at=NOW,
+                limit_key=f"k{(start + i) % KEYS}" if keyed else None,
+            )
+            for i in range(min(BATCH, count - start))
+        ]  # fmt: skip
+        store.job_insert_many(batch, NOW)
+
+
+def bench_limits(backend: str, dsn: str, drain_count: int, rounds: int) -> list[LimitRow]:
+    store = open_store(dsn)
+    store.migrate()
+    now = datetime.now(UTC)
+    store.limit_set(LIMIT_CASES["rate 100,000/s"], RATE, False, now)
+    store.limit_set(LIMIT_CASES["concurrency 10,000"], CONCURRENCY, False, now)
+    store.limit_set(LIMIT_CASES[f"per key: 1 at once, {KEYS:,} keys"], PER_KEY, True, now)
+    before = ClaimBeforeLimits(store, backend)
+
+    def claimer(case: str, queue: str) -> Callable[[int], list[Job]]:
+        if queue == "bench_before":
+            return lambda n: before.claim(queue, n)
+        return lambda n: store.job_claim([queue], n, "bench-worker", LEASE)
+
+    rows: list[LimitRow] = []
+    try:
+        for per_claim in LIMIT_CLAIM_SIZES:
+            rates: dict[str, list[float]] = {case: [] for case in LIMIT_CASES}
+            for round_number in range(rounds):
+                # Alternate the order, so that no case always runs on a warmer machine.
+                cases = list(LIMIT_CASES.items())
+                for case, queue in cases if round_number % 2 == 0 else reversed(cases):
+                    limit_fill(store, queue, drain_count)
+                    claim = claimer(case, queue)
+                    started = time.perf_counter()
+                    done = limited_drain(claim, store, per_claim)
+                    seconds = time.perf_counter() - started
+                    assert done == drain_count, (case, done)
+                    rates[case].append(done / seconds)
+            rows.append(
+                LimitRow(backend, per_claim, {c: statistics.median(r) for c, r in rates.items()})
+            )
+    finally:
+        store.close()
+    return rows
+
+
+@dataclass
+class LimitRow:
+    backend: str
+    per_claim: int
+    rates: dict[str, float]
+
+
+def print_limits_table(rows: list[LimitRow]) -> None:
+    cases = list(LIMIT_CASES)
+    print("| backend | measure | " + " | ".join(cases) + " | unlimited now / before |")
+    print("|---|---|" + "---:|" * (len(cases) + 1))
+    for r in rows:
+        cells = " | ".join(f"{r.rates[c]:,.0f}" for c in cases)
+        ratio = r.rates["unlimited"] / r.rates["unlimited, claim before limits"]
+        print(f"| {r.backend} | claim {r.per_claim} + complete (jobs/s) | {cells} | {ratio:.0%} |")
+
+
 def print_table(rows: list[Row]) -> None:
     print("| backend | measure | conveyor | raw SQL loop | conveyor / raw |")
     print("|---|---|---:|---:|---:|")
@@ -296,7 +440,24 @@ def main() -> None:
     parser.add_argument(
         "--breakdown", action="store_true", help="time each SQLite statement of the store"
     )
+    parser.add_argument(
+        "--limits",
+        action="store_true",
+        help="claim throughput of limited queues beside an unlimited one (and the claim before)",
+    )
     options = parser.parse_args()
+
+    if options.limits:
+        limit_rows: list[LimitRow] = []
+        if options.backend in ("sqlite", "all"):
+            with tempfile.TemporaryDirectory() as folder:
+                dsn = f"sqlite:///{Path(folder) / 'bench.db'}"
+                limit_rows += bench_limits("sqlite", dsn, options.drain, options.rounds)
+        if options.backend in ("postgres", "all"):
+            with postgres(options.pg_dsn) as dsn:
+                limit_rows += bench_limits("postgres", dsn, options.drain, options.rounds)
+        print_limits_table(limit_rows)
+        return
 
     rows: list[Row] = []
     if options.backend in ("sqlite", "all"):

@@ -38,9 +38,10 @@ from conveyor.job import (
     validate_new_job,
     validate_priority,
 )
+from conveyor.limits import QueueLimits, Rate, make_limit, throttle_seconds
 from conveyor.retry import Backoff, check_backoff
 from conveyor.schedule import Periodic, make_schedule
-from conveyor.store.base import BatchStatus, JobFilter, JobSelection, Stats, Store
+from conveyor.store.base import BatchStatus, JobFilter, JobSelection, LimitStatus, Stats, Store
 from conveyor.store.dsn import open_store
 from conveyor.task import EnqueueOptions, Task
 from conveyor.worker.changes import ChangeHub
@@ -56,6 +57,8 @@ DEFAULT_QUEUE = "default"
 #: Longest a wait goes without reading the job again, should a signal be missed.
 WAIT_FALLBACK_POLL = 0.5
 DEFAULT_MAX_ATTEMPTS = 3
+#: "Not given" for arguments where None means something (``app.limit(queue, None)`` clears).
+_UNSET: Any = object()
 
 
 class App:
@@ -308,7 +311,7 @@ class App:
         """Enqueue by task name, without the handler's code (e.g. from another service).
 
         ``options`` are those of ``task.options(...)``: key, group, priority, delay,
-        run_at, queue, max_attempts, batch, unique, connection.
+        run_at, queue, max_attempts, batch, unique, limit_key, connection.
         """
         opts = EnqueueOptions(**options)
         return self.enqueue_calls(task, [(args, kwargs or {})], opts)[0]
@@ -337,6 +340,7 @@ class App:
         validate_name("key", opts.key, optional=True)
         validate_name("group", opts.group, optional=True)
         validate_name("batch", opts.batch, optional=True)
+        validate_name("limit_key", opts.limit_key, optional=True)
         max_attempts = validate_max_attempts(
             opts.max_attempts
             if opts.max_attempts is not None
@@ -365,6 +369,7 @@ class App:
                     unique=opts.unique,
                     group=opts.group,
                     batch=opts.batch,
+                    limit_key=opts.limit_key,
                 )
             )
         if opts.key is not None and len(new_jobs) > 1:
@@ -899,6 +904,78 @@ class App:
             for queue, keep in keeps.items():
                 deleted += self.store.job_purge_beyond(queue, keep)
         return deleted
+
+    # --- flow control: rate and concurrency limits ----------------------------------
+
+    def limit(
+        self,
+        queue: str,
+        rate: str | Rate | None = _UNSET,
+        *,
+        concurrency: int | None = None,
+        per_key: bool = False,
+    ) -> QueueLimits | None:
+        """Limit how often and how many jobs of ``queue`` start, across every worker.
+
+        ``app.limit("payments", rate="10/s")``: at most 10 jobs started in any
+        second (also ``"600/m"``, ``"1000/h"``, ``"5/10s"``); ``concurrency=3``: at
+        most 3 running at once; both may be given. With ``per_key=True`` the
+        limit applies to each value of the jobs' ``limit_key`` on its own (jobs
+        without one are not held by it); a queue may have both a limit of its own
+        and a per-key limit. Each call sets the whole limit of its scope;
+        ``app.limit("payments", None)`` clears it. Stored in the database: every
+        worker obeys it from its next claim, without a restart. Returns what the
+        queue has now (None: no limit, no throttle).
+        """
+        validate_name("queue", queue)
+        if rate is _UNSET:
+            if concurrency is None:
+                raise ConfigurationError(
+                    "give rate= (such as '10/s'), concurrency=, or both; "
+                    f"app.limit({queue!r}, None) clears the limit"
+                )
+            rate = None
+        chosen = make_limit(rate, concurrency)
+        return self.store.limit_set(queue, chosen, per_key, utcnow())
+
+    def limits(self) -> dict[str, LimitStatus]:
+        """Every queue's limits and how full they are now: running, started, room, held back."""
+        return {status.queue: status for status in self.store.limit_status(utcnow())}
+
+    def throttle(
+        self, queue: str, seconds: float | timedelta, *, limit_key: str | None = None
+    ) -> datetime:
+        """Hold every ready job of ``queue`` (or of one ``limit_key`` in it) back for ``seconds``.
+
+        What ``ctx.throttle`` does for a handler told "too many requests"; an
+        operator's way to slow a partner's traffic down. A throttle is extended,
+        never shortened, by another; ``seconds=0`` lifts it. Returns when it ends
+        (on the store's clock).
+        """
+        validate_name("queue", queue)
+        validate_name("limit_key", limit_key, optional=True)
+        length = throttle_seconds(seconds, allow_zero=True)
+        return self.store.limit_throttle(queue, limit_key, length)
+
+    async def alimit(
+        self,
+        queue: str,
+        rate: str | Rate | None = _UNSET,
+        *,
+        concurrency: int | None = None,
+        per_key: bool = False,
+    ) -> QueueLimits | None:
+        return await asyncio.to_thread(
+            self.limit, queue, rate, concurrency=concurrency, per_key=per_key
+        )
+
+    async def alimits(self) -> dict[str, LimitStatus]:
+        return await asyncio.to_thread(self.limits)
+
+    async def athrottle(
+        self, queue: str, seconds: float | timedelta, *, limit_key: str | None = None
+    ) -> datetime:
+        return await asyncio.to_thread(self.throttle, queue, seconds, limit_key=limit_key)
 
 
 #: Jobs acted on per transaction by a bulk action.

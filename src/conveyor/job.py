@@ -81,6 +81,8 @@ class NewJob:
     unique: Unique = "live"
     group: str | None = None
     batch: str | None = None
+    #: The key a per-key limit of the queue counts this job under (see limits.py).
+    limit_key: str | None = None
 
 
 class JobSource(Protocol):
@@ -136,6 +138,7 @@ class Job:
     progress_message: str | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    limit_key: str | None = None
     _app: JobSource | None = field(default=None, repr=False, compare=False)
     #: Set by an enqueue that found a live job holding its key (that job, returned
     #: instead of a new one). Not stored: False on any job read back later.
@@ -376,7 +379,12 @@ def validate_new_job(job: NewJob) -> NewJob:
     """Check a prepared NewJob (the bulk path) by the same rules as an enqueue."""
     validate_name("queue", job.queue)
     validate_name("task name", job.task)
-    for what, value in (("key", job.key), ("group", job.group), ("batch", job.batch)):
+    for what, value in (
+        ("key", job.key),
+        ("group", job.group),
+        ("batch", job.batch),
+        ("limit_key", job.limit_key),
+    ):
         validate_name(what, value, optional=True)
     validate_max_attempts(job.max_attempts)
     validate_priority(job.priority)

@@ -32,6 +32,8 @@ class EnqueueOptions:
     unique: Unique = "live"
     group: str | None = None
     batch: str | None = None
+    #: The key a per-key limit of the queue counts the job under (e.g. a customer id).
+    limit_key: str | None = None
     #: A DB-API connection with an open transaction: the job commits with the caller's rows.
     connection: Any = None
 

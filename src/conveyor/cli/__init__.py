@@ -14,6 +14,7 @@ import click
 
 from conveyor.cli.group import ConveyorGroup, LazyCommand
 from conveyor.cli.jobs import enqueue, jobs
+from conveyor.cli.limits import limit, limits
 from conveyor.cli.queues import delete_queue, pause, purge, resume, stats
 from conveyor.cli.worker import HANDLER_THREAD_PREFIX, load_app, migrate, worker
 from conveyor.errors import ConfigurationError
@@ -71,4 +72,6 @@ def cli(debug: bool, dsn: str | None) -> None:
 
 
 for _command in (migrate, worker, enqueue, jobs, stats, purge, pause, resume, delete_queue):
+    cli.add_command(_command)
+for _command in (limit, limits):
     cli.add_command(_command)

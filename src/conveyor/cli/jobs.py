@@ -49,6 +49,7 @@ ENQUEUE_BATCH = 1000
 @click.option("--queue", default=None, help="Queue (default: the task's, else 'default').")
 @click.option("--key", default=None, help="Idempotency key: no second live job with it.")
 @click.option("--group", default=None, help="Ordering key: one job of a group at a time.")
+@click.option("--limit-key", default=None, help="The key a per-key limit counts the job under.")
 @click.option("--delay", type=Duration(), default=None, help="Run later: 90s, 30m, 2h...")
 @click.option("--priority", type=int, default=None, help="Higher runs first.")
 @click.option("--max-attempts", type=int, default=None)
@@ -76,6 +77,7 @@ def enqueue(
     queue: str | None,
     key: str | None,
     group: str | None,
+    limit_key: str | None,
     delay: timedelta | None,
     priority: int | None,
     max_attempts: int | None,
@@ -100,6 +102,7 @@ def enqueue(
         queue=queue,
         key=key,
         group=group,
+        limit_key=limit_key,
         delay=delay,
         priority=priority,
         max_attempts=max_attempts,

@@ -98,6 +98,7 @@ def job_dict(job: Job) -> dict[str, Any]:
         "key": job.key,
         "group": job.group,
         "batch": job.batch,
+        "limit_key": job.limit_key,
         "run_at": _iso(job.run_at),
         "created_at": _iso(job.created_at),
         "started_at": _iso(job.started_at),
@@ -149,6 +150,7 @@ def stats_dict(stats: Stats, workers: Sequence[WorkerInfo]) -> dict[str, Any]:
         },
         "finished_last_minute": stats.finished_last_minute,
         "workers": [worker_dict(w) for w in workers],
+        "limits": _limits_dict(stats),
     }
 
 
@@ -360,7 +362,20 @@ def stats_view(stats: Stats, workers: Sequence[WorkerInfo]) -> RenderableType:
         worker_rows,
         title=f"Workers: {len(workers)}",
     )
-    return Group(queues, throughput, live)
+    limits = _limits_view(stats)
+    return Group(queues, *([limits] if limits is not None else []), throughput, live)
+
+
+def _limits_view(stats: Stats) -> RenderableType | None:
+    from conveyor.cli.limits import limits_view  # it uses this module's helpers
+
+    return limits_view(stats.limits)
+
+
+def _limits_dict(stats: Stats) -> dict[str, Any]:
+    from conveyor.cli.limits import limits_dict  # it uses this module's helpers
+
+    return limits_dict(stats.limits)
 
 
 #: A worker silent for longer (three missed heartbeats at the default lease) is probably dead.

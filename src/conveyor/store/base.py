@@ -27,6 +27,7 @@ from conveyor.job import (
     NewJob,
     storable_text,
 )
+from conveyor.limits import Limit, QueueLimits
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,10 +154,37 @@ class QueueStats:
 
 
 @dataclass(frozen=True, slots=True)
+class LimitStatus:
+    """A queue's limits and how full they are, read at one moment."""
+
+    queue: str
+    #: The queue's own limit, and the limit each of its limit keys has (None: none).
+    limit: Limit | None
+    key_limit: Limit | None
+    #: The queue's throttle, while it lasts.
+    throttled_until: datetime | None
+    #: Running jobs of the queue, and jobs it started in its rate's current window.
+    running: int
+    started: int
+    #: Queued jobs of the queue that are due now.
+    ready: int
+    #: How many more jobs the queue's own limit lets start now (None: it sets no bound).
+    room: int | None
+    #: Keys that have ready jobs and no room (throttled, or at their rate or concurrency).
+    keys_full: int
+    #: Keys throttled now.
+    keys_throttled: int
+    #: Ready jobs that the limits hold back now.
+    held_back: int
+
+
+@dataclass(frozen=True, slots=True)
 class Stats:
     queues: dict[str, QueueStats] = field(default_factory=dict)
     #: Jobs that reached a terminal state in the last minute.
     finished_last_minute: int = 0
+    #: The queues that have limits (or a throttle), and how full those are.
+    limits: dict[str, LimitStatus] = field(default_factory=dict)
 
     def count(self, state: JobState | str, queue: str | None = None) -> int:
         """Jobs in ``state`` (a state, or ready, scheduled or retrying), of a queue or of all."""
@@ -337,13 +365,20 @@ class Store(Protocol):
         """The jobs of a batch counted by state (purged jobs are no longer counted)."""
         ...
 
-    def next_run_in(self, queues: Sequence[str], now: datetime | None = None) -> float | None:
-        """Seconds until the next queued job of ``queues`` that is not yet due becomes due.
+    def next_run_in(
+        self, queues: Sequence[str], now: datetime | None = None, group: str | None = None
+    ) -> float | None:
+        """Seconds until a claim on ``queues`` (and ``group``) could start a job it cannot now.
 
-        Jobs already due (waiting on a busy group or a paused queue) are not
-        counted, nor jobs of paused queues: a worker sleeps until this, or a
-        wake-up, instead of claiming again at once. Measured on the store's
-        clock (``now`` None), so a worker's own clock cannot make it early.
+        That is when the next queued job that is not yet due becomes due, or,
+        for a queue with limits, when a throttle ends or a full rate window
+        lets the next job through; 0 when a limited queue would let a ready job
+        through already (a claim that lost the race for the limit took none).
+        Jobs already due that a busy group, a pause or a full concurrency limit
+        holds are not counted (a job that ends, or a resume, wakes the workers),
+        nor jobs of paused queues: a worker sleeps until this, or a wake-up,
+        instead of claiming again at once. Measured on the store's clock
+        (``now`` None), so a worker's own clock cannot make it early.
         """
         ...
 
@@ -584,6 +619,44 @@ class Store(Protocol):
 
     def queue_delete(self, queue: str) -> None:
         """Forget a queue's settings (its pause); its jobs are deleted apart."""
+        ...
+
+    # --- flow control: rate and concurrency limits ------------------------------------
+    #
+    # Enforced by job_claim itself (one statement on PostgreSQL, one transaction
+    # on SQLite): a claim never starts more jobs than a queue's and its keys'
+    # limits leave room for, counted at that claim.
+
+    def limit_set(
+        self, queue: str, limit: Limit | None, per_key: bool, now: datetime
+    ) -> QueueLimits | None:
+        """Set (or, with None, clear) the queue's own limit, or with ``per_key`` its keys' limit.
+
+        The other scope's limit and any throttle stay. Returns what the queue has
+        now (None: nothing). Workers obey it from their next claim.
+        """
+        ...
+
+    def limit_get(self, queue: str) -> QueueLimits | None:
+        """The queue's limits and throttle as stored (None: it has none)."""
+        ...
+
+    def limit_throttle(
+        self, queue: str, limit_key: str | None, seconds: float, now: datetime | None = None
+    ) -> datetime:
+        """Hold the queue (or one of its limit keys) back for ``seconds`` from now; 0 lifts it.
+
+        A throttle is extended, never shortened, by another. Returns when it ends,
+        on the store's clock (``now`` None).
+        """
+        ...
+
+    def limit_status(self, now: datetime) -> list[LimitStatus]:
+        """Every queue's limits and how full they are, by queue name."""
+        ...
+
+    def limit_prune(self, now: datetime) -> None:
+        """Maintenance: forget starts out of every window, ended throttles, empty limit rows."""
         ...
 
 

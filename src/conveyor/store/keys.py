@@ -100,4 +100,5 @@ def new_job_record(job_id: int, new: NewJob, now: datetime) -> Job:
         key=new.key,
         group=new.group,
         batch=new.batch,
+        limit_key=new.limit_key,
     )

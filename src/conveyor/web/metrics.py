@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from conveyor.app import App
 from conveyor.job import EventKind, JobState, utcnow
 from conveyor.store.base import EventOffset
+from conveyor.web.limits import limit_metrics
 
 #: Upper bounds (seconds) of the run-time histogram's buckets.
 RUN_TIME_BOUNDS: tuple[float, ...] = (
@@ -118,6 +119,8 @@ class Metrics:
             in_hand[worker.host] = in_hand.get(worker.host, 0) + worker.jobs_in_hand
         for host, count in sorted(in_hand.items()):
             sample(out, "conveyor_worker_jobs_in_hand", {"host": host}, count)
+
+        limit_metrics(out, stats.limits, now)
 
         queues = sorted({q for q, _ in events} | set(stats.queues))
         for kind, (metric, help_text) in COUNTED_KINDS.items():

@@ -33,6 +33,7 @@ from conveyor.job import DETAILED_STATES, FILTER_STATES, JobState, utcnow
 from conveyor.web import charts, views
 from conveyor.web.format import FILTERS
 from conveyor.web.hosts import LOOPBACK_NAMES
+from conveyor.web.limits import limit_rows
 from conveyor.web.metrics import Metrics
 from conveyor.web.params import (
     FILTER_NAMES,
@@ -239,6 +240,7 @@ class Dashboard:
         return {
             "now": now,
             "stats": stats,
+            "limits": limit_rows(stats.limits),
             "chart": overall,
             "sparks": sparks,
             "workers": workers,

@@ -31,10 +31,12 @@ from typing import TYPE_CHECKING, Any
 
 from conveyor.errors import LeaseLostError, StoreUnavailableError
 from conveyor.job import Job, encode_json, utcnow
+from conveyor.limits import throttle_seconds
 from conveyor.store.base import Lease
 from conveyor.worker.completer import RETRY_PAUSES, Completer
 from conveyor.worker.context import Context
 from conveyor.worker.executor import Outcome, Running, run_again_at
+from conveyor.worker.throttle import throttle_job
 from conveyor.worker.wakeup import Wakeup
 
 if TYPE_CHECKING:
@@ -118,6 +120,14 @@ class ConsumedJob:
     def release(self) -> None:
         """Hand the job back to the queue without using up an attempt."""
         self._end(Outcome("release"), "released")
+
+    def throttle(self, seconds: float | timedelta, *, whole_queue: bool = False) -> None:
+        """Hold this job's limit key (or queue) back for every worker; then release or fail it.
+
+        As ``ctx.throttle`` in a handler: for a partner that said "too many
+        requests". The job itself is still held: ``job.release()`` hands it back.
+        """
+        throttle_job(self.app, self.job, throttle_seconds(seconds), whole_queue)
 
     def __enter__(self) -> ConsumedJob:
         return self
@@ -283,7 +293,7 @@ class _Loop:
                 log.warning("consume: rescue failed: %s", exc)
         pause = min(self.poll_interval, max(0.0, self._next_rescue - now))
         try:
-            next_in = store.next_run_in(self.queues)
+            next_in = store.next_run_in(self.queues, group=self.group)
         except Exception:
             next_in = None
         if next_in is not None:

@@ -6,9 +6,12 @@ import asyncio
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Protocol
 
+from conveyor.errors import Retry
 from conveyor.job import Job, storable_text
+from conveyor.limits import throttle_seconds
 
 
 class CancelSignal:
@@ -94,6 +97,10 @@ class Hooks(Protocol):
         """Renew the job's lease now; False when it is lost."""
         ...
 
+    def throttle(self, job: Job, seconds: float, whole_queue: bool) -> datetime:
+        """Hold the job's limit key (or queue) back for ``seconds``; when it ends."""
+        ...
+
 
 @dataclass
 class Context:
@@ -148,3 +155,17 @@ class Context:
     def heartbeat(self) -> bool:
         """Renew this job's lease now (the worker also does it every third of the lease)."""
         return self._hooks.heartbeat(self.job) if self._hooks else False
+
+    def throttle(self, seconds: float | timedelta, *, whole_queue: bool = False) -> Retry:
+        """Slow down everyone: hold this job's key, or its queue, back for ``seconds``.
+
+        For a handler told "too many requests" (an HTTP 429): every worker stops
+        starting jobs of the job's ``limit_key`` in this queue (of the whole
+        queue when the job has none, or with ``whole_queue=True``) until then, so
+        one rejection does not become a thousand. Returns a ``Retry`` for this
+        job after the same time: ``raise ctx.throttle(30)``.
+        """
+        length = throttle_seconds(seconds)
+        if self._hooks is not None:
+            self._hooks.throttle(self.job, length, whole_queue)
+        return Retry(delay=length, reason=f"throttled for {length:g}s")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from conveyor.job import Job, JobState, utcnow
@@ -20,6 +20,7 @@ from conveyor.store.base import Lease
 from conveyor.worker.completer import Completer
 from conveyor.worker.context import Context
 from conveyor.worker.executor import Running, poison_outcome, run_inline
+from conveyor.worker.throttle import throttle_job
 
 if TYPE_CHECKING:
     from conveyor.app import App
@@ -99,3 +100,6 @@ class InlineHooks:
         assert job.lease_token is not None
         lease = Lease(job.id, job.lease_token)
         return bool(self.app.store.job_heartbeat([lease], LEASE, utcnow()))
+
+    def throttle(self, job: Job, seconds: float, whole_queue: bool) -> datetime:
+        return throttle_job(self.app, job, seconds, whole_queue)

@@ -1,4 +1,4 @@
-"""Work that one worker at a time does for everyone: rescue, retention, periodic tasks.
+"""Work that one worker at a time does for everyone: rescue, retention, periodic tasks, limits.
 
 Every worker runs a Maintenance thread; only the holder of the leader lease
 acts. The lease is a row with an expiry, renewed each round, so a leader that
@@ -78,6 +78,8 @@ class Maintenance:
             ("retention", lambda: self._purge(wall)),
             ("worker list", lambda: store.worker_prune(wall - self._forget_after())),
             ("periodic tasks", lambda: self._enqueue_periodic(wall)),
+            # Claims prune the starts of the queues they claim; this, the rest.
+            ("limits", lambda: store.limit_prune(wall)),
         ):
             try:
                 action()

@@ -36,7 +36,7 @@ import uuid
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +55,7 @@ from conveyor.worker.executor import (
 from conveyor.worker.handler_threads import HandlerThreads
 from conveyor.worker.leases import LeaseKeeper
 from conveyor.worker.talk import describe_finished, log_start, log_summary
+from conveyor.worker.throttle import throttle_job
 from conveyor.worker.wakeup import Wakeup
 
 if TYPE_CHECKING:
@@ -161,6 +162,8 @@ class Worker:
         self._active = 0
         self._maybe_ready = True
         self._next_timer: float | None = None
+        #: Answers "now" of next_run_in since the last claim that took a job.
+        self._now_answers = 0
         self._next_poll = 0.0
         self._next_cancel_check = 0.0
         self._cancel_check_due = False
@@ -483,16 +486,28 @@ class Worker:
         # there was that we may take. What was not taken waits for a wake, a
         # timer for the next job that becomes due, or the fallback poll.
         self._maybe_ready = len(jobs) == free
+        if jobs:
+            self._now_answers = 0
         self._dispatch(jobs)
         if len(jobs) < free:
             self._timer.run(self._set_next_run_timer, now)
         return bool(jobs)
 
     def _set_next_run_timer(self) -> None:
+        # Also when a limit lets the next job through: a worker whose ready jobs a
+        # rate or a throttle holds back sleeps until then.
         seconds = self.store.next_run_in(self.options.queues)
-        if seconds is not None:
-            # A floor, so that a job due "now" by a rounding cannot make a hot loop.
-            self._set_timer(time.monotonic() + max(seconds, 0.001))
+        if seconds is None:
+            return
+        if seconds <= 0.001:
+            # "Now": a limited queue has room that another claim held a moment ago
+            # (or a job is due within the millisecond). A floor, so that this cannot
+            # make a hot loop, doubling while such answers bring no job.
+            self._now_answers += 1
+            seconds = min(0.001 * 2 ** min(self._now_answers - 1, 16), self.options.poll_interval)
+        else:
+            self._now_answers = 0
+        self._set_timer(time.monotonic() + seconds)
 
     def _set_timer(self, at: float) -> None:
         if self._next_timer is None or at < self._next_timer:
@@ -533,6 +548,10 @@ class Worker:
             self._renewed.append(([job_lease(job)], {s.id: s for s in statuses}))
             self._wake.pull("renewed")
         return bool(statuses)
+
+    def throttle(self, job: Job, seconds: float, whole_queue: bool) -> datetime:
+        """``ctx.throttle()``: hold the job's limit key (or queue) back, for every worker."""
+        return throttle_job(self.app, job, seconds, whole_queue)
 
     def _start(self, runnings: list[Running]) -> None:
         """Hand attempts to the executor; one that cannot start ends at once."""

@@ -48,10 +48,10 @@ WITH input AS MATERIALIZED (
     FROM unnest(%(queues)b::text[], %(tasks)b::text[], %(args)b::json[],
                 %(kwargs)b::json[], %(priorities)b::integer[], %(run_ats)b::timestamptz[],
                 %(max_attempts)b::integer[], %(keys)b::text[], %(groups)b::text[],
-                %(batches)b::text[])
+                %(batches)b::text[], %(limit_keys)b::text[])
          WITH ORDINALITY
          AS i(queue, task, args, kwargs, priority, run_at, max_attempts, key, group_key, batch,
-              ord)
+              limit_key, ord)
 ),
 {{job_insert_rules}}
 SELECT input.id, new.id IS NOT NULL
@@ -94,31 +94,117 @@ LIMIT %(limit)s
 -- jobs_group_running turns that into a unique violation, and the store
 -- retries the claim with a fresh snapshot.
 --
+-- A queue with a row in limits (a rate, a concurrency, a throttle) is searched
+-- apart (see the flow control section at the end): it may start only as many
+-- jobs as its limits leave room for, and a job with a limit key only while its
+-- key has room. Room is counted from running jobs and from limit_starts, which
+-- this statement's snapshot may show as they were before another claim of the
+-- queue committed. So a claim of a limited queue first locks the queue's limits
+-- row (SKIP LOCKED: one claim of a queue at a time; the others pass it by) and
+-- compares the version it locked, the newest, with the version its snapshot
+-- reads: every claim that starts jobs of the queue bumps it, so equal versions
+-- mean the counts are current. A queue whose row was locked or had changed is
+-- left for the next claim (next_run_in then answers "now"). A queue without a
+-- limits row costs the plain search one index probe.
+--
 -- %(now)s NULL means the server's clock (now()): leases are judged on one
 -- clock, whatever the clocks of the worker machines say.
 --
--- MATERIALIZED: the locking candidate search must run exactly once.
-WITH candidates AS MATERIALIZED (
-    SELECT c.id
-    FROM unnest(%(queues)s::text[]) AS q(name)
-    CROSS JOIN LATERAL (
-        SELECT j.id, j.priority FROM jobs AS j
-        WHERE j.state = 'queued'
-          AND j.queue = q.name
-          AND j.run_at <= coalesce(%(now)s::timestamptz, now())
-          AND (%(group)s::text IS NULL OR j.group_key = %(group)s)
-          AND (j.group_key IS NULL OR (
-              NOT EXISTS (SELECT 1 FROM jobs AS r
-                          WHERE r.group_key = j.group_key AND r.state = 'running')
-              AND NOT EXISTS (SELECT 1 FROM jobs AS o
-                              WHERE o.group_key = j.group_key AND o.state = 'queued'
-                                AND o.id < j.id)))
-        ORDER BY j.priority DESC, j.id
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
-    ) AS c
-    WHERE NOT EXISTS (SELECT 1 FROM queues AS p WHERE p.name = q.name AND p.paused)
-    ORDER BY c.priority DESC, c.id
+-- MATERIALIZED: the locking searches must run exactly once.
+WITH lim AS MATERIALIZED (
+    SELECT l.* FROM limits AS l
+    WHERE l.queue = ANY(%(queues)s::text[])
+    ORDER BY l.queue
+    FOR UPDATE SKIP LOCKED
+), allowed AS MATERIALIZED (
+    SELECT lim.queue, lim.rate, lim.per, lim.key_rate, lim.key_per, lim.key_concurrency,
+           least(%(limit)s,
+                 CASE WHEN lim.throttled_until > coalesce(%(now)s::timestamptz, now()) THEN 0 END,
+                 lim.concurrency - (SELECT count(*) FROM jobs AS r
+                                    WHERE r.queue = lim.queue AND r.state = 'running'),
+                 lim.rate - (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
+                             WHERE s.queue = lim.queue
+                               AND s.at > coalesce(%(now)s::timestamptz, now())
+                                          - make_interval(secs => lim.per)))::integer AS allow
+    FROM lim
+    JOIN limits AS seen ON seen.queue = lim.queue AND seen.version = lim.version
+    WHERE NOT EXISTS (SELECT 1 FROM queues AS p WHERE p.name = lim.queue AND p.paused)
+), candidates AS MATERIALIZED (
+    SELECT both_kinds.id FROM (
+        SELECT c.id, c.priority
+        FROM unnest(%(queues)s::text[]) AS q(name)
+        CROSS JOIN LATERAL (
+            SELECT j.id, j.priority FROM jobs AS j
+            WHERE j.state = 'queued'
+              AND j.queue = q.name
+              AND j.run_at <= coalesce(%(now)s::timestamptz, now())
+              AND (%(group)s::text IS NULL OR j.group_key = %(group)s)
+              AND (j.group_key IS NULL OR (
+                  NOT EXISTS (SELECT 1 FROM jobs AS r
+                              WHERE r.group_key = j.group_key AND r.state = 'running')
+                  AND NOT EXISTS (SELECT 1 FROM jobs AS o
+                                  WHERE o.group_key = j.group_key AND o.state = 'queued'
+                                    AND o.id < j.id)))
+            ORDER BY j.priority DESC, j.id
+            LIMIT %(limit)s
+            FOR UPDATE SKIP LOCKED
+        ) AS c
+        WHERE NOT EXISTS (SELECT 1 FROM queues AS p WHERE p.name = q.name AND p.paused)
+          AND NOT EXISTS (SELECT 1 FROM limits AS l WHERE l.queue = q.name)
+        UNION ALL
+        -- Limited queues: at most a key's room per key, and the queue's room.
+        SELECT k.id, k.priority FROM (
+            SELECT c.id, c.priority, c.key_room,
+                   row_number() OVER (PARTITION BY a.queue, c.limit_key
+                                      ORDER BY c.priority DESC, c.id) AS nth
+            FROM allowed AS a
+            CROSS JOIN LATERAL (
+                SELECT j.id, j.priority, j.limit_key, kr.key_room FROM jobs AS j
+                CROSS JOIN LATERAL (
+                    SELECT CASE WHEN j.limit_key IS NOT NULL THEN least(
+                        CASE WHEN EXISTS (SELECT 1 FROM limit_throttles AS t
+                                          WHERE t.queue = j.queue AND t.limit_key = j.limit_key
+                                            AND t.until > coalesce(%(now)s::timestamptz, now()))
+                             THEN 0 END,
+                        a.key_concurrency - (SELECT count(*) FROM jobs AS r
+                                             WHERE r.queue = j.queue
+                                               AND r.limit_key = j.limit_key
+                                               AND r.state = 'running'),
+                        a.key_rate - (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
+                                      WHERE s.queue = j.queue AND s.limit_key = j.limit_key
+                                        AND s.at > coalesce(%(now)s::timestamptz, now())
+                                                   - make_interval(secs => a.key_per)))
+                    END AS key_room
+                ) AS kr
+                WHERE j.state = 'queued'
+                  AND j.queue = a.queue
+                  AND j.run_at <= coalesce(%(now)s::timestamptz, now())
+                  AND (%(group)s::text IS NULL OR j.group_key = %(group)s)
+                  AND (j.group_key IS NULL OR (
+                      NOT EXISTS (SELECT 1 FROM jobs AS r
+                                  WHERE r.group_key = j.group_key AND r.state = 'running')
+                      AND NOT EXISTS (SELECT 1 FROM jobs AS o
+                                      WHERE o.group_key = j.group_key AND o.state = 'queued'
+                                        AND o.id < j.id)))
+                  -- Only a key's oldest ready jobs, as many as it has room for: a
+                  -- key with a long backlog is passed over, like a busy group.
+                  AND (kr.key_room IS NULL OR (
+                      kr.key_room > 0
+                      AND (SELECT count(*) FROM (
+                              SELECT 1 FROM jobs AS o
+                              WHERE o.queue = j.queue AND o.limit_key = j.limit_key
+                                AND o.state = 'queued' AND o.id < j.id
+                                AND o.run_at <= coalesce(%(now)s::timestamptz, now())
+                              LIMIT kr.key_room) AS older) < kr.key_room))
+                ORDER BY j.priority DESC, j.id
+                LIMIT a.allow
+                FOR UPDATE OF j SKIP LOCKED
+            ) AS c
+            WHERE a.allow > 0
+        ) AS k
+        WHERE k.key_room IS NULL OR k.nth <= k.key_room
+    ) AS both_kinds
+    ORDER BY both_kinds.priority DESC, both_kinds.id
     LIMIT %(limit)s
 ), claimed AS (
     UPDATE jobs
@@ -136,6 +222,26 @@ WITH candidates AS MATERIALIZED (
 ), claimed_events AS (
     INSERT INTO events (job_id, queue, task, kind, attempt, worker, at)
     SELECT id, queue, task, 'claimed', attempts, worker, coalesce(%(now)s::timestamptz, now()) FROM claimed ORDER BY id
+), started AS (
+    -- The starts of this claim, for the rates that count them: one row per queue
+    -- and limit key, with the number of its jobs this claim started.
+    INSERT INTO limit_starts (queue, limit_key, at, jobs)
+    SELECT c.queue, c.limit_key, coalesce(%(now)s::timestamptz, now()), count(*)
+    FROM claimed AS c JOIN allowed AS a ON a.queue = c.queue
+    WHERE a.rate IS NOT NULL OR a.key_rate IS NOT NULL
+    GROUP BY c.queue, c.limit_key
+), expired AS (
+    -- Starts that left every window of their queue, with %(slack)s seconds to
+    -- spare for clocks that step back.
+    DELETE FROM limit_starts AS s
+    USING allowed AS a
+    WHERE s.queue = a.queue
+      AND s.at < coalesce(%(now)s::timestamptz, now())
+                 - make_interval(secs => %(slack)s::float8 + greatest(a.per, a.key_per))
+), bumped AS (
+    UPDATE limits SET version = limits.version + 1
+    WHERE limits.queue IN (SELECT a.queue FROM allowed AS a)
+      AND limits.queue IN (SELECT c.queue FROM claimed AS c)
 )
 SELECT * FROM claimed
 
@@ -211,7 +317,9 @@ WITH changed AS (
     ORDER BY e.ordinal, id
 )
 -- Waiters hear of jobs that ended; workers hear of queues with a job queued
--- again, and of queues where a group may now let its next job through.
+-- again, of queues where a group may now let its next job through, and of
+-- queues with a concurrency limit (of the queue or of its keys), where a slot
+-- was freed: a worker held back by it claims at once.
 SELECT changed.id
 FROM changed,
      (SELECT count(pg_notify('conveyor_done', d.ids))
@@ -219,7 +327,10 @@ FROM changed,
             WHERE state <> 'queued' GROUP BY id / 400) AS d) AS done,
      (SELECT count(pg_notify('conveyor_jobs', q.queue))
       FROM (SELECT DISTINCT queue FROM changed
-            WHERE state = 'queued' OR group_key IS NOT NULL) AS q) AS ready
+            WHERE state = 'queued' OR group_key IS NOT NULL
+               OR queue IN (SELECT l.queue FROM limits AS l
+                            WHERE l.concurrency IS NOT NULL
+                               OR l.key_concurrency IS NOT NULL)) AS q) AS ready
 
 -- name: job_progress
 UPDATE jobs
@@ -317,16 +428,103 @@ GROUP BY queue
 SELECT count(*) FROM jobs WHERE finished_at >= %(since)s
 
 -- name: next_run_in
--- Seconds until the next queued job of the queues that is not due yet becomes
--- due, on the server's clock. Jobs already due are left out: if they were not
--- claimed, a busy group or a pause holds them, and a timer set to their (past)
--- run_at would claim in a loop.
-SELECT extract(epoch FROM min(run_at) - coalesce(%(now)s::timestamptz, now()))::float8
-FROM jobs
-WHERE state = 'queued'
-  AND run_at > coalesce(%(now)s::timestamptz, now())
-  AND queue = ANY(%(queues)s::text[])
-  AND NOT EXISTS (SELECT 1 FROM queues AS p WHERE p.name = jobs.queue AND p.paused)
+-- Seconds until a claim on the queues could start a job that it cannot now, on
+-- the server's clock: when the next queued job that is not due yet becomes
+-- due, or, for a queue with limits (see the flow control section), when a
+-- throttle ends or a full rate window lets the next job through. 0 when a
+-- limited queue would let a ready job through already (a claim that ran while
+-- another held the limit took none). Jobs already due are otherwise left out:
+-- if they were not claimed, a busy group, a pause or a full concurrency limit
+-- holds them, a timer set to their (past) run_at would claim in a loop, and
+-- what frees them (a job that ends, a resume) notifies the workers. A spent
+-- moment (a window that slides while no job waits) costs one empty claim,
+-- never a loop.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), asked AS (
+    SELECT q.name AS queue FROM unnest(%(queues)s::text[]) AS q(name)
+    WHERE NOT EXISTS (SELECT 1 FROM queues AS p WHERE p.name = q.name AND p.paused)
+), lim AS (
+    SELECT l.*,
+           least(CASE WHEN l.throttled_until > clock.now THEN 0 ELSE 1 END,
+                 l.concurrency - (SELECT count(*) FROM jobs AS r
+                                  WHERE r.queue = l.queue AND r.state = 'running'),
+                 l.rate - (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
+                           WHERE s.queue = l.queue
+                             AND s.at > clock.now - make_interval(secs => l.per))) AS allow
+    FROM limits AS l, clock
+    WHERE l.queue IN (SELECT queue FROM asked)
+), open_lim AS (
+    -- While a queue's throttle lasts, its end is the only moment that counts.
+    SELECT lim.* FROM lim, clock
+    WHERE lim.throttled_until IS NULL OR lim.throttled_until <= clock.now
+), moments (at) AS (
+    SELECT min(run_at) FROM jobs, clock
+    WHERE state = 'queued'
+      AND run_at > clock.now
+      AND queue IN (SELECT queue FROM asked)
+    UNION ALL
+    -- A ready job a claim would take now: job_claim's tests, job by job.
+    SELECT clock.now FROM lim AS a, clock
+    WHERE a.allow > 0
+      AND EXISTS (
+          SELECT 1 FROM jobs AS j
+          WHERE j.state = 'queued'
+            AND j.queue = a.queue
+            AND j.run_at <= clock.now
+            AND (%(group)s::text IS NULL OR j.group_key = %(group)s)
+            AND (j.group_key IS NULL OR (
+                NOT EXISTS (SELECT 1 FROM jobs AS r
+                            WHERE r.group_key = j.group_key AND r.state = 'running')
+                AND NOT EXISTS (SELECT 1 FROM jobs AS o
+                                WHERE o.group_key = j.group_key AND o.state = 'queued'
+                                  AND o.id < j.id)))
+            AND (j.limit_key IS NULL OR (
+                NOT EXISTS (SELECT 1 FROM limit_throttles AS t
+                            WHERE t.queue = j.queue AND t.limit_key = j.limit_key
+                              AND t.until > clock.now)
+                AND (a.key_concurrency IS NULL
+                     OR (SELECT count(*) FROM jobs AS r
+                         WHERE r.queue = j.queue AND r.limit_key = j.limit_key
+                           AND r.state = 'running') < a.key_concurrency)
+                AND (a.key_rate IS NULL
+                     OR (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
+                         WHERE s.queue = j.queue AND s.limit_key = j.limit_key
+                           AND s.at > clock.now - make_interval(secs => a.key_per))
+                        < a.key_rate)
+                AND NOT EXISTS (SELECT 1 FROM jobs AS o
+                                WHERE o.queue = j.queue AND o.limit_key = j.limit_key
+                                  AND o.state = 'queued' AND o.id < j.id
+                                  AND o.run_at <= clock.now))))
+    UNION ALL
+    SELECT lim.throttled_until FROM lim, clock WHERE lim.throttled_until > clock.now
+    UNION ALL
+    SELECT t.until FROM limit_throttles AS t JOIN open_lim AS lim ON lim.queue = t.queue, clock
+    WHERE t.until > clock.now
+    UNION ALL
+    -- A full window lets one more job start when the start that filled it leaves
+    -- it: counting back from the newest, the row whose jobs reach the rate.
+    SELECT w.at + make_interval(secs => w.per) FROM (
+        SELECT s.at, s.jobs, lim.per, lim.rate,
+               sum(s.jobs) OVER (PARTITION BY s.queue ORDER BY s.at DESC
+                                 ROWS UNBOUNDED PRECEDING) AS newer
+        FROM limit_starts AS s JOIN open_lim AS lim ON lim.queue = s.queue, clock
+        WHERE lim.rate IS NOT NULL AND s.at > clock.now - make_interval(secs => lim.per)
+    ) AS w
+    WHERE w.newer >= w.rate AND w.newer - w.jobs < w.rate
+    UNION ALL
+    SELECT w.at + make_interval(secs => w.key_per) FROM (
+        SELECT s.at, s.jobs, lim.key_per, lim.key_rate,
+               sum(s.jobs) OVER (PARTITION BY s.queue, s.limit_key ORDER BY s.at DESC
+                                 ROWS UNBOUNDED PRECEDING) AS newer
+        FROM limit_starts AS s JOIN open_lim AS lim ON lim.queue = s.queue, clock
+        WHERE lim.key_rate IS NOT NULL AND s.limit_key IS NOT NULL
+          AND s.at > clock.now - make_interval(secs => lim.key_per)
+    ) AS w
+    WHERE w.newer >= w.key_rate AND w.newer - w.jobs < w.key_rate
+)
+SELECT extract(epoch FROM min(moments.at) - clock.now)::float8 FROM moments, clock
+GROUP BY clock.now
 
 -- name: periodic_tick_take
 -- Record %(tick)s as the last enqueued tick of periodic task %(name)s, unless it
@@ -882,16 +1080,16 @@ DELETE FROM queues WHERE name = %(name)s
 -- name: job_insert_rules
 -- What every enqueue does with its rows, given a CTE named input (id, queue, task,
 -- args json, kwargs json, priority, run_at timestamptz, max_attempts, key,
--- group_key, batch): job_insert and spark_stage_move both end with it. A row
+-- group_key, batch, limit_key): job_insert and spark_stage_move both end with it. A row
 -- whose key a live job of its queue holds is not inserted (jobs_live_key; the
 -- first row of a key wins); each new job gets its enqueued event; workers of
 -- each queue with new jobs are woken at commit. Ends in CTEs named new (the jobs
 -- inserted) and notified.
 new AS (
     INSERT INTO jobs (id, queue, task, args, kwargs, priority, run_at, max_attempts,
-                      key, group_key, batch, created_at)
+                      key, group_key, batch, created_at, limit_key)
     SELECT id, queue, task, args, kwargs, priority, run_at, max_attempts,
-           key, group_key, batch, %(now)s
+           key, group_key, batch, %(now)s, limit_key
     FROM input
     -- Keys in one global order: two producers inserting the same keys wait for
     -- each other's uncommitted rows in the same order, so they never deadlock.
@@ -996,7 +1194,7 @@ WITH input AS MATERIALIZED (
     SELECT nextval((SELECT pg_get_serial_sequence('jobs', 'id'))::regclass) AS id,
            s.queue, s.task, s.args::json AS args, s.kwargs::json AS kwargs, s.priority,
            coalesce(to_timestamp(s.run_at), %(now)s) AS run_at, s.max_attempts, s.key,
-           s.group_key, s.batch
+           s.group_key, s.batch, NULL::text AS limit_key
     FROM (SELECT * FROM ({stages}) AS u ORDER BY part, ord) AS s
 ),
 {{job_insert_rules}}
@@ -1099,3 +1297,155 @@ SELECT min(seq) FROM events WHERE at >= %(at)s
 
 -- name: event_last_seq
 SELECT coalesce(max(seq), 0) FROM events
+
+-- ---------------------------------------------------------------------------
+-- Flow control: rate and concurrency limits per queue and per limit key.
+--
+-- job_claim enforces them (its comment says how a claim knows its counts are
+-- current); next_run_in says when a held-back queue lets the next job through;
+-- job_finish notifies the workers of a queue whose concurrency slot it freed.
+-- Usage: a concurrency counts the running jobs (of the queue, or of the key); a
+-- rate counts the rows of limit_starts in its window; a throttle is a moment
+-- (limits.throttled_until for the queue, limit_throttles for a key).
+
+-- name: limit_set
+-- Set the limit of one scope ('queue' or 'key') of a queue; the other scope's
+-- stays. Workers waiting on the queue hear of it (a limit raised lets them claim).
+WITH changed AS (
+    INSERT INTO limits (queue, rate, per, concurrency, key_rate, key_per, key_concurrency,
+                        updated_at)
+    VALUES (%(queue)s,
+            CASE WHEN %(scope)s = 'queue' THEN %(rate)s::integer END,
+            CASE WHEN %(scope)s = 'queue' THEN %(per)s::float8 END,
+            CASE WHEN %(scope)s = 'queue' THEN %(concurrency)s::integer END,
+            CASE WHEN %(scope)s = 'key' THEN %(rate)s::integer END,
+            CASE WHEN %(scope)s = 'key' THEN %(per)s::float8 END,
+            CASE WHEN %(scope)s = 'key' THEN %(concurrency)s::integer END,
+            %(now)s)
+    ON CONFLICT (queue) DO UPDATE SET
+        rate = CASE WHEN %(scope)s = 'queue' THEN excluded.rate ELSE limits.rate END,
+        per = CASE WHEN %(scope)s = 'queue' THEN excluded.per ELSE limits.per END,
+        concurrency = CASE WHEN %(scope)s = 'queue' THEN excluded.concurrency
+                           ELSE limits.concurrency END,
+        key_rate = CASE WHEN %(scope)s = 'key' THEN excluded.key_rate ELSE limits.key_rate END,
+        key_per = CASE WHEN %(scope)s = 'key' THEN excluded.key_per ELSE limits.key_per END,
+        key_concurrency = CASE WHEN %(scope)s = 'key' THEN excluded.key_concurrency
+                               ELSE limits.key_concurrency END,
+        version = limits.version + 1,
+        updated_at = excluded.updated_at
+    RETURNING queue
+)
+SELECT pg_notify('conveyor_jobs', queue) FROM changed
+
+-- name: limit_forget_empty
+-- A queue left with no limit and no throttle goes back to the plain claim.
+DELETE FROM limits
+WHERE queue = %(queue)s
+  AND rate IS NULL AND concurrency IS NULL AND key_rate IS NULL AND key_concurrency IS NULL
+  AND (throttled_until IS NULL OR throttled_until <= coalesce(%(now)s::timestamptz, now()))
+  AND NOT EXISTS (SELECT 1 FROM limit_throttles AS t
+                  WHERE t.queue = %(queue)s AND t.until > coalesce(%(now)s::timestamptz, now()))
+
+-- name: limit_throttle_queue
+-- Hold the whole queue back for %(seconds)s (a throttle is never shortened by another).
+INSERT INTO limits (queue, throttled_until, updated_at)
+VALUES (%(queue)s,
+        coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(seconds)s::float8),
+        coalesce(%(now)s::timestamptz, now()))
+ON CONFLICT (queue) DO UPDATE SET
+    throttled_until = greatest(limits.throttled_until, excluded.throttled_until),
+    version = limits.version + 1,
+    updated_at = excluded.updated_at
+RETURNING throttled_until
+
+-- name: limit_throttle_key
+-- Hold one key of the queue back; the queue gets a limits row (if it had none),
+-- so that its claims look at key throttles.
+WITH queue_row AS (
+    INSERT INTO limits (queue, updated_at)
+    VALUES (%(queue)s, coalesce(%(now)s::timestamptz, now()))
+    ON CONFLICT (queue) DO NOTHING
+)
+INSERT INTO limit_throttles (queue, limit_key, until)
+VALUES (%(queue)s, %(key)s,
+        coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(seconds)s::float8))
+ON CONFLICT (queue, limit_key) DO UPDATE SET until = greatest(limit_throttles.until, excluded.until)
+RETURNING until
+
+-- name: limit_lift_queue
+WITH lifted AS (
+    UPDATE limits SET throttled_until = NULL, updated_at = coalesce(%(now)s::timestamptz, now())
+    WHERE queue = %(queue)s
+    RETURNING queue
+)
+SELECT coalesce(%(now)s::timestamptz, now()), pg_notify('conveyor_jobs', %(queue)s)
+
+-- name: limit_lift_key
+WITH lifted AS (
+    DELETE FROM limit_throttles WHERE queue = %(queue)s AND limit_key = %(key)s
+)
+SELECT coalesce(%(now)s::timestamptz, now()), pg_notify('conveyor_jobs', %(queue)s)
+
+-- name: limit_get
+SELECT queue, rate, per, concurrency, key_rate, key_per, key_concurrency, throttled_until
+FROM limits WHERE queue = %(queue)s
+
+-- name: limit_usage
+-- Every limit and how full it is: running jobs, starts in the queue rate's
+-- window, ready jobs, and of the keys with ready jobs those that are held back
+-- (no room left: throttled, or at their rate or concurrency) and the ready
+-- jobs beyond their keys' room. Reads every ready job with a limit key of a
+-- limited queue: a view for operators, not a path of the claim.
+WITH per_key AS (
+    -- Grouped by the limits row's key, so its columns may be read as they are.
+    SELECT l.queue, j.limit_key, count(*) AS ready, least(
+        CASE WHEN EXISTS (SELECT 1 FROM limit_throttles AS t
+                          WHERE t.queue = l.queue AND t.limit_key = j.limit_key
+                            AND t.until > %(now)s) THEN 0 END,
+        l.key_concurrency - (SELECT count(*) FROM jobs AS r
+                             WHERE r.queue = l.queue AND r.limit_key = j.limit_key
+                               AND r.state = 'running'),
+        l.key_rate - (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
+                      WHERE s.queue = l.queue AND s.limit_key = j.limit_key
+                        AND s.at > %(now)s - make_interval(secs => l.key_per))
+    ) AS room
+    FROM jobs AS j JOIN limits AS l ON l.queue = j.queue
+    WHERE j.limit_key IS NOT NULL AND j.state = 'queued' AND j.run_at <= %(now)s
+    GROUP BY l.queue, j.limit_key
+)
+SELECT l.queue, l.rate, l.per, l.concurrency, l.key_rate, l.key_per, l.key_concurrency,
+       l.throttled_until,
+       (SELECT count(*) FROM jobs AS r WHERE r.queue = l.queue AND r.state = 'running'),
+       CASE WHEN l.rate IS NULL THEN 0 ELSE (
+           SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
+           WHERE s.queue = l.queue AND s.at > %(now)s - make_interval(secs => l.per))
+       END,
+       (SELECT count(*) FROM jobs AS q
+        WHERE q.queue = l.queue AND q.state = 'queued' AND q.run_at <= %(now)s),
+       (SELECT count(*) FROM per_key AS k WHERE k.queue = l.queue AND k.room <= 0),
+       -- room NULL: the key has no limit of its own (greatest() would read NULL as 0).
+       (SELECT coalesce(sum(CASE WHEN k.room IS NULL THEN 0
+                                 ELSE greatest(k.ready - greatest(k.room, 0), 0) END), 0)
+        FROM per_key AS k
+        WHERE k.queue = l.queue),
+       (SELECT count(*) FROM limit_throttles AS t WHERE t.queue = l.queue AND t.until > %(now)s)
+FROM limits AS l
+ORDER BY l.queue
+
+-- name: limit_prune_all_starts
+-- Maintenance: starts that left every window of their queue (or whose queue has
+-- no rate any more), with %(slack)s seconds to spare.
+DELETE FROM limit_starts
+WHERE at < %(now)s - make_interval(secs => %(slack)s::float8 + coalesce(
+          (SELECT greatest(l.per, l.key_per) FROM limits AS l WHERE l.queue = limit_starts.queue),
+          0))
+
+-- name: limit_prune_throttles
+DELETE FROM limit_throttles WHERE until <= %(now)s
+
+-- name: limit_prune_rows
+-- Maintenance: queues whose last throttle ended and that have no limit.
+DELETE FROM limits
+WHERE rate IS NULL AND concurrency IS NULL AND key_rate IS NULL AND key_concurrency IS NULL
+  AND (throttled_until IS NULL OR throttled_until <= %(now)s)
+  AND NOT EXISTS (SELECT 1 FROM limit_throttles AS t WHERE t.queue = limits.queue)

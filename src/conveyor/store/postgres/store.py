@@ -25,6 +25,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from conveyor.errors import ConfigurationError, JobStateError, StoreUnavailableError
 from conveyor.job import Event, Job, JobState, NewJob
+from conveyor.limits import Limit, QueueLimits
 from conveyor.store.base import (
     LEASE_EXPIRED_ERROR,
     TAKEN_BACK_ERROR,
@@ -38,6 +39,7 @@ from conveyor.store.base import (
     JobSelection,
     Lease,
     LeaseStatus,
+    LimitStatus,
     QueueStats,
     RunTimeBucket,
     Stats,
@@ -45,6 +47,7 @@ from conveyor.store.base import (
     WorkerInfo,
 )
 from conveyor.store.keys import key_pairs, new_job_record, plan_insert, resolve_plan
+from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of_row
 from conveyor.store.listing import job_list_queries, newest_first
 from conveyor.store.postgres.listener import Listener
 from conveyor.store.selection import count_query, keep_state, select_queries
@@ -68,12 +71,13 @@ def _row_to_job(row: Sequence[Any]) -> Job:
     (
         id_, queue, task, state, args, kwargs, priority, run_at, attempts, max_attempts, key,
         group, batch, worker, token, lease_expires_at, cancel_requested, result, error, progress,
-        progress_message, created_at, started_at, finished_at,
-    ) = row[:24]  # fmt: skip
+        progress_message, created_at, started_at, finished_at, limit_key,
+    ) = row[:25]  # fmt: skip
     return Job(
         id_, queue, task, JobState(state), args, kwargs, priority, run_at, attempts,
         max_attempts, created_at, key, group, batch, worker, token, lease_expires_at,
         cancel_requested, result, error, progress, progress_message, started_at, finished_at,
+        limit_key,
     )  # fmt: skip
 
 
@@ -305,6 +309,7 @@ class PostgresStore:
             "keys": [j.key for j in chosen],
             "groups": [j.group for j in chosen],
             "batches": [j.batch for j in chosen],
+            "limit_keys": [j.limit_key for j in chosen],
             "now": now,
         }
         rows = conn.execute(_Q["job_insert"], params).fetchall()
@@ -369,6 +374,7 @@ class PostgresStore:
             finished = row[0] if row else 0
             paused = {name for name, p in conn.execute(_Q["queue_list"]) if p}
             waiting = {q: (s, r) for q, s, r in conn.execute(_Q["stats_waiting"], {"now": now})}
+            limits = self._limit_usage(conn, now)
         per_queue: dict[str, dict[str, int]] = {}
         for queue, state, count in counts:
             per_queue.setdefault(queue, {})[state] = count
@@ -389,6 +395,7 @@ class PostgresStore:
                 for name, c in sorted(per_queue.items())
             },
             finished_last_minute=finished,
+            limits={status.queue: status for status in limits},
         )
 
     def batch_status(self, batch: str) -> BatchStatus:
@@ -396,9 +403,12 @@ class PostgresStore:
             rows = conn.execute(_Q["batch_counts"], {"batch": batch}).fetchall()
         return BatchStatus(batch, {state: count for state, count in sorted(rows)})
 
-    def next_run_in(self, queues: Sequence[str], now: datetime | None = None) -> float | None:
+    def next_run_in(
+        self, queues: Sequence[str], now: datetime | None = None, group: str | None = None
+    ) -> float | None:
+        params = {"queues": list(queues), "now": now, "group": group}
         with self._conn() as conn:
-            row = conn.execute(_Q["next_run_in"], {"queues": list(queues), "now": now}).fetchone()
+            row = conn.execute(_Q["next_run_in"], params).fetchone()
         return None if row is None or row[0] is None else max(0.0, float(row[0]))
 
     # --- working ------------------------------------------------------------
@@ -422,6 +432,7 @@ class PostgresStore:
             "lease": lease,
             "now": now,
             "group": group,
+            "slack": LIMIT_SLACK_SECONDS,
         }
         for _ in range(_CLAIM_ATTEMPTS):
             try:
@@ -747,6 +758,69 @@ class PostgresStore:
 
     def queue_delete(self, queue: str) -> None:
         self._change_none("queue_delete", {"name": queue})
+
+    # --- flow control: rate and concurrency limits --------------------------------
+
+    def limit_set(
+        self, queue: str, limit: Limit | None, per_key: bool, now: datetime
+    ) -> QueueLimits | None:
+        rate = limit.rate if limit is not None else None
+        params = {
+            "queue": queue,
+            "scope": "key" if per_key else "queue",
+            "rate": rate.count if rate is not None else None,
+            "per": rate.per if rate is not None else None,
+            "concurrency": limit.concurrency if limit is not None else None,
+            "now": now,
+        }
+        with self._tx() as conn:
+            conn.execute(_Q["limit_set"], params)
+            conn.execute(_Q["limit_forget_empty"], params)
+            row = conn.execute(_Q["limit_get"], params).fetchone()
+        return None if row is None else limits_of_row(row, _same)
+
+    def limit_get(self, queue: str) -> QueueLimits | None:
+        with self._conn() as conn:
+            row = conn.execute(_Q["limit_get"], {"queue": queue}).fetchone()
+        return None if row is None else limits_of_row(row, _same)
+
+    def limit_throttle(
+        self, queue: str, limit_key: str | None, seconds: float, now: datetime | None = None
+    ) -> datetime:
+        params = {"queue": queue, "key": limit_key, "seconds": seconds, "now": now}
+        if seconds <= 0:
+            name = "limit_lift_queue" if limit_key is None else "limit_lift_key"
+            with self._tx() as conn:
+                row = conn.execute(_Q[name], params).fetchone()
+                conn.execute(_Q["limit_forget_empty"], params)
+        else:
+            name = "limit_throttle_queue" if limit_key is None else "limit_throttle_key"
+            with self._conn() as conn:
+                row = conn.execute(_Q[name], params).fetchone()
+        assert row is not None
+        until: datetime = row[0]
+        return until
+
+    def _limit_usage(self, conn: Connection, now: datetime) -> list[LimitStatus]:
+        rows = conn.execute(_Q["limit_usage"], {"now": now}).fetchall()
+        return [limit_status(limits_of_row(row[:8], _same), now, *row[8:]) for row in rows]
+
+    def limit_status(self, now: datetime) -> list[LimitStatus]:
+        with self._tx() as conn:
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            return self._limit_usage(conn, now)
+
+    def limit_prune(self, now: datetime) -> None:
+        params = {"now": now, "slack": LIMIT_SLACK_SECONDS}
+        with self._tx() as conn:
+            conn.execute(_Q["limit_prune_all_starts"], params)
+            conn.execute(_Q["limit_prune_throttles"], params)
+            conn.execute(_Q["limit_prune_rows"], params)
+
+
+def _same(value: datetime | None) -> datetime | None:
+    """Timestamps come back from psycopg as aware datetimes already."""
+    return value
 
 
 def _retry_refusal(job: Job) -> JobStateError:

@@ -26,8 +26,8 @@ UPDATE counters SET value = value + :count WHERE name = 'jobs' RETURNING value
 
 -- name: job_insert
 INSERT INTO jobs (id, queue, task, args, kwargs, priority, run_at, max_attempts,
-                  key, group_key, batch, created_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  key, group_key, batch, created_at, limit_key)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 
 -- name: event_insert_enqueued
 INSERT INTO events (job_id, queue, task, kind, attempt, at)
@@ -257,14 +257,93 @@ GROUP BY queue
 SELECT count(*) FROM jobs WHERE finished_at >= :since
 
 -- name: next_run_at
--- When the next queued job of :queues that is not due yet becomes due. Jobs
--- already due are left out: if they were not claimed, a busy group or a pause
--- holds them, and a timer set to their (past) run_at would claim in a loop.
-SELECT min(run_at) FROM jobs
-WHERE state = 'queued'
-  AND run_at > :now
-  AND queue IN (SELECT value FROM json_each(:queues))
-  AND queue NOT IN (SELECT name FROM queues WHERE paused)
+-- The next moment a claim on :queues could start a job that it cannot now:
+-- when the next queued job that is not due yet becomes due, or, for a queue
+-- with limits (see the flow control section), when a throttle ends or a full
+-- rate window lets the next job through. :now itself when a limited queue
+-- would let a ready job through already (a claim that ran while another held
+-- the limit saw none). Jobs already due are otherwise left out: if they were not
+-- claimed, a busy group, a pause or a full concurrency limit holds them, a timer
+-- set to their (past) run_at would claim in a loop, and what frees them (a job
+-- that ends, a resume) wakes the workers. A spent moment (a window that slides
+-- while no job waits) costs one empty claim, never a loop.
+WITH asked AS (
+    SELECT q.value AS queue FROM json_each(:queues) AS q
+    WHERE q.value NOT IN (SELECT name FROM queues WHERE paused)
+), lim AS (
+    SELECT l.*,
+           min(CASE WHEN l.throttled_until > :now THEN 0 ELSE 1 END,
+               coalesce(l.concurrency - (SELECT count(*) FROM jobs AS r
+                                         WHERE r.queue = l.queue AND r.state = 'running'), 1),
+               coalesce(l.rate - (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
+                                  WHERE s.queue = l.queue AND s.at > :now - l.per), 1)) AS allow
+    FROM limits AS l
+    WHERE l.queue IN (SELECT queue FROM asked)
+), open_lim AS (
+    -- While a queue's throttle lasts, its end is the only moment that counts.
+    SELECT * FROM lim WHERE throttled_until IS NULL OR throttled_until <= :now
+), moments (at) AS (
+    SELECT min(run_at) FROM jobs
+    WHERE state = 'queued'
+      AND run_at > :now
+      AND queue IN (SELECT queue FROM asked)
+    UNION ALL
+    -- A ready job a claim would take now: job_claim_limited's tests, job by job.
+    SELECT :now FROM lim AS a
+    WHERE a.allow > 0
+      AND EXISTS (
+          SELECT 1 FROM jobs AS j
+          WHERE j.state = 'queued'
+            AND j.queue = a.queue
+            AND j.run_at <= :now
+            AND (:group IS NULL OR j.group_key = :group)
+            AND (j.group_key IS NULL OR (
+                NOT EXISTS (SELECT 1 FROM jobs AS r
+                            WHERE r.group_key = j.group_key AND r.state = 'running')
+                AND NOT EXISTS (SELECT 1 FROM jobs AS o
+                                WHERE o.group_key = j.group_key AND o.state = 'queued'
+                                  AND o.id < j.id)))
+            AND (j.limit_key IS NULL OR (
+                NOT EXISTS (SELECT 1 FROM limit_throttles AS t
+                            WHERE t.queue = j.queue AND t.limit_key = j.limit_key
+                              AND t.until > :now)
+                AND (a.key_concurrency IS NULL
+                     OR (SELECT count(*) FROM jobs AS r
+                         WHERE r.queue = j.queue AND r.limit_key = j.limit_key
+                           AND r.state = 'running') < a.key_concurrency)
+                AND (a.key_rate IS NULL
+                     OR (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
+                         WHERE s.queue = j.queue AND s.limit_key = j.limit_key
+                           AND s.at > :now - a.key_per) < a.key_rate)
+                AND NOT EXISTS (SELECT 1 FROM jobs AS o
+                                WHERE o.queue = j.queue AND o.limit_key = j.limit_key
+                                  AND o.state = 'queued' AND o.id < j.id
+                                  AND o.run_at <= :now))))
+    UNION ALL
+    SELECT throttled_until FROM lim WHERE throttled_until > :now
+    UNION ALL
+    SELECT t.until FROM limit_throttles AS t JOIN open_lim AS lim ON lim.queue = t.queue
+    WHERE t.until > :now
+    UNION ALL
+    -- A full window lets one more job start when the start that filled it leaves
+    -- it: counting back from the newest, the row whose jobs reach the rate.
+    SELECT at + per FROM (
+        SELECT s.at, s.jobs, lim.per, lim.rate,
+               sum(s.jobs) OVER (PARTITION BY s.queue ORDER BY s.at DESC
+                                 ROWS UNBOUNDED PRECEDING) AS newer
+        FROM limit_starts AS s JOIN open_lim AS lim ON lim.queue = s.queue
+        WHERE lim.rate IS NOT NULL AND s.at > :now - lim.per)
+    WHERE newer >= rate AND newer - jobs < rate
+    UNION ALL
+    SELECT at + key_per FROM (
+        SELECT s.at, s.jobs, lim.key_per, lim.key_rate,
+               sum(s.jobs) OVER (PARTITION BY s.queue, s.limit_key ORDER BY s.at DESC
+                                 ROWS UNBOUNDED PRECEDING) AS newer
+        FROM limit_starts AS s JOIN open_lim AS lim ON lim.queue = s.queue
+        WHERE lim.key_rate IS NOT NULL AND s.limit_key IS NOT NULL AND s.at > :now - lim.key_per)
+    WHERE newer >= key_rate AND newer - jobs < key_rate
+)
+SELECT min(at) FROM moments
 
 -- name: periodic_tick_take
 -- Record :tick as the last enqueued tick of periodic task :name, unless it (or
@@ -867,3 +946,258 @@ SELECT min(seq) FROM events WHERE at >= :at
 
 -- name: event_last_seq
 SELECT coalesce(max(seq), 0) FROM events
+
+-- ---------------------------------------------------------------------------
+-- Flow control: rate and concurrency limits per queue and per limit key.
+--
+-- A queue with a row in limits is claimed by job_claim_limited (job_claim is
+-- left as it was for the others: the store looks for a limit row first, in the
+-- same transaction). The claim reads the limits and their usage and records its
+-- starts under SQLite's write lock, so what it reads is what it counts against.
+-- Usage: a concurrency counts the running jobs (of the queue, or of the key); a
+-- rate counts the rows of limit_starts in its window; a throttle is a moment
+-- (limits.throttled_until for the queue, limit_throttles for a key).
+
+-- name: limit_any
+SELECT 1 FROM limits WHERE queue IN (SELECT value FROM json_each(:queues)) LIMIT 1
+
+-- name: job_claim_limited
+-- job_claim, for queues of which some have limits. Each asked queue gets an
+-- allowance (:limit without limits; else what its throttle, concurrency and
+-- rate leave), each candidate job with a limit key a key allowance (what its
+-- key's throttle, concurrency and rate leave). A job with a limit key is
+-- claimable when it is one of its key's oldest ready jobs, as many as the key
+-- has room for (so a key with a long backlog is passed over, like a busy group,
+-- instead of filling the claim's candidates with jobs it may not start); of
+-- those, at most a key's allowance per key and a queue's allowance per queue
+-- are taken.
+WITH asked AS (
+    SELECT q.value AS queue,
+           l.queue IS NOT NULL AS limited,
+           l.key_rate, l.key_per, l.key_concurrency,
+           CASE WHEN l.queue IS NULL THEN :limit ELSE min(
+               :limit,
+               CASE WHEN l.throttled_until > :now THEN 0 ELSE :limit END,
+               coalesce(l.concurrency - (SELECT count(*) FROM jobs AS r
+                                         WHERE r.queue = l.queue AND r.state = 'running'),
+                        :limit),
+               coalesce(l.rate - (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
+                                  WHERE s.queue = l.queue AND s.at > :now - l.per),
+                        :limit))
+           END AS allow
+    FROM json_each(:queues) AS q
+    LEFT JOIN limits AS l ON l.queue = q.value
+    WHERE q.value NOT IN (SELECT name FROM queues WHERE paused)
+), candidates AS (
+    SELECT c.id, c.priority, c.queue, c.limit_key, a.allow,
+           CASE WHEN c.limit_key IS NULL OR NOT a.limited THEN NULL ELSE min(
+               CASE WHEN EXISTS (SELECT 1 FROM limit_throttles AS t
+                                 WHERE t.queue = c.queue AND t.limit_key = c.limit_key
+                                   AND t.until > :now) THEN 0 ELSE :limit END,
+               coalesce(a.key_concurrency - (SELECT count(*) FROM jobs AS r
+                                             WHERE r.queue = c.queue
+                                               AND r.limit_key = c.limit_key
+                                               AND r.state = 'running'), :limit),
+               coalesce(a.key_rate - (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
+                                      WHERE s.queue = c.queue AND s.limit_key = c.limit_key
+                                        AND s.at > :now - a.key_per), :limit))
+           END AS key_allow
+    FROM asked AS a
+    JOIN jobs AS c ON c.id IN (
+        SELECT j.id FROM jobs AS j
+        WHERE j.state = 'queued'
+          AND j.queue = a.queue
+          AND j.run_at <= :now
+          AND (:group IS NULL OR j.group_key = :group)
+          AND (j.group_key IS NULL OR (
+              NOT EXISTS (SELECT 1 FROM jobs AS r
+                          WHERE r.group_key = j.group_key AND r.state = 'running')
+              AND NOT EXISTS (SELECT 1 FROM jobs AS o
+                              WHERE o.group_key = j.group_key AND o.state = 'queued'
+                                AND o.id < j.id)))
+          AND (j.limit_key IS NULL OR NOT a.limited OR (
+              NOT EXISTS (SELECT 1 FROM limit_throttles AS t
+                          WHERE t.queue = j.queue AND t.limit_key = j.limit_key
+                            AND t.until > :now)
+              AND (a.key_concurrency IS NULL
+                   OR (SELECT count(*) FROM jobs AS r
+                       WHERE r.queue = j.queue AND r.limit_key = j.limit_key
+                         AND r.state = 'running') < a.key_concurrency)
+              AND (a.key_rate IS NULL
+                   OR (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
+                       WHERE s.queue = j.queue AND s.limit_key = j.limit_key
+                         AND s.at > :now - a.key_per) < a.key_rate)
+              -- Only a key's oldest ready jobs, as many as it has room for
+              -- (counted up to :limit, all a claim may take).
+              AND (SELECT count(*) FROM (
+                      SELECT 1 FROM jobs AS o
+                      WHERE o.queue = j.queue AND o.limit_key = j.limit_key
+                        AND o.state = 'queued' AND o.id < j.id AND o.run_at <= :now
+                      LIMIT :limit))
+                  < min(coalesce(a.key_concurrency - (SELECT count(*) FROM jobs AS r
+                                                      WHERE r.queue = j.queue
+                                                        AND r.limit_key = j.limit_key
+                                                        AND r.state = 'running'), :limit),
+                        coalesce(a.key_rate - (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
+                                               WHERE s.queue = j.queue
+                                                 AND s.limit_key = j.limit_key
+                                                 AND s.at > :now - a.key_per), :limit))))
+        ORDER BY j.priority DESC, j.id
+        LIMIT :limit)
+    WHERE a.allow > 0
+), within_keys AS (
+    SELECT * FROM (
+        SELECT candidates.*,
+               row_number() OVER (PARTITION BY queue, limit_key ORDER BY priority DESC, id) AS nth
+        FROM candidates)
+    WHERE key_allow IS NULL OR nth <= key_allow
+), chosen AS (
+    SELECT id FROM (
+        SELECT within_keys.id, within_keys.priority, within_keys.allow,
+               row_number() OVER (PARTITION BY queue ORDER BY priority DESC, id) AS nth
+        FROM within_keys)
+    WHERE nth <= allow
+    ORDER BY priority DESC, id
+    LIMIT :limit
+)
+UPDATE jobs
+SET state = 'running',
+    attempts = attempts + 1,
+    worker = :worker,
+    lease_token = :token,
+    lease_expires_at = :lease_expires_at,
+    started_at = :now,
+    progress = NULL,
+    progress_message = NULL
+WHERE id IN (SELECT id FROM chosen)
+RETURNING *
+
+-- name: limit_record_starts
+-- The starts of a claim, for the rates that count them (same transaction): one
+-- row per queue and limit key, with the number of its jobs the claim started.
+INSERT INTO limit_starts (queue, limit_key, at, jobs)
+SELECT j.queue, j.limit_key, :now, count(*) FROM jobs AS j
+WHERE j.id IN (SELECT value FROM json_each(:ids))
+  AND j.queue IN (SELECT queue FROM limits WHERE rate IS NOT NULL OR key_rate IS NOT NULL)
+GROUP BY j.queue, j.limit_key
+
+-- name: limit_prune_starts
+-- Starts that left every window of their queue, with :slack seconds to spare for
+-- clocks that step back; a claim prunes its own queues as it goes, maintenance
+-- the rest (limit_prune).
+DELETE FROM limit_starts
+WHERE queue IN (SELECT value FROM json_each(:queues))
+  AND at < :now - :slack - (SELECT max(coalesce(per, 0), coalesce(key_per, 0)) FROM limits
+                            WHERE limits.queue = limit_starts.queue)
+
+-- name: limit_set
+-- Set the limit of one scope ('queue' or 'key') of a queue; the other scope's stays.
+INSERT INTO limits (queue, rate, per, concurrency, key_rate, key_per, key_concurrency, updated_at)
+VALUES (:queue,
+        CASE WHEN :scope = 'queue' THEN :rate END,
+        CASE WHEN :scope = 'queue' THEN :per END,
+        CASE WHEN :scope = 'queue' THEN :concurrency END,
+        CASE WHEN :scope = 'key' THEN :rate END,
+        CASE WHEN :scope = 'key' THEN :per END,
+        CASE WHEN :scope = 'key' THEN :concurrency END,
+        :now)
+ON CONFLICT (queue) DO UPDATE SET
+    rate = CASE WHEN :scope = 'queue' THEN excluded.rate ELSE limits.rate END,
+    per = CASE WHEN :scope = 'queue' THEN excluded.per ELSE limits.per END,
+    concurrency = CASE WHEN :scope = 'queue' THEN excluded.concurrency ELSE limits.concurrency END,
+    key_rate = CASE WHEN :scope = 'key' THEN excluded.key_rate ELSE limits.key_rate END,
+    key_per = CASE WHEN :scope = 'key' THEN excluded.key_per ELSE limits.key_per END,
+    key_concurrency = CASE WHEN :scope = 'key' THEN excluded.key_concurrency
+                           ELSE limits.key_concurrency END,
+    version = limits.version + 1,
+    updated_at = excluded.updated_at
+
+-- name: limit_forget_empty
+-- A queue left with no limit and no throttle goes back to the plain claim.
+DELETE FROM limits
+WHERE queue = :queue
+  AND rate IS NULL AND concurrency IS NULL AND key_rate IS NULL AND key_concurrency IS NULL
+  AND (throttled_until IS NULL OR throttled_until <= :now)
+  AND NOT EXISTS (SELECT 1 FROM limit_throttles AS t WHERE t.queue = :queue AND t.until > :now)
+
+-- name: limit_throttle_queue
+-- Hold the whole queue back until :until (a throttle is never shortened by another).
+INSERT INTO limits (queue, throttled_until, updated_at) VALUES (:queue, :until, :now)
+ON CONFLICT (queue) DO UPDATE SET
+    throttled_until = max(coalesce(limits.throttled_until, 0), excluded.throttled_until),
+    version = limits.version + 1,
+    updated_at = excluded.updated_at
+RETURNING throttled_until
+
+-- name: limit_throttle_key
+-- Hold one key of the queue back until :until; the queue gets a limits row, so
+-- that its claims look at key throttles.
+INSERT INTO limit_throttles (queue, limit_key, until) VALUES (:queue, :key, :until)
+ON CONFLICT (queue, limit_key) DO UPDATE SET until = max(limit_throttles.until, excluded.until)
+RETURNING until
+
+-- name: limit_ensure
+INSERT INTO limits (queue, updated_at) VALUES (:queue, :now) ON CONFLICT (queue) DO NOTHING
+
+-- name: limit_lift_queue
+UPDATE limits SET throttled_until = NULL, updated_at = :now WHERE queue = :queue
+
+-- name: limit_lift_key
+DELETE FROM limit_throttles WHERE queue = :queue AND limit_key = :key
+
+-- name: limit_get
+SELECT queue, rate, per, concurrency, key_rate, key_per, key_concurrency, throttled_until
+FROM limits WHERE queue = :queue
+
+-- name: limit_usage
+-- Every limit and how full it is at :now: running jobs, starts in the queue
+-- rate's window, ready jobs, and of the keys with ready jobs those that are
+-- held back (no room left: throttled, or at their rate or concurrency) and the
+-- ready jobs beyond their keys' room. Reads every ready job with a limit key of
+-- a limited queue: a view for operators, not a path of the claim.
+WITH per_key AS (
+    SELECT j.queue, j.limit_key, count(*) AS ready, min(
+        CASE WHEN EXISTS (SELECT 1 FROM limit_throttles AS t
+                          WHERE t.queue = j.queue AND t.limit_key = j.limit_key
+                            AND t.until > :now) THEN 0 ELSE 2147483647 END,
+        coalesce(l.key_concurrency - (SELECT count(*) FROM jobs AS r
+                                      WHERE r.queue = j.queue AND r.limit_key = j.limit_key
+                                        AND r.state = 'running'), 2147483647),
+        coalesce(l.key_rate - (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
+                               WHERE s.queue = j.queue AND s.limit_key = j.limit_key
+                                 AND s.at > :now - l.key_per), 2147483647)) AS room
+    FROM jobs AS j JOIN limits AS l ON l.queue = j.queue
+    WHERE j.limit_key IS NOT NULL AND j.state = 'queued' AND j.run_at <= :now
+    GROUP BY j.queue, j.limit_key
+)
+SELECT l.queue, l.rate, l.per, l.concurrency, l.key_rate, l.key_per, l.key_concurrency,
+       l.throttled_until,
+       (SELECT count(*) FROM jobs AS r WHERE r.queue = l.queue AND r.state = 'running'),
+       CASE WHEN l.rate IS NULL THEN 0 ELSE (
+           SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s WHERE s.queue = l.queue AND s.at > :now - l.per)
+       END,
+       (SELECT count(*) FROM jobs AS q
+        WHERE q.queue = l.queue AND q.state = 'queued' AND q.run_at <= :now),
+       (SELECT count(*) FROM per_key AS k WHERE k.queue = l.queue AND k.room <= 0),
+       (SELECT coalesce(sum(max(k.ready - max(k.room, 0), 0)), 0) FROM per_key AS k
+        WHERE k.queue = l.queue),
+       (SELECT count(*) FROM limit_throttles AS t WHERE t.queue = l.queue AND t.until > :now)
+FROM limits AS l
+ORDER BY l.queue
+
+-- name: limit_prune_all_starts
+-- Maintenance: starts that left every window of their queue (or whose queue has
+-- no rate any more), with :slack seconds to spare.
+DELETE FROM limit_starts
+WHERE at < :now - :slack - coalesce((SELECT max(coalesce(per, 0), coalesce(key_per, 0))
+                                     FROM limits WHERE limits.queue = limit_starts.queue), 0)
+
+-- name: limit_prune_throttles
+DELETE FROM limit_throttles WHERE until <= :now
+
+-- name: limit_prune_rows
+-- Maintenance: queues whose last throttle ended and that have no limit.
+DELETE FROM limits
+WHERE rate IS NULL AND concurrency IS NULL AND key_rate IS NULL AND key_concurrency IS NULL
+  AND (throttled_until IS NULL OR throttled_until <= :now)
+  AND NOT EXISTS (SELECT 1 FROM limit_throttles AS t WHERE t.queue = limits.queue)

@@ -20,6 +20,7 @@ from typing import Any
 
 from conveyor.errors import ConfigurationError, JobStateError, StoreUnavailableError
 from conveyor.job import Event, Job, JobState, NewJob, utcnow
+from conveyor.limits import Limit, QueueLimits
 from conveyor.store.base import (
     LEASE_EXPIRED_ERROR,
     TAKEN_BACK_ERROR,
@@ -33,6 +34,7 @@ from conveyor.store.base import (
     JobSelection,
     Lease,
     LeaseStatus,
+    LimitStatus,
     QueueStats,
     RunTimeBucket,
     Stats,
@@ -41,6 +43,7 @@ from conveyor.store.base import (
 )
 from conveyor.store.event_kinds import EVENT_KINDS
 from conveyor.store.keys import key_pairs, new_job_record, plan_insert, resolve_plan
+from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of_row
 from conveyor.store.listing import job_list_queries, newest_first
 from conveyor.store.selection import count_query, keep_state, select_queries
 from conveyor.store.sql import load_migrations, load_queries
@@ -82,7 +85,7 @@ JOB_COLUMNS = (
     "id", "queue", "task", "state", "args", "kwargs", "priority", "run_at", "attempts",
     "max_attempts", "key", "group_key", "batch", "worker", "lease_token", "lease_expires_at",
     "cancel_requested", "result", "error", "progress", "progress_message", "created_at",
-    "started_at", "finished_at",
+    "started_at", "finished_at", "limit_key",
 )  # fmt: skip
 EVENT_COLUMNS = ("seq", "job_id", "queue", "task", "kind", "attempt", "worker", "at", "error")
 
@@ -91,14 +94,14 @@ def _row_to_job(row: tuple[Any, ...]) -> Job:
     (
         id_, queue, task, state, args, kwargs, priority, run_at, attempts, max_attempts, key,
         group, batch, worker, token, lease_expires_at, cancel_requested, result, error, progress,
-        progress_message, created_at, started_at, finished_at,
-    ) = row[:24]  # fmt: skip
+        progress_message, created_at, started_at, finished_at, limit_key,
+    ) = row[:25]  # fmt: skip
     return Job(
         id_, queue, task, JobState(state), args, kwargs, priority,
         datetime.fromtimestamp(run_at, UTC), attempts, max_attempts,
         datetime.fromtimestamp(created_at, UTC), key, group, batch, worker, token,
         _dt(lease_expires_at), bool(cancel_requested), result, error, progress, progress_message,
-        _dt(started_at), _dt(finished_at),
+        _dt(started_at), _dt(finished_at), limit_key,
     )  # fmt: skip
 
 
@@ -279,6 +282,7 @@ class SQLiteStore:
                         new.group,
                         new.batch,
                         now_ts,
+                        new.limit_key,
                     )
                 )
                 inserted[position] = new_job_record(job_id, new, now)
@@ -329,6 +333,7 @@ class SQLiteStore:
             waiting = {
                 q: (s, r) for q, s, r in conn.execute(_Q["stats_waiting"], {"now": _ts(now)})
             }
+            limits = self._limit_usage(conn, now)
         finally:
             conn.execute("COMMIT")
         per_queue: dict[str, dict[str, int]] = {}
@@ -351,15 +356,18 @@ class SQLiteStore:
                 for name, c in sorted(per_queue.items())
             },
             finished_last_minute=finished,
+            limits={status.queue: status for status in limits},
         )
 
     def batch_status(self, batch: str) -> BatchStatus:
         rows = self._conn().execute(_Q["batch_counts"], {"batch": batch}).fetchall()
         return BatchStatus(batch, {state: count for state, count in sorted(rows)})
 
-    def next_run_in(self, queues: Sequence[str], now: datetime | None = None) -> float | None:
+    def next_run_in(
+        self, queues: Sequence[str], now: datetime | None = None, group: str | None = None
+    ) -> float | None:
         now_ts = _ts(now or utcnow())
-        params = {"queues": json.dumps(list(queues)), "now": now_ts}
+        params = {"queues": json.dumps(list(queues)), "now": now_ts, "group": group}
         value = self._conn().execute(_Q["next_run_at"], params).fetchone()[0]
         return None if value is None else max(0.0, value - now_ts)
 
@@ -376,20 +384,30 @@ class SQLiteStore:
     ) -> list[Job]:
         if limit <= 0 or not queues:
             return []
-        now = now or utcnow()  # one machine, one clock: the file's users share it
-        params = {
-            # Named twice, a queue would be scanned twice and its jobs counted twice.
-            "queues": json.dumps(list(dict.fromkeys(queues))),
-            "limit": limit,
-            "worker": worker,
-            "token": secrets.token_hex(16),
-            "lease_expires_at": _ts(now + lease),
-            "now": _ts(now),
-            "group": group,
-        }
+        # Named twice, a queue would be scanned twice and its jobs counted twice.
+        names = json.dumps(list(dict.fromkeys(queues)))
+        token = secrets.token_hex(16)
         with self._write() as conn:
-            jobs = [_row_to_job(r) for r in conn.execute(_Q["job_claim"], params)]
-            self._record(conn, "claim", [j.id for j in jobs], _ts(now))
+            # One machine, one clock: the file's users share it. Read under the
+            # write lock, so that claims' clocks run in commit order and a rate's
+            # window is never judged by a moment older than a start it counts.
+            when = now or utcnow()
+            params = {
+                "queues": names,
+                "limit": limit,
+                "worker": worker,
+                "token": token,
+                "lease_expires_at": _ts(when + lease),
+                "now": _ts(when),
+                "group": group,
+            }
+            limited = conn.execute(_Q["limit_any"], {"queues": names}).fetchone() is not None
+            if not limited:  # the plain claim, as if limits did not exist
+                jobs = [_row_to_job(r) for r in conn.execute(_Q["job_claim"], params)]
+            else:
+                jobs = [_row_to_job(r) for r in conn.execute(_Q["job_claim_limited"], params)]
+                self._record_starts(conn, names, [j.id for j in jobs], _ts(when))
+            self._record(conn, "claim", [j.id for j in jobs], _ts(when))
         # RETURNING order is unspecified: hand jobs out in claim order.
         jobs.sort(key=lambda j: (-j.priority, j.id))
         return jobs
@@ -764,6 +782,81 @@ class SQLiteStore:
     def queue_delete(self, queue: str) -> None:
         with self._write() as conn:
             conn.execute(_Q["queue_delete"], {"name": queue})
+
+    # --- flow control: rate and concurrency limits --------------------------------
+
+    def _record_starts(
+        self, conn: sqlite3.Connection, queues: str, ids: list[int], now_ts: float
+    ) -> None:
+        """A limited claim's bookkeeping: its starts, for the rates, and the starts that expired."""
+        if ids:
+            conn.execute(_Q["limit_record_starts"], {"ids": json.dumps(ids), "now": now_ts})
+        params = {"queues": queues, "now": now_ts, "slack": LIMIT_SLACK_SECONDS}
+        conn.execute(_Q["limit_prune_starts"], params)
+
+    def limit_set(
+        self, queue: str, limit: Limit | None, per_key: bool, now: datetime
+    ) -> QueueLimits | None:
+        rate = limit.rate if limit is not None else None
+        params = {
+            "queue": queue,
+            "scope": "key" if per_key else "queue",
+            "rate": rate.count if rate is not None else None,
+            "per": rate.per if rate is not None else None,
+            "concurrency": limit.concurrency if limit is not None else None,
+            "now": _ts(now),
+        }
+        with self._write() as conn:
+            conn.execute(_Q["limit_set"], params)
+            conn.execute(_Q["limit_forget_empty"], {"queue": queue, "now": _ts(now)})
+            row = conn.execute(_Q["limit_get"], {"queue": queue}).fetchone()
+        return None if row is None else limits_of_row(row, _dt)
+
+    def limit_get(self, queue: str) -> QueueLimits | None:
+        row = self._conn().execute(_Q["limit_get"], {"queue": queue}).fetchone()
+        return None if row is None else limits_of_row(row, _dt)
+
+    def limit_throttle(
+        self, queue: str, limit_key: str | None, seconds: float, now: datetime | None = None
+    ) -> datetime:
+        with self._write() as conn:
+            when = now or utcnow()
+            params = {
+                "queue": queue,
+                "key": limit_key,
+                "until": _ts(when + timedelta(seconds=seconds)),
+                "now": _ts(when),
+            }
+            if seconds <= 0:  # lift it
+                conn.execute(_Q["limit_lift_queue" if limit_key is None else "limit_lift_key"],
+                             params)  # fmt: skip
+                conn.execute(_Q["limit_forget_empty"], params)
+                return when
+            if limit_key is None:
+                until = conn.execute(_Q["limit_throttle_queue"], params).fetchone()[0]
+            else:
+                conn.execute(_Q["limit_ensure"], params)
+                until = conn.execute(_Q["limit_throttle_key"], params).fetchone()[0]
+        return _dt_required(until)
+
+    def _limit_usage(self, conn: sqlite3.Connection, now: datetime) -> list[LimitStatus]:
+        rows = conn.execute(_Q["limit_usage"], {"now": _ts(now)}).fetchall()
+        return [limit_status(limits_of_row(row[:8], _dt), now, *row[8:]) for row in rows]
+
+    def limit_status(self, now: datetime) -> list[LimitStatus]:
+        conn = self._conn()
+        conn.execute("BEGIN")  # one read transaction: every figure of one moment
+        try:
+            return self._limit_usage(conn, now)
+        finally:
+            conn.execute("COMMIT")
+
+    def limit_prune(self, now: datetime) -> None:
+        params = {"now": _ts(now), "slack": LIMIT_SLACK_SECONDS}
+        with self._write() as conn:
+            conn.execute(_Q["limit_prune_all_starts"], params)
+            conn.execute(_Q["limit_prune_throttles"], params)
+            conn.execute(_Q["limit_prune_rows"], params)
 
 
 @contextmanager
