@@ -12,13 +12,18 @@ T = TypeVar("T")
 DEADLINE = 10.0
 
 
-def wait_until(condition: Callable[[], T], timeout: float = DEADLINE, interval: float = 0.005) -> T:
-    """Poll ``condition`` until it returns something truthy; fail after ``timeout``."""
+def wait_until(
+    condition: Callable[[], T],
+    timeout: float = DEADLINE,
+    what: str = "condition met",
+    interval: float = 0.005,
+) -> T:
+    """Poll ``condition`` until it is truthy; after ``timeout``, fail saying ``what``."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
+            raise AssertionError(f"not within {timeout}s: {what}")
         time.sleep(interval)
