@@ -7,8 +7,9 @@
 For each backend, on fresh databases:
 
 - Spark enqueue: a DataFrame of ``--rows`` rows (an id used as the key column,
-  two task arguments) written with ``format("conveyor")``, atomic (staged,
-  then moved in one transaction);
+  two task arguments; ``excludeColumns`` keeps the key out of the arguments,
+  so the jobs are the store enqueue's) written with ``format("conveyor")``,
+  atomic (staged, then moved in one transaction);
 - store enqueue_many: the same jobs through ``Store.job_insert_many`` in
   batches of 10,000, payloads encoded in the timed loop as a producer would;
 - Spark read: every column of every job, ``format("conveyor")`` into Spark's
@@ -49,6 +50,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from conveyor.job import NewJob
+from conveyor.spark.options import Options
 from conveyor.spark.reader import ROWS_PER_PARTITION, ConveyorReader, IdRange
 from conveyor.spark.source import TABLES, struct_of
 from conveyor.store.dsn import open_store
@@ -149,6 +151,7 @@ def spark_enqueue(spark: Any, dsn: str, rows: int) -> int:
         .option("dsn", dsn)
         .option("task", "resize")
         .option("keyColumn", "id")
+        .option("excludeColumns", "id")
         .mode("append")
         .save()
     )
@@ -201,7 +204,8 @@ def write_phases(dsn: str, rows: int) -> tuple[Result, Result]:
             StructField("size", IntegerType()),
         ]
     )
-    plan = WritePlan.from_options(schema, {"task": "resize", "keyColumn": "id"})
+    options = Options({"task": "resize", "keyColumn": "id", "excludeColumns": "id"}, "write")
+    plan = WritePlan.from_options(schema, options)
     writer = ConveyorWriter(dsn, plan)
 
     def batches() -> Any:
@@ -239,7 +243,7 @@ class OneBatchReader(DataSourceReader):
         return [InputPartition(i) for i in range(self.count)]
 
     def read(self, partition: InputPartition) -> Any:
-        reader = ConveyorReader(self.dsn, "jobs", TABLES["jobs"], {})
+        reader = ConveyorReader(self.dsn, "jobs", TABLES["jobs"], Options({}, "read"))
         batch = next(iter(reader.read(InputPartition(IdRange(1, STORE_BATCH + 1)))))
         for _ in range(self.rows // self.count // batch.num_rows):
             yield batch

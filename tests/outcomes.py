@@ -1,11 +1,12 @@
-"""Shorthands for tests that end jobs through ``Store.job_finish``."""
+"""Shorthands for tests: ending jobs through ``Store.job_finish``, recording periodic ticks."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
 
-from conveyor.store.base import Finish, Lease
+from conveyor.job import NewJob
+from conveyor.store.base import Finish, Lease, Store
 
 
 def Failure(  # named like the record it builds
@@ -23,3 +24,8 @@ def released(leases: Iterable[Lease]) -> list[Finish]:
 
 def cancelled(leases: Iterable[Lease]) -> list[Finish]:
     return [Finish.cancelled(lease.id, lease.token) for lease in leases]
+
+
+def record_tick(store: Store, task: str, tick: datetime) -> None:
+    """Record ``tick`` as periodic task ``task``'s last, the way maintenance does (with its job)."""
+    store.periodic_enqueue(task, tick, NewJob("default", task, "[]", "{}", tick), tick)

@@ -6,10 +6,10 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -17,8 +17,6 @@ from conveyor import App, FixedBackoff, JobState, LeaseLostError
 from conveyor.job import utcnow
 from conveyor.store.postgres import listener as pg_listener
 from conveyor.worker.consume import ConsumedJob
-
-T = TypeVar("T")
 
 DEADLINE = 10.0
 
@@ -34,15 +32,6 @@ def sqlite_app(tmp_path: Path) -> Iterator[App]:
     with App(f"sqlite:///{tmp_path / 'jobs.db'}") as application:
         application.migrate()
         yield application
-
-
-def wait_until(condition: Callable[[], T], timeout: float = DEADLINE) -> T:
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(0.005)
-    return value
 
 
 def kinds(app: App, job_id: int) -> list[str]:

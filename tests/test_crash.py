@@ -31,6 +31,7 @@ from conveyor import App, Job, JobState
 from conveyor.store.base import JobFilter
 from conveyor.store.dsn import sqlite_path
 from pg_server import PgServer
+from waiting import wait_until
 
 #: Whole processes started and killed: left out of the fast inner loop.
 pytestmark = pytest.mark.slow
@@ -41,18 +42,6 @@ TESTS_DIR = Path(__file__).resolve().parent
 
 
 # --- helpers ---------------------------------------------------------------------------
-
-
-def wait_until(condition: Callable[[], T], timeout: float, what: str, interval: float = 0.02) -> T:
-    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout}s: {what}")
-        time.sleep(interval)
 
 
 def pid_of(worker_id: str | None) -> int | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -19,10 +20,13 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
+import conveyor.web.server
 from conveyor import App
-from conveyor.job import JobState
+from conveyor.job import JobState, utcnow
+from conveyor.store.base import Finish, Lease
 from dashboard_seed import SCRIPT_PAYLOAD, Seeded, seed
 from dashboard_server import serve
+from outcomes import Failure, record_tick
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -106,7 +110,7 @@ def test_overview_shows_the_queues_and_workers(
             assert names == ["mail", "media", "reports", "web"]
             reports = rows[names.index("reports")].text
             assert "1" in reports.split()  # one failed, one running
-            workers = browser.find_element(By.XPATH, "//h2[text()='Workers']/..").text
+            workers = browser.find_element(By.XPATH, "//h2[text()='Workers']/../..").text
             assert "build-01" in workers and "4242" in workers
             # The chart of the last hour has bars for the jobs that finished.
             assert browser.find_elements(By.CSS_SELECTOR, "svg.chart rect.bar-succeeded")
@@ -140,7 +144,7 @@ def test_failed_job_traceback_and_retry(
         wait_for(browser, ".notice")
         shoot("retried-job")
         assert browser.find_element(By.CSS_SELECTOR, ".notice").text == "Job queued again."
-        assert browser.find_element(By.CSS_SELECTOR, "h1 .badge").text == "queued"
+        assert browser.find_element(By.CSS_SELECTOR, "h1 .badge").text == "ready"
         assert app.get(ids.failed_id).state == JobState.QUEUED
         assert console_errors(browser) == []
 
@@ -240,3 +244,227 @@ def test_token_login_sets_a_cookie_the_browser_sends_back(
         shoot("retried-with-token")
         assert app.get(ids.failed_id).state == JobState.QUEUED
         browser.delete_all_cookies()
+
+
+# --- operators' views and actions ----------------------------------------------------------------
+
+PHONE_WIDTH = 375
+
+
+@pytest.fixture
+def quick_refresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Live parts refreshed every second instead of five, so waiting for one stays short."""
+    monkeypatch.setattr(conveyor.web.server, "REFRESH_SECONDS", 1)
+
+
+def failed_jobs(app: App, queue: str, n: int, error: str = "ValueError: refused") -> list[int]:
+    ids = [app.enqueue("send", [i], queue=queue, max_attempts=1).id for i in range(n)]
+    now = utcnow()
+    for job in app.store.job_claim([queue], n, "w", timedelta(seconds=30), now):
+        app.store.job_finish([Failure(job.id, job.lease_token or "", error, now)], now)
+    return ids
+
+
+def notice_text(browser: WebDriver) -> str:
+    wait_for(browser, ".notice")
+    return str(browser.find_element(By.CSS_SELECTOR, ".notice").text)
+
+
+def test_usable_at_375_pixels_and_dark_when_the_system_is(
+    browser: WebDriver, seeded: tuple[App, Seeded], shoot: Callable[[str], Path]
+) -> None:
+    app, ids = seeded
+    retried = failed_jobs(app, "billing", 1)[0]
+    app.retry(retried)
+    browser.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": PHONE_WIDTH, "height": 812, "deviceScaleFactor": 1, "mobile": True},
+    )
+    try:
+        with serve(app) as base:
+            for name, path in (
+                ("phone-overview", "/"),
+                ("phone-jobs", "/jobs"),
+                ("phone-job", f"/jobs/{ids.running_id}"),
+                ("phone-workers", "/workers"),
+            ):
+                browser.get(base + path)
+                wait_for(browser, "main .panel")
+                shoot(name)
+                width = browser.execute_script("return document.documentElement.scrollWidth")
+                assert width <= PHONE_WIDTH, (path, width)
+                # Every button and link to act with lies on the screen, not off its edge.
+                off = browser.execute_script(
+                    """
+                    return [...document.querySelectorAll("main button, main a.button")]
+                      .filter(e => e.getBoundingClientRect().right > window.innerWidth + 1)
+                      .map(e => e.textContent);
+                    """
+                )
+                assert off == [], (path, off)
+            browser.execute_cdp_cmd(
+                "Emulation.setEmulatedMedia",
+                {"features": [{"name": "prefers-color-scheme", "value": "dark"}]},
+            )
+            browser.get(base + "/")
+            wait_for(browser, "table.queues")
+            shoot("phone-overview-dark")
+            background = browser.execute_script(
+                "return getComputedStyle(document.body).backgroundColor"
+            )
+            assert background == "rgb(18, 21, 28)"
+            assert console_errors(browser) == []
+    finally:
+        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+        browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+
+
+def test_tick_jobs_in_a_list_and_retry_or_delete_them(
+    browser: WebDriver, seeded: tuple[App, Seeded], shoot: Callable[[str], Path]
+) -> None:
+    app, _ = seeded
+    mail = failed_jobs(app, "outbox", 3)
+    with serve(app) as base:
+        browser.get(base + "/jobs?state=failed&queue=outbox")
+        wait_for(browser, "table.jobs")
+        for job_id in mail[:2]:
+            browser.find_element(By.CSS_SELECTOR, f"input[name=id][value='{job_id}']").click()
+        shoot("ticked")
+        browser.find_element(By.CSS_SELECTOR, "button[value=retry]").click()
+        assert notice_text(browser) == "Jobs queued again: 2."
+        assert [app.get(i).state for i in mail] == [JobState.QUEUED] * 2 + [JobState.FAILED]
+        # The header box ticks every job shown; Delete asks first.
+        browser.get(base + "/jobs?queue=outbox")
+        wait_for(browser, "input[data-select-all]")
+        browser.find_element(By.CSS_SELECTOR, "input[data-select-all]").click()
+        ticked = browser.find_elements(By.CSS_SELECTOR, "input[name=id]:checked")
+        assert len(ticked) == 3
+        browser.find_element(By.CSS_SELECTOR, "button[value=delete]").click()
+        alert = browser.switch_to.alert
+        assert "Delete the ticked jobs" in alert.text
+        alert.accept()
+        assert notice_text(browser) == "Jobs deleted: 3."
+        assert app.jobs(queue="outbox") == []
+        assert console_errors(browser) == []
+
+
+def test_act_on_every_matching_job_after_seeing_the_count(
+    browser: WebDriver, seeded: tuple[App, Seeded], shoot: Callable[[str], Path]
+) -> None:
+    app, _ = seeded
+    timeouts = failed_jobs(app, "outbox", 3, "TimeoutError: relay slow")
+    failed_jobs(app, "outbox", 2, "ValueError: refused")
+    with serve(app) as base:
+        browser.get(base + "/jobs?state=failed&error=timeout")
+        wait_for(browser, "table.jobs")
+        browser.find_element(By.LINK_TEXT, "Retry…").click()
+        wait_for(browser, "#confirm-count")
+        shoot("confirm-retry")
+        assert browser.find_element(By.ID, "confirm-count").text.startswith(
+            "3 of them will be queued again"
+        )
+        browser.find_element(By.XPATH, "//button[text()='Retry 3 job(s)']").click()
+        assert notice_text(browser) == "Jobs queued again: 3."
+        assert sorted(j.id for j in app.jobs(state="ready", queue="outbox")) == timeouts
+
+
+def test_job_page_and_job_list_update_live(
+    browser: WebDriver,
+    seeded: tuple[App, Seeded],
+    shoot: Callable[[str], Path],
+    quick_refresh: None,
+) -> None:
+    app, ids = seeded
+    running = app.get(ids.running_id)
+    lease = Lease(running.id, running.lease_token or "")
+    with serve(app) as base:
+        browser.get(f"{base}/jobs/{running.id}")
+        wait_for(browser, "#job-progress")
+        assert "40 %" in browser.find_element(By.ID, "job-progress").text
+        marker = browser.execute_script("return window.performance.timeOrigin")
+        app.store.job_progress(lease, 0.7, "page 7 of 10", utcnow())
+        WebDriverWait(browser, 10).until(
+            lambda d: "70 %" in d.find_element(By.ID, "job-progress").text
+        )
+        app.store.job_finish([Finish.complete(running.id, lease.token, '"done"')], utcnow())
+        WebDriverWait(browser, 10).until(
+            lambda d: d.find_element(By.CSS_SELECTOR, "h1 .badge").text == "succeeded"
+        )
+        assert '"done"' in browser.find_element(By.ID, "job-result").text
+        assert "succeeded" in browser.find_element(By.CSS_SELECTOR, "table.events").text
+        assert browser.execute_script("return window.performance.timeOrigin") == marker
+        shoot("job-live")
+
+        browser.get(base + "/jobs?queue=live")
+        wait_for(browser, ".pager")
+        first = app.enqueue("t", [1], queue="live").id
+        WebDriverWait(browser, 10).until(lambda d: d.find_elements(By.LINK_TEXT, str(first)))
+        # Ticked jobs hold the list still: what the user picked does not move under them.
+        browser.find_element(By.CSS_SELECTOR, f"input[name=id][value='{first}']").click()
+        second = app.enqueue("t", [2], queue="live").id
+        WebDriverWait(browser, 10).until(
+            lambda d: (
+                "paused while jobs are ticked" in d.find_element(By.CSS_SELECTOR, ".live-note").text
+            )
+        )
+        assert not browser.find_elements(By.LINK_TEXT, str(second))
+        browser.find_element(By.CSS_SELECTOR, f"input[name=id][value='{first}']").click()
+        WebDriverWait(browser, 10).until(lambda d: d.find_elements(By.LINK_TEXT, str(second)))
+        assert browser.execute_script("return window.performance.timeOrigin") != marker
+        assert console_errors(browser) == []
+
+
+def test_retrying_job_run_now_and_a_dead_workers_jobs_taken_back(
+    browser: WebDriver, seeded: tuple[App, Seeded], shoot: Callable[[str], Path]
+) -> None:
+    app, ids = seeded
+    job = app.enqueue("charge", [1], queue="billing", max_attempts=3)
+    now = utcnow()
+    (held,) = app.store.job_claim(["billing"], 1, "w", timedelta(seconds=30), now)
+    later = now + timedelta(hours=1)
+    app.store.job_finish([Failure(held.id, held.lease_token or "", "TimeoutError", later)], now)
+    # worker-b (seeded, holding the running report) stopped checking in two minutes ago.
+    app.store.worker_beat("worker-b", 1, now - timedelta(minutes=2))
+    with serve(app) as base:
+        browser.get(f"{base}/jobs?state=retrying")
+        wait_for(browser, "table.jobs")
+        browser.find_element(By.LINK_TEXT, str(job.id)).click()
+        wait_for(browser, "#job-live h1")
+        assert browser.find_element(By.CSS_SELECTOR, "h1 .badge").text == "retrying"
+        shoot("retrying-job")
+        browser.find_element(By.XPATH, "//button[text()='Run now']").click()
+        assert notice_text(browser).startswith("Job made due now")
+        assert browser.find_element(By.CSS_SELECTOR, "h1 .badge").text == "ready"
+
+        browser.find_element(By.LINK_TEXT, "Workers").click()
+        wait_for(browser, "article.worker.dead")
+        shoot("workers-dead")
+        dead = browser.find_element(By.CSS_SELECTOR, "article.worker.dead")
+        assert "probably dead" in dead.text and str(ids.running_id) in dead.text
+        dead.find_element(By.XPATH, ".//button[starts-with(text(), 'Take back')]").click()
+        browser.switch_to.alert.accept()
+        assert notice_text(browser).startswith("Running jobs taken back (queued again")
+        # The seeded report has one attempt only: taken back, it fails for good.
+        taken = app.get(ids.running_id)
+        assert taken.state == JobState.FAILED
+        assert taken.error == "worker lost: taken back by an operator"
+        assert console_errors(browser) == []
+
+
+def test_periodic_tasks_page(
+    browser: WebDriver, seeded: tuple[App, Seeded], shoot: Callable[[str], Path]
+) -> None:
+    app, _ = seeded
+
+    @app.periodic(every=timedelta(minutes=5))
+    def refresh_cache() -> None: ...
+
+    record_tick(app.store, "refresh_cache", utcnow() - timedelta(minutes=1))
+    with serve(app) as base:
+        browser.get(base + "/")
+        browser.find_element(By.LINK_TEXT, "Periodic").click()
+        wait_for(browser, "table.periodic")
+        shoot("periodic")
+        row = browser.find_element(By.CSS_SELECTOR, "table.periodic tbody tr").text
+        assert "refresh_cache" in row and "every 5 min" in row
+        assert "1 min" in row and "ago" in row and "in " in row

@@ -53,6 +53,8 @@ def test_demo_finishes_everything_and_rescues_the_killed_workers_jobs(tmp_path: 
     assert "killed worker 1" in out and "with SIGKILL" in out
     assert "rescued all" in out
     assert f"conveyor dashboard --dsn {dsn}" in out
+    assert f"conveyor jobs list --state retrying --dsn {dsn}" in out
+    assert "scheduled 5 (reminders deferred by an hour), retrying 3" in out
     assert not (tmp_path / "not-this-one.db").exists()
 
     work = Workload(JOBS)
@@ -60,11 +62,17 @@ def test_demo_finishes_everything_and_rescues_the_killed_workers_jobs(tmp_path: 
         stats = app.stats()
         assert stats.count("running") == 0
         assert sum(stats.count(s) for s in JobState) == JOBS
-        # Only the reminders are left, deferred by an hour as designed.
-        queued = app.jobs(state="queued", limit=1000)
-        assert {j.task for j in queued} == {"send_reminder"}
-        assert len(queued) == work.reminders
-        assert all(j.run_at > utcnow() + timedelta(minutes=30) for j in queued)
+        # Only the reminders are left, deferred by an hour (scheduled), and the rate
+        # fetches, whose first attempt failed and whose next is 15 minutes away (retrying).
+        scheduled = app.jobs(state="scheduled", limit=1000)
+        assert {j.task for j in scheduled} == {"send_reminder"}
+        assert len(scheduled) == work.reminders
+        assert all(j.run_at > utcnow() + timedelta(minutes=30) for j in scheduled)
+        retrying = app.jobs(state="retrying", limit=1000)
+        assert {j.task for j in retrying} == {"fetch_rates"}
+        assert len(retrying) == work.rate_fetches
+        assert all(j.attempts == 1 and "ConnectionError" in (j.error or "") for j in retrying)
+        assert stats.count("queued") == work.reminders + work.rate_fetches
         # The declined charges failed for good, after both attempts, with a traceback.
         failed = app.jobs(state="failed", limit=1000)
         assert {j.task for j in failed} == {"charge_card"}
@@ -76,7 +84,9 @@ def test_demo_finishes_everything_and_rescues_the_killed_workers_jobs(tmp_path: 
         partner = app.jobs(task="call_partner", limit=1000)
         assert len(partner) == work.partner_calls
         assert all(j.state == JobState.SUCCEEDED and j.attempts >= 2 for j in partner)
-        assert stats.count("succeeded") == JOBS - work.reminders - work.declined_charges
+        assert stats.count("succeeded") == (
+            JOBS - work.reminders - work.declined_charges - work.rate_fetches
+        )
 
         # The killed worker's jobs: rescued, then finished by the other worker.
         events = app.store.event_since(0, 100_000)

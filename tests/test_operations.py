@@ -49,7 +49,7 @@ def complete(app: App, job: Job, at: datetime | None = None) -> None:
     assert done == [job.id]
 
 
-# --- every state visible -------------------------------------------------------------------
+# --- every state visible ---------------------------------------------------------------
 
 
 def test_ready_scheduled_and_retrying_are_told_apart(app: App) -> None:
@@ -91,7 +91,7 @@ def test_run_now_makes_scheduled_and_retrying_jobs_due(app: App) -> None:
     assert app.count_jobs(queue="q") == {"ready": 4}
 
 
-# --- bulk actions -----------------------------------------------------------------------------
+# --- bulk actions ---------------------------------------------------------------
 
 
 @pytest.fixture
@@ -179,7 +179,7 @@ def test_bulk_retry_keeps_a_key_to_one_live_job(app: App) -> None:
     assert app.get(first.id).state == JobState.FAILED
 
 
-# --- groups ---------------------------------------------------------------------------------
+# --- groups ---------------------------------------------------------------
 
 
 def test_a_groups_jobs_listed_counted_cancelled_and_taken_back(app: App) -> None:
@@ -294,7 +294,7 @@ def test_retention_by_final_state_and_by_count(dsn: str) -> None:
         App(dsn, keep_finished=-1)
 
 
-# --- enqueue with a held key --------------------------------------------------------------------
+# --- enqueue with a held key ---------------------------------------------------------------
 
 
 def test_enqueue_tells_when_a_live_job_holds_the_key(app: App) -> None:
@@ -357,3 +357,18 @@ def test_periodic_ticks_keep_the_newest(app: App) -> None:
     assert tick("cleanup", early)
     assert app.store.periodic_last_ticks() == {"report": late, "cleanup": early}
     assert sorted(j.task for j in app.jobs()) == ["cleanup", "report"]
+
+
+def test_async_twins_of_the_bulk_actions(app: App) -> None:
+    import asyncio
+
+    ids = [app.enqueue("t", [n], queue="q", delay=600).id for n in range(2)]
+
+    async def main() -> tuple[dict[str, int], int, int]:
+        counts = await app.acount_jobs(queue="q")
+        ran = await app.arun_jobs_now(ids[:1])
+        cancelled = await app.acancel_jobs(queue="q", state="scheduled")
+        return counts, ran, cancelled
+
+    assert asyncio.run(main()) == ({"scheduled": 2}, 1, 1)
+    assert app.count_jobs(queue="q") == {"ready": 1, "cancelled": 1}

@@ -10,6 +10,9 @@ import pytest
 
 from pg_server import PgServer
 
+#: Starts real PostgreSQL clusters: left out of the fast inner loop.
+pytestmark = pytest.mark.slow
+
 
 def test_pg_dsn_reaches_postgresql(pg_dsn: str) -> None:
     with psycopg.connect(pg_dsn) as conn:

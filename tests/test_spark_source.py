@@ -17,7 +17,7 @@ import psycopg
 import pyarrow as pa
 import pytest
 from pyspark.errors import AnalysisException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     IntegerType,
@@ -30,53 +30,17 @@ from pyspark.sql.types import (
 
 from conveyor.job import JobState, NewJob
 from conveyor.spark import read_table
+from conveyor.spark.options import Options
 from conveyor.spark.rows import WritePlan
 from conveyor.spark.writer import ConveyorWriter, WriteEndedError
 from conveyor.store.base import Finish, Store
+from conveyor.store.bulk import stage_prefix
 from conveyor.store.dsn import open_store, sqlite_path
 from outcomes import Failure
+from spark_helpers import all_jobs, items, leftovers, writer
 from store_fixtures import event_committed_late
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-def all_jobs(store: Store) -> list[Any]:
-    from conveyor.store.base import JobFilter
-
-    return store.job_list(JobFilter(limit=100_000))
-
-
-def leftovers(dsn: str) -> tuple[list[str], int]:
-    """Staging tables still present, and writes still open."""
-    if dsn.startswith("sqlite"):
-        conn = sqlite3.connect(sqlite_path(dsn))
-        try:
-            tables = conn.execute(
-                "SELECT name FROM sqlite_master WHERE name LIKE 'spark_stage_%'"
-            ).fetchall()
-            open_writes = conn.execute("SELECT count(*) FROM spark_writes").fetchone()[0]
-        finally:
-            conn.close()
-    else:
-        with psycopg.connect(dsn) as pg:
-            tables = pg.execute(
-                "SELECT tablename FROM pg_tables WHERE tablename LIKE 'spark_stage_%'"
-            ).fetchall()
-            open_writes = pg.execute("SELECT count(*) FROM spark_writes").fetchone()[0]  # type: ignore[index]
-    return [t[0] for t in tables], open_writes
-
-
-def writer(frame: DataFrame, dsn: str, **options: str) -> Any:
-    out = frame.write.format("conveyor").option("dsn", dsn).mode("append")
-    for name, value in options.items():
-        out = out.option(name, value)
-    return out
-
-
-def items(spark: SparkSession, count: int, partitions: int = 2) -> DataFrame:
-    return spark.range(0, count, numPartitions=partitions).selectExpr(
-        "id", "concat('img-', id) AS path", "cast(id % 5 AS int) AS size"
-    )
 
 
 # --- write = enqueue -----------------------------------------------------------
@@ -118,8 +82,20 @@ def test_write_makes_one_job_per_row_with_named_columns(
     assert jobs[2].run_at == T0
     assert jobs[1].run_at == jobs[1].created_at  # no run_at: ready when the write commits
     # Columns not named by an option are the task's keyword arguments; maps are objects.
-    assert jobs[0].kwargs == {"path": "a.png", "opts": {"w": 10}}
-    assert jobs[2].kwargs == {"path": "c.png", "opts": None}
+    # The handler is not known (no app option): the key, priority, run_at and group
+    # columns reach it too; the queue column only routes.
+    assert jobs[0].kwargs == {
+        "path": "a.png", "opts": {"w": 10}, "id": 1, "prio": 5,
+        "at": (T0 + timedelta(hours=1)).isoformat(), "grp": "g1",
+    }  # fmt: skip
+    assert jobs[2].kwargs == {
+        "path": "c.png",
+        "opts": None,
+        "id": 3,
+        "prio": -1,
+        "at": T0.isoformat(),
+        "grp": "g1",
+    }
     assert all(j.args == [] and j.state == JobState.QUEUED for j in jobs)
     for job in jobs:
         assert [e.kind for e in store.event_list(job.id)] == ["enqueued"]
@@ -196,7 +172,9 @@ def test_a_task_that_outlives_its_write_stages_nothing(dsn: str, store: Store) -
     from pyspark.sql.types import StructField
 
     schema = StructType([StructField("id", LongType()), StructField("path", StringType())])
-    plan = WritePlan.from_options(schema, {"task": "resize", "keycolumn": "id", "batchsize": "2"})
+    plan = WritePlan.from_options(
+        schema, Options({"task": "resize", "keycolumn": "id", "batchsize": "2"}, "write")
+    )
     write = ConveyorWriter(dsn, plan)
     batch = pa.RecordBatch.from_pydict({"id": [1, 2, 3], "path": ["a", "b", "c"]})
     # A task stages rows, then the driver aborts: its staging goes with the write.
@@ -219,7 +197,7 @@ def test_a_write_abandoned_by_its_driver_is_cleared_by_the_next(dsn: str, store:
 
     schema = StructType([StructField("id", LongType()), StructField("path", StringType())])
     options = {"task": "resize", "keycolumn": "id", "abandonedafterhours": "2"}
-    plan = WritePlan.from_options(schema, options)
+    plan = WritePlan.from_options(schema, Options(options, "write"))
     batch = pa.RecordBatch.from_pydict({"id": [1, 2, 3], "path": ["a", "b", "c"]})
     # Two drivers that staged rows and never committed or aborted: one three
     # hours ago (dead), one a minute ago (perhaps still running).
@@ -239,8 +217,8 @@ def test_a_write_abandoned_by_its_driver_is_cleared_by_the_next(dsn: str, store:
     fresh = ConveyorWriter(dsn, plan)
     tables, open_writes = leftovers(dsn)
     assert open_writes == 2  # running and fresh
-    assert [t for t in tables if dead.write_id in t] == []
-    assert [t for t in tables if running.write_id in t] != []
+    assert [t for t in tables if t.startswith(stage_prefix(dead.write_id))] == []
+    assert [t for t in tables if t.startswith(stage_prefix(running.write_id))] != []
     with pytest.raises(WriteEndedError):
         dead.write(iter([batch]))
     fresh.commit([fresh.write(iter([batch]))])
@@ -248,7 +226,7 @@ def test_a_write_abandoned_by_its_driver_is_cleared_by_the_next(dsn: str, store:
     running.abort([])
     assert leftovers(dsn) == ([], 0)
     with pytest.raises(ConfigurationError, match="abandonedAfterHours"):
-        WritePlan.from_options(schema, {**options, "abandonedafterhours": "0"})
+        WritePlan.from_options(schema, Options({**options, "abandonedafterhours": "0"}, "write"))
 
 
 def test_values_that_cannot_be_json_fail_naming_column_and_row(
@@ -480,7 +458,9 @@ def test_available_now_reads_nothing_written_after_it_started(dsn: str, store: S
     from conveyor.spark.stream import EventStreamReader
 
     store.job_insert_many([NewJob("q", "t", "[]", "{}", T0) for _ in range(3)], T0)
-    reader = EventStreamReader(dsn, TABLES["events"], {"maxEventsPerTrigger": "2"})
+    reader = EventStreamReader(
+        dsn, TABLES["events"], Options({"maxEventsPerTrigger": "2"}, "stream read")
+    )
     start = reader.initialOffset()
     reader.prepareForTriggerAvailableNow()
     store.job_insert_many([NewJob("q", "t", "[]", "{}", T0) for _ in range(4)], T0)
@@ -492,7 +472,9 @@ def test_available_now_reads_nothing_written_after_it_started(dsn: str, store: S
     assert reader.latestOffset(second, ReadAllAvailable()) == second
     # Without Trigger.AvailableNow the same reader moves on to the later events.
     assert (
-        EventStreamReader(dsn, TABLES["events"], {}).latestOffset(second, ReadAllAvailable())["seq"]
+        EventStreamReader(dsn, TABLES["events"], Options({}, "stream read")).latestOffset(
+            second, ReadAllAvailable()
+        )["seq"]
         == 7
     )
 

@@ -17,10 +17,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -38,23 +38,10 @@ from conveyor.store.base import Finish
 from conveyor.store.postgres import listener as pg_listener
 from conveyor.worker import Context
 from conveyor.worker.maintenance import Maintenance
-
-T = TypeVar("T")
+from waiting import wait_until
 
 #: Longest any condition in these tests may take to come true.
 DEADLINE = 10.0
-
-
-def wait_until(condition: Callable[[], T], timeout: float = DEADLINE, interval: float = 0.005) -> T:
-    """Poll ``condition`` until it returns something truthy; fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(interval)
 
 
 def kinds(app: App, job_id: int) -> list[str]:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -26,18 +26,9 @@ from conveyor.schedule import Every
 from conveyor.store.postgres import listener as pg_listener
 from conveyor.worker import Context
 from conveyor.worker.maintenance import Maintenance
+from waiting import wait_until
 
-T = TypeVar("T")
 DEADLINE = 10.0
-
-
-def wait_until(condition: Callable[[], T], timeout: float = DEADLINE) -> T:
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(0.005)
-    return value
 
 
 @pytest.fixture(autouse=True)
@@ -91,13 +82,15 @@ def test_an_idle_worker_sleeps_beside_jobs_it_may_not_claim(app: App, held_by: s
             if held_by == "busy group":
                 wait_until(lambda: app.get(head.id).state == JobState.RUNNING)
             claims = Counting(app, "job_claim")
+            time.sleep(1.2)  # past the SQLite watch's quick spell after activity
             cpu = time.process_time()
-            time.sleep(1.5)
+            time.sleep(2.0)
             cpu = time.process_time() - cpu
             release.set()
         # The fallback poll (0.5 s) and a wake or two; before, thousands a second.
-        assert claims.calls <= 8, claims.calls
-        assert cpu < 0.3, f"{cpu:.2f}s of CPU in 1.5s idle"
+        assert claims.calls <= 10, claims.calls
+        # The whole test process, idle worker and all: under 5% of a core.
+        assert cpu < 0.1, f"{cpu:.3f}s of CPU in 2s idle"
     finally:
         release.set()
 
@@ -146,7 +139,7 @@ def test_a_failing_claim_never_stops_lease_renewal(app: App) -> None:
             assert 1 <= claims.calls <= 40, claims.calls
             release.set()
             assert job.wait(timeout=DEADLINE) == "done"
-            assert worker.counts["succeeded"] == 1
+            wait_until(lambda: worker.counts["succeeded"] == 1)
     finally:
         release.set()
 

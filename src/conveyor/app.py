@@ -823,6 +823,28 @@ class App:
                 before = page[-1].id
         return total
 
+    # Async twins, run in a worker thread like the others.
+
+    async def acount_jobs(
+        self, ids: Sequence[int] | None = None, **filters: str | None
+    ) -> dict[str, int]:
+        return await asyncio.to_thread(self.count_jobs, ids, **filters)
+
+    async def aretry_jobs(self, ids: Sequence[int] | None = None, **filters: str | None) -> int:
+        return await asyncio.to_thread(_with_filters, self.retry_jobs, ids, filters)
+
+    async def acancel_jobs(self, ids: Sequence[int] | None = None, **filters: str | None) -> int:
+        return await asyncio.to_thread(_with_filters, self.cancel_jobs, ids, filters)
+
+    async def adelete_jobs(self, ids: Sequence[int] | None = None, **filters: str | None) -> int:
+        return await asyncio.to_thread(_with_filters, self.delete_jobs, ids, filters)
+
+    async def arun_jobs_now(self, ids: Sequence[int] | None = None, **filters: str | None) -> int:
+        return await asyncio.to_thread(_with_filters, self.run_jobs_now, ids, filters)
+
+    async def atake_back(self, ids: Sequence[int] | None = None, **filters: str | None) -> int:
+        return await asyncio.to_thread(_with_filters, self.take_back, ids, filters)
+
     def delete_queue(self, queue: str) -> int:
         """Delete a queue: its jobs (queued and finished) and their history, and its pause.
 
@@ -970,6 +992,13 @@ BULK_ACTIONS: dict[str, tuple[str, ...]] = {
     "take_back": ("running",),
 }
 SELECTION_FILTERS = ("state", "queue", "task", "group", "batch", "error", "worker")
+
+
+def _with_filters(
+    action: Callable[..., int], ids: Sequence[int] | None, filters: dict[str, str | None]
+) -> int:
+    """``action(ids, **filters)``: the async twins hand the filters over as one mapping."""
+    return action(ids, **filters)
 
 
 def job_selection(ids: Sequence[int] | None = None, **filters: str | None) -> JobSelection:

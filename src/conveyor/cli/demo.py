@@ -50,6 +50,7 @@ class Workload:
     declined_charges: int = 0
     device_updates: int = 0
     reminders: int = 0
+    rate_fetches: int = 0
     thumbnails: int = 0
 
     def __post_init__(self) -> None:
@@ -59,19 +60,21 @@ class Workload:
         self.declined_charges = max(5, n // 100)
         self.device_updates = max(10, min(200, n // 100))
         self.reminders = max(5, n // 100)
+        self.rate_fetches = max(3, n // 1000)
         rest = n - (
             self.reports
             + self.partner_calls
             + self.declined_charges
             + self.device_updates
             + self.reminders
+            + self.rate_fetches
         )
         if rest < 0:
             raise ConfigurationError(f"--jobs {n} is too few for the demo's mix; use 200 or more")
         self.thumbnails = rest
 
     def per_queue(self) -> dict[str, int]:
-        """Jobs each queue will finish (the deferred reminders never do during the demo)."""
+        """Jobs each queue will finish (the reminders and rate fetches wait past the demo)."""
         return {
             "images": self.thumbnails,
             "reports": self.reports,
@@ -95,6 +98,12 @@ class WorkerProcess:
 def enqueue_workload(app: App, work: Workload) -> None:
     tasks = app.tasks
     batches: list[tuple[str, Any, list[tuple[list[Any], dict[str, Any]]]]] = [
+        (
+            # First in their queue, so their first attempt is over well before the end.
+            "fetch_rates",
+            tasks["fetch_rates"].options(),
+            [([f"C{i:02d}"], {}) for i in range(work.rate_fetches)],
+        ),
         (
             "render_report",
             tasks["render_report"].options(),
@@ -249,7 +258,8 @@ def run_demo(dsn: str | None, total: int, lease: float, concurrency: int, report
             f"enqueued {work.total:,} jobs: {work.thumbnails:,} thumbnails, {work.reports} "
             f"slow reports, {work.partner_calls} flaky partner calls, {work.declined_charges} "
             f"declined charges, {work.device_updates} ordered device updates, "
-            f"{work.reminders} reminders deferred by an hour"
+            f"{work.reminders} reminders deferred by an hour, {work.rate_fetches} rate fetches "
+            "that will be retrying"
         )
         with open(log_path, "w") as log:
             workers = [start_worker(1, chosen, lease, concurrency, log)]
@@ -275,11 +285,14 @@ def run_demo(dsn: str | None, total: int, lease: float, concurrency: int, report
         _summary(app, workers, work, started)
     _report(chosen, report)
     click.echo(
-        f"\nExplore what is left: conveyor stats --dsn {chosen}\n"
-        f"                      conveyor jobs list --state failed --dsn {chosen}\n"
-        f"Open the dashboard:   conveyor dashboard --dsn {chosen}   "
-        "(then http://127.0.0.1:8080)\n"
-        f"Worker logs:          {log_path}"
+        f"\nEvery state, per queue:  conveyor stats --dsn {chosen}\n"
+        f"Waiting out a backoff:   conveyor jobs list --state retrying --dsn {chosen}\n"
+        f"  ...run them now:       conveyor jobs run-now --state retrying --dsn {chosen}\n"
+        f"Due later:               conveyor jobs list --state scheduled --dsn {chosen}\n"
+        f"Failed for good:         conveyor jobs list --state failed --dsn {chosen}\n"
+        f"Open the dashboard:      conveyor dashboard --dsn {chosen}   "
+        "(then http://127.0.0.1:8080/jobs?state=retrying)\n"
+        f"Worker logs:             {log_path}"
     )
 
 
@@ -346,6 +359,7 @@ def _supervise(
                 first.killed_at is not None
                 and finished >= goal
                 and (rescued_reported or not first.held)
+                and app.stats().count("retrying") >= work.rate_fetches
             ):
                 display.say(f"all {goal:,} jobs that were due are finished")
                 return
@@ -382,8 +396,9 @@ def _summary(app: App, workers: list[WorkerProcess], work: Workload, started: fl
     killed = workers[0]
     click.echo(
         f"\nsucceeded {stats.count('succeeded'):,}, failed for good {stats.count('failed'):,} "
-        f"(declined cards, with their tracebacks), still queued {stats.count('queued'):,} "
-        f"(reminders deferred by an hour), in {time.monotonic() - started:.1f}s"
+        f"(declined cards, with their tracebacks), scheduled {stats.count('scheduled'):,} "
+        f"(reminders deferred by an hour), retrying {stats.count('retrying'):,} (rate fetches "
+        f"whose next attempt is 15 minutes away), in {time.monotonic() - started:.1f}s"
     )
     if killed.held:
         sample = killed.held[0]
@@ -393,8 +408,9 @@ def _summary(app: App, workers: list[WorkerProcess], work: Workload, started: fl
             f"see one with: conveyor jobs show {sample} --dsn {_dsn_of(app)}"
         )
         click.echo(
-            f"(worker 1, pid {killed.pid}, stays in the list of workers until it has been "
-            "silent for a minute: a killed process cannot unregister itself)"
+            f"(worker 1, pid {killed.pid}, stays in the list of workers, marked probably dead "
+            "once silent for 30 s, until the others forget it after a minute: a killed "
+            "process cannot unregister itself)"
         )
 
 
@@ -444,4 +460,8 @@ def _report(dsn: str, wanted: bool) -> None:
 @click.option("--report/--no-report", default=True, help="Run the Spark report at the end.")
 def demo(dsn: str | None, total: int, lease: float, concurrency: int, report: bool) -> None:
     """Run a mixed workload on two workers, kill one, and watch the other recover its jobs."""
+    if dsn is None:
+        # ``conveyor --dsn X demo``: the option given before the command. ($CONVEYOR_DSN
+        # alone is not enough: the demo's own file is the default, not your database.)
+        dsn = click.get_current_context().find_root().params.get("dsn")
     run_demo(dsn, total, lease, concurrency, report)

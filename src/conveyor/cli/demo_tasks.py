@@ -6,7 +6,9 @@ Three queues with the kinds of work a real application hands to a queue:
 - ``reports``: a few slow jobs that report their progress as they go;
 - ``integrations``: calls to partners that fail once and succeed on retry,
   card charges that are declined for good, the ordered updates of one device
-  (a group: one at a time, in order), and reminders deferred by an hour.
+  (a group: one at a time, in order), reminders deferred by an hour (scheduled),
+  and rate fetches whose first attempt fails and whose next waits 15 minutes
+  (retrying).
 
 ``app`` is built on first access from ``$CONVEYOR_DSN``, so importing this
 module opens no database by itself.
@@ -23,6 +25,8 @@ from conveyor.worker import Context
 
 #: How long a deferred reminder waits: longer than the demo, so it is still queued at the end.
 REMINDER_DELAY = 3600.0
+#: The backoff of a rate fetch after its first attempt fails: it is still retrying at the end.
+RATES_BACKOFF = 900.0
 
 
 def register(app: App) -> App:
@@ -63,6 +67,13 @@ def register(app: App) -> App:
     @app.task(queue="integrations")
     def send_reminder(user: str) -> str:
         return f"reminded {user}"
+
+    # A rates service that is down: the first attempt fails, the next is 15 minutes away.
+    @app.task(queue="integrations", max_attempts=3, backoff=FixedBackoff(RATES_BACKOFF))
+    def fetch_rates(ctx: Context, currency: str) -> dict[str, Any]:
+        if ctx.attempt == 1:
+            raise ConnectionError(f"rates service unreachable for {currency}")
+        return {"currency": currency, "rate": 1.0}
 
     return app
 

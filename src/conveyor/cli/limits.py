@@ -13,7 +13,7 @@ from rich.console import RenderableType
 from rich.text import Text
 
 from conveyor.cli.options import Duration, _ParamType, dsn_option, json_option, open_app
-from conveyor.cli.output import _column, _table, console, print_json, relative
+from conveyor.cli.output import Col, console, fitted_table, print_json, relative
 from conveyor.errors import ConfigurationError
 from conveyor.job import utcnow
 from conveyor.limits import Limit, QueueLimits, parse_rate
@@ -191,15 +191,19 @@ def _fullness(status: LimitStatus) -> str:
 
 
 def limits_table(statuses: list[LimitStatus], now: datetime) -> RenderableType:
-    table = _table(title="Limits", title_justify="left")
-    for header in ("queue", "limit", "full", "per key", "keys full", "throttled", "held back"):
-        _column(table, header, justify="right" if header in ("keys full", "held back") else "left")
+    headers = ("queue", "limit", "full", "per key", "keys full", "throttled", "held back")
+    columns = [
+        Col(h, ratio=1 if h == "queue" else 0,
+            justify="right" if h in ("keys full", "held back") else "left")
+        for h in headers
+    ]  # fmt: skip
+    rows: list[list[str | Text]] = []
     for s in statuses:
         throttled = relative(s.throttled_until, now) if s.throttled_until else ""
         if s.keys_throttled:
             keys = "key" if s.keys_throttled == 1 else "keys"
             throttled = f"{throttled} ({s.keys_throttled} {keys})".strip()
-        table.add_row(
+        rows.append([
             s.queue,
             _shown(s.limit),
             _fullness(s),
@@ -209,8 +213,8 @@ def limits_table(statuses: list[LimitStatus], now: datetime) -> RenderableType:
             Text(
                 f"{s.held_back:,} of {s.ready:,} ready", style="dark_orange" if s.held_back else ""
             ),
-        )
-    return table
+        ])  # fmt: skip
+    return fitted_table(columns, rows, title="Limits")
 
 
 def limits_view(statuses: dict[str, LimitStatus]) -> RenderableType | None:

@@ -7,12 +7,14 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import click
 from rich import box
-from rich.console import Console, Group, RenderableType
+from rich.cells import cell_len
+from rich.console import Console, Group, JustifyMethod, RenderableType
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
@@ -156,7 +158,7 @@ def stats_dict(stats: Stats, workers: Sequence[WorkerInfo]) -> dict[str, Any]:
 #
 # Tables fit the terminal: every cell stays on one line (cut with an ellipsis),
 # and below WIDE columns the least needed ones are left out; the queue overview
-# is stacked, one short block per queue, below STACK_BELOW columns.
+# is stacked, one short block per queue, when its table does not fit whole.
 
 STATE_STYLE = {
     "queued": "cyan",
@@ -170,8 +172,6 @@ STATE_STYLE = {
 }
 #: From this width on, tables show every column.
 WIDE = 110
-#: Below this width the queue overview is stacked instead of a table.
-STACK_BELOW = 100
 #: Short headers of the detailed states, for the queue overview.
 SHORT = {
     "ready": "ready",
@@ -229,51 +229,122 @@ def _width() -> int:
     return console().width
 
 
-def _table(**options: Any) -> Table:
-    """A table that keeps each row on one line (cells cut with an ellipsis)."""
-    return Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, **options)
+@dataclass(frozen=True)
+class Col:
+    """A column of a fitted table: ``ratio`` 0 keeps its natural width, others share the rest."""
+
+    header: str
+    ratio: int = 0
+    min_width: int = 4
+    justify: JustifyMethod = "left"
+    style: str | None = None
 
 
-def _column(table: Table, header: str, **options: Any) -> None:
-    table.add_column(header, no_wrap=True, overflow="ellipsis", **options)
+#: Per column: one space of padding each side, and the separator (a space).
+_COLUMN_OVERHEAD = 3
+
+
+def fitted_table(
+    columns: Sequence[Col], rows: Sequence[Sequence[str | Text]], title: str | None = None
+) -> Table:
+    """A table as wide as the terminal at most, every row on one line.
+
+    rich shrinks a too-wide table by narrowing the columns it may wrap, and
+    squeezes the others to nothing when none may wrap; so each column gets its
+    width here: fixed ones their natural width, the ``ratio`` ones (queue, task,
+    error...) their share of the rest, cut with an ellipsis.
+    """
+    naturals = natural_widths(columns, rows)
+    room = _width() - _COLUMN_OVERHEAD * len(columns)
+    widths = list(naturals)
+    flexible = [i for i, col in enumerate(columns) if col.ratio]
+    if sum(widths) > room and flexible:
+        fixed = sum(w for i, w in enumerate(widths) if i not in flexible)
+        left = max(room - fixed, 0)
+        ratios = sum(columns[i].ratio for i in flexible)
+        shares = {i: left * columns[i].ratio // ratios for i in flexible}
+        # A column that needs less than its share gives the rest to the others.
+        spare = sum(shares[i] - naturals[i] for i in flexible if naturals[i] < shares[i])
+        wanting = [i for i in flexible if naturals[i] > shares[i]]
+        for i in flexible:
+            if naturals[i] <= shares[i]:
+                widths[i] = naturals[i]
+            else:
+                extra = spare * columns[i].ratio // max(sum(columns[j].ratio for j in wanting), 1)
+                widths[i] = max(columns[i].min_width, min(naturals[i], shares[i] + extra))
+    table = Table(
+        box=box.SIMPLE_HEAD, pad_edge=False, title=title, title_justify="left", show_edge=False
+    )
+    for col, width in zip(columns, widths, strict=True):
+        table.add_column(
+            col.header,
+            width=width,
+            no_wrap=True,
+            overflow="ellipsis",
+            justify=col.justify,
+            style=col.style,
+        )
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def natural_widths(columns: Sequence[Col], rows: Sequence[Sequence[str | Text]]) -> list[int]:
+    """Each column's width when nothing is cut."""
+    return [
+        max(cell_len(col.header), *(cell_len(_plain(row[i])) for row in rows), 1)
+        for i, col in enumerate(columns)
+    ]
+
+
+def fits(columns: Sequence[Col], rows: Sequence[Sequence[str | Text]]) -> bool:
+    """Whether a table shows every cell whole on the terminal."""
+    needed = sum(natural_widths(columns, rows)) + _COLUMN_OVERHEAD * len(columns)
+    return needed <= _width()
+
+
+def _plain(cell: str | Text) -> str:
+    return cell.plain if isinstance(cell, Text) else cell
 
 
 def stats_view(stats: Stats, workers: Sequence[WorkerInfo]) -> RenderableType:
     width = _width()
     now = utcnow()
-    queues: RenderableType
-    if width < STACK_BELOW:
-        queues = _stacked_queues(stats)
-    else:
-        table = _table(title="Queues", title_justify="left")
-        _column(table, "queue", ratio=2, min_width=6)
-        for state in DETAILED_STATES:
-            _column(table, state, justify="right", style=STATE_STYLE[state])
-        _column(table, "oldest ready", justify="right")
-        _column(table, "paused")
-        for name, q in stats.queues.items():
-            counts = q.detailed_counts()
-            table.add_row(
+    columns = [
+        Col("queue", ratio=1, min_width=6),
+        *(Col(state, justify="right", style=STATE_STYLE[state]) for state in DETAILED_STATES),
+        Col("oldest ready", justify="right"),
+        Col("paused"),
+    ]
+    rows: list[list[str | Text]] = []
+    for name, q in stats.queues.items():
+        counts = q.detailed_counts()
+        rows.append(
+            [
                 name,
                 *(f"{counts[state]:,}" for state in DETAILED_STATES),
                 age(q.oldest_ready_age),
                 "paused" if q.paused else "",
-            )
-        if not stats.queues:
-            table.add_row("(no jobs)", *[""] * (len(DETAILED_STATES) + 2))
-        queues = table
+            ]
+        )
+    if not stats.queues:
+        rows.append(["(no jobs)", *[""] * (len(DETAILED_STATES) + 2)])
+    # A table when it fits whole; else one short block per queue.
+    queues: RenderableType = (
+        fitted_table(columns, rows, title="Queues")
+        if fits(columns, rows)
+        else _stacked_queues(stats)
+    )
     throughput = Text(
         f"Throughput: {stats.finished_last_minute:,} jobs finished in the last minute "
         f"({stats.finished_last_minute / 60:.1f}/s)",
         no_wrap=True,
         overflow="ellipsis",
     )
-    live = _table(title=f"Workers: {len(workers)}", title_justify="left")
-    columns = ["worker", "queues", "jobs", "last seen"]
+    names = ["worker", "queues", "jobs", "last seen"]
     if width >= WIDE:
-        columns[1:1] = ["host", "pid"]
-    for column in columns:
-        _column(live, column, ratio=2 if column in ("worker", "queues") else None)
+        names[1:1] = ["host", "pid"]
+    worker_rows: list[list[str | Text]] = []
     for w in workers:
         silent = (now - w.last_seen_at).total_seconds()
         seen = age(silent) + " ago" + (" (probably dead)" if silent > SILENT_AFTER else "")
@@ -285,7 +356,12 @@ def stats_view(stats: Stats, workers: Sequence[WorkerInfo]) -> RenderableType:
             "jobs": f"{w.jobs_in_hand}/{w.concurrency}",
             "last seen": seen,
         }
-        live.add_row(*(cells[c] for c in columns))
+        worker_rows.append([cells[c] for c in names])
+    live = fitted_table(
+        [Col(c, ratio=1 if c in ("worker", "queues") else 0) for c in names],
+        worker_rows,
+        title=f"Workers: {len(workers)}",
+    )
     limits = _limits_view(stats)
     return Group(queues, *([limits] if limits is not None else []), throughput, live)
 
@@ -312,37 +388,43 @@ def _stacked_queues(stats: Stats) -> RenderableType:
     if not stats.queues:
         parts.append(Text("(no jobs)"))
     for name, q in stats.queues.items():
-        parts.append(_queue_lines(name, q))
+        parts.extend(_queue_lines(name, q))
     return Group(*parts)
 
 
-def _queue_lines(name: str, q: QueueStats) -> Text:
+def _queue_lines(name: str, q: QueueStats) -> list[Text]:
     counts = q.detailed_counts()
-    line = Text(name, style="bold", no_wrap=True, overflow="ellipsis")
+    title = Text(name, style="bold", no_wrap=True, overflow="ellipsis")
     if q.paused:
-        line.append("  paused", style="magenta")
-    line.append(f"  oldest ready {age(q.oldest_ready_age)}\n  ")
+        title.append("  paused", style="magenta")
+    title.append(f"  oldest ready {age(q.oldest_ready_age)}")
+    line = Text("  ", no_wrap=True, overflow="ellipsis")
     for state in DETAILED_STATES:
         line.append(f"{SHORT[state]} ", style="dim")
         line.append(f"{counts[state]:,}", style=STATE_STYLE[state])
         line.append("  ")
     line.rstrip()
-    return line
+    return [title, line]
 
 
 def jobs_table(jobs: Sequence[Job]) -> Table:
+    """One line per job: fixed columns at their width, queue, task and error share the rest."""
     now = utcnow()
     wide = _width() >= WIDE
-    table = _table()
-    _column(table, "id", justify="right")
-    _column(table, "queue", ratio=1, min_width=5)
-    _column(table, "task", ratio=2, min_width=6)
-    _column(table, "state")
-    _column(table, "tries", justify="right")
+    columns = [
+        Col("id", justify="right"),
+        Col("queue", ratio=1, min_width=5),
+        Col("task", ratio=2, min_width=6),
+        Col("state"),
+        Col("tries", justify="right"),
+    ]
     if wide:
-        _column(table, "created (UTC)")
-    _column(table, "next run / ended (UTC)" if wide else "when (UTC)")
-    _column(table, "error", ratio=3, min_width=8)
+        columns.append(Col("created (UTC)"))
+    columns += [
+        Col("next/ended (UTC)" if wide else "when (UTC)"),
+        Col("error", ratio=3, min_width=8),
+    ]
+    rows: list[list[str | Text]] = []
     for job in jobs:
         state = job.detailed_state(now)
         shown_at = job.finished_at
@@ -350,7 +432,7 @@ def jobs_table(jobs: Sequence[Job]) -> Table:
             shown_at = job.run_at
         elif job.state == JobState.RUNNING:
             shown_at = job.started_at
-        cells: list[RenderableType] = [
+        row: list[str | Text] = [
             str(job.id),
             job.queue,
             job.task,
@@ -358,22 +440,21 @@ def jobs_table(jobs: Sequence[Job]) -> Table:
             f"{job.attempts}/{job.max_attempts}",
         ]
         if wide:
-            cells.append(short_when(job.created_at))
-        cells += [short_when(shown_at), first_line(job.error, 200)]
-        table.add_row(*cells)
-    return table
+            row.append(short_when(job.created_at))
+        row += [short_when(shown_at), first_line(job.error, 200)]
+        rows.append(row)
+    return fitted_table(columns, rows)
 
 
 def counts_view(counts: dict[str, int]) -> Table:
     """Jobs per detailed state, and their total."""
-    table = _table()
-    _column(table, "state")
-    _column(table, "jobs", justify="right")
-    for state in DETAILED_STATES:
-        if counts.get(state):
-            table.add_row(Text(state, style=STATE_STYLE[state]), f"{counts[state]:,}")
-    table.add_row(Text("total", style="bold"), f"{sum(counts.values()):,}")
-    return table
+    rows: list[list[str | Text]] = [
+        [Text(state, style=STATE_STYLE[state]), f"{counts[state]:,}"]
+        for state in DETAILED_STATES
+        if counts.get(state)
+    ]
+    rows.append([Text("total", style="bold"), f"{sum(counts.values()):,}"])
+    return fitted_table([Col("state"), Col("jobs", justify="right")], rows)
 
 
 def job_view(job: Job, events: Sequence[Event]) -> RenderableType:
@@ -414,17 +495,24 @@ def job_view(job: Job, events: Sequence[Event]) -> RenderableType:
         label = "error:" if job.state == JobState.FAILED else "error of an earlier attempt:"
         parts.append(Text(label, style="bold red"))
         parts.append(Text(job.error.rstrip()))
-    timeline = _table(title="Events", title_justify="left")
-    for column in ("seq", "at (UTC)", "kind", "attempt", "worker", "error"):
-        _column(timeline, column, ratio=2 if column in ("worker", "error") else None)
-    for event in events:
-        timeline.add_row(
+    columns = [
+        Col("seq", justify="right"),
+        Col("at (UTC)"),
+        Col("kind"),
+        Col("attempt", justify="right"),
+        Col("worker", ratio=1, min_width=6),
+        Col("error", ratio=2, min_width=8),
+    ]
+    rows: list[list[str | Text]] = [
+        [
             str(event.seq),
             event.at.strftime("%m-%d %H:%M:%S.%f")[:-3],
             event.kind,
             str(event.attempt),
             event.worker or "",
             first_line(event.error, 200),
-        )
-    parts.extend([Text(""), timeline])
+        ]
+        for event in events
+    ]
+    parts.extend([Text(""), fitted_table(columns, rows, title="Events")])
     return Group(*parts)

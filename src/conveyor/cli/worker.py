@@ -12,9 +12,9 @@ import time
 import click
 
 from conveyor.app import App
+from conveyor.cli.logs import FORMATS, LEVELS, configure_logging
 from conveyor.cli.options import dsn_option, open_app
 from conveyor.errors import ConfigurationError
-from conveyor.logs import FORMATS, LEVELS, configure_logging
 from conveyor.store.dsn import DSN_ENV
 
 

@@ -5,14 +5,19 @@ Needs the ``spark`` extra (``pip install 'conveyor[spark]'``)::
     from conveyor.spark import register
     register(spark)
     df.write.format("conveyor").option("dsn", dsn).option("task", "resize").mode("append").save()
+    result = enqueue(df, dsn, task="resize")        # the same, and what it did
     jobs = spark.read.format("conveyor").option("dsn", dsn).option("table", "jobs").load()
     events = spark.readStream.format("conveyor").option("dsn", dsn).load()
+
+Everything here works on a classic session and under Spark Connect alike.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import sys
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 try:
@@ -24,6 +29,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
     ) from None
 
 from conveyor.spark.source import NAME, ConveyorDataSource
+from conveyor.store.bulk import WriteResult, open_bulk_store
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -31,13 +37,16 @@ if TYPE_CHECKING:
 __all__ = [
     "NAME",
     "ConveyorDataSource",
+    "WriteResult",
     "archive",
     "batch_results",
+    "enqueue",
     "read_archive",
     "read_table",
     "register",
     "report",
     "session",
+    "write_result",
 ]
 
 # Filter pushdown of Python data sources is off by default in Spark, and a
@@ -57,24 +66,78 @@ def register(spark: SparkSession) -> None:
 
 
 def session(
-    master: str = "local[*]", app_name: str = "conveyor", conf: dict[str, str] | None = None
+    master: str = "local[*]",
+    app_name: str = "conveyor",
+    conf: dict[str, str] | None = None,
+    *,
+    connect: bool = False,
 ) -> SparkSession:
     """A SparkSession with the data source registered, for scripts and notebooks.
 
     Spark's Python workers run ``python3`` from PATH unless told otherwise; this
     points them at the running interpreter, the one that has conveyor installed.
-    On a cluster, build the session your cluster needs and call ``register()``.
+    With ``connect``, the session is a Spark Connect client: of a local Connect
+    server that Spark starts for a ``local[...]`` master (as
+    ``SparkSession.builder.remote("local[2]")`` does), or of the server an
+    ``sc://host:port`` URL names. On a cluster, build the session your cluster
+    needs and call ``register()``.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.master(master).appName(app_name)
-    builder = builder.config("spark.sql.session.timeZone", "UTC")
+    builder = SparkSession.builder
+    builder = builder.remote(master) if connect else builder.master(master)
+    builder = builder.appName(app_name).config("spark.sql.session.timeZone", "UTC")
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     register(spark)
     return spark
+
+
+def enqueue(frame: DataFrame, dsn: str, **options: Any) -> WriteResult:
+    """Enqueue one job per row of ``frame`` and say what the write did.
+
+    ``options`` are those of ``df.write.format("conveyor")`` by their names
+    (``task="resize", keyColumn="image_id"``). The write gets an id of its own
+    unless ``writeId`` is given; a rerun with a ``writeId`` that was committed
+    before enqueues nothing and returns that write's result (``new`` false).
+    Returns the counts the store recorded: rows given, jobs enqueued, rows
+    skipped as duplicates.
+    """
+    names = {name.lower(): name for name in options}
+    write_id = str(options[names["writeid"]]) if "writeid" in names else secrets.token_hex(8)
+    before = write_result(dsn, write_id) if "writeid" in names else None
+    writer = frame.write.format(NAME).option("dsn", dsn).option("writeId", write_id)
+    for name, value in options.items():
+        if name.lower() != "writeid":
+            writer = writer.option(name, _option_text(value))
+    writer.mode("append").save()
+    result = write_result(dsn, write_id)
+    if result is None:  # pragma: no cover - the commit records it before save() returns
+        raise RuntimeError(f"write {write_id} left no result in the store")
+    return replace(result, new=before is None)
+
+
+def _option_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def write_result(dsn: str, write_id: str) -> WriteResult | None:
+    """What the write with this id did (rows, enqueued, skipped), or None if none committed.
+
+    A streaming sink's result is ``"stream:<query id>"``: its counts add up all
+    its micro-batches, and ``batch`` is the last one committed.
+    """
+    store = open_bulk_store(dsn)
+    try:
+        return store.bulk_write_result(write_id)
+    finally:
+        store.close()
 
 
 def read_table(
@@ -91,7 +154,8 @@ def read_table(
     (``state=["failed", "cancelled"]``), and time bounds on a timestamp column
     as ``<column>_since`` (inclusive) and ``<column>_until`` (exclusive), e.g.
     ``finished_at_since=datetime(...)``. They reach SQL through Spark's filter
-    pushdown. ``columns`` reads only those columns.
+    pushdown. ``columns`` reads only those columns (and, to filter on them, the
+    filters' own columns, which are then left out).
     """
     from pyspark.sql import functions as F
 
@@ -100,7 +164,9 @@ def read_table(
     known = {c.name: c for c in TABLES[table]} if table in TABLES else {}
     reader = spark.read.format(NAME).option("dsn", dsn).option("table", table)
     if columns is not None:
-        reader = reader.option("columns", ",".join(columns))
+        filtered = [n.rsplit("_", 1)[0] if n.endswith(_TIME_BOUNDS) else n for n in filters]
+        read = list(dict.fromkeys([*columns, *filtered]))
+        reader = reader.option("columns", ",".join(read))
     frame = reader.load()
     for name, value in filters.items():
         if name.endswith(_TIME_BOUNDS):
@@ -117,6 +183,8 @@ def read_table(
             frame = frame.where(F.col(name).isin(list(value)))
         else:
             frame = frame.where(F.col(name) == F.lit(value))
+    if columns is not None and len(read) > len(columns):
+        frame = frame.select(*columns)
     return frame
 
 

@@ -174,6 +174,9 @@ def _archived_keys(spark: SparkSession, to: str, cutoff: datetime) -> DataFrame 
 
     try:
         frame = spark.read.schema(_key_schema()).parquet(to)
+        # Under Spark Connect nothing is analysed until asked: ask now, inside
+        # the try, so that a missing archive is found here.
+        frame.schema  # noqa: B018
     except AnalysisException as exc:
         if exc.getCondition() == _MISSING_PATH:
             return None

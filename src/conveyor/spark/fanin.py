@@ -72,7 +72,9 @@ def batch_results(
     else:
         value_type = schema
         if value_type is None:
-            value_type = _infer(spark, jobs.where(F.col("result").isNotNull()).select(wrapped))
+            value_type = _infer(
+                spark, jobs.where(F.col("result").isNotNull()).select(wrapped.alias("json"))
+            )
         if value_type is None:
             # No job has a result yet: there is nothing to infer a type from.
             parsed = F.lit(None).cast("string")
@@ -83,13 +85,16 @@ def batch_results(
 
 
 def _infer(spark: SparkSession, wrapped: DataFrame) -> DataType | None:
-    """The type of ``value`` across the wrapped results, as spark.read.json infers it."""
+    """The type of ``value`` across the wrapped results, as spark.read.json infers it.
+
+    ``spark.read.json`` of a DataFrame of JSON strings: no RDD, so it works
+    under Spark Connect too.
+    """
     from pyspark.sql.types import StructType
 
-    texts = wrapped.rdd.map(lambda row: row[0])
-    if texts.isEmpty():
+    if wrapped.isEmpty():
         return None
-    inferred = spark.read.json(texts).schema
+    inferred = spark.read.json(wrapped).schema
     if not isinstance(inferred, StructType) or _WRAP_FIELD not in inferred.fieldNames():
         return None
     return inferred[_WRAP_FIELD].dataType

@@ -1,21 +1,25 @@
 """``spark.read.format("conveyor")``: jobs or events as a typed DataFrame.
 
 The table is split into id ranges read in parallel; filters Spark pushes down
-on names, states, ids and times become the SQL's WHERE clause. Rows come back
-as Arrow record batches: on SQLite built a column at a time from the cursor,
-on PostgreSQL parsed by Arrow's CSV reader straight from ``COPY ... TO STDOUT``
-(psycopg building a Python object per value was the bottleneck).
+on names, states, ids and times become conditions of the store's scan. Rows
+come back as Arrow record batches: on SQLite built a column at a time from
+the store's rows, on PostgreSQL parsed by Arrow's CSV reader straight from the
+store's ``COPY ... TO STDOUT`` (psycopg building a Python object per value was
+the bottleneck).
+
+A batch read of the events table also takes ``startingOffsets`` (``earliest``
+or a seq, the first one read) and ``endingOffsets`` (``latest`` or a seq, the
+first one not read), as Spark's Kafka source does.
 """
 
 from __future__ import annotations
 
 import contextlib
-import gc
 import io
 import itertools
 import json
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -38,27 +42,21 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import BooleanType, IntegerType, LongType, StringType
 
-from conveyor.spark.db import Backend, backend_of, postgres_connect, queries, sqlite_connect
-from conveyor.spark.source import ID_COLUMN, TABLES, Column, int_option, option
+from conveyor.errors import ConfigurationError
+from conveyor.spark.options import Options
+from conveyor.spark.source import TABLES, Column
+from conveyor.store.bulk import Scan, ScanFilter, ScanOp, backend_of, open_bulk_store
+from conveyor.store.sqlite.bulk import collector_paused
 
 ROWS_PER_PARTITION = 250_000
 MAX_PARTITIONS = 32
 FETCH_ROWS = 50_000
-_RANGE = {GreaterThan: ">", GreaterThanOrEqual: ">=", LessThan: "<", LessThanOrEqual: "<="}
-
-
-@dataclass(frozen=True, slots=True)
-class Condition:
-    """One pushed filter as SQL: a fragment with its parameters, per backend."""
-
-    sqlite: str
-    postgres: str
-    sqlite_params: tuple[Any, ...] = ()
-    postgres_params: tuple[Any, ...] = ()
-
-
-def _placeholder(backend: Backend) -> str:
-    return "?" if backend == "sqlite" else "%s"
+_RANGE: dict[type, ScanOp] = {
+    GreaterThan: ">",
+    GreaterThanOrEqual: ">=",
+    LessThan: "<",
+    LessThanOrEqual: "<=",
+}
 
 
 def arrow_type(column: Column) -> pa.DataType:
@@ -80,20 +78,20 @@ def arrow_schema(columns: Sequence[Column]) -> pa.Schema:
     return pa.schema([pa.field(c.name, arrow_type(c), c.nullable) for c in columns])
 
 
-def to_condition(column: Column, filter: Filter) -> Condition | None:
-    """The SQL of a filter on ``column``, or None when Spark must apply it itself."""
+def to_filter(column: Column, filter: Filter) -> ScanFilter | None:
+    """The store condition of a filter on ``column``, or None when Spark must apply it itself."""
     name = column.name
     kind = column.type
     if isinstance(filter, IsNull | IsNotNull):
-        sql = f"{name} IS {'NOT ' if isinstance(filter, IsNotNull) else ''}NULL"
-        return Condition(sql, sql)
+        return ScanFilter(name, "is not null" if isinstance(filter, IsNotNull) else "is null")
     numeric = isinstance(kind, LongType | IntegerType) or column.timestamp
+    op: ScanOp
     if isinstance(filter, EqualTo | EqualNullSafe):
         values: tuple[Any, ...] = (filter.value,)
         op = "="
     elif isinstance(filter, In):
         values = tuple(filter.value)
-        op = "IN"
+        op = "in"
     elif type(filter) in _RANGE and numeric:
         # Range filters on text would compare by the database's collation,
         # which need not be Spark's byte order: only numbers and times.
@@ -106,74 +104,64 @@ def to_condition(column: Column, filter: Filter) -> Condition | None:
     converted = [c for v in values if (c := _sql_value(column, v)) is not None]
     if len(converted) != len(values):
         return None
-    lite = [c[0] for c in converted]
-    pg = [c[1] for c in converted]
-    if op == "IN":
-        marks = ", ".join("?" * len(values))
-        return Condition(f"{name} IN ({marks})", f"{name} = ANY(%s)", tuple(lite), (pg,))
-    return Condition(f"{name} {op} ?", f"{name} {op} %s", (lite[0],), (pg[0],))
+    return ScanFilter(name, op, tuple(converted))
 
 
-def _sql_value(column: Column, value: Any) -> tuple[Any, Any] | None:
-    """(SQLite value, PostgreSQL value) of a filter literal, or None if of the wrong type."""
+def _sql_value(column: Column, value: Any) -> Any:
+    """A filter literal as the store takes it, or None if it is of the wrong type."""
     if column.timestamp:
         if not isinstance(value, datetime):
             return None
-        aware = value if value.tzinfo else value.replace(tzinfo=UTC)
-        return aware.timestamp(), aware
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
     kind = column.type
     if isinstance(kind, LongType | IntegerType):
         if isinstance(value, bool) or not isinstance(value, int):
             return None
-        return value, value
+        return value
     if isinstance(kind, StringType) and isinstance(value, str):
-        return value, value
+        return value
     return None
 
 
 @dataclass(frozen=True, slots=True)
 class IdRange:
-    low: int | None  # None: the table was empty when planned
+    low: int | None  # None: nothing to read
     high: int
 
 
 class ConveyorReader(DataSourceReader):
-    def __init__(
-        self, dsn: str, table: str, columns: tuple[Column, ...], options: Mapping[str, str]
-    ) -> None:
+    def __init__(self, dsn: str, table: str, columns: tuple[Column, ...], options: Options) -> None:
         self.dsn = dsn
         self.backend = backend_of(dsn)
         self.table = table
         self.columns = columns
-        self.conditions: list[Condition] = []
-        self.partition_count = int_option(options, "numPartitions", None)
-        self.trace_file = option(options, "traceFile")
+        self.filters: list[ScanFilter] = []
+        self.partition_count = options.integer("numPartitions", None)
+        self.trace_file = options.text("traceFile")
+        self.first, self.stop = _seq_bounds(table, options)
 
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
         by_name = {c.name: c for c in TABLES[self.table]}
         for item in filters:
             path: tuple[str, ...] = getattr(item, "attribute", ())
             column = by_name.get(path[0]) if len(path) == 1 else None
-            condition = None if column is None else to_condition(column, item)
+            condition = None if column is None else to_filter(column, item)
             if condition is None:
                 yield item
             else:
-                self.conditions.append(condition)
+                self.filters.append(condition)
 
     def partitions(self) -> Sequence[InputPartition]:
-        q = queries(self.backend)
-        id_column = ID_COLUMN[self.table]
-        sql = q["id_bounds"].format(id=id_column, table=self.table)
-        if self.backend == "sqlite":
-            conn = sqlite_connect(self.dsn)
-            try:
-                low, high = conn.execute(sql).fetchone()
-            finally:
-                conn.close()
-        else:
-            with postgres_connect(self.dsn) as pg:
-                low, high = pg.execute(sql).fetchone() or (None, None)
-        if low is None:
+        store = open_bulk_store(self.dsn)
+        try:
+            low, high = store.scan_id_bounds(self.table)
+        finally:
+            store.close()
+        if low is not None and high is not None:
+            low = max(low, self.first)
+            if self.stop is not None:
+                high = min(high, self.stop - 1)
+        if low is None or high is None or low > high:
             return [InputPartition(IdRange(None, 0))]
         span = high - low + 1
         count = self.partition_count or math.ceil(span / ROWS_PER_PARTITION)
@@ -188,21 +176,25 @@ class ConveyorReader(DataSourceReader):
         bounds: IdRange = partition.value
         if bounds.low is None:
             return
-        id_column = ID_COLUMN[self.table]
-        ph = _placeholder(self.backend)
-        where = [f"{id_column} >= {ph}", f"{id_column} < {ph}"]
-        params: list[Any] = [bounds.low, bounds.high]
-        for condition in self.conditions:
-            if self.backend == "sqlite":
-                where.append(condition.sqlite)
-                params.extend(condition.sqlite_params)
-            else:
-                where.append(condition.postgres)
-                params.extend(condition.postgres_params)
-        if self.backend == "sqlite":
-            yield from self._read_sqlite(" AND ".join(where), params)
-        else:
-            yield from self._read_postgres(" AND ".join(where), params)
+        store = open_bulk_store(self.dsn)
+        try:
+            scan = store.scan(
+                self.table,
+                [c.name for c in self.columns],
+                bounds.low,
+                bounds.high,
+                self.filters,
+                FETCH_ROWS,
+            )
+            # The chunks are closed before the store: a read Spark stops early
+            # (a limit) must not leave a cursor on a closed connection.
+            with contextlib.closing(scan.chunks):
+                if self.backend == "sqlite":
+                    yield from self._from_rows(scan)
+                else:
+                    yield from self._from_csv(scan)
+        finally:
+            store.close()
 
     def _trace(self, sql: str, params: Sequence[Any], rows: int) -> None:
         """With option traceFile: append each statement and how many rows it returned."""
@@ -212,23 +204,12 @@ class ConveyorReader(DataSourceReader):
         with open(self.trace_file, "a", encoding="utf-8") as out:
             out.write(json.dumps(entry) + "\n")
 
-    def _read_sqlite(self, where: str, params: list[Any]) -> Iterator[pa.RecordBatch]:
-        sql = queries("sqlite")["read_range"].format(
-            columns=", ".join(c.name for c in self.columns) or "1",
-            table=self.table,
-            where=where,
-            id=ID_COLUMN[self.table],
-        )
+    def _from_rows(self, scan: Scan) -> Iterator[pa.RecordBatch]:
         schema = arrow_schema(self.columns)
-        conn = sqlite_connect(self.dsn)
         total = 0
         try:
-            cursor = conn.execute(sql, params)
-            while True:
-                with _collector_paused():
-                    rows = cursor.fetchmany(FETCH_ROWS)
-                    if not rows:
-                        break
+            for rows in scan.chunks:
+                with collector_paused():
                     total += len(rows)
                     batch = (
                         pa.RecordBatch.from_arrays(
@@ -244,84 +225,76 @@ class ConveyorReader(DataSourceReader):
                     del rows  # freed before Spark takes the batch
                 yield batch
         finally:
-            conn.close()
-            self._trace(sql, params, total)
+            self._trace(scan.sql, scan.params, total)
 
-    def _read_postgres(self, where: str, params: list[Any]) -> Iterator[pa.RecordBatch]:
+    def _from_csv(self, scan: Scan) -> Iterator[pa.RecordBatch]:
         import pyarrow.csv as pacsv
 
-        exprs = [_pg_select(c) for c in self.columns] or ["1"]
-        sql = queries("postgres")["read_range"].format(
-            columns=", ".join(exprs), table=self.table, where=where, id=ID_COLUMN[self.table]
-        )
         read_types = {c.name: _pg_csv_type(c) for c in self.columns}
         names = [c.name for c in self.columns] or ["one"]
         schema = arrow_schema(self.columns)
         total = 0
-        with postgres_connect(self.dsn) as pg:
-            cursor = pg.cursor()
-            with cursor.copy(sql, params) as copy:
-                chunks = iter(copy)
-                first = next(chunks, None)
-                if first is None:
-                    # An empty range: Arrow's CSV reader refuses an empty input.
-                    self._trace(sql, params, 0)
-                    return
-                reader = pacsv.open_csv(
-                    _CopyStream(itertools.chain([first], chunks)),
-                    read_options=pacsv.ReadOptions(
-                        column_names=names, block_size=8 << 20, use_threads=False
-                    ),
-                    parse_options=pacsv.ParseOptions(newlines_in_values=True),
-                    convert_options=pacsv.ConvertOptions(
-                        column_types=read_types,
-                        null_values=[""],
-                        strings_can_be_null=True,
-                        quoted_strings_can_be_null=False,
-                        true_values=["t"],
-                        false_values=["f"],
-                    ),
-                )
-                for batch in reader:
-                    total += batch.num_rows
-                    if not self.columns:
-                        yield pa.RecordBatch.from_arrays([], schema=schema, num_rows=batch.num_rows)
-                        continue
-                    yield pa.RecordBatch.from_arrays(
-                        [
-                            _timestamps(batch.column(i)) if c.timestamp else batch.column(i)
-                            for i, c in enumerate(self.columns)
-                        ],
-                        schema=schema,
-                    )
-        self._trace(sql, params, total)
+        first = next(scan.chunks, None)
+        if first is None:
+            # An empty range: Arrow's CSV reader refuses an empty input.
+            self._trace(scan.sql, scan.params, 0)
+            return
+        reader = pacsv.open_csv(
+            _CopyStream(itertools.chain([first], scan.chunks)),
+            read_options=pacsv.ReadOptions(
+                column_names=names, block_size=8 << 20, use_threads=False
+            ),
+            parse_options=pacsv.ParseOptions(newlines_in_values=True),
+            convert_options=pacsv.ConvertOptions(
+                column_types=read_types,
+                null_values=[""],
+                strings_can_be_null=True,
+                quoted_strings_can_be_null=False,
+                true_values=["t"],
+                false_values=["f"],
+            ),
+        )
+        for batch in reader:
+            total += batch.num_rows
+            if not self.columns:
+                yield pa.RecordBatch.from_arrays([], schema=schema, num_rows=batch.num_rows)
+                continue
+            yield pa.RecordBatch.from_arrays(
+                [
+                    _timestamps(batch.column(i)) if c.timestamp else batch.column(i)
+                    for i, c in enumerate(self.columns)
+                ],
+                schema=schema,
+            )
+        self._trace(scan.sql, scan.params, total)
 
 
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cycle collector off while a batch is fetched and converted.
+def _seq_bounds(table: str, options: Options) -> tuple[int, int | None]:
+    """(first seq read, first seq not read or None) from startingOffsets and endingOffsets."""
+    starting = (options.text("startingOffsets") or "earliest").strip().lower()
+    ending = (options.text("endingOffsets") or "latest").strip().lower()
+    if table != "events" and ("startingOffsets" in options or "endingOffsets" in options):
+        raise ConfigurationError(
+            "options startingOffsets and endingOffsets apply to the events table; filter jobs "
+            "with .where() on id"
+        )
+    if starting == "latest":
+        raise ConfigurationError(
+            'a batch read cannot start at "latest" (it would read nothing): use "earliest" or a seq'
+        )
+    first = 0 if starting == "earliest" else _seq(options, "startingOffsets", "earliest")
+    stop = None if ending == "latest" else _seq(options, "endingOffsets", "latest")
+    return first, stop
 
-    A fetch makes a tuple per row and an object per value, none of them in a
-    cycle, yet each 700 allocations start a collection that walks them all:
-    a fifth of a partition's read time. Back on before the batch is yielded.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
+
+def _seq(options: Options, name: str, word: str) -> int:
     try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def _pg_select(column: Column) -> str:
-    if column.timestamp:
-        # Microseconds since the epoch: Arrow's CSV reader parses an integer far
-        # faster than a timestamptz with its zone suffix.
-        return f"(extract(epoch from {column.name}) * 1000000)::int8"
-    if column.name in ("args", "kwargs", "result"):
-        return f"{column.name}::text"
-    return column.name
+        return options.integer(name, None, minimum=0) or 0
+    except ConfigurationError:
+        raise ConfigurationError(
+            f'option {name} must be "{word}" or a seq (an event number, 0 or more), got '
+            f"{options.text(name)!r}"
+        ) from None
 
 
 def _pg_csv_type(column: Column) -> pa.DataType:

@@ -1,13 +1,25 @@
 """From a DataFrame's rows (Arrow record batches) to the columns of new jobs.
 
-Names are checked a column at a time with Arrow compute (a million keys would
+The plan is made once, on the driver, before anything is written: which column
+fills which job field, which columns become the handler's keyword arguments,
+the defaults each task declared. Everything that can be refused there is
+refused there. Rows are then turned into jobs a batch at a time in the tasks:
+names are checked a column at a time with Arrow compute (a million keys would
 cost a second through ``validate_name`` one by one); payloads are encoded to
 JSON row by row, the one step that has to touch every value in Python.
+
+How values become JSON: strings, numbers, booleans and nulls as they are;
+timestamps and dates as ISO 8601 text; decimals as a string of their exact
+digits (``"12.50"``: a JSON number would reach the handler as a float and lose
+them; ``Decimal(value)`` gives them back); arrays as arrays; structs and maps
+as objects (an empty map is ``{}``; map keys become strings). Binary, NaN and
+infinity cannot be JSON and fail the write naming the column and the row.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -39,7 +51,8 @@ from conveyor.job import (
     validate_name,
     validate_priority,
 )
-from conveyor.spark.source import bool_option, int_option, option
+from conveyor.spark.declarations import TaskDeclaration, is_keyword_name
+from conveyor.spark.options import Options
 
 DEFAULT_QUEUE = "default"
 DEFAULT_MAX_ATTEMPTS = 3
@@ -58,98 +71,201 @@ _COLUMN_OPTIONS = {
     "args": "argsColumn",
     "kwargs": "kwargsColumn",
 }
+#: Fields whose columns are data a handler may want too: they are also passed as
+#: keyword arguments, when the handler takes a parameter of the column's name
+#: (or always, when the handler is not known), unless excludeColumns names them.
+_DATA_FIELDS = ("key", "group", "batch", "priority", "run_at")
+#: The kwarg_columns entry of tasks the write has no declaration for.
+ANY_TASK = ""
 
 
 @dataclass(frozen=True, slots=True)
 class WritePlan:
     """How the rows of a DataFrame become jobs: checked on the driver, pickled to the tasks."""
 
-    queue: str
     task: str | None
     columns: dict[str, str]  # job field -> DataFrame column
-    kwarg_columns: tuple[str, ...]
-    map_columns: frozenset[str] = field(default_factory=frozenset)
+    #: Columns that become keyword arguments, by task name (ANY_TASK: a task not declared).
+    kwarg_columns: dict[str, tuple[str, ...]]
+    #: The Spark type of each column that goes into a payload (to convert maps and the like).
+    types: dict[str, DataType] = field(default_factory=dict)
     payload_is_text: frozenset[str] = field(default_factory=frozenset)
-    priority: int = 0
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    #: The queue, priority and attempts options (None: the task's declaration, else the default).
+    queue: str | None = None
+    priority: int | None = None
+    max_attempts: int | None = None
     batch: str | None = None
     unique: Unique = "live"
     atomic: bool = True
     batch_size: int = DEFAULT_BATCH_SIZE
     #: An atomic write open this long is taken for abandoned (its driver died) and
-    #: cleared away by the next atomic write to the store.
+    #: cleared away by the next write to the store.
     abandoned_after: dt.timedelta = dt.timedelta(hours=DEFAULT_ABANDONED_AFTER_HOURS)
+    #: The caller's id for the write (option writeId), else None.
+    write_id: str | None = None
+    #: The tasks of the app named by option app (empty without it).
+    tasks: dict[str, TaskDeclaration] = field(default_factory=dict)
+    #: Check each row's call against its task's signature (shapes vary by row).
+    check_calls: bool = False
 
     @classmethod
-    def from_options(cls, schema: StructType, options: Mapping[str, str]) -> WritePlan:
+    def from_options(
+        cls,
+        schema: StructType,
+        options: Options,
+        tasks: Mapping[str, TaskDeclaration] | None = None,
+        *,
+        stream: bool = False,
+    ) -> WritePlan:
+        tasks = dict(tasks or {})
         fields = {f.name: f.dataType for f in schema.fields}
         lowered = {name.lower(): name for name in fields}
 
-        def column(job_field: str) -> str | None:
-            opt = _COLUMN_OPTIONS[job_field]
-            name = option(options, opt)
-            if name is None:
-                return None
+        def column_named(option_name: str, name: str) -> str:
             # Spark resolves column names case-insensitively by default; so do we.
             found = name if name in fields else lowered.get(name.lower())
             if found is None:
                 raise ConfigurationError(
-                    f"option {opt} names column {name!r}, which the DataFrame does not have "
-                    f"(it has {', '.join(fields) or 'no columns'})"
+                    f"option {option_name} names column {name!r}, which the DataFrame does not "
+                    f"have (it has {', '.join(fields) or 'no columns'})"
                 )
             return found
 
-        columns = {f: c for f in _COLUMN_OPTIONS if (c := column(f)) is not None}
-        task = option(options, "task")
+        columns = {
+            job_field: column_named(opt, name)
+            for job_field, opt in _COLUMN_OPTIONS.items()
+            if (name := options.text(opt)) is not None
+        }
+        excluded = [column_named("excludeColumns", n) for n in options.names("excludeColumns")]
+        task = options.text("task")
         if task is None and "task" not in columns:
             raise ConfigurationError(
                 'writing jobs needs .option("task", "name") or .option("taskColumn", "column")'
             )
+        if task is not None and "task" in columns:
+            raise ConfigurationError("give option task or option taskColumn, not both")
         if task is not None:
             validate_name("task", task)
-        queue = option(options, "queue", DEFAULT_QUEUE) or DEFAULT_QUEUE
-        validate_name("queue", queue)
-        batch = option(options, "batch")
+            if tasks and task not in tasks:
+                raise ConfigurationError(
+                    f"task {task!r} is not registered in app {options.text('app')}; its tasks: "
+                    f"{', '.join(sorted(tasks)) or 'none'}"
+                )
+        queue = options.text("queue")
+        if queue is not None:
+            validate_name("queue", queue)
+        batch = options.text("batch")
         if batch is not None:
             validate_name("batch", batch)
+        write_id = options.text("writeId")
+        if write_id is not None:
+            validate_name("writeId", write_id)
         try:
-            priority = validate_priority(int(option(options, "priority", "0") or 0))
-            max_attempts = validate_max_attempts(
-                int(option(options, "maxAttempts", str(DEFAULT_MAX_ATTEMPTS)) or 0)
-            )
-        except ValueError as exc:
+            priority = options.integer("priority", None, minimum=None)
+            if priority is not None:
+                validate_priority(priority)
+            max_attempts = options.integer("maxAttempts", None)
+            if max_attempts is not None:
+                validate_max_attempts(max_attempts)
+        except (ValueError, InvalidJobError) as exc:
             raise ConfigurationError(f"option priority or maxAttempts: {exc}") from None
-        unique = (option(options, "unique", "live") or "live").lower()
-        if unique not in ("live", "forever"):
-            raise ConfigurationError(f'option unique must be "live" or "forever", got {unique!r}')
-
         _check_types(columns, fields)
-        used = set(columns.values())
-        payload_given = "args" in columns or "kwargs" in columns
-        kwarg_columns = () if payload_given else tuple(n for n in fields if n not in used)
-        payload = [*kwarg_columns, *(columns[f] for f in ("args", "kwargs") if f in columns)]
+
+        kwarg_columns, check_calls = _keyword_columns(
+            fields, columns, excluded, task, tasks, options.text("app")
+        )
+        payload = {c for names in kwarg_columns.values() for c in names}
+        payload |= {columns[f] for f in ("args", "kwargs") if f in columns}
         return cls(
-            queue=queue,
             task=task,
             columns=columns,
             kwarg_columns=kwarg_columns,
-            map_columns=frozenset(n for n in payload if _has_map(fields[n])),
+            types={name: fields[name] for name in payload},
             payload_is_text=frozenset(
                 columns[f]
                 for f in ("args", "kwargs")
                 if f in columns and isinstance(fields[columns[f]], StringType)
             ),
+            queue=queue,
             priority=priority,
             max_attempts=max_attempts,
             batch=batch,
-            unique=unique,  # type: ignore[arg-type]  # checked just above
-            atomic=bool_option(options, "atomic", True),
-            batch_size=int_option(options, "batchSize", DEFAULT_BATCH_SIZE) or DEFAULT_BATCH_SIZE,
+            unique=options.choice("unique", ("live", "forever"), "live"),  # type: ignore[arg-type]
+            atomic=True if stream else options.boolean("atomic", True),
+            batch_size=options.integer("batchSize", DEFAULT_BATCH_SIZE) or DEFAULT_BATCH_SIZE,
             abandoned_after=dt.timedelta(
-                hours=int_option(options, "abandonedAfterHours", DEFAULT_ABANDONED_AFTER_HOURS)
+                hours=options.integer("abandonedAfterHours", DEFAULT_ABANDONED_AFTER_HOURS)
                 or DEFAULT_ABANDONED_AFTER_HOURS
             ),
+            write_id=write_id,
+            tasks=tasks,
+            check_calls=check_calls,
         )
+
+
+def _keyword_columns(
+    fields: dict[str, DataType],
+    columns: dict[str, str],
+    excluded: list[str],
+    task: str | None,
+    tasks: dict[str, TaskDeclaration],
+    app: str | None,
+) -> tuple[dict[str, tuple[str, ...]], bool]:
+    """Which columns become keyword arguments, per task; and whether rows need checking."""
+    named = set(columns.values())
+    unnamed = [n for n in fields if n not in named and n not in excluded]
+    if "kwargs" in columns:
+        if unnamed:
+            raise ConfigurationError(
+                f"column(s) {', '.join(unnamed)} would be dropped: with kwargsColumn the keyword "
+                "arguments are that column's alone. Select only the columns the write needs, or "
+                "name the others in option excludeColumns"
+            )
+        return {ANY_TASK: ()}, bool(tasks)
+    data = list(
+        dict.fromkeys(
+            columns[f] for f in _DATA_FIELDS if f in columns and columns[f] not in excluded
+        )
+    )
+    shapes_vary = "args" in columns or task is None
+
+    def refuse_names(names: list[str], why: str) -> None:
+        bad = [n for n in names if not is_keyword_name(n)]
+        if bad:
+            raise ConfigurationError(
+                f"column(s) {', '.join(repr(n) for n in bad)} cannot be keyword arguments "
+                f"({why}): give them names that are Python identifiers (.alias('n')), or name "
+                "them in option excludeColumns"
+            )
+
+    if not tasks:
+        # The handler is not known: every column goes to it, data columns included.
+        names = unnamed + [c for c in data if c not in unnamed]
+        refuse_names(names, "they are not Python identifiers")
+        return {ANY_TASK: tuple(names)}, False
+    by_task: dict[str, tuple[str, ...]] = {}
+    for name, declaration in tasks.items():
+        if task is not None and name != task:
+            continue
+        if task is not None:
+            refused = [c for c in unnamed if not declaration.takes(c)]
+            if refused:
+                raise ConfigurationError(
+                    f"column(s) {', '.join(refused)} are not parameters of task "
+                    f"{declaration.describe()} (app {app}): leave them out of the DataFrame, or "
+                    "name them in option excludeColumns"
+                )
+        passed = unnamed + [c for c in data if c not in unnamed and declaration.takes(c)]
+        refuse_names(passed, f"task {name} would be called with them")
+        by_task[name] = tuple(passed)
+        if task is not None and not shapes_vary:
+            refusal = declaration.refusal(0, passed)
+            if refusal is not None:
+                raise ConfigurationError(
+                    f"the DataFrame's columns do not fit task {declaration.describe()} "
+                    f"(app {app}): {refusal}"
+                )
+    return by_task, shapes_vary
 
 
 def _check_types(columns: dict[str, str], fields: dict[str, DataType]) -> None:
@@ -167,20 +283,19 @@ def _check_types(columns: dict[str, str], fields: dict[str, DataType]) -> None:
             raise ConfigurationError(
                 f"column {name} (args) must be an array, or a string holding a JSON array"
             )
-        if job_field == "kwargs" and not isinstance(kind, StructType | MapType | StringType):
-            raise ConfigurationError(
-                f"column {name} (kwargs) must be a struct or map, or a string holding a JSON object"
-            )
-
-
-def _has_map(kind: DataType) -> bool:
-    if isinstance(kind, MapType):
-        return True
-    if isinstance(kind, ArrayType):
-        return _has_map(kind.elementType)
-    if isinstance(kind, StructType):
-        return any(_has_map(f.dataType) for f in kind.fields)
-    return False
+        if job_field == "kwargs":
+            if not isinstance(kind, StructType | MapType | StringType):
+                raise ConfigurationError(
+                    f"column {name} (kwargs) must be a struct or map, or a string holding a "
+                    "JSON object"
+                )
+            if isinstance(kind, StructType):
+                bad = [f.name for f in kind.fields if not is_keyword_name(f.name)]
+                if bad:
+                    raise ConfigurationError(
+                        f"fields {', '.join(repr(b) for b in bad)} of column {name} (kwargs) "
+                        "cannot be keyword arguments: they are not Python identifiers"
+                    )
 
 
 @dataclass(slots=True)
@@ -209,6 +324,14 @@ class JobColumns:
             )
         )  # fmt: skip
 
+    def fingerprints(self) -> list[int]:
+        """A 64-bit hash of each row, the same in every process (Python's hash() is not)."""
+        out = []
+        for row in self.rows():
+            digest = hashlib.blake2b(repr(row).encode(), digest_size=8).digest()
+            out.append(int.from_bytes(digest, "big", signed=True))
+        return out
+
 
 class RowError(InvalidJobError):
     """A row cannot become a job; the message names the column and the row."""
@@ -234,24 +357,46 @@ def prepare(batch: pa.RecordBatch, plan: WritePlan, where: Where) -> JobColumns:
             return [default] * n
         return _checked_names(batch.column(cols[job_field]), job_field, cols[job_field], where)
 
-    queue = [q or plan.queue for q in names("queue", plan.queue)]
     task = names("task", plan.task)
     if None in task:
         index = task.index(None)
         raise RowError(f"column {cols['task']!r}, {where.row(index)}: the task name is null")
-    args, kwargs = _payloads(batch, plan, where)
+    declarations = _declarations(task, plan, where)  # type: ignore[arg-type]  # no None left
+    queue = [
+        q or plan.queue or (d.queue if d else DEFAULT_QUEUE)
+        for q, d in zip(names("queue", None), declarations, strict=True)
+    ]
+    max_attempts = [
+        plan.max_attempts or (d.max_attempts if d else DEFAULT_MAX_ATTEMPTS) for d in declarations
+    ]
+    args, kwargs = _payloads(batch, plan, where, task, declarations)  # type: ignore[arg-type]
     return JobColumns(
         queue=queue,
         task=task,  # type: ignore[arg-type]  # no None left: checked above
         args=args,
         kwargs=kwargs,
-        priority=_priorities(batch, plan, where),
+        priority=_priorities(batch, plan, where, declarations),
         run_at=_run_ats(batch, plan),
-        max_attempts=[plan.max_attempts] * n,
+        max_attempts=max_attempts,
         key=names("key", None),
         group=names("group", None),
         batch=names("batch", plan.batch),
     )
+
+
+def _declarations(task: list[str], plan: WritePlan, where: Where) -> list[TaskDeclaration | None]:
+    if not plan.tasks:
+        return [None] * len(task)
+    out: list[TaskDeclaration | None] = []
+    for index, name in enumerate(task):
+        declaration = plan.tasks.get(name)
+        if declaration is None:
+            raise RowError(
+                f"column {plan.columns['task']!r}, {where.row(index)}: task {name!r} is not "
+                f"registered in the app; its tasks: {', '.join(sorted(plan.tasks))}"
+            )
+        out.append(declaration)
+    return out
 
 
 def _checked_names(values: pa.Array, job_field: str, column: str, where: Where) -> list[str | None]:
@@ -275,12 +420,21 @@ def _checked_names(values: pa.Array, job_field: str, column: str, where: Where) 
     return result
 
 
-def _priorities(batch: pa.RecordBatch, plan: WritePlan, where: Where) -> list[int]:
+def _priorities(
+    batch: pa.RecordBatch,
+    plan: WritePlan,
+    where: Where,
+    declarations: list[TaskDeclaration | None],
+) -> list[int]:
+    defaults = [
+        plan.priority if plan.priority is not None else (d.priority if d else 0)
+        for d in declarations
+    ]
     if "priority" not in plan.columns:
-        return [plan.priority] * batch.num_rows
+        return defaults
     name = plan.columns["priority"]
     values = batch.column(name).to_pylist()
-    out = [plan.priority if v is None else v for v in values]
+    out = [default if v is None else v for v, default in zip(values, defaults, strict=True)]
     for index, value in enumerate(out):
         if not -(2**31) < value < 2**31:
             raise RowError(f"column {name!r}, {where.row(index)}: priority {value} is not 32-bit")
@@ -298,11 +452,15 @@ def _run_ats(batch: pa.RecordBatch, plan: WritePlan) -> list[float | None]:
     return result
 
 
+# --- JSON -----------------------------------------------------------------------
+
+
 def _json_default(value: Any) -> Any:
     if isinstance(value, dt.datetime | dt.date):
         return value.isoformat()
     if isinstance(value, Decimal):
-        return int(value) if value == value.to_integral_value() else float(value)
+        # The exact digits as text, never in exponent form ("0E-10" is "0.0000000000").
+        return format(value, "f")
     if isinstance(value, bytes | bytearray):
         raise TypeError("binary values cannot be JSON")
     raise TypeError(f"{type(value).__name__} values cannot be JSON")
@@ -313,39 +471,86 @@ _encode: Callable[[Any], str] = json.JSONEncoder(
 ).encode
 
 
-def _plain(value: Any) -> Any:
-    """Arrow gives maps as lists of (key, value) pairs; JSON wants objects."""
-    if isinstance(value, list):
-        if value and all(isinstance(v, tuple) and len(v) == 2 for v in value):
-            return {str(k): _plain(v) for k, v in value}
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
+def _map_key(key: Any) -> str:
+    if isinstance(key, dt.datetime | dt.date):
+        return key.isoformat()
+    if isinstance(key, Decimal):
+        return format(key, "f")
+    return str(key)
+
+
+def converter(kind: DataType) -> Callable[[Any], Any] | None:
+    """What turns Arrow's Python value of ``kind`` into its JSON shape; None when it already is.
+
+    Arrow gives maps as lists of (key, value) pairs: only the type tells an
+    empty map from an empty list, so the conversion follows the Spark type.
+    """
+    if isinstance(kind, MapType):
+        inner = converter(kind.valueType)
+        if inner is None:
+            return lambda v: None if v is None else {_map_key(k): x for k, x in v}
+        return lambda v: None if v is None else {_map_key(k): inner(x) for k, x in v}
+    if isinstance(kind, ArrayType):
+        element = converter(kind.elementType)
+        if element is None:
+            return None
+        return lambda v: None if v is None else [element(x) for x in v]
+    if isinstance(kind, StructType):
+        inside = {f.name: c for f in kind.fields if (c := converter(f.dataType)) is not None}
+        if not inside:
+            return None
+        return lambda v: (
+            None if v is None else {k: (inside[k](x) if k in inside else x) for k, x in v.items()}
+        )
+    return None
 
 
 def _column_values(batch: pa.RecordBatch, name: str, plan: WritePlan) -> list[Any]:
     values: list[Any] = batch.column(name).to_pylist()
-    if name in plan.map_columns:
-        values = [_plain(v) for v in values]
-    return values
+    convert = converter(plan.types[name]) if name in plan.types else None
+    return values if convert is None else [convert(v) for v in values]
 
 
-def _payloads(batch: pa.RecordBatch, plan: WritePlan, where: Where) -> tuple[list[str], list[str]]:
+def _payloads(
+    batch: pa.RecordBatch,
+    plan: WritePlan,
+    where: Where,
+    task: list[str],
+    declarations: list[TaskDeclaration | None],
+) -> tuple[list[str], list[str]]:
     n = batch.num_rows
-    if plan.kwarg_columns:
-        names = plan.kwarg_columns
+    if "args" in plan.columns:
+        args, arg_counts = _single_payload(batch, plan, "args", list, where)
+    else:
+        args, arg_counts = ["[]"] * n, [0] * n
+    kwarg_names: list[tuple[str, ...]]
+    if "kwargs" in plan.columns:
+        kwargs, key_lists = _single_payload(batch, plan, "kwargs", dict, where)
+        kwarg_names = key_lists
+        _check_keyword_keys(kwarg_names, declarations, plan.columns["kwargs"], where)
+    elif plan.task is not None or not plan.tasks:
+        names = plan.kwarg_columns[plan.task if plan.tasks else ANY_TASK]  # type: ignore[index]
         lists = [_column_values(batch, name, plan) for name in names]
         kwargs = _encode_rows(
             lambda row: dict(zip(names, row, strict=True)), lists, names, where, "kwargs"
         )
-    elif "kwargs" in plan.columns:
-        kwargs = _single_payload(batch, plan, "kwargs", dict, where)
+        kwarg_names = [names] * n
     else:
-        kwargs = ["{}"] * n
-    args = _single_payload(batch, plan, "args", list, where) if "args" in plan.columns else None
-    if args is None:
-        args = ["[]"] * n
+        # Tasks named row by row, each with the columns its own handler takes.
+        every = tuple(dict.fromkeys(c for cs in plan.kwarg_columns.values() for c in cs))
+        lists = [_column_values(batch, name, plan) for name in every]
+        kwarg_names = [plan.kwarg_columns[t] for t in task]
+        position = {name: i for i, name in enumerate(every)}
+        rows = [tuple(values[i] for values in lists) for i in range(n)]
+        kwargs = _encode_rows(
+            lambda row: {name: row[0][position[name]] for name in row[1]},
+            [rows, kwarg_names],
+            every,
+            where,
+            "kwargs",
+        )
+    if plan.check_calls:
+        _check_calls(declarations, arg_counts, kwarg_names, where)
     # Characters are at most 4 bytes: only a payload that might pass the limit is encoded.
     for index, (a, k) in enumerate(zip(args, kwargs, strict=True)):
         if (len(a) + len(k)) * 4 > MAX_PAYLOAD_BYTES:
@@ -358,20 +563,64 @@ def _payloads(batch: pa.RecordBatch, plan: WritePlan, where: Where) -> tuple[lis
     return args, kwargs
 
 
+def _check_keyword_keys(
+    names: list[tuple[str, ...]],
+    declarations: list[TaskDeclaration | None],
+    column: str,
+    where: Where,
+) -> None:
+    for index, (keys, declaration) in enumerate(zip(names, declarations, strict=True)):
+        if declaration is not None and declaration.takes_any_keyword():
+            continue  # the handler takes **kwargs: any text is a fine name
+        bad = [k for k in keys if not is_keyword_name(k)]
+        if bad:
+            raise RowError(
+                f"column {column!r}, {where.row(index)}: key {bad[0]!r} cannot be a keyword "
+                "argument (it is not a Python identifier)"
+            )
+
+
+def _check_calls(
+    declarations: list[TaskDeclaration | None],
+    arg_counts: list[int],
+    kwarg_names: list[tuple[str, ...]],
+    where: Where,
+) -> None:
+    for index, declaration in enumerate(declarations):
+        if declaration is None:
+            continue
+        refusal = declaration.refusal(arg_counts[index], kwarg_names[index])
+        if refusal is not None:
+            raise RowError(
+                f"{where.row(index)}: the arguments do not fit task "
+                f"{declaration.describe()}: {refusal}"
+            )
+
+
 def _single_payload(
     batch: pa.RecordBatch, plan: WritePlan, job_field: str, kind: type, where: Where
-) -> list[str]:
+) -> tuple[list[str], list[Any]]:
+    """One column's payloads as JSON text, and each row's argument count or keyword names."""
     name = plan.columns[job_field]
     values = _column_values(batch, name, plan)
     empty = "[]" if kind is list else "{}"
+
+    def shape(value: Any) -> Any:
+        if kind is list:
+            return 0 if value is None else len(value)
+        return () if value is None else tuple(value)
+
     if name in plan.payload_is_text:
         out = []
+        shapes = []
         for index, text in enumerate(values):
             if text is None:
                 out.append(empty)
+                shapes.append(shape(None))
                 continue
             try:
-                ok = isinstance(json.loads(text), kind)
+                parsed = json.loads(text)
+                ok = isinstance(parsed, kind)
             except ValueError:
                 ok = False
             if not ok:
@@ -380,10 +629,12 @@ def _single_payload(
                     f"{'array' if kind is list else 'object'}: {text[:80]!r}"
                 )
             out.append(text)
-        return out
-    return _encode_rows(
+            shapes.append(shape(parsed))
+        return out, shapes
+    encoded = _encode_rows(
         lambda row: empty if row[0] is None else row[0], [values], (name,), where, job_field
     )
+    return encoded, [shape(v) for v in values]
 
 
 def _encode_rows(
@@ -400,7 +651,9 @@ def _encode_rows(
         pass
     # Find the first bad value again, slowly, to say which column and row it is.
     for index, row in enumerate(zip(*lists, strict=True)):
-        for name, value in zip(names, row, strict=True):
+        built = build(row)
+        values = built.items() if isinstance(built, dict) else [(names[0], built)]
+        for name, value in values:
             try:
                 _encode(value)
             except (TypeError, ValueError) as exc:

@@ -1,18 +1,19 @@
-"""The ``conveyor`` Python data source: batch reads, streaming reads and writes.
+"""The ``conveyor`` Python data source: batch and streaming reads and writes, SQL tables.
 
-Options arrive as a case-insensitive dict whose ``dict()`` has lowercased keys,
-so every option is looked up by its lowercase name.
+Every option is checked against the documented set of its use before anything
+is read or written (see ``conveyor.spark.options``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, replace
 
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
     DataSourceWriter,
 )
 from pyspark.sql.types import (
@@ -28,7 +29,16 @@ from pyspark.sql.types import (
 )
 
 from conveyor.errors import ConfigurationError
-from conveyor.spark.db import Backend, backend_of
+from conveyor.spark.options import (
+    METADATA_KEY,
+    Options,
+    ddl_with_options,
+    definition_options,
+    from_table_schema,
+    is_table_definition,
+)
+from conveyor.spark.rows import WritePlan
+from conveyor.store.bulk import backend_of
 
 NAME = "conveyor"
 
@@ -90,64 +100,22 @@ TABLES: dict[str, tuple[Column, ...]] = {
 ID_COLUMN = {"jobs": "id", "events": "seq"}
 
 
-def option(options: Mapping[str, str], name: str, default: str | None = None) -> str | None:
-    """An option by name, whatever case the caller wrote it in."""
-    value = options.get(name.lower(), options.get(name))
-    return default if value is None else str(value)
-
-
-def required(options: Mapping[str, str], name: str, what: str) -> str:
-    value = option(options, name)
-    if value is None or not value.strip():
-        raise ConfigurationError(f'the conveyor data source needs .option("{name}", ...): {what}')
-    return value
-
-
-def bool_option(options: Mapping[str, str], name: str, default: bool) -> bool:
-    value = option(options, name)
-    if value is None:
-        return default
-    lowered = value.strip().lower()
-    if lowered in ("true", "1", "yes"):
-        return True
-    if lowered in ("false", "0", "no"):
-        return False
-    raise ConfigurationError(f"option {name} must be true or false, got {value!r}")
-
-
-def int_option(options: Mapping[str, str], name: str, default: int | None) -> int | None:
-    value = option(options, name)
-    if value is None:
-        return default
-    try:
-        number = int(value)
-    except ValueError:
-        raise ConfigurationError(f"option {name} must be an integer, got {value!r}") from None
-    if number < 1:
-        raise ConfigurationError(f"option {name} must be at least 1, got {number}")
-    return number
-
-
-def table_option(options: Mapping[str, str]) -> str:
+def table_option(options: Options) -> str:
     # The default is the events table because schema() cannot tell a stream
     # (which reads only events) from a batch read: a batch read names its table.
-    table = (option(options, "table", "events") or "events").strip().lower()
-    if table not in TABLES:
-        raise ConfigurationError(f'option table must be "jobs" or "events", got {table!r}')
-    return table
+    return options.choice("table", TABLES, "events")
 
 
-def selected_columns(table: str, options: Mapping[str, str]) -> tuple[Column, ...]:
+def selected_columns(table: str, options: Options) -> tuple[Column, ...]:
     """The table's columns, narrowed by the ``columns`` option.
 
     Spark's Python data source API has no column pruning of its own, so the
     reader reads the columns its schema names: fewer columns, less to read.
     """
     columns = TABLES[table]
-    wanted = option(options, "columns")
-    if wanted is None:
+    names = options.names("columns")
+    if not names:
         return columns
-    names = [name.strip() for name in wanted.split(",") if name.strip()]
     by_name = {c.name: c for c in columns}
     unknown = [name for name in names if name not in by_name]
     if unknown:
@@ -158,12 +126,21 @@ def selected_columns(table: str, options: Mapping[str, str]) -> tuple[Column, ..
     return tuple(by_name[name] for name in dict.fromkeys(names))
 
 
-def struct_of(columns: tuple[Column, ...]) -> StructType:
-    return StructType([StructField(c.name, c.type, c.nullable) for c in columns])
+def struct_of(columns: tuple[Column, ...], metadata: dict[str, str] | None = None) -> StructType:
+    return StructType(
+        [
+            StructField(c.name, c.type, c.nullable, metadata if i == 0 else None)
+            for i, c in enumerate(columns)
+        ]
+    )
 
 
 def columns_for_schema(table: str, schema: StructType) -> tuple[Column, ...]:
-    """The table columns a (possibly user-given) schema asks for, checked by name and type."""
+    """The table columns a (possibly user-given) schema asks for, checked by name and type.
+
+    Nullability follows the schema: a user's schema says nullable by default,
+    and the batches must say what the schema says.
+    """
     by_name = {c.name: c for c in TABLES[table]}
     chosen = []
     for field in schema.fields:
@@ -178,8 +155,29 @@ def columns_for_schema(table: str, schema: StructType) -> tuple[Column, ...]:
                 f"column {field.name} of {table} is {column.type.simpleString()}, "
                 f"not {field.dataType.simpleString()}"
             )
-        chosen.append(column)
+        if column.nullable and not field.nullable:
+            raise ConfigurationError(
+                f"column {field.name} of {table} can be null: declare it nullable in the schema"
+            )
+        chosen.append(replace(column, nullable=field.nullable))
     return tuple(chosen)
+
+
+_NO_DSN = (
+    "the store (sqlite:///path.db or postgresql://user@host/db). A Spark SQL table created "
+    "with a column list loses its options (Spark does not pass them on): create it without "
+    "one, and for a table that enqueues name its columns in OPTIONS (schema '...')"
+)
+
+
+def _dsn(options: Options) -> str:
+    dsn = options.required("dsn", _NO_DSN)
+    backend_of(dsn)  # a malformed DSN fails here, saying what to write
+    return dsn
+
+
+def _enqueues(options: Options) -> bool:
+    return "task" in options or "taskColumn" in options
 
 
 class ConveyorDataSource(DataSource):
@@ -189,39 +187,83 @@ class ConveyorDataSource(DataSource):
     def name(cls) -> str:
         return NAME
 
-    @property
-    def dsn(self) -> str:
-        return required(self.options, "dsn", "the store to read or write")
-
-    @property
-    def backend(self) -> Backend:
-        return backend_of(self.dsn)
-
-    def schema(self) -> StructType:
-        # Only reads call this; a write takes the DataFrame's own schema.
-        table = table_option(self.options)
-        return struct_of(selected_columns(table, self.options))
+    def schema(self) -> StructType | str:
+        # Reads call this (a write takes the DataFrame's own schema), and so does
+        # CREATE TABLE ... USING conveyor, the one time Spark shows a SQL table's
+        # options to a Python data source: they are kept in the schema.
+        if is_table_definition(self.options):
+            own = definition_options(self.options)
+            options = Options(own, "table")
+            _dsn(options)
+            if _enqueues(options):
+                ddl = options.required(
+                    "schema",
+                    "the columns of a table that enqueues, e.g. 'image_id BIGINT, size INT'",
+                )
+                return ddl_with_options(ddl, own)
+            table = table_option(options)
+            return struct_of(selected_columns(table, options), {METADATA_KEY: json.dumps(own)})
+        options = Options(self.options, ("read", "stream read"))
+        _dsn(options)
+        return struct_of(selected_columns(table_option(options), options))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from conveyor.spark.reader import ConveyorReader
 
-        table = table_option(self.options)
-        return ConveyorReader(self.dsn, table, columns_for_schema(table, schema), self.options)
+        raw, from_table = from_table_schema(self.options, schema)
+        options = Options(raw, "table" if from_table else "read")
+        if _enqueues(options):
+            raise ConfigurationError(
+                "this conveyor table enqueues jobs (it has option task or taskColumn): INSERT "
+                "INTO it. To read jobs or events, define a table with OPTIONS (dsn '...', "
+                "table 'jobs')"
+            )
+        dsn = _dsn(options)
+        table = table_option(options)
+        return ConveyorReader(dsn, table, columns_for_schema(table, schema), options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from conveyor.spark.stream import EventStreamReader
 
-        if table_option(self.options) != "events":
+        options = Options(self.options, "stream read")
+        dsn = _dsn(options)
+        if table_option(options) != "events":
             raise ConfigurationError("a conveyor stream reads the events table only")
-        return EventStreamReader(self.dsn, columns_for_schema("events", schema), self.options)
+        return EventStreamReader(dsn, columns_for_schema("events", schema), options)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from conveyor.spark.rows import WritePlan
         from conveyor.spark.writer import ConveyorWriter
 
+        raw, from_table = from_table_schema(self.options, schema)
+        options = Options(raw, "table" if from_table else "write")
         if overwrite:
             raise ConfigurationError(
-                'writing to conveyor enqueues jobs: use mode("append"); overwrite would mean '
-                "deleting the queue"
+                'writing to conveyor enqueues jobs: use mode("append") (INSERT INTO, not '
+                "INSERT OVERWRITE); overwrite would mean deleting the queue"
             )
-        return ConveyorWriter(self.dsn, WritePlan.from_options(schema, self.options))
+        if from_table and not _enqueues(options):
+            raise ConfigurationError(
+                "this conveyor table reads jobs or events; to enqueue from SQL define a table "
+                "with OPTIONS (dsn '...', task '...', schema '<its columns>')"
+            )
+        dsn = _dsn(options)
+        return ConveyorWriter(dsn, _plan(schema, options, dsn, stream=False))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from conveyor.spark.writer import ConveyorStreamWriter
+
+        options = Options(self.options, "stream write")
+        if overwrite:
+            raise ConfigurationError(
+                'a conveyor streaming sink enqueues jobs: use outputMode("append")'
+            )
+        dsn = _dsn(options)
+        return ConveyorStreamWriter(dsn, _plan(schema, options, dsn, stream=True))
+
+
+def _plan(schema: StructType, options: Options, dsn: str, *, stream: bool) -> WritePlan:
+    from conveyor.spark.declarations import load_declarations
+
+    app = options.text("app")
+    tasks = load_declarations(app, dsn) if app else {}
+    return WritePlan.from_options(schema, options, tasks, stream=stream)

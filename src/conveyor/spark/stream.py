@@ -11,13 +11,21 @@ of which have ended, and walks them in ``(xid, seq)`` order. The offset is that
 pair: every event at or before it has been handed out, and no event can appear
 there later. A long-running transaction holds the stream back until it ends;
 that is the price of never losing an event.
+
+Where a new query starts (a query restarted from its checkpoint continues from
+there instead): ``startingOffsets`` is ``earliest`` (the default), ``latest``
+(only events recorded from now on) or a seq (that event and the ones after
+it); ``startingTimestamp`` (milliseconds since the epoch, or ISO 8601 with a
+zone) starts at the first event recorded at that time or later. On PostgreSQL
+a start at a seq is kept in the offset as a floor (``from``): events below it
+are never handed out, even one that commits late.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -29,40 +37,67 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from conveyor.errors import ConfigurationError
-from conveyor.spark.db import backend_of, postgres_connect, queries, sqlite_connect
+from conveyor.spark.options import Options
 from conveyor.spark.reader import _sqlite_array, arrow_schema
-from conveyor.spark.source import Column, int_option, option
+from conveyor.spark.source import Column
+from conveyor.store.base import EventOffset
+from conveyor.store.bulk import BulkStore, backend_of, open_bulk_store
 
-FETCH_ROWS = 50_000
+Offset = dict[str, int]
 
 
 @dataclass(frozen=True, slots=True)
 class EventRange:
-    start: dict[str, int]
-    end: dict[str, int]
+    start: Offset
+    end: Offset
 
 
 class EventStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, dsn: str, columns: tuple[Column, ...], options: Mapping[str, str]) -> None:
+    def __init__(self, dsn: str, columns: tuple[Column, ...], options: Options) -> None:
         self.dsn = dsn
         self.backend = backend_of(dsn)
         self.columns = columns
-        self.max_events = int_option(options, "maxEventsPerTrigger", None)
+        self.max_events = options.integer("maxEventsPerTrigger", None)
         #: Under Trigger.AvailableNow: the offset of the last event there was at the start.
-        self.target: dict[str, int] | None = None
-        self.starting = (option(options, "startingOffsets", "earliest") or "earliest").lower()
+        self.target: Offset | None = None
+        self.starting = (options.text("startingOffsets") or "earliest").strip().lower()
+        self.starting_at = options.timestamp("startingTimestamp")
+        if self.starting_at is not None and "startingOffsets" in options:
+            raise ConfigurationError("give startingOffsets or startingTimestamp, not both")
         if self.starting not in ("earliest", "latest"):
-            raise ConfigurationError(
-                f'option startingOffsets must be "earliest" or "latest", got {self.starting!r}'
-            )
+            try:
+                self.starting_seq: int | None = options.integer("startingOffsets", None, 0)
+            except ConfigurationError:
+                raise ConfigurationError(
+                    'option startingOffsets must be "earliest", "latest" or a seq (an event '
+                    f"number, 0 or more), got {options.text('startingOffsets')!r}"
+                ) from None
+        else:
+            self.starting_seq = None
 
-    def _origin(self) -> dict[str, int]:
-        return {"seq": 0} if self.backend == "sqlite" else {"xid": 0, "seq": 0}
+    def _store(self) -> BulkStore:
+        return open_bulk_store(self.dsn)
 
-    def initialOffset(self) -> dict[str, int]:
-        if self.starting == "earliest":
-            return self._origin()
-        return self._latest(self._origin(), None)
+    def _origin(self, floor: int = 0) -> Offset:
+        if self.backend == "sqlite":
+            return {"seq": max(0, floor - 1)}
+        return {"xid": 0, "seq": 0, "from": floor} if floor else {"xid": 0, "seq": 0}
+
+    def initialOffset(self) -> Offset:
+        if self.starting_at is not None:
+            store = self._store()
+            try:
+                seq = store.event_first_seq_since(self.starting_at)
+            finally:
+                store.close()
+            if seq is None:  # nothing recorded since then yet: start at the end
+                return self._latest(self._origin(), None)
+            return self._origin(seq)
+        if self.starting_seq is not None:
+            return self._origin(self.starting_seq)
+        if self.starting == "latest":
+            return self._latest(self._origin(), None)
+        return self._origin()
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadAllAvailable() if self.max_events is None else ReadMaxRows(self.max_events)
@@ -74,76 +109,61 @@ class EventStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # target is exact.
         self.target = self._latest(self._origin(), None)
 
-    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+    def latestOffset(self, start: Offset, limit: ReadLimit) -> Offset:
         rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         latest = self._latest(start, rows)
         if self.target is not None:
-            latest = min(latest, max(self.target, start, key=self._order), key=self._order)
+            target = {**self.target, **({"from": start["from"]} if "from" in start else {})}
+            latest = min(latest, max(target, start, key=_order), key=_order)
         return latest
 
-    def _order(self, offset: dict[str, int]) -> tuple[int, int]:
-        return (offset.get("xid", 0), offset["seq"])
-
-    def _latest(self, start: dict[str, int], limit: int | None) -> dict[str, int]:
-        q = queries(self.backend)
+    def _latest(self, start: Offset, limit: int | None) -> Offset:
+        store = self._store()
+        try:
+            xid, seq = store.event_stream_end(_pair(start), limit, start.get("from", 0))
+        finally:
+            store.close()
         if self.backend == "sqlite":
-            conn = sqlite_connect(self.dsn)
-            try:
-                if limit is None:
-                    seq = conn.execute(q["stream_latest"]).fetchone()[0]
-                else:
-                    bounds = {"after": start["seq"], "limit": limit}
-                    seq = conn.execute(q["stream_latest_limited"], bounds).fetchone()[0]
-            finally:
-                conn.close()
-            return {"seq": max(seq or 0, start["seq"])}
-        params: dict[str, int | None] = {"xid": start["xid"], "seq": start["seq"], "limit": limit}
-        statement = q["stream_latest" if limit is None else "stream_latest_limited"]
-        with postgres_connect(self.dsn) as pg:
-            row = pg.execute(statement, params).fetchone()
-        if row is None:
-            return start
-        return {"xid": int(row[0]), "seq": int(row[1])}
+            return {"seq": seq}
+        return {"xid": xid, "seq": seq, **({"from": start["from"]} if "from" in start else {})}
 
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
+    def partitions(self, start: Offset, end: Offset) -> Sequence[InputPartition]:
         return [InputPartition(EventRange(start, end))]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         span: EventRange = partition.value
-        if span.start == span.end:
+        if _pair(span.start) == _pair(span.end):
             return
-        columns = ", ".join(c.name for c in self.columns) or "1"
-        sql = queries(self.backend)["stream_read"].format(columns=columns)
         schema = arrow_schema(self.columns)
-        params: dict[str, Any]
-        if self.backend == "sqlite":
-            params = {"after": span.start["seq"], "until": span.end["seq"]}
-            conn = sqlite_connect(self.dsn)
-            try:
-                cursor = conn.execute(sql, params)
-                while rows := cursor.fetchmany(FETCH_ROWS):
-                    yield _batch(self.columns, schema, rows, sqlite=True)
-            finally:
-                conn.close()
-            return
-        params = {
-            "after_xid": span.start["xid"],
-            "after_seq": span.start["seq"],
-            "until_xid": span.end["xid"],
-            "until_seq": span.end["seq"],
-        }
-        with postgres_connect(self.dsn) as pg:
-            pg_cursor = pg.execute(sql, params)
-            while rows := pg_cursor.fetchmany(FETCH_ROWS):
-                yield _batch(self.columns, schema, rows, sqlite=False)
+        store = self._store()
+        try:
+            chunks = store.event_stream_read(
+                _pair(span.start),
+                _pair(span.end),
+                [c.name for c in self.columns],
+                span.start.get("from", 0),
+            )
+            with contextlib.closing(chunks):
+                for rows in chunks:
+                    yield _batch(self.columns, schema, rows, sqlite=self.backend == "sqlite")
+        finally:
+            store.close()
 
-    def commit(self, end: dict[str, int]) -> None:
+    def commit(self, end: Offset) -> None:
         # Nothing to release: the offsets live in Spark's checkpoint.
         return None
 
 
+def _pair(offset: Offset) -> EventOffset:
+    return (offset.get("xid", 0), offset["seq"])
+
+
+def _order(offset: Offset) -> tuple[int, int]:
+    return _pair(offset)
+
+
 def _batch(
-    columns: tuple[Column, ...], schema: pa.Schema, rows: list[Any], *, sqlite: bool
+    columns: tuple[Column, ...], schema: pa.Schema, rows: list[tuple[object, ...]], *, sqlite: bool
 ) -> pa.RecordBatch:
     if not columns:
         return pa.RecordBatch.from_arrays([], schema=schema, num_rows=len(rows))

@@ -1,24 +1,34 @@
-"""``df.write.format("conveyor")``: one job per row.
+"""``df.write.format("conveyor")`` and ``df.writeStream.format("conveyor")``: one job per row.
 
-Atomic writes (the default) go through staging. Each task attempt writes its
-rows into a table of its own (``spark_stage_<write>_<partition>_<attempt>``);
-the driver's ``commit()`` moves the staged rows of the attempts Spark kept into
-``jobs`` in one transaction, with their events and the wake-up of workers, and
-drops every staging table of the write. Workers never see a staged row.
+Atomic writes (the default) go through staging. Each task attempt appends its
+rows to a table of its own; the driver's ``commit()`` moves the staged rows of
+the attempts Spark kept into ``jobs`` in one transaction, by the store's rules
+of an enqueue (keys, ``enqueued`` events, the wake-up of workers), records
+what the write did, and drops every staging table of the write. Workers never
+see a staged row.
 
 Why not insert into ``jobs`` from the tasks: when one task fails, Spark cancels
 the others by ending their input early, and such a task can commit a truncated
-partition *after* the driver's ``abort()`` ran. Here the write's row in
+partition *after* the driver's ``abort()`` ran. The write's row in
 ``spark_writes`` is the guard: commit and abort delete it, and a task checks
 for it in every transaction it stages rows in, so a task that outlives the
-write stages nothing (and whatever it staged before, abort drops). A driver
-that dies leaves its row and staging tables: the next atomic write to the store
-clears writes open longer than ``abandonedAfterHours``.
+write stages nothing. A driver that dies leaves its row and staging tables:
+the next write to the store clears writes open longer than
+``abandonedAfterHours``.
 
-With ``atomic`` false, tasks insert through the store's own ``job_insert_many``
-in batches: each batch is visible as soon as it commits, and a failed write
-leaves the batches that committed. A key column still keeps task retries and
-reruns from duplicating jobs.
+With ``atomic`` false each batch of a task is enqueued in its own transaction,
+visible as it commits, and that transaction also records how many rows of the
+partition are done (with a checksum of them). A retried task skips the rows
+its failed attempt enqueued, after checking that they are the same rows.
+
+A streaming sink treats each micro-batch as an atomic write: its tasks open it,
+its commit moves it, and the store records the query's last committed batch,
+so a batch Spark runs again after a restart from the checkpoint (it crashed
+between our commit and its own) is recognised and enqueued once.
+
+Every write's counts (rows given, jobs enqueued, rows skipped as duplicates)
+are written to the driver's log and recorded in the store, where
+``conveyor.spark.write_result(dsn, write_id)`` reads them.
 """
 
 from __future__ import annotations
@@ -26,32 +36,35 @@ from __future__ import annotations
 import io
 import logging
 import secrets
-from collections.abc import Iterator, Mapping
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
-
-from conveyor.errors import ConveyorError
-from conveyor.spark.db import (
-    backend_of,
-    postgres_connect,
-    queries,
-    quote_ident,
-    sqlite_connect,
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
 )
-from conveyor.spark.rows import JobColumns, Where, WritePlan, prepare
-from conveyor.store.sqlite.store import immediate_transaction
 
-STAGE_PREFIX = "spark_stage_"
+from conveyor.spark.rows import JobColumns, Where, WritePlan, prepare
+from conveyor.store.bulk import (
+    BulkStore,
+    Progress,
+    WriteConflictError,
+    WriteEndedError,
+    WriteResult,
+    open_bulk_store,
+    stage_name,
+)
 
 log = logging.getLogger("conveyor.spark")
 
+__all__ = ["ConveyorStreamWriter", "ConveyorWriter", "WriteConflictError", "WriteEndedError"]
 
-class WriteEndedError(ConveyorError):
-    """The write was already committed or aborted: a late task must not add to it."""
+_CHECKSUM_MODULUS = 2**64
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +74,8 @@ class StagedPart(WriterCommitMessage):
     partition: int
     stage: str | None  # None: the task had no rows
     rows: int
+    #: A streaming micro-batch: the query's id, read from the task's context.
+    query: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,226 +84,36 @@ class InsertedPart(WriterCommitMessage):
     rows: int
 
 
-def open_store_migrated(dsn: str) -> None:
-    """Bring the schema up to date once, on the driver, before any task runs."""
-    from conveyor.store.dsn import open_store
+def driver_log() -> logging.Logger:
+    """The logger whose lines reach the driver's log.
 
-    store = open_store(dsn)
-    try:
-        store.migrate()
-    finally:
-        store.close()
-
-
-def _stage_prefix(write_id: str) -> str:
-    return f"{STAGE_PREFIX}{write_id}_"
-
-
-def _drop_stages(conn: Any, q: Mapping[str, str], write_id: str) -> None:
-    """Drop every staging table of a write, including those of attempts Spark discarded."""
-    # fetchall: SQLite cannot drop a table while a cursor reads the schema.
-    tables = conn.execute(q["stage_tables"], {"prefix": _stage_prefix(write_id)}).fetchall()
-    for (table,) in tables:
-        conn.execute(q["stage_drop"].format(stage=quote_ident(table)))
+    ``commit()`` runs in Spark's Python planner process on the driver, whose
+    standard error goes to the driver's log; nothing configures logging there,
+    so without a handler of its own an INFO line would be dropped.
+    """
+    if not log.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        log.addHandler(handler)
+    if log.level == logging.NOTSET:
+        log.setLevel(logging.INFO)
+    return log
 
 
-def _clear_abandoned(conn: Any, q: Mapping[str, str], write_id: str) -> None:
-    """Close a write whose driver died and drop what its tasks staged: none of it became jobs."""
-    log.warning("clearing Spark write %s, abandoned by its driver", write_id)
-    conn.execute(q["write_close"], {"id": write_id})
-    _drop_stages(conn, q, write_id)
+def describe(result: WriteResult) -> str:
+    return (
+        f"{result.rows} rows: {result.enqueued} jobs enqueued, {result.skipped} rows skipped as "
+        "duplicates (a job of their queue held their key)"
+    )
 
 
-class ConveyorWriter(DataSourceArrowWriter):
-    def __init__(self, dsn: str, plan: WritePlan) -> None:
-        self.dsn = dsn
-        self.backend = backend_of(dsn)
-        self.plan = plan
-        self.write_id = secrets.token_hex(6)
-        open_store_migrated(dsn)
-        if plan.atomic:
-            self._open_write()
+def _task_context() -> tuple[int, int, Any]:
+    from pyspark import TaskContext
 
-    @property
-    def prefix(self) -> str:
-        return _stage_prefix(self.write_id)
-
-    # --- driver ---------------------------------------------------------------
-
-    def _open_write(self) -> None:
-        q = queries(self.backend)
-        now = datetime.now(UTC)
-        before = now - self.plan.abandoned_after
-        if self.backend == "sqlite":
-            conn = sqlite_connect(self.dsn)
-            try:
-                with immediate_transaction(conn):
-                    for (write_id,) in conn.execute(
-                        q["write_abandoned"], {"before": before.timestamp()}
-                    ).fetchall():
-                        _clear_abandoned(conn, q, write_id)
-                    conn.execute(q["write_open"], {"id": self.write_id, "now": now.timestamp()})
-            finally:
-                conn.close()
-        else:
-            with postgres_connect(self.dsn) as pg, pg.transaction():
-                for (write_id,) in pg.execute(q["write_abandoned"], {"before": before}).fetchall():
-                    _clear_abandoned(pg, q, write_id)
-                pg.execute(q["write_open"], {"id": self.write_id, "now": now})
-
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        if not self.plan.atomic:
-            return
-        parts = sorted(
-            (m for m in messages if isinstance(m, StagedPart) and m.stage is not None),
-            key=lambda m: m.partition,
-        )
-        self._finish([m.stage for m in parts if m.stage is not None])
-
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        if self.plan.atomic:
-            self._finish(None)
-
-    def _finish(self, stages: list[str] | None) -> None:
-        """Move ``stages`` into jobs (None: abort), close the write, drop all its staging."""
-        q = queries(self.backend)
-        now = datetime.now(UTC)
-        if self.backend == "sqlite":
-            conn = sqlite_connect(self.dsn)
-            try:
-                with immediate_transaction(conn):
-                    if conn.execute(q["write_close"], {"id": self.write_id}).rowcount != 1:
-                        if stages is None:
-                            return
-                        raise WriteEndedError(f"write {self.write_id} was already ended")
-                    if stages:
-                        self._move_sqlite(conn, stages, now)
-                    _drop_stages(conn, q, self.write_id)
-            finally:
-                conn.close()
-            return
-        with postgres_connect(self.dsn) as pg, pg.transaction():
-            # Deleting the row waits for tasks still staging under FOR SHARE; the
-            # tables listed after it include everything they staged.
-            if pg.execute(q["write_close"], {"id": self.write_id}).rowcount != 1:
-                if stages is None:
-                    return
-                raise WriteEndedError(f"write {self.write_id} was already ended")
-            if stages:
-                union = " UNION ALL ".join(
-                    q["stage_part"].format(part=index, stage=quote_ident(stage))
-                    for index, stage in enumerate(stages)
-                )
-                pg.execute(
-                    q["stage_move"].format(stages=union),
-                    {"now": now, "unique": self.plan.unique},
-                )
-            _drop_stages(pg, q, self.write_id)
-
-    def _move_sqlite(self, conn: Any, stages: list[str], now: datetime) -> None:
-        q = queries("sqlite")
-        counts = [
-            conn.execute(q["stage_count"].format(stage=quote_ident(s))).fetchone()[0]
-            for s in stages
-        ]
-        total = sum(counts)
-        if not total:
-            return
-        # Ids from the store's counter row, reserved under this write lock: never
-        # the ids of jobs enqueued any other way.
-        last = conn.execute(q["job_take_ids"], {"count": total}).fetchone()[0]
-        first = last - total + 1
-        offset = first
-        for stage, count in zip(stages, counts, strict=True):
-            conn.execute(
-                q["stage_move"].format(stage=quote_ident(stage)),
-                {"first": offset, "now": now.timestamp(), "unique": self.plan.unique},
-            )
-            offset += count
-        conn.execute(q["event_insert_enqueued"], {"first": first, "last": last})
-
-    # --- tasks ----------------------------------------------------------------
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-        partition = context.partitionId() if context else 0
-        attempt = context.taskAttemptId() if context else 0
-        batches = _rebatch(iterator, self.plan.batch_size)
-        if not self.plan.atomic:
-            return InsertedPart(partition, self._insert_directly(batches, partition))
-        stage = f"{self.prefix}{partition}_{attempt}"
-        if self.backend == "sqlite":
-            rows = self._stage_sqlite(batches, stage, partition)
-        else:
-            rows = self._stage_postgres(batches, stage, partition)
-        return StagedPart(partition, stage if rows else None, rows)
-
-    def _stage_sqlite(self, batches: Iterator[pa.RecordBatch], stage: str, partition: int) -> int:
-        q = queries("sqlite")
-        table = quote_ident(stage)
-        insert = q["stage_insert"].format(stage=table)
-        rows = 0
-        conn = sqlite_connect(self.dsn)
-        try:
-            for batch in batches:
-                jobs = prepare(batch, self.plan, Where(partition, rows))
-                # One short transaction per batch, not one for the task: SQLite
-                # has one writer, and the other tasks stage at the same time.
-                with immediate_transaction(conn):
-                    if conn.execute(q["write_is_open"], {"id": self.write_id}).fetchone() is None:
-                        raise WriteEndedError(f"write {self.write_id} ended before this task")
-                    if rows == 0:
-                        conn.execute(q["stage_create"].format(stage=table))
-                    conn.executemany(insert, jobs.rows())
-                rows += len(jobs)
-        finally:
-            conn.close()
-        return rows
-
-    def _stage_postgres(self, batches: Iterator[pa.RecordBatch], stage: str, partition: int) -> int:
-        q = queries("postgres")
-        table = quote_ident(stage)
-        rows = 0
-        with postgres_connect(self.dsn) as pg:
-            for batch in batches:
-                jobs = prepare(batch, self.plan, Where(partition, rows))
-                with pg.transaction():
-                    if pg.execute(q["write_is_open"], {"id": self.write_id}).fetchone() is None:
-                        raise WriteEndedError(f"write {self.write_id} ended before this task")
-                    if rows == 0:
-                        pg.execute(q["stage_create"].format(stage=table))
-                    with pg.cursor().copy(q["stage_copy"].format(stage=table)) as copy:
-                        copy.write(_csv(jobs))
-                rows += len(jobs)
-        return rows
-
-    def _insert_directly(self, batches: Iterator[pa.RecordBatch], partition: int) -> int:
-        from conveyor.job import NewJob
-        from conveyor.store.dsn import open_store
-
-        store = open_store(self.dsn)
-        rows = 0
-        try:
-            for batch in batches:
-                jobs = prepare(batch, self.plan, Where(partition, rows))
-                now = datetime.now(UTC)
-                new = [
-                    NewJob(
-                        queue=queue, task=task, args_json=args, kwargs_json=kwargs,
-                        run_at=now if run_at is None else datetime.fromtimestamp(run_at, UTC),
-                        priority=priority, max_attempts=max_attempts, key=key,
-                        unique=self.plan.unique, group=group, batch=batch_id,
-                    )
-                    for (queue, task, args, kwargs, priority, run_at, max_attempts, key, group,
-                         batch_id) in jobs.rows()
-                ]  # fmt: skip
-                store.job_insert_many(new, now)
-                rows += len(new)
-        finally:
-            store.close()
-        return rows
+    context = TaskContext.get()
+    if context is None:  # called by hand, outside Spark
+        return 0, 0, None
+    return context.partitionId(), context.taskAttemptId(), context
 
 
 def _rebatch(iterator: Iterator[pa.RecordBatch], size: int) -> Iterator[pa.RecordBatch]:
@@ -308,6 +133,256 @@ def _rebatch(iterator: Iterator[pa.RecordBatch], size: int) -> Iterator[pa.Recor
         yield pa.Table.from_batches(pending).combine_chunks().to_batches()[0]
 
 
+class _Staging:
+    """What batch writes and streaming micro-batches share: staging a task's rows."""
+
+    dsn: str
+    plan: WritePlan
+
+    def _stage(
+        self, store: BulkStore, batches: Iterator[pa.RecordBatch], write_id: str, stage: str,
+        partition: int,
+    ) -> int:  # fmt: skip
+        rows = 0
+        for batch in batches:
+            jobs = prepare(batch, self.plan, Where(partition, rows))
+            store.bulk_stage(write_id, stage, staged_rows(store, jobs), create=rows == 0)
+            rows += len(jobs)
+        return rows
+
+
+class ConveyorWriter(_Staging, DataSourceArrowWriter):
+    def __init__(self, dsn: str, plan: WritePlan) -> None:
+        self.dsn = dsn
+        self.plan = plan
+        #: This run of the write: its guard row and staging tables. Never the caller's id,
+        #: so a rerun under that id can start at once even if a run before it died.
+        self.write_id = secrets.token_hex(8)
+        #: Where the store records what the write did: the caller's id, else the run's.
+        self.result_id = plan.write_id or self.write_id
+        #: Set when the caller's write id was committed before: this run enqueues nothing.
+        self.done_before: WriteResult | None = None
+        store = open_bulk_store(dsn)
+        try:
+            # Bring the schema up to date once, on the driver, before any task runs.
+            store.migrate()
+            if plan.write_id is not None:
+                self.done_before = store.bulk_write_result(plan.write_id)
+            if self.done_before is None:
+                now = datetime.now(UTC)
+                cleared = store.bulk_write_open(self.write_id, now, now - plan.abandoned_after)
+                for write_id in cleared:
+                    log.warning("cleared Spark write %s, abandoned by its driver", write_id)
+        finally:
+            store.close()
+
+    # --- driver ---------------------------------------------------------------
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self.done_before is not None:
+            driver_log().info(
+                "conveyor write %s was committed before, at %s (%s); this run enqueued nothing",
+                self.result_id,
+                self.done_before.committed_at.isoformat(),
+                describe(self.done_before),
+            )
+            return
+        store = open_bulk_store(self.dsn)
+        try:
+            if self.plan.atomic:
+                parts = sorted(
+                    (m for m in messages if isinstance(m, StagedPart) and m.stage is not None),
+                    key=lambda m: m.partition,
+                )
+                result = store.bulk_write_commit(
+                    self.write_id,
+                    [m.stage for m in parts if m.stage is not None],
+                    self.plan.unique,
+                    datetime.now(UTC),
+                    self.result_id,
+                )
+            else:
+                result = store.bulk_write_finish(self.write_id, datetime.now(UTC), self.result_id)
+        finally:
+            store.close()
+        if result.new:
+            driver_log().info("conveyor write %s: %s", self.result_id, describe(result))
+        else:
+            driver_log().info(
+                "conveyor write %s was committed by another run meanwhile (%s); this run "
+                "enqueued nothing",
+                self.result_id,
+                describe(result),
+            )
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self.done_before is not None:
+            return
+        store = open_bulk_store(self.dsn)
+        try:
+            store.bulk_write_abort(self.write_id)
+        finally:
+            store.close()
+        kept = "nothing of it was kept" if self.plan.atomic else "the batches that committed stay"
+        driver_log().warning("conveyor write %s failed: %s", self.result_id, kept)
+
+    # --- tasks ----------------------------------------------------------------
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        partition, attempt, _ = _task_context()
+        if self.done_before is not None:
+            for _batch in iterator:  # read to the end: Spark's side expects its input taken
+                pass
+            return StagedPart(partition, None, 0)
+        batches = _rebatch(iterator, self.plan.batch_size)
+        store = open_bulk_store(self.dsn)
+        try:
+            if not self.plan.atomic:
+                return InsertedPart(partition, self._insert_directly(store, batches, partition))
+            stage = stage_name(self.write_id, partition, attempt)
+            rows = self._stage(store, batches, self.write_id, stage, partition)
+        finally:
+            store.close()
+        return StagedPart(partition, stage if rows else None, rows)
+
+    def _insert_directly(
+        self, store: BulkStore, batches: Iterator[pa.RecordBatch], partition: int
+    ) -> int:
+        """Enqueue batch by batch; skip what an earlier attempt of this partition enqueued."""
+        done = store.bulk_progress(self.write_id, partition)
+        seen = 0  # rows of the input so far
+        checksum = 0  # of the rows so far
+        for batch in batches:
+            jobs = prepare(batch, self.plan, Where(partition, seen))
+            prints = jobs.fingerprints()
+            start = seen
+            seen += len(jobs)
+            if seen <= done.rows:
+                checksum = (checksum + sum(prints)) % _CHECKSUM_MODULUS
+                if seen == done.rows:
+                    _check_retry(self.write_id, partition, done, checksum)
+                continue
+            skip = max(0, done.rows - start)
+            if skip:
+                checksum = (checksum + sum(prints[:skip])) % _CHECKSUM_MODULUS
+                _check_retry(self.write_id, partition, done, checksum)
+            expected = Progress(start + skip, _signed(checksum))
+            checksum = (checksum + sum(prints[skip:])) % _CHECKSUM_MODULUS
+            after = Progress(seen, _signed(checksum))
+            store.bulk_insert(
+                self.write_id,
+                partition,
+                expected,
+                staged_rows(store, jobs, skip),
+                after,
+                self.plan.unique,
+                datetime.now(UTC),
+            )
+        if seen < done.rows:
+            raise WriteConflictError(
+                f"partition {partition} of write {self.write_id}: an earlier attempt enqueued "
+                f"{done.rows} rows, this one was given {seen}: the DataFrame is not "
+                "deterministic; use an atomic write"
+            )
+        return seen
+
+
+def _signed(value: int) -> int:
+    return value - _CHECKSUM_MODULUS if value >= 2**63 else value
+
+
+def _check_retry(write_id: str, partition: int, done: Progress, checksum: int) -> None:
+    if _signed(checksum) != done.checksum:
+        raise WriteConflictError(
+            f"partition {partition} of write {write_id}: a failed attempt enqueued its first "
+            f"{done.rows} rows, and the retry was given other rows first (the partition's "
+            "order is not deterministic, e.g. after a shuffle). To never enqueue a row twice "
+            "the write stops here; use an atomic write, or sortWithinPartitions before it"
+        )
+
+
+class ConveyorStreamWriter(_Staging, DataSourceStreamArrowWriter):
+    """The streaming sink: each micro-batch an atomic write, enqueued once across restarts."""
+
+    def __init__(self, dsn: str, plan: WritePlan) -> None:
+        self.dsn = dsn
+        self.plan = plan
+        store = open_bulk_store(dsn)
+        try:
+            store.migrate()
+        finally:
+            store.close()
+
+    @staticmethod
+    def _write_id(query: str, batch: int) -> str:
+        return f"stream:{query}:{batch}"
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        partition, attempt, context = _task_context()
+        query = context.getLocalProperty("sql.streaming.queryId") if context else None
+        batch_id = context.getLocalProperty("streaming.sql.batchId") if context else None
+        if query is None or batch_id is None:
+            raise RuntimeError("the conveyor streaming sink runs only inside a streaming query")
+        write_id = self._write_id(query, int(batch_id))
+        store = open_bulk_store(self.dsn)
+        try:
+            store.bulk_write_touch(write_id, datetime.now(UTC))
+            stage = stage_name(write_id, partition, attempt)
+            rows = self._stage(
+                store, _rebatch(iterator, self.plan.batch_size), write_id, stage, partition
+            )
+        finally:
+            store.close()
+        return StagedPart(partition, stage if rows else None, rows, query)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        parts = [m for m in messages if isinstance(m, StagedPart)]
+        query = next((m.query for m in parts if m.query), None)
+        if query is None:
+            return  # no task ran: nothing was staged, nothing to record
+        stages = [m.stage for m in sorted(parts, key=lambda m: m.partition) if m.stage]
+        write_id = self._write_id(query, batchId)
+        store = open_bulk_store(self.dsn)
+        try:
+            result = store.bulk_write_commit(
+                write_id, stages, self.plan.unique, datetime.now(UTC), f"stream:{query}", batchId
+            )
+        finally:
+            store.close()
+        if result.new:
+            driver_log().info(
+                "conveyor streaming sink, query %s, micro-batch %s committed; the query so far: %s",
+                query,
+                batchId,
+                describe(result),
+            )
+        else:
+            driver_log().info(
+                "conveyor streaming sink, query %s, micro-batch %s was committed before "
+                "(Spark ran it again after a restart): enqueued nothing",
+                query,
+                batchId,
+            )
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        query = next((m.query for m in messages if isinstance(m, StagedPart) and m.query), None)
+        if query is None:
+            return  # what failed tasks staged is cleared as abandoned later
+        store = open_bulk_store(self.dsn)
+        try:
+            store.bulk_write_abort(self._write_id(query, batchId))
+        finally:
+            store.close()
+
+
+def staged_rows(store: BulkStore, jobs: JobColumns, skip: int = 0) -> Any:
+    """A batch of jobs in the form the store stages: row tuples, or CSV for COPY."""
+    if store.stage_format == "rows":
+        rows = jobs.rows()
+        return rows[skip:] if skip else rows
+    return _csv(jobs, skip)
+
+
 _CSV_SCHEMA = pa.schema(
     [
         ("queue", pa.string()),
@@ -324,7 +399,7 @@ _CSV_SCHEMA = pa.schema(
 )
 
 
-def _csv(jobs: JobColumns) -> bytes:
+def _csv(jobs: JobColumns, skip: int = 0) -> bytes:
     """The batch as CSV for COPY, written by Arrow's C++ writer (not row by row in Python).
 
     Arrow quotes every string and leaves nulls unquoted and empty, which is
@@ -334,16 +409,16 @@ def _csv(jobs: JobColumns) -> bytes:
 
     table = pa.Table.from_arrays(
         [
-            pa.array(jobs.queue, pa.string()),
-            pa.array(jobs.task, pa.string()),
-            pa.array(jobs.args, pa.string()),
-            pa.array(jobs.kwargs, pa.string()),
-            pa.array(jobs.priority, pa.int32()),
-            pa.array(jobs.run_at, pa.float64()),
-            pa.array(jobs.max_attempts, pa.int32()),
-            pa.array(jobs.key, pa.string()),
-            pa.array(jobs.group, pa.string()),
-            pa.array(jobs.batch, pa.string()),
+            pa.array(jobs.queue[skip:], pa.string()),
+            pa.array(jobs.task[skip:], pa.string()),
+            pa.array(jobs.args[skip:], pa.string()),
+            pa.array(jobs.kwargs[skip:], pa.string()),
+            pa.array(jobs.priority[skip:], pa.int32()),
+            pa.array(jobs.run_at[skip:], pa.float64()),
+            pa.array(jobs.max_attempts[skip:], pa.int32()),
+            pa.array(jobs.key[skip:], pa.string()),
+            pa.array(jobs.group[skip:], pa.string()),
+            pa.array(jobs.batch[skip:], pa.string()),
         ],
         schema=_CSV_SCHEMA,
     )

@@ -3,6 +3,11 @@
 A ``queries.sql`` holds blocks that start with a line ``-- name: job_claim``;
 the text up to the next such line is the statement. Keeping SQL in files (not
 assembled from strings in Python) lets the two backends be read side by side.
+
+A block may include another as ``{{name}}``: the other block's text takes its
+place when the file is read. That is how one rule is written once and used by
+two statements (the rules of an enqueue, used by ``job_insert`` and by the bulk
+move of staged rows).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from importlib import resources
 
 _NAME_LINE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 _MIGRATION_FILE = re.compile(r"^(\d{3})_(\w+)\.sql$")
+_INCLUDE = re.compile(r"\{\{(\w+)\}\}")
 
 
 def load_queries(package: str) -> dict[str, str]:
@@ -30,7 +36,21 @@ def parse_queries(text: str, where: str = "SQL text") -> dict[str, str]:
         if name in queries:
             raise ValueError(f"{where} defines {name!r} twice")
         queries[name] = body.strip().rstrip(";")
-    return queries
+    return {name: _expand(name, queries, where, ()) for name in queries}
+
+
+def _expand(name: str, queries: dict[str, str], where: str, seen: tuple[str, ...]) -> str:
+    """A block with every ``{{other}}`` replaced by that block's (expanded) text."""
+    if name in seen:
+        raise ValueError(f"{where}: {' -> '.join((*seen, name))} includes itself")
+
+    def include(match: re.Match[str]) -> str:
+        other = match.group(1)
+        if other not in queries:
+            raise ValueError(f"{where}: {name} includes {other!r}, which is not defined")
+        return _expand(other, queries, where, (*seen, name))
+
+    return _INCLUDE.sub(include, queries[name])
 
 
 @dataclass(frozen=True, slots=True)

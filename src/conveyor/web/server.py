@@ -70,6 +70,7 @@ NOTICES = {
     "run_now": "Job made due now: the next free worker takes it.",
     "deleted": "Job deleted with its history.",
     "taken_back": "Job taken back from its worker and queued again.",
+    "taken_back_failed": "Job taken back from its worker; out of attempts, it failed.",
     "paused": "Queue paused: workers no longer claim its jobs.",
     "resumed": "Queue resumed.",
     "retried_all": "Failed jobs of the queue queued again: {n}.",
@@ -79,7 +80,7 @@ NOTICES = {
     "bulk_cancel": "Jobs cancelled or asked to stop: {n}.",
     "bulk_delete": "Jobs deleted: {n}.",
     "bulk_run_now": "Jobs made due now: {n}.",
-    "bulk_take_back": "Running jobs taken back and queued again: {n}.",
+    "bulk_take_back": "Running jobs taken back (queued again, or failed if out of attempts): {n}.",
     "none_selected": "Tick the jobs to act on first.",
 }
 

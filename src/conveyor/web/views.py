@@ -83,7 +83,7 @@ def act_on_job(app: App, name: str, job_id: int) -> str:
     if name == "take-back":
         _expect(job, state, ("running",), "be taken back")
         app.take_back([job_id])
-        return "taken_back"
+        return "taken_back" if app.get(job_id).state == JobState.QUEUED else "taken_back_failed"
     _expect(job, state, BULK_ACTIONS["delete"].applies_to, "be deleted (cancel it first)")
     if not app.delete_jobs([job_id]):
         raise JobStateError(f"job {job_id} started meanwhile: cancel it first")

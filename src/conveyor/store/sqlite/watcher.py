@@ -25,6 +25,11 @@ log = logging.getLogger("conveyor.sqlite")
 
 #: How often the watcher checks, in seconds: the cross-process wake latency.
 DEFAULT_INTERVAL = 0.002
+#: After this long without a change, it checks at ``QUIET_INTERVAL`` instead:
+#: an idle worker should cost next to nothing, and work that arrives after a
+#: quiet spell waits a few milliseconds more at most.
+QUIET_AFTER = 1.0
+QUIET_INTERVAL = 0.01
 #: How often, at most, the watcher checkpoints the write-ahead log, in seconds.
 CHECKPOINT_INTERVAL = 0.25
 
@@ -50,16 +55,22 @@ class DataVersionWatcher:
             # A commit made while this thread was starting went unseen: look again.
             self._on_change("any", "")
             written = True
-            next_checkpoint = time.monotonic()
-            while not self._stop.wait(self._interval):
+            next_checkpoint = changed_at = time.monotonic()
+            while not self._stop.is_set():
+                # A plain sleep: Event.wait with a timeout costs several times more,
+                # and this loop runs hundreds of times a second.
+                quiet = time.monotonic() - changed_at > QUIET_AFTER
+                time.sleep(max(self._interval, QUIET_INTERVAL) if quiet else self._interval)
                 try:
                     version = conn.execute("PRAGMA data_version").fetchone()[0]
                 except sqlite3.Error as exc:  # a locked or vanished file: keep trying
                     log.warning("cannot read data_version of %s: %s", self._path, exc)
+                    self._stop.wait(0.1)
                     continue
                 if version != last:
                     last = version
                     written = True
+                    changed_at = time.monotonic()
                     self._on_change("any", "")
                 if written and time.monotonic() >= next_checkpoint:
                     written = False

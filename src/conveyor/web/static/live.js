@@ -15,8 +15,9 @@
       return "paused while jobs are ticked";
     }
     var focused = document.activeElement;
-    if (focused && focused !== document.body && box.contains(focused) &&
-        /^(INPUT|SELECT|TEXTAREA)$/.test(focused.tagName)) {
+    var typing = focused && (/^(SELECT|TEXTAREA)$/.test(focused.tagName) ||
+      (focused.tagName === "INPUT" && !/^(checkbox|radio|submit|button)$/.test(focused.type)));
+    if (typing && box.contains(focused)) {
       return "paused while you type";
     }
     return "";

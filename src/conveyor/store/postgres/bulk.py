@@ -1,0 +1,378 @@
+"""Bulk intake and scans on PostgreSQL: the PostgreSQL store with the methods of ``BulkStore``.
+
+Staged rows arrive as CSV for ``COPY`` (the fastest way in); the move into
+``jobs`` ends with ``job_insert_rules``, the same statement text that ends
+``job_insert``, so keys, events and the wake-up of workers follow one rule.
+Scans come out through ``COPY ... TO STDOUT`` as CSV: building a Python object
+per value through psycopg was the bottleneck of a read.
+
+Each bulk store keeps a pool of one or two connections: a Spark task opens one,
+does its part, and closes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import Any, Literal
+
+import psycopg
+from psycopg import errors as pg_errors
+
+from conveyor.errors import ConfigurationError
+from conveyor.store.base import EventOffset
+from conveyor.store.bulk import (
+    SCAN_ID_COLUMN,
+    TIME_COLUMNS,
+    InsertCounts,
+    Progress,
+    Scan,
+    ScanFilter,
+    Unique,
+    WriteConflictError,
+    WriteEndedError,
+    WriteResult,
+    check_columns,
+    quote_ident,
+    stage_prefix,
+)
+from conveyor.store.postgres.store import PostgresStore
+from conveyor.store.sql import load_queries
+
+_Q = load_queries("conveyor.store.postgres")
+#: The temporary table a non-atomic write stages each batch in (one per connection).
+_DIRECT = "spark_direct"
+_JSON_COLUMNS = frozenset({"args", "kwargs", "result"})
+_KNOWN = {
+    "jobs": (
+        "id", "queue", "task", "state", "args", "kwargs", "priority", "run_at", "attempts",
+        "max_attempts", "key", "group_key", "batch", "worker", "lease_token", "lease_expires_at",
+        "cancel_requested", "result", "error", "progress", "progress_message", "created_at",
+        "started_at", "finished_at",
+    ),
+    "events": ("seq", "job_id", "queue", "task", "kind", "attempt", "worker", "at", "error"),
+}  # fmt: skip
+
+Connection = psycopg.Connection[tuple[Any, ...]]
+
+
+class PostgresBulkStore(PostgresStore):
+    stage_format: Literal["rows", "csv"] = "csv"
+
+    def __init__(self, dsn: str, **options: Any) -> None:
+        options.setdefault("min_size", 1)
+        options.setdefault("max_size", 2)
+        super().__init__(dsn, **options)
+
+    # --- writes -----------------------------------------------------------------
+
+    def bulk_write_open(
+        self, write_id: str, now: datetime, abandoned_before: datetime
+    ) -> list[str]:
+        with self._tx() as conn:
+            cleared = self._clear_abandoned(conn, abandoned_before)
+            try:
+                conn.execute(_Q["spark_write_open"], {"id": write_id, "now": now})
+            except pg_errors.UniqueViolation:
+                raise ConfigurationError(_running(write_id)) from None
+        return cleared
+
+    def bulk_write_touch(self, write_id: str, now: datetime) -> None:
+        with self._conn() as conn:
+            conn.execute(_Q["spark_write_touch"], {"id": write_id, "now": now})
+
+    def bulk_stage(self, write_id: str, stage: str, rows: Any, *, create: bool) -> None:
+        table = _stage_table(write_id, stage)
+        with self._tx() as conn:
+            _check_open(conn, write_id)
+            if create:
+                conn.execute(_Q["spark_stage_create"].format(stage=table))
+            with conn.cursor().copy(_Q["spark_stage_copy"].format(stage=table)) as copy:
+                copy.write(rows)
+
+    def bulk_write_commit(
+        self,
+        write_id: str,
+        stages: Sequence[str],
+        unique: Unique,
+        now: datetime,
+        result_id: str,
+        batch: int | None = None,
+    ) -> WriteResult:
+        tables = [_stage_table(write_id, s) for s in stages]
+        with self._tx() as conn:
+            # Deleting the row waits for tasks still staging under FOR SHARE; the
+            # tables listed after it include everything they staged.
+            closed = conn.execute(_Q["spark_write_close"], {"id": write_id}).rowcount == 1
+            # A micro-batch whose tasks had no rows was never opened by them.
+            if not closed and (batch is None or tables):
+                raise WriteEndedError(f"write {write_id} was already committed or aborted")
+            conn.execute(_Q["spark_write_result_lock"], {"id": result_id})
+            done = _result(conn, result_id)
+            if done is not None and (
+                batch is None or (done.batch is not None and done.batch >= batch)
+            ):
+                _drop_stages(conn, write_id)
+                return replace(done, new=False)
+            given, enqueued = _move(conn, tables, unique, now)
+            conn.execute(
+                _Q["spark_write_result_record"],
+                {
+                    "id": result_id,
+                    "batch": batch,
+                    "now": now,
+                    "row_count": given,
+                    "enqueued": enqueued,
+                    "skipped": given - enqueued,
+                },
+            )
+            _drop_stages(conn, write_id)
+            result = _result(conn, result_id)
+        assert result is not None
+        return result
+
+    def bulk_write_abort(self, write_id: str) -> None:
+        with self._tx() as conn:
+            conn.execute(_Q["spark_write_close"], {"id": write_id})
+            conn.execute(_Q["spark_progress_delete"], {"write_id": write_id})
+            _drop_stages(conn, write_id)
+
+    def bulk_progress(self, write_id: str, part: int) -> Progress:
+        with self._conn() as conn:
+            row = conn.execute(
+                _Q["spark_progress_get"], {"write_id": write_id, "part": part}
+            ).fetchone()
+        return Progress(0, 0) if row is None else Progress(int(row[0]), int(row[1]))
+
+    def bulk_insert(
+        self,
+        write_id: str,
+        part: int,
+        expected: Progress,
+        rows: Any,
+        after: Progress,
+        unique: Unique,
+        now: datetime,
+    ) -> InsertCounts:
+        table = quote_ident(_DIRECT)
+        key = {"write_id": write_id, "part": part}
+        with self._tx() as conn:
+            _check_open(conn, write_id)
+            conn.execute(_Q["spark_progress_claim"], key)
+            row = conn.execute(_Q["spark_progress_lock"], key).fetchone()
+            current = Progress(0, 0) if row is None else Progress(int(row[0]), int(row[1]))
+            if current != expected:
+                raise WriteConflictError(
+                    f"partition {part} of write {write_id}: expected {expected.rows} rows "
+                    f"enqueued before this batch, found {current.rows}: another attempt of "
+                    "this partition is writing"
+                )
+            conn.execute(_Q["spark_direct_create"].format(stage=table))
+            with conn.cursor().copy(_Q["spark_stage_copy"].format(stage=table)) as copy:
+                copy.write(rows)
+            given, enqueued = _move(conn, [table], unique, now)
+            conn.execute(
+                _Q["spark_progress_advance"],
+                {
+                    **key,
+                    "row_count": after.rows,
+                    "checksum": after.checksum,
+                    "enqueued": enqueued,
+                    "skipped": given - enqueued,
+                },
+            )
+        return InsertCounts(enqueued, given - enqueued)
+
+    def bulk_write_finish(self, write_id: str, now: datetime, result_id: str) -> WriteResult:
+        with self._tx() as conn:
+            if conn.execute(_Q["spark_write_close"], {"id": write_id}).rowcount != 1:
+                raise WriteEndedError(f"write {write_id} was already committed or aborted")
+            totals = conn.execute(_Q["spark_progress_totals"], {"write_id": write_id}).fetchone()
+            given, enqueued, skipped = totals or (0, 0, 0)
+            conn.execute(
+                _Q["spark_write_result_record"],
+                {
+                    "id": result_id,
+                    "batch": None,
+                    "now": now,
+                    "row_count": given,
+                    "enqueued": enqueued,
+                    "skipped": skipped,
+                },
+            )
+            conn.execute(_Q["spark_progress_delete"], {"write_id": write_id})
+            result = _result(conn, result_id)
+        assert result is not None
+        return result
+
+    def bulk_write_result(self, result_id: str) -> WriteResult | None:
+        with self._conn() as conn:
+            return _result(conn, result_id)
+
+    def _clear_abandoned(self, conn: Connection, before: datetime) -> list[str]:
+        """Close writes whose driver died, and drop what they staged: none of it became jobs."""
+        rows = conn.execute(_Q["spark_write_abandoned"], {"before": before}).fetchall()
+        ids = [row[0] for row in rows]
+        for write_id in ids:
+            conn.execute(_Q["spark_write_close"], {"id": write_id})
+            conn.execute(_Q["spark_progress_delete"], {"write_id": write_id})
+            _drop_stages(conn, write_id)
+        return ids
+
+    # --- reads ------------------------------------------------------------------
+
+    def scan_id_bounds(self, table: str) -> tuple[int | None, int | None]:
+        check_columns(table, [], _KNOWN.get(table, ()))
+        sql = _Q["scan_id_bounds"].format(id=SCAN_ID_COLUMN[table], table=table)
+        with self._conn() as conn:
+            row = conn.execute(sql).fetchone()
+        return (row[0], row[1]) if row else (None, None)
+
+    def scan(
+        self,
+        table: str,
+        columns: Sequence[str],
+        low: int,
+        high: int,
+        filters: Sequence[ScanFilter],
+        chunk_rows: int,
+    ) -> Scan:
+        check_columns(table, [*columns, *(f.column for f in filters)], _KNOWN.get(table, ()))
+        id_column = SCAN_ID_COLUMN[table]
+        where = [f"{id_column} >= %s", f"{id_column} < %s"]
+        params: list[Any] = [low, high]
+        for item in filters:
+            fragment, values = _condition(item)
+            where.append(fragment)
+            params.extend(values)
+        sql = _Q["scan_range"].format(
+            columns=", ".join(_select(c) for c in columns) or "1",
+            table=table,
+            where=" AND ".join(where),
+            id=id_column,
+        )
+        return Scan(sql, params, self._copy_out(sql, params))
+
+    def _copy_out(self, sql: str, params: list[Any]) -> Generator[Any, None, None]:
+        with self._conn() as conn, conn.cursor().copy(sql, params) as copy:
+            # COPY sends a message per row: the chunks are handed on as they come.
+            yield from copy
+
+    def event_stream_end(self, after: EventOffset, limit: int | None, floor: int) -> EventOffset:
+        params = {"xid": after[0], "seq": after[1], "floor": floor, "limit": limit}
+        statement = _Q["event_stream_latest" if limit is None else "event_stream_latest_limited"]
+        with self._conn() as conn:
+            row = conn.execute(statement, params).fetchone()
+        return after if row is None else (int(row[0]), int(row[1]))
+
+    def event_stream_read(
+        self, after: EventOffset, until: EventOffset, columns: Sequence[str], floor: int
+    ) -> Generator[list[tuple[Any, ...]], None, None]:
+        check_columns("events", columns, _KNOWN["events"])
+        sql = _Q["event_stream_read"].format(columns=", ".join(columns) or "1")
+        params = {
+            "after_xid": after[0],
+            "after_seq": after[1],
+            "until_xid": until[0],
+            "until_seq": until[1],
+            "floor": floor,
+        }
+        with self._conn() as conn:
+            cursor = conn.execute(sql, params)
+            while rows := cursor.fetchmany(10_000):
+                yield rows
+
+    def event_first_seq_since(self, at: datetime) -> int | None:
+        with self._conn() as conn:
+            row = conn.execute(_Q["event_first_seq_since"], {"at": at}).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+    def event_last_seq(self) -> int:
+        with self._conn() as conn:
+            row = conn.execute(_Q["event_last_seq"]).fetchone()
+        return int(row[0]) if row else 0
+
+
+def _running(write_id: str) -> str:
+    return (
+        f"a write with id {write_id!r} is open: another write with this id is running, or "
+        "one died without ending (it is cleared once abandonedAfterHours have passed); "
+        "choose another writeId"
+    )
+
+
+def _stage_table(write_id: str, stage: str) -> str:
+    if not stage.startswith(stage_prefix(write_id)):
+        raise ValueError(f"staging table {stage!r} is not one of write {write_id}")
+    return quote_ident(stage)
+
+
+def _check_open(conn: Connection, write_id: str) -> None:
+    if conn.execute(_Q["spark_write_is_open"], {"id": write_id}).fetchone() is None:
+        raise WriteEndedError(f"write {write_id} was committed or aborted before this task")
+
+
+def _drop_stages(conn: Connection, write_id: str) -> None:
+    """Drop every staging table of a write, including those of attempts Spark discarded."""
+    params = {"prefix": stage_prefix(write_id)}
+    for (table,) in conn.execute(_Q["spark_stage_tables"], params).fetchall():
+        conn.execute(_Q["spark_stage_drop"].format(stage=quote_ident(table)))
+
+
+def _move(
+    conn: Connection, tables: Sequence[str], unique: Unique, now: datetime
+) -> tuple[int, int]:
+    """Move staged rows into jobs; return (rows given, jobs inserted)."""
+    if not tables:
+        return 0, 0
+    given: int | None = None
+    if unique == "forever":
+        given = 0
+        for table in tables:
+            row = conn.execute(_Q["spark_stage_count"].format(stage=table)).fetchone()
+            given += int(row[0]) if row else 0
+        for table in tables:
+            conn.execute(_Q["spark_stage_drop_held_keys"].format(stage=table))
+    union = " UNION ALL ".join(
+        _Q["spark_stage_part"].format(part=index, stage=table) for index, table in enumerate(tables)
+    )
+    row = conn.execute(_Q["spark_stage_move"].format(stages=union), {"now": now}).fetchone()
+    inserted, moved = (int(row[0]), int(row[1])) if row else (0, 0)
+    return (moved if given is None else given), inserted
+
+
+def _result(conn: Connection, result_id: str) -> WriteResult | None:
+    row = conn.execute(_Q["spark_write_result_get"], {"id": result_id}).fetchone()
+    if row is None:
+        return None
+    id_, batch, committed_at, rows, enqueued, skipped = row
+    return WriteResult(
+        id_, None if batch is None else int(batch), committed_at, int(rows), int(enqueued),
+        int(skipped),
+    )  # fmt: skip
+
+
+def _select(column: str) -> str:
+    if column in TIME_COLUMNS:
+        # Microseconds since the epoch: Arrow's CSV reader parses an integer far
+        # faster than a timestamptz with its zone suffix.
+        return f"(extract(epoch from {column}) * 1000000)::int8"
+    if column in _JSON_COLUMNS:
+        return f"{column}::text"
+    return column
+
+
+def _condition(item: ScanFilter) -> tuple[str, list[Any]]:
+    """A filter as PostgreSQL SQL: the column name is checked, the values are parameters."""
+    column = item.column
+    values = list(item.values)
+    if item.op == "is null":
+        return f"{column} IS NULL", []
+    if item.op == "is not null":
+        return f"{column} IS NOT NULL", []
+    if item.op == "in":
+        return f"{column} = ANY(%s)", [values]
+    if item.op in ("=", "<", "<=", ">", ">="):
+        return f"{column} {item.op} %s", values[:1]
+    raise ValueError(f"unknown scan operator {item.op!r}")

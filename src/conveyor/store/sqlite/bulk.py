@@ -1,0 +1,376 @@
+"""Bulk intake and scans on SQLite: the SQLite store with the methods of ``BulkStore``.
+
+Every write happens under the store's own write lock (``BEGIN IMMEDIATE``),
+so what a statement reads stays true until the transaction commits. A move of
+staged rows uses the statements ``job_insert_many`` uses for ids and events,
+and the ``jobs_live_key`` index for keys: the rules of an enqueue are the
+store's, not a copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import sqlite3
+from collections.abc import Generator, Iterator, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from conveyor.errors import ConfigurationError
+from conveyor.store.base import EventOffset
+from conveyor.store.bulk import (
+    SCAN_ID_COLUMN,
+    TIME_COLUMNS,
+    InsertCounts,
+    Progress,
+    Scan,
+    ScanFilter,
+    Unique,
+    WriteConflictError,
+    WriteEndedError,
+    WriteResult,
+    check_columns,
+    quote_ident,
+    stage_prefix,
+)
+from conveyor.store.sql import load_queries
+from conveyor.store.sqlite.store import EVENT_COLUMNS, JOB_COLUMNS, SQLiteStore
+
+_Q = load_queries("conveyor.store.sqlite")
+#: The temporary table a non-atomic write stages each batch in (one per connection).
+_DIRECT = "spark_direct"
+_KNOWN = {"jobs": JOB_COLUMNS, "events": EVENT_COLUMNS}
+
+
+def _ts(value: datetime) -> float:
+    return value.timestamp()
+
+
+class SQLiteBulkStore(SQLiteStore):
+    stage_format: Literal["rows", "csv"] = "rows"
+
+    # --- writes -----------------------------------------------------------------
+
+    def bulk_write_open(
+        self, write_id: str, now: datetime, abandoned_before: datetime
+    ) -> list[str]:
+        with self._write() as conn:
+            cleared = self._clear_abandoned(conn, abandoned_before)
+            try:
+                conn.execute(_Q["spark_write_open"], {"id": write_id, "now": _ts(now)})
+            except sqlite3.IntegrityError:
+                raise ConfigurationError(_running(write_id)) from None
+        return cleared
+
+    def bulk_write_touch(self, write_id: str, now: datetime) -> None:
+        with self._write() as conn:
+            conn.execute(_Q["spark_write_touch"], {"id": write_id, "now": _ts(now)})
+
+    def bulk_stage(self, write_id: str, stage: str, rows: Any, *, create: bool) -> None:
+        table = _stage_table(write_id, stage)
+        # One short transaction per batch, not one for the task: SQLite has one
+        # writer, and the other tasks stage at the same time.
+        with self._write() as conn:
+            _check_open(conn, write_id)
+            if create:
+                conn.execute(_Q["spark_stage_create"].format(stage=table))
+            conn.executemany(_Q["spark_stage_insert"].format(stage=table), rows)
+
+    def bulk_write_commit(
+        self,
+        write_id: str,
+        stages: Sequence[str],
+        unique: Unique,
+        now: datetime,
+        result_id: str,
+        batch: int | None = None,
+    ) -> WriteResult:
+        tables = [_stage_table(write_id, s) for s in stages]
+        with self._write() as conn:
+            closed = conn.execute(_Q["spark_write_close"], {"id": write_id}).rowcount == 1
+            # A micro-batch whose tasks had no rows was never opened by them.
+            if not closed and (batch is None or tables):
+                raise WriteEndedError(f"write {write_id} was already committed or aborted")
+            done = _result(conn, result_id)
+            if done is not None and (
+                batch is None or (done.batch is not None and done.batch >= batch)
+            ):
+                _drop_stages(conn, write_id)
+                return replace(done, new=False)
+            given, enqueued = _move(conn, tables, unique, _ts(now))
+            conn.execute(
+                _Q["spark_write_result_record"],
+                {
+                    "id": result_id,
+                    "batch": batch,
+                    "now": _ts(now),
+                    "row_count": given,
+                    "enqueued": enqueued,
+                    "skipped": given - enqueued,
+                },
+            )
+            _drop_stages(conn, write_id)
+            result = _result(conn, result_id)
+        assert result is not None
+        return result
+
+    def bulk_write_abort(self, write_id: str) -> None:
+        with self._write() as conn:
+            conn.execute(_Q["spark_write_close"], {"id": write_id})
+            conn.execute(_Q["spark_progress_delete"], {"write_id": write_id})
+            _drop_stages(conn, write_id)
+
+    def bulk_progress(self, write_id: str, part: int) -> Progress:
+        return _progress(self._conn(), write_id, part)
+
+    def bulk_insert(
+        self,
+        write_id: str,
+        part: int,
+        expected: Progress,
+        rows: Any,
+        after: Progress,
+        unique: Unique,
+        now: datetime,
+    ) -> InsertCounts:
+        table = quote_ident(_DIRECT)
+        with self._write() as conn:
+            _check_open(conn, write_id)
+            current = _progress(conn, write_id, part)
+            if current != expected:
+                raise WriteConflictError(_conflict(write_id, part, expected, current))
+            conn.execute(_Q["spark_direct_create"].format(stage=table))
+            conn.executemany(_Q["spark_stage_insert"].format(stage=table), rows)
+            given, enqueued = _move(conn, [table], unique, _ts(now))
+            conn.execute(_Q["spark_direct_clear"].format(stage=table))
+            conn.execute(
+                _Q["spark_progress_advance"],
+                {
+                    "write_id": write_id,
+                    "part": part,
+                    "row_count": after.rows,
+                    "checksum": after.checksum,
+                    "enqueued": enqueued,
+                    "skipped": given - enqueued,
+                },
+            )
+        return InsertCounts(enqueued, given - enqueued)
+
+    def bulk_write_finish(self, write_id: str, now: datetime, result_id: str) -> WriteResult:
+        with self._write() as conn:
+            if conn.execute(_Q["spark_write_close"], {"id": write_id}).rowcount != 1:
+                raise WriteEndedError(f"write {write_id} was already committed or aborted")
+            given, enqueued, skipped = conn.execute(
+                _Q["spark_progress_totals"], {"write_id": write_id}
+            ).fetchone()
+            conn.execute(
+                _Q["spark_write_result_record"],
+                {
+                    "id": result_id,
+                    "batch": None,
+                    "now": _ts(now),
+                    "row_count": given,
+                    "enqueued": enqueued,
+                    "skipped": skipped,
+                },
+            )
+            conn.execute(_Q["spark_progress_delete"], {"write_id": write_id})
+            result = _result(conn, result_id)
+        assert result is not None
+        return result
+
+    def bulk_write_result(self, result_id: str) -> WriteResult | None:
+        return _result(self._conn(), result_id)
+
+    def _clear_abandoned(self, conn: sqlite3.Connection, before: datetime) -> list[str]:
+        """Close writes whose driver died, and drop what they staged: none of it became jobs."""
+        params = {"before": _ts(before)}
+        ids = [row[0] for row in conn.execute(_Q["spark_write_abandoned"], params).fetchall()]
+        for write_id in ids:
+            conn.execute(_Q["spark_write_close"], {"id": write_id})
+            conn.execute(_Q["spark_progress_delete"], {"write_id": write_id})
+            _drop_stages(conn, write_id)
+        return ids
+
+    # --- reads ------------------------------------------------------------------
+
+    def scan_id_bounds(self, table: str) -> tuple[int | None, int | None]:
+        check_columns(table, [], _KNOWN.get(table, ()))
+        sql = _Q["scan_id_bounds"].format(id=SCAN_ID_COLUMN[table], table=table)
+        low, high = self._conn().execute(sql).fetchone()
+        return low, high
+
+    def scan(
+        self,
+        table: str,
+        columns: Sequence[str],
+        low: int,
+        high: int,
+        filters: Sequence[ScanFilter],
+        chunk_rows: int,
+    ) -> Scan:
+        check_columns(table, [*columns, *(f.column for f in filters)], _KNOWN.get(table, ()))
+        id_column = SCAN_ID_COLUMN[table]
+        where = [f"{id_column} >= ?", f"{id_column} < ?"]
+        params: list[Any] = [low, high]
+        for item in filters:
+            fragment, values = _condition(item)
+            where.append(fragment)
+            params.extend(values)
+        sql = _Q["scan_range"].format(
+            columns=", ".join(columns) or "1", table=table, where=" AND ".join(where), id=id_column
+        )
+        return Scan(sql, params, self._chunks(sql, params, chunk_rows))
+
+    def _chunks(self, sql: str, params: list[Any], size: int) -> Generator[list[Any], None, None]:
+        cursor = self._conn().execute(sql, params)
+        try:
+            while True:
+                with collector_paused():
+                    rows = cursor.fetchmany(size)
+                if not rows:
+                    return
+                yield rows
+        finally:
+            cursor.close()
+
+    def event_stream_end(self, after: EventOffset, limit: int | None, floor: int) -> EventOffset:
+        start = max(after[1], floor - 1)
+        conn = self._conn()
+        if limit is None:
+            seq = conn.execute(_Q["event_stream_latest"]).fetchone()[0]
+        else:
+            bounds = {"after": start, "limit": limit}
+            seq = conn.execute(_Q["event_stream_latest_limited"], bounds).fetchone()[0]
+        return (0, max(seq or 0, after[1]))
+
+    def event_stream_read(
+        self, after: EventOffset, until: EventOffset, columns: Sequence[str], floor: int
+    ) -> Generator[list[tuple[Any, ...]], None, None]:
+        check_columns("events", columns, EVENT_COLUMNS)
+        sql = _Q["event_stream_read"].format(columns=", ".join(columns) or "1")
+        params = {"after": max(after[1], floor - 1), "until": until[1]}
+        cursor = self._conn().execute(sql, params)
+        try:
+            while rows := cursor.fetchmany(10_000):
+                yield rows
+        finally:
+            cursor.close()
+
+    def event_first_seq_since(self, at: datetime) -> int | None:
+        seq: int | None = (
+            self._conn().execute(_Q["event_first_seq_since"], {"at": _ts(at)}).fetchone()[0]
+        )
+        return seq
+
+    def event_last_seq(self) -> int:
+        seq: int = self._conn().execute(_Q["event_last_seq"]).fetchone()[0]
+        return seq
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cycle collector off while a chunk of rows is fetched.
+
+    A fetch makes a tuple per row and an object per value, none of them in a
+    cycle, yet each 700 allocations start a collection that walks them all:
+    a fifth of a scan's time. Back on before the chunk is handed over.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _running(write_id: str) -> str:
+    return (
+        f"a write with id {write_id!r} is open: another write with this id is running, or "
+        "one died without ending (it is cleared once abandonedAfterHours have passed); "
+        "choose another writeId"
+    )
+
+
+def _conflict(write_id: str, part: int, expected: Progress, current: Progress) -> str:
+    return (
+        f"partition {part} of write {write_id}: expected {expected.rows} rows enqueued "
+        f"before this batch, found {current.rows}: another attempt of this partition is writing"
+    )
+
+
+def _stage_table(write_id: str, stage: str) -> str:
+    if not stage.startswith(stage_prefix(write_id)):
+        raise ValueError(f"staging table {stage!r} is not one of write {write_id}")
+    return quote_ident(stage)
+
+
+def _check_open(conn: sqlite3.Connection, write_id: str) -> None:
+    if conn.execute(_Q["spark_write_is_open"], {"id": write_id}).fetchone() is None:
+        raise WriteEndedError(f"write {write_id} was committed or aborted before this task")
+
+
+def _drop_stages(conn: sqlite3.Connection, write_id: str) -> None:
+    """Drop every staging table of a write, including those of attempts Spark discarded."""
+    # fetchall: SQLite cannot drop a table while a cursor reads the schema.
+    params = {"prefix": stage_prefix(write_id)}
+    for (table,) in conn.execute(_Q["spark_stage_tables"], params).fetchall():
+        conn.execute(_Q["spark_stage_drop"].format(stage=quote_ident(table)))
+
+
+def _move(
+    conn: sqlite3.Connection, tables: Sequence[str], unique: Unique, now_ts: float
+) -> tuple[int, int]:
+    """Move staged rows into jobs; return (rows given, jobs inserted)."""
+    counts = [conn.execute(_Q["spark_stage_count"].format(stage=t)).fetchone()[0] for t in tables]
+    given = sum(counts)
+    if not given:
+        return 0, 0
+    if unique == "forever":
+        for table in tables:
+            conn.execute(_Q["spark_stage_drop_held_keys"].format(stage=table))
+    # Ids from the store's counter, reserved under this write lock in staging
+    # order; rowids run 1..n per table (the keys left out above leave gaps, and
+    # their ids go unused).
+    last = conn.execute(_Q["job_take_ids"], {"count": given}).fetchone()[0]
+    first = last - given + 1
+    offset = first
+    inserted = 0
+    for table, count in zip(tables, counts, strict=True):
+        params = {"first": offset, "now": now_ts}
+        inserted += conn.execute(_Q["spark_stage_move"].format(stage=table), params).rowcount
+        offset += count
+    conn.execute(_Q["event_insert_enqueued"], {"first": first, "last": last})
+    return given, inserted
+
+
+def _result(conn: sqlite3.Connection, result_id: str) -> WriteResult | None:
+    row = conn.execute(_Q["spark_write_result_get"], {"id": result_id}).fetchone()
+    if row is None:
+        return None
+    id_, batch, committed_at, rows, enqueued, skipped = row
+    return WriteResult(
+        id_, batch, datetime.fromtimestamp(committed_at, UTC), rows, enqueued, skipped
+    )
+
+
+def _progress(conn: sqlite3.Connection, write_id: str, part: int) -> Progress:
+    row = conn.execute(_Q["spark_progress_get"], {"write_id": write_id, "part": part}).fetchone()
+    return Progress(0, 0) if row is None else Progress(row[0], row[1])
+
+
+def _condition(item: ScanFilter) -> tuple[str, list[Any]]:
+    """A filter as SQLite SQL: the column name is checked, the values are parameters."""
+    values = [v.timestamp() if item.column in TIME_COLUMNS else v for v in item.values]
+    column = item.column
+    if item.op == "is null":
+        return f"{column} IS NULL", []
+    if item.op == "is not null":
+        return f"{column} IS NOT NULL", []
+    if item.op == "in":
+        return f"{column} IN ({', '.join('?' * len(values))})", values
+    if item.op in ("=", "<", "<=", ">", ">="):
+        return f"{column} {item.op} ?", values[:1]
+    raise ValueError(f"unknown scan operator {item.op!r}")

@@ -1,0 +1,138 @@
+"""Options of the ``conveyor`` data source: every one checked, before anything is read or written.
+
+The rules are checked on ``Options`` directly (no Spark needed), then through
+Spark on both databases: a refused write leaves the store untouched.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pyspark.errors import AnalysisException
+from pyspark.sql import SparkSession
+
+from conveyor.errors import ConfigurationError
+from conveyor.spark.options import Options, names_for
+from conveyor.store.base import Store
+from spark_helpers import all_jobs, items, leftovers, writer
+
+
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [
+        ("key", "keyColumn"),  # the Python API's name of the option
+        ("keyColum", "keyColumn"),
+        ("queu", "queue"),
+        ("atomc", "atomic"),
+        ("maxAttempt", "maxAttempts"),
+        ("max_attempts", "maxAttempts"),
+        ("uniqe", "unique"),
+        ("group", "groupColumn"),
+    ],
+)
+def test_an_unknown_write_option_names_the_closest(typed: str, meant: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        Options({"dsn": "sqlite:///x.db", typed.lower(): "id"}, "write")
+    message = str(caught.value)
+    assert f'unknown option "{typed.lower()}" for a conveyor write' in message
+    assert f'Did you mean "{meant}"?' in message
+    # And the rest of the set, so the user sees what there is.
+    for name in ("dsn", "task", "keyColumn", "atomic", "writeId", "excludeColumns"):
+        assert name in message
+
+
+@pytest.mark.parametrize(
+    ("use", "typed", "meant"),
+    [
+        ("read", "tabel", "table"),
+        ("read", "numPartition", "numPartitions"),
+        ("stream read", "maxEventsPerTriger", "maxEventsPerTrigger"),
+        ("stream read", "maxOffsetsPerTrigger", "maxEventsPerTrigger"),  # Kafka's name
+        ("stream read", "startingOffset", "startingOffsets"),
+    ],
+)
+def test_an_unknown_read_option_names_the_closest(use: str, typed: str, meant: str) -> None:
+    with pytest.raises(ConfigurationError, match=f'Did you mean "{meant}"'):
+        Options({"dsn": "sqlite:///x.db", typed.lower(): "1"}, use)  # type: ignore[arg-type]
+
+
+def test_an_option_of_another_use_says_where_it_belongs() -> None:
+    with pytest.raises(ConfigurationError, match=r"not apply to a conveyor read .*stream read"):
+        Options({"maxeventspertrigger": "5"}, "read")
+    with pytest.raises(ConfigurationError, match='"atomic" does not apply to a conveyor streaming'):
+        Options({"atomic": "false"}, "stream write")
+
+
+def test_options_are_case_insensitive_and_spark_catalog_keys_are_ignored() -> None:
+    options = Options({"KEYCOLUMN": "id", "Task": "t", "provider": "conveyor"}, "write")
+    assert options.text("keyColumn") == "id" and options.text("task") == "t"
+
+
+def test_values_are_checked_naming_the_option() -> None:
+    write = Options(
+        {"maxattempts": "abc", "atomic": "maybe", "unique": "always", "batchsize": "0"}, "write"
+    )
+    with pytest.raises(
+        ConfigurationError, match="option maxAttempts must be an integer, got 'abc'"
+    ):
+        write.integer("maxAttempts", None)
+    with pytest.raises(ConfigurationError, match="option atomic must be true or false"):
+        write.boolean("atomic", True)
+    with pytest.raises(ConfigurationError, match='option unique must be "live" or "forever"'):
+        write.choice("unique", ("live", "forever"), "live")
+    with pytest.raises(ConfigurationError, match="option batchSize must be at least 1"):
+        write.integer("batchSize", 10)
+    stream = Options({"startingtimestamp": "yesterday"}, "stream read")
+    with pytest.raises(ConfigurationError, match="startingTimestamp must be milliseconds"):
+        stream.timestamp("startingTimestamp")
+
+
+def test_every_documented_option_is_in_the_readme() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    for use in ("read", "stream read", "write", "stream write"):
+        for name in names_for(use):  # type: ignore[arg-type]
+            if name != "checkpointLocation":
+                assert f"`{name}`" in readme, name
+
+
+# --- through Spark, on both databases --------------------------------------------
+
+
+def test_misspelt_write_options_fail_before_anything_is_written(
+    spark: SparkSession, dsn: str, store: Store
+) -> None:
+    frame = items(spark, 5)
+    for typed, meant in (("key", "keyColumn"), ("keyColum", "keyColumn"), ("atomc", "atomic")):
+        with pytest.raises(AnalysisException, match=f'Did you mean "{meant}"'):
+            writer(frame, dsn, task="resize", **{typed: "id"}).save()
+    with pytest.raises(AnalysisException, match="option maxAttempts must be an integer"):
+        writer(frame, dsn, task="resize", maxAttempts="abc").save()
+    with pytest.raises(AnalysisException, match="option batchSize must be at least 1"):
+        writer(frame, dsn, task="resize", batchSize="0").save()
+    # Nothing reached the store: no job, no write opened, nothing staged.
+    assert all_jobs(store) == []
+    assert leftovers(dsn) == ([], 0)
+
+
+def test_misspelt_read_options_fail_before_anything_is_read(
+    spark: SparkSession, dsn: str, store: Store
+) -> None:
+    def read() -> Any:  # a reader keeps its options: a fresh one each time
+        return spark.read.format("conveyor").option("dsn", dsn)
+
+    with pytest.raises(AnalysisException, match='Did you mean "table"'):
+        read().option("tabel", "jobs").load().collect()
+    with pytest.raises(AnalysisException, match='Did you mean "numPartitions"'):
+        read().option("table", "jobs").option("numPartition", "2").load().collect()
+    with pytest.raises(AnalysisException, match="option numPartitions must be at least 1"):
+        read().option("numPartitions", "0").load().count()
+    stream = spark.readStream.format("conveyor").option("dsn", dsn)
+    with pytest.raises(Exception, match='Did you mean "maxEventsPerTrigger"'):
+        query = stream.option("maxOffsetsPerTrigger", "5").load().writeStream.format("noop").start()
+        try:
+            query.processAllAvailable()
+        finally:
+            query.stop()
