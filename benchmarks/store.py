@@ -431,8 +431,11 @@ def paired_drain(
     spent = dict.fromkeys(cases, 0.0)
     done = dict.fromkeys(cases, 0)
     left = set(cases)
+    turn = 0
     while left:
-        for case in list(cases):
+        order = list(cases) if turn % 2 == 0 else list(reversed(cases))
+        turn += 1
+        for case in order:  # who goes first alternates too
             if case not in left:
                 continue
             started = time.perf_counter()

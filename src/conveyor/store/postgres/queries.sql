@@ -1260,8 +1260,9 @@ WITH lim AS MATERIALIZED (
         started_at = coalesce(%(now)s::timestamptz, now()),
         progress = NULL,
         progress_message = NULL
-    FROM candidates
-    WHERE jobs.id = candidates.id
+    -- An array, so that the update finds its rows by primary key (from a join
+    -- with this plan's candidates, the planner chose to hash the whole table).
+    WHERE jobs.id = ANY(ARRAY(SELECT id FROM candidates))
     RETURNING jobs.*
 ), claimed_events AS (
     INSERT INTO events (job_id, queue, task, kind, attempt, worker, at)
