@@ -16,6 +16,7 @@ from conveyor import App, ConfigurationError, InvalidJobError
 from conveyor.job import Job, NewJob
 from conveyor.limits import Limit, Rate, parse_rate
 from conveyor.store.base import Finish, Store
+from conveyor.store.dsn import open_store
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
@@ -322,6 +323,28 @@ def test_a_raised_limit_counts_from_the_next_claim(store: Store) -> None:
     assert len(claim(store, 0.2)) == 3
     store.limit_set("api", None, False, T0)
     assert len(claim(store, 0.3)) == 6
+
+
+def test_a_limit_set_by_another_process_holds_from_the_next_claim(dsn: str) -> None:
+    worker, operator = open_store(dsn), open_store(dsn)
+    try:
+        worker.migrate()
+        enqueue(worker, 10)
+        assert len(worker.job_claim(["api"], 1, "w1", LEASE)) == 1  # no limit yet
+        operator.limit_set("api", Limit(concurrency=2), False, T0)
+        # A store that has not seen the limit yet may pass the queue by, never past it...
+        first = worker.job_claim(["api"], 10, "w1", LEASE)
+        assert len(first) <= 1
+        # ...and asks next_run_in after such a claim, which tells it: room now.
+        if not first:
+            assert worker.next_run_in(["api"]) == 0
+        assert len(worker.job_claim(["api"], 10, "w1", LEASE)) == 1 - len(first)
+        assert worker.job_claim(["api"], 10, "w1", LEASE) == []
+        operator.limit_set("api", None, False, T0)
+        assert len(worker.job_claim(["api"], 10, "w1", LEASE)) == 8
+    finally:
+        worker.close()
+        operator.close()
 
 
 # --- what operators see ------------------------------------------------------------------

@@ -192,3 +192,22 @@ def test_a_limit_changed_while_workers_run_counts_from_their_next_claim(app: App
                 job.wait(timeout=DEADLINE)
     finally:
         release.set()
+
+
+def test_drain_obeys_limits_and_dates_starts_now(app: App) -> None:
+    from conveyor.testing import drain
+
+    @app.task(queue="paced")
+    def tick() -> None:
+        return None
+
+    app.limit("paced", rate="2/m")
+    jobs = tick.enqueue_many([((), {})] * 3)
+    assert drain(app, ["paced"], with_scheduled=True) == {"succeeded": 2}
+    assert [app.get(j.id).state for j in jobs].count(JobState.QUEUED) == 1
+    # The starts were dated now, not "as of" the far future drain can claim at:
+    # the window slides as usual, so lifting the limit is all it takes.
+    status = app.limits()["paced"]
+    assert (status.started, status.held_back) == (2, 1)
+    app.limit("paced", None)
+    assert drain(app, ["paced"]) == {"succeeded": 1}

@@ -5,7 +5,8 @@ use: claim under a lease, run the handler with the executor, record the
 outcome with the completer, exactly as a worker would, one job at a time and
 without threads. A task's ``timeout`` is not enforced here, leases are not
 renewed (a long lease is taken instead), and a cancel requested while a
-handler runs does not stop it.
+handler runs does not stop it. Limits are obeyed: what they hold back stays
+queued (and deferred jobs of a queue with limits are not made due early).
 """
 
 from __future__ import annotations
@@ -46,11 +47,18 @@ def drain(
     if not chosen:
         return counts
     worker = f"inline:{uuid.uuid4().hex[:8]}"
+    # A limit is about real time: a claim "as of" the far future would count its
+    # rate's window and throttles there, and leave starts dated there.
+    limited = with_scheduled and any(app.store.limit_get(q) is not None for q in chosen)
     for _ in range(limit):
         now = utcnow()
         # A claim "as of" a far future moment makes every deferred job due.
-        claim_now = now + FAR_FUTURE if with_scheduled else now
+        claim_now = now + FAR_FUTURE if with_scheduled and not limited else now
         claimed = app.store.job_claim(chosen, 1, worker, LEASE, claim_now)
+        if not claimed and app.store.next_run_in(chosen, claim_now) == 0:
+            # A queue with limits that let a job through now (a store that had not
+            # seen them yet passed it by): claim again, obeying them.
+            claimed = app.store.job_claim(chosen, 1, worker, LEASE, claim_now)
         if not claimed:
             break
         outcome = run_job(app, claimed[0])

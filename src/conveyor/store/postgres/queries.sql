@@ -94,117 +94,46 @@ LIMIT %(limit)s
 -- jobs_group_running turns that into a unique violation, and the store
 -- retries the claim with a fresh snapshot.
 --
--- A queue with a row in limits (a rate, a concurrency, a throttle) is searched
--- apart (see the flow control section at the end): it may start only as many
--- jobs as its limits leave room for, and a job with a limit key only while its
--- key has room. Room is counted from running jobs and from limit_starts, which
--- this statement's snapshot may show as they were before another claim of the
--- queue committed. So a claim of a limited queue first locks the queue's limits
--- row (SKIP LOCKED: one claim of a queue at a time; the others pass it by) and
--- compares the version it locked, the newest, with the version its snapshot
--- reads: every claim that starts jobs of the queue bumps it, so equal versions
--- mean the counts are current. A queue whose row was locked or had changed is
--- left for the next claim (next_run_in then answers "now"). A queue without a
--- limits row costs the plain search one index probe.
+-- A queue with a row in limits (a rate, a concurrency, a throttle) is passed
+-- by: job_claim_limited (see the flow control section at the end) claims those.
+-- Its plan is several times bigger, and PostgreSQL sets up every part of a plan
+-- on each execution, executed or not: it costs a claim of ten jobs about half as
+-- much again even when it meets no limit. So the store runs this statement for
+-- queues it has not seen limits on, and job_claim_limited for the others. It
+-- looks again at least once a second (limit_any), and next_run_in, asked after a
+-- claim that took fewer jobs than it could, and job_claim_limited both say
+-- whether the queues have limits: a queue passed by is claimed a moment later,
+-- never past its limits.
 --
 -- %(now)s NULL means the server's clock (now()): leases are judged on one
 -- clock, whatever the clocks of the worker machines say.
 --
--- MATERIALIZED: the locking searches must run exactly once.
-WITH lim AS MATERIALIZED (
-    SELECT l.* FROM limits AS l
-    WHERE l.queue = ANY(%(queues)s::text[])
-    ORDER BY l.queue
-    FOR UPDATE SKIP LOCKED
-), allowed AS MATERIALIZED (
-    SELECT lim.queue, lim.rate, lim.per, lim.key_rate, lim.key_per, lim.key_concurrency,
-           least(%(limit)s,
-                 CASE WHEN lim.throttled_until > coalesce(%(now)s::timestamptz, now()) THEN 0 END,
-                 lim.concurrency - (SELECT count(*) FROM jobs AS r
-                                    WHERE r.queue = lim.queue AND r.state = 'running'),
-                 lim.rate - (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
-                             WHERE s.queue = lim.queue
-                               AND s.at > coalesce(%(now)s::timestamptz, now())
-                                          - make_interval(secs => lim.per)))::integer AS allow
-    FROM lim
-    JOIN limits AS seen ON seen.queue = lim.queue AND seen.version = lim.version
-    WHERE NOT EXISTS (SELECT 1 FROM queues AS p WHERE p.name = lim.queue AND p.paused)
-), candidates AS MATERIALIZED (
-    SELECT both_kinds.id FROM (
-        SELECT c.id, c.priority
-        FROM unnest(%(queues)s::text[]) AS q(name)
-        CROSS JOIN LATERAL (
-            SELECT j.id, j.priority FROM jobs AS j
-            WHERE j.state = 'queued'
-              AND j.queue = q.name
-              AND j.run_at <= coalesce(%(now)s::timestamptz, now())
-              AND (%(group)s::text IS NULL OR j.group_key = %(group)s)
-              AND (j.group_key IS NULL OR (
-                  NOT EXISTS (SELECT 1 FROM jobs AS r
-                              WHERE r.group_key = j.group_key AND r.state = 'running')
-                  AND NOT EXISTS (SELECT 1 FROM jobs AS o
-                                  WHERE o.group_key = j.group_key AND o.state = 'queued'
-                                    AND o.id < j.id)))
-            ORDER BY j.priority DESC, j.id
-            LIMIT %(limit)s
-            FOR UPDATE SKIP LOCKED
-        ) AS c
-        WHERE NOT EXISTS (SELECT 1 FROM queues AS p WHERE p.name = q.name AND p.paused)
-          AND NOT EXISTS (SELECT 1 FROM limits AS l WHERE l.queue = q.name)
-        UNION ALL
-        -- Limited queues: at most a key's room per key, and the queue's room.
-        SELECT k.id, k.priority FROM (
-            SELECT c.id, c.priority, c.key_room,
-                   row_number() OVER (PARTITION BY a.queue, c.limit_key
-                                      ORDER BY c.priority DESC, c.id) AS nth
-            FROM allowed AS a
-            CROSS JOIN LATERAL (
-                SELECT j.id, j.priority, j.limit_key, kr.key_room FROM jobs AS j
-                CROSS JOIN LATERAL (
-                    SELECT CASE WHEN j.limit_key IS NOT NULL THEN least(
-                        CASE WHEN EXISTS (SELECT 1 FROM limit_throttles AS t
-                                          WHERE t.queue = j.queue AND t.limit_key = j.limit_key
-                                            AND t.until > coalesce(%(now)s::timestamptz, now()))
-                             THEN 0 END,
-                        a.key_concurrency - (SELECT count(*) FROM jobs AS r
-                                             WHERE r.queue = j.queue
-                                               AND r.limit_key = j.limit_key
-                                               AND r.state = 'running'),
-                        a.key_rate - (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
-                                      WHERE s.queue = j.queue AND s.limit_key = j.limit_key
-                                        AND s.at > coalesce(%(now)s::timestamptz, now())
-                                                   - make_interval(secs => a.key_per)))
-                    END AS key_room
-                ) AS kr
-                WHERE j.state = 'queued'
-                  AND j.queue = a.queue
-                  AND j.run_at <= coalesce(%(now)s::timestamptz, now())
-                  AND (%(group)s::text IS NULL OR j.group_key = %(group)s)
-                  AND (j.group_key IS NULL OR (
-                      NOT EXISTS (SELECT 1 FROM jobs AS r
-                                  WHERE r.group_key = j.group_key AND r.state = 'running')
-                      AND NOT EXISTS (SELECT 1 FROM jobs AS o
-                                      WHERE o.group_key = j.group_key AND o.state = 'queued'
-                                        AND o.id < j.id)))
-                  -- Only a key's oldest ready jobs, as many as it has room for: a
-                  -- key with a long backlog is passed over, like a busy group.
-                  AND (kr.key_room IS NULL OR (
-                      kr.key_room > 0
-                      AND (SELECT count(*) FROM (
-                              SELECT 1 FROM jobs AS o
-                              WHERE o.queue = j.queue AND o.limit_key = j.limit_key
-                                AND o.state = 'queued' AND o.id < j.id
-                                AND o.run_at <= coalesce(%(now)s::timestamptz, now())
-                              LIMIT kr.key_room) AS older) < kr.key_room))
-                ORDER BY j.priority DESC, j.id
-                LIMIT a.allow
-                FOR UPDATE OF j SKIP LOCKED
-            ) AS c
-            WHERE a.allow > 0
-        ) AS k
-        WHERE k.key_room IS NULL OR k.nth <= k.key_room
-    ) AS both_kinds
-    ORDER BY both_kinds.priority DESC, both_kinds.id
+-- MATERIALIZED: the locking candidate search must run exactly once.
+WITH candidates AS MATERIALIZED (
+    SELECT c.id
+    FROM unnest(%(queues)s::text[]) AS q(name)
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.priority FROM jobs AS j
+        WHERE j.state = 'queued'
+          AND j.queue = q.name
+          AND j.run_at <= coalesce(%(now)s::timestamptz, now())
+          AND (%(group)s::text IS NULL OR j.group_key = %(group)s)
+          AND (j.group_key IS NULL OR (
+              NOT EXISTS (SELECT 1 FROM jobs AS r
+                          WHERE r.group_key = j.group_key AND r.state = 'running')
+              AND NOT EXISTS (SELECT 1 FROM jobs AS o
+                              WHERE o.group_key = j.group_key AND o.state = 'queued'
+                                AND o.id < j.id)))
+        ORDER BY j.priority DESC, j.id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+    -- Not paused, and no limits (one test: two let the planner check each
+    -- candidate job for its queue's pause).
+    WHERE NOT EXISTS (SELECT 1 FROM queues AS p WHERE p.name = q.name AND p.paused
+                      UNION ALL
+                      SELECT 1 FROM limits AS l WHERE l.queue = q.name)
+    ORDER BY c.priority DESC, c.id
     LIMIT %(limit)s
 ), claimed AS (
     UPDATE jobs
@@ -222,26 +151,6 @@ WITH lim AS MATERIALIZED (
 ), claimed_events AS (
     INSERT INTO events (job_id, queue, task, kind, attempt, worker, at)
     SELECT id, queue, task, 'claimed', attempts, worker, coalesce(%(now)s::timestamptz, now()) FROM claimed ORDER BY id
-), started AS (
-    -- The starts of this claim, for the rates that count them: one row per queue
-    -- and limit key, with the number of its jobs this claim started.
-    INSERT INTO limit_starts (queue, limit_key, at, jobs)
-    SELECT c.queue, c.limit_key, coalesce(%(now)s::timestamptz, now()), count(*)
-    FROM claimed AS c JOIN allowed AS a ON a.queue = c.queue
-    WHERE a.rate IS NOT NULL OR a.key_rate IS NOT NULL
-    GROUP BY c.queue, c.limit_key
-), expired AS (
-    -- Starts that left every window of their queue, with %(slack)s seconds to
-    -- spare for clocks that step back.
-    DELETE FROM limit_starts AS s
-    USING allowed AS a
-    WHERE s.queue = a.queue
-      AND s.at < coalesce(%(now)s::timestamptz, now())
-                 - make_interval(secs => %(slack)s::float8 + greatest(a.per, a.key_per))
-), bumped AS (
-    UPDATE limits SET version = limits.version + 1
-    WHERE limits.queue IN (SELECT a.queue FROM allowed AS a)
-      AND limits.queue IN (SELECT c.queue FROM claimed AS c)
 )
 SELECT * FROM claimed
 
@@ -428,103 +337,19 @@ GROUP BY queue
 SELECT count(*) FROM jobs WHERE finished_at >= %(since)s
 
 -- name: next_run_in
--- Seconds until a claim on the queues could start a job that it cannot now, on
--- the server's clock: when the next queued job that is not due yet becomes
--- due, or, for a queue with limits (see the flow control section), when a
--- throttle ends or a full rate window lets the next job through. 0 when a
--- limited queue would let a ready job through already (a claim that ran while
--- another held the limit took none). Jobs already due are otherwise left out:
--- if they were not claimed, a busy group, a pause or a full concurrency limit
--- holds them, a timer set to their (past) run_at would claim in a loop, and
--- what frees them (a job that ends, a resume) notifies the workers. A spent
--- moment (a window that slides while no job waits) costs one empty claim,
--- never a loop.
-WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS now
-), asked AS (
-    SELECT q.name AS queue FROM unnest(%(queues)s::text[]) AS q(name)
-    WHERE NOT EXISTS (SELECT 1 FROM queues AS p WHERE p.name = q.name AND p.paused)
-), lim AS (
-    SELECT l.*,
-           least(CASE WHEN l.throttled_until > clock.now THEN 0 ELSE 1 END,
-                 l.concurrency - (SELECT count(*) FROM jobs AS r
-                                  WHERE r.queue = l.queue AND r.state = 'running'),
-                 l.rate - (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
-                           WHERE s.queue = l.queue
-                             AND s.at > clock.now - make_interval(secs => l.per))) AS allow
-    FROM limits AS l, clock
-    WHERE l.queue IN (SELECT queue FROM asked)
-), open_lim AS (
-    -- While a queue's throttle lasts, its end is the only moment that counts.
-    SELECT lim.* FROM lim, clock
-    WHERE lim.throttled_until IS NULL OR lim.throttled_until <= clock.now
-), moments (at) AS (
-    SELECT min(run_at) FROM jobs, clock
-    WHERE state = 'queued'
-      AND run_at > clock.now
-      AND queue IN (SELECT queue FROM asked)
-    UNION ALL
-    -- A ready job a claim would take now: job_claim's tests, job by job.
-    SELECT clock.now FROM lim AS a, clock
-    WHERE a.allow > 0
-      AND EXISTS (
-          SELECT 1 FROM jobs AS j
-          WHERE j.state = 'queued'
-            AND j.queue = a.queue
-            AND j.run_at <= clock.now
-            AND (%(group)s::text IS NULL OR j.group_key = %(group)s)
-            AND (j.group_key IS NULL OR (
-                NOT EXISTS (SELECT 1 FROM jobs AS r
-                            WHERE r.group_key = j.group_key AND r.state = 'running')
-                AND NOT EXISTS (SELECT 1 FROM jobs AS o
-                                WHERE o.group_key = j.group_key AND o.state = 'queued'
-                                  AND o.id < j.id)))
-            AND (j.limit_key IS NULL OR (
-                NOT EXISTS (SELECT 1 FROM limit_throttles AS t
-                            WHERE t.queue = j.queue AND t.limit_key = j.limit_key
-                              AND t.until > clock.now)
-                AND (a.key_concurrency IS NULL
-                     OR (SELECT count(*) FROM jobs AS r
-                         WHERE r.queue = j.queue AND r.limit_key = j.limit_key
-                           AND r.state = 'running') < a.key_concurrency)
-                AND (a.key_rate IS NULL
-                     OR (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
-                         WHERE s.queue = j.queue AND s.limit_key = j.limit_key
-                           AND s.at > clock.now - make_interval(secs => a.key_per))
-                        < a.key_rate)
-                AND NOT EXISTS (SELECT 1 FROM jobs AS o
-                                WHERE o.queue = j.queue AND o.limit_key = j.limit_key
-                                  AND o.state = 'queued' AND o.id < j.id
-                                  AND o.run_at <= clock.now))))
-    UNION ALL
-    SELECT lim.throttled_until FROM lim, clock WHERE lim.throttled_until > clock.now
-    UNION ALL
-    SELECT t.until FROM limit_throttles AS t JOIN open_lim AS lim ON lim.queue = t.queue, clock
-    WHERE t.until > clock.now
-    UNION ALL
-    -- A full window lets one more job start when the start that filled it leaves
-    -- it: counting back from the newest, the row whose jobs reach the rate.
-    SELECT w.at + make_interval(secs => w.per) FROM (
-        SELECT s.at, s.jobs, lim.per, lim.rate,
-               sum(s.jobs) OVER (PARTITION BY s.queue ORDER BY s.at DESC
-                                 ROWS UNBOUNDED PRECEDING) AS newer
-        FROM limit_starts AS s JOIN open_lim AS lim ON lim.queue = s.queue, clock
-        WHERE lim.rate IS NOT NULL AND s.at > clock.now - make_interval(secs => lim.per)
-    ) AS w
-    WHERE w.newer >= w.rate AND w.newer - w.jobs < w.rate
-    UNION ALL
-    SELECT w.at + make_interval(secs => w.key_per) FROM (
-        SELECT s.at, s.jobs, lim.key_per, lim.key_rate,
-               sum(s.jobs) OVER (PARTITION BY s.queue, s.limit_key ORDER BY s.at DESC
-                                 ROWS UNBOUNDED PRECEDING) AS newer
-        FROM limit_starts AS s JOIN open_lim AS lim ON lim.queue = s.queue, clock
-        WHERE lim.key_rate IS NOT NULL AND s.limit_key IS NOT NULL
-          AND s.at > clock.now - make_interval(secs => lim.key_per)
-    ) AS w
-    WHERE w.newer >= w.key_rate AND w.newer - w.jobs < w.key_rate
-)
-SELECT extract(epoch FROM min(moments.at) - clock.now)::float8 FROM moments, clock
-GROUP BY clock.now
+-- Seconds until the next queued job of the queues that is not due yet becomes
+-- due, on the server's clock. Jobs already due are left out: if they were not
+-- claimed, a busy group or a pause holds them, and a timer set to their (past)
+-- run_at would claim in a loop. The second column says whether any of the
+-- queues has limits: the store then asks next_run_in_limited instead (see
+-- job_claim for why the two are apart).
+SELECT extract(epoch FROM min(run_at) - coalesce(%(now)s::timestamptz, now()))::float8,
+       EXISTS (SELECT 1 FROM limits WHERE queue = ANY(%(queues)s::text[]))
+FROM jobs
+WHERE state = 'queued'
+  AND run_at > coalesce(%(now)s::timestamptz, now())
+  AND queue = ANY(%(queues)s::text[])
+  AND NOT EXISTS (SELECT 1 FROM queues AS p WHERE p.name = jobs.queue AND p.paused)
 
 -- name: periodic_tick_take
 -- Record %(tick)s as the last enqueued tick of periodic task %(name)s, unless it
@@ -1301,12 +1126,276 @@ SELECT coalesce(max(seq), 0) FROM events
 -- ---------------------------------------------------------------------------
 -- Flow control: rate and concurrency limits per queue and per limit key.
 --
--- job_claim enforces them (its comment says how a claim knows its counts are
--- current); next_run_in says when a held-back queue lets the next job through;
--- job_finish notifies the workers of a queue whose concurrency slot it freed.
+-- job_claim_limited enforces them (its comment says how a claim knows its
+-- counts are current); next_run_in_limited says when a held-back queue lets the
+-- next job through; job_finish notifies the workers of a queue whose
+-- concurrency slot it freed. The store uses the two *_limited statements for
+-- queues that have limits, as the plain ones tell it (see job_claim).
 -- Usage: a concurrency counts the running jobs (of the queue, or of the key); a
 -- rate counts the rows of limit_starts in its window; a throttle is a moment
 -- (limits.throttled_until for the queue, limit_throttles for a key).
+
+-- name: job_claim_limited
+-- job_claim, for queues of which some have limits: the same search for the
+-- queues without, and for a limited queue a search of its own that starts only
+-- as many jobs as its limits leave room for.
+--
+-- A queue with a row in limits (a rate, a concurrency, a throttle) is searched
+-- apart (see the flow control section at the end): it may start only as many
+-- jobs as its limits leave room for, and a job with a limit key only while its
+-- key has room. Room is counted from running jobs and from limit_starts, which
+-- this statement's snapshot may show as they were before another claim of the
+-- queue committed. So a claim of a limited queue first locks the queue's limits
+-- row (SKIP LOCKED: one claim of a queue at a time; the others pass it by) and
+-- compares the version it locked, the newest, with the version its snapshot
+-- reads: every claim that starts jobs of the queue bumps it, so equal versions
+-- mean the counts are current. A queue whose row was locked or had changed is
+-- left for the next claim (next_run_in then answers "now").
+--
+-- %(now)s NULL means the server's clock (now()): leases are judged on one
+-- clock, whatever the clocks of the worker machines say.
+--
+-- MATERIALIZED: the locking searches must run exactly once.
+WITH lim AS MATERIALIZED (
+    SELECT l.* FROM limits AS l
+    WHERE l.queue = ANY(%(queues)s::text[])
+    ORDER BY l.queue
+    FOR UPDATE SKIP LOCKED
+), allowed AS MATERIALIZED (
+    SELECT lim.queue, lim.rate, lim.per, lim.key_rate, lim.key_per, lim.key_concurrency,
+           least(%(limit)s,
+                 CASE WHEN lim.throttled_until > coalesce(%(now)s::timestamptz, now()) THEN 0 END,
+                 lim.concurrency - (SELECT count(*) FROM jobs AS r
+                                    WHERE r.queue = lim.queue AND r.state = 'running'),
+                 lim.rate - (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
+                             WHERE s.queue = lim.queue
+                               AND s.at > coalesce(%(now)s::timestamptz, now())
+                                          - make_interval(secs => lim.per)))::integer AS allow
+    FROM lim
+    JOIN limits AS seen ON seen.queue = lim.queue AND seen.version = lim.version
+    WHERE NOT EXISTS (SELECT 1 FROM queues AS p WHERE p.name = lim.queue AND p.paused)
+), plain AS MATERIALIZED (
+    -- The queues without limits, searched as job_claim does.
+    SELECT q.name FROM unnest(%(queues)s::text[]) AS q(name)
+    WHERE NOT EXISTS (SELECT 1 FROM queues AS p WHERE p.name = q.name AND p.paused)
+      AND NOT EXISTS (SELECT 1 FROM limits AS l WHERE l.queue = q.name)
+), candidates AS MATERIALIZED (
+    SELECT both_kinds.id FROM (
+        SELECT c.id, c.priority
+        FROM plain AS q
+        CROSS JOIN LATERAL (
+            SELECT j.id, j.priority FROM jobs AS j
+            WHERE j.state = 'queued'
+              AND j.queue = q.name
+              AND j.run_at <= coalesce(%(now)s::timestamptz, now())
+              AND (%(group)s::text IS NULL OR j.group_key = %(group)s)
+              AND (j.group_key IS NULL OR (
+                  NOT EXISTS (SELECT 1 FROM jobs AS r
+                              WHERE r.group_key = j.group_key AND r.state = 'running')
+                  AND NOT EXISTS (SELECT 1 FROM jobs AS o
+                                  WHERE o.group_key = j.group_key AND o.state = 'queued'
+                                    AND o.id < j.id)))
+            ORDER BY j.priority DESC, j.id
+            LIMIT %(limit)s
+            FOR UPDATE SKIP LOCKED
+        ) AS c
+        UNION ALL
+        -- Limited queues: the queue's room, each key within its own (the rule of
+        -- a key's oldest ready jobs below).
+        SELECT c.id, c.priority
+        FROM allowed AS a
+        CROSS JOIN LATERAL (
+            SELECT j.id, j.priority FROM jobs AS j
+            CROSS JOIN LATERAL (
+                SELECT CASE WHEN j.limit_key IS NOT NULL THEN least(
+                    CASE WHEN EXISTS (SELECT 1 FROM limit_throttles AS t
+                                      WHERE t.queue = j.queue AND t.limit_key = j.limit_key
+                                        AND t.until > coalesce(%(now)s::timestamptz, now()))
+                         THEN 0 END,
+                    a.key_concurrency - (SELECT count(*) FROM jobs AS r
+                                         WHERE r.queue = j.queue
+                                           AND r.limit_key = j.limit_key
+                                           AND r.state = 'running'),
+                    a.key_rate - (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
+                                  WHERE s.queue = j.queue AND s.limit_key = j.limit_key
+                                    AND s.at > coalesce(%(now)s::timestamptz, now())
+                                               - make_interval(secs => a.key_per)))
+                END AS key_room
+            ) AS kr
+            WHERE j.state = 'queued'
+              AND j.queue = a.queue
+              AND j.run_at <= coalesce(%(now)s::timestamptz, now())
+              AND (%(group)s::text IS NULL OR j.group_key = %(group)s)
+              AND (j.group_key IS NULL OR (
+                  NOT EXISTS (SELECT 1 FROM jobs AS r
+                              WHERE r.group_key = j.group_key AND r.state = 'running')
+                  AND NOT EXISTS (SELECT 1 FROM jobs AS o
+                                  WHERE o.group_key = j.group_key AND o.state = 'queued'
+                                    AND o.id < j.id)))
+              -- Only a key's oldest ready jobs, as many as it has room for: a
+              -- key with a long backlog is passed over, like a busy group.
+              AND (kr.key_room IS NULL OR (
+                  kr.key_room > 0
+                  AND (SELECT count(*) FROM (
+                          SELECT 1 FROM jobs AS o
+                          WHERE o.queue = j.queue AND o.limit_key = j.limit_key
+                            AND o.state = 'queued' AND o.id < j.id
+                            AND o.run_at <= coalesce(%(now)s::timestamptz, now())
+                          LIMIT kr.key_room) AS older) < kr.key_room))
+            ORDER BY j.priority DESC, j.id
+            LIMIT a.allow
+            FOR UPDATE OF j SKIP LOCKED
+        ) AS c
+        WHERE a.allow > 0
+    ) AS both_kinds
+    ORDER BY both_kinds.priority DESC, both_kinds.id
+    LIMIT %(limit)s
+), claimed AS (
+    UPDATE jobs
+    SET state = 'running',
+        attempts = jobs.attempts + 1,
+        worker = %(worker)s,
+        lease_token = %(token)s,
+        lease_expires_at = coalesce(%(now)s::timestamptz, now()) + %(lease)s::interval,
+        started_at = coalesce(%(now)s::timestamptz, now()),
+        progress = NULL,
+        progress_message = NULL
+    -- An array, so that the update finds its rows by primary key (from a join
+    -- with this plan's candidates, the planner chose to hash the whole table).
+    WHERE jobs.id = ANY(ARRAY(SELECT id FROM candidates))
+    RETURNING jobs.*
+), claimed_events AS (
+    INSERT INTO events (job_id, queue, task, kind, attempt, worker, at)
+    SELECT id, queue, task, 'claimed', attempts, worker, coalesce(%(now)s::timestamptz, now()) FROM claimed ORDER BY id
+), started AS (
+    -- The starts of this claim, for the rates that count them: one row per queue
+    -- and limit key, with the number of its jobs this claim started.
+    INSERT INTO limit_starts (queue, limit_key, at, jobs)
+    SELECT c.queue, c.limit_key, coalesce(%(now)s::timestamptz, now()), count(*)
+    FROM claimed AS c JOIN allowed AS a ON a.queue = c.queue
+    WHERE a.rate IS NOT NULL OR a.key_rate IS NOT NULL
+    GROUP BY c.queue, c.limit_key
+), expired AS (
+    -- Starts that left every window of their queue, with %(slack)s seconds to
+    -- spare for clocks that step back.
+    DELETE FROM limit_starts AS s
+    USING allowed AS a
+    WHERE s.queue = a.queue
+      AND s.at < coalesce(%(now)s::timestamptz, now())
+                 - make_interval(secs => %(slack)s::float8 + greatest(a.per, a.key_per))
+), bumped AS (
+    UPDATE limits SET version = limits.version + 1
+    WHERE limits.queue IN (SELECT a.queue FROM allowed AS a)
+      AND limits.queue IN (SELECT c.queue FROM claimed AS c)
+)
+-- As job_claim: a last column saying whether any of the queues has limits.
+SELECT claimed.*, seen.limited
+FROM (SELECT EXISTS (SELECT 1 FROM limits WHERE queue = ANY(%(queues)s::text[])) AS limited)
+     AS seen
+LEFT JOIN claimed ON true
+
+-- name: next_run_in_limited
+-- next_run_in, for queues of which some have limits. Seconds until a claim on
+-- the queues could start a job that it cannot now, on the server's clock: when the next queued job that is not due yet becomes
+-- due, or, for a queue with limits, when a throttle ends or a full rate window lets the next job through. 0 when a
+-- limited queue would let a ready job through already (a claim that ran while
+-- another held the limit took none). Jobs already due are otherwise left out:
+-- if they were not claimed, a busy group, a pause or a full concurrency limit
+-- holds them, a timer set to their (past) run_at would claim in a loop, and
+-- what frees them (a job that ends, a resume) notifies the workers. A spent
+-- moment (a window that slides while no job waits) costs one empty claim,
+-- never a loop.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), asked AS (
+    SELECT q.name AS queue FROM unnest(%(queues)s::text[]) AS q(name)
+    WHERE NOT EXISTS (SELECT 1 FROM queues AS p WHERE p.name = q.name AND p.paused)
+), lim AS (
+    SELECT l.*,
+           least(CASE WHEN l.throttled_until > clock.now THEN 0 ELSE 1 END,
+                 l.concurrency - (SELECT count(*) FROM jobs AS r
+                                  WHERE r.queue = l.queue AND r.state = 'running'),
+                 l.rate - (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
+                           WHERE s.queue = l.queue
+                             AND s.at > clock.now - make_interval(secs => l.per))) AS allow
+    FROM limits AS l, clock
+    WHERE l.queue IN (SELECT queue FROM asked)
+), open_lim AS (
+    -- While a queue's throttle lasts, its end is the only moment that counts.
+    SELECT lim.* FROM lim, clock
+    WHERE lim.throttled_until IS NULL OR lim.throttled_until <= clock.now
+), moments (at) AS (
+    SELECT min(run_at) FROM jobs, clock
+    WHERE state = 'queued'
+      AND run_at > clock.now
+      AND queue IN (SELECT queue FROM asked)
+    UNION ALL
+    -- A ready job a claim would take now: job_claim_limited's tests, job by job.
+    SELECT clock.now FROM lim AS a, clock
+    WHERE a.allow > 0
+      AND EXISTS (
+          SELECT 1 FROM jobs AS j
+          WHERE j.state = 'queued'
+            AND j.queue = a.queue
+            AND j.run_at <= clock.now
+            AND (%(group)s::text IS NULL OR j.group_key = %(group)s)
+            AND (j.group_key IS NULL OR (
+                NOT EXISTS (SELECT 1 FROM jobs AS r
+                            WHERE r.group_key = j.group_key AND r.state = 'running')
+                AND NOT EXISTS (SELECT 1 FROM jobs AS o
+                                WHERE o.group_key = j.group_key AND o.state = 'queued'
+                                  AND o.id < j.id)))
+            AND (j.limit_key IS NULL OR (
+                NOT EXISTS (SELECT 1 FROM limit_throttles AS t
+                            WHERE t.queue = j.queue AND t.limit_key = j.limit_key
+                              AND t.until > clock.now)
+                AND (a.key_concurrency IS NULL
+                     OR (SELECT count(*) FROM jobs AS r
+                         WHERE r.queue = j.queue AND r.limit_key = j.limit_key
+                           AND r.state = 'running') < a.key_concurrency)
+                AND (a.key_rate IS NULL
+                     OR (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
+                         WHERE s.queue = j.queue AND s.limit_key = j.limit_key
+                           AND s.at > clock.now - make_interval(secs => a.key_per))
+                        < a.key_rate)
+                AND NOT EXISTS (SELECT 1 FROM jobs AS o
+                                WHERE o.queue = j.queue AND o.limit_key = j.limit_key
+                                  AND o.state = 'queued' AND o.id < j.id
+                                  AND o.run_at <= clock.now))))
+    UNION ALL
+    SELECT lim.throttled_until FROM lim, clock WHERE lim.throttled_until > clock.now
+    UNION ALL
+    SELECT t.until FROM limit_throttles AS t JOIN open_lim AS lim ON lim.queue = t.queue, clock
+    WHERE t.until > clock.now
+    UNION ALL
+    -- A full window lets one more job start when the start that filled it leaves
+    -- it: counting back from the newest, the row whose jobs reach the rate.
+    SELECT w.at + make_interval(secs => w.per) FROM (
+        SELECT s.at, s.jobs, lim.per, lim.rate,
+               sum(s.jobs) OVER (PARTITION BY s.queue ORDER BY s.at DESC
+                                 ROWS UNBOUNDED PRECEDING) AS newer
+        FROM limit_starts AS s JOIN open_lim AS lim ON lim.queue = s.queue, clock
+        WHERE lim.rate IS NOT NULL AND s.at > clock.now - make_interval(secs => lim.per)
+    ) AS w
+    WHERE w.newer >= w.rate AND w.newer - w.jobs < w.rate
+    UNION ALL
+    SELECT w.at + make_interval(secs => w.key_per) FROM (
+        SELECT s.at, s.jobs, lim.key_per, lim.key_rate,
+               sum(s.jobs) OVER (PARTITION BY s.queue, s.limit_key ORDER BY s.at DESC
+                                 ROWS UNBOUNDED PRECEDING) AS newer
+        FROM limit_starts AS s JOIN open_lim AS lim ON lim.queue = s.queue, clock
+        WHERE lim.key_rate IS NOT NULL AND s.limit_key IS NOT NULL
+          AND s.at > clock.now - make_interval(secs => lim.key_per)
+    ) AS w
+    WHERE w.newer >= w.key_rate AND w.newer - w.jobs < w.key_rate
+)
+SELECT extract(epoch FROM min(moments.at) - clock.now)::float8,
+       EXISTS (SELECT 1 FROM limits WHERE queue = ANY(%(queues)s::text[]))
+FROM moments, clock
+GROUP BY clock.now
+
+-- name: limit_any
+SELECT EXISTS (SELECT 1 FROM limits WHERE queue = ANY(%(queues)s::text[]))
 
 -- name: limit_set
 -- Set the limit of one scope ('queue' or 'key') of a queue; the other scope's

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -61,6 +62,8 @@ _MIGRATIONS = load_migrations("conveyor.store.postgres")
 _CLAIM_ATTEMPTS = 5
 #: Inserts of one batch retried when keys change hands under it (see job_insert_many).
 _INSERT_ROUNDS = 5
+#: Seconds a store trusts that queues have no limits before it looks again.
+LIMITS_RECHECK_SECONDS = 1.0
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 Cursor = psycopg.Cursor[tuple[Any, ...]]
@@ -146,6 +149,9 @@ class PostgresStore:
         self.where = _where(dsn)
         self.description = f"PostgreSQL at {self.where}"
         self._connect_timeout = connect_timeout
+        #: Whether some of these queues have limits, and when this store learnt it
+        #: (see _has_limits): they then go to the *_limited statements.
+        self._limited: dict[tuple[str, ...], tuple[bool, float]] = {}
         self._pool: ConnectionPool[Connection] = ConnectionPool(
             dsn,
             min_size=min_size,
@@ -406,10 +412,20 @@ class PostgresStore:
     def next_run_in(
         self, queues: Sequence[str], now: datetime | None = None, group: str | None = None
     ) -> float | None:
-        params = {"queues": list(queues), "now": now, "group": group}
+        names = tuple(dict.fromkeys(queues))
+        params = {"queues": list(names), "now": now, "group": group}
+        limited = self._has_limits(names)
         with self._conn() as conn:
-            row = conn.execute(_Q["next_run_in"], params).fetchone()
-        return None if row is None or row[0] is None else max(0.0, float(row[0]))
+            row = conn.execute(_Q["next_run_in_limited" if limited else "next_run_in"], params)
+            answer = row.fetchone()
+            if answer is not None and bool(answer[1]) != limited:
+                # The queues' limits came or went since: ask the statement that fits
+                # (and the next claim will be the one that fits too).
+                limited = bool(answer[1])
+                self._saw_limits(names, limited)
+                name = "next_run_in_limited" if limited else "next_run_in"
+                answer = conn.execute(_Q[name], params).fetchone()
+        return None if answer is None or answer[0] is None else max(0.0, float(answer[0]))
 
     # --- working ------------------------------------------------------------
 
@@ -424,8 +440,9 @@ class PostgresStore:
     ) -> list[Job]:
         if limit <= 0 or not queues:
             return []
+        names = tuple(dict.fromkeys(queues))  # a queue named twice is searched once
         params = {
-            "queues": list(dict.fromkeys(queues)),  # a queue named twice is searched once
+            "queues": list(names),
             "limit": limit,
             "worker": worker,
             "token": secrets.token_hex(16),
@@ -434,12 +451,23 @@ class PostgresStore:
             "group": group,
             "slack": LIMIT_SLACK_SECONDS,
         }
+        # Queues with limits go to job_claim_limited; the others to job_claim,
+        # which passes limited queues by (see queries.sql).
+        limited = self._has_limits(names)
         for _ in range(_CLAIM_ATTEMPTS):
             try:
-                jobs = self._fetch_jobs("job_claim", params)
+                with self._conn() as conn:
+                    name = "job_claim_limited" if limited else "job_claim"
+                    rows = conn.execute(_Q[name], params).fetchall()
             except pg_errors.UniqueViolation:
                 # Lost a group race to a concurrent claimer: look again with a new snapshot.
                 continue
+            if limited:
+                # At least one row, whose last column says whether the queues still
+                # have limits (a claim of nothing is a row of NULLs and that flag).
+                self._saw_limits(names, bool(rows[0][-1]) if rows else False)
+                rows = [row for row in rows if row[0] is not None]
+            jobs = [_row_to_job(row) for row in rows]
             jobs.sort(key=lambda j: (-j.priority, j.id))
             return jobs
         log.info("claim gave up after %d group races; the next poll retries", _CLAIM_ATTEMPTS)
@@ -761,6 +789,33 @@ class PostgresStore:
 
     # --- flow control: rate and concurrency limits --------------------------------
 
+    def _has_limits(self, names: tuple[str, ...]) -> bool:
+        """Whether some of these queues have limits, as this store last saw it.
+
+        "No limits" is trusted for LIMITS_RECHECK_SECONDS, then looked up again (a
+        limit set elsewhere meanwhile: job_claim passes its queue by, never past
+        the limit, and next_run_in, asked after a claim that took fewer than it
+        could, tells at once). "Limits" is trusted until job_claim_limited says
+        they are gone.
+        """
+        known = self._limited.get(names)
+        now = time.monotonic()
+        if known is not None and (known[0] or now - known[1] < LIMITS_RECHECK_SECONDS):
+            return known[0]
+        with self._conn() as conn:
+            row = conn.execute(_Q["limit_any"], {"queues": list(names)}).fetchone()
+        self._limited[names] = (bool(row and row[0]), now)
+        return bool(row and row[0])
+
+    def _saw_limits(self, names: tuple[str, ...], limited: bool) -> None:
+        self._limited[names] = (limited, time.monotonic())
+
+    def _limits_changed(self, queue: str) -> None:
+        """This store set a limit or throttle on ``queue``: its next claim obeys it."""
+        for names in list(self._limited):
+            if queue in names:
+                self._saw_limits(names, True)
+
     def limit_set(
         self, queue: str, limit: Limit | None, per_key: bool, now: datetime
     ) -> QueueLimits | None:
@@ -777,6 +832,7 @@ class PostgresStore:
             conn.execute(_Q["limit_set"], params)
             conn.execute(_Q["limit_forget_empty"], params)
             row = conn.execute(_Q["limit_get"], params).fetchone()
+        self._limits_changed(queue)
         return None if row is None else limits_of_row(row, _same)
 
     def limit_get(self, queue: str) -> QueueLimits | None:
@@ -797,6 +853,7 @@ class PostgresStore:
             name = "limit_throttle_queue" if limit_key is None else "limit_throttle_key"
             with self._conn() as conn:
                 row = conn.execute(_Q[name], params).fetchone()
+            self._limits_changed(queue)
         assert row is not None
         until: datetime = row[0]
         return until

@@ -964,13 +964,11 @@ SELECT 1 FROM limits WHERE queue IN (SELECT value FROM json_each(:queues)) LIMIT
 -- name: job_claim_limited
 -- job_claim, for queues of which some have limits. Each asked queue gets an
 -- allowance (:limit without limits; else what its throttle, concurrency and
--- rate leave), each candidate job with a limit key a key allowance (what its
--- key's throttle, concurrency and rate leave). A job with a limit key is
--- claimable when it is one of its key's oldest ready jobs, as many as the key
--- has room for (so a key with a long backlog is passed over, like a busy group,
--- instead of filling the claim's candidates with jobs it may not start); of
--- those, at most a key's allowance per key and a queue's allowance per queue
--- are taken.
+-- rate leave). A job with a limit key is claimable when it is one of its key's
+-- oldest ready jobs, as many as the key has room for, so a key with a long
+-- backlog is passed over like a busy group instead of filling the claim's
+-- candidates with jobs it may not start. Of the candidates, at most a queue's
+-- allowance per queue are taken.
 WITH asked AS (
     SELECT q.value AS queue,
            l.queue IS NOT NULL AS limited,
@@ -989,19 +987,7 @@ WITH asked AS (
     LEFT JOIN limits AS l ON l.queue = q.value
     WHERE q.value NOT IN (SELECT name FROM queues WHERE paused)
 ), candidates AS (
-    SELECT c.id, c.priority, c.queue, c.limit_key, a.allow,
-           CASE WHEN c.limit_key IS NULL OR NOT a.limited THEN NULL ELSE min(
-               CASE WHEN EXISTS (SELECT 1 FROM limit_throttles AS t
-                                 WHERE t.queue = c.queue AND t.limit_key = c.limit_key
-                                   AND t.until > :now) THEN 0 ELSE :limit END,
-               coalesce(a.key_concurrency - (SELECT count(*) FROM jobs AS r
-                                             WHERE r.queue = c.queue
-                                               AND r.limit_key = c.limit_key
-                                               AND r.state = 'running'), :limit),
-               coalesce(a.key_rate - (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
-                                      WHERE s.queue = c.queue AND s.limit_key = c.limit_key
-                                        AND s.at > :now - a.key_per), :limit))
-           END AS key_allow
+    SELECT c.id, c.priority, c.queue, a.allow
     FROM asked AS a
     JOIN jobs AS c ON c.id IN (
         SELECT j.id FROM jobs AS j
@@ -1015,47 +1001,40 @@ WITH asked AS (
               AND NOT EXISTS (SELECT 1 FROM jobs AS o
                               WHERE o.group_key = j.group_key AND o.state = 'queued'
                                 AND o.id < j.id)))
+          -- A job with a limit key: one of its key's oldest ready jobs, as many as
+          -- the key has room for (what its throttle, concurrency and rate leave;
+          -- the older ones counted up to :limit, all a claim may take).
           AND (j.limit_key IS NULL OR NOT a.limited OR (
-              NOT EXISTS (SELECT 1 FROM limit_throttles AS t
-                          WHERE t.queue = j.queue AND t.limit_key = j.limit_key
-                            AND t.until > :now)
-              AND (a.key_concurrency IS NULL
-                   OR (SELECT count(*) FROM jobs AS r
-                       WHERE r.queue = j.queue AND r.limit_key = j.limit_key
-                         AND r.state = 'running') < a.key_concurrency)
-              AND (a.key_rate IS NULL
-                   OR (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
-                       WHERE s.queue = j.queue AND s.limit_key = j.limit_key
-                         AND s.at > :now - a.key_per) < a.key_rate)
-              -- Only a key's oldest ready jobs, as many as it has room for
-              -- (counted up to :limit, all a claim may take).
-              AND (SELECT count(*) FROM (
-                      SELECT 1 FROM jobs AS o
-                      WHERE o.queue = j.queue AND o.limit_key = j.limit_key
-                        AND o.state = 'queued' AND o.id < j.id AND o.run_at <= :now
-                      LIMIT :limit))
-                  < min(coalesce(a.key_concurrency - (SELECT count(*) FROM jobs AS r
-                                                      WHERE r.queue = j.queue
-                                                        AND r.limit_key = j.limit_key
-                                                        AND r.state = 'running'), :limit),
-                        coalesce(a.key_rate - (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
-                                               WHERE s.queue = j.queue
-                                                 AND s.limit_key = j.limit_key
-                                                 AND s.at > :now - a.key_per), :limit))))
+              SELECT CASE WHEN k.room > 0 THEN (
+                         SELECT count(*) FROM (
+                             SELECT 1 FROM jobs AS o
+                             WHERE o.queue = j.queue AND o.limit_key = j.limit_key
+                               AND o.state = 'queued' AND o.id < j.id AND o.run_at <= :now
+                             LIMIT :limit)) < k.room
+                     ELSE 0 END
+              FROM (SELECT min(
+                        CASE WHEN EXISTS (SELECT 1 FROM limit_throttles AS t
+                                          WHERE t.queue = j.queue
+                                            AND t.limit_key = j.limit_key
+                                            AND t.until > :now) THEN 0 ELSE :limit END,
+                        coalesce(a.key_concurrency - (
+                                     SELECT count(*) FROM jobs AS r
+                                     WHERE r.queue = j.queue AND r.limit_key = j.limit_key
+                                       AND r.state = 'running'), :limit),
+                        coalesce(a.key_rate - (
+                                     SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
+                                     WHERE s.queue = j.queue AND s.limit_key = j.limit_key
+                                       AND s.at > :now - a.key_per), :limit)) AS room) AS k))
         ORDER BY j.priority DESC, j.id
         LIMIT :limit)
     WHERE a.allow > 0
-), within_keys AS (
-    SELECT * FROM (
-        SELECT candidates.*,
-               row_number() OVER (PARTITION BY queue, limit_key ORDER BY priority DESC, id) AS nth
-        FROM candidates)
-    WHERE key_allow IS NULL OR nth <= key_allow
 ), chosen AS (
+    -- At most a queue's allowance per queue (the key rule above keeps each key
+    -- within its room), the best first.
     SELECT id FROM (
-        SELECT within_keys.id, within_keys.priority, within_keys.allow,
+        SELECT candidates.id, candidates.priority, candidates.allow,
                row_number() OVER (PARTITION BY queue ORDER BY priority DESC, id) AS nth
-        FROM within_keys)
+        FROM candidates)
     WHERE nth <= allow
     ORDER BY priority DESC, id
     LIMIT :limit
@@ -1084,11 +1063,14 @@ GROUP BY j.queue, j.limit_key
 -- name: limit_prune_starts
 -- Starts that left every window of their queue, with :slack seconds to spare for
 -- clocks that step back; a claim prunes its own queues as it goes, maintenance
--- the rest (limit_prune).
+-- the rest (limit_prune). Driven by the limits rows, so that each queue's cutoff
+-- is one range of limit_starts_queue.
 DELETE FROM limit_starts
-WHERE queue IN (SELECT value FROM json_each(:queues))
-  AND at < :now - :slack - (SELECT max(coalesce(per, 0), coalesce(key_per, 0)) FROM limits
-                            WHERE limits.queue = limit_starts.queue)
+WHERE rowid IN (
+    SELECT s.rowid FROM limits AS l
+    JOIN limit_starts AS s ON s.queue = l.queue
+    WHERE l.queue IN (SELECT value FROM json_each(:queues))
+      AND s.at < :now - :slack - max(coalesce(l.per, 0), coalesce(l.key_per, 0)))
 
 -- name: limit_set
 -- Set the limit of one scope ('queue' or 'key') of a queue; the other scope's stays.
