@@ -1140,17 +1140,18 @@ SELECT coalesce(max(seq), 0) FROM events
 -- queues without, and for a limited queue a search of its own that starts only
 -- as many jobs as its limits leave room for.
 --
--- A queue with a row in limits (a rate, a concurrency, a throttle) is searched
--- apart (see the flow control section at the end): it may start only as many
--- jobs as its limits leave room for, and a job with a limit key only while its
--- key has room. Room is counted from running jobs and from limit_starts, which
--- this statement's snapshot may show as they were before another claim of the
--- queue committed. So a claim of a limited queue first locks the queue's limits
--- row (SKIP LOCKED: one claim of a queue at a time; the others pass it by) and
--- compares the version it locked, the newest, with the version its snapshot
--- reads: every claim that starts jobs of the queue bumps it, so equal versions
--- mean the counts are current. A queue whose row was locked or had changed is
--- left for the next claim (next_run_in then answers "now").
+-- A limited queue may start only as many jobs as its throttle, concurrency and
+-- rate leave room for; a job with a limit key is claimable only when it is one
+-- of its key's oldest ready jobs, as many as its key has room for (the rooms of
+-- the keys in use are read once, as a JSON map). Room is counted from running
+-- jobs and from limit_starts, which this statement's snapshot may show as they
+-- were before another claim of the queue committed. So a claim of a limited
+-- queue first locks the queue's limits row (SKIP LOCKED: one claim of a queue at
+-- a time; the others pass it by) and compares the version it locked, the
+-- newest, with the version its snapshot reads: every claim that starts jobs of
+-- the queue bumps it, so equal versions mean the counts are current. A queue
+-- whose row was locked or had changed is left for the next claim (next_run_in
+-- then answers "now").
 --
 -- %(now)s NULL means the server's clock (now()): leases are judged on one
 -- clock, whatever the clocks of the worker machines say.
