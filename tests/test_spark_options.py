@@ -88,6 +88,19 @@ def test_values_are_checked_naming_the_option() -> None:
         stream.timestamp("startingTimestamp")
 
 
+def test_a_starting_timestamp_is_milliseconds_or_iso_8601_with_a_zone() -> None:
+    from datetime import UTC, datetime
+
+    moment = datetime(2026, 1, 1, 0, 30, tzinfo=UTC)
+    for text in ("1767227400000", "2026-01-01T00:30:00+00:00", "2026-01-01T01:30:00+01:00"):
+        options = Options({"startingtimestamp": text}, "stream read")
+        assert options.timestamp("startingTimestamp") == moment
+    with pytest.raises(ConfigurationError, match="with a zone"):
+        Options({"startingtimestamp": "2026-01-01T00:30:00"}, "stream read").timestamp(
+            "startingTimestamp"
+        )
+
+
 def test_every_documented_option_is_in_the_readme() -> None:
     from pathlib import Path
 

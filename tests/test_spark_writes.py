@@ -142,6 +142,20 @@ def test_task_column_with_the_app_takes_each_tasks_declaration(
         writer(unknown, dsn, app=APP, taskColumn="task").save()
 
 
+def test_args_column_with_other_columns_as_keyword_arguments(
+    spark: SparkSession, dsn: str, store: Store
+) -> None:
+    frame = spark.createDataFrame([([1], 2), ([3], None)], "args array<int>, b int")
+    writer(frame, dsn, app=APP, task="add", argsColumn="args").save()
+    jobs = sorted(all_jobs(store), key=lambda j: j.id)
+    assert [(j.args, j.kwargs) for j in jobs] == [([1], {"b": 2}), ([3], {"b": None})]
+    # add(a, b=0) called with two positional arguments and b: refused, naming the row.
+    clash = spark.createDataFrame([([1], 1), ([1, 2], 3)], "args array<int>, b int").coalesce(1)
+    with pytest.raises(Exception, match=r"row 1 of partition 0.*multiple values for argument 'b'"):
+        writer(clash, dsn, app=APP, task="add", argsColumn="args").save()
+    assert len(all_jobs(store)) == 2
+
+
 # --- counts and reruns ---------------------------------------------------------------
 
 

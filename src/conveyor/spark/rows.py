@@ -47,9 +47,7 @@ from conveyor.job import (
     MAX_NAME_LENGTH,
     MAX_PAYLOAD_BYTES,
     Unique,
-    validate_max_attempts,
     validate_name,
-    validate_priority,
 )
 from conveyor.spark.declarations import TaskDeclaration, is_keyword_name
 from conveyor.spark.options import Options
@@ -160,15 +158,9 @@ class WritePlan:
         write_id = options.text("writeId")
         if write_id is not None:
             validate_name("writeId", write_id)
-        try:
-            priority = options.integer("priority", None, minimum=None)
-            if priority is not None:
-                validate_priority(priority)
-            max_attempts = options.integer("maxAttempts", None)
-            if max_attempts is not None:
-                validate_max_attempts(max_attempts)
-        except (ValueError, InvalidJobError) as exc:
-            raise ConfigurationError(f"option priority or maxAttempts: {exc}") from None
+        # maxAttempts >= 1 and a 32-bit priority, as app.enqueue checks them.
+        priority = options.integer("priority", None, minimum=-(2**31) + 1, maximum=2**31 - 1)
+        max_attempts = options.integer("maxAttempts", None)
         _check_types(columns, fields)
 
         kwarg_columns, check_calls = _keyword_columns(

@@ -43,6 +43,7 @@ from conveyor.store.sql import load_queries
 _Q = load_queries("conveyor.store.postgres")
 #: The temporary table a non-atomic write stages each batch in (one per connection).
 _DIRECT = "spark_direct"
+_COPY_CHUNK_BYTES = 1 << 20
 _JSON_COLUMNS = frozenset({"args", "kwargs", "result"})
 _KNOWN = {
     "jobs": (
@@ -256,8 +257,18 @@ class PostgresBulkStore(PostgresStore):
 
     def _copy_out(self, sql: str, params: list[Any]) -> Generator[Any, None, None]:
         with self._conn() as conn, conn.cursor().copy(sql, params) as copy:
-            # COPY sends a message per row: the chunks are handed on as they come.
-            yield from copy
+            # COPY sends a message per row: they are handed on joined into chunks of
+            # about a megabyte, so that what reads them loops per chunk, not per row.
+            pending: list[Any] = []
+            size = 0
+            for message in copy:
+                pending.append(message)
+                size += len(message)
+                if size >= _COPY_CHUNK_BYTES:
+                    yield b"".join(pending)
+                    pending, size = [], 0
+            if pending:
+                yield b"".join(pending)
 
     def event_stream_end(self, after: EventOffset, limit: int | None, floor: int) -> EventOffset:
         params = {"xid": after[0], "seq": after[1], "floor": floor, "limit": limit}
