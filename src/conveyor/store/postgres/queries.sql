@@ -1140,17 +1140,18 @@ SELECT coalesce(max(seq), 0) FROM events
 -- queues without, and for a limited queue a search of its own that starts only
 -- as many jobs as its limits leave room for.
 --
--- A queue with a row in limits (a rate, a concurrency, a throttle) is searched
--- apart (see the flow control section at the end): it may start only as many
--- jobs as its limits leave room for, and a job with a limit key only while its
--- key has room. Room is counted from running jobs and from limit_starts, which
--- this statement's snapshot may show as they were before another claim of the
--- queue committed. So a claim of a limited queue first locks the queue's limits
--- row (SKIP LOCKED: one claim of a queue at a time; the others pass it by) and
--- compares the version it locked, the newest, with the version its snapshot
--- reads: every claim that starts jobs of the queue bumps it, so equal versions
--- mean the counts are current. A queue whose row was locked or had changed is
--- left for the next claim (next_run_in then answers "now").
+-- A limited queue may start only as many jobs as its throttle, concurrency and
+-- rate leave room for; a job with a limit key is claimable only when it is one
+-- of its key's oldest ready jobs, as many as its key has room for (the rooms of
+-- the keys in use are read once, as a JSON map). Room is counted from running
+-- jobs and from limit_starts, which this statement's snapshot may show as they
+-- were before another claim of the queue committed. So a claim of a limited
+-- queue first locks the queue's limits row (SKIP LOCKED: one claim of a queue at
+-- a time; the others pass it by) and compares the version it locked, the
+-- newest, with the version its snapshot reads: every claim that starts jobs of
+-- the queue bumps it, so equal versions mean the counts are current. A queue
+-- whose row was locked or had changed is left for the next claim (next_run_in
+-- then answers "now").
 --
 -- %(now)s NULL means the server's clock (now()): leases are judged on one
 -- clock, whatever the clocks of the worker machines say.
@@ -1170,7 +1171,32 @@ WITH lim AS MATERIALIZED (
                  lim.rate - (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
                              WHERE s.queue = lim.queue
                                AND s.at > coalesce(%(now)s::timestamptz, now())
-                                          - make_interval(secs => lim.per)))::integer AS allow
+                                          - make_interval(secs => lim.per)))::integer AS allow,
+           -- The room of each limit key in use (running, started in the key rate's
+           -- window, or throttled), read once per claim: {"customer-42": 0, ...}.
+           -- A key not in it has all its room.
+           (SELECT jsonb_object_agg(k.limit_key, k.room) FROM (
+                SELECT u.limit_key,
+                       least(CASE WHEN bool_or(u.throttled) THEN 0 END,
+                             lim.key_concurrency - sum(u.running),
+                             lim.key_rate - sum(u.started)) AS room
+                FROM (
+                    SELECT r.limit_key, 1 AS running, 0 AS started, false AS throttled
+                    FROM jobs AS r
+                    WHERE r.queue = lim.queue AND r.state = 'running'
+                      AND r.limit_key IS NOT NULL
+                    UNION ALL
+                    SELECT s.limit_key, 0, s.jobs, false FROM limit_starts AS s
+                    WHERE s.queue = lim.queue AND s.limit_key IS NOT NULL
+                      AND s.at > coalesce(%(now)s::timestamptz, now())
+                                 - make_interval(secs => lim.key_per)
+                    UNION ALL
+                    SELECT t.limit_key, 0, 0, true FROM limit_throttles AS t
+                    WHERE t.queue = lim.queue
+                      AND t.until > coalesce(%(now)s::timestamptz, now())
+                ) AS u
+                GROUP BY u.limit_key
+            ) AS k) AS key_rooms
     FROM lim
     JOIN limits AS seen ON seen.queue = lim.queue AND seen.version = lim.version
     WHERE NOT EXISTS (SELECT 1 FROM queues AS p WHERE p.name = lim.queue AND p.paused)
@@ -1207,20 +1233,11 @@ WITH lim AS MATERIALIZED (
         CROSS JOIN LATERAL (
             SELECT j.id, j.priority FROM jobs AS j
             CROSS JOIN LATERAL (
-                SELECT CASE WHEN j.limit_key IS NOT NULL THEN least(
-                    CASE WHEN EXISTS (SELECT 1 FROM limit_throttles AS t
-                                      WHERE t.queue = j.queue AND t.limit_key = j.limit_key
-                                        AND t.until > coalesce(%(now)s::timestamptz, now()))
-                         THEN 0 END,
-                    a.key_concurrency - (SELECT count(*) FROM jobs AS r
-                                         WHERE r.queue = j.queue
-                                           AND r.limit_key = j.limit_key
-                                           AND r.state = 'running'),
-                    a.key_rate - (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
-                                  WHERE s.queue = j.queue AND s.limit_key = j.limit_key
-                                    AND s.at > coalesce(%(now)s::timestamptz, now())
-                                               - make_interval(secs => a.key_per)))
-                END AS key_room
+                SELECT CASE WHEN j.limit_key IS NOT NULL
+                            THEN coalesce((a.key_rooms ->> j.limit_key)::bigint,
+                                          least(a.key_concurrency, a.key_rate))
+                       END AS key_room
+                OFFSET 0  -- computed once per job (inlined, it ran once per use)
             ) AS kr
             WHERE j.state = 'queued'
               AND j.queue = a.queue

@@ -982,7 +982,30 @@ WITH asked AS (
                coalesce(l.rate - (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
                                   WHERE s.queue = l.queue AND s.at > :now - l.per),
                         :limit))
-           END AS allow
+           END AS allow,
+           -- The room of each limit key in use (running, started in the key rate's
+           -- window, or throttled), read once per claim: {"customer-42": 0, ...}.
+           -- A key not in it has all its room.
+           (SELECT json_group_object(k.limit_key, k.room) FROM (
+                SELECT u.limit_key,
+                       min(CASE WHEN max(u.throttled) THEN 0 ELSE :limit END,
+                           coalesce(l.key_concurrency - sum(u.running), :limit),
+                           coalesce(l.key_rate - sum(u.started), :limit)) AS room
+                FROM (
+                    SELECT r.limit_key, 1 AS running, 0 AS started, 0 AS throttled
+                    FROM jobs AS r
+                    WHERE r.queue = l.queue AND r.state = 'running'
+                      AND r.limit_key IS NOT NULL
+                    UNION ALL
+                    SELECT s.limit_key, 0, s.jobs, 0 FROM limit_starts AS s
+                    WHERE s.queue = l.queue AND s.limit_key IS NOT NULL
+                      AND s.at > :now - l.key_per
+                    UNION ALL
+                    SELECT t.limit_key, 0, 0, 1 FROM limit_throttles AS t
+                    WHERE t.queue = l.queue AND t.until > :now
+                ) AS u
+                GROUP BY u.limit_key
+            ) AS k) AS key_rooms
     FROM json_each(:queues) AS q
     LEFT JOIN limits AS l ON l.queue = q.value
     WHERE q.value NOT IN (SELECT name FROM queues WHERE paused)
@@ -1012,19 +1035,9 @@ WITH asked AS (
                                AND o.state = 'queued' AND o.id < j.id AND o.run_at <= :now
                              LIMIT :limit)) < k.room
                      ELSE 0 END
-              FROM (SELECT min(
-                        CASE WHEN EXISTS (SELECT 1 FROM limit_throttles AS t
-                                          WHERE t.queue = j.queue
-                                            AND t.limit_key = j.limit_key
-                                            AND t.until > :now) THEN 0 ELSE :limit END,
-                        coalesce(a.key_concurrency - (
-                                     SELECT count(*) FROM jobs AS r
-                                     WHERE r.queue = j.queue AND r.limit_key = j.limit_key
-                                       AND r.state = 'running'), :limit),
-                        coalesce(a.key_rate - (
-                                     SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
-                                     WHERE s.queue = j.queue AND s.limit_key = j.limit_key
-                                       AND s.at > :now - a.key_per), :limit)) AS room) AS k))
+              FROM (SELECT coalesce(a.key_rooms ->> j.limit_key,
+                                    min(coalesce(a.key_concurrency, :limit),
+                                        coalesce(a.key_rate, :limit))) AS room) AS k))
         ORDER BY j.priority DESC, j.id
         LIMIT :limit)
     WHERE a.allow > 0
