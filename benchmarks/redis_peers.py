@@ -1,0 +1,368 @@
+"""conveyor beside RQ and arq, in one run, on the same throwaway Redis.
+
+    pip install -r benchmarks/requirements-peers.txt    # RQ, arq, redis-py (benchmark only)
+    python benchmarks/redis_peers.py                    # starts a throwaway redis-server
+    python benchmarks/redis_peers.py --jobs 2000 --sides rq,rq-fork   # RQ's two workers
+
+One run starts ``redis-server`` on a free loopback port with its data in a
+temporary directory (``--appendonly yes``, ``appendfsync everysec``, ``--save ""``)
+and stops it at the end, also on error. The sides then run one after another on
+that server, with FLUSHALL between them. No-op jobs, one worker process each:
+
+- RQ 2.x: ``SimpleWorker`` (runs each job in the worker process, its best here)
+  in burst mode; ``rq-fork`` is the default forking ``Worker`` (one child per
+  job), whose CPU figure includes those children. Jobs are enqueued with
+  ``enqueue_many`` in pipelines of 1,000.
+- arq 0.28: ``max_jobs=100``, ``burst=True``, ``poll_delay`` as given
+  (``--arq-poll-delay``), no logging set up.
+- conveyor: ``conveyor worker --concurrency 100``, sync and async handlers, on
+  ``App("redis://127.0.0.1:PORT/0")``, as ``peers.py`` runs it on PostgreSQL.
+  Where this conveyor has no Redis store yet, its rows say "not available" and why.
+
+The peers store no result of a no-op job (``--peer-results drop``, RQ's
+``result_ttl=0`` and arq's ``keep_result=0``, their faster setting here) unless
+``--peer-results keep`` is given; conveyor keeps every finished job's record.
+
+All N jobs are enqueued before the worker starts. jobs/s is N over the time from
+starting the worker process to the moment no job is left (counted every 20 ms);
+the rate between 5% and 95% done and the worker's CPU time per job (user +
+system, from /proc) are measured as in ``peers.py``, whose helpers this uses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from peers import APP, IN_FLIGHT, conveyor_remaining, measure  # noqa: E402
+
+SIDES = ("rq", "rq-fork", "arq", "conveyor-sync", "conveyor-async")
+DEFAULT_SIDES = "rq,arq,conveyor-sync,conveyor-async"
+BATCH = 1000
+
+
+@dataclass
+class Row:
+    name: str
+    peer: str  # "rq", "arq" or "conveyor": what the ratios compare
+    rate: float = 0.0  # worker start to all done
+    rate_5_95: float = 0.0
+    cpu_per_job_us: float = 0.0
+    error: str = ""
+
+
+# --- the throwaway server ---------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def redis_server() -> Iterator[str]:
+    """Start redis-server on a free loopback port; yield its DSN; stop it whatever happens."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit(
+            "redis-server not found on PATH: install Debian's package "
+            "(`apt-get install -y redis-server`) and run again"
+        )
+    import redis
+
+    with tempfile.TemporaryDirectory(prefix="redis-peers-") as tmp:
+        port = free_port()
+        command = [binary, "--bind", "127.0.0.1", "--port", str(port), "--dir", tmp,
+                   "--appendonly", "yes", "--save", "", "--daemonize", "no",
+                   "--logfile", str(Path(tmp) / "redis.log")]  # fmt: skip
+        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        try:
+            client = redis.Redis(host="127.0.0.1", port=port)
+            deadline = time.monotonic() + 20
+            while True:
+                if proc.poll() is not None:
+                    log = Path(tmp, "redis.log")
+                    raise SystemExit(
+                        f"redis-server exited at start ({proc.returncode}): "
+                        + (log.read_text()[-2000:] if log.exists() else "no log")
+                    )
+                with contextlib.suppress(redis.ConnectionError):
+                    if client.ping():
+                        break
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"redis-server did not answer on 127.0.0.1:{port} in 20 s")
+                time.sleep(0.05)
+            client.close()
+            yield f"redis://127.0.0.1:{port}/0"
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def flushall(dsn: str) -> None:
+    import redis
+
+    with redis.Redis.from_url(dsn) as client:
+        client.flushall()
+
+
+def children_cpu() -> float:
+    """CPU seconds of this process's finished, waited-for children and their descendants."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(
+    row: Row,
+    jobs: int,
+    remaining: Callable[[], int],
+    command: list[str],
+    env: dict[str, str],
+    with_children: bool = False,
+) -> Row:
+    """peers.measure, plus the time from starting the worker to the moment no job is left."""
+    done_at: list[float] = []
+
+    def watched() -> int:
+        left = remaining()
+        if not left and not done_at:
+            done_at.append(time.perf_counter())
+        return left
+
+    before = children_cpu()
+    started = time.perf_counter()
+    result = measure(row.name, "redis", jobs, watched, command, env)
+    row.rate = jobs / (done_at[0] - started)
+    row.rate_5_95 = result.rate
+    row.cpu_per_job_us = result.cpu_per_job_us
+    if with_children:  # the worker has been waited for: its forked job children count too
+        row.cpu_per_job_us = (children_cpu() - before) / jobs * 1e6
+    return row
+
+
+# --- RQ ----------------------------------------------------------------------------------
+
+
+RQ_JOBS = textwrap.dedent(
+    """
+    def noop():
+        return None
+    """
+)
+
+
+def rq_side(dsn: str, jobs: int, folder: Path, fork: bool, keep_results: bool) -> Row:
+    import redis
+    from rq import Queue
+
+    (folder / "rq_jobs.py").write_text(RQ_JOBS)
+    connection = redis.Redis.from_url(dsn)
+    queue = Queue("peers", connection=connection)
+    result_ttl = None if keep_results else 0  # None: RQ's default, 500 s
+    for start in range(0, jobs, BATCH):
+        count = min(BATCH, jobs - start)
+        with connection.pipeline() as pipe:
+            datas = [Queue.prepare_data("rq_jobs.noop", result_ttl=result_ttl)] * count
+            queue.enqueue_many(datas, pipeline=pipe)
+            pipe.execute()
+    if queue.count != jobs:
+        raise SystemExit(f"RQ: {queue.count} jobs queued, {jobs} expected")
+    # A job moves atomically from the queue to its intermediate list, then to
+    # the started registry, and leaves that when it is finished.
+    keys = (queue.key, queue.intermediate_queue_key, queue.started_job_registry.key)
+
+    def remaining() -> int:
+        with connection.pipeline(transaction=True) as pipe:
+            pipe.llen(keys[0]).llen(keys[1]).zcard(keys[2])
+            return sum(pipe.execute())
+
+    worker_class = "rq.worker.Worker" if fork else "rq.worker.SimpleWorker"
+    name = "RQ 2.12, forking Worker" if fork else "RQ 2.12, SimpleWorker"
+    command = [sys.executable, "-m", "rq.cli", "worker", "--burst", "--quiet", "--url", dsn,
+               "--worker-class", worker_class, "peers"]  # fmt: skip
+    try:
+        return timed(Row(name, "rq"), jobs, remaining, command, {"PYTHONPATH": str(folder)}, fork)
+    finally:
+        connection.close()
+
+
+# --- arq ----------------------------------------------------------------------------------
+
+
+ARQ_WORKER = textwrap.dedent(
+    """
+    import sys
+    from arq import run_worker
+    from arq.connections import RedisSettings
+
+    async def noop(ctx):
+        return None
+
+    class WorkerSettings:
+        functions = [noop]
+        redis_settings = RedisSettings.from_dsn(sys.argv[1])
+        max_jobs = int(sys.argv[2])
+        poll_delay = float(sys.argv[3])
+        keep_result = float(sys.argv[4])
+        burst = True
+
+    run_worker(WorkerSettings)
+    """
+)
+
+
+def arq_side(dsn: str, jobs: int, folder: Path, poll_delay: float, keep_results: bool) -> Row:
+    from arq import create_pool
+    from arq.connections import RedisSettings
+    from arq.constants import default_queue_name
+
+    async def enqueue() -> None:
+        pool = await create_pool(RedisSettings.from_dsn(dsn))
+        for start in range(0, jobs, 200):  # arq enqueues one job per transaction
+            count = min(200, jobs - start)
+            await asyncio.gather(*(pool.enqueue_job("noop") for _ in range(count)))
+        await pool.aclose()
+
+    asyncio.run(enqueue())
+    import redis
+
+    connection = redis.Redis.from_url(dsn)
+
+    def remaining() -> int:  # arq removes a job from its sorted set when it is finished
+        return int(connection.zcard(default_queue_name))
+
+    if remaining() != jobs:
+        raise SystemExit(f"arq: {remaining()} jobs queued, {jobs} expected")
+    script = folder / "arq_worker.py"
+    script.write_text(ARQ_WORKER)
+    keep = "3600" if keep_results else "0"  # 3600: arq's default
+    command = [sys.executable, str(script), dsn, str(IN_FLIGHT), str(poll_delay), keep]
+    name = f"arq 0.28, max_jobs {IN_FLIGHT}, poll_delay {poll_delay:g}"
+    try:
+        return timed(Row(name, "arq"), jobs, remaining, command, {})
+    finally:
+        connection.close()
+
+
+# --- conveyor -------------------------------------------------------------------------------
+
+
+def conveyor_side(dsn: str, jobs: int, folder: Path, kind: str) -> Row:
+    """As peers.conveyor_run, but keeping PYTHONPATH, so a conveyor checkout given there is used."""
+    from conveyor import App
+    from conveyor.errors import ConveyorError
+    from conveyor.task import EnqueueOptions
+
+    row = Row(f"conveyor {kind}, concurrency {IN_FLIGHT}", "conveyor")
+    task, queue = ("noop", "peers") if kind == "sync" else ("anoop", "peers_async")
+    try:
+        with App(dsn) as app:
+            app.migrate()
+            for start in range(0, jobs, BATCH):
+                calls = [((), {})] * min(BATCH, jobs - start)
+                app.enqueue_calls(task, calls, EnqueueOptions(queue=queue))
+        remaining = conveyor_remaining(dsn, queue)
+    except ConveyorError as exc:
+        row.error = f"not available: {type(exc).__name__}: {exc}"
+        return row
+    (folder / "peers_app.py").write_text(APP)
+    path = os.pathsep.join(p for p in (str(folder), os.environ.get("PYTHONPATH")) if p)
+    command = [sys.executable, "-m", "conveyor", "worker", "peers_app:app",
+               "--queues", queue, "--burst", "--concurrency", str(IN_FLIGHT),
+               "--log-level", "WARNING"]  # fmt: skip
+    try:
+        return timed(row, jobs, remaining, command, {"CONVEYOR_DSN": dsn, "PYTHONPATH": path})
+    except SystemExit as exc:  # the worker failed: say so in its row, keep the peers' figures
+        row.error = f"failed: {exc}"
+        return row
+
+
+# --- the table ----------------------------------------------------------------------------
+
+
+def ratio(row: Row, peers: list[Row]) -> str:
+    if row.peer != "conveyor" or row.error or not peers:
+        return ""
+    best = max(peers, key=lambda r: r.rate)
+    return f"{row.rate / best.rate:.1f}x"
+
+
+def print_table(rows: list[Row]) -> None:
+    done = [r for r in rows if not r.error]
+    rq = [r for r in done if r.peer == "rq"]
+    arq = [r for r in done if r.peer == "arq"]
+    print()
+    print("| side | jobs/s | jobs/s 5-95% | worker CPU per job (µs) | vs arq (target 5x) "
+          "| vs RQ (target 20x) |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|")
+    for r in rows:
+        if r.error:
+            print(f"| {r.name} | {r.error} | | | | |")
+            continue
+        print(f"| {r.name} | {r.rate:,.0f} | {r.rate_5_95:,.0f} | {r.cpu_per_job_us:.0f} "
+              f"| {ratio(r, arq)} | {ratio(r, rq)} |")  # fmt: skip
+
+
+def stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt  # unwinds the finally blocks: workers and redis-server are stopped
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument(
+        "--sides",
+        default=DEFAULT_SIDES,
+        help=f"comma-separated, in order, from {', '.join(SIDES)} (default {DEFAULT_SIDES})",
+    )
+    parser.add_argument("--arq-poll-delay", type=float, default=0.05, metavar="SECONDS")
+    parser.add_argument("--peer-results", choices=["drop", "keep"], default="drop")
+    args = parser.parse_args()
+    sides = [s.strip() for s in args.sides.split(",") if s.strip()]
+    unknown = [s for s in sides if s not in SIDES]
+    if unknown or not sides:
+        parser.error(f"unknown side(s) {', '.join(unknown) or '(none)'}: use {', '.join(SIDES)}")
+    if args.jobs < 20:
+        parser.error("--jobs must be at least 20")
+    keep = args.peer_results == "keep"
+    signal.signal(signal.SIGTERM, stop_on_sigterm)
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory() as tmp, redis_server() as dsn:
+        folder = Path(tmp)
+        for side in sides:
+            flushall(dsn)
+            if side in ("rq", "rq-fork"):
+                rows.append(rq_side(dsn, args.jobs, folder, side == "rq-fork", keep))
+            elif side == "arq":
+                rows.append(arq_side(dsn, args.jobs, folder, args.arq_poll_delay, keep))
+            else:
+                rows.append(conveyor_side(dsn, args.jobs, folder, side.split("-")[1]))
+    print_table(rows)
+
+
+if __name__ == "__main__":
+    main()
