@@ -3,6 +3,7 @@
     pip install -r benchmarks/requirements-peers.txt    # RQ, arq, redis-py (benchmark only)
     python benchmarks/redis_peers.py                    # starts a throwaway redis-server
     python benchmarks/redis_peers.py --jobs 2000 --sides rq,rq-fork   # RQ's two workers
+    PYTHONPATH=../other/src python benchmarks/redis_peers.py   # another checkout's conveyor
 
 One run starts ``redis-server`` on a free loopback port with its data in a
 temporary directory (``--appendonly yes``, ``appendfsync everysec``, ``--save ""``)
@@ -215,7 +216,9 @@ def rq_side(dsn: str, jobs: int, folder: Path, fork: bool, keep_results: bool) -
 
     def remaining() -> int:
         with connection.pipeline(transaction=True) as pipe:
-            pipe.llen(keys[0]).llen(keys[1]).zcard(keys[2])
+            pipe.llen(keys[0])
+            pipe.llen(keys[1])
+            pipe.zcard(keys[2])
             return sum(pipe.execute())
 
     worker_class = "rq.worker.Worker" if fork else "rq.worker.SimpleWorker"
@@ -272,7 +275,9 @@ def arq_side(dsn: str, jobs: int, folder: Path, poll_delay: float, keep_results:
     connection = redis.Redis.from_url(dsn)
 
     def remaining() -> int:  # arq removes a job from its sorted set when it is finished
-        return int(connection.zcard(default_queue_name))
+        with connection.pipeline(transaction=False) as pipe:
+            pipe.zcard(default_queue_name)
+            return int(pipe.execute()[0])
 
     if remaining() != jobs:
         raise SystemExit(f"arq: {remaining()} jobs queued, {jobs} expected")
@@ -320,7 +325,8 @@ def conveyor_side(dsn: str, jobs: int, folder: Path, kind: str) -> Row:
         with App(dsn) as app:
             app.migrate()
             for start in range(0, jobs, BATCH):
-                calls = [((), {})] * min(BATCH, jobs - start)
+                calls: list[tuple[tuple[()], dict[str, object]]] = [((), {})]
+                calls *= min(BATCH, jobs - start)
                 app.enqueue_calls(task, calls, EnqueueOptions(queue=queue))
         remaining = conveyor_left(dsn, queue)
     except ConveyorError as exc:
