@@ -169,6 +169,10 @@ class Worker:
         self._active = 0
         #: Prefetched attempts: held (leased) and waiting for a free slot, oldest first.
         self._waiting: deque[Running] = deque()
+        #: Started attempts with a timeout, whose handler has not returned.
+        self._timed: set[Running] = set()
+        #: ``_held`` changed since its snapshot was last published.
+        self._held_changed = False
         self._maybe_ready = True
         self._next_timer: float | None = None
         #: Answers "now" of next_run_in since the last claim that took a job.
@@ -357,17 +361,16 @@ class Worker:
             until = min(until, self._claim.retry_at)
         if self._cancel_check_due:
             until = min(until, self._next_cancel_check)
-        for running in self._held.values():
-            if running.deadline is not None and running.abort is None and not running.returned:
+        for running in self._timed:
+            if running.deadline is not None and running.abort is None:
                 until = min(until, running.deadline)
         if self._stopping.is_set():
             until = min(until, now + 0.05)
         return max(0.0, until - now)
 
     def _publish_held(self) -> None:
-        if len(self._held_snapshot) != len(self._held) or any(
-            self._held.get(r.id) is not r for r in self._held_snapshot
-        ):
+        if self._held_changed:
+            self._held_changed = False
             self._held_snapshot = tuple(self._held.values())
 
     # --- inbox ------------------------------------------------------------------------
@@ -423,14 +426,17 @@ class Worker:
             return None
         running.returned = True
         self._active -= 1
+        self._timed.discard(running)
         parked = self._parked.pop(running.id, None)
         if running.abort == "lease lost":
             log.warning("job %s: lease lost while its handler ran; its outcome is dropped",
                         running.id)  # fmt: skip
             self._held.pop(running.id, None)
+            self._held_changed = True
             self.counts["lost"] += 1
         if parked is not None:  # the next attempt of the same job may start now
             self._held[parked.id] = parked
+            self._held_changed = True
             self._waiting.appendleft(parked)
         if running.abort == "lease lost":
             return None
@@ -453,6 +459,7 @@ class Worker:
         for running in runnings:
             if self._held.get(running.id) is running:
                 del self._held[running.id]
+                self._held_changed = True
             if running.id in written:
                 outcome = describe_finished(running)
                 self.counts[outcome] += 1
@@ -548,6 +555,7 @@ class Worker:
             # (An earlier attempt that returned may still await the completer's
             # answer, which can come after the job was queued again and claimed.)
             self._held[job.id] = running
+            self._held_changed = True
             ready.append(running)
         self._start(ready)
 
@@ -597,6 +605,7 @@ class Worker:
                 assert running.task is not None
                 if running.task.timeout is not None:
                     running.deadline = running.started + running.task.timeout
+                    self._timed.add(running)
                 if running.task.is_async:
                     batch.append(running)
                 else:
@@ -640,7 +649,7 @@ class Worker:
             self._loop_thread.cancel(running)
 
     def _check_deadlines(self, now: float) -> None:
-        for running in list(self._held.values()):
+        for running in list(self._timed):
             if (
                 running.deadline is not None
                 and now >= running.deadline
@@ -691,6 +700,7 @@ class Worker:
                     r.returned = True
                     r.recorded = Outcome("release")
                     self._active -= 1
+                    self._timed.discard(r)
                 self._completer.submit([(r, Outcome("release")) for r in running])
                 return True
         return False
