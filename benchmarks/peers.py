@@ -7,7 +7,7 @@
 No-op jobs, one worker process each, at most 100 jobs in flight on every side:
 
 - PostgreSQL: conveyor (``conveyor worker --concurrency 100``, sync and async
-  handlers, and at the default concurrency of 8) beside PgQueuer
+  handlers, and at the worker's default concurrency) beside PgQueuer
   (``QueueManager.run(batch_size=100)``, asyncpg, its best here).
 - SQLite (WAL, one file): conveyor (sync and async) beside Huey
   (``SqliteHuey``, a consumer of 4 threads, its best here).
@@ -16,7 +16,9 @@ Every side runs the same way: N jobs are enqueued, one worker process starts,
 and this process counts the jobs left every 20 ms. The rate is taken between
 the moments 5% and 95% of the jobs are done, so start-up and the last stragglers
 weigh the same for everyone. The worker process's CPU time (user + system, from
-/proc) over the whole run, divided by N, is its cost per job.
+/proc) over the whole run, divided by N, is its cost per job; "steady" is the
+CPU time between the 5% and 95% marks divided by the jobs done between them
+(start-up, imports and connecting left out).
 """
 
 from __future__ import annotations
@@ -37,9 +39,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from conveyor.worker.worker import WorkerOptions  # noqa: E402
 from pg import postgres  # noqa: E402
 
 IN_FLIGHT = 100
+DEFAULT_CONCURRENCY = WorkerOptions.__dataclass_fields__["concurrency"].default
 
 
 @dataclass
@@ -48,6 +52,8 @@ class Result:
     backend: str
     rate: float
     cpu_per_job_us: float
+    #: CPU per job between the 5% and 95% marks: the work itself, without start-up.
+    steady_cpu_us: float
 
 
 def cpu_seconds(pid: int) -> float:
@@ -75,13 +81,13 @@ def measure(
             left = remaining()
             done = jobs - left
             now = time.perf_counter()
-            if "start" not in marks and done >= jobs * 0.05:
-                marks["start"], marks["start_done"] = now, done
-            if done >= jobs * 0.95:
-                marks["end"], marks["end_done"] = now, done
-                break
             with contextlib.suppress(FileNotFoundError, ProcessLookupError):
                 cpu = cpu_seconds(proc.pid)
+            if "start" not in marks and done >= jobs * 0.05:
+                marks["start"], marks["start_done"], marks["start_cpu"] = now, done, cpu
+            if done >= jobs * 0.95:
+                marks["end"], marks["end_done"], marks["end_cpu"] = now, done, cpu
+                break
             if proc.poll() is not None and left:
                 raise SystemExit(f"{name}: the worker exited with {left} jobs left")
             time.sleep(0.02)
@@ -99,8 +105,10 @@ def measure(
         if proc.poll() is None:
             proc.terminate()
         proc.wait(timeout=60)
-    rate = (marks["end_done"] - marks["start_done"]) / (marks["end"] - marks["start"])
-    return Result(name, backend, rate, cpu / jobs * 1e6)
+    steady_jobs = marks["end_done"] - marks["start_done"]
+    rate = steady_jobs / (marks["end"] - marks["start"])
+    steady_cpu = (marks["end_cpu"] - marks["start_cpu"]) / steady_jobs
+    return Result(name, backend, rate, cpu / jobs * 1e6, steady_cpu * 1e6)
 
 
 # --- conveyor ---------------------------------------------------------------------
@@ -240,8 +248,9 @@ def huey_side(jobs: int, folder: Path) -> Result:
 
 
 def conveyor_run(
-    dsn: str, backend: str, jobs: int, kind: str, concurrency: int, folder: Path
+    dsn: str, backend: str, jobs: int, kind: str, concurrency: int | None, folder: Path
 ) -> Result:
+    """One conveyor worker process; ``concurrency`` None runs it at its default."""
     from conveyor import App
     from conveyor.task import EnqueueOptions
 
@@ -254,11 +263,14 @@ def conveyor_run(
             app.enqueue_calls(task, calls, EnqueueOptions(queue=queue))
     remaining = conveyor_remaining(dsn, queue)
     command = [sys.executable, "-m", "conveyor", "worker", "peers_app:app",
-               "--queues", queue, "--burst", "--concurrency", str(concurrency),
-               "--log-level", "WARNING"]  # fmt: skip
+               "--queues", queue, "--burst", "--log-level", "WARNING"]  # fmt: skip
+    if concurrency is None:
+        label = f"conveyor {kind}, default concurrency ({DEFAULT_CONCURRENCY})"
+    else:
+        command += ["--concurrency", str(concurrency)]
+        label = f"conveyor {kind}, concurrency {concurrency}"
     env = {"CONVEYOR_DSN": dsn, "PYTHONPATH": str(folder)}
-    return measure(f"conveyor {kind}, concurrency {concurrency}", backend, jobs, remaining,
-                   command, env)  # fmt: skip
+    return measure(label, backend, jobs, remaining, command, env)
 
 
 def main() -> None:
@@ -266,6 +278,11 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--pg-dsn", help="use this PostgreSQL database (it gets tables)")
     parser.add_argument("--backend", choices=["sqlite", "postgres", "all"], default="all")
+    parser.add_argument(
+        "--concurrency",
+        default="",
+        help="more PostgreSQL runs of conveyor (sync) at these concurrencies, e.g. 16,32",
+    )
     args = parser.parse_args()
     results: list[Result] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -273,8 +290,12 @@ def main() -> None:
         if args.backend in ("postgres", "all"):
             with postgres(args.pg_dsn) as dsn:
                 results.append(pgqueuer_side(dsn, args.jobs, folder))
-                for kind, concurrency in (("sync", IN_FLIGHT), ("async", IN_FLIGHT),
-                                          ("sync", 8), ("sync", 16)):  # fmt: skip
+                extra = [int(c) for c in args.concurrency.split(",") if c.strip()]
+                runs: list[tuple[str, int | None]] = [
+                    ("sync", IN_FLIGHT), ("async", IN_FLIGHT), ("sync", None), ("async", None),
+                    *(("sync", c) for c in extra),
+                ]  # fmt: skip
+                for kind, concurrency in runs:
                     results.append(
                         conveyor_run(dsn, "postgres", args.jobs, kind, concurrency, folder)
                     )
@@ -284,7 +305,7 @@ def main() -> None:
                 dsn = f"sqlite:///{folder / f'conveyor-{kind}.db'}"
                 results.append(conveyor_run(dsn, "sqlite", args.jobs, kind, IN_FLIGHT, folder))
     print()
-    print("| backend | side | jobs/s | vs peer | worker CPU per job (µs) |")
+    print("| backend | side | jobs/s | vs peer | worker CPU per job (µs): whole run / steady |")
     print("|---|---|---:|---:|---:|")
     for backend in ("postgres", "sqlite"):
         rows = [r for r in results if r.backend == backend]
@@ -293,7 +314,8 @@ def main() -> None:
         peer = rows[0]
         for r in rows:
             ratio = "" if r is peer else f"{r.rate / peer.rate:.2f}x"
-            print(f"| {backend} | {r.name} | {r.rate:,.0f} | {ratio} | {r.cpu_per_job_us:.0f} |")
+            cpu = f"{r.cpu_per_job_us:.0f} / {r.steady_cpu_us:.0f}"
+            print(f"| {backend} | {r.name} | {r.rate:,.0f} | {ratio} | {cpu} |")
 
 
 if __name__ == "__main__":

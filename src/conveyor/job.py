@@ -146,6 +146,8 @@ class Job:
 
     @property
     def args(self) -> list[Any]:
+        if self.args_json == "[]":  # most jobs of many tasks: no decoding
+            return []
         value = json.loads(self.args_json)
         if not isinstance(value, list):
             raise ValueError(f"job {self.id}: args are not a JSON array")
@@ -153,6 +155,8 @@ class Job:
 
     @property
     def kwargs(self) -> dict[str, Any]:
+        if self.kwargs_json == "{}":
+            return {}
         value = json.loads(self.kwargs_json)
         if not isinstance(value, dict):
             raise ValueError(f"job {self.id}: kwargs are not a JSON object")

@@ -51,6 +51,13 @@ def load_app(target: str) -> App:
 @dsn_option
 @click.option("--queues", default=None, help="Comma-separated queues (default: all the app's).")
 @click.option("--concurrency", default=8, show_default=True, help="Jobs run at once.")
+@click.option(
+    "--prefetch",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Jobs claimed beyond the free slots, held until a slot frees (see the README).",
+)
 @click.option("--burst", is_flag=True, help="Return when no job is ready or running.")
 @click.option("--stop-timeout", default=30.0, show_default=True, help="Seconds to drain.")
 @click.option("--lease", default=30.0, show_default=True, help="Lease length in seconds.")
@@ -74,6 +81,7 @@ def worker(
     dsn: str | None,
     queues: str | None,
     concurrency: int,
+    prefetch: int,
     burst: bool,
     stop_timeout: float,
     lease: float,
@@ -102,6 +110,7 @@ def worker(
         stop_timeout=stop_timeout,
         lease=lease,
         poll_interval=poll_interval,
+        prefetch=prefetch,
     )
     if _handlers_still_running():
         # Their jobs were released when the drain ended (a sync handler cannot be

@@ -13,6 +13,10 @@ from conveyor.errors import Retry
 from conveyor.job import Job, storable_text
 from conveyor.limits import throttle_seconds
 
+#: One lock for every job's cancel signal: setting and waiting are rare next to
+#: the jobs themselves, and a lock per job was a measurable cost of each claim.
+_SIGNAL_LOCK = threading.Lock()
+
 
 class CancelSignal:
     """Set when the job should stop: cancelled by a user, timed out, or the worker is draining.
@@ -22,13 +26,14 @@ class CancelSignal:
     is also cancelled outright (it sees ``asyncio.CancelledError``).
     """
 
+    __slots__ = ("_event", "_set", "_waiters", "reason")
+
     def __init__(self) -> None:
         self._set = False
         # Created on the first wait() only: most jobs are never cancelled, and a
-        # threading.Event per job is a measurable cost on the claim path.
+        # threading.Event (or a lock) per job is a measurable cost on the claim path.
         self._event: threading.Event | None = None
-        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
-        self._lock = threading.Lock()
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] | None = None
         self.reason: str | None = None
 
     def is_set(self) -> bool:
@@ -38,7 +43,7 @@ class CancelSignal:
         return self._set
 
     def wait(self, timeout: float | None = None) -> bool:
-        with self._lock:
+        with _SIGNAL_LOCK:
             if self._set:
                 return True
             if self._event is None:
@@ -49,21 +54,23 @@ class CancelSignal:
     async def wait_async(self) -> None:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
-        with self._lock:
+        with _SIGNAL_LOCK:
             if self._set:
                 return
+            if self._waiters is None:
+                self._waiters = []
             self._waiters.append((loop, future))
         await future
 
     def set(self, reason: str) -> None:
-        with self._lock:
+        with _SIGNAL_LOCK:
             if self._set:
                 return
             self.reason = reason
             self._set = True
             if self._event is not None:
                 self._event.set()
-            waiters, self._waiters = self._waiters, []
+            waiters, self._waiters = self._waiters or [], None
         for loop, future in waiters:
             loop.call_soon_threadsafe(_resolve, future)
 
@@ -102,7 +109,7 @@ class Hooks(Protocol):
         ...
 
 
-@dataclass
+@dataclass(slots=True)
 class Context:
     """Passed to a handler whose first parameter is annotated ``Context``."""
 

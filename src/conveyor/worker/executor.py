@@ -44,7 +44,7 @@ class Outcome:
         return Finish(job_id, token, self.kind, self.result_json, self.error, self.run_at)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Running:
     """One attempt of a job this process holds under a lease.
 

@@ -87,6 +87,10 @@ class WorkerOptions:
     poll_interval: float = 1.0
     #: Run the rescuer, retention and periodic tasks (one leader at a time).
     maintenance: bool = True
+    #: Jobs claimed beyond the free slots, held (leased) until a slot frees:
+    #: fewer claims per job at a low concurrency, at the price of jobs that wait
+    #: here while other workers could have run them. Off (0) by default.
+    prefetch: int = 0
 
 
 class Duty:
@@ -133,9 +137,12 @@ class Worker:
         poll_interval: float = 1.0,
         maintenance: bool = True,
         name: str | None = None,
+        prefetch: int = 0,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        if prefetch < 0:
+            raise ValueError("prefetch must be 0 (off) or more")
         if lease <= 0.1:
             raise ValueError("lease must be longer than 0.1 seconds")
         if poll_interval <= 0:
@@ -146,7 +153,7 @@ class Worker:
         self.app = app
         self.store = app.store
         self.options = WorkerOptions(
-            chosen, concurrency, burst, stop_timeout, lease, poll_interval, maintenance
+            chosen, concurrency, burst, stop_timeout, lease, poll_interval, maintenance, prefetch
         )
         self.id = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._lease = timedelta(seconds=lease)
@@ -160,6 +167,12 @@ class Worker:
         self._parked: dict[int, Running] = {}
         #: Attempts whose handler has not returned (they take the slots).
         self._active = 0
+        #: Prefetched attempts: held (leased) and waiting for a free slot, oldest first.
+        self._waiting: deque[Running] = deque()
+        #: Started attempts with a timeout, whose handler has not returned.
+        self._timed: set[Running] = set()
+        #: ``_held`` changed since its snapshot was last published.
+        self._held_changed = False
         self._maybe_ready = True
         self._next_timer: float | None = None
         #: Answers "now" of next_run_in since the last claim that took a job.
@@ -344,21 +357,20 @@ class Worker:
         until = self._next_poll
         if self._next_timer is not None:
             until = min(until, self._next_timer)
-        if self._maybe_ready and self._active < self.options.concurrency:
+        if self._maybe_ready and self._claim_room() > 0:
             until = min(until, self._claim.retry_at)
         if self._cancel_check_due:
             until = min(until, self._next_cancel_check)
-        for running in self._held.values():
-            if running.deadline is not None and running.abort is None and not running.returned:
+        for running in self._timed:
+            if running.deadline is not None and running.abort is None:
                 until = min(until, running.deadline)
         if self._stopping.is_set():
             until = min(until, now + 0.05)
         return max(0.0, until - now)
 
     def _publish_held(self) -> None:
-        if len(self._held_snapshot) != len(self._held) or any(
-            self._held.get(r.id) is not r for r in self._held_snapshot
-        ):
+        if self._held_changed:
+            self._held_changed = False
             self._held_snapshot = tuple(self._held.values())
 
     # --- inbox ------------------------------------------------------------------------
@@ -386,6 +398,8 @@ class Worker:
             if outcome is not None:
                 running.recorded = outcome
                 settled.append((running, outcome))
+            # Slots freed: prefetched (and parked) attempts start now.
+            self._start_waiting()
         self._completer.submit(settled)
         while self._recorded:
             self._after_recorded(*self._recorded.popleft())
@@ -412,15 +426,18 @@ class Worker:
             return None
         running.returned = True
         self._active -= 1
+        self._timed.discard(running)
         parked = self._parked.pop(running.id, None)
         if running.abort == "lease lost":
             log.warning("job %s: lease lost while its handler ran; its outcome is dropped",
                         running.id)  # fmt: skip
             self._held.pop(running.id, None)
+            self._held_changed = True
             self.counts["lost"] += 1
         if parked is not None:  # the next attempt of the same job may start now
             self._held[parked.id] = parked
-            self._start([parked])
+            self._held_changed = True
+            self._waiting.appendleft(parked)
         if running.abort == "lease lost":
             return None
         assert running.outcome is not None
@@ -442,6 +459,7 @@ class Worker:
         for running in runnings:
             if self._held.get(running.id) is running:
                 del self._held[running.id]
+                self._held_changed = True
             if running.id in written:
                 outcome = describe_finished(running)
                 self.counts[outcome] += 1
@@ -471,7 +489,7 @@ class Worker:
         if now >= self._next_poll:
             self._maybe_ready = True
             self._next_poll = now + self.options.poll_interval
-        free = self.options.concurrency - self._active - len(self._parked)
+        free = self._claim_room()
         if free <= 0 or not self._maybe_ready:
             return False
         jobs: list[Job] = []
@@ -492,6 +510,18 @@ class Worker:
         if len(jobs) < free:
             self._timer.run(self._set_next_run_timer, now)
         return bool(jobs)
+
+    def _claim_room(self) -> int:
+        """How many jobs to claim now: the free slots, and the prefetch room.
+
+        With prefetch, no claim while more jobs wait than there are slots: the
+        next claim then fills the room in one batch instead of a claim per few
+        handlers returned, and the slots still never run dry.
+        """
+        if self.options.prefetch and len(self._waiting) > self.options.concurrency:
+            return 0
+        held = self._active + len(self._waiting) + len(self._parked)
+        return self.options.concurrency + self.options.prefetch - held
 
     def _set_next_run_timer(self) -> None:
         # Also when a limit lets the next job through: a worker whose ready jobs a
@@ -525,6 +555,7 @@ class Worker:
             # (An earlier attempt that returned may still await the completer's
             # answer, which can come after the job was queued again and claimed.)
             self._held[job.id] = running
+            self._held_changed = True
             ready.append(running)
         self._start(ready)
 
@@ -554,9 +585,16 @@ class Worker:
         return throttle_job(self.app, job, seconds, whole_queue)
 
     def _start(self, runnings: list[Running]) -> None:
-        """Hand attempts to the executor; one that cannot start ends at once."""
+        """Hand attempts to the executor as slots allow; the rest wait, held, in order."""
+        self._waiting.extend(runnings)
+        self._start_waiting()
+
+    def _start_waiting(self) -> None:
+        """Start waiting attempts while slots are free; one that cannot start ends at once."""
         batch: list[Running] = []
-        for running in runnings:
+        while self._waiting and self._active < self.options.concurrency:
+            running = self._waiting.popleft()
+            running.started = time.monotonic()
             self._active += 1
             try:
                 poison = poison_outcome(running)
@@ -567,6 +605,7 @@ class Worker:
                 assert running.task is not None
                 if running.task.timeout is not None:
                     running.deadline = running.started + running.task.timeout
+                    self._timed.add(running)
                 if running.task.is_async:
                     batch.append(running)
                 else:
@@ -597,12 +636,20 @@ class Worker:
         if running.abort is not None or running.returned:
             return
         running.abort = reason
+        if running in self._waiting:
+            # Prefetched, never started: it ends now, as if its handler had
+            # returned at once (the abort's reason decides what is recorded).
+            self._waiting.remove(running)
+            running.outcome = Outcome("release")
+            self._active += 1  # given back when the return is read
+            self._handler_returned(running)
+            return
         running.context.cancelled.set(reason)
         if running.task is not None and running.task.is_async and self._loop_thread is not None:
             self._loop_thread.cancel(running)
 
     def _check_deadlines(self, now: float) -> None:
-        for running in list(self._held.values()):
+        for running in list(self._timed):
             if (
                 running.deadline is not None
                 and now >= running.deadline
@@ -622,7 +669,10 @@ class Worker:
         """One step of a drain; True when the worker may exit."""
         if self._drain_deadline is None:
             self._drain_deadline = now + self.options.stop_timeout
-            log.info("stopping: %d job(s) in hand", self._active)
+            log.info("stopping: %d job(s) in hand", self._active + len(self._waiting))
+            # Prefetched jobs that never started go straight back, like parked claims.
+            for r in list(self._waiting):
+                self._abort(r, "shutdown")
             # Claims that never started go straight back.
             parked = list(self._parked.values())
             self._parked.clear()
@@ -650,6 +700,7 @@ class Worker:
                     r.returned = True
                     r.recorded = Outcome("release")
                     self._active -= 1
+                    self._timed.discard(r)
                 self._completer.submit([(r, Outcome("release")) for r in running])
                 return True
         return False
