@@ -29,7 +29,8 @@ deletes the job), arq the same within the noise. arq's ``poll_delay`` of 0.01 to
 All N jobs are enqueued before the worker starts. jobs/s is N over the time from
 starting the worker process to the moment no job is left (counted every 20 ms);
 the rate between 5% and 95% done and the worker's CPU time per job (user +
-system, from /proc) are measured as in ``peers.py``, whose helpers this uses.
+system, from /proc; "steady": between the 5% and 95% marks, start-up left out)
+are measured as in ``peers.py``, whose helpers this uses.
 redis-server's CPU time per job over the same span is shown beside it.
 """
 
@@ -70,6 +71,7 @@ class Row:
     rate: float = 0.0  # worker start to all done
     rate_5_95: float = 0.0
     cpu_per_job_us: float = 0.0
+    steady_cpu_us: float | None = None  # between the 5% and 95% marks: without start-up
     redis_cpu_per_job_us: float = 0.0
     error: str = ""
 
@@ -177,8 +179,10 @@ def timed(
     row.rate = jobs / (done_at[0] - started)
     row.rate_5_95 = result.rate
     row.cpu_per_job_us = result.cpu_per_job_us
+    row.steady_cpu_us = None if with_children else result.steady_cpu_us
     row.redis_cpu_per_job_us = (cpu_seconds(server) - server_before) / jobs * 1e6
-    if with_children:  # the worker has been waited for: its forked job children count too
+    if with_children:  # the worker has been waited for: its forked job children count too;
+        # they cannot be read between the marks, so this row has no steady figure
         row.cpu_per_job_us = (children_cpu() - before) / jobs * 1e6
     return row
 
@@ -359,15 +363,17 @@ def print_table(rows: list[Row]) -> None:
     rq = [r for r in done if r.peer == "rq"]
     arq = [r for r in done if r.peer == "arq"]
     print()
-    print("| side | jobs/s | jobs/s 5-95% | worker CPU per job (µs) | Redis CPU per job (µs) "
-          "| vs arq (target 5x) | vs RQ (target 20x) |")  # fmt: skip
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| side | jobs/s | jobs/s 5-95% | worker CPU per job (µs) | steady (µs) | "
+          "Redis CPU per job (µs) | vs arq (target 5x) | vs RQ (target 20x) |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         if r.error:
-            print(f"| {r.name} | {r.error} | | | | | |")
+            print(f"| {r.name} | {r.error} | | | | | | |")
             continue
+        steady = "" if r.steady_cpu_us is None else f"{r.steady_cpu_us:.0f}"
         print(f"| {r.name} | {r.rate:,.0f} | {r.rate_5_95:,.0f} | {r.cpu_per_job_us:.0f} "
-              f"| {r.redis_cpu_per_job_us:.0f} | {ratio(r, arq)} | {ratio(r, rq)} |")  # fmt: skip
+              f"| {steady} | {r.redis_cpu_per_job_us:.0f} "
+              f"| {ratio(r, arq)} | {ratio(r, rq)} |")  # fmt: skip
 
 
 def stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
