@@ -1,7 +1,7 @@
 """Fixtures that give each test a fresh store (or App) on every backend.
 
-A test that takes ``store``, ``dsn`` or ``app`` runs once on SQLite and once on
-PostgreSQL: one contract, checked on both databases.
+A test that takes ``store``, ``dsn`` or ``app`` runs once on SQLite, once on
+PostgreSQL and once on Redis: one contract, checked on every store.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from conveyor import App
 from conveyor.store.base import Store
 from conveyor.store.dsn import open_store
 
-BACKENDS = ["sqlite", "postgres"]
+BACKENDS = ["sqlite", "postgres", "redis"]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -24,6 +24,9 @@ def dsn(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A DSN of a fresh, empty database on each backend."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'jobs.db'}"
+    if request.param == "redis":
+        redis_dsn: str = request.getfixturevalue("redis_clean_dsn")
+        return redis_dsn
     pg_dsn: str = request.getfixturevalue("pg_clean_dsn")
     return pg_dsn
 
