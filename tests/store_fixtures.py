@@ -17,6 +17,10 @@ from conveyor.store.base import Store
 from conveyor.store.dsn import open_store
 
 BACKENDS = ["sqlite", "postgres", "redis"]
+#: The backends with SQL. A test about SQL itself (its text, triggers, migrations,
+#: files) is marked ``@sql_only``: it runs on these and says why it is not for Redis.
+SQL_BACKENDS = ["sqlite", "postgres"]
+sql_only = pytest.mark.parametrize("dsn", SQL_BACKENDS, indirect=True)
 
 
 @pytest.fixture(params=BACKENDS)
