@@ -18,12 +18,20 @@ from conveyor.store.dsn import open_store
 
 BACKENDS = ["sqlite", "postgres", "redis"]
 #: The backends with SQL. A test about SQL itself (its text, triggers, migrations,
-#: files) is marked ``@sql_only``: it runs on these and says why it is not for Redis.
+#: files, the Spark data source) is marked ``sql_only`` (a test, or a whole module
+#: with ``pytestmark``): its ``dsn`` runs on these only, and it says why.
 SQL_BACKENDS = ["sqlite", "postgres"]
-sql_only = pytest.mark.parametrize("dsn", SQL_BACKENDS, indirect=True)
+sql_only = pytest.mark.sql_only
 
 
-@pytest.fixture(params=BACKENDS)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Every test that uses ``dsn`` runs on each backend (the SQL ones, when ``sql_only``)."""
+    if "dsn" in metafunc.fixturenames:
+        sql = metafunc.definition.get_closest_marker("sql_only") is not None
+        metafunc.parametrize("dsn", SQL_BACKENDS if sql else BACKENDS, indirect=True)
+
+
+@pytest.fixture
 def dsn(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A DSN of a fresh, empty database on each backend."""
     if request.param == "sqlite":
