@@ -19,6 +19,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 __all__ = ["RedisServer", "RedisServerError"]
@@ -41,12 +42,14 @@ def _free_port() -> int:
 
 
 class RedisServer:
-    def __init__(self, *, appendfsync: str = "everysec") -> None:
+    def __init__(self, *, appendfsync: str = "everysec", extra: Sequence[str] = ()) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RedisServerError(f"redis-server not found; {_INSTALL_HINT}")
         self.binary = binary
         self.appendfsync = appendfsync
+        #: More options for redis-server, e.g. ("--requirepass", "secret").
+        self.extra = list(extra)
         self.port = _free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="conveyor-redis-"))
         self.process: subprocess.Popen[bytes] | None = None
@@ -67,6 +70,7 @@ class RedisServer:
             "--save", "",
             "--daemonize", "no",
             "--logfile", str(self.dir / "redis.log"),
+            *self.extra,
         ]  # fmt: skip
         self.process = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
@@ -87,8 +91,9 @@ class RedisServer:
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock:
                 sock.sendall(b"PING\r\n")
-                # +PONG once ready; -LOADING while it replays the append-only file.
-                return sock.recv(64).startswith(b"+PONG")
+                # +PONG once ready; -LOADING while it replays the append-only file;
+                # -NOAUTH when a password is required (it is up).
+                return sock.recv(64).startswith((b"+PONG", b"-NOAUTH"))
         except OSError:
             return False
 

@@ -267,6 +267,35 @@ class RedisStore:
         except redis.ResponseError:
             return None  # CONFIG renamed or disabled (managed Redis services)
 
+    def durability(self) -> tuple[str, str | None]:
+        """The persistence settings in words, and a warning when jobs could be lost."""
+        found = self.persistence()
+        if found is None:
+            return "persistence unknown", (
+                f"cannot read the persistence settings of Redis at {self.where} (CONFIG is "
+                "disabled): make sure it runs with appendonly yes, or a restart loses jobs"
+            )
+        aof = found.get("appendonly", "?")
+        fsync = found.get("appendfsync", "?")
+        save = found.get("save", "").strip()
+        said = f"appendonly {aof}, appendfsync {fsync}, save {save or 'off'}"
+        if aof != "yes" and not save:
+            return said, (
+                f"persistence is OFF on Redis at {self.where}: a restart of Redis loses "
+                "every job; run it with appendonly yes (appendfsync everysec or always)"
+            )
+        if aof != "yes":
+            return said, (
+                f"Redis at {self.where} only takes snapshots (save {save}): a crash loses the "
+                "jobs written since the last one; run it with appendonly yes"
+            )
+        if fsync == "no":
+            return said, (
+                f"Redis at {self.where} has appendfsync no: a crash of its host can lose "
+                "the last 30 seconds or so of acknowledged writes; use everysec or always"
+            )
+        return said, None
+
     # --- layout version -----------------------------------------------------------
 
     def schema_version(self) -> int:
