@@ -126,6 +126,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         callspec = getattr(item, "callspec", None)
         backend = callspec.params.get("dsn") if callspec is not None else None
         heavy = bool(fixtures & _HEAVY_FIXTURES) or backend not in (None, "sqlite")
+        heavy = heavy or item.get_closest_marker("redis") is not None
         if heavy or item.get_closest_marker("slow") is not None:
             drop.append(item)
         else:

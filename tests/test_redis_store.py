@@ -33,6 +33,7 @@ from test_crash import Fleet, counts
 from waiting import wait_until
 
 T = TypeVar("T")
+pytestmark = pytest.mark.redis
 
 
 def _free_port() -> int:

@@ -385,6 +385,8 @@ class RedisStore:
             return self._k("qs", _nm(queue), state)
         if batch is not None:
             return self._k("batch", batch)
+        if state is not None:
+            return self._k("st", state)
         return self._k("all")
 
     def job_list(self, filter: JobFilter) -> list[Job]:
@@ -791,12 +793,52 @@ class RedisStore:
         return out
 
     def job_count_selected(self, selection: JobSelection, now: datetime) -> dict[str, int]:
+        if all(
+            getattr(selection, name) is None
+            for name in ("task", "group", "batch", "error", "worker", "ids")
+        ):
+            counts = self._count_from_indexes(selection.queue, now)
+        else:
+            counts = {}
+            for job in self._selected(selection, now, None):
+                shown = job.detailed_state(now)
+                counts[shown] = counts.get(shown, 0) + 1
+        if selection.state is None:
+            return counts
+        if selection.state == JobState.QUEUED:
+            return {s: n for s, n in counts.items() if s in ("ready", "scheduled", "retrying")}
+        return {s: n for s, n in counts.items() if s == selection.state}
+
+    def _count_from_indexes(self, queue: str | None, now: datetime) -> dict[str, int]:
+        """Jobs per detailed state of a queue (or of all), from the indexes' sizes."""
+        names = [queue] if queue is not None else self.queue_names()
+        now_s = _ts(now)
+
+        def read() -> list[int]:
+            pipe = self._client.pipeline(transaction=True)
+            for q in names:
+                for state in _STATES:
+                    pipe.zcard(self._k("qs", _nm(q), state))
+                pipe.zcount(self._k("due", _nm(q)), f"({now_s}", "+inf")
+                pipe.zcount(self._k("retrying", _nm(q)), f"({now_s}", "+inf")
+            return [int(n) for n in pipe.execute()]
+
+        replies = self._do(read)
         counts: dict[str, int] = {}
-        for job in self._selected(selection, now, None):
-            shown = job.detailed_state(now)
-            counts[shown] = counts.get(shown, 0) + 1
-        if selection.state is not None and selection.state != JobState.QUEUED:
-            counts = {s: n for s, n in counts.items() if s == selection.state}
+        step = len(_STATES) + 2
+        for i in range(len(names)):
+            part = replies[i * step : (i + 1) * step]
+            by_state = dict(zip(_STATES, part[: len(_STATES)], strict=True))
+            later, retrying = part[-2], part[-1]
+            detailed = {
+                "ready": by_state["queued"] - later,
+                "scheduled": later - retrying,
+                "retrying": retrying,
+                **{s: by_state[s] for s in _STATES if s != "queued"},
+            }
+            for name, n in detailed.items():
+                if n:
+                    counts[name] = counts.get(name, 0) + n
         return counts
 
     def job_retry_many(self, job_ids: Sequence[int], now: datetime) -> list[int]:

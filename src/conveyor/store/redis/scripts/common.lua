@@ -15,7 +15,8 @@
 --   events                   stream, entry id "<seq>-0"; jevents:<id> the seqs of a job
 --   all                      zset of every job id
 --   queues                   hash queue -> number of jobs; paused: set of queues
---   qs:<q>:<state>           zset of the ids of a queue in a state (stats are ZCARDs)
+--   qs:<q>:<state>, st:<state>  zsets of the ids of a queue in a state (stats are
+--                            ZCARDs), and of every queue in a state
 --   wait:<q>, ready:<q>      queued jobs not yet due at the last claim (by run_at) /
 --                            due ones in claim order (score 0, member "<prio>:<id>")
 --   due:<q>, retrying:<q>    queued jobs by run_at / those after a failed attempt
@@ -113,6 +114,7 @@ end
 local function leave(j)
     local id, q = j.id, j.queue
     redis.call('ZREM', qk('qs', q) .. ':' .. j.state, id)
+    redis.call('ZREM', P .. 'st:' .. j.state, id)
     if j.batch then decr(P .. 'bcount:' .. j.batch, j.state) end
     if j.state == 'queued' then
         redis.call('ZREM', qk('ready', q), ready_member(j))
@@ -139,6 +141,7 @@ end
 local function enter(j)
     local id, q = j.id, j.queue
     redis.call('ZADD', qk('qs', q) .. ':' .. j.state, id, id)
+    redis.call('ZADD', P .. 'st:' .. j.state, id, id)
     if j.batch then redis.call('HINCRBY', P .. 'bcount:' .. j.batch, j.state, 1) end
     if j.state == 'queued' then
         -- Due or not, a claim moves it to ready:<q> once its run_at has come.
