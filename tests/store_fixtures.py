@@ -26,9 +26,19 @@ sql_only = pytest.mark.sql_only
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Every test that uses ``dsn`` runs on each backend (the SQL ones, when ``sql_only``)."""
-    if "dsn" in metafunc.fixturenames:
+    if "dsn" in metafunc.fixturenames and not _parametrized_by_hand(metafunc, "dsn"):
         sql = metafunc.definition.get_closest_marker("sql_only") is not None
         metafunc.parametrize("dsn", SQL_BACKENDS if sql else BACKENDS, indirect=True)
+
+
+def _parametrized_by_hand(metafunc: pytest.Metafunc, name: str) -> bool:
+    """A test that gives ``dsn`` values of its own (malformed DSNs, say) keeps them."""
+    for marker in metafunc.definition.iter_markers("parametrize"):
+        names = marker.args[0]
+        listed = names.replace(" ", "").split(",") if isinstance(names, str) else list(names)
+        if name in listed:
+            return True
+    return False
 
 
 @pytest.fixture

@@ -13,6 +13,8 @@ cluster they sit in one slot and a script may touch any of them.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import json
 import secrets
 from collections.abc import Callable, Iterator, Sequence
@@ -363,31 +365,39 @@ class RedisStore:
 
         return self._do(read)
 
-    def _walk(self, index: str, before_id: int | None) -> Iterator[Job]:
-        """The jobs of a sorted set of ids (score = id), newest first, below ``before_id``."""
+    def _ids_of(self, index: str, before_id: int | None) -> Iterator[int]:
+        """The ids in a sorted set of ids (score = id), newest first, below ``before_id``."""
         bound = f"({NO_ID_BOUND if before_id is None else before_id}"
         while True:
             with self._guard():
                 ids = self._client.zrevrangebyscore(index, bound, "-inf", 0, _CHUNK)
             if not ids:
                 return
+            yield from (int(i) for i in ids)
+            bound = f"({ids[-1]}"
+
+    def _walk(self, indexes: Sequence[str], before_id: int | None) -> Iterator[Job]:
+        """The jobs of some sorted sets of ids, merged newest first, below ``before_id``."""
+        merged = heapq.merge(*(self._ids_of(i, before_id) for i in indexes), reverse=True)
+        while True:
+            ids = list(itertools.islice(merged, _CHUNK))
+            if not ids:
+                return
             for job in self._load(ids):
                 if job is not None:
                     yield job
-            bound = f"({ids[-1]}"
 
-    def _index_for(
+    def _indexes_for(
         self, queue: str | None, state: str | None, group: str | None, batch: str | None
-    ) -> str:
+    ) -> list[str]:
+        """The narrowest sorted sets of ids that hold every job of a selection."""
         if group is not None:
-            return self._k("group", group)
-        if queue is not None and state is not None:
-            return self._k("qs", _nm(queue), state)
-        if batch is not None:
-            return self._k("batch", batch)
-        if state is not None:
-            return self._k("st", state)
-        return self._k("all")
+            return [self._k("group", group)]
+        if batch is not None and (queue is None or state is None):
+            return [self._k("batch", batch)]
+        queues = [queue] if queue is not None else self.queue_names()
+        states = [state] if state is not None else list(_STATES)
+        return [self._k("qs", _nm(q), s) for q in queues for s in states]
 
     def job_list(self, filter: JobFilter) -> list[Job]:
         state = None if filter.state is None else str(filter.state)
@@ -776,8 +786,8 @@ class RedisStore:
             stored = None
             if state is not None:
                 stored = "queued" if state in ("ready", "scheduled", "retrying") else state
-            index = self._index_for(selection.queue, stored, selection.group, selection.batch)
-            jobs = self._walk(index, before_id)
+            indexes = self._indexes_for(selection.queue, stored, selection.group, selection.batch)
+            jobs = self._walk(indexes, before_id)
         return (job for job in jobs if _matches(job, selection, now))
 
     def job_select(

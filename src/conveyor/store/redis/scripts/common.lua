@@ -13,12 +13,11 @@
 --   job:<id>                 hash, one job (fields named like the SQL columns)
 --   ids, seq                 counters of job ids and event seqs
 --   events                   stream, entry id "<seq>-0"; jevents:<id> the seqs of a job
---   all                      zset of every job id
 --   queues                   hash queue -> number of jobs; paused: set of queues
---   qs:<q>:<state>, st:<state>  zsets of the ids of a queue in a state (stats are
---                            ZCARDs), and of every queue in a state
---   wait:<q>, ready:<q>      queued jobs not yet due at the last claim (by run_at) /
---                            due ones in claim order (score 0, member "<prio>:<id>")
+--   qs:<q>:<state>           zset of the ids of a queue in a state (stats are ZCARDs)
+--   wait:<q>, ready:<q>      queued jobs not due when they were queued (by run_at),
+--                            until a claim finds them due / due ones in claim order
+--                            (score 0, member "<prio>:<id>")
 --   due:<q>, retrying:<q>    queued jobs by run_at / those after a failed attempt
 --   gq:<g>, grun             queued jobs of a group (by id) / running jobs per group
 --   group:<g>, batch:<b>     every job of a group, of a batch; bcount:<b> state -> n
@@ -30,6 +29,10 @@
 --                            queued jobs per limit key, key throttles
 -- A queue name inside a key is written "<length>.<name>", so that names with
 -- colons never collide.
+--
+-- With the append-only file on, every write a script makes is one more entry
+-- to log: the layout keeps them few (no index that a read could do without,
+-- counters of a script added up once, at its end, by done()).
 
 local P = KEYS[1]
 local NULL = cjson.null
@@ -43,11 +46,30 @@ local function nm(s) return #s .. '.' .. s end
 local function fmt(x) return string.format('%.6f', x) end
 
 -- The moment of this call: the caller's (tests fix the clock), else Redis's own.
+local NOW = nil
 local function clock(arg)
-    if arg ~= nil and arg ~= '' then return tonumber(arg), arg end
+    if arg ~= nil and arg ~= '' then
+        NOW = tonumber(arg)
+        return NOW, arg
+    end
     local t = redis.call('TIME')
     local s = string.format('%d.%06d', tonumber(t[1]), tonumber(t[2]))
-    return tonumber(s), s
+    NOW = tonumber(s)
+    return NOW, s
+end
+
+-- Jobs per queue, changed by this script: written once, by done().
+local queue_delta = {}
+local function count_queue(q, delta) queue_delta[q] = (queue_delta[q] or 0) + delta end
+
+-- Every script that changes jobs returns through done().
+local function done(result)
+    for q, delta in pairs(queue_delta) do
+        if delta ~= 0 and redis.call('HINCRBY', P .. 'queues', q, delta) <= 0 then
+            redis.call('HDEL', P .. 'queues', q)
+        end
+    end
+    return result
 end
 
 local function jkey(id) return P .. 'job:' .. id end
@@ -114,7 +136,6 @@ end
 local function leave(j)
     local id, q = j.id, j.queue
     redis.call('ZREM', qk('qs', q) .. ':' .. j.state, id)
-    redis.call('ZREM', P .. 'st:' .. j.state, id)
     if j.batch then decr(P .. 'bcount:' .. j.batch, j.state) end
     if j.state == 'queued' then
         redis.call('ZREM', qk('ready', q), ready_member(j))
@@ -141,11 +162,14 @@ end
 local function enter(j)
     local id, q = j.id, j.queue
     redis.call('ZADD', qk('qs', q) .. ':' .. j.state, id, id)
-    redis.call('ZADD', P .. 'st:' .. j.state, id, id)
     if j.batch then redis.call('HINCRBY', P .. 'bcount:' .. j.batch, j.state, 1) end
     if j.state == 'queued' then
-        -- Due or not, a claim moves it to ready:<q> once its run_at has come.
-        redis.call('ZADD', qk('wait', q), j.run_at, id)
+        -- Due now: ready at once; due later: a claim moves it once its run_at has come.
+        if NOW and tonumber(j.run_at) <= NOW then
+            redis.call('ZADD', qk('ready', q), 0, ready_member(j))
+        else
+            redis.call('ZADD', qk('wait', q), j.run_at, id)
+        end
         redis.call('ZADD', qk('due', q), j.run_at, id)
         if j.error and tonumber(j.attempts) > 0 then
             redis.call('ZADD', qk('retrying', q), j.run_at, id)
@@ -222,8 +246,9 @@ end
 
 -- n: {queue, task, args, kwargs, priority, run_at, max_attempts, key, unique,
 -- group, batch, limit_key}; returns the new job.
-local function insert(n, now_s)
-    local id = tostring(redis.call('INCR', P .. 'ids'))
+-- ``id`` comes from the ids counter (job_insert_many takes a range at once).
+local function insert(n, now_s, id)
+    id = id or tostring(redis.call('INCR', P .. 'ids'))
     local j = {
         id = id, queue = n[1], task = n[2], state = 'queued', args = n[3], kwargs = n[4],
         priority = n[5], run_at = n[6], attempts = '0', max_attempts = n[7], key = v(n[8]),
@@ -231,8 +256,7 @@ local function insert(n, now_s)
         limit_key = v(n[12]),
     }
     save(j, JOB_FIELDS)
-    redis.call('ZADD', P .. 'all', id, id)
-    redis.call('HINCRBY', P .. 'queues', j.queue, 1)
+    count_queue(j.queue, 1)
     if j.key then redis.call('ZADD', kk('key', j.queue, j.key), id, id) end
     if j.group_key then redis.call('ZADD', P .. 'group:' .. j.group_key, id, id) end
     if j.batch then redis.call('ZADD', P .. 'batch:' .. j.batch, id, id) end
@@ -246,8 +270,7 @@ end
 local function delete(j)
     leave(j)
     local id = j.id
-    redis.call('ZREM', P .. 'all', id)
-    decr(P .. 'queues', j.queue)
+    count_queue(j.queue, -1)
     if j.key then redis.call('ZREM', kk('key', j.queue, j.key), id) end
     if j.group_key then redis.call('ZREM', P .. 'group:' .. j.group_key, id) end
     if j.batch then redis.call('ZREM', P .. 'batch:' .. j.batch, id) end

@@ -23,4 +23,4 @@ for _, id in ipairs(cjson.decode(ARGV[2])) do
         changed[#changed + 1] = tonumber(j.id)
     end
 end
-return changed
+return done(changed)

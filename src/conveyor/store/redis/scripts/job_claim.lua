@@ -41,4 +41,4 @@ for q, l in pairs(limited) do
 end
 table.sort(claimed, function(a, b) return tonumber(a.id) < tonumber(b.id) end)
 for _, j in ipairs(claimed) do event(j, 'claimed', tonumber(j.attempts), now_s, nil) end
-return out
+return done(out)

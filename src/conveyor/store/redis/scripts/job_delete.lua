@@ -25,4 +25,4 @@ for _, id in ipairs(cjson.decode(ARGV[1])) do
         deleted[#deleted + 1] = tonumber(j.id)
     end
 end
-return deleted
+return done(deleted)

@@ -5,4 +5,4 @@
 -- finish_one in common.lua): each item names the lease it was claimed under,
 -- and a stale token changes nothing. Returns the ids changed.
 local now_n, now_s = clock(ARGV[1])
-return finish_all(cjson.decode(ARGV[2]), now_n, now_s)
+return done(finish_all(cjson.decode(ARGV[2]), now_n, now_s))

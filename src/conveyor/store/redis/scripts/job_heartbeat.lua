@@ -12,4 +12,4 @@ for _, lease in ipairs(cjson.decode(ARGV[1])) do
         out[#out + 1] = {tonumber(lease[1]), tonumber(f[3])}
     end
 end
-return out
+return done(out)

@@ -4,4 +4,4 @@
 local ids = redis.call('ZRANGEBYSCORE', P .. 'finished', '-inf', '(' .. ARGV[1], 'LIMIT', 0,
                        tonumber(ARGV[2]))
 for _, id in ipairs(ids) do delete(load(id)) end
-return #ids
+return done(#ids)

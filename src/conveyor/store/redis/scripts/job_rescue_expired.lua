@@ -11,4 +11,4 @@ for _, id in ipairs(ids) do
     local token = redis.call('HGET', jkey(id), 'lease_token')
     if token then items[#items + 1] = {id, token, 'rescue', NULL, ARGV[3], NULL} end
 end
-return finish_all(items, now_n, now_s)
+return done(finish_all(items, now_n, now_s))

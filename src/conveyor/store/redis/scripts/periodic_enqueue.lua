@@ -10,4 +10,4 @@ local n = cjson.decode(ARGV[4])
 local found = nil
 if v(n[8]) then found = find_key(n[1], n[8], n[9]) end
 if not found then insert(n, now_s) end
-return 1
+return done(1)
