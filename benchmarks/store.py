@@ -9,8 +9,8 @@
 
 Measures enqueue_many (rows/s, batches of 1,000) and a claim-N-then-complete
 loop (jobs/s) for N = 1, 10, 100. On Redis the raw loop is raw_redis.lua: a
-list of ready ids popped by a script, a hash per job, a sorted set of leases. Each figure is the median of ``--rounds``
-alternating rounds of the store and the raw loop, because this machine is
+list of ready ids popped by a script, a hash per job, a sorted set of leases.
+Each figure is the median of ``--rounds`` alternating rounds of the store and the raw loop, because this machine is
 noisy: alternating keeps a noisy moment from favouring one side.
 
 ``--limits`` measures, instead, claim N then complete (N = 10, 100) on four
@@ -533,9 +533,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument(
-        "--backend", choices=["sqlite", "postgres", "redis", "all"], default="all"
-    )
+    parser.add_argument("--backend", choices=["sqlite", "postgres", "redis", "all"], default="all")
     parser.add_argument("--pg-dsn", help="use this PostgreSQL database (it gets tables)")
     parser.add_argument("--redis-dsn", help="use this Redis database (it gets keys)")
     parser.add_argument("--enqueue", type=int, default=100_000, help="jobs per enqueue round")
