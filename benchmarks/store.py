@@ -10,8 +10,9 @@
 Measures enqueue_many (rows/s, batches of 1,000) and a claim-N-then-complete
 loop (jobs/s) for N = 1, 10, 100. On Redis the raw loop is raw_redis.lua: a
 list of ready ids popped by a script, a hash per job, a sorted set of leases.
-Each figure is the median of ``--rounds`` alternating rounds of the store and the raw loop, because this machine is
-noisy: alternating keeps a noisy moment from favouring one side.
+Each figure is the median of ``--rounds`` alternating rounds of the store and
+the raw loop, because this machine is noisy: alternating keeps a noisy moment
+from favouring one side.
 
 ``--limits`` measures, instead, claim N then complete (N = 10, 100) on four
 queues side by side in one database: an unlimited one, one with a rate limit,
