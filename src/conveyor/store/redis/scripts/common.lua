@@ -62,13 +62,30 @@ end
 local queue_delta = {}
 local function count_queue(q, delta) queue_delta[q] = (queue_delta[q] or 0) + delta end
 
--- Every script that changes jobs returns through done().
+-- Events of this script, appended by done() under one range of seqs.
+local pending_events = {}
+-- Jobs this script ended: one "done" message, by done().
+local ended = {}
+
+-- Every script that changes jobs returns through done(): it appends the
+-- script's events to the stream (entry id "<seq>-0", seqs taken in one INCRBY)
+-- and writes its counters.
 local function done(result)
     for q, delta in pairs(queue_delta) do
         if delta ~= 0 and redis.call('HINCRBY', P .. 'queues', q, delta) <= 0 then
             redis.call('HDEL', P .. 'queues', q)
         end
     end
+    local count = #pending_events
+    if count > 0 then
+        local seq = redis.call('INCRBY', P .. 'seq', count) - count
+        for _, e in ipairs(pending_events) do
+            seq = seq + 1
+            redis.call('XADD', P .. 'events', seq .. '-0', unpack(e[2]))
+            redis.call('RPUSH', P .. 'jevents:' .. e[1], seq)
+        end
+    end
+    if #ended > 0 then redis.call('PUBLISH', P .. 'done', table.concat(ended, ',')) end
     return result
 end
 
@@ -188,9 +205,8 @@ local function enter(j)
     end
 end
 
--- Append one event to the stream, with the next seq as its entry id.
+-- One event, appended to the stream by done() (in the order they were made).
 local function event(j, kind, attempt, at, err)
-    local seq = redis.call('INCR', P .. 'seq')
     local fields = {
         'job_id', j.id, 'queue', j.queue, 'task', j.task, 'kind', kind,
         'attempt', tostring(attempt), 'at', at,
@@ -203,8 +219,7 @@ local function event(j, kind, attempt, at, err)
         fields[#fields + 1] = 'error'
         fields[#fields + 1] = err
     end
-    redis.call('XADD', P .. 'events', seq .. '-0', unpack(fields))
-    redis.call('RPUSH', P .. 'jevents:' .. j.id, seq)
+    pending_events[#pending_events + 1] = {j.id, fields}
 end
 
 -- Wake-ups: published once per script and channel payload.
@@ -339,7 +354,7 @@ local function finish_one(f, now_n, now_s)
     if j.state == 'queued' then
         publish('jobs', j.queue)
     else
-        publish('done', j.id)
+        ended[#ended + 1] = j.id
     end
     wake_freed(j)
     return j

@@ -13,7 +13,7 @@ for _, id in ipairs(cjson.decode(ARGV[2])) do
         save(j, {'state', 'finished_at'})
         enter(j)
         event(j, 'cancelled', tonumber(j.attempts), now_s, nil)
-        publish('done', j.id)
+        ended[#ended + 1] = j.id
         wake_group(j)
         changed[#changed + 1] = tonumber(j.id)
     elseif j and j.state == 'running' and j.cancel_requested ~= '1' then
