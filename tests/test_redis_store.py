@@ -7,6 +7,7 @@ test_store_model.py and the worker, consume, limits and crash tests.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
@@ -25,6 +26,7 @@ import crash_app
 from conveyor import App, JobState
 from conveyor.errors import ConfigurationError, StoreUnavailableError
 from conveyor.job import NewJob, utcnow
+from conveyor.store.base import Finish
 from conveyor.store.dsn import open_store
 from conveyor.store.redis import RedisStore
 from conveyor.worker import Context
@@ -406,3 +408,32 @@ def test_the_store_is_a_redis_store(redis_clean_dsn: str) -> None:
     finally:
         store.close()
     assert os.environ.get("CONVEYOR_TEST_FAST") != "1"  # deselected in the fast loop
+
+
+def test_a_long_line_of_one_group_is_never_walked_by_a_claim(redis_clean_dsn: str) -> None:
+    """Only a group's oldest queued job is in the claim's index: a claim beside a
+    busy group of a thousand jobs looks at one entry for it, and the next job of
+    the group takes its place when it leaves."""
+    store = open_store(redis_clean_dsn)
+    client = redis.Redis.from_url(redis_clean_dsn, decode_responses=True)
+    try:
+        store.migrate()
+        line = [dataclasses.replace(new_job(), group="chat-1") for _ in range(1000)]
+        first, *rest = store.job_insert_many(line, utcnow())
+        (loose,) = store.job_insert_many([new_job()], utcnow())
+        assert client.zcard("{conveyor}:ready:7.default") == 2
+        claimed = store.job_claim(["default"], 10, "w", timedelta(seconds=30))
+        assert sorted(j.id for j in claimed) == [first.id, loose.id]
+        assert store.job_claim(["default"], 10, "w", timedelta(seconds=30)) == []
+        head = next(j for j in claimed if j.id == first.id)
+        store.job_finish([Finish.complete(head.id, head.lease_token or "", None)])
+        (second,) = store.job_claim(["default"], 10, "w", timedelta(seconds=30))
+        assert second.id == rest[0].id
+        # A cancel of the head hands its place on, too.
+        store.job_cancel(rest[1].id, utcnow())
+        store.job_finish([Finish.complete(second.id, second.lease_token or "", None)])
+        (third,) = store.job_claim(["default"], 10, "w", timedelta(seconds=30))
+        assert third.id == rest[2].id
+    finally:
+        client.close()
+        store.close()

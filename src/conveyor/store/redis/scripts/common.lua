@@ -149,6 +149,26 @@ local function decr(key, field)
     if redis.call('HINCRBY', key, field, -1) <= 0 then redis.call('HDEL', key, field) end
 end
 
+-- A queued job in the claim's indexes: ready:<q> when due, else wait:<q>.
+local function make_claimable(id, q, run_at, priority)
+    if NOW and tonumber(run_at) <= NOW then
+        redis.call('ZADD', qk('ready', q), 0, ready_member({priority = priority, id = id}))
+    else
+        redis.call('ZADD', qk('wait', q), run_at, id)
+    end
+end
+
+-- Of a group's queued jobs only the oldest (its head) is in the claim's
+-- indexes, so that a claim never walks past a long line of one group. The head
+-- changes when it leaves queued: the next one takes its place.
+local function promote_head(group)
+    local head = redis.call('ZRANGE', P .. 'gq:' .. group, 0, 0)[1]
+    if not head then return end
+    local f = redis.call('HMGET', jkey(head), 'queue', 'run_at', 'priority')
+    if redis.call('ZSCORE', qk('wait', f[1]), head) then return end
+    make_claimable(head, f[1], f[2], f[3])
+end
+
 -- Take a job out of the indexes of the state it is in (before it changes).
 local function leave(j)
     local id, q = j.id, j.queue
@@ -159,7 +179,10 @@ local function leave(j)
         redis.call('ZREM', qk('wait', q), id)
         redis.call('ZREM', qk('due', q), id)
         redis.call('ZREM', qk('retrying', q), id)
-        if j.group_key then redis.call('ZREM', P .. 'gq:' .. j.group_key, id) end
+        if j.group_key then
+            redis.call('ZREM', P .. 'gq:' .. j.group_key, id)
+            promote_head(j.group_key)
+        end
         if j.limit_key then
             redis.call('ZREM', kk('kq', q, j.limit_key), id)
             if redis.call('EXISTS', kk('kq', q, j.limit_key)) == 0 then
@@ -181,17 +204,18 @@ local function enter(j)
     redis.call('ZADD', qk('qs', q) .. ':' .. j.state, id, id)
     if j.batch then redis.call('HINCRBY', P .. 'bcount:' .. j.batch, j.state, 1) end
     if j.state == 'queued' then
-        -- Due now: ready at once; due later: a claim moves it once its run_at has come.
-        if NOW and tonumber(j.run_at) <= NOW then
-            redis.call('ZADD', qk('ready', q), 0, ready_member(j))
-        else
-            redis.call('ZADD', qk('wait', q), j.run_at, id)
+        -- Due now: ready at once; due later: a claim moves it once its run_at has
+        -- come. A job of a group only when it is the group's head.
+        local claimable = true
+        if j.group_key then
+            redis.call('ZADD', P .. 'gq:' .. j.group_key, id, id)
+            claimable = redis.call('ZRANGE', P .. 'gq:' .. j.group_key, 0, 0)[1] == id
         end
+        if claimable then make_claimable(id, q, j.run_at, j.priority) end
         redis.call('ZADD', qk('due', q), j.run_at, id)
         if j.error and tonumber(j.attempts) > 0 then
             redis.call('ZADD', qk('retrying', q), j.run_at, id)
         end
-        if j.group_key then redis.call('ZADD', P .. 'gq:' .. j.group_key, id, id) end
         if j.limit_key then
             redis.call('ZADD', kk('kq', q, j.limit_key), id, id)
             redis.call('SADD', qk('kqkeys', q), j.limit_key)
