@@ -3,7 +3,8 @@
 The scripts PUBLISH on ``<prefix>jobs`` (payload: a queue with new ready
 work: an enqueue, a retry, a release, a resume, a finish that frees a group or
 a limit), ``<prefix>cancel`` (payload: a job id whose cancel was requested)
-and ``<prefix>done`` (payload: a job id that ended). One listener thread per
+and ``<prefix>done`` (payload: the ids of the jobs a script ended, joined
+by commas). One listener thread per
 subscriber holds its own connection. Messages published while it is
 disconnected are lost, so after every (re)subscribe it reports "reconnected":
 workers then look at everything again instead of trusting that nothing
