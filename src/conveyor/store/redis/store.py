@@ -996,12 +996,28 @@ class RedisStore:
         throttled = {k for k, until in throttles.items() if float(until) > now_n}
         keys_full = held = 0
         key_limit = limits.key_limit
-        for key in sorted(keys):
+        keys = sorted(keys)
+
+        def read_keys() -> tuple[list[list[str]], list[int]]:
+            pipe = self._client.pipeline(transaction=False)
+            for key in keys:
+                pipe.zrange(self._k("kq", q, key), 0, -1)
+                pipe.zcount(self._k("kstarts", q, key), window(key_limit), "+inf")
+            replies = pipe.execute()
+            return replies[0::2], [int(n) for n in replies[1::2]]
+
+        def due_scores(ids: list[str]) -> list[float | None]:
+            pipe = self._client.pipeline(transaction=False)
+            for job_id in ids:
+                pipe.zscore(self._k("due", q), job_id)
+            return list(pipe.execute())
+
+        queued, key_starts = self._do(read_keys)
+        for key, ids, starts in zip(keys, queued, key_starts, strict=True):
+            # The key's ready jobs: its queued ones whose run_at has come.
             with self._guard():
-                ids = self._client.zrange(self._k("kq", q, key), 0, -1)
-            key_ready = sum(
-                1 for j in self._load(ids) if j is not None and j.run_at.timestamp() <= now_n
-            )
+                scores = due_scores(ids)
+            key_ready = sum(1 for at in scores if at is not None and at <= now_n)
             if not key_ready:
                 continue
             room = 2**31 - 1
@@ -1010,11 +1026,7 @@ class RedisStore:
             if key_limit is not None and key_limit.concurrency is not None:
                 room = min(room, key_limit.concurrency - int(key_running.get(key, 0)))
             if key_limit is not None and key_limit.rate is not None:
-                with self._guard():
-                    starts = self._client.zcount(
-                        self._k("kstarts", q, key), window(key_limit), "+inf"
-                    )
-                room = min(room, key_limit.rate.count - int(starts))
+                room = min(room, key_limit.rate.count - starts)
             if room <= 0:
                 keys_full += 1
             held += max(key_ready - max(room, 0), 0)
