@@ -524,7 +524,7 @@ def print_limits_tables(rows: list[LimitRow]) -> None:
 
 
 def print_table(rows: list[Row]) -> None:
-    print("| backend | measure | conveyor | raw SQL loop | conveyor / raw |")
+    print("| backend | measure | conveyor | raw loop (SQL, or Lua on Redis) | conveyor / raw |")
     print("|---|---|---:|---:|---:|")
     for r in rows:
         print(f"| {r.backend} | {r.measure} | {r.ours:,.0f} | {r.raw:,.0f} | {r.ratio:.0%} |")
