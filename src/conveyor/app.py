@@ -65,7 +65,8 @@ class App:
     """A conveyor application: where tasks are registered and jobs are enqueued and read.
 
     ``App()`` opens the store named by ``CONVEYOR_DSN``, else ``./conveyor.db``.
-    ``store_options`` go to the backend (for PostgreSQL: ``min_size``, ``max_size``).
+    ``store_options`` go to the backend (for PostgreSQL: ``min_size``, ``max_size``,
+    ``connect_timeout``; for Redis: ``connect_timeout``, ``socket_timeout``).
     """
 
     def __init__(
