@@ -12,7 +12,7 @@ CODE_PATHS := $(wildcard src tests benchmarks)
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv test test-fast lint format typecheck pytest ensure-postgres ensure-java ensure-chromium demo bench dist check-wheel clean
+.PHONY: venv test test-fast lint format typecheck pytest ensure-postgres ensure-redis ensure-java ensure-chromium demo bench dist check-wheel clean
 
 ## venv: create .venv and install the package with its dev extras (re-run when pyproject.toml changes)
 venv: $(STAMP)
@@ -36,6 +36,10 @@ $(STAMP): pyproject.toml
 ## ensure-postgres: install the PostgreSQL server binaries if missing
 ensure-postgres:
 	scripts/ensure-postgres.sh
+
+## ensure-redis: install Debian's redis-server if missing (the Redis store's tests)
+ensure-redis:
+	scripts/ensure-redis.sh
 
 ## ensure-java: install a Java runtime for Spark if missing
 ensure-java:
@@ -61,7 +65,7 @@ format: venv
 	$(BIN)/ruff check --fix $(CODE_PATHS)
 
 ## pytest: the test suite only
-pytest: venv ensure-postgres ensure-java ensure-chromium
+pytest: venv ensure-postgres ensure-redis ensure-java ensure-chromium
 	$(BIN)/pytest -q
 
 ## test-fast: the inner loop: SQLite tests only; needs no PostgreSQL, Java or Chromium
@@ -78,7 +82,7 @@ check-wheel: dist
 	PYTHON=$(PYTHON) scripts/check-wheel.sh
 
 ## test: everything CI checks
-test: venv ensure-postgres ensure-java ensure-chromium
+test: venv ensure-postgres ensure-redis ensure-java ensure-chromium
 	$(BIN)/ruff check $(CODE_PATHS)
 	$(BIN)/ruff format --check $(CODE_PATHS)
 	$(BIN)/mypy --strict src
@@ -104,7 +108,7 @@ demo:
 	$(DEMO_VENV)/bin/conveyor demo
 
 ## bench: run the store benchmark
-bench: venv ensure-postgres
+bench: venv ensure-postgres ensure-redis
 	$(BIN)/python benchmarks/store.py
 
 clean:

@@ -1,15 +1,18 @@
 """Store throughput beside the raw SQL loop, on the same database in the same process.
 
-    python benchmarks/store.py                      # both backends (starts a PostgreSQL)
+    python benchmarks/store.py                      # every backend (starts PostgreSQL, Redis)
     python benchmarks/store.py --backend sqlite
     python benchmarks/store.py --pg-dsn postgresql://user@host:5432/db
+    python benchmarks/store.py --backend redis --redis-dsn redis://host:6379/0
     python benchmarks/store.py --backend sqlite --breakdown   # where the SQLite time goes
     python benchmarks/store.py --limits             # limited queues beside an unlimited one
 
 Measures enqueue_many (rows/s, batches of 1,000) and a claim-N-then-complete
-loop (jobs/s) for N = 1, 10, 100. Each figure is the median of ``--rounds``
-alternating rounds of the store and the raw loop, because this machine is
-noisy: alternating keeps a noisy moment from favouring one side.
+loop (jobs/s) for N = 1, 10, 100. On Redis the raw loop is raw_redis.lua: a
+list of ready ids popped by a script, a hash per job, a sorted set of leases.
+Each figure is the median of ``--rounds`` alternating rounds of the store and
+the raw loop, because this machine is noisy: alternating keeps a noisy moment
+from favouring one side.
 
 ``--limits`` measures, instead, claim N then complete (N = 10, 100) on four
 queues side by side in one database: an unlimited one, one with a rate limit,
@@ -49,6 +52,7 @@ from conveyor.store.base import Finish, Store
 from conveyor.store.dsn import open_store
 from conveyor.store.sql import load_queries, parse_queries
 from pg import postgres
+from redis_db import redis_database
 
 HERE = Path(__file__).resolve().parent
 BATCH = 1000
@@ -67,6 +71,51 @@ class Row:
     @property
     def ratio(self) -> float:
         return self.ours / self.raw if self.raw else float("nan")
+
+
+class RawRedisLoop:
+    """The raw loop on Redis (raw_redis.lua): pop ready ids, mark them, a set of leases."""
+
+    PREFIX = "{rawbench}:"
+
+    def __init__(self, dsn: str) -> None:
+        import redis
+
+        self.client: Any = redis.Redis.from_url(dsn, decode_responses=True)
+        scripts = parse_queries((HERE / "raw_redis.lua").read_text(), where="raw_redis.lua")
+        self.claim = self.client.register_script(scripts["claim"])
+        self.complete = self.client.register_script(scripts["complete"])
+        self.now = f"{NOW.timestamp():.6f}"
+
+    def enqueue(self, count: int) -> None:
+        for _ in range(count // BATCH):
+            last = self.client.incrby(self.PREFIX + "ids", BATCH)
+            pipe = self.client.pipeline(transaction=True)
+            for job_id in range(last - BATCH + 1, last + 1):
+                pipe.hset(
+                    f"{self.PREFIX}job:{job_id}",
+                    mapping={"queue": "bench", "task": "noop", "args": "[1]", "kwargs": "{}",
+                             "state": "queued", "run_at": self.now, "created_at": self.now},
+                )  # fmt: skip
+            pipe.rpush(self.PREFIX + "ready", *range(last - BATCH + 1, last + 1))
+            pipe.execute()
+
+    def drain(self, per_claim: int) -> int:
+        done = 0
+        expires = f"{NOW.timestamp() + 30:.6f}"
+        while True:
+            ids = self.claim(keys=[self.PREFIX], args=[per_claim, expires, self.now])
+            if not ids:
+                return done
+            self.complete(keys=[self.PREFIX], args=[self.now, *ids])
+            done += len(ids)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def raw_loop(backend: str, dsn: str) -> RawLoop | RawRedisLoop:
+    return RawRedisLoop(dsn) if backend == "redis" else RawLoop(backend, dsn)
 
 
 class RawLoop:
@@ -148,7 +197,7 @@ def store_drain(store: Store, per_claim: int) -> int:
         done += len(jobs)
 
 
-def refill(raw: RawLoop, store: Store, per_claim: int, drain_count: int) -> None:
+def refill(raw: RawLoop | RawRedisLoop, store: Store, per_claim: int, drain_count: int) -> None:
     """Empty both queues, then enqueue the jobs of one drain round on each side."""
     count = drain_count if per_claim > 1 else drain_count // 4  # claims of 1 are slow
     raw.drain(10_000)
@@ -168,7 +217,7 @@ def bench_backend(
 ) -> list[Row]:
     store = open_store(dsn)
     store.migrate()
-    raw = RawLoop(backend, dsn)
+    raw = raw_loop(backend, dsn)
     rows: list[Row] = []
     try:
         ours, theirs = [], []
@@ -475,7 +524,7 @@ def print_limits_tables(rows: list[LimitRow]) -> None:
 
 
 def print_table(rows: list[Row]) -> None:
-    print("| backend | measure | conveyor | raw SQL loop | conveyor / raw |")
+    print("| backend | measure | conveyor | raw loop (SQL, or Lua on Redis) | conveyor / raw |")
     print("|---|---|---:|---:|---:|")
     for r in rows:
         print(f"| {r.backend} | {r.measure} | {r.ours:,.0f} | {r.raw:,.0f} | {r.ratio:.0%} |")
@@ -485,8 +534,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument("--backend", choices=["sqlite", "postgres", "all"], default="all")
+    parser.add_argument("--backend", choices=["sqlite", "postgres", "redis", "all"], default="all")
     parser.add_argument("--pg-dsn", help="use this PostgreSQL database (it gets tables)")
+    parser.add_argument("--redis-dsn", help="use this Redis database (it gets keys)")
     parser.add_argument("--enqueue", type=int, default=100_000, help="jobs per enqueue round")
     parser.add_argument("--drain", type=int, default=20_000, help="jobs per drain round")
     parser.add_argument("--rounds", type=int, default=3)
@@ -522,6 +572,9 @@ def main() -> None:
     if options.backend in ("postgres", "all"):
         with postgres(options.pg_dsn) as dsn:
             rows += bench_backend("postgres", dsn, options.enqueue, options.drain, options.rounds)
+    if options.backend in ("redis", "all"):
+        with redis_database(options.redis_dsn) as dsn:
+            rows += bench_backend("redis", dsn, options.enqueue, options.drain, options.rounds)
     print_table(rows)
 
 

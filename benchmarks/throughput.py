@@ -1,6 +1,6 @@
 """End-to-end throughput and wake latency of a worker, beside the raw SQL loop.
 
-    python benchmarks/throughput.py                    # both backends (starts a PostgreSQL)
+    python benchmarks/throughput.py                    # every backend (starts PostgreSQL, Redis)
     python benchmarks/throughput.py --backend sqlite --jobs 50000
 
 Throughput: N no-op jobs are enqueued, then one worker process
@@ -13,7 +13,8 @@ Latency: with an idle worker (fallback poll 10 s, so only wakeups count), jobs
 are enqueued one at a time and each handler returns the time it started; the
 latency is start minus the moment before the enqueue call. Measured with the
 worker in another process and in this process. Beside it, the raw signal:
-LISTEN/NOTIFY round trip on PostgreSQL, data_version change detection on SQLite.
+LISTEN/NOTIFY round trip on PostgreSQL, data_version change detection on SQLite,
+PUBLISH to a subscriber on Redis (whose raw loop is benchmarks/raw_redis.lua).
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ from conveyor import App  # noqa: E402
 from conveyor.store.sqlite.watcher import DEFAULT_INTERVAL  # noqa: E402
 from conveyor.task import EnqueueOptions  # noqa: E402
 from pg import postgres  # noqa: E402
-from store import RawLoop  # noqa: E402
+from redis_db import redis_database  # noqa: E402
+from store import raw_loop  # noqa: E402
 
 CONCURRENCY = 16
 
@@ -72,7 +74,7 @@ def throughput(dsn: str, backend: str, jobs: int) -> tuple[float, float]:
         first = min(j.started_at for j in done if j.started_at)
         last = max(j.finished_at for j in done if j.finished_at)
         ours = jobs / (last - first).total_seconds()
-    raw = RawLoop(backend, dsn)
+    raw = raw_loop(backend, dsn)
     try:
         raw.enqueue(jobs)
         started = time.perf_counter()
@@ -137,6 +139,21 @@ def raw_signal_latency(backend: str, dsn: str, samples: int) -> list[float]:
         listener.close()
         sender.close()
         return out
+    if backend == "redis":
+        import redis
+
+        client = redis.Redis.from_url(dsn)
+        subscriber = client.pubsub(ignore_subscribe_messages=True)
+        subscriber.subscribe("bench_raw")
+        for _ in range(samples):
+            before = time.time()
+            client.publish("bench_raw", "x")
+            while subscriber.get_message(timeout=5) is None:
+                pass
+            out.append(time.time() - before)
+        subscriber.close()
+        client.close()
+        return out
     path = dsn.removeprefix("sqlite:///")
     watcher = sqlite3.connect(path, check_same_thread=False)
     writer = sqlite3.connect(path, isolation_level=None)
@@ -197,8 +214,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument("--backend", choices=["sqlite", "postgres", "all"], default="all")
+    parser.add_argument("--backend", choices=["sqlite", "postgres", "redis", "all"], default="all")
     parser.add_argument("--pg-dsn", help="use this PostgreSQL database (it gets tables)")
+    parser.add_argument("--redis-dsn", help="use this Redis database (it gets keys)")
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--samples", type=int, default=200)
     options = parser.parse_args()
@@ -210,6 +228,9 @@ def main() -> None:
     if options.backend in ("postgres", "all"):
         with postgres(options.pg_dsn) as dsn:
             rows += run_backend("postgres", dsn, options.jobs, options.samples)
+    if options.backend in ("redis", "all"):
+        with redis_database(options.redis_dsn) as dsn:
+            rows += run_backend("redis", dsn, options.jobs, options.samples)
     print("| backend | measure | conveyor | raw | conveyor / raw |")
     print("|---|---|---:|---:|---:|")
     print("\n".join(rows))

@@ -6,11 +6,14 @@
   skipped.
 - ``pg_clean_dsn`` (function): DSN of a brand-new empty database, dropped after
   the test.
+- ``redis_dsn`` (session): DSN of a Redis server. Uses ``CONVEYOR_TEST_REDIS_DSN``
+  when set, otherwise starts a throwaway ``redis-server`` for the session.
+- ``redis_clean_dsn`` (function): the same server, emptied (FLUSHALL) before the test.
 - ``sqlite_path`` (function): path of a not-yet-existing SQLite file in a fresh
   temporary directory.
 
 ``CONVEYOR_TEST_FAST=1`` (``make test-fast``) runs the quick inner loop: only
-what needs neither PostgreSQL, nor Spark, nor a browser, nor a subprocess
+what needs neither PostgreSQL, nor Redis, nor Spark, nor a browser, nor a subprocess
 fleet (tests marked ``slow``). The rest is deselected, not skipped: CI runs all.
 """
 
@@ -28,6 +31,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from pg_server import PgServer, PgServerError
+from redis_server import RedisServer, RedisServerError
 
 pytest_plugins = ["store_fixtures", "spark_fixtures"]
 
@@ -72,13 +76,44 @@ def pg_clean_dsn(pg_dsn: str) -> Iterator[str]:
             admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))
 
 
+@pytest.fixture(scope="session")
+def redis_dsn() -> Iterator[str]:
+    external = os.environ.get("CONVEYOR_TEST_REDIS_DSN")
+    if external:
+        yield external
+        return
+    try:
+        server = RedisServer()
+        server.start()
+    except RedisServerError as exc:
+        pytest.fail(f"could not start Redis for the tests: {exc}", pytrace=False)
+    try:
+        yield server.dsn
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def redis_clean_dsn(redis_dsn: str) -> str:
+    import redis
+
+    client = redis.Redis.from_url(redis_dsn)
+    try:
+        client.flushall()
+    finally:
+        client.close()
+    return redis_dsn
+
+
 @pytest.fixture
 def sqlite_path(tmp_path: Path) -> Path:
     return tmp_path / "conveyor.db"
 
 
 #: What a test needs that the fast inner loop does without.
-_HEAVY_FIXTURES = frozenset({"pg_dsn", "pg_clean_dsn", "spark", "browser"})
+_HEAVY_FIXTURES = frozenset(
+    {"pg_dsn", "pg_clean_dsn", "redis_dsn", "redis_clean_dsn", "spark", "browser"}
+)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -91,6 +126,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         callspec = getattr(item, "callspec", None)
         backend = callspec.params.get("dsn") if callspec is not None else None
         heavy = bool(fixtures & _HEAVY_FIXTURES) or backend not in (None, "sqlite")
+        heavy = heavy or item.get_closest_marker("redis") is not None
         if heavy or item.get_closest_marker("slow") is not None:
             drop.append(item)
         else:

@@ -9,6 +9,9 @@ on connections of their own, so the tests can see what ran where and when:
 - ``runs(job_id, name, phase, at)``: ``sleepy`` at its start and end;
 - ``group_runs(grp, seq, started, ended, pid)``: one row per run of ``in_group``.
 
+On Redis, which has no tables, the traces go to a SQLite file named after the
+Redis server's port (``trace_dsn``), which every process of the test finds.
+
 Times are ``time.monotonic()``, one clock for every process of the machine.
 ``CRASH_WORKER_NAME`` names a worker process in what its handlers return.
 """
@@ -17,9 +20,12 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 
@@ -40,8 +46,17 @@ TABLES = (
 WRITE_DEADLINE = 60.0
 
 
+def trace_dsn(dsn: str) -> str:
+    """Where the traces of a job store's handlers go: the same database, or for Redis a file."""
+    if dsn.startswith(("redis:", "rediss:", "unix:")):
+        name = f"conveyor-crash-trace-{urlsplit(dsn).port}.db"
+        return f"sqlite:///{Path(tempfile.gettempdir()) / name}"
+    return dsn
+
+
 def connect(dsn: str) -> Any:
     """A DB-API connection to the database of ``dsn`` that commits every statement."""
+    dsn = trace_dsn(dsn)
     if dsn.startswith("sqlite:"):
         return sqlite3.connect(sqlite_path(dsn), timeout=30, isolation_level=None)
     return psycopg.connect(dsn, autocommit=True, connect_timeout=5)
@@ -57,12 +72,14 @@ def query(dsn: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, .
 
 
 def create_tables(dsn: str) -> None:
+    if trace_dsn(dsn) != dsn:  # a trace file of its own: empty it for this test
+        sqlite_path(trace_dsn(dsn)).unlink(missing_ok=True)
     for statement in TABLES:
         query(dsn, statement)
 
 
 def _run(conn: Any, dsn: str, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-    if dsn.startswith("sqlite:"):
+    if trace_dsn(dsn).startswith("sqlite:"):
         cur = conn.execute(sql.replace("%s", "?"), params)
         return list(cur.fetchall())
     with conn.cursor() as cur:

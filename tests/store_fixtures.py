@@ -1,7 +1,7 @@
 """Fixtures that give each test a fresh store (or App) on every backend.
 
-A test that takes ``store``, ``dsn`` or ``app`` runs once on SQLite and once on
-PostgreSQL: one contract, checked on both databases.
+A test that takes ``store``, ``dsn`` or ``app`` runs once on SQLite, once on
+PostgreSQL and once on Redis: one contract, checked on every store.
 """
 
 from __future__ import annotations
@@ -16,14 +16,39 @@ from conveyor import App
 from conveyor.store.base import Store
 from conveyor.store.dsn import open_store
 
-BACKENDS = ["sqlite", "postgres"]
+BACKENDS = ["sqlite", "postgres", "redis"]
+#: The backends with SQL. A test about SQL itself (its text, triggers, migrations,
+#: files, the Spark data source) is marked ``sql_only`` (a test, or a whole module
+#: with ``pytestmark``): its ``dsn`` runs on these only, and it says why.
+SQL_BACKENDS = ["sqlite", "postgres"]
+sql_only = pytest.mark.sql_only
 
 
-@pytest.fixture(params=BACKENDS)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Every test that uses ``dsn`` runs on each backend (the SQL ones, when ``sql_only``)."""
+    if "dsn" in metafunc.fixturenames and not _parametrized_by_hand(metafunc, "dsn"):
+        sql = metafunc.definition.get_closest_marker("sql_only") is not None
+        metafunc.parametrize("dsn", SQL_BACKENDS if sql else BACKENDS, indirect=True)
+
+
+def _parametrized_by_hand(metafunc: pytest.Metafunc, name: str) -> bool:
+    """A test that gives ``dsn`` values of its own (malformed DSNs, say) keeps them."""
+    for marker in metafunc.definition.iter_markers("parametrize"):
+        names = marker.args[0]
+        listed = names.replace(" ", "").split(",") if isinstance(names, str) else list(names)
+        if name in listed:
+            return True
+    return False
+
+
+@pytest.fixture
 def dsn(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A DSN of a fresh, empty database on each backend."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'jobs.db'}"
+    if request.param == "redis":
+        redis_dsn: str = request.getfixturevalue("redis_clean_dsn")
+        return redis_dsn
     pg_dsn: str = request.getfixturevalue("pg_clean_dsn")
     return pg_dsn
 

@@ -125,6 +125,8 @@ def crash(dsn: str) -> Iterator[App]:
         application.migrate()
         crash_app.create_tables(dsn)
         yield application
+    if crash_app.trace_dsn(dsn) != dsn:  # Redis: its trace file is the test's own
+        sqlite_path(crash_app.trace_dsn(dsn)).unlink(missing_ok=True)
 
 
 def is_registered(app: App, proc: subprocess.Popen[bytes]) -> bool:

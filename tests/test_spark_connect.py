@@ -21,6 +21,10 @@ from spark_helpers import all_jobs, items, leftovers
 from test_spark_pipelines import T0, seed_archive_jobs, seed_batch, seed_report_jobs
 from test_spark_streams import run_stream, sink_runs_exactly_once
 
+# The Spark data source needs SQL (staging tables, scans by id range): SQLite and
+# PostgreSQL only. On Redis it refuses with a clear error (test_spark_options.py).
+pytestmark = pytest.mark.sql_only
+
 DAY = timedelta(days=1)
 
 

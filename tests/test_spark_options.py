@@ -17,6 +17,10 @@ from conveyor.spark.options import Options, names_for
 from conveyor.store.base import Store
 from spark_helpers import all_jobs, items, leftovers, writer
 
+# The Spark data source needs SQL (staging tables, scans by id range): SQLite and
+# PostgreSQL only. On Redis it refuses with a clear error (the last test here).
+pytestmark = pytest.mark.sql_only
+
 
 @pytest.mark.parametrize(
     ("typed", "meant"),
@@ -145,6 +149,32 @@ def test_misspelt_read_options_fail_before_anything_is_read(
     stream = spark.readStream.format("conveyor").option("dsn", dsn)
     with pytest.raises(Exception, match='Did you mean "maxEventsPerTrigger"'):
         query = stream.option("maxOffsetsPerTrigger", "5").load().writeStream.format("noop").start()
+        try:
+            query.processAllAvailable()
+        finally:
+            query.stop()
+
+
+def test_on_redis_the_data_source_refuses_saying_what_it_needs(
+    spark: SparkSession, redis_clean_dsn: str
+) -> None:
+    """Write, read and stream each refuse a Redis DSN up front, naming what works instead."""
+    from conveyor.store.bulk import REDIS_REFUSAL, backend_of, open_bulk_store
+
+    needs = "the Spark data source needs SQLite or PostgreSQL"
+    assert REDIS_REFUSAL.startswith(needs)
+    for dsn in (redis_clean_dsn, "rediss://h:6380/0", "unix:///run/redis.sock"):
+        with pytest.raises(ConfigurationError, match=needs):
+            backend_of(dsn)
+        with pytest.raises(ConfigurationError, match=needs):
+            open_bulk_store(dsn)
+    with pytest.raises(AnalysisException, match=needs):
+        writer(items(spark, 3), redis_clean_dsn, task="resize").save()
+    with pytest.raises(AnalysisException, match=needs):
+        spark.read.format("conveyor").option("dsn", redis_clean_dsn).load().collect()
+    with pytest.raises(Exception, match=needs):
+        stream = spark.readStream.format("conveyor").option("dsn", redis_clean_dsn)
+        query = stream.load().writeStream.format("noop").start()
         try:
             query.processAllAvailable()
         finally:

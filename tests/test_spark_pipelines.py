@@ -27,6 +27,10 @@ from conveyor.spark.fanin import batch_results
 from conveyor.store.base import Finish, Lease, Store
 from outcomes import Failure
 
+# The Spark data source needs SQL (staging tables, scans by id range): SQLite and
+# PostgreSQL only. On Redis it refuses with a clear error (test_spark_options.py).
+pytestmark = pytest.mark.sql_only
+
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
 TIMEOUT_TRACEBACK = (

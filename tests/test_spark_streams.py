@@ -24,6 +24,10 @@ from conveyor.store.dsn import open_store
 from spark_helpers import all_jobs, leftovers
 from store_fixtures import event_committed_late
 
+# The Spark data source needs SQL (staging tables, scans by id range): SQLite and
+# PostgreSQL only. On Redis it refuses with a clear error (test_spark_options.py).
+pytestmark = pytest.mark.sql_only
+
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 

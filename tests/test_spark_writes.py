@@ -28,6 +28,10 @@ from conveyor.spark.writer import ConveyorWriter, WriteConflictError
 from conveyor.store.base import Finish, Store
 from spark_helpers import all_jobs, count_rows, items, leftovers, writer
 
+# The Spark data source needs SQL (staging tables, scans by id range): SQLite and
+# PostgreSQL only. On Redis it refuses with a clear error (test_spark_options.py).
+pytestmark = pytest.mark.sql_only
+
 APP = "tests.spark_app:app"
 
 

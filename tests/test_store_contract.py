@@ -1250,6 +1250,8 @@ def test_events_carry_queue_task_and_job(store: Store) -> None:
 def _migration_files(store: Store) -> int:
     package = type(store).__module__.rsplit(".", 1)[0]
     folder = resources.files(package).joinpath("migrations")
+    if not folder.is_dir():  # Redis keeps a layout version, with no migration files
+        return store.schema_latest()
     return sum(1 for f in folder.iterdir() if re.fullmatch(r"\d{3}_\w+\.sql", f.name))
 
 

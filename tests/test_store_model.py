@@ -652,3 +652,19 @@ def test_postgres_store_follows_the_model(pg_model_dsn: str) -> None:
         return store, store.close
 
     run_state_machine_as_test(_machine(open_fresh_store), settings=SETTINGS)
+
+
+def test_redis_store_follows_the_model(redis_clean_dsn: str) -> None:
+    def open_fresh_store() -> tuple[Store, Callable[[], None]]:
+        import redis
+
+        client = redis.Redis.from_url(redis_clean_dsn)
+        try:
+            client.flushall()
+        finally:
+            client.close()
+        store = open_store(redis_clean_dsn)
+        store.migrate()
+        return store, store.close
+
+    run_state_machine_as_test(_machine(open_fresh_store), settings=SETTINGS)

@@ -38,6 +38,7 @@ from conveyor.store.base import Finish
 from conveyor.store.postgres import listener as pg_listener
 from conveyor.worker import Context
 from conveyor.worker.maintenance import Maintenance
+from store_fixtures import sql_only
 from waiting import wait_until
 
 #: Longest any condition in these tests may take to come true.
@@ -347,6 +348,7 @@ REFUSE_POISON = {
 }
 
 
+@sql_only  # the refusal is a trigger; Redis stores any outcome a script is handed
 def test_an_outcome_the_database_refuses_fails_alone(app: App, dsn: str) -> None:
     """A refusal of the data (here a trigger; in life a constraint or a size limit)
     fails that one job, and the outcomes written with it or after it still land."""

@@ -65,7 +65,8 @@ class App:
     """A conveyor application: where tasks are registered and jobs are enqueued and read.
 
     ``App()`` opens the store named by ``CONVEYOR_DSN``, else ``./conveyor.db``.
-    ``store_options`` go to the backend (for PostgreSQL: ``min_size``, ``max_size``).
+    ``store_options`` go to the backend (for PostgreSQL: ``min_size``, ``max_size``,
+    ``connect_timeout``; for Redis: ``connect_timeout``, ``socket_timeout``).
     """
 
     def __init__(
@@ -467,7 +468,11 @@ class App:
         return self.store.batch_status(validate_name("batch", batch) or batch)
 
     def health(self) -> dict[str, Any]:
-        """Whether the store answers, how fast, and its schema version. Never raises."""
+        """Whether the store answers, how fast, and its schema version. Never raises.
+
+        On Redis also ``persistence`` (its appendonly, appendfsync and save settings)
+        and, when a restart or crash of Redis could lose jobs, a ``warning``.
+        """
         started = time.perf_counter()
         try:
             self.store.ping()
@@ -475,12 +480,22 @@ class App:
             self.check_schema()
         except Exception as exc:
             return {"ok": False, "store": self.store.description, "error": str(exc)}
-        return {
+        health: dict[str, Any] = {
             "ok": True,
             "store": self.store.description,
             "schema_version": version,
             "latency_ms": round((time.perf_counter() - started) * 1000, 3),
         }
+        # Stores whose durability depends on the server's settings (Redis) say so.
+        durability = getattr(self.store, "durability", None)
+        if durability is not None:
+            try:
+                health["persistence"], warning = durability()
+            except Exception as exc:
+                health["persistence"], warning = "unknown", f"cannot read persistence: {exc}"
+            if warning is not None:
+                health["warning"] = warning
+        return health
 
     # --- operating ----------------------------------------------------------------
 

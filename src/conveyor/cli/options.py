@@ -57,9 +57,11 @@ def open_app(dsn: str | None, *, must_exist: bool = True, migrating: bool = Fals
         logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
     options: dict[str, Any] = {}
     if not resolved.startswith("sqlite:"):
-        # One command, one thread: a pool of one connection is enough. A person is
-        # waiting: an unreachable server is reported after 5 s, not the default 10.
-        options = {"min_size": 1, "max_size": 2, "connect_timeout": 5.0}
+        # A person is waiting: an unreachable server is reported after 5 s, not the
+        # default 10. One command, one thread: a pool of one connection is enough.
+        options = {"connect_timeout": 5.0}
+        if resolved.startswith(("postgresql:", "postgres:")):
+            options.update(min_size=1, max_size=2)
     with App(resolved, **options) as app:
         if not migrating:
             app.check_schema()

@@ -252,6 +252,19 @@ def check_columns(table: str, columns: Sequence[str], known: Sequence[str]) -> N
         raise ConfigurationError(f"{table} has no column(s) {', '.join(unknown)}")
 
 
+#: Why the Spark data source refuses a Redis DSN (README: what each backend supports).
+REDIS_REFUSAL = (
+    "the Spark data source needs SQLite or PostgreSQL: its writes stage rows in tables "
+    "and its reads split jobs by id range with filters pushed down, which Redis cannot do. "
+    "On Redis, enqueue with app.enqueue_many / Task.enqueue_many and read with app.jobs()"
+)
+
+
+def _refuse_redis(scheme: str) -> None:
+    if scheme in ("redis", "rediss", "unix"):
+        raise ConfigurationError(REDIS_REFUSAL)
+
+
 def open_bulk_store(dsn: str) -> BulkStore:
     """The bulk store of a DSN, not migrated (the write's driver migrates once)."""
     scheme = dsn.split(":", 1)[0].lower() if ":" in dsn else ""
@@ -268,6 +281,7 @@ def open_bulk_store(dsn: str) -> BulkStore:
                 f"PostgreSQL support needs psycopg 3: pip install 'conveyor[postgres]' ({exc})"
             ) from None
         return PostgresBulkStore(dsn)
+    _refuse_redis(scheme)
     raise ConfigurationError(
         "the conveyor data source needs option dsn = sqlite:///path.db or "
         "postgresql://user@host:port/dbname"
@@ -283,6 +297,7 @@ def backend_of(dsn: str) -> Literal["sqlite", "postgres"]:
     if scheme in ("postgresql", "postgres"):
         check_postgres_dsn(dsn)
         return "postgres"
+    _refuse_redis(scheme)
     raise ConfigurationError(
         "the conveyor data source needs option dsn = sqlite:///path.db or "
         "postgresql://user@host:port/dbname"

@@ -13,8 +13,9 @@ from conveyor.store.base import Store
 DEFAULT_DSN = "sqlite:///conveyor.db"
 DSN_ENV = "CONVEYOR_DSN"
 _HELP = (
-    "use sqlite:///relative/path.db, sqlite:////absolute/path.db "
-    "or postgresql://user:password@host:port/dbname"
+    "use sqlite:///relative/path.db, sqlite:////absolute/path.db, "
+    "postgresql://user:password@host:port/dbname, "
+    "or redis://[user:password@]host:port/db (rediss:// for TLS, unix:///path/redis.sock)"
 )
 
 
@@ -93,6 +94,14 @@ def open_store(dsn: str | None = None, **options: Any) -> Store:
                 f"PostgreSQL support needs psycopg 3: pip install 'conveyor[postgres]' ({exc})"
             ) from None
         return PostgresStore(dsn, **options)
+    if scheme in ("redis", "rediss", "unix"):
+        try:
+            from conveyor.store.redis import RedisStore
+        except ImportError as exc:
+            raise ConfigurationError(
+                f"Redis support needs redis-py: pip install 'conveyor[redis]' ({exc})"
+            ) from None
+        return RedisStore(dsn, **options)
     raise ConfigurationError(f"unsupported DSN {_redact(dsn)!r}: {_HELP}")
 
 

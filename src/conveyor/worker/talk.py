@@ -28,6 +28,8 @@ def log_start(worker: Worker) -> None:
         if health.get("ok")
         else f"NOT READY: {health.get('error')}"
     )
+    if "persistence" in health:  # Redis: what a restart of the server would keep
+        state += f", {health['persistence']}"
     tasks = sorted(app.tasks)
     log.info(
         "worker %s starting: conveyor %s, %s (%s), queues %s, concurrency %d, lease %gs, tasks: %s",
@@ -40,6 +42,8 @@ def log_start(worker: Worker) -> None:
         opts.lease,
         ", ".join(tasks) or "none",
     )
+    if health.get("warning"):
+        log.warning("%s", health["warning"])
     served = {task.queue for task in app.tasks.values()}
     for queue in opts.queues:
         if queue not in served:

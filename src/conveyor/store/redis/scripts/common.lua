@@ -1,0 +1,577 @@
+-- Shared by every script of the Redis store: the store prepends this file to
+-- each operation's script when it loads it (one EVALSHA per call, nothing
+-- shared at run time).
+--
+-- KEYS[1] is the key prefix, e.g. "{conveyor}:"; its hash tag puts every key
+-- in one cluster slot, so that a script may touch any of them.
+--
+-- Values cross from Python as strings: times are epoch seconds written with
+-- six decimals (never through Lua's number formatting, which keeps 14 digits),
+-- and JSON arrays carry strings or null.
+--
+-- Layout (see docs/architecture.md):
+--   job:<id>                 hash, one job (fields named like the SQL columns)
+--   ids, seq                 counters of job ids and event seqs
+--   events                   stream, entry id "<seq>-0"; jevents:<id> the seqs of a job
+--   queues                   hash queue -> number of jobs; paused: set of queues
+--   qs:<q>:<state>           zset of the ids of a queue in a state (stats are ZCARDs)
+--   wait:<q>, ready:<q>      queued jobs not due when they were queued (by run_at),
+--                            until a claim finds them due / due ones in claim order
+--                            (score 0, member "<prio>:<id>")
+--   due:<q>, retrying:<q>    queued jobs by run_at / those after a failed attempt
+--   gq:<g>, grun             queued jobs of a group (by id) / running jobs per group
+--   group:<g>, batch:<b>     every job of a group, of a batch; bcount:<b> state -> n
+--   key:<q>:<k>              every job holding an idempotency key
+--   finished, leases         terminal jobs by finished_at / running ones by lease expiry
+--   limited, limit:<q>       queues with limits, and their limits (hash)
+--   starts:<q>, kstarts:<q>:<k>, krun:<q>, kq:<q>:<k>, kqkeys:<q>, kthrottle:<q>
+--                            flow control: starts in the rate windows, running and
+--                            queued jobs per limit key, key throttles
+-- A queue name inside a key is written "<length>.<name>", so that names with
+-- colons never collide.
+--
+-- With the append-only file on, every write a script makes is one more entry
+-- to log: the layout keeps them few (no index that a read could do without,
+-- counters of a script added up once, at its end, by done()).
+
+local P = KEYS[1]
+local NULL = cjson.null
+
+local function v(x)
+    if x == NULL or x == false then return nil end
+    return x
+end
+
+local function nm(s) return #s .. '.' .. s end
+local function fmt(x) return string.format('%.6f', x) end
+
+-- The moment of this call: the caller's (tests fix the clock), else Redis's own.
+local NOW = nil
+local function clock(arg)
+    if arg ~= nil and arg ~= '' then
+        NOW = tonumber(arg)
+        return NOW, arg
+    end
+    local t = redis.call('TIME')
+    local s = string.format('%d.%06d', tonumber(t[1]), tonumber(t[2]))
+    NOW = tonumber(s)
+    return NOW, s
+end
+
+-- Jobs per queue, changed by this script: written once, by done().
+local queue_delta = {}
+local function count_queue(q, delta) queue_delta[q] = (queue_delta[q] or 0) + delta end
+
+-- Events of this script, appended by done() under one range of seqs.
+local pending_events = {}
+-- Jobs this script ended: one "done" message, by done().
+local ended = {}
+
+-- Every script that changes jobs returns through done(): it appends the
+-- script's events to the stream (entry id "<seq>-0", seqs taken in one INCRBY)
+-- and writes its counters.
+local function done(result)
+    for q, delta in pairs(queue_delta) do
+        if delta ~= 0 and redis.call('HINCRBY', P .. 'queues', q, delta) <= 0 then
+            redis.call('HDEL', P .. 'queues', q)
+        end
+    end
+    local count = #pending_events
+    if count > 0 then
+        local seq = redis.call('INCRBY', P .. 'seq', count) - count
+        for _, e in ipairs(pending_events) do
+            seq = seq + 1
+            redis.call('XADD', P .. 'events', seq .. '-0', unpack(e[2]))
+            redis.call('RPUSH', P .. 'jevents:' .. e[1], seq)
+        end
+    end
+    if #ended > 0 then redis.call('PUBLISH', P .. 'done', table.concat(ended, ',')) end
+    return result
+end
+
+local function jkey(id) return P .. 'job:' .. id end
+local function qk(what, q) return P .. what .. ':' .. nm(q) end
+local function kk(what, q, key) return P .. what .. ':' .. nm(q) .. ':' .. key end
+
+local JOB_FIELDS = {
+    'id', 'queue', 'task', 'state', 'args', 'kwargs', 'priority', 'run_at', 'attempts',
+    'max_attempts', 'key', 'group_key', 'batch', 'worker', 'lease_token', 'lease_expires_at',
+    'cancel_requested', 'result', 'error', 'progress', 'progress_message', 'created_at',
+    'started_at', 'finished_at', 'limit_key',
+}
+
+local function load(id)
+    local flat = redis.call('HGETALL', jkey(id))
+    if #flat == 0 then return nil end
+    local j = {}
+    for i = 1, #flat, 2 do j[flat[i]] = flat[i + 1] end
+    return j
+end
+
+local function flat(j)
+    local out = {}
+    for _, name in ipairs(JOB_FIELDS) do
+        if j[name] ~= nil then
+            out[#out + 1] = name
+            out[#out + 1] = j[name]
+        end
+    end
+    return out
+end
+
+-- Write the named fields of j (absent ones are deleted).
+local function save(j, names)
+    local set, del = {}, {}
+    for _, name in ipairs(names) do
+        if j[name] ~= nil then
+            set[#set + 1] = name
+            set[#set + 1] = j[name]
+        else
+            del[#del + 1] = name
+        end
+    end
+    if #set > 0 then redis.call('HSET', jkey(j.id), unpack(set)) end
+    if #del > 0 then redis.call('HDEL', jkey(j.id), unpack(del)) end
+end
+
+local function terminal(state)
+    return state == 'succeeded' or state == 'failed' or state == 'cancelled'
+end
+
+local function live(state) return state == 'queued' or state == 'running' end
+
+-- Claim order inside ready:<q>: higher priority first, then lower id.
+local function ready_member(j)
+    return string.format('%010d:%016d', 2147483647 - tonumber(j.priority), tonumber(j.id))
+end
+
+local function decr(key, field)
+    if redis.call('HINCRBY', key, field, -1) <= 0 then redis.call('HDEL', key, field) end
+end
+
+-- A queued job in the claim's indexes: ready:<q> when due, else wait:<q>.
+local function make_claimable(id, q, run_at, priority)
+    if NOW and tonumber(run_at) <= NOW then
+        redis.call('ZADD', qk('ready', q), 0, ready_member({priority = priority, id = id}))
+    else
+        redis.call('ZADD', qk('wait', q), run_at, id)
+    end
+end
+
+-- Of a group's queued jobs only the oldest (its head) is in the claim's
+-- indexes, so that a claim never walks past a long line of one group. The head
+-- changes when it leaves queued: the next one takes its place.
+local function promote_head(group)
+    local head = redis.call('ZRANGE', P .. 'gq:' .. group, 0, 0)[1]
+    if not head then return end
+    local f = redis.call('HMGET', jkey(head), 'queue', 'run_at', 'priority')
+    if redis.call('ZSCORE', qk('wait', f[1]), head) then return end
+    make_claimable(head, f[1], f[2], f[3])
+end
+
+-- Take a job out of the indexes of the state it is in (before it changes).
+local function leave(j)
+    local id, q = j.id, j.queue
+    redis.call('ZREM', qk('qs', q) .. ':' .. j.state, id)
+    if j.batch then decr(P .. 'bcount:' .. j.batch, j.state) end
+    if j.state == 'queued' then
+        redis.call('ZREM', qk('ready', q), ready_member(j))
+        redis.call('ZREM', qk('wait', q), id)
+        redis.call('ZREM', qk('due', q), id)
+        redis.call('ZREM', qk('retrying', q), id)
+        if j.group_key then
+            redis.call('ZREM', P .. 'gq:' .. j.group_key, id)
+            promote_head(j.group_key)
+        end
+        if j.limit_key then
+            redis.call('ZREM', kk('kq', q, j.limit_key), id)
+            if redis.call('EXISTS', kk('kq', q, j.limit_key)) == 0 then
+                redis.call('SREM', qk('kqkeys', q), j.limit_key)
+            end
+        end
+    elseif j.state == 'running' then
+        redis.call('ZREM', P .. 'leases', id)
+        if j.group_key then decr(P .. 'grun', j.group_key) end
+        if j.limit_key then decr(qk('krun', q), j.limit_key) end
+    else
+        redis.call('ZREM', P .. 'finished', id)
+    end
+end
+
+-- Put a job into the indexes of the state it is now in (after it changed).
+local function enter(j)
+    local id, q = j.id, j.queue
+    redis.call('ZADD', qk('qs', q) .. ':' .. j.state, id, id)
+    if j.batch then redis.call('HINCRBY', P .. 'bcount:' .. j.batch, j.state, 1) end
+    if j.state == 'queued' then
+        -- Due now: ready at once; due later: a claim moves it once its run_at has
+        -- come. A job of a group only when it is the group's head.
+        local claimable = true
+        if j.group_key then
+            redis.call('ZADD', P .. 'gq:' .. j.group_key, id, id)
+            claimable = redis.call('ZRANGE', P .. 'gq:' .. j.group_key, 0, 0)[1] == id
+        end
+        if claimable then make_claimable(id, q, j.run_at, j.priority) end
+        redis.call('ZADD', qk('due', q), j.run_at, id)
+        if j.error and tonumber(j.attempts) > 0 then
+            redis.call('ZADD', qk('retrying', q), j.run_at, id)
+        end
+        if j.limit_key then
+            redis.call('ZADD', kk('kq', q, j.limit_key), id, id)
+            redis.call('SADD', qk('kqkeys', q), j.limit_key)
+        end
+    elseif j.state == 'running' then
+        redis.call('ZADD', P .. 'leases', j.lease_expires_at, id)
+        if j.group_key then redis.call('HINCRBY', P .. 'grun', j.group_key, 1) end
+        if j.limit_key then redis.call('HINCRBY', qk('krun', q), j.limit_key, 1) end
+    else
+        redis.call('ZADD', P .. 'finished', j.finished_at, id)
+    end
+end
+
+-- One event, appended to the stream by done() (in the order they were made).
+local function event(j, kind, attempt, at, err)
+    local fields = {
+        'job_id', j.id, 'queue', j.queue, 'task', j.task, 'kind', kind,
+        'attempt', tostring(attempt), 'at', at,
+    }
+    if j.worker then
+        fields[#fields + 1] = 'worker'
+        fields[#fields + 1] = j.worker
+    end
+    if err then
+        fields[#fields + 1] = 'error'
+        fields[#fields + 1] = err
+    end
+    pending_events[#pending_events + 1] = {j.id, fields}
+end
+
+-- Wake-ups: published once per script and channel payload.
+local published = {}
+local function publish(channel, payload)
+    local mark = channel .. '\0' .. payload
+    if published[mark] then return end
+    published[mark] = true
+    redis.call('PUBLISH', P .. channel, payload)
+end
+
+-- A job of a group left queued or running: the group's next job may start.
+local function wake_group(j)
+    if not j.group_key then return end
+    local head = redis.call('ZRANGE', P .. 'gq:' .. j.group_key, 0, 0)[1]
+    if head then
+        local q = redis.call('HGET', jkey(head), 'queue')
+        if q then publish('jobs', q) end
+    end
+end
+
+-- A job that ran ended or went back: a group or a limit may let the next one start.
+local function wake_freed(j)
+    wake_group(j)
+    if j.limit_key or redis.call('SISMEMBER', P .. 'limited', j.queue) == 1 then
+        publish('jobs', j.queue)
+    end
+end
+
+-- The job holding (queue, key) that an enqueue returns instead of inserting.
+local function find_key(q, key, unique)
+    local ids = redis.call('ZREVRANGE', kk('key', q, key), 0, -1)
+    for _, id in ipairs(ids) do
+        if live(redis.call('HGET', jkey(id), 'state')) then return id end
+    end
+    if unique == 'forever' then return ids[1] end
+    return nil
+end
+
+-- n: {queue, task, args, kwargs, priority, run_at, max_attempts, key, unique,
+-- group, batch, limit_key}; returns the new job.
+-- ``id`` comes from the ids counter (job_insert_many takes a range at once).
+local function insert(n, now_s, id)
+    id = id or tostring(redis.call('INCR', P .. 'ids'))
+    local j = {
+        id = id, queue = n[1], task = n[2], state = 'queued', args = n[3], kwargs = n[4],
+        priority = n[5], run_at = n[6], attempts = '0', max_attempts = n[7], key = v(n[8]),
+        group_key = v(n[10]), batch = v(n[11]), cancel_requested = '0', created_at = now_s,
+        limit_key = v(n[12]),
+    }
+    save(j, JOB_FIELDS)
+    count_queue(j.queue, 1)
+    if j.key then redis.call('ZADD', kk('key', j.queue, j.key), id, id) end
+    if j.group_key then redis.call('ZADD', P .. 'group:' .. j.group_key, id, id) end
+    if j.batch then redis.call('ZADD', P .. 'batch:' .. j.batch, id, id) end
+    enter(j)
+    event(j, 'enqueued', 0, now_s, nil)
+    publish('jobs', j.queue)
+    return j
+end
+
+-- Delete a job with its events and every index entry.
+local function delete(j)
+    leave(j)
+    local id = j.id
+    count_queue(j.queue, -1)
+    if j.key then redis.call('ZREM', kk('key', j.queue, j.key), id) end
+    if j.group_key then redis.call('ZREM', P .. 'group:' .. j.group_key, id) end
+    if j.batch then redis.call('ZREM', P .. 'batch:' .. j.batch, id) end
+    local seqs = redis.call('LRANGE', P .. 'jevents:' .. id, 0, -1)
+    for _, seq in ipairs(seqs) do redis.call('XDEL', P .. 'events', seq .. '-0') end
+    redis.call('DEL', P .. 'jevents:' .. id, jkey(id))
+    if j.state == 'queued' then wake_group(j) end
+end
+
+-- Manual retry: queued again, attempts reset.
+local function requeue_manually(j, now_s)
+    leave(j)
+    j.state = 'queued'
+    j.attempts = '0'
+    j.run_at = now_s
+    j.cancel_requested = '0'
+    j.worker, j.result, j.error, j.progress, j.progress_message = nil, nil, nil, nil, nil
+    j.started_at, j.finished_at = nil, nil
+    save(j, {'state', 'attempts', 'run_at', 'cancel_requested', 'worker', 'result', 'error',
+             'progress', 'progress_message', 'started_at', 'finished_at'})
+    enter(j)
+    publish('jobs', j.queue)
+end
+
+-- ---------------------------------------------------------------------------
+-- Ending running jobs (job_finish's rule; see FinishKind in store/base.py).
+
+-- f: {id, token, kind, result, error, run_at}. Returns the job changed, or nil
+-- when the lease no longer holds (or, for a rescue, has not run out).
+local function finish_one(f, now_n, now_s)
+    local j = load(f[1])
+    if not j or j.state ~= 'running' or j.lease_token ~= f[2] then return nil end
+    local kind = f[3]
+    if kind == 'rescue' and not (tonumber(j.lease_expires_at) < now_n) then return nil end
+    local cancel = j.cancel_requested == '1'
+    local attempts = tonumber(j.attempts)
+    local again = kind == 'retry' or kind == 'rescue' or kind == 'take_back'
+    local requeue = not cancel and (kind == 'snooze' or kind == 'release'
+        or (again and attempts < tonumber(j.max_attempts)))
+    leave(j)
+    if kind == 'complete' then
+        j.state = 'succeeded'
+    elseif requeue then
+        j.state = 'queued'
+    elseif cancel or kind == 'cancelled' then
+        j.state = 'cancelled'
+    else
+        j.state = 'failed'
+    end
+    if requeue then
+        local when = v(f[6])
+        if not when and (kind == 'rescue' or kind == 'take_back') then when = now_s end
+        j.run_at = when or j.run_at
+        j.finished_at = nil
+    else
+        j.finished_at = now_s
+    end
+    if kind == 'snooze' or kind == 'release' then attempts = attempts - 1 end
+    j.attempts = tostring(attempts)
+    if kind == 'complete' then j.result = v(f[4]) end
+    if v(f[5]) then j.error = f[5] end
+    j.lease_token, j.lease_expires_at = nil, nil
+    save(j, {'state', 'run_at', 'finished_at', 'attempts', 'result', 'error', 'lease_token',
+             'lease_expires_at'})
+    enter(j)
+    if j.state == 'queued' then
+        publish('jobs', j.queue)
+    else
+        ended[#ended + 1] = j.id
+    end
+    wake_freed(j)
+    return j
+end
+
+-- The events of the finished jobs, as event_insert_finished writes them: one
+-- per job named after what became of it, then, for rescues that did not queue
+-- the job again, how it ended.
+local function finish_events(done, now_s)
+    table.sort(done, function(a, b) return tonumber(a[1].id) < tonumber(b[1].id) end)
+    local seconds = {}
+    for _, pair in ipairs(done) do
+        local j, kind = pair[1], pair[2]
+        local name
+        if kind == 'rescue' or kind == 'take_back' then
+            name = 'rescued'
+            if j.state ~= 'queued' then seconds[#seconds + 1] = j end
+        elseif j.state ~= 'queued' then
+            name = j.state
+        elseif kind == 'retry' then
+            name = 'retried'
+        elseif kind == 'snooze' then
+            name = 'snoozed'
+        else
+            name = 'released'
+        end
+        local attempt = tonumber(j.attempts)
+        if kind == 'snooze' or kind == 'release' then attempt = attempt + 1 end
+        local err = nil
+        if kind == 'retry' or kind == 'fail' or kind == 'rescue' or kind == 'take_back' then
+            err = j.error
+        end
+        event(j, name, attempt, now_s, err)
+    end
+    for _, j in ipairs(seconds) do event(j, j.state, tonumber(j.attempts), now_s, j.error) end
+end
+
+local function finish_all(items, now_n, now_s)
+    local done, ids = {}, {}
+    for _, f in ipairs(items) do
+        local j = finish_one(f, now_n, now_s)
+        if j then
+            done[#done + 1] = {j, f[3]}
+            ids[#ids + 1] = tonumber(j.id)
+        end
+    end
+    finish_events(done, now_s)
+    return ids
+end
+
+-- ---------------------------------------------------------------------------
+-- Flow control (see store/limiting.py and the SQL stores' job_claim_limited).
+
+local function limits_of(q)
+    if redis.call('SISMEMBER', P .. 'limited', q) == 0 then return nil end
+    local raw = redis.call('HGETALL', qk('limit', q))
+    local l = {}
+    for i = 1, #raw, 2 do l[raw[i]] = tonumber(raw[i + 1]) end
+    return l
+end
+
+local function started_since(key, since)
+    return redis.call('ZCOUNT', key, '(' .. fmt(since), '+inf')
+end
+
+-- How many more jobs the queue's own limit lets start now.
+local function queue_allowance(q, l, limit, now)
+    local allow = limit
+    if l.throttled_until and l.throttled_until > now then return 0 end
+    if l.concurrency then
+        allow = math.min(allow, l.concurrency - redis.call('ZCARD', qk('qs', q) .. ':running'))
+    end
+    if l.rate then
+        allow = math.min(allow, l.rate - started_since(qk('starts', q), now - l.per))
+    end
+    return allow
+end
+
+-- How many more jobs of one limit key may start now.
+local function key_room(q, l, key, limit, now)
+    local until_ = tonumber(redis.call('HGET', qk('kthrottle', q), key))
+    if until_ and until_ > now then return 0 end
+    local room = limit
+    if l.key_concurrency then
+        local running = tonumber(redis.call('HGET', qk('krun', q), key)) or 0
+        room = math.min(room, l.key_concurrency - running)
+    end
+    if l.key_rate then
+        room = math.min(room, l.key_rate - started_since(kk('kstarts', q, key), now - l.key_per))
+    end
+    return room
+end
+
+-- Queued jobs whose run_at has come move from wait:<q> to ready:<q>.
+local function promote(q, now)
+    local key = qk('wait', q)
+    local ids = redis.call('ZRANGEBYSCORE', key, '-inf', fmt(now))
+    if #ids == 0 then return end
+    local members = {}
+    for _, id in ipairs(ids) do
+        local prio = redis.call('HGET', jkey(id), 'priority')
+        members[#members + 1] = 0
+        members[#members + 1] = ready_member({priority = prio, id = id})
+    end
+    for i = 1, #members, 2000 do
+        redis.call('ZADD', qk('ready', q), unpack(members, i, math.min(i + 1999, #members)))
+    end
+    for i = 1, #ids, 4000 do
+        redis.call('ZREM', key, unpack(ids, i, math.min(i + 3999, #ids)))
+    end
+end
+
+-- The jobs a claim would take: {id, priority, queue} in claim order, at most
+-- ``limit``. Ready: queued, due, queue not paused, the oldest queued job of a
+-- group with no running job, and within the queue's and its key's limits.
+local function candidates(queues, limit, now, group)
+    local found = {}
+    local seen_queue, taken_group = {}, {}
+    for _, q in ipairs(queues) do
+        if not seen_queue[q] and redis.call('SISMEMBER', P .. 'paused', q) == 0 then
+            seen_queue[q] = true
+            promote(q, now)
+            local l = limits_of(q)
+            local want = limit
+            if l then want = queue_allowance(q, l, limit, now) end
+            local rooms = {}
+            local got, start = 0, 0
+            local chunk = math.max(want * 2, 64)
+            while got < want do
+                local members = redis.call('ZRANGE', qk('ready', q), start, start + chunk - 1)
+                if #members == 0 then break end
+                for _, m in ipairs(members) do
+                    local id = tostring(tonumber(string.sub(m, 12)))
+                    local f = redis.call('HMGET', jkey(id), 'run_at', 'group_key', 'limit_key',
+                                         'priority')
+                    local ok = f[1] and tonumber(f[1]) <= now
+                    local g, key = f[2], f[3]
+                    if ok and group and g ~= group then ok = false end
+                    if ok and g then
+                        ok = not taken_group[g]
+                            and (tonumber(redis.call('HGET', P .. 'grun', g)) or 0) <= 0
+                            and redis.call('ZRANGE', P .. 'gq:' .. g, 0, 0)[1] == id
+                    end
+                    if ok and l and key then
+                        local room = rooms[key]
+                        if room == nil then
+                            room = key_room(q, l, key, limit, now)
+                            rooms[key] = room
+                        end
+                        -- One of its key's oldest queued jobs, as many as the key has room for.
+                        ok = room > 0
+                            and redis.call('ZCOUNT', kk('kq', q, key), '-inf', '(' .. id) < room
+                    end
+                    if ok then
+                        if g then taken_group[g] = true end
+                        found[#found + 1] = {tonumber(id), tonumber(f[4]), q}
+                        got = got + 1
+                        if got >= want then break end
+                    end
+                end
+                start = start + chunk
+            end
+        end
+    end
+    table.sort(found, function(a, b)
+        if a[2] ~= b[2] then return a[2] > b[2] end
+        return a[1] < b[1]
+    end)
+    while #found > limit do table.remove(found) end
+    return found
+end
+
+-- Starts older than every window of the queue (and :slack seconds more) are forgotten.
+local function prune_starts(q, l, now, slack)
+    local horizon = fmt(now - slack - math.max(l and l.per or 0, l and l.key_per or 0))
+    redis.call('ZREMRANGEBYSCORE', qk('starts', q), '-inf', '(' .. horizon)
+    for _, key in ipairs(redis.call('SMEMBERS', qk('kstartkeys', q))) do
+        redis.call('ZREMRANGEBYSCORE', kk('kstarts', q, key), '-inf', '(' .. horizon)
+        if redis.call('EXISTS', kk('kstarts', q, key)) == 0 then
+            redis.call('SREM', qk('kstartkeys', q), key)
+        end
+    end
+end
+
+-- A queue left with no limit and no throttle goes back to the plain claim.
+local function forget_if_empty(q, now)
+    local l = limits_of(q)
+    if not l then return end
+    if l.rate or l.concurrency or l.key_rate or l.key_concurrency then return end
+    if l.throttled_until and l.throttled_until > now then return end
+    for _, until_ in ipairs(redis.call('HVALS', qk('kthrottle', q))) do
+        if tonumber(until_) > now then return end
+    end
+    redis.call('DEL', qk('limit', q), qk('kthrottle', q))
+    redis.call('SREM', P .. 'limited', q)
+end

@@ -1,0 +1,26 @@
+-- name: job_cancel
+-- ARGV: now, ids (JSON, ascending).
+-- Cancels queued jobs at once; flags running ones (cancel_requested: their
+-- worker aborts the handler and records the cancel); leaves finished ones
+-- alone. Returns the ids changed.
+local now_n, now_s = clock(ARGV[1])
+local changed = {}
+for _, id in ipairs(cjson.decode(ARGV[2])) do
+    local j = load(id)
+    if j and j.state == 'queued' then
+        leave(j)
+        j.state, j.finished_at = 'cancelled', now_s
+        save(j, {'state', 'finished_at'})
+        enter(j)
+        event(j, 'cancelled', tonumber(j.attempts), now_s, nil)
+        ended[#ended + 1] = j.id
+        wake_group(j)
+        changed[#changed + 1] = tonumber(j.id)
+    elseif j and j.state == 'running' and j.cancel_requested ~= '1' then
+        redis.call('HSET', jkey(id), 'cancel_requested', '1')
+        event(j, 'cancel_requested', tonumber(j.attempts), now_s, nil)
+        publish('cancel', j.id)
+        changed[#changed + 1] = tonumber(j.id)
+    end
+end
+return done(changed)

@@ -1,0 +1,15 @@
+-- name: job_heartbeat
+-- ARGV: leases (JSON [[id, token], ...]), lease seconds, now ('' = Redis's clock).
+-- Extends the leases that still hold; returns {id, cancel_requested} for each.
+local now_n = clock(ARGV[3])
+local expires = fmt(now_n + tonumber(ARGV[2]))
+local out = {}
+for _, lease in ipairs(cjson.decode(ARGV[1])) do
+    local f = redis.call('HMGET', jkey(lease[1]), 'state', 'lease_token', 'cancel_requested')
+    if f[1] == 'running' and f[2] == lease[2] then
+        redis.call('HSET', jkey(lease[1]), 'lease_expires_at', expires)
+        redis.call('ZADD', P .. 'leases', expires, lease[1])
+        out[#out + 1] = {tonumber(lease[1]), tonumber(f[3])}
+    end
+end
+return done(out)

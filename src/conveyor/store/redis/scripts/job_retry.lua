@@ -1,0 +1,31 @@
+-- name: job_retry
+-- ARGV: now, ids (JSON, ascending), newest ('1': a keyed job only when it is
+-- the newest of its key), failed_before ('' = any time; else failed jobs only,
+-- finished at or before it).
+-- Queues failed or cancelled jobs again, attempts reset, unless another live
+-- job now holds the key. Returns the ids queued.
+local now_n, now_s = clock(ARGV[1])
+local before = tonumber(ARGV[4])
+local changed = {}
+for _, id in ipairs(cjson.decode(ARGV[2])) do
+    local j = load(id)
+    local ok = j and (j.state == 'failed' or j.state == 'cancelled')
+    if ok and before then
+        ok = j.state == 'failed' and tonumber(j.finished_at) <= before
+    end
+    if ok and j.key then
+        local holders = redis.call('ZREVRANGE', kk('key', j.queue, j.key), 0, -1)
+        if ARGV[3] == '1' and holders[1] ~= j.id then ok = false end
+        for _, other in ipairs(holders) do
+            if ok and other ~= j.id and live(redis.call('HGET', jkey(other), 'state')) then
+                ok = false
+            end
+        end
+    end
+    if ok then
+        requeue_manually(j, now_s)
+        event(j, 'manual_retry', 0, now_s, nil)
+        changed[#changed + 1] = tonumber(j.id)
+    end
+end
+return done(changed)

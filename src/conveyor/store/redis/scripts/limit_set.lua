@@ -1,0 +1,20 @@
+-- name: limit_set
+-- ARGV: queue, scope ('queue' or 'key'), rate, per, concurrency ('' = none), now.
+-- Sets the limit of one scope of a queue; the other scope's and any throttle
+-- stay. Returns the queue's limits hash as it is now (empty: none).
+local q = ARGV[1]
+local prefix = ARGV[2] == 'key' and 'key_' or ''
+local now_n = clock(ARGV[6])
+local values = {rate = ARGV[3], per = ARGV[4], concurrency = ARGV[5]}
+redis.call('SADD', P .. 'limited', q)
+for name, value in pairs(values) do
+    if value == '' then
+        redis.call('HDEL', qk('limit', q), prefix .. name)
+    else
+        redis.call('HSET', qk('limit', q), prefix .. name, value)
+    end
+end
+forget_if_empty(q, now_n)
+publish('jobs', q)
+if redis.call('SISMEMBER', P .. 'limited', q) == 0 then return false end
+return redis.call('HGETALL', qk('limit', q))

@@ -1,0 +1,1059 @@
+"""The Redis store: the same contract on Redis, for teams that run it already.
+
+Every change of state is one Lua script (``scripts/<name>.lua``, with
+``scripts/common.lua`` prepended), loaded once and run by EVALSHA: Redis runs
+a script alone, so each claim, finish or cancel reads and writes as one atomic
+step, events and wake-ups included. Reads that serve operators (listings,
+counts, purges' selections) walk sorted-set indexes from Python; what the
+worker's hot path and ``stats`` need is kept in counters and sets.
+
+All keys share one prefix with a hash tag (``{conveyor}:``), so that on a
+cluster they sit in one slot and a script may touch any of them.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import secrets
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from importlib import resources
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from conveyor.errors import ConfigurationError, JobStateError, StoreUnavailableError
+from conveyor.job import Event, Job, JobState, NewJob
+from conveyor.limits import Limit, QueueLimits
+from conveyor.store.base import (
+    LEASE_EXPIRED_ERROR,
+    TAKEN_BACK_ERROR,
+    BatchStatus,
+    ChangeCallback,
+    EventCounts,
+    EventOffset,
+    Finish,
+    FinishedCount,
+    JobFilter,
+    JobSelection,
+    Lease,
+    LeaseStatus,
+    LimitStatus,
+    QueueStats,
+    RunTimeBucket,
+    Stats,
+    Subscription,
+    WorkerInfo,
+)
+from conveyor.store.keys import new_job_record
+from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of_row
+from conveyor.store.listing import NO_ID_BOUND
+from conveyor.store.redis.listener import RedisListener
+
+#: The layout of keys this code reads and writes (``schema_version`` on Redis).
+LAYOUT_VERSION = 1
+DEFAULT_PREFIX = "{conveyor}:"
+TERMINAL = ("succeeded", "failed", "cancelled")
+_STATES = ("queued", "running", *TERMINAL)
+#: Keys of one index read per round trip when Python walks it.
+_CHUNK = 500
+_T = TypeVar("_T")
+
+
+def _load_scripts() -> dict[str, str]:
+    folder = resources.files("conveyor.store.redis").joinpath("scripts")
+    common = folder.joinpath("common.lua").read_text(encoding="utf-8")
+    return {
+        entry.name[: -len(".lua")]: common + "\n" + entry.read_text(encoding="utf-8")
+        for entry in folder.iterdir()
+        if entry.name.endswith(".lua") and entry.name != "common.lua"
+    }
+
+
+_SCRIPTS = _load_scripts()
+
+
+def _ts(value: datetime) -> str:
+    """A moment as the scripts take it: epoch seconds, six decimals."""
+    return f"{value.timestamp():.6f}"
+
+
+def _now_arg(value: datetime | None) -> str:
+    """'' asks the script for Redis's own clock (TIME)."""
+    return "" if value is None else _ts(value)
+
+
+def _dt(value: str | float) -> datetime:
+    return datetime.fromtimestamp(float(value), UTC)
+
+
+def _odt(value: str | float | None) -> datetime | None:
+    return None if value is None else _dt(value)
+
+
+def _nm(name: str) -> str:
+    """A name inside a key, as common.lua writes it: "<byte length>.<name>"."""
+    return f"{len(name.encode())}.{name}"
+
+
+def _pairs(flat: Sequence[Any]) -> dict[str, str]:
+    return {str(flat[i]): flat[i + 1] for i in range(0, len(flat), 2)}
+
+
+def job_of(fields: dict[str, str]) -> Job:
+    progress = fields.get("progress")
+    return Job(
+        id=int(fields["id"]),
+        queue=fields["queue"],
+        task=fields["task"],
+        state=JobState(fields["state"]),
+        args_json=fields["args"],
+        kwargs_json=fields["kwargs"],
+        priority=int(fields["priority"]),
+        run_at=_dt(fields["run_at"]),
+        attempts=int(fields["attempts"]),
+        max_attempts=int(fields["max_attempts"]),
+        created_at=_dt(fields["created_at"]),
+        key=fields.get("key"),
+        group=fields.get("group_key"),
+        batch=fields.get("batch"),
+        worker=fields.get("worker"),
+        lease_token=fields.get("lease_token"),
+        lease_expires_at=_odt(fields.get("lease_expires_at")),
+        cancel_requested=fields.get("cancel_requested") == "1",
+        result_json=fields.get("result"),
+        error=fields.get("error"),
+        progress=None if progress is None else float(progress),
+        progress_message=fields.get("progress_message"),
+        started_at=_odt(fields.get("started_at")),
+        finished_at=_odt(fields.get("finished_at")),
+        limit_key=fields.get("limit_key"),
+    )
+
+
+def _event_of(entry: tuple[str, dict[str, str]]) -> Event:
+    entry_id, f = entry
+    return Event(
+        seq=int(entry_id.split("-", 1)[0]),
+        job_id=int(f["job_id"]),
+        queue=f["queue"],
+        task=f["task"],
+        kind=f["kind"],
+        attempt=int(f["attempt"]),
+        worker=f.get("worker"),
+        at=_dt(f["at"]),
+        error=f.get("error"),
+    )
+
+
+def _new_job_json(job: NewJob) -> list[str | None]:
+    return [
+        job.queue,
+        job.task,
+        job.args_json,
+        job.kwargs_json,
+        str(job.priority),
+        _ts(job.run_at),
+        str(job.max_attempts),
+        job.key,
+        job.unique,
+        job.group,
+        job.batch,
+        job.limit_key,
+    ]
+
+
+def redis_where(dsn: str) -> str:
+    """host:port (or the socket path) of a Redis DSN, for messages; never the password."""
+    parts = urlsplit(dsn)
+    if parts.scheme == "unix":
+        return parts.path or "?"
+    try:
+        port = parts.port or 6379
+    except ValueError:
+        raise ConfigurationError(
+            "malformed Redis DSN: the port is not a number between 0 and 65535 "
+            "(use redis://[user:password@]host:port/db)"
+        ) from None
+    return f"{parts.hostname or 'localhost'}:{port}"
+
+
+class RedisStore:
+    supports_listen_notify = True
+    #: Redis has no transaction a caller could enqueue inside.
+    supports_external_transactions = False
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        migrate: bool = False,
+        connect_timeout: float = 10.0,
+        socket_timeout: float = 30.0,
+        prefix: str = DEFAULT_PREFIX,
+    ) -> None:
+        self.dsn = dsn
+        self.where = redis_where(dsn)
+        self.description = f"Redis at {self.where}"
+        self.prefix = prefix
+        try:
+            # Any: redis-py's replies are typed loosely (bytes | str | ...); with
+            # decode_responses they are str, and the methods below say what they read.
+            self._client: Any = redis.Redis.from_url(
+                dsn,
+                decode_responses=True,
+                socket_connect_timeout=connect_timeout,
+                socket_timeout=socket_timeout,
+                # No silent retries: a script whose reply was lost may have run,
+                # and running it twice (an enqueue) would do it twice. Callers
+                # that retry (the worker) get StoreUnavailableError and decide.
+                retry=Retry(NoBackoff(), 0),
+                health_check_interval=30,
+            )
+        except ValueError as exc:
+            raise ConfigurationError(f"malformed Redis DSN: {exc}") from None
+        self._scripts = {
+            name: self._client.register_script(text) for name, text in _SCRIPTS.items()
+        }
+        self.ping()
+        if migrate:
+            self.migrate()
+
+    # --- connection -------------------------------------------------------------
+
+    @contextmanager
+    def _guard(self) -> Iterator[None]:
+        """redis-py's connection errors become StoreUnavailableError at the store's boundary."""
+        try:
+            yield
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            reason = str(exc).strip() or type(exc).__name__
+            raise StoreUnavailableError(
+                f"cannot reach Redis at {self.where}: {reason}. "
+                "Is the server running, and is the DSN right?"
+            ) from exc
+        except redis.AuthenticationError as exc:  # pragma: no cover - a subclass above
+            raise StoreUnavailableError(f"Redis at {self.where} refused us: {exc}") from exc
+
+    def _do(self, call: Callable[[], _T]) -> _T:
+        with self._guard():
+            return call()
+
+    def _run(self, name: str, *args: Any) -> Any:
+        with self._guard():
+            return self._scripts[name](keys=[self.prefix], args=list(args), client=self._client)
+
+    def _k(self, *parts: str) -> str:
+        return self.prefix + ":".join(parts)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def ping(self) -> None:
+        self._do(self._client.ping)
+
+    def persistence(self) -> dict[str, str] | None:
+        """The server's appendonly, appendfsync and save settings; None if CONFIG is off."""
+        try:
+            with self._guard():
+                found: dict[str, str] = {}
+                for name in ("appendonly", "appendfsync", "save"):
+                    found.update(self._client.config_get(name))
+                return found
+        except redis.ResponseError:
+            return None  # CONFIG renamed or disabled (managed Redis services)
+
+    def durability(self) -> tuple[str, str | None]:
+        """The persistence settings in words, and a warning when jobs could be lost."""
+        found = self.persistence()
+        if found is None:
+            return "persistence unknown", (
+                f"cannot read the persistence settings of Redis at {self.where} (CONFIG is "
+                "disabled): make sure it runs with appendonly yes, or a restart loses jobs"
+            )
+        aof = found.get("appendonly", "?")
+        fsync = found.get("appendfsync", "?")
+        save = found.get("save", "").strip()
+        said = f"appendonly {aof}, appendfsync {fsync}, save {save or 'off'}"
+        if aof != "yes" and not save:
+            return said, (
+                f"persistence is OFF on Redis at {self.where}: a restart of Redis loses "
+                "every job; run it with appendonly yes (appendfsync everysec or always)"
+            )
+        if aof != "yes":
+            return said, (
+                f"Redis at {self.where} only takes snapshots (save {save}): a crash loses the "
+                "jobs written since the last one; run it with appendonly yes"
+            )
+        if fsync == "no":
+            return said, (
+                f"Redis at {self.where} has appendfsync no: a crash of its host can lose "
+                "the last 30 seconds or so of acknowledged writes; use everysec or always"
+            )
+        return said, None
+
+    # --- layout version -----------------------------------------------------------
+
+    def schema_version(self) -> int:
+        value = self._do(lambda: self._client.hget(self._k("meta"), "layout"))
+        return int(value) if value else 0
+
+    def schema_latest(self) -> int:
+        return LAYOUT_VERSION
+
+    def migrate(self) -> int:
+        current = self.schema_version()
+        if current > LAYOUT_VERSION:
+            raise ConfigurationError(
+                f"Redis at {self.where} holds key layout {current}, newer than this "
+                f"conveyor's ({LAYOUT_VERSION}): upgrade conveyor"
+            )
+        self._do(lambda: self._client.hset(self._k("meta"), "layout", str(LAYOUT_VERSION)))
+        return LAYOUT_VERSION
+
+    # --- producing ------------------------------------------------------------
+
+    def job_insert_many(
+        self, jobs: Sequence[NewJob], now: datetime, connection: Any = None
+    ) -> list[Job]:
+        if connection is not None:
+            raise ConfigurationError(
+                "enqueue inside a caller's transaction needs SQLite or PostgreSQL; "
+                "Redis has no transaction to join"
+            )
+        if not jobs:
+            return []
+        answers = self._run(
+            "job_insert_many", _ts(now), json.dumps([_new_job_json(j) for j in jobs])
+        )
+        out: list[Job] = []
+        made: dict[int, Job] = {}
+        for new, answer in zip(jobs, answers, strict=True):
+            job_id = int(answer[1])
+            if int(answer[0]) == 0:
+                if job_id not in made:
+                    made[job_id] = new_job_record(job_id, new, now)
+                out.append(made[job_id])
+            else:
+                out.append(job_of(_pairs(answer[2:])))
+        return out
+
+    # --- reading ------------------------------------------------------------
+
+    def job_get(self, job_id: int) -> Job | None:
+        fields = self._do(lambda: self._client.hgetall(self._k("job", str(job_id))))
+        return job_of(fields) if fields else None
+
+    def job_get_many(self, job_ids: Sequence[int]) -> list[Job]:
+        return [job for job in self._load(list(job_ids)) if job is not None]
+
+    def _load(self, job_ids: Sequence[int | str]) -> list[Job | None]:
+        if not job_ids:
+            return []
+
+        def read() -> list[Job | None]:
+            pipe = self._client.pipeline(transaction=False)
+            for job_id in job_ids:
+                pipe.hgetall(self._k("job", str(job_id)))
+            return [job_of(f) if f else None for f in pipe.execute()]
+
+        return self._do(read)
+
+    def _ids_of(self, index: str, before_id: int | None) -> Iterator[int]:
+        """The ids in a sorted set of ids (score = id), newest first, below ``before_id``."""
+        bound = f"({NO_ID_BOUND if before_id is None else before_id}"
+        while True:
+            with self._guard():
+                ids = self._client.zrevrangebyscore(index, bound, "-inf", 0, _CHUNK)
+            if not ids:
+                return
+            yield from (int(i) for i in ids)
+            bound = f"({ids[-1]}"
+
+    def _walk(self, indexes: Sequence[str], before_id: int | None) -> Iterator[Job]:
+        """The jobs of some sorted sets of ids, merged newest first, below ``before_id``."""
+        merged = heapq.merge(*(self._ids_of(i, before_id) for i in indexes), reverse=True)
+        while True:
+            ids = list(itertools.islice(merged, _CHUNK))
+            if not ids:
+                return
+            for job in self._load(ids):
+                if job is not None:
+                    yield job
+
+    def _indexes_for(
+        self, queue: str | None, state: str | None, group: str | None, batch: str | None
+    ) -> list[str]:
+        """The narrowest sorted sets of ids that hold every job of a selection."""
+        if group is not None:
+            return [self._k("group", group)]
+        if batch is not None and (queue is None or state is None):
+            return [self._k("batch", batch)]
+        queues = [queue] if queue is not None else self.queue_names()
+        states = [state] if state is not None else list(_STATES)
+        return [self._k("qs", _nm(q), s) for q in queues for s in states]
+
+    def job_list(self, filter: JobFilter) -> list[Job]:
+        state = None if filter.state is None else str(filter.state)
+        selection = JobSelection(
+            state=state,
+            queue=filter.queue,
+            task=filter.task,
+            batch=filter.batch,
+            error=filter.error or None,
+        )
+        return self.job_select(selection, datetime.now(UTC), filter.before_id, filter.limit)
+
+    def event_list(self, job_id: int) -> list[Event]:
+        def read() -> list[Event]:
+            seqs = self._client.lrange(self._k("jevents", str(job_id)), 0, -1)
+            pipe = self._client.pipeline(transaction=False)
+            for seq in seqs:
+                pipe.xrange(self._k("events"), f"{seq}-0", f"{seq}-0")
+            return [_event_of(e) for entries in pipe.execute() for e in entries]
+
+        return self._do(read)
+
+    def event_since(self, seq: int, limit: int) -> list[Event]:
+        entries = self._do(
+            lambda: self._client.xrange(self._k("events"), f"({seq}-0", "+", count=limit)
+        )
+        return [_event_of(e) for e in entries]
+
+    def stats(self, now: datetime) -> Stats:
+        names = self.queue_names()
+        now_s = _ts(now)
+
+        def read() -> tuple[list[Any], int, set[str]]:
+            pipe = self._client.pipeline(transaction=True)  # one moment
+            for q in names:
+                for state in _STATES:
+                    pipe.zcard(self._k("qs", _nm(q), state))
+                pipe.zcount(self._k("due", _nm(q)), f"({now_s}", "+inf")
+                pipe.zcount(self._k("retrying", _nm(q)), f"({now_s}", "+inf")
+                pipe.zrangebyscore(self._k("due", _nm(q)), "-inf", now_s, 0, 1, withscores=True)
+            pipe.zcount(self._k("finished"), _ts(now - timedelta(minutes=1)), "+inf")
+            pipe.smembers(self._k("paused"))
+            replies = pipe.execute()
+            return replies[:-2], int(replies[-2]), set(replies[-1])
+
+        replies, finished, paused = self._do(read)
+        queues: dict[str, QueueStats] = {}
+        step = len(_STATES) + 3
+        for i, q in enumerate(names):
+            part = replies[i * step : (i + 1) * step]
+            counts = {s: int(n) for s, n in zip(_STATES, part, strict=False) if int(n)}
+            later, retrying, oldest = int(part[-3]), int(part[-2]), part[-1]
+            queues[q] = QueueStats(
+                name=q,
+                paused=q in paused,
+                counts=dict(sorted(counts.items())),
+                oldest_ready_age=max(0.0, now.timestamp() - oldest[0][1]) if oldest else None,
+                scheduled=later - retrying,
+                retrying=retrying,
+            )
+        limits = self.limit_status(now)
+        return Stats(
+            queues=queues,
+            finished_last_minute=finished,
+            limits={status.queue: status for status in limits},
+        )
+
+    def batch_status(self, batch: str) -> BatchStatus:
+        counts = self._do(lambda: self._client.hgetall(self._k("bcount", batch)))
+        return BatchStatus(
+            batch, {state: int(n) for state, n in sorted(counts.items()) if int(n) > 0}
+        )
+
+    def next_run_in(
+        self, queues: Sequence[str], now: datetime | None = None, group: str | None = None
+    ) -> float | None:
+        answer = self._run(
+            "next_run_in", json.dumps(list(dict.fromkeys(queues))), _now_arg(now), group or ""
+        )
+        if len(answer) < 2:
+            return None
+        return max(0.0, float(answer[1]) - float(answer[0]))
+
+    # --- working ------------------------------------------------------------
+
+    def job_claim(
+        self,
+        queues: Sequence[str],
+        limit: int,
+        worker: str,
+        lease: timedelta,
+        now: datetime | None = None,
+        group: str | None = None,
+    ) -> list[Job]:
+        if limit <= 0 or not queues:
+            return []
+        flats = self._run(
+            "job_claim",
+            json.dumps(list(dict.fromkeys(queues))),
+            str(limit),
+            worker,
+            secrets.token_hex(16),
+            f"{lease.total_seconds():.6f}",
+            _now_arg(now),
+            group or "",
+            str(LIMIT_SLACK_SECONDS),
+        )
+        return [job_of(_pairs(f)) for f in flats]
+
+    def job_heartbeat(
+        self, leases: Sequence[Lease], lease: timedelta, now: datetime | None = None
+    ) -> list[LeaseStatus]:
+        if not leases:
+            return []
+        rows = self._run(
+            "job_heartbeat",
+            json.dumps([[str(le.id), le.token] for le in leases]),
+            f"{lease.total_seconds():.6f}",
+            _now_arg(now),
+        )
+        return [LeaseStatus(id=int(r[0]), cancel_requested=bool(int(r[1]))) for r in rows]
+
+    def job_finish(self, finishes: Sequence[Finish], now: datetime | None = None) -> list[int]:
+        if not finishes:
+            return []
+        items = [
+            [
+                str(f.id),
+                f.token,
+                f.kind,
+                f.result_json,
+                f.error,
+                None if f.run_at is None else _ts(f.run_at),
+            ]
+            for f in finishes
+        ]
+        return [int(i) for i in self._run("job_finish", _now_arg(now), json.dumps(items))]
+
+    def job_progress(
+        self, lease: Lease, fraction: float | None, message: str | None, now: datetime
+    ) -> bool:
+        return bool(
+            self._run(
+                "job_progress",
+                str(lease.id),
+                lease.token,
+                "" if fraction is None else repr(float(fraction)),
+                message or "",
+                "0" if message is None else "1",
+            )
+        )
+
+    def job_rescue_expired(self, now: datetime | None = None, limit: int = 1000) -> list[int]:
+        ids = self._run("job_rescue_expired", _now_arg(now), str(limit), LEASE_EXPIRED_ERROR)
+        return [int(i) for i in ids]
+
+    def periodic_enqueue(self, name: str, tick: datetime, job: NewJob, now: datetime) -> bool:
+        taken = self._run(
+            "periodic_enqueue", name, _ts(tick), _ts(now), json.dumps(_new_job_json(job))
+        )
+        return bool(taken)
+
+    def periodic_last_ticks(self) -> dict[str, datetime]:
+        rows = self._do(lambda: self._client.hgetall(self._k("periodic")))
+        return {name: _dt(tick) for name, tick in rows.items()}
+
+    # --- operating ------------------------------------------------------------
+
+    def _ids(self, job_ids: Sequence[int]) -> str:
+        return json.dumps([str(i) for i in sorted(set(job_ids))])
+
+    def job_cancel(self, job_id: int, now: datetime) -> Job | None:
+        self._run("job_cancel", _ts(now), self._ids([job_id]))
+        return self.job_get(job_id)
+
+    def job_retry(self, job_id: int, now: datetime) -> Job | None:
+        changed = self._run("job_retry", _ts(now), self._ids([job_id]), "0", "")
+        job = self.job_get(job_id)
+        if job is None:
+            return None
+        if not changed:
+            if job.state in (JobState.FAILED, JobState.CANCELLED):
+                raise JobStateError(
+                    f"job {job.id} cannot be retried: another live job in queue {job.queue!r} "
+                    f"holds its key {job.key!r}"
+                )
+            raise JobStateError(
+                f"job {job.id} is {job.state}; only failed or cancelled jobs can be retried"
+            )
+        return job
+
+    def job_retry_failed(
+        self, queue: str | None, failed_before: datetime, now: datetime, limit: int = 1000
+    ) -> list[int]:
+        queues = [queue] if queue is not None else self.queue_names()
+
+        def failed_ids() -> list[int]:
+            pipe = self._client.pipeline(transaction=False)
+            for q in queues:
+                pipe.zrange(self._k("qs", _nm(q), "failed"), 0, -1)
+            return sorted(int(i) for ids in pipe.execute() for i in ids)
+
+        candidates = self._do(failed_ids)
+        done: list[int] = []
+        while candidates and len(done) < limit:
+            chunk, candidates = candidates[: limit - len(done)], candidates[limit - len(done) :]
+            changed = self._run("job_retry", _ts(now), self._ids(chunk), "1", _ts(failed_before))
+            done += [int(i) for i in changed]
+        return done
+
+    def job_purge(self, finished_before: datetime, limit: int = 10_000) -> int:
+        return int(self._run("job_purge", _ts(finished_before), str(limit)))
+
+    def _delete(
+        self,
+        job_ids: Sequence[int],
+        finished_before: datetime | None = None,
+        states: Sequence[str] | None = None,
+        queue: str | None = None,
+    ) -> list[int]:
+        if not job_ids:
+            return []
+        deleted: list[int] = []
+        ordered = list(dict.fromkeys(job_ids))
+        for start in range(0, len(ordered), 1000):  # bounded script runs
+            deleted += self._run(
+                "job_delete",
+                json.dumps([str(i) for i in ordered[start : start + 1000]]),
+                "" if finished_before is None else _ts(finished_before),
+                json.dumps(None if states is None else list(states)),
+                queue or "",
+            )
+        return sorted(int(i) for i in deleted)
+
+    def job_delete_terminal(self, job_ids: Sequence[int], finished_before: datetime) -> list[int]:
+        return self._delete(job_ids, finished_before)
+
+    def queue_pause(self, queue: str, now: datetime) -> None:
+        self._run("queue_set_paused", queue, "1")
+
+    def queue_resume(self, queue: str, now: datetime) -> None:
+        self._run("queue_set_paused", queue, "0")
+
+    def queue_paused(self) -> set[str]:
+        return set(self._do(lambda: self._client.smembers(self._k("paused"))))
+
+    # --- workers and maintenance ------------------------------------------------
+
+    def subscribe(self, on_change: ChangeCallback) -> Subscription:
+        return RedisListener(self._client, self.prefix, on_change)
+
+    def worker_register(
+        self,
+        worker_id: str,
+        host: str,
+        pid: int,
+        queues: list[str],
+        concurrency: int,
+        now: datetime,
+    ) -> None:
+        info = json.dumps({"host": host, "pid": pid, "queues": queues, "concurrency": concurrency})
+        self._run("worker_register", worker_id, info, _ts(now))
+
+    def worker_beat(self, worker_id: str, jobs_in_hand: int, now: datetime) -> None:
+        self._run("worker_beat", worker_id, str(jobs_in_hand), _ts(now))
+
+    def worker_unregister(self, worker_id: str) -> None:
+        self._run("worker_unregister", worker_id)
+
+    def worker_list(self) -> list[WorkerInfo]:
+        def read() -> list[tuple[str, dict[str, str]]]:
+            ids = self._client.zrange(self._k("workers"), 0, -1)
+            pipe = self._client.pipeline(transaction=False)
+            for worker_id in ids:
+                pipe.hgetall(self._k("worker", worker_id))
+            return list(zip(ids, pipe.execute(), strict=True))
+
+        workers = []
+        for worker_id, row in self._do(read):
+            if not row:
+                continue
+            info = json.loads(row["info"])
+            workers.append(
+                WorkerInfo(
+                    id=worker_id,
+                    host=info["host"],
+                    pid=int(info["pid"]),
+                    queues=list(info["queues"]),
+                    concurrency=int(info["concurrency"]),
+                    jobs_in_hand=int(row["jobs_in_hand"]),
+                    started_at=_dt(row["started_at"]),
+                    last_seen_at=_dt(row["last_seen_at"]),
+                )
+            )
+        workers.sort(key=lambda w: (w.started_at, w.id))
+        return workers
+
+    def worker_prune(self, last_seen_before: datetime) -> int:
+        return int(self._run("worker_prune", _ts(last_seen_before)))
+
+    def leader_acquire(self, name: str, holder: str, ttl: timedelta, now: datetime) -> bool:
+        return bool(self._run("leader_acquire", name, holder, _ts(now + ttl), _ts(now)))
+
+    def leader_release(self, name: str, holder: str) -> None:
+        self._run("leader_release", name, holder)
+
+    # --- the dashboard and metrics ------------------------------------------------
+
+    def _finished_between(self, low: str, high: str) -> list[tuple[float, Job]]:
+        """Terminal jobs by finished_at in [low, high] (Redis score bounds), oldest first."""
+        rows = self._do(
+            lambda: self._client.zrangebyscore(self._k("finished"), low, high, withscores=True)
+        )
+        jobs = self._load([r[0] for r in rows])
+        return [(score, job) for (_, score), job in zip(rows, jobs, strict=True) if job]
+
+    def stats_finished_per_slot(self, since: datetime, slot: timedelta) -> list[FinishedCount]:
+        counts: dict[tuple[str, str, int], int] = {}
+        width = slot.total_seconds()
+        for at, job in self._finished_between(_ts(since), "+inf"):
+            index = int((at - since.timestamp()) / width)
+            key = (job.queue, str(job.state), index)
+            counts[key] = counts.get(key, 0) + 1
+        return [FinishedCount(queue=q, state=s, slot=i, count=c) for (q, s, i), c in counts.items()]
+
+    def event_count_by_kind(self, after: EventOffset) -> EventCounts:
+        counts: dict[tuple[str, str], int] = {}
+        last = after[1]
+        while True:
+            with self._guard():
+                entries = self._client.xrange(self._k("events"), f"({last}-0", "+", count=5000)
+            if not entries:
+                break
+            for entry_id, f in entries:
+                counts[(f["queue"], f["kind"])] = counts.get((f["queue"], f["kind"]), 0) + 1
+                last = int(entry_id.split("-", 1)[0])
+        return EventCounts(counts=counts, offset=(0, last))
+
+    def queue_names(self) -> list[str]:
+        def read() -> tuple[dict[str, str], set[str]]:
+            pipe = self._client.pipeline(transaction=False)
+            pipe.hgetall(self._k("queues"))
+            pipe.smembers(self._k("paused"))
+            held, paused = pipe.execute()
+            return held, set(paused)
+
+        held, paused = self._do(read)
+        return sorted({q for q, n in held.items() if int(n) > 0} | paused)
+
+    def event_offset(self) -> EventOffset:
+        newest = self._do(lambda: self._client.xrevrange(self._k("events"), "+", "-", count=1))
+        return (0, int(newest[0][0].split("-", 1)[0])) if newest else (0, 0)
+
+    def job_run_time_histogram(
+        self, finished_after: datetime, finished_until: datetime, bounds: Sequence[float]
+    ) -> list[RunTimeBucket]:
+        buckets: dict[tuple[str, int], tuple[int, float]] = {}
+        for _, job in self._finished_between(f"({_ts(finished_after)}", _ts(finished_until)):
+            if job.state not in (JobState.SUCCEEDED, JobState.FAILED) or job.started_at is None:
+                continue
+            assert job.finished_at is not None
+            seconds = (job.finished_at - job.started_at).total_seconds()
+            bucket = sum(1 for b in bounds if b < seconds)
+            count, total = buckets.get((job.queue, bucket), (0, 0.0))
+            buckets[(job.queue, bucket)] = (count + 1, total + seconds)
+        return [
+            RunTimeBucket(queue=q, bucket=b, count=c, total_seconds=s)
+            for (q, b), (c, s) in buckets.items()
+        ]
+
+    # --- operating in bulk, groups, retention and the operator's views ------------
+
+    def _selected(
+        self, selection: JobSelection, now: datetime, before_id: int | None
+    ) -> Iterator[Job]:
+        """The jobs of a selection, newest first, walked along its narrowest index."""
+        if selection.ids is not None:
+            bound = NO_ID_BOUND if before_id is None else before_id
+            ids = sorted((i for i in set(selection.ids) if i < bound), reverse=True)
+            jobs: Iterator[Job] = (
+                j for start in range(0, len(ids), _CHUNK)
+                for j in self._load(ids[start : start + _CHUNK]) if j is not None
+            )  # fmt: skip
+        else:
+            state = selection.state
+            stored = None
+            if state is not None:
+                stored = "queued" if state in ("ready", "scheduled", "retrying") else state
+            indexes = self._indexes_for(selection.queue, stored, selection.group, selection.batch)
+            jobs = self._walk(indexes, before_id)
+        return (job for job in jobs if _matches(job, selection, now))
+
+    def job_select(
+        self, selection: JobSelection, now: datetime, before_id: int | None, limit: int
+    ) -> list[Job]:
+        out: list[Job] = []
+        if limit <= 0:
+            return out
+        for job in self._selected(selection, now, before_id):
+            out.append(job)
+            if len(out) >= limit:
+                break
+        return out
+
+    def job_count_selected(self, selection: JobSelection, now: datetime) -> dict[str, int]:
+        if all(
+            getattr(selection, name) is None
+            for name in ("task", "group", "batch", "error", "worker", "ids")
+        ):
+            counts = self._count_from_indexes(selection.queue, now)
+        else:
+            counts = {}
+            for job in self._selected(selection, now, None):
+                shown = job.detailed_state(now)
+                counts[shown] = counts.get(shown, 0) + 1
+        if selection.state is None:
+            return counts
+        if selection.state == JobState.QUEUED:
+            return {s: n for s, n in counts.items() if s in ("ready", "scheduled", "retrying")}
+        return {s: n for s, n in counts.items() if s == selection.state}
+
+    def _count_from_indexes(self, queue: str | None, now: datetime) -> dict[str, int]:
+        """Jobs per detailed state of a queue (or of all), from the indexes' sizes."""
+        names = [queue] if queue is not None else self.queue_names()
+        now_s = _ts(now)
+
+        def read() -> list[int]:
+            pipe = self._client.pipeline(transaction=True)
+            for q in names:
+                for state in _STATES:
+                    pipe.zcard(self._k("qs", _nm(q), state))
+                pipe.zcount(self._k("due", _nm(q)), f"({now_s}", "+inf")
+                pipe.zcount(self._k("retrying", _nm(q)), f"({now_s}", "+inf")
+            return [int(n) for n in pipe.execute()]
+
+        replies = self._do(read)
+        counts: dict[str, int] = {}
+        step = len(_STATES) + 2
+        for i in range(len(names)):
+            part = replies[i * step : (i + 1) * step]
+            by_state = dict(zip(_STATES, part[: len(_STATES)], strict=True))
+            later, retrying = part[-2], part[-1]
+            detailed = {
+                "ready": by_state["queued"] - later,
+                "scheduled": later - retrying,
+                "retrying": retrying,
+                **{s: by_state[s] for s in _STATES if s != "queued"},
+            }
+            for name, n in detailed.items():
+                if n:
+                    counts[name] = counts.get(name, 0) + n
+        return counts
+
+    def job_retry_many(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        if not job_ids:
+            return []
+        return sorted(int(i) for i in self._run("job_retry", _ts(now), self._ids(job_ids), "1", ""))
+
+    def job_cancel_many(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        if not job_ids:
+            return []
+        return sorted(int(i) for i in self._run("job_cancel", _ts(now), self._ids(job_ids)))
+
+    def job_delete_many(self, job_ids: Sequence[int]) -> list[int]:
+        return self._delete(sorted(set(job_ids)))
+
+    def job_run_now(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        if not job_ids:
+            return []
+        return sorted(int(i) for i in self._run("job_run_now", _ts(now), self._ids(job_ids)))
+
+    def job_take_back(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        held = [j for j in self._load(sorted(set(job_ids))) if j is not None]
+        finishes = [
+            Finish(j.id, j.lease_token, "take_back", error=TAKEN_BACK_ERROR)
+            for j in held
+            if j.state == JobState.RUNNING and j.lease_token is not None
+        ]
+        return self.job_finish(finishes, now)
+
+    def _purgeable(
+        self, finished_before: datetime, states: Sequence[str], queue: str | None
+    ) -> Iterator[int]:
+        """Terminal jobs in ``states`` (of ``queue``) finished before the time, oldest first."""
+        wanted = set(states)
+        for _, job in self._finished_between("-inf", f"({_ts(finished_before)}"):
+            if str(job.state) in wanted and (queue is None or job.queue == queue):
+                yield job.id
+
+    def job_purge_where(
+        self,
+        finished_before: datetime,
+        states: Sequence[str],
+        queue: str | None,
+        limit: int = 10_000,
+    ) -> int:
+        ids: list[int] = []
+        for job_id in self._purgeable(finished_before, states, queue):
+            if len(ids) >= limit:
+                break
+            ids.append(job_id)
+        return len(self._delete(ids, finished_before, states, queue))
+
+    def job_purge_count(
+        self, finished_before: datetime, states: Sequence[str], queue: str | None
+    ) -> int:
+        return sum(1 for _ in self._purgeable(finished_before, states, queue))
+
+    def job_purge_beyond(self, queue: str, keep: int, limit: int = 10_000) -> int:
+        def read() -> list[int]:
+            pipe = self._client.pipeline(transaction=False)
+            for state in TERMINAL:
+                pipe.zrange(self._k("qs", _nm(queue), state), 0, -1)
+            return sorted((int(i) for ids in pipe.execute() for i in ids), reverse=True)
+
+        ids = self._do(read)[keep : keep + limit]
+        far_future = datetime(9999, 12, 31, tzinfo=UTC)
+        return len(self._delete(ids, far_future, TERMINAL, queue))
+
+    def queue_delete(self, queue: str) -> None:
+        self._do(lambda: self._client.srem(self._k("paused"), queue))
+
+    # --- flow control: rate and concurrency limits --------------------------------
+
+    def _limits_of(self, queue: str, row: dict[str, str]) -> QueueLimits:
+        names = ("rate", "per", "concurrency", "key_rate", "key_per", "key_concurrency")
+        values: list[Any] = [queue]
+        for name in names:
+            raw = row.get(name)
+            values.append(None if raw is None else float(raw) if "per" in name else int(raw))
+        values.append(row.get("throttled_until"))
+        return limits_of_row(values, _odt)
+
+    def limit_set(
+        self, queue: str, limit: Limit | None, per_key: bool, now: datetime
+    ) -> QueueLimits | None:
+        rate = limit.rate if limit is not None else None
+        concurrency = limit.concurrency if limit is not None else None
+        row = self._run(
+            "limit_set",
+            queue,
+            "key" if per_key else "queue",
+            "" if rate is None else str(rate.count),
+            "" if rate is None else repr(float(rate.per)),
+            "" if concurrency is None else str(concurrency),
+            _ts(now),
+        )
+        return None if row is None else self._limits_of(queue, _pairs(row))
+
+    def limit_get(self, queue: str) -> QueueLimits | None:
+        def read() -> tuple[bool, dict[str, str]]:
+            pipe = self._client.pipeline(transaction=True)
+            pipe.sismember(self._k("limited"), queue)
+            pipe.hgetall(self._k("limit", _nm(queue)))
+            limited, row = pipe.execute()
+            return bool(limited), row
+
+        limited, row = self._do(read)
+        return self._limits_of(queue, row) if limited else None
+
+    def limit_throttle(
+        self, queue: str, limit_key: str | None, seconds: float, now: datetime | None = None
+    ) -> datetime:
+        until = self._run("limit_throttle", queue, limit_key or "", repr(float(seconds)),
+                          _now_arg(now))  # fmt: skip
+        return _dt(until)
+
+    def limit_status(self, now: datetime) -> list[LimitStatus]:
+        queues = sorted(self._do(lambda: self._client.smembers(self._k("limited"))))
+        return [self._limit_usage(q, now) for q in queues]
+
+    def _limit_usage(self, queue: str, now: datetime) -> LimitStatus:
+        limits = self.limit_get(queue)
+        if limits is None:
+            limits = QueueLimits(queue=queue, limit=None, key_limit=None, throttled_until=None)
+        q = _nm(queue)
+        now_n = now.timestamp()
+
+        def window(limit: Limit | None) -> str:
+            per = limit.rate.per if limit is not None and limit.rate is not None else 0.0
+            return f"({now_n - per:.6f}"
+
+        def read() -> list[Any]:
+            pipe = self._client.pipeline(transaction=True)
+            pipe.zcard(self._k("qs", q, "running"))
+            pipe.zcount(self._k("starts", q), window(limits.limit), "+inf")
+            pipe.zcount(self._k("due", q), "-inf", _ts(now))
+            pipe.hgetall(self._k("kthrottle", q))
+            pipe.hgetall(self._k("krun", q))
+            pipe.smembers(self._k("kqkeys", q))
+            return list(pipe.execute())
+
+        running, started, ready, throttles, key_running, keys = self._do(read)
+        if limits.limit is None or limits.limit.rate is None:
+            started = 0
+        throttled = {k for k, until in throttles.items() if float(until) > now_n}
+        keys_full = held = 0
+        key_limit = limits.key_limit
+        keys = sorted(keys)
+
+        def read_keys() -> tuple[list[list[str]], list[int]]:
+            pipe = self._client.pipeline(transaction=False)
+            for key in keys:
+                pipe.zrange(self._k("kq", q, key), 0, -1)
+                pipe.zcount(self._k("kstarts", q, key), window(key_limit), "+inf")
+            replies = pipe.execute()
+            return replies[0::2], [int(n) for n in replies[1::2]]
+
+        def due_scores(ids: list[str]) -> list[float | None]:
+            pipe = self._client.pipeline(transaction=False)
+            for job_id in ids:
+                pipe.zscore(self._k("due", q), job_id)
+            return list(pipe.execute())
+
+        queued, key_starts = self._do(read_keys)
+        for key, ids, starts in zip(keys, queued, key_starts, strict=True):
+            # The key's ready jobs: its queued ones whose run_at has come.
+            with self._guard():
+                scores = due_scores(ids)
+            key_ready = sum(1 for at in scores if at is not None and at <= now_n)
+            if not key_ready:
+                continue
+            room = 2**31 - 1
+            if key in throttled:
+                room = 0
+            if key_limit is not None and key_limit.concurrency is not None:
+                room = min(room, key_limit.concurrency - int(key_running.get(key, 0)))
+            if key_limit is not None and key_limit.rate is not None:
+                room = min(room, key_limit.rate.count - starts)
+            if room <= 0:
+                keys_full += 1
+            held += max(key_ready - max(room, 0), 0)
+        return limit_status(
+            limits, now, int(running), int(started), int(ready), keys_full, held, len(throttled)
+        )
+
+    def limit_prune(self, now: datetime) -> None:
+        self._run("limit_prune", _ts(now), str(LIMIT_SLACK_SECONDS))
+
+
+def _matches(job: Job, selection: JobSelection, now: datetime) -> bool:
+    """Whether a job is one a selection names (the SQL stores' job_select filters)."""
+    s = selection
+    if s.ids is not None and job.id not in s.ids:
+        return False
+    for wanted, actual in (
+        (s.queue, job.queue),
+        (s.task, job.task),
+        (s.group, job.group),
+        (s.batch, job.batch),
+        (s.worker, job.worker),
+    ):
+        if wanted is not None and wanted != actual:
+            return False
+    if s.error and (job.error is None or s.error.lower() not in job.error.lower()):
+        return False
+    if s.state is not None and s.state != job.state:
+        return job.state == JobState.QUEUED and job.detailed_state(now) == s.state
+    return True
