@@ -146,6 +146,16 @@ def test_prefetch_fills_its_room_in_few_claims(app: App, prefetch: int) -> None:
         assert claimed == [1] * 30
 
 
+def test_the_start_line_names_the_prefetch(app: App, caplog: pytest.LogCaptureFixture) -> None:
+    @app.task(queue="pf")
+    def noop() -> None:
+        return None
+
+    with caplog.at_level("INFO", logger="conveyor.worker"):
+        app.run_worker(queues=["pf"], concurrency=2, prefetch=5, burst=True, maintenance=False)
+    assert "concurrency 2 (+5 prefetched)" in caplog.text
+
+
 def test_prefetch_must_not_be_negative(app: App) -> None:
     with pytest.raises(ValueError, match="prefetch"):
         app.worker(queues=["pf"], prefetch=-1)

@@ -31,14 +31,15 @@ def log_start(worker: Worker) -> None:
     if "persistence" in health:  # Redis: what a restart of the server would keep
         state += f", {health['persistence']}"
     tasks = sorted(app.tasks)
+    slots = f"{opts.concurrency}" + (f" (+{opts.prefetch} prefetched)" if opts.prefetch else "")
     log.info(
-        "worker %s starting: conveyor %s, %s (%s), queues %s, concurrency %d, lease %gs, tasks: %s",
+        "worker %s starting: conveyor %s, %s (%s), queues %s, concurrency %s, lease %gs, tasks: %s",
         worker.id,
         __version__,
         app.store.description,
         state,
         ",".join(opts.queues),
-        opts.concurrency,
+        slots,
         opts.lease,
         ", ".join(tasks) or "none",
     )
