@@ -7,7 +7,8 @@
 No-op jobs, one worker process each, at most 100 jobs in flight on every side:
 
 - PostgreSQL: conveyor (``conveyor worker --concurrency 100``, sync and async
-  handlers, and at the worker's default concurrency) beside PgQueuer
+  handlers, at the worker's default concurrency, and at the default
+  concurrency with ``--prefetch`` making up the 100 in hand) beside PgQueuer
   (``QueueManager.run(batch_size=100)``, asyncpg, its best here).
 - SQLite (WAL, one file): conveyor (sync and async) beside Huey
   (``SqliteHuey``, a consumer of 4 threads, its best here).
@@ -248,7 +249,13 @@ def huey_side(jobs: int, folder: Path) -> Result:
 
 
 def conveyor_run(
-    dsn: str, backend: str, jobs: int, kind: str, concurrency: int | None, folder: Path
+    dsn: str,
+    backend: str,
+    jobs: int,
+    kind: str,
+    concurrency: int | None,
+    folder: Path,
+    prefetch: int = 0,
 ) -> Result:
     """One conveyor worker process; ``concurrency`` None runs it at its default."""
     from conveyor import App
@@ -269,6 +276,9 @@ def conveyor_run(
     else:
         command += ["--concurrency", str(concurrency)]
         label = f"conveyor {kind}, concurrency {concurrency}"
+    if prefetch:
+        command += ["--prefetch", str(prefetch)]
+        label += f", prefetch {prefetch}"
     env = {"CONVEYOR_DSN": dsn, "PYTHONPATH": str(folder)}
     return measure(label, backend, jobs, remaining, command, env)
 
@@ -282,6 +292,12 @@ def main() -> None:
         "--concurrency",
         default="",
         help="more PostgreSQL runs of conveyor (sync) at these concurrencies, e.g. 16,32",
+    )
+    parser.add_argument(
+        "--prefetch",
+        type=int,
+        default=IN_FLIGHT - DEFAULT_CONCURRENCY,
+        help="a PostgreSQL run at the default concurrency with this prefetch (0: none)",
     )
     args = parser.parse_args()
     results: list[Result] = []
@@ -299,6 +315,9 @@ def main() -> None:
                     results.append(
                         conveyor_run(dsn, "postgres", args.jobs, kind, concurrency, folder)
                     )
+                if args.prefetch:
+                    results.append(conveyor_run(dsn, "postgres", args.jobs, "sync", None,
+                                                folder, args.prefetch))  # fmt: skip
         if args.backend in ("sqlite", "all"):
             results.append(huey_side(args.jobs, folder))
             for kind in ("sync", "async"):
