@@ -173,7 +173,12 @@ def redis_where(dsn: str) -> str:
     """host:port (or the socket path) of a Redis DSN, for messages; never the password."""
     parts = urlsplit(dsn)
     if parts.scheme == "unix":
-        return parts.path or "?"
+        if not parts.path:
+            raise ConfigurationError(
+                "malformed Redis DSN: a unix:// DSN needs the socket's path "
+                "(use unix:///path/to/redis.sock?db=0)"
+            )
+        return parts.path
     try:
         port = parts.port or 6379
     except ValueError:
@@ -181,6 +186,13 @@ def redis_where(dsn: str) -> str:
             "malformed Redis DSN: the port is not a number between 0 and 65535 "
             "(use redis://[user:password@]host:port/db)"
         ) from None
+    db = parts.path.strip("/")
+    if db and not db.isdigit():
+        # redis-py would quietly use database 0: jobs would land where nobody looks.
+        raise ConfigurationError(
+            f"malformed Redis DSN: the database {db!r} is not a number "
+            "(use redis://[user:password@]host:port/db, db 0 to 15 by default)"
+        )
     return f"{parts.hostname or 'localhost'}:{port}"
 
 
