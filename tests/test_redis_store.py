@@ -226,6 +226,20 @@ def test_persistence_off_is_warned_about(caplog: pytest.LogCaptureFixture) -> No
         server.stop()
 
 
+def test_an_evicting_memory_policy_is_warned_about() -> None:
+    server = RedisServer(extra=("--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"))
+    server.start()
+    try:
+        with App(server.dsn) as app:
+            app.migrate()
+            health = app.health()
+            assert health["ok"] is True
+            assert "maxmemory-policy allkeys-lru" in health["warning"]
+            assert "persistence" not in health["warning"]  # appendonly yes: only this
+    finally:
+        server.stop()
+
+
 def test_a_server_without_config_is_reported_as_unknown() -> None:
     server = RedisServer(extra=("--rename-command", "CONFIG", ""))
     server.start()

@@ -275,7 +275,7 @@ class RedisStore:
         try:
             with self._guard():
                 found: dict[str, str] = {}
-                for name in ("appendonly", "appendfsync", "save"):
+                for name in ("appendonly", "appendfsync", "save", "maxmemory", "maxmemory-policy"):
                     found.update(self._client.config_get(name))
                 return found
         except redis.ResponseError:
@@ -283,6 +283,24 @@ class RedisStore:
 
     def durability(self) -> tuple[str, str | None]:
         """The persistence settings in words, and a warning when jobs could be lost."""
+        said, warning = self._durability()
+        evicts = self._eviction_warning()
+        if evicts:
+            warning = f"{warning}; {evicts}" if warning else evicts
+        return said, warning
+
+    def _eviction_warning(self) -> str | None:
+        """A warning when a full Redis would delete keys (jobs among them) to make room."""
+        found = self.persistence() or {}
+        policy = found.get("maxmemory-policy", "noeviction")
+        if found.get("maxmemory", "0") in ("0", "") or policy == "noeviction":
+            return None
+        return (
+            f"Redis at {self.where} has maxmemory-policy {policy}: when its memory fills it "
+            "deletes keys, jobs among them; set maxmemory-policy noeviction"
+        )
+
+    def _durability(self) -> tuple[str, str | None]:
         found = self.persistence()
         if found is None:
             return "persistence unknown", (
