@@ -224,7 +224,7 @@ PLANNED = {
 }
 SQLITE_PLANNED = {
     **PLANNED,
-    "stats_counts": ("jobs_queue_state",),  # from the index alone
+    "stats_counts": ("jobs_queued", "jobs_running_lease"),  # live jobs only
 }
 PG_PLANNED = PLANNED
 SQLITE_PARAMS: dict[str, Any] = {

@@ -246,7 +246,82 @@ SELECT * FROM events WHERE job_id = :job_id ORDER BY seq
 SELECT * FROM events WHERE seq > :seq ORDER BY seq LIMIT :limit
 
 -- name: stats_counts
-SELECT queue, state, count(*) FROM jobs GROUP BY queue, state
+-- Jobs per queue and state, without reading the finished ones: queued and
+-- running jobs from their partial indexes, finished jobs from finished_counts
+-- plus the events not yet folded into it (see migration 011). The same cost at
+-- a thousand finished jobs and at a hundred million.
+SELECT queue, state, sum(n) FROM (
+    SELECT queue, state, jobs AS n FROM finished_counts
+    UNION ALL
+    SELECT queue, kind, count(*) FROM events
+    WHERE seq > (SELECT seq FROM finished_counts_folded)
+      AND kind IN ('succeeded', 'failed', 'cancelled')
+    GROUP BY queue, kind
+    UNION ALL
+    SELECT queue, 'queued', count(*) FROM jobs INDEXED BY jobs_queued
+    WHERE state = 'queued' GROUP BY queue
+    UNION ALL
+    SELECT queue, 'running', count(*) FROM jobs INDEXED BY jobs_running_lease
+    WHERE state = 'running' GROUP BY queue
+)
+GROUP BY queue, state
+HAVING sum(n) <> 0
+
+-- name: finished_counts_offset
+-- The newest event folded into finished_counts, and the newest event.
+SELECT (SELECT seq FROM finished_counts_folded), (SELECT coalesce(max(seq), 0) FROM events)
+
+-- name: finished_counts_fold
+-- Add the finishes recorded by events after the folded offset, up to :upto (the
+-- caller moves the offset there in the same transaction). One writer at a time:
+-- events commit in seq order, so none can appear below :upto later.
+INSERT INTO finished_counts (queue, state, jobs)
+SELECT queue, kind, count(*) FROM events
+WHERE seq > (SELECT seq FROM finished_counts_folded) AND seq <= :upto
+  AND kind IN ('succeeded', 'failed', 'cancelled')
+GROUP BY queue, kind
+ON CONFLICT (queue, state) DO UPDATE SET jobs = jobs + excluded.jobs
+
+-- name: finished_counts_fold_offset
+UPDATE finished_counts_folded SET seq = :upto WHERE seq < :upto
+
+-- name: finished_counts_prune
+-- Queues whose finished jobs are all gone leave a zero behind: forget it.
+DELETE FROM finished_counts WHERE jobs = 0
+
+-- name: finished_counts_forget
+-- Before jobs :ids and their events are deleted, in the same transaction: take
+-- each finished one off its state's count, and add back its finishing events
+-- that were not yet folded (deleted, they will never be: their counts move
+-- into the table now).
+INSERT INTO finished_counts (queue, state, jobs)
+SELECT queue, state, sum(n) FROM (
+    SELECT queue, state, -1 AS n FROM jobs
+    WHERE id IN (SELECT value FROM json_each(:ids))
+      AND state IN ('succeeded', 'failed', 'cancelled')
+    UNION ALL
+    SELECT queue, kind, 1 FROM events
+    WHERE job_id IN (SELECT value FROM json_each(:ids))
+      AND kind IN ('succeeded', 'failed', 'cancelled')
+      AND seq > (SELECT seq FROM finished_counts_folded)
+)
+WHERE true  -- (an INSERT ... SELECT before ON CONFLICT needs a WHERE)
+GROUP BY queue, state
+ON CONFLICT (queue, state) DO UPDATE SET jobs = jobs + excluded.jobs
+
+-- name: finished_counts_add
+-- Change counts by :deltas, a JSON list of [queue, state, change]: a manual
+-- retry takes its jobs off the state they left, in its transaction.
+INSERT INTO finished_counts (queue, state, jobs)
+SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'),
+       sum(json_extract(value, '$[2]'))
+FROM json_each(:deltas)
+WHERE true
+GROUP BY 1, 2
+ON CONFLICT (queue, state) DO UPDATE SET jobs = jobs + excluded.jobs
+
+-- name: job_states
+SELECT id, queue, state FROM jobs WHERE id IN (SELECT value FROM json_each(:ids))
 
 -- name: stats_oldest_ready
 SELECT queue, min(run_at) FROM jobs
@@ -424,7 +499,7 @@ WHERE id IN (
                 AND other.state IN ('queued', 'running'))))
     ORDER BY j.id
     LIMIT :limit)
-RETURNING id
+RETURNING id, queue  -- every job retried here was failed
 
 -- ---------------------------------------------------------------------------
 -- The dashboard and /metrics.
