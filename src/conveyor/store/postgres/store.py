@@ -370,6 +370,7 @@ class PostgresStore:
             return [_row_to_event(r) for r in rows]
 
     def stats(self, now: datetime) -> Stats:
+        self._fold_finished_counts()
         with self._tx() as conn:
             # One transaction at REPEATABLE READ: every figure describes one moment.
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
@@ -403,6 +404,26 @@ class PostgresStore:
             finished_last_minute=finished,
             limits={status.queue: status for status in limits},
         )
+
+    def _fold_finished_counts(self) -> None:
+        """Add the finishes recorded since the last fold to finished_counts.
+
+        Stats read the table plus the events after its offset, and are exact
+        either way: folding keeps that tail short. Skipped while another fold
+        or a delete holds the offset (the next stats call folds).
+        """
+        with self._tx() as conn:
+            offset = conn.execute(_Q["finished_counts_lock_fold"]).fetchone()
+            if offset is None:
+                return
+            conn.execute(_Q["finished_counts_fold"], {"xid": offset[0], "seq": offset[1]})
+            conn.execute(_Q["finished_counts_prune"])
+
+    def _delete(self, name: str, params: dict[str, Any]) -> list[Any]:
+        """Run a statement that deletes jobs, with the lock its count changes need."""
+        with self._tx() as conn:
+            conn.execute(_Q["finished_counts_lock"])
+            return [r[0] for r in conn.execute(_Q[name], params)]
 
     def batch_status(self, batch: str) -> BatchStatus:
         with self._conn() as conn:
@@ -578,17 +599,14 @@ class PostgresStore:
         return []
 
     def job_purge(self, finished_before: datetime, limit: int = 10_000) -> int:
-        with self._conn() as conn:
-            return conn.execute(
-                _Q["job_purge"], {"before": finished_before, "limit": limit}
-            ).rowcount
+        (count,) = self._delete("job_purge", {"before": finished_before, "limit": limit})
+        return int(count)
 
     def job_delete_terminal(self, job_ids: Sequence[int], finished_before: datetime) -> list[int]:
         if not job_ids:
             return []
         params = {"ids": list(job_ids), "before": finished_before}
-        with self._conn() as conn:
-            return [r[0] for r in conn.execute(_Q["job_delete_terminal"], params)]
+        return self._delete("job_delete_terminal", params)
 
     def queue_pause(self, queue: str, now: datetime) -> None:
         self._change("queue_set_paused", {"name": queue, "paused": True, "now": now})
@@ -749,7 +767,7 @@ class PostgresStore:
     def job_delete_many(self, job_ids: Sequence[int]) -> list[int]:
         if not job_ids:
             return []
-        return sorted(self._change("job_delete_many", {"ids": list(job_ids)}))
+        return sorted(self._delete("job_delete_many", {"ids": list(job_ids)}))
 
     def job_run_now(self, job_ids: Sequence[int], now: datetime) -> list[int]:
         return self._change_ids("job_run_now", job_ids, now)
@@ -768,7 +786,8 @@ class PostgresStore:
         limit: int = 10_000,
     ) -> int:
         params = {"before": finished_before, "states": list(states), "queue": queue}
-        return self._change_none("job_purge_where", {**params, "limit": limit})
+        (count,) = self._delete("job_purge_where", {**params, "limit": limit})
+        return int(count)
 
     def job_purge_count(
         self, finished_before: datetime, states: Sequence[str], queue: str | None
@@ -780,9 +799,8 @@ class PostgresStore:
 
     def job_purge_beyond(self, queue: str, keep: int, limit: int = 10_000) -> int:
         params = {"queue": queue, "keep": keep, "limit": limit}
-        with self._conn() as conn:
-            row = conn.execute(_Q["job_purge_beyond"], params).fetchone()
-        return int(row[0]) if row else 0
+        (count,) = self._delete("job_purge_beyond", params)
+        return int(count)
 
     def queue_delete(self, queue: str) -> None:
         self._change_none("queue_delete", {"name": queue})
