@@ -224,7 +224,7 @@ PLANNED = {
 }
 SQLITE_PLANNED = {
     **PLANNED,
-    "stats_counts": ("jobs_queued", "jobs_running_lease"),  # live jobs only
+    "stats_queued": ("jobs_queued",),  # from the index alone
 }
 PG_PLANNED = PLANNED
 SQLITE_PARAMS: dict[str, Any] = {
@@ -238,6 +238,7 @@ SQLITE_PARAMS: dict[str, Any] = {
     "since": 0.0,
     "slot": 60.0,
     "after_id": 0,
+    "now": 0.0,
 }
 
 

@@ -336,24 +336,42 @@ SELECT seq, job_id, queue, task, kind, attempt, worker, at, error
 FROM events WHERE seq > %(seq)s ORDER BY seq LIMIT %(limit)s
 
 -- name: stats_counts
--- Jobs per queue and state, without reading the finished ones: queued and
--- running jobs from their partial indexes, finished jobs from finished_counts
--- plus the finishing events after its offset (see migration 011), all in the
--- caller's one snapshot. The same cost at a thousand finished jobs and at a
--- hundred million.
+-- Finished and running jobs per queue and state, without reading the finished
+-- ones: finished_counts plus the finishing events after its offset (read first,
+-- in the same snapshot: see migration 011), and running jobs from their partial
+-- index. The same cost at a thousand finished jobs and at a hundred million.
+-- Queued jobs: stats_queued.
 SELECT queue, state, sum(n)::bigint FROM (
     SELECT queue, state, jobs AS n FROM finished_counts
     UNION ALL
-    SELECT e.queue, e.kind, count(*) FROM events AS e, finished_counts_folded AS f
-    WHERE (e.xid, e.seq) > (f.xid, f.seq) AND e.kind IN ('succeeded', 'failed', 'cancelled')
-    GROUP BY e.queue, e.kind
+    SELECT queue, kind, count(*) FROM events
+    WHERE (xid, seq) > (%(xid)s::text::xid8, %(seq)s::bigint)
+      AND kind IN ('succeeded', 'failed', 'cancelled')
+    GROUP BY queue, kind
     UNION ALL
-    SELECT queue, state, count(*) FROM jobs WHERE state = 'queued' GROUP BY queue, state
-    UNION ALL
-    SELECT queue, state, count(*) FROM jobs WHERE state = 'running' GROUP BY queue, state
+    SELECT queue, 'running', count(*) FROM jobs WHERE state = 'running' GROUP BY queue
 ) AS counted
 GROUP BY queue, state
 HAVING sum(n) <> 0
+
+-- name: stats_folded
+SELECT xid::text, seq FROM finished_counts_folded
+
+-- name: stats_queued
+-- Queued jobs per queue: how many, the oldest due time among those due now, and
+-- how many are due later, from jobs_queued alone (it holds run_at).
+SELECT queue, count(*), min(run_at) FILTER (WHERE run_at <= %(now)s),
+       count(*) FILTER (WHERE run_at > %(now)s)
+FROM jobs
+WHERE state = 'queued'
+GROUP BY queue
+
+-- name: stats_retrying
+-- Of the queued jobs due later, those waiting after a failed attempt: the rows
+-- of due-later jobs only are read (run_at is checked in the index first).
+SELECT queue, count(*) FROM jobs
+WHERE state = 'queued' AND run_at > %(now)s AND error IS NOT NULL AND attempts > 0
+GROUP BY queue
 
 -- name: finished_counts_lock_fold
 -- A fold's lock on the offset; no row when another fold (or a delete) holds it:
@@ -423,11 +441,6 @@ uncounted AS (
     ORDER BY queue, was
     ON CONFLICT (queue, state) DO UPDATE SET jobs = finished_counts.jobs + excluded.jobs
 )
-
--- name: stats_oldest_ready
-SELECT queue, min(run_at) FROM jobs
-WHERE state = 'queued' AND run_at <= %(now)s
-GROUP BY queue
 
 -- name: stats_finished_since
 SELECT count(*) FROM jobs WHERE finished_at >= %(since)s
@@ -843,15 +856,6 @@ WHERE batch = %(batch)s::text
   AND (%(worker)s::text IS NULL OR worker = %(worker)s::text)
   AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s::text)) > 0)
 GROUP BY shown
-
--- name: stats_waiting
--- Queued jobs due later per queue: scheduled, and retrying (after a failed attempt).
-SELECT queue,
-       count(*) FILTER (WHERE error IS NULL OR attempts = 0),
-       count(*) FILTER (WHERE error IS NOT NULL AND attempts > 0)
-FROM jobs
-WHERE state = 'queued' AND run_at > %(now)s
-GROUP BY queue
 
 -- name: job_retry_many
 -- Manual retry of the failed or cancelled jobs among ids, with job_retry_failed's

@@ -374,17 +374,27 @@ class PostgresStore:
         with self._tx() as conn:
             # One transaction at REPEATABLE READ: every figure describes one moment.
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            counts = conn.execute(_Q["stats_counts"]).fetchall()
-            oldest = dict(conn.execute(_Q["stats_oldest_ready"], {"now": now}).fetchall())
+            folded = conn.execute(_Q["stats_folded"]).fetchone()
+            assert folded is not None, "finished_counts_folded has lost its row"
+            offset = {"xid": folded[0], "seq": folded[1]}
+            counts = conn.execute(_Q["stats_counts"], offset).fetchall()
+            queued = conn.execute(_Q["stats_queued"], {"now": now}).fetchall()
+            retrying = dict(conn.execute(_Q["stats_retrying"], {"now": now}).fetchall())
             since = now - timedelta(minutes=1)
             row = conn.execute(_Q["stats_finished_since"], {"since": since}).fetchone()
             finished = row[0] if row else 0
             paused = {name for name, p in conn.execute(_Q["queue_list"]) if p}
-            waiting = {q: (s, r) for q, s, r in conn.execute(_Q["stats_waiting"], {"now": now})}
             limits = self._limit_usage(conn, now)
         per_queue: dict[str, dict[str, int]] = {}
         for queue, state, count in counts:
             per_queue.setdefault(queue, {})[state] = count
+        oldest: dict[str, datetime] = {}
+        waiting: dict[str, tuple[int, int]] = {}
+        for queue, count, oldest_ready, later in queued:
+            per_queue.setdefault(queue, {})[JobState.QUEUED.value] = count
+            if oldest_ready is not None:
+                oldest[queue] = oldest_ready
+            waiting[queue] = (later - retrying.get(queue, 0), retrying.get(queue, 0))
         for queue in paused:
             per_queue.setdefault(queue, {})
         return Stats(

@@ -246,10 +246,10 @@ SELECT * FROM events WHERE job_id = :job_id ORDER BY seq
 SELECT * FROM events WHERE seq > :seq ORDER BY seq LIMIT :limit
 
 -- name: stats_counts
--- Jobs per queue and state, without reading the finished ones: queued and
--- running jobs from their partial indexes, finished jobs from finished_counts
--- plus the events not yet folded into it (see migration 011). The same cost at
--- a thousand finished jobs and at a hundred million.
+-- Finished and running jobs per queue and state, without reading the finished
+-- ones: finished_counts plus the finishing events not yet folded into it (see
+-- migration 011), and running jobs from their partial index. The same cost at a
+-- thousand finished jobs and at a hundred million. Queued jobs: stats_queued.
 SELECT queue, state, sum(n) FROM (
     SELECT queue, state, jobs AS n FROM finished_counts
     UNION ALL
@@ -258,14 +258,27 @@ SELECT queue, state, sum(n) FROM (
       AND kind IN ('succeeded', 'failed', 'cancelled')
     GROUP BY queue, kind
     UNION ALL
-    SELECT queue, 'queued', count(*) FROM jobs INDEXED BY jobs_queued
-    WHERE state = 'queued' GROUP BY queue
-    UNION ALL
     SELECT queue, 'running', count(*) FROM jobs INDEXED BY jobs_running_lease
     WHERE state = 'running' GROUP BY queue
 )
 GROUP BY queue, state
 HAVING sum(n) <> 0
+
+-- name: stats_queued
+-- Queued jobs per queue: how many, the oldest due time among those due now, and
+-- how many are due later, from jobs_queued alone (it holds run_at).
+SELECT queue, count(*), min(CASE WHEN run_at <= :now THEN run_at END),
+       sum(run_at > :now)
+FROM jobs INDEXED BY jobs_queued
+WHERE state = 'queued'
+GROUP BY queue
+
+-- name: stats_retrying
+-- Of the queued jobs due later, those waiting after a failed attempt: the rows
+-- of due-later jobs only are read (run_at is checked in the index first).
+SELECT queue, count(*) FROM jobs INDEXED BY jobs_queued
+WHERE state = 'queued' AND run_at > :now AND error IS NOT NULL AND attempts > 0
+GROUP BY queue
 
 -- name: finished_counts_offset
 -- The newest event folded into finished_counts, and the newest event.
@@ -322,11 +335,6 @@ ON CONFLICT (queue, state) DO UPDATE SET jobs = jobs + excluded.jobs
 
 -- name: job_states
 SELECT id, queue, state FROM jobs WHERE id IN (SELECT value FROM json_each(:ids))
-
--- name: stats_oldest_ready
-SELECT queue, min(run_at) FROM jobs
-WHERE state = 'queued' AND run_at <= :now
-GROUP BY queue
 
 -- name: stats_finished_since
 SELECT count(*) FROM jobs WHERE finished_at >= :since
@@ -768,15 +776,6 @@ WHERE batch = :batch
   AND (:worker IS NULL OR worker = :worker)
   AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
 GROUP BY shown
-
--- name: stats_waiting
--- Queued jobs due later per queue: scheduled, and retrying (after a failed attempt).
-SELECT queue,
-       sum(CASE WHEN error IS NOT NULL AND attempts > 0 THEN 0 ELSE 1 END),
-       sum(CASE WHEN error IS NOT NULL AND attempts > 0 THEN 1 ELSE 0 END)
-FROM jobs
-WHERE state = 'queued' AND run_at > :now
-GROUP BY queue
 
 -- name: job_retry_many
 -- Manual retry of the failed or cancelled jobs among :ids, with job_retry_failed's

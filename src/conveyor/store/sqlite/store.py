@@ -327,19 +327,24 @@ class SQLiteStore:
         conn.execute("BEGIN")
         try:
             counts = conn.execute(_Q["stats_counts"]).fetchall()
-            oldest = dict(conn.execute(_Q["stats_oldest_ready"], {"now": _ts(now)}).fetchall())
+            queued = conn.execute(_Q["stats_queued"], {"now": _ts(now)}).fetchall()
+            retrying = dict(conn.execute(_Q["stats_retrying"], {"now": _ts(now)}).fetchall())
             since = _ts(now - timedelta(minutes=1))
             finished = conn.execute(_Q["stats_finished_since"], {"since": since}).fetchone()[0]
             paused = {name for name, p in conn.execute(_Q["queue_list"]) if p}
-            waiting = {
-                q: (s, r) for q, s, r in conn.execute(_Q["stats_waiting"], {"now": _ts(now)})
-            }
             limits = self._limit_usage(conn, now)
         finally:
             conn.execute("COMMIT")
         per_queue: dict[str, dict[str, int]] = {}
         for queue, state, count in counts:
             per_queue.setdefault(queue, {})[state] = count
+        oldest: dict[str, float] = {}
+        waiting: dict[str, tuple[int, int]] = {}
+        for queue, count, oldest_ready, later in queued:
+            per_queue.setdefault(queue, {})[JobState.QUEUED.value] = count
+            if oldest_ready is not None:
+                oldest[queue] = oldest_ready
+            waiting[queue] = (later - retrying.get(queue, 0), retrying.get(queue, 0))
         for queue in paused:
             per_queue.setdefault(queue, {})
         return Stats(
