@@ -374,6 +374,9 @@ class PostgresStore:
         with self._tx() as conn:
             # One transaction at REPEATABLE READ: every figure describes one moment.
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            # Planned for the values: a generic plan of the events after the
+            # offset, or of the last minute's finishes, reads the whole table.
+            conn.execute(_Q["plan_for_values"])
             folded = conn.execute(_Q["stats_folded"]).fetchone()
             assert folded is not None, "finished_counts_folded has lost its row"
             offset = {"xid": folded[0], "seq": folded[1]}
@@ -426,6 +429,7 @@ class PostgresStore:
             offset = conn.execute(_Q["finished_counts_lock_fold"]).fetchone()
             if offset is None:
                 return
+            conn.execute(_Q["plan_for_values"])  # the events after this offset only
             conn.execute(_Q["finished_counts_fold"], {"xid": offset[0], "seq": offset[1]})
             conn.execute(_Q["finished_counts_prune"])
 
