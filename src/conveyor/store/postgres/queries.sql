@@ -614,10 +614,12 @@ WHERE xid < pg_snapshot_xmin(pg_current_snapshot())
 GROUP BY queue, kind
 
 -- name: event_offset
+-- Ordered by the table's columns (events.xid, not the output column of that
+-- name, a bigint): walks events_xid backwards instead of sorting every event.
 SELECT xid::text::bigint, seq
 FROM events
 WHERE xid < pg_snapshot_xmin(pg_current_snapshot())
-ORDER BY xid DESC, seq DESC
+ORDER BY events.xid DESC, events.seq DESC
 LIMIT 1
 
 -- name: job_run_time_histogram
