@@ -226,7 +226,11 @@ SQLITE_PLANNED = {
     **PLANNED,
     "stats_queued": ("jobs_queued",),  # from the index alone
 }
-PG_PLANNED = PLANNED
+PG_PLANNED = {
+    **PLANNED,
+    "stats_queued": ("jobs_queued",),
+    "event_offset": ("events_xid",),  # backwards from the newest, not a sort of all
+}
 SQLITE_PARAMS: dict[str, Any] = {
     "state": "failed",
     "queue": "q",

@@ -24,7 +24,12 @@ from psycopg.rows import tuple_row
 from psycopg.types.string import TextLoader
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from conveyor.errors import ConfigurationError, JobStateError, StoreUnavailableError
+from conveyor.errors import (
+    ConfigurationError,
+    JobStateError,
+    SchemaMissingError,
+    StoreUnavailableError,
+)
 from conveyor.job import Event, Job, JobState, NewJob
 from conveyor.limits import Limit, QueueLimits
 from conveyor.store.base import (
@@ -378,7 +383,11 @@ class PostgresStore:
             # offset, or of the last minute's finishes, reads the whole table.
             conn.execute(_Q["plan_for_values"])
             folded = conn.execute(_Q["stats_folded"]).fetchone()
-            assert folded is not None, "finished_counts_folded has lost its row"
+            if folded is None:
+                raise SchemaMissingError(
+                    f"{self.description}: table finished_counts_folded has lost its one row "
+                    "(emptied by hand?); restore a backup, or run migration 011's fill again"
+                )
             offset = {"xid": folded[0], "seq": folded[1]}
             counts = conn.execute(_Q["stats_counts"], offset).fetchall()
             queued = conn.execute(_Q["stats_queued"], {"now": now}).fetchall()
