@@ -456,3 +456,45 @@ def test_postgres_migration_counts_an_existing_database(pg_clean_dsn: str) -> No
             assert direct_counts(pg_clean_dsn)[("b", "succeeded")] == 1
         finally:
             store.close()
+
+
+# --- stats never wait for a writer ---------------------------------------------------------------
+
+
+def test_sqlite_stats_do_not_wait_for_another_writer(tmp_path: Path) -> None:
+    """A long write elsewhere (a purge, a migration) holds the lock: stats skip the fold."""
+    dsn = f"sqlite:///{tmp_path / 'busy.db'}"
+    store = open_store(dsn)
+    try:
+        store.job_insert_many([NewJob("q", "t", "[]", "{}", run_at=START)], START)
+        (job,) = store.job_claim(["q"], 1, "w", LEASE, START)
+        store.job_finish([Finish.complete(job.id, job.lease_token or "", None)], START)
+        other = sqlite3.connect(tmp_path / "busy.db", isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        try:
+            started = time.monotonic()
+            assert stats_counts(store, START) == {("q", "succeeded"): 1}
+            assert time.monotonic() - started < 5  # not the 30 s busy timeout
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        assert stats_counts(store, START) == {("q", "succeeded"): 1}  # folded now
+        conn = sqlite3.connect(tmp_path / "busy.db")
+        assert conn.execute("SELECT state, jobs FROM finished_counts").fetchall() == [
+            ("succeeded", 1)
+        ]
+        conn.close()
+    finally:
+        store.close()
+
+
+def test_postgres_stats_do_not_wait_for_a_delete(pg_store: tuple[Store, str]) -> None:
+    """A delete holding the offset's lock: stats read without folding, exact all the same."""
+    store, dsn = pg_store
+    (job_id, token), _ = _claimed(store, 2)
+    store.job_finish([Finish.complete(job_id, token, None)])
+    with psycopg.connect(dsn) as deleting:
+        deleting.execute("SELECT 1 FROM finished_counts_folded FOR UPDATE")
+        assert stats_counts(store, START) == {("q", "running"): 1, ("q", "succeeded"): 1}
+        deleting.rollback()
+    assert stats_counts(store, START) == direct_counts(dsn)

@@ -432,15 +432,19 @@ class PostgresStore:
 
         Stats read the table plus the events after its offset, and are exact
         either way: folding keeps that tail short. Skipped while another fold
-        or a delete holds the offset (the next stats call folds).
+        or a delete holds the offset (the next stats call folds), and on a
+        read-only server (a hot standby: stats there read without folding).
         """
-        with self._tx() as conn:
-            offset = conn.execute(_Q["finished_counts_lock_fold"]).fetchone()
-            if offset is None:
-                return
-            conn.execute(_Q["plan_for_values"])  # the events after this offset only
-            conn.execute(_Q["finished_counts_fold"], {"xid": offset[0], "seq": offset[1]})
-            conn.execute(_Q["finished_counts_prune"])
+        try:
+            with self._tx() as conn:
+                offset = conn.execute(_Q["finished_counts_lock_fold"]).fetchone()
+                if offset is None:
+                    return
+                conn.execute(_Q["plan_for_values"])  # the events after this offset only
+                conn.execute(_Q["finished_counts_fold"], {"xid": offset[0], "seq": offset[1]})
+                conn.execute(_Q["finished_counts_prune"])
+        except pg_errors.ReadOnlySqlTransaction:
+            return
 
     def _delete(self, name: str, params: dict[str, Any]) -> list[Any]:
         """Run a statement that deletes jobs, with the lock its count changes need."""

@@ -369,19 +369,30 @@ class SQLiteStore:
         """Add the finishes recorded since the last fold to finished_counts.
 
         Stats read the table plus the events after its offset, and are exact
-        either way: folding keeps that tail short. A short write, and none when
-        nothing happened since the last fold.
+        either way: folding keeps that tail short. A short write, none when
+        nothing happened since the last fold, and skipped when another writer
+        holds the lock (a long purge, a migration): stats never wait for it.
         """
-        folded, newest = self._conn().execute(_Q["finished_counts_offset"]).fetchone()
-        if newest <= folded:
+        conn = self._conn()
+        folded, newest = conn.execute(_Q["finished_counts_offset"]).fetchone()
+        if newest <= folded or not self._writer.acquire(blocking=False):
             return
-        with self._write() as conn:
-            # Read again under the write lock: another process may have folded.
-            folded, newest = conn.execute(_Q["finished_counts_offset"]).fetchone()
-            if newest > folded:
-                conn.execute(_Q["finished_counts_fold"], {"upto": newest})
-                conn.execute(_Q["finished_counts_fold_offset"], {"upto": newest})
-                conn.execute(_Q["finished_counts_prune"])
+        try:
+            conn.execute("PRAGMA busy_timeout = 0")  # another process's write: skip
+            with immediate_transaction(conn):
+                # Read again under the write lock: another process may have folded.
+                folded, newest = conn.execute(_Q["finished_counts_offset"]).fetchone()
+                if newest > folded:
+                    conn.execute(_Q["finished_counts_fold"], {"upto": newest})
+                    conn.execute(_Q["finished_counts_fold_offset"], {"upto": newest})
+                    conn.execute(_Q["finished_counts_prune"])
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc):
+                raise
+        finally:
+            # Back to the store's own wait (milliseconds: an integer we made).
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            self._writer.release()
 
     def _delete_jobs(self, conn: sqlite3.Connection, ids: list[int]) -> None:
         """Delete jobs and their events, their counts with them (in the caller's transaction)."""
