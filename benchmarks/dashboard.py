@@ -2,13 +2,20 @@
 
     python benchmarks/dashboard.py                      # both backends (starts a PostgreSQL)
     python benchmarks/dashboard.py --backend sqlite --jobs 200000
+    python benchmarks/dashboard.py --jobs 10000000 --write-speed
     python benchmarks/dashboard.py --write-cost     # what the dashboard's indexes cost workers
 
-Fills the tables with SQL (a day of work: 98% succeeded, 2% queued, one job in
-a thousand failed with a traceback, twenty queues, 5% of jobs in batches, two
+Fills the tables with SQL (a day of work and its history: the newest million
+jobs are 98% succeeded and 2% queued, older ones all finished; one job in a
+thousand failed with a traceback, twenty queues, 5% of jobs in batches, two
 events per job), then times each read of the dashboard and /metrics: the
 median of ``--rounds`` calls, in milliseconds. Keyset pages are timed at the
-newest page and deep in the table (below the middle id).
+newest page and deep in the table (below the middle id). The backlog (queued
+jobs) is the same at a million jobs and at ten: what grows is history.
+
+``--write-speed`` also times a producer and a worker on the filled database and
+on an empty one, alternating (median of ``--rounds``): enqueue_many of 1,000
+jobs a call, and the store's claim of 10 then complete, in jobs/s.
 
 ``--write-cost`` instead measures a worker's claim-10-then-complete loop (jobs/s)
 on a fresh database with and without the index of migration 003, in
@@ -18,6 +25,7 @@ alternating rounds (the machine is noisy), median of ``--rounds``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import tempfile
@@ -41,11 +49,12 @@ WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < :count)
 INSERT INTO jobs (id, queue, task, state, args, run_at, created_at, attempts, batch,
                   started_at, finished_at, error)
 SELECT i, 'q' || (i % 20), 't' || (i % 7),
-       CASE WHEN i % 1000 = 0 THEN 'failed' WHEN i % 50 = 1 THEN 'queued' ELSE 'succeeded' END,
+       CASE WHEN i % 1000 = 0 THEN 'failed'
+            WHEN i % 50 = 1 AND i > :count - 1000000 THEN 'queued' ELSE 'succeeded' END,
        '[' || i || ']', :now - (:count - i) * 0.08, :now - (:count - i) * 0.08, 1,
        CASE WHEN i % 100 < 5 THEN 'b' || (i / 10000) END,
-       CASE WHEN i % 50 <> 1 THEN :now - (:count - i) * 0.08 END,
-       CASE WHEN i % 50 <> 1 THEN :now - (:count - i) * 0.08 + 0.05 END,
+       CASE WHEN i % 50 <> 1 OR i <= :count - 1000000 THEN :now - (:count - i) * 0.08 END,
+       CASE WHEN i % 50 <> 1 OR i <= :count - 1000000 THEN :now - (:count - i) * 0.08 + 0.05 END,
        CASE WHEN i % 1000 = 0 THEN 'Traceback (most recent call last):' || char(10) ||
             '  File "app.py", line 12, in fetch' || char(10) ||
             'TimeoutError: upstream ' || (i % 7) || ' did not answer' END
@@ -63,16 +72,31 @@ PG_FILL = """
 INSERT INTO jobs (id, queue, task, state, args, run_at, created_at, attempts, batch,
                   started_at, finished_at, error)
 SELECT i, 'q' || (i %% 20), 't' || (i %% 7),
-       CASE WHEN i %% 1000 = 0 THEN 'failed' WHEN i %% 50 = 1 THEN 'queued' ELSE 'succeeded' END,
+       CASE WHEN i %% 1000 = 0 THEN 'failed'
+            WHEN i %% 50 = 1 AND i > %(count)s - 1000000 THEN 'queued' ELSE 'succeeded' END,
        jsonb_build_array(i), t, t, 1,
        CASE WHEN i %% 100 < 5 THEN 'b' || (i / 10000) END,
-       CASE WHEN i %% 50 <> 1 THEN t END,
-       CASE WHEN i %% 50 <> 1 THEN t + interval '50 ms' END,
+       CASE WHEN i %% 50 <> 1 OR i <= %(count)s - 1000000 THEN t END,
+       CASE WHEN i %% 50 <> 1 OR i <= %(count)s - 1000000 THEN t + interval '50 ms' END,
        CASE WHEN i %% 1000 = 0 THEN 'Traceback (most recent call last):' || chr(10) ||
             '  File "app.py", line 12, in fetch' || chr(10) ||
             'TimeoutError: upstream ' || (i %% 7) || ' did not answer' END
 FROM generate_series(1, %(count)s) AS i,
      LATERAL (SELECT %(now)s::timestamptz - (%(count)s - i) * interval '80 ms' AS t) AS times
+"""
+
+# Jobs written by SQL bypass the store: count the finished ones as migration 011
+# counts an existing database, every event folded (nothing else is running).
+COUNTS = """
+INSERT INTO finished_counts (queue, state, jobs)
+SELECT queue, state, count(*) FROM jobs
+WHERE state IN ('succeeded', 'failed', 'cancelled')
+GROUP BY queue, state
+"""
+SQLITE_FOLDED = "UPDATE finished_counts_folded SET seq = (SELECT max(seq) FROM events)"
+PG_FOLDED = """
+UPDATE finished_counts_folded
+SET (xid, seq) = (SELECT xid, seq FROM events ORDER BY xid DESC, seq DESC LIMIT 1)
 """
 
 
@@ -84,6 +108,8 @@ def fill(app: App, dsn: str, count: int) -> None:
         conn = sqlite3.connect(dsn.removeprefix("sqlite:///"))
         conn.execute(SQLITE_FILL, {"count": count, "now": now.timestamp()})
         conn.execute(EVENTS)
+        conn.execute(COUNTS)
+        conn.execute(SQLITE_FOLDED)
         conn.execute("UPDATE counters SET value = ? WHERE name = 'jobs'", (count,))
         conn.commit()
         conn.execute("ANALYZE")
@@ -94,6 +120,8 @@ def fill(app: App, dsn: str, count: int) -> None:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(PG_FILL, {"count": count, "now": now})
             conn.execute(EVENTS)
+            conn.execute(COUNTS)
+            conn.execute(PG_FOLDED)
             conn.execute("SELECT setval('jobs_id_seq', %s)", (count,))
             conn.execute("VACUUM ANALYZE jobs")
             conn.execute("VACUUM ANALYZE events")
@@ -191,12 +219,79 @@ def measure(dsn: str, count: int, rounds: int) -> list[tuple[str, float]]:
                 ),
             ),
             ("stats (counts per queue and state)", app.stats),
+            ("overview (stats + last hour's throughput)", lambda: overview(app)),
         ]
         results = [(name, timed(call, rounds)) for name, call in reads]
         metrics = Metrics(app)
         results.append(("/metrics, first scrape", timed(metrics.render, 1)))
         results.append(("/metrics, next scrapes", timed(metrics.render, rounds)))
         return results
+
+
+def overview(app: App) -> None:
+    """What the dashboard's overview page reads."""
+    app.stats()
+    app.store.stats_finished_per_slot(utcnow() - timedelta(hours=1), timedelta(minutes=1))
+
+
+#: Jobs each round of --write-speed enqueues, then claims and completes.
+WRITE_JOBS = 20_000
+
+
+def enqueue_rate(app: App) -> float:
+    """Jobs/s of enqueue_many, 1,000 jobs a call, into the queue "default"."""
+    calls = [((n,), {}) for n in range(1000)]
+    started = time.perf_counter()
+    for _ in range(WRITE_JOBS // 1000):
+        app.enqueue_calls("bench.noop", calls, _options())
+    return WRITE_JOBS / (time.perf_counter() - started)
+
+
+def claim_rate(app: App) -> float:
+    """Jobs/s of the store's claim of 10 then complete, until "default" is empty."""
+    store = app.store
+    done = 0
+    started = time.perf_counter()
+    while True:
+        jobs = store.job_claim(["default"], 10, "w1", timedelta(seconds=60), utcnow())
+        if not jobs:
+            break
+        store.job_finish([Finish.complete(j.id, j.lease_token or "", None) for j in jobs])
+        done += len(jobs)
+    return done / (time.perf_counter() - started)
+
+
+def write_speed(dsns: dict[str, str], rounds: int) -> dict[str, tuple[float, float]]:
+    """(enqueue, claim + complete) jobs/s on each database, median of alternating rounds."""
+    rates: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in dsns}
+    apps = {name: App(dsn) for name, dsn in dsns.items()}
+    try:
+        for app in apps.values():
+            app.migrate()
+        for _ in range(rounds):
+            for name, app in apps.items():
+                rates[name][0].append(enqueue_rate(app))
+                rates[name][1].append(claim_rate(app))
+                # Untimed: the round's jobs go, so the empty store stays empty
+                # and the full one keeps its size.
+                while app.store.job_purge_where(utcnow(), ["succeeded"], "default"):
+                    pass
+    finally:
+        for app in apps.values():
+            app.close()
+    return {
+        name: (statistics.median(enq), statistics.median(claim))
+        for name, (enq, claim) in rates.items()
+    }
+
+
+def print_write_speed(backend: str, count: int, speeds: dict[str, tuple[float, float]]) -> None:
+    empty, full = speeds["empty"], speeds["full"]
+    print(f"| {backend}, jobs/s (median) | empty store | {count:,} finished jobs | change |")
+    print("|---|---:|---:|---:|")
+    for i, name in enumerate(("enqueue_many, 1,000 a call", "claim 10 + complete")):
+        change = (full[i] - empty[i]) / empty[i] * 100
+        print(f"| {name} | {empty[i]:,.0f} | {full[i]:,.0f} | {change:+.1f}% |")
 
 
 def main() -> None:
@@ -208,26 +303,58 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--write-cost", action="store_true")
+    parser.add_argument(
+        "--write-speed",
+        action="store_true",
+        help="also time enqueue and claim on the filled database and on an empty one",
+    )
     options = parser.parse_args()
     if options.write_cost:
         main_write_cost(options)
         return
     table: dict[str, list[tuple[str, float]]] = {}
+    speeds: dict[str, dict[str, tuple[float, float]]] = {}
     if options.backend in ("sqlite", "all"):
         with tempfile.TemporaryDirectory() as folder:
             print("sqlite", file=sys.stderr)
             dsn = f"sqlite:///{folder}/dashboard.db"
             table["SQLite"] = measure(dsn, options.jobs, options.rounds)
+            if options.write_speed:
+                empty = f"sqlite:///{folder}/empty.db"
+                speeds["SQLite"] = write_speed({"empty": empty, "full": dsn}, options.rounds)
     if options.backend in ("postgres", "all"):
         with postgres(options.pg_dsn) as dsn:
             print("postgres", file=sys.stderr)
             table["PostgreSQL"] = measure(dsn, options.jobs, options.rounds)
+            if options.write_speed:
+                with scratch_database(dsn) as empty:
+                    dsns = {"empty": empty, "full": dsn}
+                    speeds["PostgreSQL"] = write_speed(dsns, options.rounds)
     backends = list(table)
     print(f"| read, {options.jobs:,} jobs (ms, median) | " + " | ".join(backends) + " |")
     print("|---|" + "---:|" * len(backends))
     names = [name for name, _ in next(iter(table.values()))]
     for i, name in enumerate(names):
         print(f"| {name} | " + " | ".join(f"{table[b][i][1]:.1f}" for b in backends) + " |")
+    for backend, speed in speeds.items():
+        print()
+        print_write_speed(backend, options.jobs, speed)
+
+
+@contextlib.contextmanager
+def scratch_database(base: str) -> Iterator[str]:
+    """A new empty database on the server of ``base``, dropped after."""
+    import psycopg
+    from psycopg import sql
+
+    name = "bench_empty"
+    with psycopg.connect(base, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield urlunsplit(urlsplit(base)._replace(path="/" + name))
+    finally:
+        with psycopg.connect(base, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 def main_write_cost(options: argparse.Namespace) -> None:

@@ -224,9 +224,13 @@ PLANNED = {
 }
 SQLITE_PLANNED = {
     **PLANNED,
-    "stats_counts": ("jobs_queue_state",),  # from the index alone
+    "stats_queued": ("jobs_queued",),  # from the index alone
 }
-PG_PLANNED = PLANNED
+PG_PLANNED = {
+    **PLANNED,
+    "stats_queued": ("jobs_queued",),
+    "event_offset": ("events_xid",),  # backwards from the newest, not a sort of all
+}
 SQLITE_PARAMS: dict[str, Any] = {
     "state": "failed",
     "queue": "q",
@@ -238,6 +242,7 @@ SQLITE_PARAMS: dict[str, Any] = {
     "since": 0.0,
     "slot": 60.0,
     "after_id": 0,
+    "now": 0.0,
 }
 
 

@@ -280,7 +280,12 @@ FROM changed
 
 -- name: job_retry
 -- Manual retry of a failed or cancelled job, unless another live job now holds its key.
-WITH changed AS (
+-- The row is locked first, so the state it leaves (taken off finished_counts) is
+-- the state it had.
+WITH picked AS MATERIALIZED (
+    SELECT id, state FROM jobs WHERE id = %(id)s AND state IN ('failed', 'cancelled')
+    FOR UPDATE
+), changed AS (
     UPDATE jobs
     SET state = 'queued',
         attempts = 0,
@@ -293,16 +298,18 @@ WITH changed AS (
         progress_message = NULL,
         started_at = NULL,
         finished_at = NULL
-    WHERE id = %(id)s AND state IN ('failed', 'cancelled')
+    FROM picked
+    WHERE jobs.id = picked.id AND jobs.state IN ('failed', 'cancelled')
       AND (key IS NULL OR NOT EXISTS (
           SELECT 1 FROM jobs AS other
           WHERE other.queue = jobs.queue AND other.key = jobs.key
             AND other.state IN ('queued', 'running')))
-    RETURNING id, queue, task, attempts
+    RETURNING jobs.id, jobs.queue, jobs.task, jobs.attempts, picked.state AS was
 ), changed_events AS (
     INSERT INTO events (job_id, queue, task, kind, attempt, at)
     SELECT id, queue, task, 'manual_retry', attempts, %(now)s FROM changed
-)
+),
+{{finished_counts_retried}}
 SELECT changed.id, pg_notify('conveyor_jobs', changed.queue) FROM changed
 
 -- name: job_purge
@@ -313,9 +320,12 @@ WITH doomed AS MATERIALIZED (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), gone_events AS (
-    DELETE FROM events WHERE job_id IN (SELECT id FROM doomed)
-)
-DELETE FROM jobs WHERE id IN (SELECT id FROM doomed)
+    DELETE FROM events WHERE job_id IN (SELECT id FROM doomed) RETURNING queue, kind, xid, seq
+), gone AS (
+    DELETE FROM jobs WHERE id IN (SELECT id FROM doomed) RETURNING id, queue, state
+),
+{{finished_counts_forget}}
+SELECT count(*) FROM gone
 
 -- name: event_list
 SELECT seq, job_id, queue, task, kind, attempt, worker, at, error
@@ -326,12 +336,111 @@ SELECT seq, job_id, queue, task, kind, attempt, worker, at, error
 FROM events WHERE seq > %(seq)s ORDER BY seq LIMIT %(limit)s
 
 -- name: stats_counts
-SELECT queue, state, count(*) FROM jobs GROUP BY queue, state
+-- Finished and running jobs per queue and state, without reading the finished
+-- ones: finished_counts plus the finishing events after its offset (read first,
+-- in the same snapshot: see migration 011), and running jobs from their partial
+-- index. The same cost at a thousand finished jobs and at a hundred million.
+-- Queued jobs: stats_queued.
+SELECT queue, state, sum(n)::bigint FROM (
+    SELECT queue, state, jobs AS n FROM finished_counts
+    UNION ALL
+    SELECT queue, kind, count(*) FROM events
+    WHERE (xid, seq) > (%(xid)s::text::xid8, %(seq)s::bigint)
+      AND kind IN ('succeeded', 'failed', 'cancelled')
+    GROUP BY queue, kind
+    UNION ALL
+    SELECT queue, 'running', count(*) FROM jobs WHERE state = 'running' GROUP BY queue
+) AS counted
+GROUP BY queue, state
+HAVING sum(n) <> 0
 
--- name: stats_oldest_ready
-SELECT queue, min(run_at) FROM jobs
-WHERE state = 'queued' AND run_at <= %(now)s
+-- name: stats_folded
+SELECT xid::text, seq FROM finished_counts_folded
+
+-- name: stats_queued
+-- Queued jobs per queue: how many, the oldest due time among those due now, and
+-- how many are due later, from jobs_queued alone (it holds run_at).
+SELECT queue, count(*), min(run_at) FILTER (WHERE run_at <= %(now)s),
+       count(*) FILTER (WHERE run_at > %(now)s)
+FROM jobs
+WHERE state = 'queued'
 GROUP BY queue
+
+-- name: stats_retrying
+-- Of the queued jobs due later, those waiting after a failed attempt: the rows
+-- of due-later jobs only are read (run_at is checked in the index first).
+SELECT queue, count(*) FROM jobs
+WHERE state = 'queued' AND run_at > %(now)s AND error IS NOT NULL AND attempts > 0
+GROUP BY queue
+
+-- name: finished_counts_lock_fold
+-- A fold's lock on the offset; no row when another fold (or a delete) holds it:
+-- then this one is skipped (stats are exact without it).
+SELECT xid::text, seq FROM finished_counts_folded FOR UPDATE SKIP LOCKED
+
+-- name: finished_counts_fold
+-- Add the finishes recorded by the events after the offset to finished_counts,
+-- and move the offset past every event counted. As event_count_by_kind, only
+-- events of transactions below the oldest one still running, in (xid, seq)
+-- order: a transaction that commits a lower seq later is counted then, once.
+-- Rows are changed in (queue, state) order, as every writer of them does.
+WITH counted AS MATERIALIZED (
+    SELECT queue, kind, xid, seq FROM events
+    WHERE xid < pg_snapshot_xmin(pg_current_snapshot())
+      AND (xid, seq) > (%(xid)s::text::xid8, %(seq)s::bigint)
+), added AS (
+    INSERT INTO finished_counts (queue, state, jobs)
+    SELECT queue, kind, count(*) FROM counted
+    WHERE kind IN ('succeeded', 'failed', 'cancelled')
+    GROUP BY queue, kind
+    ORDER BY queue, kind
+    ON CONFLICT (queue, state) DO UPDATE SET jobs = finished_counts.jobs + excluded.jobs
+), newest AS (
+    SELECT xid, seq FROM counted ORDER BY xid DESC, seq DESC LIMIT 1
+)
+UPDATE finished_counts_folded SET xid = newest.xid, seq = newest.seq FROM newest
+
+-- name: finished_counts_prune
+-- Queues whose finished jobs are all gone leave a zero behind: forget it.
+DELETE FROM finished_counts WHERE jobs = 0
+
+-- name: finished_counts_lock
+-- A delete's lock on the offset, taken first in its transaction: while it is
+-- held no fold moves the offset, so the delete and the folds agree on which of
+-- the deleted events were counted already.
+SELECT 1 FROM finished_counts_folded FOR UPDATE
+
+-- name: finished_counts_forget
+-- Part of every statement that deletes jobs, after CTEs named gone (the jobs
+-- deleted: id, queue, state) and gone_events (their events deleted: queue, kind,
+-- xid, seq), run with finished_counts_lock held: each finished job deleted is
+-- taken off its state's count, and its finishing events that were not yet
+-- folded are added (deleted, they never will be: their counts move in now).
+forgotten AS (
+    INSERT INTO finished_counts (queue, state, jobs)
+    SELECT queue, state, sum(n) FROM (
+        SELECT queue, state, -1 AS n FROM gone
+        WHERE state IN ('succeeded', 'failed', 'cancelled')
+        UNION ALL
+        SELECT g.queue, g.kind, 1 FROM gone_events AS g, finished_counts_folded AS f
+        WHERE g.kind IN ('succeeded', 'failed', 'cancelled') AND (g.xid, g.seq) > (f.xid, f.seq)
+    ) AS changes
+    GROUP BY queue, state
+    ORDER BY queue, state
+    ON CONFLICT (queue, state) DO UPDATE SET jobs = finished_counts.jobs + excluded.jobs
+)
+
+-- name: finished_counts_retried
+-- Part of every manual retry, after a CTE named changed (id, queue, ..., was: the
+-- state the job left): those jobs are no longer finished. Rows are changed in
+-- (queue, state) order, as every writer of them does.
+uncounted AS (
+    INSERT INTO finished_counts (queue, state, jobs)
+    SELECT queue, was, -count(*) FROM changed
+    GROUP BY queue, was
+    ORDER BY queue, was
+    ON CONFLICT (queue, state) DO UPDATE SET jobs = finished_counts.jobs + excluded.jobs
+)
 
 -- name: stats_finished_since
 SELECT count(*) FROM jobs WHERE finished_at >= %(since)s
@@ -438,11 +547,13 @@ WITH picked AS (
         finished_at = NULL
     FROM picked
     WHERE jobs.id = picked.id AND jobs.state = 'failed'
-    RETURNING jobs.id, jobs.queue, jobs.task, jobs.attempts
+    RETURNING jobs.id, jobs.queue, jobs.task, jobs.attempts, 'failed'::text AS was
 ), changed_events AS (
     INSERT INTO events (job_id, queue, task, kind, attempt, at)
     SELECT id, queue, task, 'manual_retry', attempts, %(now)s FROM changed
-), notified AS (
+),
+{{finished_counts_retried}},
+notified AS (
     -- One notification per queue, not per job: a batch is a thousand rows.
     SELECT pg_notify('conveyor_jobs', queue) FROM (SELECT DISTINCT queue FROM changed) AS q
 )
@@ -503,10 +614,12 @@ WHERE xid < pg_snapshot_xmin(pg_current_snapshot())
 GROUP BY queue, kind
 
 -- name: event_offset
+-- Ordered by the table's columns (events.xid, not the output column of that
+-- name, a bigint): walks events_xid backwards instead of sorting every event.
 SELECT xid::text::bigint, seq
 FROM events
 WHERE xid < pg_snapshot_xmin(pg_current_snapshot())
-ORDER BY xid DESC, seq DESC
+ORDER BY events.xid DESC, events.seq DESC
 LIMIT 1
 
 -- name: job_run_time_histogram
@@ -561,10 +674,12 @@ WITH doomed AS MATERIALIZED (
     ORDER BY id
     FOR UPDATE
 ), gone_events AS (
-    DELETE FROM events WHERE job_id IN (SELECT id FROM doomed)
-)
-DELETE FROM jobs WHERE id IN (SELECT id FROM doomed)
-RETURNING id
+    DELETE FROM events WHERE job_id IN (SELECT id FROM doomed) RETURNING queue, kind, xid, seq
+), gone AS (
+    DELETE FROM jobs WHERE id IN (SELECT id FROM doomed) RETURNING id, queue, state
+),
+{{finished_counts_forget}}
+SELECT id FROM gone
 
 -- ---------------------------------------------------------------------------
 -- Operating in bulk, groups, retention and the operator's views.
@@ -744,20 +859,11 @@ WHERE batch = %(batch)s::text
   AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s::text)) > 0)
 GROUP BY shown
 
--- name: stats_waiting
--- Queued jobs due later per queue: scheduled, and retrying (after a failed attempt).
-SELECT queue,
-       count(*) FILTER (WHERE error IS NULL OR attempts = 0),
-       count(*) FILTER (WHERE error IS NOT NULL AND attempts > 0)
-FROM jobs
-WHERE state = 'queued' AND run_at > %(now)s
-GROUP BY queue
-
 -- name: job_retry_many
 -- Manual retry of the failed or cancelled jobs among ids, with job_retry_failed's
 -- rule for keys: only the newest job of a key, and only while no live job holds it.
 WITH picked AS (
-    SELECT j.id FROM jobs AS j
+    SELECT j.id, j.state FROM jobs AS j
     WHERE j.id = ANY(%(ids)s::bigint[])
       AND j.state IN ('failed', 'cancelled')
       AND (j.key IS NULL OR (
@@ -783,11 +889,13 @@ WITH picked AS (
         finished_at = NULL
     FROM picked
     WHERE jobs.id = picked.id AND jobs.state IN ('failed', 'cancelled')
-    RETURNING jobs.id, jobs.queue, jobs.task, jobs.attempts
+    RETURNING jobs.id, jobs.queue, jobs.task, jobs.attempts, picked.state AS was
 ), changed_events AS (
     INSERT INTO events (job_id, queue, task, kind, attempt, at)
     SELECT id, queue, task, 'manual_retry', attempts, %(now)s FROM changed ORDER BY id
-), notified AS (
+),
+{{finished_counts_retried}},
+notified AS (
     SELECT pg_notify('conveyor_jobs', queue) FROM (SELECT DISTINCT queue FROM changed) AS q
 )
 SELECT changed.id FROM changed, (SELECT count(*) FROM notified) AS n
@@ -827,10 +935,13 @@ WITH doomed AS MATERIALIZED (
     ORDER BY id
     FOR UPDATE
 ), gone_events AS (
-    DELETE FROM events WHERE job_id IN (SELECT id FROM doomed)
-)
-DELETE FROM jobs WHERE id IN (SELECT id FROM doomed) AND state <> 'running'
-RETURNING id
+    DELETE FROM events WHERE job_id IN (SELECT id FROM doomed) RETURNING queue, kind, xid, seq
+), gone AS (
+    DELETE FROM jobs WHERE id IN (SELECT id FROM doomed) AND state <> 'running'
+    RETURNING id, queue, state
+),
+{{finished_counts_forget}}
+SELECT id FROM gone
 
 -- name: job_run_now
 WITH changed AS (
@@ -863,9 +974,12 @@ WITH doomed AS MATERIALIZED (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), gone_events AS (
-    DELETE FROM events WHERE job_id IN (SELECT id FROM doomed)
-)
-DELETE FROM jobs WHERE id IN (SELECT id FROM doomed)
+    DELETE FROM events WHERE job_id IN (SELECT id FROM doomed) RETURNING queue, kind, xid, seq
+), gone AS (
+    DELETE FROM jobs WHERE id IN (SELECT id FROM doomed) RETURNING id, queue, state
+),
+{{finished_counts_forget}}
+SELECT count(*) FROM gone
 
 -- name: job_purge_count
 SELECT count(*) FROM jobs
@@ -887,10 +1001,11 @@ WITH doomed AS MATERIALIZED (
 ), gone AS (
     DELETE FROM jobs
     WHERE id IN (SELECT id FROM doomed) AND state IN ('succeeded', 'failed', 'cancelled')
-    RETURNING id
+    RETURNING id, queue, state
 ), gone_events AS (
-    DELETE FROM events WHERE job_id IN (SELECT id FROM gone)
-)
+    DELETE FROM events WHERE job_id IN (SELECT id FROM gone) RETURNING queue, kind, xid, seq
+),
+{{finished_counts_forget}}
 SELECT count(*) FROM gone
 
 -- name: queue_delete

@@ -24,7 +24,12 @@ from psycopg.rows import tuple_row
 from psycopg.types.string import TextLoader
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from conveyor.errors import ConfigurationError, JobStateError, StoreUnavailableError
+from conveyor.errors import (
+    ConfigurationError,
+    JobStateError,
+    SchemaMissingError,
+    StoreUnavailableError,
+)
 from conveyor.job import Event, Job, JobState, NewJob
 from conveyor.limits import Limit, QueueLimits
 from conveyor.store.base import (
@@ -370,20 +375,38 @@ class PostgresStore:
             return [_row_to_event(r) for r in rows]
 
     def stats(self, now: datetime) -> Stats:
+        self._fold_finished_counts()
         with self._tx() as conn:
             # One transaction at REPEATABLE READ: every figure describes one moment.
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            counts = conn.execute(_Q["stats_counts"]).fetchall()
-            oldest = dict(conn.execute(_Q["stats_oldest_ready"], {"now": now}).fetchall())
+            # Planned for the values: a generic plan of the events after the
+            # offset, or of the last minute's finishes, reads the whole table.
+            conn.execute(_Q["plan_for_values"])
+            folded = conn.execute(_Q["stats_folded"]).fetchone()
+            if folded is None:
+                raise SchemaMissingError(
+                    f"{self.description}: table finished_counts_folded has lost its one row "
+                    "(emptied by hand?); restore a backup, or run migration 011's fill again"
+                )
+            offset = {"xid": folded[0], "seq": folded[1]}
+            counts = conn.execute(_Q["stats_counts"], offset).fetchall()
+            queued = conn.execute(_Q["stats_queued"], {"now": now}).fetchall()
+            retrying = dict(conn.execute(_Q["stats_retrying"], {"now": now}).fetchall())
             since = now - timedelta(minutes=1)
             row = conn.execute(_Q["stats_finished_since"], {"since": since}).fetchone()
             finished = row[0] if row else 0
             paused = {name for name, p in conn.execute(_Q["queue_list"]) if p}
-            waiting = {q: (s, r) for q, s, r in conn.execute(_Q["stats_waiting"], {"now": now})}
             limits = self._limit_usage(conn, now)
         per_queue: dict[str, dict[str, int]] = {}
         for queue, state, count in counts:
             per_queue.setdefault(queue, {})[state] = count
+        oldest: dict[str, datetime] = {}
+        waiting: dict[str, tuple[int, int]] = {}
+        for queue, count, oldest_ready, later in queued:
+            per_queue.setdefault(queue, {})[JobState.QUEUED.value] = count
+            if oldest_ready is not None:
+                oldest[queue] = oldest_ready
+            waiting[queue] = (later - retrying.get(queue, 0), retrying.get(queue, 0))
         for queue in paused:
             per_queue.setdefault(queue, {})
         return Stats(
@@ -403,6 +426,31 @@ class PostgresStore:
             finished_last_minute=finished,
             limits={status.queue: status for status in limits},
         )
+
+    def _fold_finished_counts(self) -> None:
+        """Add the finishes recorded since the last fold to finished_counts.
+
+        Stats read the table plus the events after its offset, and are exact
+        either way: folding keeps that tail short. Skipped while another fold
+        or a delete holds the offset (the next stats call folds), and on a
+        read-only server (a hot standby: stats there read without folding).
+        """
+        try:
+            with self._tx() as conn:
+                offset = conn.execute(_Q["finished_counts_lock_fold"]).fetchone()
+                if offset is None:
+                    return
+                conn.execute(_Q["plan_for_values"])  # the events after this offset only
+                conn.execute(_Q["finished_counts_fold"], {"xid": offset[0], "seq": offset[1]})
+                conn.execute(_Q["finished_counts_prune"])
+        except pg_errors.ReadOnlySqlTransaction:
+            return
+
+    def _delete(self, name: str, params: dict[str, Any]) -> list[Any]:
+        """Run a statement that deletes jobs, with the lock its count changes need."""
+        with self._tx() as conn:
+            conn.execute(_Q["finished_counts_lock"])
+            return [r[0] for r in conn.execute(_Q[name], params)]
 
     def batch_status(self, batch: str) -> BatchStatus:
         with self._conn() as conn:
@@ -578,17 +626,14 @@ class PostgresStore:
         return []
 
     def job_purge(self, finished_before: datetime, limit: int = 10_000) -> int:
-        with self._conn() as conn:
-            return conn.execute(
-                _Q["job_purge"], {"before": finished_before, "limit": limit}
-            ).rowcount
+        (count,) = self._delete("job_purge", {"before": finished_before, "limit": limit})
+        return int(count)
 
     def job_delete_terminal(self, job_ids: Sequence[int], finished_before: datetime) -> list[int]:
         if not job_ids:
             return []
         params = {"ids": list(job_ids), "before": finished_before}
-        with self._conn() as conn:
-            return [r[0] for r in conn.execute(_Q["job_delete_terminal"], params)]
+        return self._delete("job_delete_terminal", params)
 
     def queue_pause(self, queue: str, now: datetime) -> None:
         self._change("queue_set_paused", {"name": queue, "paused": True, "now": now})
@@ -673,7 +718,10 @@ class PostgresStore:
 
     def event_count_by_kind(self, after: EventOffset) -> EventCounts:
         params = {"xid": after[0], "seq": after[1]}
-        with self._conn() as conn:
+        with self._tx() as conn:
+            # Planned for the offset: generically, the events after "some offset"
+            # are a third of the table, and the plan read all of them.
+            conn.execute(_Q["plan_for_values"])
             rows = conn.execute(_Q["event_count_by_kind"], params).fetchall()
         counts: dict[tuple[str, str], int] = {}
         last = after
@@ -749,7 +797,7 @@ class PostgresStore:
     def job_delete_many(self, job_ids: Sequence[int]) -> list[int]:
         if not job_ids:
             return []
-        return sorted(self._change("job_delete_many", {"ids": list(job_ids)}))
+        return sorted(self._delete("job_delete_many", {"ids": list(job_ids)}))
 
     def job_run_now(self, job_ids: Sequence[int], now: datetime) -> list[int]:
         return self._change_ids("job_run_now", job_ids, now)
@@ -768,7 +816,8 @@ class PostgresStore:
         limit: int = 10_000,
     ) -> int:
         params = {"before": finished_before, "states": list(states), "queue": queue}
-        return self._change_none("job_purge_where", {**params, "limit": limit})
+        (count,) = self._delete("job_purge_where", {**params, "limit": limit})
+        return int(count)
 
     def job_purge_count(
         self, finished_before: datetime, states: Sequence[str], queue: str | None
@@ -780,9 +829,8 @@ class PostgresStore:
 
     def job_purge_beyond(self, queue: str, keep: int, limit: int = 10_000) -> int:
         params = {"queue": queue, "keep": keep, "limit": limit}
-        with self._conn() as conn:
-            row = conn.execute(_Q["job_purge_beyond"], params).fetchone()
-        return int(row[0]) if row else 0
+        (count,) = self._delete("job_purge_beyond", params)
+        return int(count)
 
     def queue_delete(self, queue: str) -> None:
         self._change_none("queue_delete", {"name": queue})

@@ -321,24 +321,30 @@ class SQLiteStore:
         return [_row_to_event(r) for r in rows]
 
     def stats(self, now: datetime) -> Stats:
+        self._fold_finished_counts()
         conn = self._conn()
         # One read transaction, so the counts and ages describe the same moment.
         conn.execute("BEGIN")
         try:
             counts = conn.execute(_Q["stats_counts"]).fetchall()
-            oldest = dict(conn.execute(_Q["stats_oldest_ready"], {"now": _ts(now)}).fetchall())
+            queued = conn.execute(_Q["stats_queued"], {"now": _ts(now)}).fetchall()
+            retrying = dict(conn.execute(_Q["stats_retrying"], {"now": _ts(now)}).fetchall())
             since = _ts(now - timedelta(minutes=1))
             finished = conn.execute(_Q["stats_finished_since"], {"since": since}).fetchone()[0]
             paused = {name for name, p in conn.execute(_Q["queue_list"]) if p}
-            waiting = {
-                q: (s, r) for q, s, r in conn.execute(_Q["stats_waiting"], {"now": _ts(now)})
-            }
             limits = self._limit_usage(conn, now)
         finally:
             conn.execute("COMMIT")
         per_queue: dict[str, dict[str, int]] = {}
         for queue, state, count in counts:
             per_queue.setdefault(queue, {})[state] = count
+        oldest: dict[str, float] = {}
+        waiting: dict[str, tuple[int, int]] = {}
+        for queue, count, oldest_ready, later in queued:
+            per_queue.setdefault(queue, {})[JobState.QUEUED.value] = count
+            if oldest_ready is not None:
+                oldest[queue] = oldest_ready
+            waiting[queue] = (later - retrying.get(queue, 0), retrying.get(queue, 0))
         for queue in paused:
             per_queue.setdefault(queue, {})
         return Stats(
@@ -358,6 +364,55 @@ class SQLiteStore:
             finished_last_minute=finished,
             limits={status.queue: status for status in limits},
         )
+
+    def _fold_finished_counts(self) -> None:
+        """Add the finishes recorded since the last fold to finished_counts.
+
+        Stats read the table plus the events after its offset, and are exact
+        either way: folding keeps that tail short. A short write, none when
+        nothing happened since the last fold, and skipped when another writer
+        holds the lock (a long purge, a migration): stats never wait for it.
+        """
+        conn = self._conn()
+        folded, newest = conn.execute(_Q["finished_counts_offset"]).fetchone()
+        if newest <= folded or not self._writer.acquire(blocking=False):
+            return
+        try:
+            conn.execute("PRAGMA busy_timeout = 0")  # another process's write: skip
+            with immediate_transaction(conn):
+                # Read again under the write lock: another process may have folded.
+                folded, newest = conn.execute(_Q["finished_counts_offset"]).fetchone()
+                if newest > folded:
+                    conn.execute(_Q["finished_counts_fold"], {"upto": newest})
+                    conn.execute(_Q["finished_counts_fold_offset"], {"upto": newest})
+                    conn.execute(_Q["finished_counts_prune"])
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc):
+                raise
+        finally:
+            # Back to the store's own wait (milliseconds: an integer we made).
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            self._writer.release()
+
+    def _delete_jobs(self, conn: sqlite3.Connection, ids: list[int]) -> None:
+        """Delete jobs and their events, their counts with them (in the caller's transaction)."""
+        if not ids:
+            return
+        encoded = json.dumps(ids)
+        conn.execute(_Q["finished_counts_forget"], {"ids": encoded})
+        conn.execute(_Q["event_delete_for_jobs"], {"ids": encoded})
+        conn.execute(_Q["job_delete"], {"ids": encoded})
+
+    def _states(self, conn: sqlite3.Connection, ids: Sequence[int]) -> dict[int, tuple[str, str]]:
+        """Each job's (queue, state), read in the caller's write transaction."""
+        rows = conn.execute(_Q["job_states"], {"ids": json.dumps(list(ids))})
+        return {job_id: (queue, state) for job_id, queue, state in rows}
+
+    def _uncount(self, conn: sqlite3.Connection, left: list[tuple[str, str]]) -> None:
+        """Take jobs off the finished (queue, state) counts they left (a manual retry)."""
+        if left:
+            deltas = json.dumps([[queue, state, -1] for queue, state in left])
+            conn.execute(_Q["finished_counts_add"], {"deltas": deltas})
 
     def batch_status(self, batch: str) -> BatchStatus:
         rows = self._conn().execute(_Q["batch_counts"], {"batch": batch}).fetchall()
@@ -501,12 +556,14 @@ class SQLiteStore:
     def job_retry(self, job_id: int, now: datetime) -> Job | None:
         now_ts = _ts(now)
         with self._write() as conn:
+            before = self._states(conn, [job_id])
             ids = [r[0] for r in conn.execute(_Q["job_retry"], {"id": job_id, "now": now_ts})]
             row = conn.execute(_Q["job_get"], {"id": job_id}).fetchone()
             if row is None:
                 return None
             if not ids:
                 raise _retry_refusal(_row_to_job(row))
+            self._uncount(conn, [before[i] for i in ids])
             self._record(conn, "retry", ids, now_ts)
         return _row_to_job(row)
 
@@ -516,7 +573,9 @@ class SQLiteStore:
         now_ts = _ts(now)
         params = {"queue": queue, "before": _ts(failed_before), "now": now_ts, "limit": limit}
         with self._write() as conn:
-            ids = [r[0] for r in conn.execute(_Q["job_retry_failed"], params)]
+            rows = conn.execute(_Q["job_retry_failed"], params).fetchall()
+            ids = [job_id for job_id, _ in rows]
+            self._uncount(conn, [(queue, JobState.FAILED.value) for _, queue in rows])
             self._record(conn, "retry", ids, now_ts)
         return ids
 
@@ -528,10 +587,7 @@ class SQLiteStore:
                     _Q["job_purge_select"], {"before": _ts(finished_before), "limit": limit}
                 )
             ]
-            if ids:
-                encoded = json.dumps(ids)
-                conn.execute(_Q["event_delete_for_jobs"], {"ids": encoded})
-                conn.execute(_Q["job_delete"], {"ids": encoded})
+            self._delete_jobs(conn, ids)
         return len(ids)
 
     def job_delete_terminal(self, job_ids: Sequence[int], finished_before: datetime) -> list[int]:
@@ -541,10 +597,7 @@ class SQLiteStore:
         with self._write() as conn:
             # Selected under the write lock: no retry can slip in before the delete.
             ids = [r[0] for r in conn.execute(_Q["job_delete_terminal_select"], params)]
-            if ids:
-                encoded = json.dumps(ids)
-                conn.execute(_Q["event_delete_for_jobs"], {"ids": encoded})
-                conn.execute(_Q["job_delete"], {"ids": encoded})
+            self._delete_jobs(conn, ids)
         return ids
 
     def queue_pause(self, queue: str, now: datetime) -> None:
@@ -702,7 +755,16 @@ class SQLiteStore:
         return ids
 
     def job_retry_many(self, job_ids: Sequence[int], now: datetime) -> list[int]:
-        return self._change_many("job_retry_many", "retry", job_ids, now)
+        if not job_ids:
+            return []
+        now_ts = _ts(now)
+        with self._write() as conn:
+            before = self._states(conn, job_ids)
+            params = {"ids": json.dumps(list(job_ids)), "now": now_ts}
+            ids = sorted(r[0] for r in conn.execute(_Q["job_retry_many"], params))
+            self._uncount(conn, [before[i] for i in ids])
+            self._record(conn, "retry", ids, now_ts)
+        return ids
 
     def job_cancel_many(self, job_ids: Sequence[int], now: datetime) -> list[int]:
         if not job_ids:
@@ -722,10 +784,7 @@ class SQLiteStore:
         with self._write() as conn:
             params = {"ids": json.dumps(list(job_ids))}
             ids = sorted(r[0] for r in conn.execute(_Q["job_delete_many_select"], params))
-            if ids:
-                encoded = json.dumps(ids)
-                conn.execute(_Q["event_delete_for_jobs"], {"ids": encoded})
-                conn.execute(_Q["job_delete"], {"ids": encoded})
+            self._delete_jobs(conn, ids)
         return ids
 
     def job_run_now(self, job_ids: Sequence[int], now: datetime) -> list[int]:
@@ -752,10 +811,7 @@ class SQLiteStore:
         }
         with self._write() as conn:
             ids = [r[0] for r in conn.execute(_Q["job_purge_where_select"], params)]
-            if ids:
-                encoded = json.dumps(ids)
-                conn.execute(_Q["event_delete_for_jobs"], {"ids": encoded})
-                conn.execute(_Q["job_delete"], {"ids": encoded})
+            self._delete_jobs(conn, ids)
         return len(ids)
 
     def job_purge_count(
@@ -773,10 +829,7 @@ class SQLiteStore:
         params = {"queue": queue, "keep": keep, "limit": limit}
         with self._write() as conn:
             ids = [r[0] for r in conn.execute(_Q["job_purge_beyond_select"], params)]
-            if ids:
-                encoded = json.dumps(ids)
-                conn.execute(_Q["event_delete_for_jobs"], {"ids": encoded})
-                conn.execute(_Q["job_delete"], {"ids": encoded})
+            self._delete_jobs(conn, ids)
         return len(ids)
 
     def queue_delete(self, queue: str) -> None:
