@@ -100,11 +100,19 @@ local JOB_FIELDS = {
     'started_at', 'finished_at', 'limit_key',
 }
 
+-- What each job of this script held when it was read (or last written), so
+-- that save() writes only the fields that changed: fewer bytes to log.
+local stored = {}
+
 local function load(id)
     local flat = redis.call('HGETALL', jkey(id))
     if #flat == 0 then return nil end
-    local j = {}
-    for i = 1, #flat, 2 do j[flat[i]] = flat[i + 1] end
+    local j, was = {}, {}
+    for i = 1, #flat, 2 do
+        j[flat[i]] = flat[i + 1]
+        was[flat[i]] = flat[i + 1]
+    end
+    stored[j] = was
     return j
 end
 
@@ -119,15 +127,21 @@ local function flat(j)
     return out
 end
 
--- Write the named fields of j (absent ones are deleted).
+-- Write the named fields of j (absent ones are deleted): of a job read by
+-- load(), or made by insert(), only those that differ from what Redis holds.
 local function save(j, names)
     local set, del = {}, {}
+    local was = stored[j]
     for _, name in ipairs(names) do
-        if j[name] ~= nil then
-            set[#set + 1] = name
-            set[#set + 1] = j[name]
-        else
-            del[#del + 1] = name
+        local value = j[name]
+        if was == nil or value ~= was[name] then
+            if value ~= nil then
+                set[#set + 1] = name
+                set[#set + 1] = value
+            elseif was == nil or was[name] ~= nil then
+                del[#del + 1] = name
+            end
+            if was then was[name] = value end
         end
     end
     if #set > 0 then redis.call('HSET', jkey(j.id), unpack(set)) end
@@ -265,12 +279,21 @@ local function wake_group(j)
     end
 end
 
+-- Whether a queue has limits, read once per script and queue.
+local limited_queue = {}
+local function is_limited(q)
+    local known = limited_queue[q]
+    if known == nil then
+        known = redis.call('SISMEMBER', P .. 'limited', q) == 1
+        limited_queue[q] = known
+    end
+    return known
+end
+
 -- A job that ran ended or went back: a group or a limit may let the next one start.
 local function wake_freed(j)
     wake_group(j)
-    if j.limit_key or redis.call('SISMEMBER', P .. 'limited', j.queue) == 1 then
-        publish('jobs', j.queue)
-    end
+    if j.limit_key or is_limited(j.queue) then publish('jobs', j.queue) end
 end
 
 -- The job holding (queue, key) that an enqueue returns instead of inserting.
@@ -294,6 +317,7 @@ local function insert(n, now_s, id)
         group_key = v(n[10]), batch = v(n[11]), cancel_requested = '0', created_at = now_s,
         limit_key = v(n[12]),
     }
+    stored[j] = {} -- a new id: nothing to delete
     save(j, JOB_FIELDS)
     count_queue(j.queue, 1)
     if j.key then redis.call('ZADD', kk('key', j.queue, j.key), id, id) end
@@ -491,7 +515,7 @@ local function promote(q, now)
     end
 end
 
--- The jobs a claim would take: {id, priority, queue} in claim order, at most
+-- The jobs a claim would take: {id, priority, queue, job} in claim order, at most
 -- ``limit``. Ready: queued, due, queue not paused, the oldest queued job of a
 -- group with no running job, and within the queue's and its key's limits.
 local function candidates(queues, limit, now, group)
@@ -505,17 +529,21 @@ local function candidates(queues, limit, now, group)
             local want = limit
             if l then want = queue_allowance(q, l, limit, now) end
             local rooms = {}
+            -- Read as many entries as are wanted (more when some are passed over):
+            -- each one read is a string to copy out of Redis.
             local got, start = 0, 0
-            local chunk = math.max(want * 2, 64)
+            local chunk = math.max(want, 1)
             while got < want do
                 local members = redis.call('ZRANGE', qk('ready', q), start, start + chunk - 1)
                 if #members == 0 then break end
+                start = start + chunk
+                chunk = math.min(chunk * 2, 1000)
                 for _, m in ipairs(members) do
                     local id = tostring(tonumber(string.sub(m, 12)))
-                    local f = redis.call('HMGET', jkey(id), 'run_at', 'group_key', 'limit_key',
-                                         'priority')
-                    local ok = f[1] and tonumber(f[1]) <= now
-                    local g, key = f[2], f[3]
+                    -- The whole job, which the claim then moves without reading it again.
+                    local j = load(id)
+                    local ok = j and tonumber(j.run_at) <= now
+                    local g, key = j and j.group_key, j and j.limit_key
                     if ok and group and g ~= group then ok = false end
                     if ok and g then
                         ok = not taken_group[g]
@@ -534,12 +562,11 @@ local function candidates(queues, limit, now, group)
                     end
                     if ok then
                         if g then taken_group[g] = true end
-                        found[#found + 1] = {tonumber(id), tonumber(f[4]), q}
+                        found[#found + 1] = {tonumber(id), tonumber(j.priority), q, j}
                         got = got + 1
                         if got >= want then break end
                     end
                 end
-                start = start + chunk
             end
         end
     end

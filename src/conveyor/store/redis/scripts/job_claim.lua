@@ -10,7 +10,7 @@ local chosen = candidates(cjson.decode(ARGV[1]), tonumber(ARGV[2]), now_n, group
 local expires = fmt(now_n + tonumber(ARGV[5]))
 local out, claimed, limited = {}, {}, {}
 for _, c in ipairs(chosen) do
-    local j = load(c[1])
+    local j = c[4]
     leave(j)
     j.state = 'running'
     j.attempts = tostring(tonumber(j.attempts) + 1)
