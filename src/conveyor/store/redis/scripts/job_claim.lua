@@ -34,7 +34,7 @@ for _, c in ipairs(chosen) do
         end
     end
     claimed[#claimed + 1] = j
-    out[#out + 1] = flat(j)
+    out[#out + 1] = reply_of(j)
 end
 for q, l in pairs(limited) do
     if l then prune_starts(q, l, now_n, tonumber(ARGV[8])) end
