@@ -442,7 +442,9 @@ class RedisStore:
 
     def event_list(self, job_id: int) -> list[Event]:
         def read() -> list[Event]:
-            seqs = self._client.lrange(self._k("jevents", str(job_id)), 0, -1)
+            # The job's "events" field: the seqs of its events, comma-separated.
+            held = self._client.hget(self._k("job", str(job_id)), "events")
+            seqs = held.split(",") if held else []
             pipe = self._client.pipeline(transaction=False)
             for seq in seqs:
                 pipe.xrange(self._k("events"), f"{seq}-0", f"{seq}-0")

@@ -10,9 +10,10 @@
 -- and JSON arrays carry strings or null.
 --
 -- Layout (see docs/architecture.md):
---   job:<id>                 hash, one job (fields named like the SQL columns)
+--   job:<id>                 hash, one job (fields named like the SQL columns, and
+--                            "events": the seqs of its events, comma-separated)
 --   ids, seq                 counters of job ids and event seqs
---   events                   stream, entry id "<seq>-0"; jevents:<id> the seqs of a job
+--   events                   stream, entry id "<seq>-0"
 --   queues                   hash queue -> number of jobs; paused: set of queues
 --   qs:<q>:<state>           zset of the ids of a queue in a state (stats are ZCARDs)
 --   wait:<q>, ready:<q>      queued jobs not due when they were queued (by run_at),
@@ -62,36 +63,39 @@ end
 local queue_delta = {}
 local function count_queue(q, delta) queue_delta[q] = (queue_delta[q] or 0) + delta end
 
--- Events of this script, appended by done() under one range of seqs.
-local pending_events = {}
--- Jobs this script ended: one "done" message, by done().
-local ended = {}
-
--- Every script that changes jobs returns through done(): it appends the
--- script's events to the stream (entry id "<seq>-0", seqs taken in one INCRBY)
--- and writes its counters.
-local function done(result)
-    for q, delta in pairs(queue_delta) do
-        if delta ~= 0 and redis.call('HINCRBY', P .. 'queues', q, delta) <= 0 then
-            redis.call('HDEL', P .. 'queues', q)
-        end
-    end
-    local count = #pending_events
-    if count > 0 then
-        local seq = redis.call('INCRBY', P .. 'seq', count) - count
-        for _, e in ipairs(pending_events) do
-            seq = seq + 1
-            redis.call('XADD', P .. 'events', seq .. '-0', unpack(e[2]))
-            redis.call('RPUSH', P .. 'jevents:' .. e[1], seq)
-        end
-    end
-    if #ended > 0 then redis.call('PUBLISH', P .. 'done', table.concat(ended, ',')) end
-    return result
-end
-
 local function jkey(id) return P .. 'job:' .. id end
-local function qk(what, q) return P .. what .. ':' .. nm(q) end
 local function kk(what, q, key) return P .. what .. ':' .. nm(q) .. ':' .. key end
+
+-- Key names of a queue, made once per script (each job moved needs several).
+local queue_keys = {}
+local function qk(what, q)
+    local of_queue = queue_keys[q]
+    if not of_queue then
+        of_queue = {}
+        queue_keys[q] = of_queue
+    end
+    local key = of_queue[what]
+    if not key then
+        key = P .. what .. ':' .. nm(q)
+        of_queue[what] = key
+    end
+    return key
+end
+-- qs:<q>:<state>, the ids of a queue's jobs in one state.
+local state_keys = {}
+local function state_key(q, state)
+    local of_queue = state_keys[q]
+    if not of_queue then
+        of_queue = {}
+        state_keys[q] = of_queue
+    end
+    local key = of_queue[state]
+    if not key then
+        key = qk('qs', q) .. ':' .. state
+        of_queue[state] = key
+    end
+    return key
+end
 
 local JOB_FIELDS = {
     'id', 'queue', 'task', 'state', 'args', 'kwargs', 'priority', 'run_at', 'attempts',
@@ -99,13 +103,37 @@ local JOB_FIELDS = {
     'cancel_requested', 'result', 'error', 'progress', 'progress_message', 'created_at',
     'started_at', 'finished_at', 'limit_key',
 }
+-- Besides these a job's hash holds "events", the seqs of its events joined by
+-- commas (its history, and what a delete removes from the stream).
+
+-- A job's changes reach Redis once, at done(): one HSET with every field the
+-- script changed, events included. Until then the script reads its own
+-- changes from here: every read of a job goes through load() or job_fields().
+local cache = {}    -- id -> job, read or made by this script
+local held = {}     -- job -> its fields as Redis holds them: HGETALL's flat reply
+local changed = {}  -- job -> names saved since, in order (a list, and a set)
+local to_write = {} -- jobs with changes, in the order they were first saved
+local gone = {}     -- jobs deleted by this script
 
 local function load(id)
+    id = tostring(id)
+    local j = cache[id]
+    if j then return j end
     local flat = redis.call('HGETALL', jkey(id))
     if #flat == 0 then return nil end
-    local j = {}
+    j = {}
     for i = 1, #flat, 2 do j[flat[i]] = flat[i + 1] end
+    cache[id], held[j] = j, flat
     return j
+end
+
+-- Some fields of a job, seen as this script left them.
+local function job_fields(id, ...)
+    local j = cache[tostring(id)]
+    if not j then return redis.call('HMGET', jkey(id), ...) end
+    local out = {}
+    for i, name in ipairs({...}) do out[i] = j[name] or false end
+    return out
 end
 
 local function flat(j)
@@ -119,19 +147,93 @@ local function flat(j)
     return out
 end
 
--- Write the named fields of j (absent ones are deleted).
+-- Mark the named fields of j as changed (nil ones are deleted); written by done().
 local function save(j, names)
-    local set, del = {}, {}
+    local marks = changed[j]
+    if not marks then
+        marks = {}
+        changed[j] = marks
+        to_write[#to_write + 1] = j
+    end
     for _, name in ipairs(names) do
-        if j[name] ~= nil then
-            set[#set + 1] = name
-            set[#set + 1] = j[name]
-        else
-            del[#del + 1] = name
+        if not marks[name] then
+            marks[name] = true
+            marks[#marks + 1] = name
         end
     end
-    if #set > 0 then redis.call('HSET', jkey(j.id), unpack(set)) end
-    if #del > 0 then redis.call('HDEL', jkey(j.id), unpack(del)) end
+end
+
+-- Whether Redis holds a field of a job (a scan of HGETALL's reply: cheaper
+-- than a second table per job, and only needed for fields to delete).
+local function holds(j, name)
+    local flat = held[j]
+    for i = 1, #flat, 2 do
+        if flat[i] == name then return true end
+    end
+    return false
+end
+
+-- The fields a script changed, as a flat list after the job's stored ones
+-- (a later name wins; false, a nil reply, for a field it deleted): a reply
+-- that needs no pass over every field.
+local function reply_of(j)
+    local out = {unpack(held[j])}
+    for _, name in ipairs(changed[j] or {}) do
+        out[#out + 1] = name
+        out[#out + 1] = j[name] or false
+    end
+    return out
+end
+
+-- Write what each job changed: one HSET (and an HDEL for fields that were
+-- there and are now gone).
+local function write_jobs()
+    for _, j in ipairs(to_write) do
+        if not gone[j] then
+            local set, del = {}, {}
+            for _, name in ipairs(changed[j]) do
+                local value = j[name]
+                if value ~= nil then
+                    set[#set + 1] = name
+                    set[#set + 1] = value
+                elseif holds(j, name) then
+                    del[#del + 1] = name
+                end
+            end
+            if #set > 0 then redis.call('HSET', jkey(j.id), unpack(set)) end
+            if #del > 0 then redis.call('HDEL', jkey(j.id), unpack(del)) end
+        end
+    end
+end
+
+-- Events of this script, appended by done() under one range of seqs.
+local pending_events = {}
+-- Jobs this script ended: one "done" message, by done().
+local ended = {}
+
+-- Every script that changes jobs returns through done(): it appends the
+-- script's events to the stream (entry id "<seq>-0", seqs taken in one INCRBY),
+-- writes the jobs' changes (each job's new seqs with them) and its counters.
+local function done(result)
+    for q, delta in pairs(queue_delta) do
+        if delta ~= 0 and redis.call('HINCRBY', P .. 'queues', q, delta) <= 0 then
+            redis.call('HDEL', P .. 'queues', q)
+        end
+    end
+    local count = #pending_events
+    if count > 0 then
+        local seq = redis.call('INCRBY', P .. 'seq', count) - count
+        for _, e in ipairs(pending_events) do
+            seq = seq + 1
+            local j, s = e[1], string.format('%d', seq)
+            redis.call('XADD', P .. 'events', s .. '-0', unpack(e[2]))
+            j.events = j.events and (j.events .. ',' .. s) or s
+            save(j, {'events'})
+        end
+    end
+    write_jobs()
+    if #ended > 0 then redis.call('PUBLISH', P .. 'done', table.concat(ended, ',')) end
+    return result
 end
 
 local function terminal(state)
@@ -164,7 +266,7 @@ end
 local function promote_head(group)
     local head = redis.call('ZRANGE', P .. 'gq:' .. group, 0, 0)[1]
     if not head then return end
-    local f = redis.call('HMGET', jkey(head), 'queue', 'run_at', 'priority')
+    local f = job_fields(head, 'queue', 'run_at', 'priority')
     if redis.call('ZSCORE', qk('wait', f[1]), head) then return end
     make_claimable(head, f[1], f[2], f[3])
 end
@@ -172,7 +274,7 @@ end
 -- Take a job out of the indexes of the state it is in (before it changes).
 local function leave(j)
     local id, q = j.id, j.queue
-    redis.call('ZREM', qk('qs', q) .. ':' .. j.state, id)
+    redis.call('ZREM', state_key(q, j.state), id)
     if j.batch then decr(P .. 'bcount:' .. j.batch, j.state) end
     if j.state == 'queued' then
         redis.call('ZREM', qk('ready', q), ready_member(j))
@@ -201,7 +303,7 @@ end
 -- Put a job into the indexes of the state it is now in (after it changed).
 local function enter(j)
     local id, q = j.id, j.queue
-    redis.call('ZADD', qk('qs', q) .. ':' .. j.state, id, id)
+    redis.call('ZADD', state_key(q, j.state), id, id)
     if j.batch then redis.call('HINCRBY', P .. 'bcount:' .. j.batch, j.state, 1) end
     if j.state == 'queued' then
         -- Due now: ready at once; due later: a claim moves it once its run_at has
@@ -243,7 +345,7 @@ local function event(j, kind, attempt, at, err)
         fields[#fields + 1] = 'error'
         fields[#fields + 1] = err
     end
-    pending_events[#pending_events + 1] = {j.id, fields}
+    pending_events[#pending_events + 1] = {j, fields}
 end
 
 -- Wake-ups: published once per script and channel payload.
@@ -260,24 +362,33 @@ local function wake_group(j)
     if not j.group_key then return end
     local head = redis.call('ZRANGE', P .. 'gq:' .. j.group_key, 0, 0)[1]
     if head then
-        local q = redis.call('HGET', jkey(head), 'queue')
+        local q = job_fields(head, 'queue')[1]
         if q then publish('jobs', q) end
     end
+end
+
+-- Whether a queue has limits, read once per script and queue.
+local limited_queue = {}
+local function is_limited(q)
+    local known = limited_queue[q]
+    if known == nil then
+        known = redis.call('SISMEMBER', P .. 'limited', q) == 1
+        limited_queue[q] = known
+    end
+    return known
 end
 
 -- A job that ran ended or went back: a group or a limit may let the next one start.
 local function wake_freed(j)
     wake_group(j)
-    if j.limit_key or redis.call('SISMEMBER', P .. 'limited', j.queue) == 1 then
-        publish('jobs', j.queue)
-    end
+    if j.limit_key or is_limited(j.queue) then publish('jobs', j.queue) end
 end
 
 -- The job holding (queue, key) that an enqueue returns instead of inserting.
 local function find_key(q, key, unique)
     local ids = redis.call('ZREVRANGE', kk('key', q, key), 0, -1)
     for _, id in ipairs(ids) do
-        if live(redis.call('HGET', jkey(id), 'state')) then return id end
+        if live(job_fields(id, 'state')[1]) then return id end
     end
     if unique == 'forever' then return ids[1] end
     return nil
@@ -294,6 +405,7 @@ local function insert(n, now_s, id)
         group_key = v(n[10]), batch = v(n[11]), cancel_requested = '0', created_at = now_s,
         limit_key = v(n[12]),
     }
+    cache[id], held[j] = j, {} -- a new id: nothing stored yet
     save(j, JOB_FIELDS)
     count_queue(j.queue, 1)
     if j.key then redis.call('ZADD', kk('key', j.queue, j.key), id, id) end
@@ -313,9 +425,15 @@ local function delete(j)
     if j.key then redis.call('ZREM', kk('key', j.queue, j.key), id) end
     if j.group_key then redis.call('ZREM', P .. 'group:' .. j.group_key, id) end
     if j.batch then redis.call('ZREM', P .. 'batch:' .. j.batch, id) end
-    local seqs = redis.call('LRANGE', P .. 'jevents:' .. id, 0, -1)
-    for _, seq in ipairs(seqs) do redis.call('XDEL', P .. 'events', seq .. '-0') end
-    redis.call('DEL', P .. 'jevents:' .. id, jkey(id))
+    if j.events then
+        local entries = {}
+        for seq in string.gmatch(j.events, '%d+') do entries[#entries + 1] = seq .. '-0' end
+        for i = 1, #entries, 1000 do
+            redis.call('XDEL', P .. 'events', unpack(entries, i, math.min(i + 999, #entries)))
+        end
+    end
+    redis.call('DEL', jkey(id))
+    gone[j], cache[id] = true, nil
     if j.state == 'queued' then wake_group(j) end
 end
 
@@ -449,7 +567,7 @@ local function queue_allowance(q, l, limit, now)
     local allow = limit
     if l.throttled_until and l.throttled_until > now then return 0 end
     if l.concurrency then
-        allow = math.min(allow, l.concurrency - redis.call('ZCARD', qk('qs', q) .. ':running'))
+        allow = math.min(allow, l.concurrency - redis.call('ZCARD', state_key(q, 'running')))
     end
     if l.rate then
         allow = math.min(allow, l.rate - started_since(qk('starts', q), now - l.per))
@@ -479,7 +597,7 @@ local function promote(q, now)
     if #ids == 0 then return end
     local members = {}
     for _, id in ipairs(ids) do
-        local prio = redis.call('HGET', jkey(id), 'priority')
+        local prio = job_fields(id, 'priority')[1]
         members[#members + 1] = 0
         members[#members + 1] = ready_member({priority = prio, id = id})
     end
@@ -491,7 +609,7 @@ local function promote(q, now)
     end
 end
 
--- The jobs a claim would take: {id, priority, queue} in claim order, at most
+-- The jobs a claim would take: {id, priority, queue, job} in claim order, at most
 -- ``limit``. Ready: queued, due, queue not paused, the oldest queued job of a
 -- group with no running job, and within the queue's and its key's limits.
 local function candidates(queues, limit, now, group)
@@ -505,17 +623,21 @@ local function candidates(queues, limit, now, group)
             local want = limit
             if l then want = queue_allowance(q, l, limit, now) end
             local rooms = {}
+            -- Read as many entries as are wanted (more when some are passed over):
+            -- each one read is a string to copy out of Redis.
             local got, start = 0, 0
-            local chunk = math.max(want * 2, 64)
+            local chunk = math.max(want, 1)
             while got < want do
                 local members = redis.call('ZRANGE', qk('ready', q), start, start + chunk - 1)
                 if #members == 0 then break end
+                start = start + chunk
+                chunk = math.min(chunk * 2, 1000)
                 for _, m in ipairs(members) do
                     local id = tostring(tonumber(string.sub(m, 12)))
-                    local f = redis.call('HMGET', jkey(id), 'run_at', 'group_key', 'limit_key',
-                                         'priority')
-                    local ok = f[1] and tonumber(f[1]) <= now
-                    local g, key = f[2], f[3]
+                    -- The whole job, which the claim then moves without reading it again.
+                    local j = load(id)
+                    local ok = j and tonumber(j.run_at) <= now
+                    local g, key = j and j.group_key, j and j.limit_key
                     if ok and group and g ~= group then ok = false end
                     if ok and g then
                         ok = not taken_group[g]
@@ -534,12 +656,11 @@ local function candidates(queues, limit, now, group)
                     end
                     if ok then
                         if g then taken_group[g] = true end
-                        found[#found + 1] = {tonumber(id), tonumber(f[4]), q}
+                        found[#found + 1] = {tonumber(id), tonumber(j.priority), q, j}
                         got = got + 1
                         if got >= want then break end
                     end
                 end
-                start = start + chunk
             end
         end
     end

@@ -17,7 +17,8 @@ for _, id in ipairs(cjson.decode(ARGV[2])) do
         wake_group(j)
         changed[#changed + 1] = tonumber(j.id)
     elseif j and j.state == 'running' and j.cancel_requested ~= '1' then
-        redis.call('HSET', jkey(id), 'cancel_requested', '1')
+        j.cancel_requested = '1'
+        save(j, {'cancel_requested'})
         event(j, 'cancel_requested', tonumber(j.attempts), now_s, nil)
         publish('cancel', j.id)
         changed[#changed + 1] = tonumber(j.id)

@@ -10,7 +10,7 @@ local chosen = candidates(cjson.decode(ARGV[1]), tonumber(ARGV[2]), now_n, group
 local expires = fmt(now_n + tonumber(ARGV[5]))
 local out, claimed, limited = {}, {}, {}
 for _, c in ipairs(chosen) do
-    local j = load(c[1])
+    local j = c[4]
     leave(j)
     j.state = 'running'
     j.attempts = tostring(tonumber(j.attempts) + 1)
@@ -34,7 +34,7 @@ for _, c in ipairs(chosen) do
         end
     end
     claimed[#claimed + 1] = j
-    out[#out + 1] = flat(j)
+    out[#out + 1] = reply_of(j)
 end
 for q, l in pairs(limited) do
     if l then prune_starts(q, l, now_n, tonumber(ARGV[8])) end

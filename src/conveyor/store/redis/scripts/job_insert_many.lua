@@ -18,6 +18,7 @@ for position, n in ipairs(jobs) do
         local found = key and find_key(n[1], key, n[9])
         if found then
             plan[position] = {'old', found}
+            if pair then first_of_key[pair] = position end
         else
             count = count + 1
             plan[position] = {'new'}

@@ -17,7 +17,7 @@ for _, id in ipairs(cjson.decode(ARGV[2])) do
         local holders = redis.call('ZREVRANGE', kk('key', j.queue, j.key), 0, -1)
         if ARGV[3] == '1' and holders[1] ~= j.id then ok = false end
         for _, other in ipairs(holders) do
-            if ok and other ~= j.id and live(redis.call('HGET', jkey(other), 'state')) then
+            if ok and other ~= j.id and live(job_fields(other, 'state')[1]) then
                 ok = false
             end
         end
