@@ -46,12 +46,12 @@ from conveyor.store.base import (
     Lease,
     LeaseStatus,
     LimitStatus,
-    QueueStats,
     RunTimeBucket,
     Stats,
     Subscription,
     WorkerInfo,
 )
+from conveyor.store.counting import assemble_stats
 from conveyor.store.keys import key_pairs, new_job_record, plan_insert, resolve_plan
 from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of_row
 from conveyor.store.listing import job_list_queries, newest_first
@@ -397,34 +397,14 @@ class PostgresStore:
             finished = row[0] if row else 0
             paused = {name for name, p in conn.execute(_Q["queue_list"]) if p}
             limits = self._limit_usage(conn, now)
-        per_queue: dict[str, dict[str, int]] = {}
-        for queue, state, count in counts:
-            per_queue.setdefault(queue, {})[state] = count
-        oldest: dict[str, datetime] = {}
-        waiting: dict[str, tuple[int, int]] = {}
-        for queue, count, oldest_ready, later in queued:
-            per_queue.setdefault(queue, {})[JobState.QUEUED.value] = count
-            if oldest_ready is not None:
-                oldest[queue] = oldest_ready
-            waiting[queue] = (later - retrying.get(queue, 0), retrying.get(queue, 0))
-        for queue in paused:
-            per_queue.setdefault(queue, {})
-        return Stats(
-            queues={
-                name: QueueStats(
-                    name=name,
-                    paused=name in paused,
-                    counts=dict(sorted(c.items())),
-                    oldest_ready_age=(
-                        max(0.0, (now - oldest[name]).total_seconds()) if name in oldest else None
-                    ),
-                    scheduled=waiting.get(name, (0, 0))[0],
-                    retrying=waiting.get(name, (0, 0))[1],
-                )
-                for name, c in sorted(per_queue.items())
-            },
-            finished_last_minute=finished,
-            limits={status.queue: status for status in limits},
+        return assemble_stats(
+            counts,
+            queued,
+            retrying,
+            paused,
+            lambda oldest: (now - oldest).total_seconds(),
+            finished,
+            limits,
         )
 
     def _fold_finished_counts(self) -> None:

@@ -35,12 +35,12 @@ from conveyor.store.base import (
     Lease,
     LeaseStatus,
     LimitStatus,
-    QueueStats,
     RunTimeBucket,
     Stats,
     Subscription,
     WorkerInfo,
 )
+from conveyor.store.counting import assemble_stats
 from conveyor.store.event_kinds import EVENT_KINDS
 from conveyor.store.keys import key_pairs, new_job_record, plan_insert, resolve_plan
 from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of_row
@@ -335,34 +335,8 @@ class SQLiteStore:
             limits = self._limit_usage(conn, now)
         finally:
             conn.execute("COMMIT")
-        per_queue: dict[str, dict[str, int]] = {}
-        for queue, state, count in counts:
-            per_queue.setdefault(queue, {})[state] = count
-        oldest: dict[str, float] = {}
-        waiting: dict[str, tuple[int, int]] = {}
-        for queue, count, oldest_ready, later in queued:
-            per_queue.setdefault(queue, {})[JobState.QUEUED.value] = count
-            if oldest_ready is not None:
-                oldest[queue] = oldest_ready
-            waiting[queue] = (later - retrying.get(queue, 0), retrying.get(queue, 0))
-        for queue in paused:
-            per_queue.setdefault(queue, {})
-        return Stats(
-            queues={
-                name: QueueStats(
-                    name=name,
-                    paused=name in paused,
-                    counts=dict(sorted(c.items())),
-                    oldest_ready_age=(
-                        max(0.0, _ts(now) - oldest[name]) if name in oldest else None
-                    ),
-                    scheduled=waiting.get(name, (0, 0))[0],
-                    retrying=waiting.get(name, (0, 0))[1],
-                )
-                for name, c in sorted(per_queue.items())
-            },
-            finished_last_minute=finished,
-            limits={status.queue: status for status in limits},
+        return assemble_stats(
+            counts, queued, retrying, paused, lambda oldest: _ts(now) - oldest, finished, limits
         )
 
     def _fold_finished_counts(self) -> None:
