@@ -44,7 +44,7 @@ from conveyor.worker.worker import WorkerOptions  # noqa: E402
 from pg import postgres  # noqa: E402
 
 IN_FLIGHT = 100
-DEFAULT_CONCURRENCY = WorkerOptions.__dataclass_fields__["concurrency"].default
+DEFAULT_CONCURRENCY = WorkerOptions.concurrency  # the dataclass default
 
 
 @dataclass

@@ -35,7 +35,7 @@ from conveyor.limits import throttle_seconds
 from conveyor.store.base import Lease
 from conveyor.worker.completer import RETRY_PAUSES, Completer
 from conveyor.worker.context import Context
-from conveyor.worker.executor import Outcome, Running, run_again_at
+from conveyor.worker.executor import PAYLOAD_ERRORS, Outcome, Running, run_again_at, undecodable
 from conveyor.worker.throttle import throttle_job
 from conveyor.worker.wakeup import Wakeup
 
@@ -306,8 +306,8 @@ class _Loop:
 def _payload_check(job: Job) -> Outcome | None:
     try:
         job.args, job.kwargs  # noqa: B018 - decoding is the check
-    except (ValueError, RecursionError) as exc:
-        return Outcome("fail", error=f"undecodable payload: {type(exc).__name__}: {exc}")
+    except PAYLOAD_ERRORS as exc:
+        return undecodable(exc)
     return None
 
 

@@ -96,9 +96,18 @@ def poison_outcome(running: Running) -> Outcome | None:
         return Outcome("fail", error=str(UnknownTaskError(message)))
     try:
         running.args, running.kwargs = job.args, job.kwargs
-    except (ValueError, RecursionError, MemoryError) as exc:
-        return Outcome("fail", error=f"undecodable payload: {type(exc).__name__}: {exc}")
+    except PAYLOAD_ERRORS as exc:
+        return undecodable(exc)
     return None
+
+
+#: What decoding a stored payload may raise: the job can never run.
+PAYLOAD_ERRORS = (ValueError, RecursionError, MemoryError)
+
+
+def undecodable(exc: BaseException) -> Outcome:
+    """The failure of a job whose payload cannot be decoded (not retried)."""
+    return Outcome("fail", error=f"undecodable payload: {type(exc).__name__}: {exc}")
 
 
 def outcome_of_result(result: Any) -> Outcome:

@@ -271,7 +271,7 @@ class RedisStore:
         self._do(self._client.ping)
 
     def persistence(self) -> dict[str, str] | None:
-        """The server's appendonly, appendfsync and save settings; None if CONFIG is off."""
+        """The server's persistence and eviction settings; None if CONFIG is off."""
         try:
             with self._guard():
                 found: dict[str, str] = {}
@@ -283,15 +283,15 @@ class RedisStore:
 
     def durability(self) -> tuple[str, str | None]:
         """The persistence settings in words, and a warning when jobs could be lost."""
-        said, warning = self._durability()
-        evicts = self._eviction_warning()
+        found = self.persistence()  # one read of the settings for both checks
+        said, warning = self._durability(found)
+        evicts = self._eviction_warning(found or {})
         if evicts:
             warning = f"{warning}; {evicts}" if warning else evicts
         return said, warning
 
-    def _eviction_warning(self) -> str | None:
+    def _eviction_warning(self, found: dict[str, str]) -> str | None:
         """A warning when a full Redis would delete keys (jobs among them) to make room."""
-        found = self.persistence() or {}
         policy = found.get("maxmemory-policy", "noeviction")
         if found.get("maxmemory", "0") in ("0", "") or policy == "noeviction":
             return None
@@ -300,8 +300,7 @@ class RedisStore:
             "deletes keys, jobs among them; set maxmemory-policy noeviction"
         )
 
-    def _durability(self) -> tuple[str, str | None]:
-        found = self.persistence()
+    def _durability(self, found: dict[str, str] | None) -> tuple[str, str | None]:
         if found is None:
             return "persistence unknown", (
                 f"cannot read the persistence settings of Redis at {self.where} (CONFIG is "
