@@ -11,6 +11,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from conveyor.job import utcnow
 from conveyor.version import __version__
 from conveyor.worker.executor import Running
 
@@ -77,6 +78,11 @@ def describe_finished(running: Running) -> str:
     level = logging.WARNING if label == "failed" else logging.INFO
     if log.isEnabledFor(level):
         took = (time.monotonic() - running.started) * 1000
+        # The past is what the attempt took; the future, when the next one runs.
+        shown = "failed" if label == "retried" else label
+        if outcome is not None and outcome.run_at is not None and label in ("retried", "snoozed"):
+            wait = (outcome.run_at - utcnow()).total_seconds()
+            shown += f", {'retry' if label == 'retried' else 'runs again'} in {_later(wait)}"
         error = ""
         if running.abort == "timeout":
             error = f": ran past its timeout of {running.task.timeout if running.task else '?'}s"
@@ -85,10 +91,10 @@ def describe_finished(running: Running) -> str:
             error = f": {lines[-1].strip()}" if lines else ""
         log.log(
             level,
-            "job %d %s %s in %.1f ms (attempt %d/%d)%s",
+            "job %d %s %s, took %.1f ms (attempt %d/%d)%s",
             job.id,
             job.task,
-            label,
+            shown,
             took,
             job.attempts,
             job.max_attempts,
@@ -96,6 +102,17 @@ def describe_finished(running: Running) -> str:
             extra={"job_id": job.id, "task": job.task, "outcome": label},
         )
     return label
+
+
+def _later(seconds: float) -> str:
+    """A wait ahead, as people read it: ``2.1 s``, ``4 min``, ``2 h 5 min``."""
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes = round(seconds / 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    return f"{minutes // 60} h {minutes % 60} min"
 
 
 def log_summary(worker: Worker, elapsed: float) -> None:
