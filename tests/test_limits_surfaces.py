@@ -88,7 +88,7 @@ def test_throttles_on_the_command_line(busy: App, dsn: str) -> None:
     [
         (["--rate", "fast"], "cannot read rate"),
         (["--rate", "0/s"], "1 to"),
-        (["--concurrency", "0"], "range"),
+        (["--concurrency", "0"], "concurrency must be from 1"),
         (["--clear", "--rate", "1/s"], "not both"),
         (["--key", "c1"], "--throttle"),
         (["--throttle", "1m", "--rate", "1/s"], "alone"),

@@ -557,9 +557,7 @@ class App:
         ``queue`` to one queue. Deletes in batches, one transaction each, calling
         ``on_batch(count)`` after each.
         """
-        if older_than < timedelta(0):
-            raise ConfigurationError("older_than must not be negative")
-        cutoff = utcnow() - older_than
+        cutoff = utcnow() - check_age(older_than)
         chosen = check_final_states(states)
         if queue is not None:
             validate_name("queue", queue)
@@ -886,11 +884,10 @@ class App:
         queue: str | None = None,
     ) -> int:
         """How many jobs ``purge`` with the same arguments would delete now (a dry run)."""
-        if older_than < timedelta(0):
-            raise ConfigurationError("older_than must not be negative")
+        cutoff = utcnow() - check_age(older_than)
         if queue is not None:
             validate_name("queue", queue)
-        return self.store.job_purge_count(utcnow() - older_than, check_final_states(states), queue)
+        return self.store.job_purge_count(cutoff, check_final_states(states), queue)
 
     def apply_retention(self, now: datetime) -> int:
         """One round of retention, run by the workers' maintenance; returns the jobs deleted.
@@ -1051,6 +1048,25 @@ def states_to_walk(state: str | None, applies_to: tuple[str, ...]) -> list[str]:
     if state == "queued":
         return [s for s in applies_to if s in WAITING_STATES]
     return []
+
+
+#: The oldest a purge reaches back: a thousand years (a cutoff before year 1 cannot be written).
+MAX_AGE = timedelta(days=365_000)
+
+
+def check_age(older_than: timedelta | float) -> timedelta:
+    """A purge's age (a timedelta, or seconds), from 0 to MAX_AGE; raise ConfigurationError."""
+    seconds = older_than.total_seconds() if isinstance(older_than, timedelta) else older_than
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not 0 <= seconds <= MAX_AGE.total_seconds()
+    ):
+        raise ConfigurationError(
+            f"older_than must be from 0 to {MAX_AGE.days:,} days (a thousand years), "
+            f"got {older_than!r}"
+        )
+    return timedelta(seconds=seconds)
 
 
 def check_final_states(states: Sequence[str] | None) -> list[str]:

@@ -124,7 +124,8 @@ def check_concurrency(value: object) -> int:
         raise ConfigurationError(f"concurrency must be an integer, got {value!r}")
     if not 1 <= value <= MAX_CONCURRENCY:
         raise ConfigurationError(
-            f"concurrency must be at least 1 (to stop a queue, pause it), got {value}"
+            f"concurrency must be from 1 to {MAX_CONCURRENCY:,} (to stop a queue, pause it), "
+            f"got {value}"
         )
     return value
 

@@ -27,6 +27,7 @@ from rich.text import Text
 
 from conveyor.app import App
 from conveyor.cli.demo_tasks import REMINDER_DELAY, register
+from conveyor.cli.options import Bounded, within
 from conveyor.cli.output import console, interactive, progress, stats_view
 from conveyor.errors import ConfigurationError
 from conveyor.job import JobState
@@ -454,9 +455,25 @@ def _report(dsn: str, wanted: bool) -> None:
     default=None,
     help=f"Database to fill (must hold no jobs). Default: {DEFAULT_DEMO_DSN}, made afresh.",
 )
-@click.option("--jobs", "total", type=click.IntRange(min=200), default=20_000, show_default=True)
-@click.option("--lease", type=click.FloatRange(min=0.5), default=3.0, show_default=True)
-@click.option("--concurrency", type=click.IntRange(min=1), default=16, show_default=True)
+@click.option(
+    "--jobs",
+    "total",
+    type=Bounded(click.INT, within("--jobs", 200, 1_000_000)),
+    default=20_000,
+    show_default=True,
+)
+@click.option(
+    "--lease",
+    type=Bounded(click.FLOAT, within("--lease", 0.5, 3600, " seconds")),
+    default=3.0,
+    show_default=True,
+)
+@click.option(
+    "--concurrency",
+    type=Bounded(click.INT, within("--concurrency", 1, 1000)),
+    default=16,
+    show_default=True,
+)
 @click.option("--report/--no-report", default=True, help="Run the Spark report at the end.")
 def demo(dsn: str | None, total: int, lease: float, concurrency: int, report: bool) -> None:
     """Run a mixed workload on two workers, kill one, and watch the other recover its jobs."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ import click
 
 from conveyor.app import App
 from conveyor.cli.options import (
+    Bounded,
     Duration,
     JobId,
     JsonValue,
@@ -21,6 +23,7 @@ from conveyor.cli.options import (
     json_option,
     open_app,
     selection_options,
+    within,
 )
 from conveyor.cli.output import (
     console,
@@ -34,12 +37,23 @@ from conveyor.cli.output import (
     when,
 )
 from conveyor.errors import ConveyorError, JobStateError
-from conveyor.job import DETAILED_STATES, WAITING_STATES, JobState
+from conveyor.job import (
+    DETAILED_STATES,
+    MAX_ATTEMPTS_LIMIT,
+    WAITING_STATES,
+    JobState,
+    resolve_run_at,
+    utcnow,
+    validate_max_attempts,
+    validate_priority,
+)
 from conveyor.store.dsn import DSN_ENV
 from conveyor.task import EnqueueOptions, Task
 
 #: Calls per transaction when enqueueing from a file or with --count.
 ENQUEUE_BATCH = 1000
+#: Copies one ``enqueue --count`` makes at most (run it again for more).
+MAX_COUNT = 1_000_000
 
 
 @click.command()
@@ -50,10 +64,30 @@ ENQUEUE_BATCH = 1000
 @click.option("--key", default=None, help="Idempotency key: no second live job with it.")
 @click.option("--group", default=None, help="Ordering key: one job of a group at a time.")
 @click.option("--limit-key", default=None, help="The key a per-key limit counts the job under.")
-@click.option("--delay", type=Duration(), default=None, help="Run later: 90s, 30m, 2h...")
-@click.option("--priority", type=int, default=None, help="Higher runs first.")
-@click.option("--max-attempts", type=int, default=None)
-@click.option("--count", type=click.IntRange(min=1), default=1, help="Enqueue this many copies.")
+@click.option(
+    "--delay",
+    type=Duration(lambda seconds: resolve_run_at(utcnow(), seconds, None)),
+    default=None,
+    help="Run later: 90s, 30m, 2h...",
+)
+@click.option(
+    "--priority",
+    type=Bounded(click.INT, validate_priority),
+    default=None,
+    help="Higher runs first (a 32-bit integer).",
+)
+@click.option(
+    "--max-attempts",
+    type=Bounded(click.INT, validate_max_attempts),
+    default=None,
+    help=f"Attempts before it fails for good (1 to {MAX_ATTEMPTS_LIMIT:,}).",
+)
+@click.option(
+    "--count",
+    type=Bounded(click.INT, within("--count", 1, MAX_COUNT)),
+    default=1,
+    help=f"Enqueue this many copies (at most {MAX_COUNT:,} a command).",
+)
 @click.option(
     "--file",
     "calls_file",
@@ -111,7 +145,7 @@ def enqueue(
         calls: Iterator[tuple[list[Any], dict[str, Any]]] = _calls_from_file(calls_file)
         total = None
     else:
-        calls = iter([(args, kwargs)] * count)
+        calls = itertools.repeat((args, kwargs), count)
         total = count
     ids: list[int] = []
     existing = None

@@ -12,11 +12,17 @@ import click
 from rich.console import RenderableType
 from rich.text import Text
 
-from conveyor.cli.options import Duration, _ParamType, dsn_option, json_option, open_app
+from conveyor.cli.options import Bounded, Duration, _ParamType, dsn_option, json_option, open_app
 from conveyor.cli.output import Col, console, fitted_table, print_json, relative
 from conveyor.errors import ConfigurationError
 from conveyor.job import utcnow
-from conveyor.limits import Limit, QueueLimits, parse_rate
+from conveyor.limits import (
+    Limit,
+    QueueLimits,
+    check_concurrency,
+    parse_rate,
+    throttle_seconds,
+)
 from conveyor.store.base import LimitStatus
 
 
@@ -44,15 +50,18 @@ class RateValue(_ParamType):
     help="At most N started in any window: 10/s, 600/m, 1000/h, 5/10s.",
 )
 @click.option(
-    "--concurrency", type=click.IntRange(min=1), default=None, help="At most N running at once."
+    "--concurrency",
+    type=Bounded(click.INT, check_concurrency),
+    default=None,
+    help="At most N running at once.",
 )
 @click.option("--per-key", is_flag=True, help="Set the limit of each limit key, not the queue's.")
 @click.option("--clear", is_flag=True, help="Remove the limit (the queue's, or with --per-key).")
 @click.option(
     "--throttle",
-    type=Duration(),
+    type=Duration(lambda seconds: throttle_seconds(seconds, allow_zero=True)),
     default=None,
-    help="Hold the queue (or --key) back for this long: 30s, 5m; 0 lifts a throttle.",
+    help="Hold the queue (or --key) back for this long: 30s, 5m (a week at most); 0 lifts it.",
 )
 @click.option("--key", "limit_key", default=None, help="With --throttle: only this limit key.")
 @dsn_option

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from conveyor.app import App
+from conveyor.errors import ConveyorError
 from conveyor.job import FILTER_STATES
 from conveyor.store.dsn import DSN_ENV, default_dsn, require_existing
 
@@ -70,34 +72,113 @@ def open_app(dsn: str | None, *, must_exist: bool = True, migrating: bool = Fals
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+#: The longest duration a timedelta holds; a bound per option comes on top.
+_LONGEST = timedelta.max.total_seconds()
+
+
+def duration_seconds(text: str) -> float:
+    """``7d``, ``24h``, ``30m``, ``90s``, ``1h30m`` or a bare number, as finite seconds.
+
+    Only a number is made here, never a timedelta, so a huge one can be refused
+    with its option's own bound before anything is built from it.
+    """
+    cleaned = text.strip().lower()
+    try:
+        seconds = float(cleaned)
+    except ValueError:
+        parts = _PART.findall(cleaned)
+        if not parts or "".join(n + u for n, u in parts) != cleaned:
+            raise ValueError(
+                f"{text!r} is not a duration: use e.g. 7d, 24h, 30m, 90s or 1h30m"
+            ) from None
+        seconds = sum(float(n) * _UNITS[u] for n, u in parts)
+    if not math.isfinite(seconds):
+        raise ValueError(f"{text!r} is not a duration: use e.g. 7d, 24h, 30m, 90s or 1h30m")
+    return seconds
 
 
 def parse_duration(text: str) -> timedelta:
     """``7d``, ``24h``, ``30m``, ``90s``, ``1h30m`` or a bare number of seconds."""
-    cleaned = text.strip().lower()
-    try:
-        return timedelta(seconds=float(cleaned))
-    except ValueError:
-        pass
-    parts = _PART.findall(cleaned)
-    if not parts or "".join(n + u for n, u in parts) != cleaned:
-        raise ValueError(f"{text!r} is not a duration: use e.g. 7d, 24h, 30m, 90s or 1h30m")
-    return timedelta(seconds=sum(float(n) * _UNITS[u] for n, u in parts))
+    seconds = duration_seconds(text)
+    if abs(seconds) > _LONGEST:
+        raise ValueError(f"{text!r} is too long a duration: at most 999,999,999 days")
+    return timedelta(seconds=seconds)
+
+
+#: A check of an option's value that raises with the API's own message when it is out of bounds.
+Check = Callable[[Any], object]
 
 
 class Duration(_ParamType):
+    """A duration; ``check`` (given the seconds) bounds it with the API's own message."""
+
     name = "duration"
+
+    def __init__(self, check: Check | None = None) -> None:
+        self.check = check
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, timedelta):
             return value
         try:
-            duration = parse_duration(str(value))
+            seconds = duration_seconds(str(value))
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
-        if duration < timedelta(0):
+        if seconds < 0:
             self.fail(f"{value!r} is negative", param, ctx)
-        return duration
+        if self.check is not None:
+            try:
+                self.check(seconds)
+            except (ConveyorError, ValueError) as exc:
+                self.fail(str(exc), param, ctx)
+        if seconds > _LONGEST:
+            self.fail(f"{value!r} is too long a duration: at most 999,999,999 days", param, ctx)
+        return timedelta(seconds=seconds)
+
+
+class Bounded(_ParamType):
+    """A number read by ``kind`` (click.INT or click.FLOAT), finite, then passed to ``check``.
+
+    ``check`` raises with the message the API itself gives for that value, so
+    the command line and the API refuse a number in the same words, before
+    anything is opened or allocated.
+    """
+
+    def __init__(self, kind: _ParamType, check: Check) -> None:
+        self.kind = kind
+        self.check = check
+        self.name = kind.name
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = self.kind.convert(value, param, ctx)
+        if isinstance(number, float) and not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        try:
+            self.check(number)
+        except (ConveyorError, ValueError) as exc:
+            self.fail(str(exc), param, ctx)
+        return number
+
+
+def within(what: str, low: float, high: float, unit: str = "", *, low_open: bool = False) -> Check:
+    """A check that ``low <= value <= high`` (``low < value`` with ``low_open``)."""
+
+    def check(value: float) -> None:
+        too_low = value <= low if low_open else value < low
+        if too_low or value > high:
+            span = (
+                f"more than {_shown(low)} and at most {_shown(high)}"
+                if low_open
+                else f"from {_shown(low)} to {_shown(high)}"
+            )
+            raise ValueError(f"{what} must be {span}{unit}, got {value!r}")
+
+    return check
+
+
+def _shown(number: float) -> str:
+    """``10,000``, ``0.1``: a bound as people write it."""
+    return f"{int(number):,}" if float(number).is_integer() else f"{number:g}"
 
 
 class JsonValue(_ParamType):

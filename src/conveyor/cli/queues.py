@@ -8,8 +8,8 @@ from datetime import timedelta
 import click
 from rich.live import Live
 
-from conveyor.app import App
-from conveyor.cli.options import Duration, dsn_option, json_option, open_app
+from conveyor.app import App, check_age
+from conveyor.cli.options import Bounded, Duration, dsn_option, json_option, open_app, within
 from conveyor.cli.output import console, interactive, print_json, progress, stats_dict, stats_view
 from conveyor.errors import ConveyorError
 from conveyor.job import validate_name
@@ -19,8 +19,14 @@ FINAL_STATES = ("succeeded", "failed", "cancelled")
 
 @click.command()
 @click.option("--watch", is_flag=True, help="Refresh until interrupted (Ctrl-C).")
-@click.option("--interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True)
-@click.option("--times", type=click.IntRange(min=1), default=None, hidden=True)
+@click.option(
+    "--interval",
+    type=Bounded(click.FLOAT, within("--interval", 0.1, 3600, " seconds")),
+    default=2.0,
+    show_default=True,
+    help="Seconds between two refreshes of --watch (0.1 to 3600).",
+)
+@click.option("--times", type=click.IntRange(1, 1_000_000), default=None, hidden=True)
 @dsn_option
 @json_option
 def stats(watch: bool, interval: float, times: int | None, dsn: str | None, as_json: bool) -> None:
@@ -60,7 +66,7 @@ def _show_stats(app: App, watch: bool, interval: float, times: int | None, as_js
 @click.command()
 @click.option(
     "--older-than",
-    type=Duration(),
+    type=Duration(check_age),
     required=True,
     help="Finished more than this long ago: 7d, 24h, 30m, 90s (0s: all of them).",
 )

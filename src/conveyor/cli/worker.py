@@ -13,9 +13,14 @@ import click
 
 from conveyor.app import App
 from conveyor.cli.logs import FORMATS, LEVELS, configure_logging
-from conveyor.cli.options import dsn_option, open_app
+from conveyor.cli.options import Bounded, dsn_option, open_app, within
 from conveyor.errors import ConfigurationError
 from conveyor.store.dsn import DSN_ENV
+
+#: The most jobs (and prefetched ones) a worker process holds at once.
+MAX_WORKER_CONCURRENCY = 10_000
+#: A day, in seconds: the longest lease or drain the command takes.
+DAY = 86_400.0
 
 
 @click.command()
@@ -50,18 +55,42 @@ def load_app(target: str) -> App:
 @click.argument("app_path", metavar="MODULE:APP")
 @dsn_option
 @click.option("--queues", default=None, help="Comma-separated queues (default: all the app's).")
-@click.option("--concurrency", default=8, show_default=True, help="Jobs run at once.")
+@click.option(
+    "--concurrency",
+    type=Bounded(click.INT, within("--concurrency", 1, MAX_WORKER_CONCURRENCY)),
+    default=8,
+    show_default=True,
+    help="Jobs run at once.",
+)
 @click.option(
     "--prefetch",
-    type=click.IntRange(min=0),
+    type=Bounded(click.INT, within("--prefetch", 0, MAX_WORKER_CONCURRENCY)),
     default=0,
     show_default=True,
-    help="Jobs claimed beyond the free slots, held until a slot frees (see the README).",
+    help="Jobs claimed beyond the free slots, held until a slot frees (see docs/cli.md).",
 )
 @click.option("--burst", is_flag=True, help="Return when no job is ready or running.")
-@click.option("--stop-timeout", default=30.0, show_default=True, help="Seconds to drain.")
-@click.option("--lease", default=30.0, show_default=True, help="Lease length in seconds.")
-@click.option("--poll-interval", default=1.0, show_default=True, help="Fallback poll, seconds.")
+@click.option(
+    "--stop-timeout",
+    type=Bounded(click.FLOAT, within("--stop-timeout", 0, DAY, " seconds")),
+    default=30.0,
+    show_default=True,
+    help="Seconds to drain.",
+)
+@click.option(
+    "--lease",
+    type=Bounded(click.FLOAT, within("--lease", 0.1, DAY, " seconds", low_open=True)),
+    default=30.0,
+    show_default=True,
+    help="Lease length in seconds.",
+)
+@click.option(
+    "--poll-interval",
+    type=Bounded(click.FLOAT, within("--poll-interval", 0, 3600, " seconds", low_open=True)),
+    default=1.0,
+    show_default=True,
+    help="Fallback poll, seconds.",
+)
 @click.option(
     "--log-level",
     type=click.Choice(LEVELS, case_sensitive=False),

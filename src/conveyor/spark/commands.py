@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from conveyor.app import check_age
 from conveyor.cli.output import console as cli_console
 from conveyor.errors import ConveyorError
 from conveyor.store.dsn import DSN_ENV, default_dsn, open_store, sqlite_path
@@ -40,14 +41,15 @@ def parse_duration(text: str) -> timedelta:
             f"{text!r} is not a duration: write a number and a unit (s, m, h, d or w), "
             "e.g. 30m, 24h, 7d or 1h30m"
         )
-    return timedelta(seconds=sum(float(n) * _UNITS[u] for n, u in parts))
+    # Bounded as a purge's age is (checked on the number: a huge one is no timedelta).
+    return check_age(sum(float(n) * _UNITS[u] for n, u in parts))
 
 
 def _duration(ctx: click.Context, param: click.Parameter, value: str) -> timedelta:
     """A click callback: the option's text as a timedelta, or a usage error saying why not."""
     try:
         return parse_duration(value)
-    except ValueError as exc:
+    except (ValueError, ConveyorError) as exc:
         raise click.BadParameter(str(exc), ctx, param) from None
 
 
