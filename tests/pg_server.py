@@ -224,6 +224,10 @@ class PgServer:
         self._shutdown()
         self._pg_ctl_start()
 
+    def halt(self) -> None:
+        """Stop the server, keeping its data directory and port: ``start()`` brings it back."""
+        self._shutdown()
+
     def stop(self) -> None:
         """Stop the server and delete its data directory. Safe to call repeatedly."""
         try:

@@ -16,6 +16,8 @@ import math
 import threading
 from datetime import datetime, timedelta
 
+from starlette.responses import PlainTextResponse, Response
+
 from conveyor.app import App
 from conveyor.job import EventKind, JobState, utcnow
 from conveyor.store.base import EventOffset
@@ -48,6 +50,11 @@ COUNTED_KINDS = {
     ),
     EventKind.CANCELLED: ("conveyor_jobs_cancelled_total", "Jobs cancelled."),
 }
+
+
+#: The Prometheus text format's content type.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+UP_HELP = "1 when the store answered this scrape, 0 when it cannot be reached."
 
 
 class Metrics:
@@ -94,6 +101,8 @@ class Metrics:
             sums = dict(self._sums)
 
         out: list[str] = []
+        family(out, "conveyor_up", "gauge", UP_HELP)
+        sample(out, "conveyor_up", {}, 1)
         family(out, "conveyor_jobs", "gauge", "Jobs in the store by queue and state.")
         for name, q in stats.queues.items():
             for state in JobState:
@@ -139,6 +148,18 @@ class Metrics:
             sample(out, f"{metric}_sum", {"queue": queue}, sums.get(queue, 0.0))
             sample(out, f"{metric}_count", {"queue": queue}, cumulative)
         return "\n".join(out) + "\n"
+
+
+def metrics_down() -> str:
+    """A scrape while the store cannot be reached: the up gauge at 0, nothing else."""
+    out: list[str] = []
+    family(out, "conveyor_up", "gauge", UP_HELP)
+    sample(out, "conveyor_up", {}, 0)
+    return "\n".join(out) + "\n"
+
+
+def metrics_response(text: str) -> Response:
+    return PlainTextResponse(text, media_type=CONTENT_TYPE)
 
 
 def family(out: list[str], name: str, kind: str, help_text: str) -> None:

@@ -34,7 +34,8 @@ from conveyor.web import charts, views
 from conveyor.web.format import FILTERS
 from conveyor.web.hosts import LOOPBACK_NAMES
 from conveyor.web.limits import limit_rows
-from conveyor.web.metrics import Metrics
+from conveyor.web.metrics import Metrics, metrics_down, metrics_response
+from conveyor.web.outage import Outage, StoreWatch, unreachable
 from conveyor.web.params import (
     FILTER_NAMES,
     BadRequest,
@@ -110,6 +111,8 @@ class Dashboard:
         self.app = app
         self.csrf = CsrfTokens()
         self.metrics = Metrics(app)
+        #: Whether the store answered last time (pages answer 503 at once while it does not).
+        self.watch = StoreWatch()
         #: Set once the schema was found in place; cleared when a table goes missing.
         self.schema_ok = False
         env = jinja2.Environment(
@@ -182,19 +185,40 @@ class Dashboard:
         """
 
         def answer(request: Request) -> Response:
+            outage = self.watch.wait()
+            if outage is not None:
+                return self.unavailable(request, outage)
             try:
                 self.require_schema()
-                return view(request)
+                response = view(request)
             except BadRequest as exc:
+                self.watch.settle()
                 return self.problem(request, str(exc), 400)
             except SchemaMissingError as exc:
+                self.watch.answered()
                 return self.migrate_page(request, exc)
             except Exception as exc:
+                if unreachable(exc):
+                    return self.unavailable(request, self.watch.failed(exc))
+                self.watch.settle()
                 if self.missing_table(exc):
                     return self.migrate_page(request, None)
                 raise
+            self.watch.answered()
+            return response
 
         return answer
+
+    def unavailable(self, request: Request, outage: Outage, acting: bool = False) -> Response:
+        """503 in the page frame: which store, what it said, and that the dashboard retries."""
+        context = {
+            "store": self.app.store.description,
+            "outage": outage,
+            "retry": int(self.watch.retry),
+            "acting": acting,
+        }
+        name = "_unavailable.html" if self.live(request) else "unavailable.html"
+        return self.render(request, name, context, 503)
 
     def require_schema(self) -> None:
         """Check the schema until it is found in place (a query per page until then)."""
@@ -213,11 +237,15 @@ class Dashboard:
         return gone
 
     def migrate_page(self, request: Request, exc: SchemaMissingError | None) -> Response:
+        message = str(exc) if exc is not None else "a table of conveyor is missing"
         try:
             self.app.check_schema()
-            message = str(exc) if exc is not None else "a table of conveyor is missing"
         except SchemaMissingError as missing:
             message = str(missing)
+        except Exception as other:
+            if not unreachable(other):
+                raise
+            return self.unavailable(request, self.watch.failed(other))
         return self.render(request, "migrate.html", {"message": message}, 503)
 
     def live(self, request: Request) -> bool:
@@ -358,15 +386,27 @@ class Dashboard:
             return self.problem(
                 request, "This form is stale or came from another site: reload the page.", 403
             )
+        outage = self.watch.wait()
+        if outage is not None:
+            return self.unavailable(request, outage, acting=True)
         try:
             await run_in_threadpool(self.require_schema)
             code = await run_in_threadpool(action, form)
         except BadRequest as exc:
+            self.watch.settle()
             return self.problem(request, str(exc), 400)
         except SchemaMissingError as exc:
+            self.watch.answered()
             return self.migrate_page(request, exc)
-        except ConveyorError as exc:
+        except Exception as exc:
+            if unreachable(exc):
+                return self.unavailable(request, self.watch.failed(exc), acting=True)
+            if not isinstance(exc, ConveyorError):
+                self.watch.settle()
+                raise
+            self.watch.answered()
             return self.problem(request, str(exc), 409)
+        self.watch.answered()
         code, _, target = code.partition("@")
         code, _, n = code.partition(":")
         params = {"notice": code, **({"n": n} if n else {})}
@@ -506,13 +546,24 @@ class Dashboard:
     # --- machines ---------------------------------------------------------------
 
     def metrics_text(self, request: Request) -> Response:
+        """The scrape; while the store is away, ``conveyor_up 0`` alone (200, as exporters do)."""
+        outage = self.watch.wait()
+        if outage is not None:
+            return metrics_response(metrics_down())
         try:
             self.require_schema()
+            text = self.metrics.render()
         except SchemaMissingError as exc:
+            self.watch.answered()
             return PlainTextResponse(f"# {exc}\n", status_code=503)
-        return PlainTextResponse(
-            self.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8"
-        )
+        except Exception as exc:
+            if not unreachable(exc):
+                self.watch.settle()
+                raise
+            self.watch.failed(exc)
+            return metrics_response(metrics_down())
+        self.watch.answered()
+        return metrics_response(text)
 
     def healthz(self, request: Request) -> Response:
         health = self.app.health()

@@ -4,7 +4,8 @@
 //   that part alone), paused while the tab is hidden, while jobs are ticked, and
 //   while a field in it has the focus; open <details> stay open;
 // - a header checkbox ticks every job shown;
-// - destructive forms and buttons ask first.
+// - destructive forms and buttons ask first;
+// - while the store cannot be reached (503), a live part says so and keeps trying.
 (function () {
   "use strict";
 
@@ -52,7 +53,9 @@
       })
         .then(function (response) {
           if (!response.ok) {
-            throw new Error("HTTP " + response.status);
+            var failed = new Error("HTTP " + response.status);
+            failed.status = response.status;
+            throw failed;
           }
           return response.text();
         })
@@ -73,9 +76,14 @@
             }
           });
           box.removeAttribute("data-stale");
+          box.removeAttribute("data-outage");
         })
-        .catch(function () {
+        .catch(function (failed) {
           box.setAttribute("data-stale", "true");
+          // 503: the store cannot be reached; the box says so until it answers again.
+          if (failed && failed.status === 503) {
+            box.setAttribute("data-outage", "true");
+          }
         })
         .finally(function () {
           busy = false;
