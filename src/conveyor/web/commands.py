@@ -7,7 +7,7 @@ and a CLI without the web extra still starts.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -101,7 +101,9 @@ def _open(dsn: str, app_path: str | None) -> App:
 
     # A page waits this long at most for a store that went away (then every page says
     # so at once until the next try): the drivers' defaults are 10 and 30 s.
-    timeouts = {"busy_timeout": 5.0} if dsn.startswith("sqlite:") else {"connect_timeout": 5.0}
+    timeouts: dict[str, Any] = (
+        {"busy_timeout": 5.0} if dsn.startswith("sqlite:") else {"connect_timeout": 5.0}
+    )
     app = App(dsn, **timeouts)
     if app_path is not None:
         from conveyor.cli.worker import load_app
