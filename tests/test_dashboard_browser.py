@@ -423,8 +423,8 @@ def test_retrying_job_run_now_and_a_dead_workers_jobs_taken_back(
     (held,) = app.store.job_claim(["billing"], 1, "w", timedelta(seconds=30), now)
     later = now + timedelta(hours=1)
     app.store.job_finish([Failure(held.id, held.lease_token or "", "TimeoutError", later)], now)
-    # worker-b (seeded, holding the running report) stopped checking in two minutes ago.
-    app.store.worker_beat("worker-b", 1, now - timedelta(minutes=2))
+    # worker-b (seeded, holding the running report) stopped checking in 45 seconds ago.
+    app.store.worker_beat("worker-b", 1, now - timedelta(seconds=45))
     with serve(app) as base:
         browser.get(f"{base}/jobs?state=retrying")
         wait_for(browser, "table.jobs")

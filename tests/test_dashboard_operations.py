@@ -168,8 +168,9 @@ def test_workers_page_shows_their_jobs_and_a_silent_one_as_probably_dead(
         app.enqueue("render", [n], queue="reports")
     now = utcnow()
     app.store.worker_register("alive-1", "host-a", 11, ["reports"], 4, now)
-    app.store.worker_register("dead-1", "host-b", 22, ["reports"], 4, now - timedelta(minutes=2))
-    app.store.worker_beat("dead-1", 1, now - timedelta(minutes=2))
+    # Silent for 45 s: probably dead (over 30 s), still listed (under a minute).
+    app.store.worker_register("dead-1", "host-b", 22, ["reports"], 4, now - timedelta(seconds=45))
+    app.store.worker_beat("dead-1", 1, now - timedelta(seconds=45))
     (a,) = app.store.job_claim(["reports"], 1, "alive-1", LEASE, now)
     (d,) = app.store.job_claim(["reports"], 1, "dead-1", LEASE, now)
     (o,) = app.store.job_claim(["reports"], 1, "forgotten-9", LEASE, now)

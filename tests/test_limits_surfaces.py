@@ -115,16 +115,19 @@ def test_metrics_and_the_overview_show_each_limit(busy: App) -> None:
     with TestClient(create_app(busy), base_url="http://127.0.0.1") as client:
         metrics = client.get("/metrics").text
         page = client.get("/").text
-    samples = dict(re.findall(r"^(conveyor_limit_[^ ]+) (\S+)$", metrics, re.MULTILINE))
-    assert samples['conveyor_limit_rate{queue="api",scope="queue"}'] == "20"
-    assert samples['conveyor_limit_rate_window_seconds{queue="api",scope="queue"}'] == "1"
-    assert samples['conveyor_limit_concurrency{queue="api",scope="queue"}'] == "3"
-    assert samples['conveyor_limit_concurrency{queue="api",scope="key"}'] == "1"
-    assert samples['conveyor_limit_running{queue="api"}'] == "0"
+    samples = {
+        series: float(value)
+        for series, value in re.findall(r"^(conveyor_limit_[^ ]+) (\S+)$", metrics, re.MULTILINE)
+    }
+    assert samples['conveyor_limit_rate{queue="api",scope="queue"}'] == 20
+    assert samples['conveyor_limit_rate_window_seconds{queue="api",scope="queue"}'] == 1
+    assert samples['conveyor_limit_concurrency{queue="api",scope="queue"}'] == 3
+    assert samples['conveyor_limit_concurrency{queue="api",scope="key"}'] == 1
+    assert samples['conveyor_limit_running{queue="api"}'] == 0
     # The keys hold back 3 (c1 has room for 1 of its 3, c2 none); of the 6 left, 3 fit.
-    assert samples['conveyor_limit_held_back{queue="api"}'] == "6"
-    assert samples['conveyor_limit_keys_throttled{queue="api"}'] == "1"
-    assert samples['conveyor_limit_throttled_seconds{queue="api"}'] == "0"
+    assert samples['conveyor_limit_held_back{queue="api"}'] == 6
+    assert samples['conveyor_limit_keys_throttled{queue="api"}'] == 1
+    assert samples['conveyor_limit_throttled_seconds{queue="api"}'] == 0
     assert "# TYPE conveyor_limit_held_back gauge" in metrics
     assert "<h2>Limits</h2>" in page
     assert "20/s, 3 at once" in page and "1 at once each" in page

@@ -41,7 +41,15 @@ from conveyor.job import (
 from conveyor.limits import QueueLimits, Rate, make_limit, throttle_seconds
 from conveyor.retry import Backoff, check_backoff
 from conveyor.schedule import Periodic, make_schedule
-from conveyor.store.base import BatchStatus, JobFilter, JobSelection, LimitStatus, Stats, Store
+from conveyor.store.base import (
+    BatchStatus,
+    JobFilter,
+    JobSelection,
+    LimitStatus,
+    Stats,
+    Store,
+    WorkerInfo,
+)
 from conveyor.store.dsn import open_store
 from conveyor.task import EnqueueOptions, Task
 from conveyor.worker.changes import ChangeHub
@@ -54,11 +62,33 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 DEFAULT_QUEUE = "default"
+#: A worker that has not checked in for this long is probably dead: it beats every
+#: third of its lease (10 s at the default 30 s), so this is three missed beats.
+SILENT_AFTER = timedelta(seconds=30)
+#: A worker silent for this long leaves every list (the dashboard, ``conveyor stats``,
+#: /metrics), whether or not a live worker's maintenance has pruned its row yet (it
+#: does so after at least as long).
+FORGET_AFTER = timedelta(seconds=60)
+#: The most running jobs read to tell which worker holds what.
+MAX_HELD_READ = 10_000
 #: Longest a wait goes without reading the job again, should a signal be missed.
 WAIT_FALLBACK_POLL = 0.5
 DEFAULT_MAX_ATTEMPTS = 3
 #: "Not given" for arguments where None means something (``app.limit(queue, None)`` clears).
 _UNSET: Any = object()
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerStatus:
+    """A registered worker, how long it has been silent, and the running jobs it holds."""
+
+    info: WorkerInfo
+    silent_for: float
+    jobs: list[Job]
+
+    @property
+    def probably_dead(self) -> bool:
+        return self.silent_for > SILENT_AFTER.total_seconds()
 
 
 class App:
@@ -451,6 +481,25 @@ class App:
             limit=limit,
         )
         return [self._attach(job) for job in self.store.job_list(job_filter)]
+
+    def workers(self) -> list[WorkerStatus]:
+        """The registered workers, each with the running jobs the store says it holds.
+
+        The one count of a worker's jobs that every surface shows (a dead
+        worker's last check-in may name jobs since rescued). Workers silent for
+        over FORGET_AFTER are left out, pruned or not.
+        """
+        now = utcnow()
+        listed = [w for w in self.store.worker_list() if now - w.last_seen_at <= FORGET_AFTER]
+        held: dict[str, list[Job]] = {w.id: [] for w in listed}
+        if listed:
+            for job in sorted(self.jobs(state="running", limit=MAX_HELD_READ), key=lambda j: j.id):
+                if job.worker in held:
+                    held[job.worker].append(job)
+        return [
+            WorkerStatus(w, max(0.0, (now - w.last_seen_at).total_seconds()), held[w.id])
+            for w in listed
+        ]
 
     def events(self, job_id: int) -> list[Any]:
         """The job's history, oldest first."""

@@ -282,7 +282,7 @@ def run_demo(dsn: str | None, total: int, lease: float, concurrency: int, report
                         w.process.kill()
                         w.process.wait()
         out.print()
-        out.print(stats_view(app.stats(), app.store.worker_list()))
+        out.print(stats_view(app.stats(), app.workers()))
         _summary(app, workers, work, started)
     _report(chosen, report)
     click.echo(

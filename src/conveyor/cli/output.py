@@ -19,8 +19,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from conveyor.app import WorkerStatus
 from conveyor.job import DETAILED_STATES, FILTER_STATES, Event, Job, JobState, utcnow
-from conveyor.store.base import QueueStats, Stats, WorkerInfo
+from conveyor.store.base import QueueStats, Stats
 
 STATES = [str(s) for s in JobState]
 #: What --state accepts: a state, or ready, scheduled or retrying (kinds of queued job).
@@ -124,20 +125,24 @@ def event_dict(event: Event) -> dict[str, Any]:
     }
 
 
-def worker_dict(worker: WorkerInfo) -> dict[str, Any]:
+def worker_dict(status: WorkerStatus) -> dict[str, Any]:
+    worker = status.info
     return {
         "id": worker.id,
         "host": worker.host,
         "pid": worker.pid,
         "queues": worker.queues,
         "concurrency": worker.concurrency,
-        "jobs_in_hand": worker.jobs_in_hand,
+        # The running jobs the store says it holds (what the dashboard counts too).
+        "jobs_in_hand": len(status.jobs),
+        "jobs": [job.id for job in status.jobs],
         "started_at": _iso(worker.started_at),
         "last_seen_at": _iso(worker.last_seen_at),
+        "probably_dead": status.probably_dead,
     }
 
 
-def stats_dict(stats: Stats, workers: Sequence[WorkerInfo]) -> dict[str, Any]:
+def stats_dict(stats: Stats, workers: Sequence[WorkerStatus]) -> dict[str, Any]:
     return {
         "queues": {
             name: {
@@ -307,9 +312,8 @@ def _plain(cell: str | Text) -> str:
     return cell.plain if isinstance(cell, Text) else cell
 
 
-def stats_view(stats: Stats, workers: Sequence[WorkerInfo]) -> RenderableType:
+def stats_view(stats: Stats, workers: Sequence[WorkerStatus]) -> RenderableType:
     width = _width()
-    now = utcnow()
     columns = [
         Col("queue", ratio=1, min_width=6),
         *(Col(state, justify="right", style=STATE_STYLE[state]) for state in DETAILED_STATES),
@@ -345,15 +349,16 @@ def stats_view(stats: Stats, workers: Sequence[WorkerInfo]) -> RenderableType:
     if width >= WIDE:
         names[1:1] = ["host", "pid"]
     worker_rows: list[list[str | Text]] = []
-    for w in workers:
-        silent = (now - w.last_seen_at).total_seconds()
-        seen = age(silent) + " ago" + (" (probably dead)" if silent > SILENT_AFTER else "")
+    for status in workers:
+        w = status.info
+        dead = " (probably dead)" if status.probably_dead else ""
+        seen = f"{age(status.silent_for)} ago{dead}"
         cells = {
             "worker": w.id if width >= WIDE else f"{w.host}:{w.pid}",
             "host": w.host,
             "pid": str(w.pid),
             "queues": ",".join(w.queues),
-            "jobs": f"{w.jobs_in_hand}/{w.concurrency}",
+            "jobs": f"{len(status.jobs)}/{w.concurrency}",
             "last seen": seen,
         }
         worker_rows.append([cells[c] for c in names])
@@ -376,10 +381,6 @@ def _limits_dict(stats: Stats) -> dict[str, Any]:
     from conveyor.cli.limits import limits_dict  # it uses this module's helpers
 
     return limits_dict(stats.limits)
-
-
-#: A worker silent for longer (three missed heartbeats at the default lease) is probably dead.
-SILENT_AFTER = 30.0
 
 
 def _stacked_queues(stats: Stats) -> RenderableType:

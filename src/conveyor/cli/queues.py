@@ -47,13 +47,13 @@ def _show_stats(app: App, watch: bool, interval: float, times: int | None, as_js
         # Redrawn in place on a terminal; a pipe gets one snapshot per interval.
         with Live(console=console(), auto_refresh=False) as live:
             while times is None or shown < times:
-                live.update(stats_view(app.stats(), app.store.worker_list()), refresh=True)
+                live.update(stats_view(app.stats(), app.workers()), refresh=True)
                 shown += 1
                 if times is None or shown < times:
                     time.sleep(interval)
         return
     while times is None or shown < times:
-        snapshot, workers = app.stats(), app.store.worker_list()
+        snapshot, workers = app.stats(), app.workers()
         if as_json:
             print_json(stats_dict(snapshot, workers))
         else:

@@ -51,8 +51,6 @@ REFRESH_SECONDS = 5
 PAGE_SIZE = 50
 #: A form body is a few short fields and at most a page of ids; anything bigger is not ours.
 MAX_FORM_BYTES = 64 * 1024
-#: Workers not seen for this long are shown as late (they may have died).
-LATE_AFTER = views.SILENT_AFTER
 PURGE_CHOICES = {
     "0s": timedelta(0),
     "1h": timedelta(hours=1),
@@ -264,7 +262,7 @@ class Dashboard:
             name: charts.bar_chart(charts.per_slot(rows, name), start, 180, 28, gap=0.5)
             for name in stats.queues
         }
-        workers = self.app.store.worker_list()
+        workers = self.app.workers()
         return {
             "now": now,
             "stats": stats,
@@ -272,7 +270,6 @@ class Dashboard:
             "chart": overall,
             "sparks": sparks,
             "workers": workers,
-            "late_after": LATE_AFTER,
             "purge_choices": list(PURGE_CHOICES),
         }
 
@@ -348,10 +345,8 @@ class Dashboard:
 
     def workers_page(self, request: Request) -> Response:
         now = utcnow()
-        rows, orphans = views.worker_rows(
-            self.app.store.worker_list(), self.app.jobs(state="running", limit=1000), now
-        )
-        context = {"now": now, "workers": rows, "orphans": orphans}
+        workers = self.app.workers()
+        context = {"now": now, "workers": workers, "orphans": views.orphans(self.app, workers)}
         name = "_workers.html" if self.live(request) else "workers.html"
         return self.render(request, name, context)
 

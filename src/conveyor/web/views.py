@@ -4,18 +4,13 @@ periodic tasks with their ticks."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from conveyor.app import App
+from conveyor.app import MAX_HELD_READ, App, WorkerStatus
 from conveyor.errors import JobStateError
 from conveyor.job import WAITING_STATES, Job, JobState
 from conveyor.schedule import Cron, Every
-from conveyor.store.base import WorkerInfo
-
-#: A worker that has not checked in for this long is probably dead: it beats every
-#: third of its lease (10 s at the default 30 s), so this is three missed beats.
-SILENT_AFTER = timedelta(seconds=30)
 
 
 @dataclass(frozen=True)
@@ -95,34 +90,12 @@ def _expect(job: Job, state: str, allowed: Sequence[str], verb: str) -> None:
         raise JobStateError(f"job {job.id} is {state}: only {' or '.join(allowed)} jobs can {verb}")
 
 
-@dataclass
-class WorkerRow:
-    info: WorkerInfo
-    silent_for: float
-    jobs: list[Job] = field(default_factory=list)
-
-    @property
-    def probably_dead(self) -> bool:
-        return self.silent_for > SILENT_AFTER.total_seconds()
-
-
-def worker_rows(
-    workers: Sequence[WorkerInfo], running: Sequence[Job], now: datetime
-) -> tuple[list[WorkerRow], list[Job]]:
-    """Each worker with the running jobs it holds; and running jobs whose worker is not listed.
-
-    A worker that died without unregistering stays listed (its jobs too) until
-    the others forget it; the jobs of one already forgotten wait for their leases.
-    """
-    rows = {w.id: WorkerRow(w, max(0.0, (now - w.last_seen_at).total_seconds())) for w in workers}
-    orphans: list[Job] = []
-    for job in sorted(running, key=lambda j: j.id):
-        row = rows.get(job.worker or "")
-        if row is not None:
-            row.jobs.append(job)
-        else:
-            orphans.append(job)
-    return list(rows.values()), orphans
+def orphans(app: App, workers: Sequence[WorkerStatus]) -> list[Job]:
+    """Running jobs whose worker is not listed (it died and was forgotten): their leases
+    bring them back."""
+    held = {job.id for w in workers for job in w.jobs}
+    running = app.jobs(state="running", limit=MAX_HELD_READ)
+    return sorted((job for job in running if job.id not in held), key=lambda j: j.id)
 
 
 @dataclass(frozen=True)
