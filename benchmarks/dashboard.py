@@ -40,6 +40,7 @@ from conveyor import App
 from conveyor.job import JobState, utcnow
 from conveyor.store.base import Finish
 from conveyor.web.metrics import Metrics
+from metrics_prometheus_client import Metrics as WithLibrary
 from pg import postgres
 
 HERE = Path(__file__).resolve().parent
@@ -224,7 +225,16 @@ def measure(dsn: str, count: int, rounds: int) -> list[tuple[str, float]]:
         results = [(name, timed(call, rounds)) for name, call in reads]
         metrics = Metrics(app)
         results.append(("/metrics, first scrape", timed(metrics.render, 1)))
-        results.append(("/metrics, next scrapes", timed(metrics.render, rounds)))
+        # The text written by hand (the dashboard's) and by prometheus_client, in turns.
+        library = WithLibrary(app)
+        results.append(("/metrics, first scrape (prometheus_client)", timed(library.render, 1)))
+        ours: list[float] = []
+        theirs: list[float] = []
+        for _ in range(rounds):
+            ours.append(timed(metrics.render, 1))
+            theirs.append(timed(library.render, 1))
+        results.append(("/metrics, next scrapes", statistics.median(ours)))
+        results.append(("/metrics, next scrapes (prometheus_client)", statistics.median(theirs)))
         return results
 
 

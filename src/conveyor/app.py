@@ -457,17 +457,24 @@ class App:
         before_id: int | None = None,
         group: str | None = None,
         worker: str | None = None,
+        key: str | None = None,
+        limit_key: str | None = None,
+        args: str | None = None,
     ) -> list[Job]:
         """Jobs newest first; page with ``before_id=<last id of the previous page>``.
 
         ``state`` is a state, or ``ready``, ``scheduled`` or ``retrying`` (kinds of
         queued job); ``error`` keeps the jobs whose last error contains that text;
-        ``group`` the jobs of one group; ``worker`` those claimed by one worker id.
+        ``group`` the jobs of one group; ``worker`` those claimed by one worker id;
+        ``key`` the job holding an idempotency key, ``limit_key`` the jobs a per-key
+        limit counts under it; ``args`` the jobs whose arguments (as JSON) contain
+        that text, among the newest ARGS_SEARCH_SPAN jobs only.
         """
-        if group is not None or worker is not None or state in WAITING_STATES:
+        narrowed = (group, worker, key, limit_key, args)
+        if any(v is not None for v in narrowed) or state in WAITING_STATES:
             selection = job_selection(
                 state=state, queue=queue, task=task, group=group, batch=batch, error=error,
-                worker=worker,
+                worker=worker, key=key, limit_key=limit_key, args=args,
             )  # fmt: skip
             found = self.store.job_select(selection, utcnow(), before_id, limit)
             return [self._attach(job) for job in found]
@@ -755,7 +762,8 @@ class App:
         """Jobs matching ``ids`` and/or filters, per detailed state (zeros left out).
 
         Filters: state (a state, or ready, scheduled, retrying), queue, task, group,
-        batch, error (text in the last error), worker. ``app.count_jobs(group="g")``
+        batch, error (text in the last error), worker, key, limit_key, args (text in
+        the arguments, among the newest jobs only). ``app.count_jobs(group="g")``
         counts a group's jobs; the keys are ready, scheduled, retrying, running,
         succeeded, failed and cancelled.
         """
@@ -855,8 +863,7 @@ class App:
     ) -> int:
         if selection.empty:
             raise ConfigurationError(
-                "name the jobs: give ids, or at least one filter "
-                "(state, queue, task, group, batch, error, worker)"
+                f"name the jobs: give ids, or at least one filter ({', '.join(SELECTION_FILTERS)})"
             )
         total = 0
 
@@ -1052,7 +1059,11 @@ BULK_ACTIONS: dict[str, tuple[str, ...]] = {
     "run_now": ("scheduled", "retrying"),
     "take_back": ("running",),
 }
-SELECTION_FILTERS = ("state", "queue", "task", "group", "batch", "error", "worker")
+SELECTION_FILTERS = (
+    "state", "queue", "task", "group", "batch", "error", "worker", "key", "limit_key", "args",
+)  # fmt: skip
+#: Longest text searched for in errors or arguments.
+MAX_SEARCH_TEXT = 200
 
 
 def _with_filters(
@@ -1072,8 +1083,16 @@ def job_selection(ids: Sequence[int] | None = None, **filters: str | None) -> Jo
     state = filters.get("state")
     if state is not None and state not in FILTER_STATES:
         raise ConfigurationError(f"unknown state {state!r}: use one of {', '.join(FILTER_STATES)}")
-    for name in ("queue", "task", "group", "batch", "worker"):
+    for name in ("queue", "task", "group", "batch", "worker", "key", "limit_key"):
         validate_name(name, filters.get(name), optional=True)
+    for name in ("error", "args"):
+        text = filters.get(name)
+        if text is not None and (
+            not isinstance(text, str) or len(text) > MAX_SEARCH_TEXT or "\x00" in text
+        ):
+            raise ConfigurationError(
+                f"the {name} text to look for must be text under {MAX_SEARCH_TEXT} characters"
+            )
     chosen: tuple[int, ...] | None = None
     if ids is not None:
         if isinstance(ids, int | str):

@@ -669,7 +669,11 @@ class JobSelection:
 
     ``state`` is a state or one of the kinds of queued job (ready, scheduled,
     retrying). ``error`` matches text in the last error (case-insensitive for
-    ASCII); ``worker`` is the worker (or consumer) id that claimed the job.
+    ASCII); ``worker`` is the worker (or consumer) id that claimed the job;
+    ``key`` the idempotency key, ``limit_key`` the key a per-key limit counts
+    it under; ``args`` text in the arguments or keyword arguments as JSON
+    (case-insensitive for ASCII), searched in the newest jobs only (see
+    ``conveyor.store.selection.ARGS_SEARCH_SPAN``).
     """
 
     state: str | None = None
@@ -680,6 +684,9 @@ class JobSelection:
     error: str | None = None
     worker: str | None = None
     ids: tuple[int, ...] | None = None
+    key: str | None = None
+    limit_key: str | None = None
+    args: str | None = None
 
     @property
     def empty(self) -> bool:

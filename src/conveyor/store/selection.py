@@ -4,6 +4,10 @@ The backends share this, as they share ``job_list_queries``: a statement whose
 filters are all ``(:x IS NULL OR x = :x)`` cannot walk an index on x, so the
 column that narrows the search most has a statement of its own (ids, a group,
 a queue and state, a batch), and the other filters only skip rows.
+
+A search of the arguments' text has no index (it looks inside JSON): it reads
+only the ARGS_SEARCH_SPAN newest jobs (by id), so a search that matches
+nothing costs the same at a million jobs as at ten million.
 """
 
 from __future__ import annotations
@@ -15,8 +19,18 @@ from conveyor.job import WAITING_STATES, JobState, base_state
 from conveyor.store.base import JobSelection
 from conveyor.store.listing import NO_ID_BOUND
 
+#: How many of the newest jobs (by id) a search of the arguments' text reads.
+ARGS_SEARCH_SPAN = 100_000
 
-def selection_params(selection: JobSelection) -> dict[str, Any]:
+
+def args_floor(selection: JobSelection, newest_id: Callable[[], int]) -> int:
+    """The id above which the arguments are searched (0 when they are not)."""
+    if selection.args is None:
+        return 0
+    return max(0, newest_id() - ARGS_SEARCH_SPAN)
+
+
+def selection_params(selection: JobSelection, floor: int = 0) -> dict[str, Any]:
     """The filters as statement parameters (``ids`` as a list; each backend encodes it)."""
     return {
         "state": selection.state,
@@ -26,6 +40,10 @@ def selection_params(selection: JobSelection) -> dict[str, Any]:
         "batch": selection.batch,
         "error": selection.error or None,
         "worker": selection.worker,
+        "key": selection.key,
+        "limit_key": selection.limit_key,
+        "args": selection.args or None,
+        "args_floor": floor,
         "ids": None if selection.ids is None else list(selection.ids),
     }
 
@@ -35,10 +53,11 @@ def select_queries(
     before_id: int | None,
     limit: int,
     queue_names: Callable[[], Sequence[str]],
+    newest_id: Callable[[], int],
 ) -> list[tuple[str, dict[str, Any]]]:
     """The job_select statements that serve a selection; merge their pages with newest_first."""
     params = {
-        **selection_params(selection),
+        **selection_params(selection, args_floor(selection, newest_id)),
         "before_id": NO_ID_BOUND if before_id is None else before_id,
         "limit": limit,
     }
@@ -61,9 +80,11 @@ def select_queries(
     ]
 
 
-def count_query(selection: JobSelection) -> tuple[str, dict[str, Any]]:
+def count_query(
+    selection: JobSelection, newest_id: Callable[[], int]
+) -> tuple[str, dict[str, Any]]:
     """The job_count statement that serves a selection (its state is applied by keep_state)."""
-    params = selection_params(selection)
+    params = selection_params(selection, args_floor(selection, newest_id))
     if selection.ids is not None:
         return "job_count_by_ids", params
     if selection.group is not None:

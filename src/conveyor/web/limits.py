@@ -5,12 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from prometheus_client.core import GaugeMetricFamily, Metric
-
 from conveyor.store.base import LimitStatus
-
-#: The labels of a limit's own gauges: its queue, and scope queue (its own) or key (each key's).
-LABELS = ["queue", "scope"]
 
 
 @dataclass(frozen=True)
@@ -58,25 +53,29 @@ def limit_rows(limits: dict[str, LimitStatus]) -> list[LimitRow]:
     return rows
 
 
-def limit_families(limits: dict[str, LimitStatus], now: datetime) -> list[Metric]:
-    """The limit gauges of /metrics."""
-    rate = GaugeMetricFamily(
-        "conveyor_limit_rate", "Jobs a rate limit lets start per window.", labels=LABELS
-    )
-    window = GaugeMetricFamily(
-        "conveyor_limit_rate_window_seconds", "The window of a rate limit.", labels=LABELS
-    )
-    concurrency = GaugeMetricFamily(
-        "conveyor_limit_concurrency", "Jobs a concurrency limit lets run at once.", labels=LABELS
-    )
+def limit_metrics(out: list[str], limits: dict[str, LimitStatus], now: datetime) -> None:
+    """The limit gauges of /metrics (``family`` and ``sample`` lines appended to ``out``)."""
+    from conveyor.web.metrics import family, sample  # the writer of the text format
+
+    family(out, "conveyor_limit_rate", "gauge", "Jobs a rate limit lets start per window.")
     for s in limits.values():
         for scope, limit in (("queue", s.limit), ("key", s.key_limit)):
             if limit is not None and limit.rate is not None:
-                rate.add_metric([s.queue, scope], limit.rate.count)
-                window.add_metric([s.queue, scope], limit.rate.per)
+                sample(
+                    out, "conveyor_limit_rate", {"queue": s.queue, "scope": scope}, limit.rate.count
+                )
+    family(out, "conveyor_limit_rate_window_seconds", "gauge", "The window of a rate limit.")
+    for s in limits.values():
+        for scope, limit in (("queue", s.limit), ("key", s.key_limit)):
+            if limit is not None and limit.rate is not None:
+                labels = {"queue": s.queue, "scope": scope}
+                sample(out, "conveyor_limit_rate_window_seconds", labels, limit.rate.per)
+    family(out, "conveyor_limit_concurrency", "gauge", "Jobs a concurrency limit lets run at once.")
+    for s in limits.values():
+        for scope, limit in (("queue", s.limit), ("key", s.key_limit)):
             if limit is not None and limit.concurrency is not None:
-                concurrency.add_metric([s.queue, scope], limit.concurrency)
-    families: list[Metric] = [rate, window, concurrency]
+                labels = {"queue": s.queue, "scope": scope}
+                sample(out, "conveyor_limit_concurrency", labels, limit.concurrency)
     gauges = (
         ("conveyor_limit_running", "Running jobs of a queue with limits.", "running"),
         (
@@ -93,17 +92,15 @@ def limit_families(limits: dict[str, LimitStatus], now: datetime) -> list[Metric
         ("conveyor_limit_keys_throttled", "Limit keys throttled now.", "keys_throttled"),
     )
     for name, help_text, field in gauges:
-        gauge = GaugeMetricFamily(name, help_text, labels=["queue"])
+        family(out, name, "gauge", help_text)
         for s in limits.values():
-            gauge.add_metric([s.queue], getattr(s, field))
-        families.append(gauge)
-    throttled = GaugeMetricFamily(
+            sample(out, name, {"queue": s.queue}, getattr(s, field))
+    family(
+        out,
         "conveyor_limit_throttled_seconds",
+        "gauge",
         "Seconds until the queue's throttle ends (0 when it is not throttled).",
-        labels=["queue"],
     )
     for s in limits.values():
         left = (s.throttled_until - now).total_seconds() if s.throttled_until else 0.0
-        throttled.add_metric([s.queue], max(0.0, left))
-    families.append(throttled)
-    return families
+        sample(out, "conveyor_limit_throttled_seconds", {"queue": s.queue}, max(0.0, left))

@@ -693,20 +693,46 @@ SELECT id FROM gone
 -- attempt that left an error is retrying; due later otherwise is scheduled (the
 -- same rule as job.detailed_state).
 
--- name: job_select
-SELECT * FROM jobs
-WHERE id < %(before_id)s
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+-- name: job_newest_id
+-- The newest job's id, from the primary key's end: where a search of arguments starts.
+SELECT coalesce(max(id), 0) FROM jobs
+
+-- name: selection_filters
+-- The filters of a selection that only skip rows: included by every job_select
+-- and job_count statement after its driving condition (which may repeat one of
+-- them: a filter that is set twice costs nothing). The text of the arguments is
+-- searched only in jobs above :args_floor (the newest ones, see selection.py):
+-- no index serves a search inside JSON text.
+(%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(task)s::text IS NULL OR task = %(task)s::text)
   AND (%(group)s::text IS NULL OR group_key = %(group)s::text)
   AND (%(batch)s::text IS NULL OR batch = %(batch)s::text)
   AND (%(worker)s::text IS NULL OR worker = %(worker)s::text)
+  AND (%(key)s::text IS NULL OR key = %(key)s::text)
+  AND (%(limit_key)s::text IS NULL OR limit_key = %(limit_key)s::text)
   AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s::text)) > 0)
-  AND (%(state)s::text IS NULL OR state = %(state)s::text
+  AND (%(args)s::text IS NULL OR (id > %(args_floor)s AND strpos(lower(args::text || ' ' || kwargs::text), lower(%(args)s::text)) > 0))
+
+-- name: selection_state
+-- A selection's state: a stored state, or one of the kinds of queued job.
+(%(state)s::text IS NULL OR state = %(state)s::text
        OR (state = 'queued' AND %(state)s::text = CASE
              WHEN run_at <= %(now)s THEN 'ready'
              WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
              ELSE 'scheduled' END))
+
+-- name: selection_shown
+-- The detailed state a count groups by.
+CASE WHEN state <> 'queued' THEN state
+            WHEN run_at <= %(now)s THEN 'ready'
+            WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
+            ELSE 'scheduled' END
+
+-- name: job_select
+SELECT * FROM jobs
+WHERE id < %(before_id)s
+  AND {{selection_filters}}
+  AND {{selection_state}}
 ORDER BY id DESC
 LIMIT %(limit)s
 
@@ -714,17 +740,8 @@ LIMIT %(limit)s
 SELECT * FROM jobs
 WHERE id = ANY(%(ids)s::bigint[])
   AND id < %(before_id)s
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-  AND (%(task)s::text IS NULL OR task = %(task)s::text)
-  AND (%(group)s::text IS NULL OR group_key = %(group)s::text)
-  AND (%(batch)s::text IS NULL OR batch = %(batch)s::text)
-  AND (%(worker)s::text IS NULL OR worker = %(worker)s::text)
-  AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s::text)) > 0)
-  AND (%(state)s::text IS NULL OR state = %(state)s::text
-       OR (state = 'queued' AND %(state)s::text = CASE
-             WHEN run_at <= %(now)s THEN 'ready'
-             WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
-             ELSE 'scheduled' END))
+  AND {{selection_filters}}
+  AND {{selection_state}}
 ORDER BY id DESC
 LIMIT %(limit)s
 
@@ -733,16 +750,8 @@ LIMIT %(limit)s
 SELECT * FROM jobs
 WHERE group_key = %(group)s::text
   AND id < %(before_id)s
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-  AND (%(task)s::text IS NULL OR task = %(task)s::text)
-  AND (%(batch)s::text IS NULL OR batch = %(batch)s::text)
-  AND (%(worker)s::text IS NULL OR worker = %(worker)s::text)
-  AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s::text)) > 0)
-  AND (%(state)s::text IS NULL OR state = %(state)s::text
-       OR (state = 'queued' AND %(state)s::text = CASE
-             WHEN run_at <= %(now)s THEN 'ready'
-             WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
-             ELSE 'scheduled' END))
+  AND {{selection_filters}}
+  AND {{selection_state}}
 ORDER BY id DESC
 LIMIT %(limit)s
 
@@ -753,16 +762,8 @@ SELECT * FROM jobs
 WHERE queue = %(queue)s::text
   AND state = %(base_state)s::text
   AND id < %(before_id)s
-  AND (%(task)s::text IS NULL OR task = %(task)s::text)
-  AND (%(group)s::text IS NULL OR group_key = %(group)s::text)
-  AND (%(batch)s::text IS NULL OR batch = %(batch)s::text)
-  AND (%(worker)s::text IS NULL OR worker = %(worker)s::text)
-  AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s::text)) > 0)
-  AND (%(state)s::text IS NULL OR state = %(state)s::text
-       OR (state = 'queued' AND %(state)s::text = CASE
-             WHEN run_at <= %(now)s THEN 'ready'
-             WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
-             ELSE 'scheduled' END))
+  AND {{selection_filters}}
+  AND {{selection_state}}
 ORDER BY id DESC
 LIMIT %(limit)s
 
@@ -770,93 +771,48 @@ LIMIT %(limit)s
 SELECT * FROM jobs
 WHERE batch = %(batch)s::text
   AND id < %(before_id)s
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-  AND (%(task)s::text IS NULL OR task = %(task)s::text)
-  AND (%(group)s::text IS NULL OR group_key = %(group)s::text)
-  AND (%(worker)s::text IS NULL OR worker = %(worker)s::text)
-  AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s::text)) > 0)
-  AND (%(state)s::text IS NULL OR state = %(state)s::text
-       OR (state = 'queued' AND %(state)s::text = CASE
-             WHEN run_at <= %(now)s THEN 'ready'
-             WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
-             ELSE 'scheduled' END))
+  AND {{selection_filters}}
+  AND {{selection_state}}
 ORDER BY id DESC
 LIMIT %(limit)s
 
 -- name: job_count
-SELECT CASE WHEN state <> 'queued' THEN state
-            WHEN run_at <= %(now)s THEN 'ready'
-            WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
-            ELSE 'scheduled' END AS shown,
+SELECT {{selection_shown}} AS shown,
        count(*)
 FROM jobs
-WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-  AND (%(task)s::text IS NULL OR task = %(task)s::text)
-  AND (%(group)s::text IS NULL OR group_key = %(group)s::text)
-  AND (%(batch)s::text IS NULL OR batch = %(batch)s::text)
-  AND (%(worker)s::text IS NULL OR worker = %(worker)s::text)
-  AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s::text)) > 0)
+WHERE {{selection_filters}}
 GROUP BY shown
 
 -- name: job_count_by_ids
-SELECT CASE WHEN state <> 'queued' THEN state
-            WHEN run_at <= %(now)s THEN 'ready'
-            WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
-            ELSE 'scheduled' END AS shown,
+SELECT {{selection_shown}} AS shown,
        count(*)
 FROM jobs
 WHERE id = ANY(%(ids)s::bigint[])
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-  AND (%(task)s::text IS NULL OR task = %(task)s::text)
-  AND (%(group)s::text IS NULL OR group_key = %(group)s::text)
-  AND (%(batch)s::text IS NULL OR batch = %(batch)s::text)
-  AND (%(worker)s::text IS NULL OR worker = %(worker)s::text)
-  AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s::text)) > 0)
+  AND {{selection_filters}}
 GROUP BY shown
 
 -- name: job_count_by_group
-SELECT CASE WHEN state <> 'queued' THEN state
-            WHEN run_at <= %(now)s THEN 'ready'
-            WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
-            ELSE 'scheduled' END AS shown,
+SELECT {{selection_shown}} AS shown,
        count(*)
 FROM jobs
 WHERE group_key = %(group)s::text
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-  AND (%(task)s::text IS NULL OR task = %(task)s::text)
-  AND (%(batch)s::text IS NULL OR batch = %(batch)s::text)
-  AND (%(worker)s::text IS NULL OR worker = %(worker)s::text)
-  AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s::text)) > 0)
+  AND {{selection_filters}}
 GROUP BY shown
 
 -- name: job_count_by_queue
-SELECT CASE WHEN state <> 'queued' THEN state
-            WHEN run_at <= %(now)s THEN 'ready'
-            WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
-            ELSE 'scheduled' END AS shown,
+SELECT {{selection_shown}} AS shown,
        count(*)
 FROM jobs
 WHERE queue = %(queue)s::text
-  AND (%(task)s::text IS NULL OR task = %(task)s::text)
-  AND (%(group)s::text IS NULL OR group_key = %(group)s::text)
-  AND (%(batch)s::text IS NULL OR batch = %(batch)s::text)
-  AND (%(worker)s::text IS NULL OR worker = %(worker)s::text)
-  AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s::text)) > 0)
+  AND {{selection_filters}}
 GROUP BY shown
 
 -- name: job_count_by_batch
-SELECT CASE WHEN state <> 'queued' THEN state
-            WHEN run_at <= %(now)s THEN 'ready'
-            WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
-            ELSE 'scheduled' END AS shown,
+SELECT {{selection_shown}} AS shown,
        count(*)
 FROM jobs
 WHERE batch = %(batch)s::text
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-  AND (%(task)s::text IS NULL OR task = %(task)s::text)
-  AND (%(group)s::text IS NULL OR group_key = %(group)s::text)
-  AND (%(worker)s::text IS NULL OR worker = %(worker)s::text)
-  AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s::text)) > 0)
+  AND {{selection_filters}}
 GROUP BY shown
 
 -- name: job_retry_many

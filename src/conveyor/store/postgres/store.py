@@ -743,15 +743,26 @@ class PostgresStore:
             def queue_names() -> list[str]:
                 return [row[0] for row in conn.execute(_Q["queue_names"]).fetchall()]
 
+            def newest_id() -> int:
+                row = conn.execute(_Q["job_newest_id"]).fetchone()
+                return int(row[0]) if row else 0
+
             pages = [
                 [_row_to_job(r) for r in conn.execute(_Q[name], {**params, "now": now}).fetchall()]
-                for name, params in select_queries(selection, before_id, limit, queue_names)
+                for name, params in select_queries(
+                    selection, before_id, limit, queue_names, newest_id
+                )
             ]
         return newest_first(pages, limit)
 
     def job_count_selected(self, selection: JobSelection, now: datetime) -> dict[str, int]:
-        name, params = count_query(selection)
         with self._tx() as conn:
+
+            def newest_id() -> int:
+                row = conn.execute(_Q["job_newest_id"]).fetchone()
+                return int(row[0]) if row else 0
+
+            name, params = count_query(selection, newest_id)
             conn.execute(_Q["plan_for_values"])
             rows = conn.execute(_Q[name], {**params, "now": now}).fetchall()
         return keep_state({state: int(n) for state, n in rows}, selection.state)

@@ -55,6 +55,7 @@ from conveyor.store.keys import new_job_record
 from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of_row
 from conveyor.store.listing import NO_ID_BOUND
 from conveyor.store.redis.listener import RedisListener
+from conveyor.store.selection import args_floor
 
 #: The layout of keys this code reads and writes (``schema_version`` on Redis).
 LAYOUT_VERSION = 1
@@ -819,7 +820,14 @@ class RedisStore:
                 stored = "queued" if state in ("ready", "scheduled", "retrying") else state
             indexes = self._indexes_for(selection.queue, stored, selection.group, selection.batch)
             jobs = self._walk(indexes, before_id)
+        if selection.args is not None:
+            # No index looks inside arguments: only the newest jobs are searched.
+            floor = args_floor(selection, self._newest_id)
+            jobs = itertools.takewhile(lambda job: job.id > floor, jobs)
         return (job for job in jobs if _matches(job, selection, now))
+
+    def _newest_id(self) -> int:
+        return int(self._do(lambda: self._client.get(self._k("ids"))) or 0)
 
     def job_select(
         self, selection: JobSelection, now: datetime, before_id: int | None, limit: int
@@ -834,10 +842,7 @@ class RedisStore:
         return out
 
     def job_count_selected(self, selection: JobSelection, now: datetime) -> dict[str, int]:
-        if all(
-            getattr(selection, name) is None
-            for name in ("task", "group", "batch", "error", "worker", "ids")
-        ):
+        if all(getattr(selection, name) is None for name in _SKIP_FILTERS):
             counts = self._count_from_indexes(selection.queue, now)
         else:
             counts = {}
@@ -1069,6 +1074,10 @@ class RedisStore:
         self._run("limit_prune", _ts(now), str(LIMIT_SLACK_SECONDS))
 
 
+#: Filters the per-queue counters cannot answer: a count with one of them reads the jobs.
+_SKIP_FILTERS = ("task", "group", "batch", "error", "worker", "ids", "key", "limit_key", "args")
+
+
 def _matches(job: Job, selection: JobSelection, now: datetime) -> bool:
     """Whether a job is one a selection names (the SQL stores' job_select filters)."""
     s = selection
@@ -1080,10 +1089,14 @@ def _matches(job: Job, selection: JobSelection, now: datetime) -> bool:
         (s.group, job.group),
         (s.batch, job.batch),
         (s.worker, job.worker),
+        (s.key, job.key),
+        (s.limit_key, job.limit_key),
     ):
         if wanted is not None and wanted != actual:
             return False
     if s.error and (job.error is None or s.error.lower() not in job.error.lower()):
+        return False
+    if s.args and s.args.lower() not in f"{job.args_json} {job.kwargs_json}".lower():
         return False
     if s.state is not None and s.state != job.state:
         return job.state == JobState.QUEUED and job.detailed_state(now) == s.state

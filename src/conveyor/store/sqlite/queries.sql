@@ -611,20 +611,46 @@ WHERE id IN (SELECT value FROM json_each(:ids))
 -- jobs apart: due now is ready; due later after an attempt that left an error is
 -- retrying; due later otherwise is scheduled (the same rule as job.detailed_state).
 
--- name: job_select
-SELECT * FROM jobs
-WHERE id < :before_id
-  AND (:queue IS NULL OR queue = :queue)
+-- name: job_newest_id
+-- The newest job's id, from the primary key's end: where a search of arguments starts.
+SELECT coalesce(max(id), 0) FROM jobs
+
+-- name: selection_filters
+-- The filters of a selection that only skip rows: included by every job_select
+-- and job_count statement after its driving condition (which may repeat one of
+-- them: a filter that is set twice costs nothing). The text of the arguments is
+-- searched only in jobs above :args_floor (the newest ones, see selection.py):
+-- no index serves a search inside JSON text.
+(:queue IS NULL OR queue = :queue)
   AND (:task IS NULL OR task = :task)
   AND (:group IS NULL OR group_key = :group)
   AND (:batch IS NULL OR batch = :batch)
   AND (:worker IS NULL OR worker = :worker)
+  AND (:key IS NULL OR key = :key)
+  AND (:limit_key IS NULL OR limit_key = :limit_key)
   AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
-  AND (:state IS NULL OR state = :state
+  AND (:args IS NULL OR (id > :args_floor AND instr(lower(args || ' ' || kwargs), lower(:args)) > 0))
+
+-- name: selection_state
+-- A selection's state: a stored state, or one of the kinds of queued job.
+(:state IS NULL OR state = :state
        OR (state = 'queued' AND :state = CASE
              WHEN run_at <= :now THEN 'ready'
              WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
              ELSE 'scheduled' END))
+
+-- name: selection_shown
+-- The detailed state a count groups by.
+CASE WHEN state <> 'queued' THEN state
+            WHEN run_at <= :now THEN 'ready'
+            WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
+            ELSE 'scheduled' END
+
+-- name: job_select
+SELECT * FROM jobs
+WHERE id < :before_id
+  AND {{selection_filters}}
+  AND {{selection_state}}
 ORDER BY id DESC
 LIMIT :limit
 
@@ -632,17 +658,8 @@ LIMIT :limit
 SELECT * FROM jobs
 WHERE id IN (SELECT value FROM json_each(:ids))
   AND id < :before_id
-  AND (:queue IS NULL OR queue = :queue)
-  AND (:task IS NULL OR task = :task)
-  AND (:group IS NULL OR group_key = :group)
-  AND (:batch IS NULL OR batch = :batch)
-  AND (:worker IS NULL OR worker = :worker)
-  AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
-  AND (:state IS NULL OR state = :state
-       OR (state = 'queued' AND :state = CASE
-             WHEN run_at <= :now THEN 'ready'
-             WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
-             ELSE 'scheduled' END))
+  AND {{selection_filters}}
+  AND {{selection_state}}
 ORDER BY id DESC
 LIMIT :limit
 
@@ -651,16 +668,8 @@ LIMIT :limit
 SELECT * FROM jobs
 WHERE group_key = :group
   AND id < :before_id
-  AND (:queue IS NULL OR queue = :queue)
-  AND (:task IS NULL OR task = :task)
-  AND (:batch IS NULL OR batch = :batch)
-  AND (:worker IS NULL OR worker = :worker)
-  AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
-  AND (:state IS NULL OR state = :state
-       OR (state = 'queued' AND :state = CASE
-             WHEN run_at <= :now THEN 'ready'
-             WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
-             ELSE 'scheduled' END))
+  AND {{selection_filters}}
+  AND {{selection_state}}
 ORDER BY id DESC
 LIMIT :limit
 
@@ -671,16 +680,8 @@ SELECT * FROM jobs
 WHERE queue = :queue
   AND state = :base_state
   AND id < :before_id
-  AND (:task IS NULL OR task = :task)
-  AND (:group IS NULL OR group_key = :group)
-  AND (:batch IS NULL OR batch = :batch)
-  AND (:worker IS NULL OR worker = :worker)
-  AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
-  AND (:state IS NULL OR state = :state
-       OR (state = 'queued' AND :state = CASE
-             WHEN run_at <= :now THEN 'ready'
-             WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
-             ELSE 'scheduled' END))
+  AND {{selection_filters}}
+  AND {{selection_state}}
 ORDER BY id DESC
 LIMIT :limit
 
@@ -688,93 +689,48 @@ LIMIT :limit
 SELECT * FROM jobs
 WHERE batch = :batch
   AND id < :before_id
-  AND (:queue IS NULL OR queue = :queue)
-  AND (:task IS NULL OR task = :task)
-  AND (:group IS NULL OR group_key = :group)
-  AND (:worker IS NULL OR worker = :worker)
-  AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
-  AND (:state IS NULL OR state = :state
-       OR (state = 'queued' AND :state = CASE
-             WHEN run_at <= :now THEN 'ready'
-             WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
-             ELSE 'scheduled' END))
+  AND {{selection_filters}}
+  AND {{selection_state}}
 ORDER BY id DESC
 LIMIT :limit
 
 -- name: job_count
-SELECT CASE WHEN state <> 'queued' THEN state
-            WHEN run_at <= :now THEN 'ready'
-            WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
-            ELSE 'scheduled' END AS shown,
+SELECT {{selection_shown}} AS shown,
        count(*)
 FROM jobs
-WHERE (:queue IS NULL OR queue = :queue)
-  AND (:task IS NULL OR task = :task)
-  AND (:group IS NULL OR group_key = :group)
-  AND (:batch IS NULL OR batch = :batch)
-  AND (:worker IS NULL OR worker = :worker)
-  AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
+WHERE {{selection_filters}}
 GROUP BY shown
 
 -- name: job_count_by_ids
-SELECT CASE WHEN state <> 'queued' THEN state
-            WHEN run_at <= :now THEN 'ready'
-            WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
-            ELSE 'scheduled' END AS shown,
+SELECT {{selection_shown}} AS shown,
        count(*)
 FROM jobs
 WHERE id IN (SELECT value FROM json_each(:ids))
-  AND (:queue IS NULL OR queue = :queue)
-  AND (:task IS NULL OR task = :task)
-  AND (:group IS NULL OR group_key = :group)
-  AND (:batch IS NULL OR batch = :batch)
-  AND (:worker IS NULL OR worker = :worker)
-  AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
+  AND {{selection_filters}}
 GROUP BY shown
 
 -- name: job_count_by_group
-SELECT CASE WHEN state <> 'queued' THEN state
-            WHEN run_at <= :now THEN 'ready'
-            WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
-            ELSE 'scheduled' END AS shown,
+SELECT {{selection_shown}} AS shown,
        count(*)
 FROM jobs
 WHERE group_key = :group
-  AND (:queue IS NULL OR queue = :queue)
-  AND (:task IS NULL OR task = :task)
-  AND (:batch IS NULL OR batch = :batch)
-  AND (:worker IS NULL OR worker = :worker)
-  AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
+  AND {{selection_filters}}
 GROUP BY shown
 
 -- name: job_count_by_queue
-SELECT CASE WHEN state <> 'queued' THEN state
-            WHEN run_at <= :now THEN 'ready'
-            WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
-            ELSE 'scheduled' END AS shown,
+SELECT {{selection_shown}} AS shown,
        count(*)
 FROM jobs
 WHERE queue = :queue
-  AND (:task IS NULL OR task = :task)
-  AND (:group IS NULL OR group_key = :group)
-  AND (:batch IS NULL OR batch = :batch)
-  AND (:worker IS NULL OR worker = :worker)
-  AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
+  AND {{selection_filters}}
 GROUP BY shown
 
 -- name: job_count_by_batch
-SELECT CASE WHEN state <> 'queued' THEN state
-            WHEN run_at <= :now THEN 'ready'
-            WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
-            ELSE 'scheduled' END AS shown,
+SELECT {{selection_shown}} AS shown,
        count(*)
 FROM jobs
 WHERE batch = :batch
-  AND (:queue IS NULL OR queue = :queue)
-  AND (:task IS NULL OR task = :task)
-  AND (:group IS NULL OR group_key = :group)
-  AND (:worker IS NULL OR worker = :worker)
-  AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
+  AND {{selection_filters}}
 GROUP BY shown
 
 -- name: job_retry_many

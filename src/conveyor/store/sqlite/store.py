@@ -705,12 +705,18 @@ class SQLiteStore:
         conn = self._conn()
         pages = [
             [_row_to_job(r) for r in conn.execute(_Q[name], self._selection_params(params, now))]
-            for name, params in select_queries(selection, before_id, limit, self.queue_names)
+            for name, params in select_queries(
+                selection, before_id, limit, self.queue_names, self._newest_id
+            )
         ]
         return newest_first(pages, limit)
 
+    def _newest_id(self) -> int:
+        newest: int = self._conn().execute(_Q["job_newest_id"]).fetchone()[0]
+        return newest
+
     def job_count_selected(self, selection: JobSelection, now: datetime) -> dict[str, int]:
-        name, params = count_query(selection)
+        name, params = count_query(selection, self._newest_id)
         rows = self._conn().execute(_Q[name], self._selection_params(params, now)).fetchall()
         return keep_state(dict(rows), selection.state)
 
