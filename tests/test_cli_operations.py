@@ -167,10 +167,16 @@ def test_tables_fit_80_columns_with_the_zone_named(app: App, dsn: str) -> None:
 
     listing = run("jobs", "list", "--dsn", dsn, columns=80).stdout.splitlines()
     assert all(len(line) <= 80 for line in listing), listing
-    assert len(listing) == 2 + 5  # header, rule, one line per job
     assert "(UTC)" in listing[0]
-    by_id = {line.split()[0]: line for line in listing[2:]}
-    assert "retrying" in by_id[str(retried.id)] and "TimeoutError" in by_id[str(retried.id)]
+    # A block per job: its first line has the id, state and "queue · task"; the
+    # error's message follows, wrapped. No name is cut.
+    rows = listing[2:-1]  # the last line counts the matches
+    by_id = {line.split()[0]: n for n, line in enumerate(rows, 2) if line[:4].strip()}
+    first = by_id[str(retried.id)]
+    assert "retrying" in listing[first] and "billing · charge" in listing[first]
+    assert "TimeoutError: partner slow" in listing[first + 1]
+    assert long_queue in "".join("".join(listing).split())
+    assert "…" not in "".join(listing)
     stats = run("stats", "--dsn", dsn, columns=80).stdout.splitlines()
     assert all(len(line) <= 80 for line in stats), stats
     assert any("retry 1" in line for line in stats) and any("sched 1" in line for line in stats)

@@ -131,7 +131,8 @@ def test_metrics_and_the_overview_show_each_limit(busy: App) -> None:
     assert "# TYPE conveyor_limit_held_back gauge" in metrics
     assert "<h2>Limits</h2>" in page
     assert "20/s, 3 at once" in page and "1 at once each" in page
-    assert "0/3 running" in page and "6</span>" in page
+    assert "0 running; limit 3" in page and "6</span>" in page
+    assert "0 started in the last second; limit 20" in page
 
 
 def test_the_overview_has_no_limits_block_without_limits(app: App) -> None:

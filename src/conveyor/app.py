@@ -771,6 +771,23 @@ class App:
         counts = self.store.job_count_selected(selection, utcnow())
         return {state: counts[state] for state in DETAILED_STATES if counts.get(state)}
 
+    def count_matching(self, **filters: str | None) -> int:
+        """How many jobs a listing's filters match, all pages together.
+
+        By state and queue alone (or none) it is read from the counts the
+        overview shows, which read no finished job; other filters count the
+        matching jobs (a group, batch, key or limit key through an index).
+        """
+        chosen = {name: value for name, value in filters.items() if value}
+        if set(chosen) <= {"state", "queue"}:
+            stats = self.stats()
+            state = chosen.get("state")
+            if state is None:
+                return sum(sum(q.counts.values()) for name, q in stats.queues.items()
+                           if chosen.get("queue") in (None, name))  # fmt: skip
+            return stats.count(state, chosen.get("queue"))
+        return sum(self.count_jobs(None, **chosen).values())
+
     def retry_jobs(
         self,
         ids: Sequence[int] | None = None,

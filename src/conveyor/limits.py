@@ -75,6 +75,29 @@ class Limit:
         return ", ".join(parts) or "none"
 
 
+def window_words(per: float) -> str:
+    """A rate's window as people say it: ``second``, ``minute``, ``10 seconds``, ``2 hours``."""
+    for unit, seconds in (("day", 86400.0), ("hour", 3600.0), ("minute", 60.0), ("second", 1.0)):
+        amount = per / seconds
+        if amount >= 1 and amount == int(amount):
+            return unit if amount == 1 else f"{int(amount)} {unit}s"
+    return f"{per:g} seconds"
+
+
+def fullness_words(limit: Limit | None, running: int, started: int) -> list[str]:
+    """How full a limit is, in words: ``2 running; limit 3``, ``6 started in the last
+    minute; limit 1`` (one part per bound the limit sets)."""
+    parts = []
+    if limit is not None and limit.concurrency is not None:
+        parts.append(f"{running:,} running; limit {limit.concurrency:,}")
+    if limit is not None and limit.rate is not None:
+        parts.append(
+            f"{started:,} started in the last {window_words(limit.rate.per)}; "
+            f"limit {limit.rate.count:,}"
+        )
+    return parts
+
+
 @dataclass(frozen=True, slots=True)
 class QueueLimits:
     """What is stored for a queue: its own limit, its per-key limit, its throttle."""

@@ -239,15 +239,20 @@ def list_jobs(
     limit: int, before_id: int | None, dsn: str | None, as_json: bool, **filters: str | None
 ) -> None:
     """Jobs, newest first (--state scheduled: due later; retrying: after a failed attempt)."""
+    chosen = given(filters)
     with open_app(dsn) as app:
-        found = app.jobs(limit=limit, before_id=before_id, **filters)
+        found = app.jobs(limit=limit, before_id=before_id, **chosen)
+        matching = None if as_json else app.count_matching(**chosen)
     if as_json:
         print_json([job_dict(job) for job in found])
         return
     if not found:
-        click.echo("no jobs match")
+        click.echo(f"no jobs match{' below id ' + str(before_id) if before_id else ''}")
         return
     console().print(jobs_table(found))
+    what = "job matches" if matching == 1 else "jobs match"
+    shown = f"showing {len(found):,}" + (f" below id {before_id}" if before_id else "")
+    click.echo(f"{matching:,} {what}; {shown}")
     if len(found) == limit:
         click.echo(f"more: --before {found[-1].id}")
 

@@ -13,13 +13,22 @@ from rich.console import RenderableType
 from rich.text import Text
 
 from conveyor.cli.options import Bounded, Duration, _ParamType, dsn_option, json_option, open_app
-from conveyor.cli.output import Col, console, fitted_table, print_json, relative
+from conveyor.cli.output import (
+    Col,
+    console,
+    fits,
+    fitted_table,
+    print_json,
+    relative,
+    stacked,
+)
 from conveyor.errors import ConfigurationError
 from conveyor.job import utcnow
 from conveyor.limits import (
     Limit,
     QueueLimits,
     check_concurrency,
+    fullness_words,
     parse_rate,
     throttle_seconds,
 )
@@ -189,18 +198,14 @@ def limits_dict(statuses: dict[str, LimitStatus]) -> dict[str, Any]:
 
 
 def _fullness(status: LimitStatus) -> str:
-    """How full the queue's own limit is: ``2/3 running, 18/20 in window``."""
-    parts = []
-    limit = status.limit
-    if limit is not None and limit.concurrency is not None:
-        parts.append(f"{status.running}/{limit.concurrency} running")
-    if limit is not None and limit.rate is not None:
-        parts.append(f"{status.started}/{limit.rate.count} started")
-    return ", ".join(parts) or "-"
+    """How full the queue's own limit is: ``2 running; limit 3, 18 started in the last
+    second; limit 20``."""
+    return ", ".join(fullness_words(status.limit, status.running, status.started)) or "-"
 
 
 def limits_table(statuses: list[LimitStatus], now: datetime) -> RenderableType:
-    headers = ("queue", "limit", "full", "per key", "keys full", "throttled", "held back")
+    """A table when every row fits on one line; else a block per queue, wrapped, nothing cut."""
+    headers = ("queue", "limit", "how full", "per key", "keys full", "throttled", "held back")
     columns = [
         Col(h, ratio=1 if h == "queue" else 0,
             justify="right" if h in ("keys full", "held back") else "left")
@@ -208,22 +213,42 @@ def limits_table(statuses: list[LimitStatus], now: datetime) -> RenderableType:
     ]  # fmt: skip
     rows: list[list[str | Text]] = []
     for s in statuses:
-        throttled = relative(s.throttled_until, now) if s.throttled_until else ""
-        if s.keys_throttled:
-            keys = "key" if s.keys_throttled == 1 else "keys"
-            throttled = f"{throttled} ({s.keys_throttled} {keys})".strip()
         rows.append([
             s.queue,
             _shown(s.limit),
             _fullness(s),
             _shown(s.key_limit, " each") if s.key_limit else "-",
             f"{s.keys_full:,}" if s.key_limit or s.keys_throttled else "-",
-            throttled or "-",
+            _throttled(s, now) or "-",
             Text(
                 f"{s.held_back:,} of {s.ready:,} ready", style="dark_orange" if s.held_back else ""
             ),
         ])  # fmt: skip
-    return fitted_table(columns, rows, title="Limits")
+    if fits(columns, rows):
+        return fitted_table(columns, rows, title="Limits")
+    blocks: list[Text] = [Text("Limits", style="italic")]
+    for s in statuses:
+        blocks.append(Text(s.queue, style="bold"))
+        lines = [f"limit {_shown(s.limit)}: {_fullness(s)}"]
+        if s.key_limit is not None or s.keys_throttled:
+            lines.append(
+                f"per key {_shown(s.key_limit, ' each') if s.key_limit else 'none'}: "
+                f"{s.keys_full:,} key(s) full"
+            )
+        throttled = _throttled(s, now)
+        held = f"held back {s.held_back:,} of {s.ready:,} ready"
+        lines.append(f"throttled {throttled}; {held}" if throttled else held)
+        blocks.extend(Text("  " + line) for line in lines)
+    return stacked(blocks)
+
+
+def _throttled(s: LimitStatus, now: datetime) -> str:
+    """``in 59m12s (2 keys)``: the queue's throttle and how many keys are throttled."""
+    throttled = relative(s.throttled_until, now) if s.throttled_until else ""
+    if s.keys_throttled:
+        keys = "key" if s.keys_throttled == 1 else "keys"
+        throttled = f"{throttled} ({s.keys_throttled} {keys})".strip()
+    return throttled
 
 
 def limits_view(statuses: dict[str, LimitStatus]) -> RenderableType | None:

@@ -214,19 +214,30 @@ _SELECTION_OPTIONS = (
     click.option("--batch", default=None, help="Jobs of this batch."),
     click.option("--error", default=None, help="Jobs whose last error contains this text."),
     click.option("--worker", default=None, help="Jobs claimed by this worker id."),
+    click.option("--key", default=None, help="The job holding this idempotency key."),
+    click.option("--limit-key", default=None, help="Jobs a per-key limit counts under this key."),
+    click.option(
+        "--args",
+        "args_text",
+        default=None,
+        help="Jobs whose arguments (as JSON) contain this text; the newest 100,000 jobs only.",
+    ),
 )
 
 
 def selection_options(f: F) -> F:
-    """--state, --queue, --task, --group, --batch, --error and --worker."""
+    """--state, --queue, --task, --group, --batch, --error, --worker, --key, --limit-key, --args."""
     for option in reversed(_SELECTION_OPTIONS):
         f = option(f)
     return f
 
 
 def given(filters: dict[str, Any]) -> dict[str, str]:
-    """The filters the user gave (click passes the others as None)."""
-    return {name: value for name, value in filters.items() if value is not None}
+    """The filters the user gave (click passes the others as None), named as the API names them."""
+    chosen = {name: value for name, value in filters.items() if value is not None}
+    if "args_text" in chosen:
+        chosen["args"] = chosen.pop("args_text")
+    return chosen
 
 
 class JobId(click.types.IntParamType):

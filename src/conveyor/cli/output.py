@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -221,12 +222,21 @@ def relative(value: datetime | None, now: datetime) -> str:
     return f"in {age(seconds)}" if seconds > 0 else f"{age(-seconds)} ago"
 
 
+#: ``requests.exceptions.ConnectionError: ...``: an exception named with its module path.
+_QUALIFIED = re.compile(r"^(?:[A-Za-z_]\w*\.)+([A-Za-z_]\w*)(?=:|$)")
+
+
 def first_line(text: str | None, width: int = 60) -> str:
-    """The line of an error that says what happened (a traceback's last line)."""
+    """The line of an error that says what happened (a traceback's last line).
+
+    The exception is named without its module path (``ConnectionError: refused``,
+    not ``requests.exceptions.ConnectionError: refused``): in a narrow column the
+    path would leave no room for the message.
+    """
     if not text:
         return ""
     lines = [line for line in text.strip().splitlines() if line.strip()]
-    line = lines[-1] if lines else ""
+    line = _QUALIFIED.sub(r"\1", lines[-1].strip()) if lines else ""
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
@@ -243,6 +253,9 @@ class Col:
     min_width: int = 4
     justify: JustifyMethod = "left"
     style: str | None = None
+    #: Cut with an ellipsis when too long (error text); other columns with a
+    #: ratio wrap instead, so a name is never cut.
+    cut: bool = False
 
 
 #: Per column: one space of padding each side, and the separator (a space).
@@ -252,18 +265,31 @@ _COLUMN_OVERHEAD = 3
 def fitted_table(
     columns: Sequence[Col], rows: Sequence[Sequence[str | Text]], title: str | None = None
 ) -> Table:
-    """A table as wide as the terminal at most, every row on one line.
+    """A table as wide as the terminal at most.
 
     rich shrinks a too-wide table by narrowing the columns it may wrap, and
     squeezes the others to nothing when none may wrap; so each column gets its
     width here: fixed ones their natural width, the ``ratio`` ones (queue, task,
-    error...) their share of the rest, cut with an ellipsis.
+    error...) their share of the rest. Those wrap onto more lines (between
+    words, a long name folded), so no name is cut; only ``cut`` ones (error
+    text) are cut with an ellipsis.
     """
     naturals = natural_widths(columns, rows)
     room = _width() - _COLUMN_OVERHEAD * len(columns)
     widths = list(naturals)
     flexible = [i for i, col in enumerate(columns) if col.ratio]
-    if sum(widths) > room and flexible:
+    cut = [i for i in flexible if columns[i].cut]
+    whole_first = sum(w for i, w in enumerate(widths) if i not in cut) + sum(
+        columns[i].min_width for i in cut
+    )
+    if sum(widths) > room and cut and whole_first <= room:
+        # Every name whole on its line; the cut columns (error text) share what is left.
+        left = room - sum(w for i, w in enumerate(widths) if i not in cut)
+        ratios = sum(columns[i].ratio for i in cut)
+        for i in cut:
+            share = left * columns[i].ratio // ratios
+            widths[i] = max(columns[i].min_width, min(naturals[i], share))
+    elif sum(widths) > room and flexible:
         fixed = sum(w for i, w in enumerate(widths) if i not in flexible)
         left = max(room - fixed, 0)
         ratios = sum(columns[i].ratio for i in flexible)
@@ -281,11 +307,12 @@ def fitted_table(
         box=box.SIMPLE_HEAD, pad_edge=False, title=title, title_justify="left", show_edge=False
     )
     for col, width in zip(columns, widths, strict=True):
+        wraps = bool(col.ratio) and not col.cut
         table.add_column(
             col.header,
             width=width,
-            no_wrap=True,
-            overflow="ellipsis",
+            no_wrap=not wraps,
+            overflow="fold" if wraps else "ellipsis",
             justify=col.justify,
             style=col.style,
         )
@@ -354,7 +381,7 @@ def stats_view(stats: Stats, workers: Sequence[WorkerStatus]) -> RenderableType:
         dead = " (probably dead)" if status.probably_dead else ""
         seen = f"{age(status.silent_for)} ago{dead}"
         cells = {
-            "worker": w.id if width >= WIDE else f"{w.host}:{w.pid}",
+            "worker": w.id,
             "host": w.host,
             "pid": str(w.pid),
             "queues": ",".join(w.queues),
@@ -362,11 +389,23 @@ def stats_view(stats: Stats, workers: Sequence[WorkerStatus]) -> RenderableType:
             "last seen": seen,
         }
         worker_rows.append([cells[c] for c in names])
-    live = fitted_table(
-        [Col(c, ratio=1 if c in ("worker", "queues") else 0) for c in names],
-        worker_rows,
-        title=f"Workers: {len(workers)}",
-    )
+    worker_columns = [Col(c, ratio=1 if c in ("worker", "queues") else 0) for c in names]
+    live: RenderableType
+    if fits(worker_columns, worker_rows):
+        live = fitted_table(worker_columns, worker_rows, title=f"Workers: {len(workers)}")
+    else:  # a block per worker: its id whole on a line of its own
+        lines = [Text(f"Workers: {len(workers)}", style="italic")]
+        for status in workers:
+            w = status.info
+            dead = " (probably dead)" if status.probably_dead else ""
+            lines.append(Text(w.id, style="bold"))
+            lines.append(
+                Text(
+                    f"  {len(status.jobs)}/{w.concurrency} jobs, last seen "
+                    f"{age(status.silent_for)} ago{dead}; queues {', '.join(w.queues)}"
+                )
+            )
+        live = stacked(lines)
     limits = _limits_view(stats)
     return Group(queues, *([limits] if limits is not None else []), throughput, live)
 
@@ -385,21 +424,34 @@ def _limits_dict(stats: Stats) -> dict[str, Any]:
 
 def _stacked_queues(stats: Stats) -> RenderableType:
     """The queue overview for a narrow terminal: a name line, then its counts on one line."""
-    parts: list[RenderableType] = [Text("Queues", style="italic")]
+    parts: list[Text] = [Text("Queues", style="italic")]
     if not stats.queues:
         parts.append(Text("(no jobs)"))
     for name, q in stats.queues.items():
         parts.extend(_queue_lines(name, q))
-    return Group(*parts)
+    return stacked(parts)
+
+
+def stacked(lines: Sequence[Text]) -> Table:
+    """Lines as wide as the terminal, each wrapped (between words; a long name folded).
+
+    In a grid, not printed alone: the console soft-wraps (a pipe gets long lines
+    for grep), which would leave a long line to the terminal to cut or break.
+    """
+    grid = Table.grid()
+    grid.add_column(width=_width(), overflow="fold")
+    for line in lines:
+        grid.add_row(line)
+    return grid
 
 
 def _queue_lines(name: str, q: QueueStats) -> list[Text]:
     counts = q.detailed_counts()
-    title = Text(name, style="bold", no_wrap=True, overflow="ellipsis")
+    title = Text(name, style="bold")  # the whole name, on more lines if need be
     if q.paused:
         title.append("  paused", style="magenta")
     title.append(f"  oldest ready {age(q.oldest_ready_age)}")
-    line = Text("  ", no_wrap=True, overflow="ellipsis")
+    line = Text("  ")
     for state in DETAILED_STATES:
         line.append(f"{SHORT[state]} ", style="dim")
         line.append(f"{counts[state]:,}", style=STATE_STYLE[state])
@@ -409,42 +461,74 @@ def _queue_lines(name: str, q: QueueStats) -> list[Text]:
 
 
 def jobs_table(jobs: Sequence[Job]) -> Table:
-    """One line per job: fixed columns at their width, queue, task and error share the rest."""
+    """A line per job when queue and task fit whole beside the error, else a block per job.
+
+    Wide: fixed columns at their width, queue, task and error share the rest.
+    Narrow (80 columns, or names too long): id, state, tries and time, then one column that holds
+    "queue · task" on its first line and the error's message below, wrapped:
+    names are never cut, and the message is shown whole (its first 200 characters).
+    """
     now = utcnow()
     wide = _width() >= WIDE
-    columns = [
-        Col("id", justify="right"),
-        Col("queue", ratio=1, min_width=5),
-        Col("task", ratio=2, min_width=6),
-        Col("state"),
-        Col("tries", justify="right"),
-    ]
-    if wide:
-        columns.append(Col("created (UTC)"))
-    columns += [
-        Col("next/ended (UTC)" if wide else "when (UTC)"),
-        Col("error", ratio=3, min_width=8),
-    ]
-    rows: list[list[str | Text]] = []
+    rows: list[tuple[Job, str, str]] = []
     for job in jobs:
-        state = job.detailed_state(now)
         shown_at = job.finished_at
         if job.state == JobState.QUEUED:
             shown_at = job.run_at
         elif job.state == JobState.RUNNING:
             shown_at = job.started_at
-        row: list[str | Text] = [
+        rows.append((job, job.detailed_state(now), short_when(shown_at)))
+    table_columns = [
+        Col("id", justify="right"),
+        Col("queue", ratio=1, min_width=5),
+        Col("task", ratio=2, min_width=6),
+        Col("state"),
+        Col("tries", justify="right"),
+        Col("created (UTC)"),
+        Col("next/ended (UTC)"),
+        Col("error", ratio=3, min_width=12, cut=True),
+    ]
+    lines: list[list[str | Text]] = [
+        [
             str(job.id),
             job.queue,
             job.task,
             Text(state, style=STATE_STYLE[state]),
             f"{job.attempts}/{job.max_attempts}",
+            short_when(job.created_at),
+            at,
+            first_line(job.error, 200),
         ]
-        if wide:
-            row.append(short_when(job.created_at))
-        row += [short_when(shown_at), first_line(job.error, 200)]
-        rows.append(row)
-    return fitted_table(columns, rows)
+        for job, state, at in rows
+    ]
+    # A line per job only while every name fits whole beside 20 characters of error.
+    widths = natural_widths(table_columns, lines)
+    needed = sum(widths[:-1]) + min(widths[-1], 20) + _COLUMN_OVERHEAD * len(table_columns)
+    if not wide or needed > _width():
+        narrow: list[list[str | Text]] = []
+        for job, state, at in rows:
+            what = Text(f"{job.queue} · {job.task}")
+            error = first_line(job.error, 200)
+            if error:
+                what.append("\n" + error, style="red")
+            narrow.append(
+                [
+                    str(job.id),
+                    Text(state, style=STATE_STYLE[state]),
+                    f"{job.attempts}/{job.max_attempts}",
+                    at,
+                    what,
+                ]
+            )
+        columns = [
+            Col("id", justify="right"),
+            Col("state"),
+            Col("tries", justify="right"),
+            Col("when (UTC)"),
+            Col("queue · task / error", ratio=1, min_width=16),
+        ]
+        return fitted_table(columns, narrow)
+    return fitted_table(table_columns, lines)
 
 
 def counts_view(counts: dict[str, int]) -> Table:
@@ -465,14 +549,17 @@ def job_view(job: Job, events: Sequence[Event]) -> RenderableType:
     fields.add_column(overflow="fold")
     data = job_dict(job)
     times = {"run_at", "created_at", "started_at", "finished_at"}
+    running = job.state == JobState.RUNNING
     for name in (
-        "id", "queue", "task", "state", "attempts", "priority", "key", "group",
+        "id", "queue", "task", "state", "attempts", "priority", "key", "limit_key", "group",
         "batch", "run_at", "created_at", "started_at", "finished_at", "worker",
         "cancel_requested", "progress", "progress_message",
     ):  # fmt: skip
         value = data[name]
-        if value is None:
-            continue
+        if name in ("key", "limit_key", "group", "batch") and value is None:
+            value = "-"  # every field of a job, set or not
+        if value is None or (name.startswith("progress") and not running):
+            continue  # progress is shown while the job runs; after, under its history
         if name == "attempts":
             value = f"{job.attempts} of {job.max_attempts}"
         elif name == "state":
@@ -502,7 +589,7 @@ def job_view(job: Job, events: Sequence[Event]) -> RenderableType:
         Col("kind"),
         Col("attempt", justify="right"),
         Col("worker", ratio=1, min_width=6),
-        Col("error", ratio=2, min_width=8),
+        Col("error", ratio=2, min_width=12, cut=True),
     ]
     rows: list[list[str | Text]] = [
         [
@@ -516,4 +603,16 @@ def job_view(job: Job, events: Sequence[Event]) -> RenderableType:
         for event in events
     ]
     parts.extend([Text(""), fitted_table(columns, rows, title="Events")])
+    if not running and (job.progress is not None or job.progress_message):
+        last = " ".join(
+            str(part) for part in (_percent(job.progress), job.progress_message) if part
+        )
+        parts.append(Text(f"last progress reported while it ran: {last}", style="dim"))
     return Group(*parts)
+
+
+def _percent(value: Any) -> str:
+    """A progress fraction as a percentage ("" for anything that is not a number)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        return ""
+    return f"{min(1.0, max(0.0, float(value))) * 100:.0f} %"

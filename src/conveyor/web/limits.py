@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from conveyor.limits import fullness_words
 from conveyor.store.base import LimitStatus
 
 
@@ -28,20 +29,18 @@ class LimitRow:
 def limit_rows(limits: dict[str, LimitStatus]) -> list[LimitRow]:
     rows = []
     for s in limits.values():
-        parts: list[str] = []
+        parts = fullness_words(s.limit, s.running, s.started)
         fractions: list[float] = []
         if s.limit is not None and s.limit.concurrency is not None:
-            parts.append(f"{s.running}/{s.limit.concurrency} running")
             fractions.append(s.running / s.limit.concurrency)
         if s.limit is not None and s.limit.rate is not None:
-            parts.append(f"{s.started}/{s.limit.rate.count} started in {s.limit.rate}")
             fractions.append(s.started / s.limit.rate.count)
         rows.append(
             LimitRow(
                 queue=s.queue,
                 limit=str(s.limit) if s.limit is not None else "",
                 per_key=f"{s.key_limit} each" if s.key_limit is not None else "",
-                full=", ".join(parts),
+                full=" · ".join(parts),
                 fraction=min(1.0, max(fractions)) if fractions else None,
                 keys_full=s.keys_full,
                 throttled_until=s.throttled_until,

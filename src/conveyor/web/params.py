@@ -14,7 +14,9 @@ from conveyor.errors import InvalidJobError
 from conveyor.job import FILTER_STATES, validate_name
 
 #: The filters of a job list, in the order the page shows them.
-FILTER_NAMES = ("state", "queue", "task", "group", "batch", "worker", "error")
+FILTER_NAMES = (
+    "state", "queue", "task", "group", "batch", "worker", "key", "limit_key", "error", "args",
+)  # fmt: skip
 #: Longest error text searched for (the names' own limit).
 MAX_TEXT = 200
 
@@ -49,9 +51,10 @@ def parse_filters(values: Mapping[str, str]) -> dict[str, str]:
         if name == "state":
             if value not in FILTER_STATES:
                 raise BadRequest(f"unknown state {value!r}: one of {', '.join(FILTER_STATES)}")
-        elif name == "error":
+        elif name in ("error", "args"):
             if len(value) > MAX_TEXT or "\x00" in value:
-                raise BadRequest(f"the error text to look for must be under {MAX_TEXT} characters")
+                what = "error" if name == "error" else "arguments'"
+                raise BadRequest(f"the {what} text to look for must be under {MAX_TEXT} characters")
         else:
             try:
                 validate_name(name, value)

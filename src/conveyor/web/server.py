@@ -30,6 +30,7 @@ from starlette.templating import Jinja2Templates
 from conveyor.app import App
 from conveyor.errors import ConveyorError, JobNotFoundError, SchemaMissingError
 from conveyor.job import DETAILED_STATES, FILTER_STATES, JobState, utcnow
+from conveyor.store.selection import ARGS_SEARCH_SPAN
 from conveyor.web import charts, views
 from conveyor.web.format import FILTERS
 from conveyor.web.hosts import LOOPBACK_NAMES
@@ -130,6 +131,7 @@ class Dashboard:
             filter_states=list(FILTER_STATES),
             refresh=REFRESH_SECONDS,
             query=query,
+            args_span=ARGS_SEARCH_SPAN,
         )
         self.templates = Jinja2Templates(env=env)
 
@@ -298,6 +300,7 @@ class Dashboard:
             group_counts = self.app.count_jobs(None, group=filters["group"])
         context = {
             "jobs": jobs,
+            "matching": self.app.count_matching(**filters),
             "filters": filters,
             "filter_query": query(filters),
             "queues": self.app.store.queue_names(),
