@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from importlib import resources
 from typing import Any
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import parse_qs, quote, urlencode
 
 import jinja2
 from starlette.applications import Starlette
@@ -28,7 +28,12 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from conveyor.app import App
-from conveyor.errors import ConveyorError, JobNotFoundError, SchemaMissingError
+from conveyor.errors import (
+    ConfigurationError,
+    ConveyorError,
+    JobNotFoundError,
+    SchemaMissingError,
+)
 from conveyor.job import DETAILED_STATES, FILTER_STATES, JobState, utcnow
 from conveyor.store.selection import ARGS_SEARCH_SPAN
 from conveyor.web import charts, views
@@ -82,6 +87,9 @@ NOTICES = {
     "bulk_run_now": "Jobs made due now: {n}.",
     "bulk_take_back": "Running jobs taken back (queued again, or failed if out of attempts): {n}.",
     "none_selected": "Tick the jobs to act on first.",
+    "limit_set": "Limit set: workers obey it from their next claim.",
+    "limit_cleared": "Limit cleared.",
+    "throttle_lifted": "Throttle lifted.",
 }
 
 
@@ -158,6 +166,10 @@ class Dashboard:
                 methods=["GET", "POST"],
                 name="queue_delete",
             ),
+            Route("/limits/{queue:path}/set", self.limit_set, methods=["POST"]),
+            Route("/limits/{queue:path}/clear", self.limit_clear, methods=["POST"]),
+            Route("/limits/{queue:path}/lift", self.limit_lift, methods=["POST"]),
+            Route("/limits/{queue:path}", self.page(self.limit_page), name="limit"),
             Route("/purge", self.purge, methods=["GET", "POST"], name="purge"),
             Route("/metrics", self.metrics_text, name="metrics"),
             Route("/healthz", self.healthz, name="healthz"),
@@ -513,6 +525,56 @@ class Dashboard:
         context = {"queue": queue, "counts": counts, "total": sum(counts.values())}
         return self.render(request, "queue_delete.html", context)
 
+    def limit_page(self, request: Request) -> Response:
+        """A queue's limits, how full they are, and the forms to set, clear and lift them."""
+        queue: str = request.path_params["queue"]
+        parse_filters({"queue": queue})  # a name the databases can hold, or a 400
+        status = self.app.limits().get(queue)
+        context = {
+            "queue": queue,
+            "status": status,
+            "row": limit_rows({queue: status})[0] if status is not None else None,
+            "now": utcnow(),
+        }
+        return self.render(request, "limit.html", context)
+
+    async def limit_set(self, request: Request) -> Response:
+        queue: str = request.path_params["queue"]
+
+        def set_limit(form: dict[str, list[str]]) -> str:
+            rate, concurrency, per_key = limit_form(form)
+            if rate is None and concurrency is None:
+                raise BadRequest("give a rate (such as 10/s), a concurrency, or both")
+            try:
+                self.app.limit(queue, rate, concurrency=concurrency, per_key=per_key)
+            except ConfigurationError as exc:
+                raise BadRequest(str(exc)) from None
+            return "limit_set"
+
+        return await self.act(request, set_limit, limit_path(queue))
+
+    async def limit_clear(self, request: Request) -> Response:
+        queue: str = request.path_params["queue"]
+
+        def clear(form: dict[str, list[str]]) -> str:
+            self.app.limit(queue, None, per_key=first(form, "scope") == "key")
+            return "limit_cleared"
+
+        return await self.act(request, clear, limit_path(queue))
+
+    async def limit_lift(self, request: Request) -> Response:
+        queue: str = request.path_params["queue"]
+
+        def lift(form: dict[str, list[str]]) -> str:
+            key = first(form, "limit_key").strip() or None
+            try:
+                self.app.throttle(queue, 0, limit_key=key)
+            except ConveyorError as exc:
+                raise BadRequest(str(exc)) from None
+            return "throttle_lifted"
+
+        return await self.act(request, lift, limit_path(queue))
+
     async def purge(self, request: Request) -> Response:
         if request.method == "GET":
             return await run_in_threadpool(self.page(self.purge_confirm), request)
@@ -594,6 +656,22 @@ def purge_choice(
     if queue is not None:
         parse_filters({"queue": queue})
     return older_than, list(dict.fromkeys(states)) or None, queue
+
+
+def limit_path(queue: str) -> str:
+    return "/limits/" + quote(queue, safe="")
+
+
+def limit_form(form: dict[str, list[str]]) -> tuple[str | None, int | None, bool]:
+    """The rate, concurrency and scope of a limit form; a BadRequest for what cannot be."""
+    rate = first(form, "rate").strip() or None
+    text = first(form, "concurrency").strip()
+    concurrency = None
+    if text:
+        if not (text.isascii() and text.isdigit()) or len(text) > 12:
+            raise BadRequest(f"concurrency must be a whole number from 1, got {text[:20]!r}")
+        concurrency = int(text)
+    return rate, concurrency, first(form, "scope") == "key"
 
 
 def notice(request: Request) -> str | None:
