@@ -73,7 +73,7 @@ def test_enqueue_by_name_with_every_option_then_list_and_show(db: tuple[App, str
     job = run_json(
         "enqueue", "add", "--args", "[1, 2]", "--kwargs", '{"note": "x"}', "--queue", "q1",
         "--key", "k1", "--group", "g1", "--delay", "90s", "--priority", "5",
-        "--max-attempts", "7", "--dsn", dsn,
+        "--max-attempts", "7", "--any-task", "--dsn", dsn,
     )  # fmt: skip
     assert job["task"] == "add" and job["queue"] == "q1" and job["state"] == "queued"
     assert job["args"] == [1, 2] and job["kwargs"] == {"note": "x"}
@@ -125,7 +125,9 @@ def test_show_failed_job_prints_traceback_and_timeline(db: tuple[App, str]) -> N
 
 def test_enqueue_many_from_count_and_file(db: tuple[App, str]) -> None:
     app, dsn = db
-    result = run_json("enqueue", "add", "--args", "[1, 1]", "--count", "2500", "--dsn", dsn)
+    result = run_json(
+        "enqueue", "add", "--args", "[1, 1]", "--count", "2500", "--any-task", "--dsn", dsn
+    )
     assert result["count"] == 2500 and len(set(result["ids"])) == 2500
     lines = "\n".join(json.dumps({"args": [i, 1]}) for i in range(3)) + "\n\n"
     out = run("enqueue", "add", "--file", "-", "--dsn", dsn, stdin=lines).stdout
@@ -292,7 +294,7 @@ def test_unknown_job_is_one_line_and_debug_shows_the_traceback(db: tuple[App, st
 
 def test_invalid_enqueue_options_are_one_line(db: tuple[App, str]) -> None:
     _, dsn = db
-    result = run("enqueue", "add", "--key", "k", "--count", "2", "--dsn", dsn, code=1)
+    result = run("enqueue", "add", "--key", "k", "--count", "2", "--any-task", "--dsn", dsn, code=1)
     assert "key applies to one job" in one_line_error(result)
     empty = run("pause", " ", "--dsn", dsn, code=1)
     assert "queue must not be empty" in one_line_error(empty)
@@ -403,6 +405,7 @@ def test_worker_runs_the_jobs_of_the_database_named_by_dsn(tmp_path: Path) -> No
         "--queue",
         "images",
         "--json",
+        "--any-task",
         "--dsn",
         dsn,
         cwd=tmp_path,
@@ -422,7 +425,7 @@ def test_worker_runs_the_jobs_of_the_database_named_by_dsn(tmp_path: Path) -> No
 
 def test_long_operations_stay_quiet_when_piped(tmp_path: Path) -> None:
     dsn = f"sqlite:///{tmp_path / 'p.db'}"
-    result = _conveyor("enqueue", "t", "--count", "3000", "--dsn", dsn, cwd=tmp_path)
+    result = _conveyor("enqueue", "t", "--count", "3000", "--any-task", "--dsn", dsn, cwd=tmp_path)
     assert result.returncode == 0
     assert result.stderr == ""
     assert result.stdout.splitlines() == [result.stdout.strip()]
@@ -434,7 +437,8 @@ def test_progress_bar_on_a_terminal(tmp_path: Path) -> None:
     import pty
 
     dsn = f"sqlite:///{tmp_path / 't.db'}"
-    command = [sys.executable, "-m", "conveyor", "enqueue", "t", "--count", "20000", "--dsn", dsn]
+    command = [sys.executable, "-m", "conveyor", "enqueue", "t", "--count", "20000", "--any-task"]
+    command += ["--dsn", dsn]
     chunks: list[bytes] = []
 
     def read(fd: int) -> bytes:

@@ -103,7 +103,9 @@ def test_bad_limits_are_refused_on_the_command_line(
 
 
 def test_limit_key_is_an_option_of_conveyor_enqueue(app: App, dsn: str) -> None:
-    job = run_json("enqueue", "call", "--queue", "api", "--limit-key", "c9", "--dsn", dsn)
+    job = run_json(
+        "enqueue", "call", "--queue", "api", "--limit-key", "c9", "--any-task", "--dsn", dsn
+    )
     assert job["limit_key"] == "c9"
     assert app.get(job["id"]).limit_key == "c9"
 

@@ -71,6 +71,8 @@ SILENT_AFTER = timedelta(seconds=30)
 FORGET_AFTER = timedelta(seconds=60)
 #: The most running jobs read to tell which worker holds what.
 MAX_HELD_READ = 10_000
+#: The newest jobs whose task names count as known to ``known_tasks``.
+KNOWN_TASKS_READ = 5_000
 #: Longest a wait goes without reading the job again, should a signal be missed.
 WAIT_FALLBACK_POLL = 0.5
 DEFAULT_MAX_ATTEMPTS = 3
@@ -507,6 +509,17 @@ class App:
             WorkerStatus(w, max(0.0, (now - w.last_seen_at).total_seconds()), held[w.id])
             for w in listed
         ]
+
+    def known_tasks(self) -> set[str]:
+        """Task names this App registers, with those the store has seen lately.
+
+        The store's: the tasks of its KNOWN_TASKS_READ newest jobs and its
+        periodic tasks (every tick leaves a row). What ``conveyor enqueue``
+        checks a name against when it is given no App.
+        """
+        known = set(self.tasks) | set(self.store.periodic_last_ticks())
+        newest = self.store.job_select(JobSelection(), utcnow(), None, KNOWN_TASKS_READ)
+        return known | {job.task for job in newest}
 
     def events(self, job_id: int) -> list[Any]:
         """The job's history, oldest first."""

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 import click
 
-from conveyor.app import App
+from conveyor.app import KNOWN_TASKS_READ, App
 from conveyor.cli.options import (
     Bounded,
     Duration,
@@ -47,7 +48,7 @@ from conveyor.job import (
     validate_max_attempts,
     validate_priority,
 )
-from conveyor.store.dsn import DSN_ENV
+from conveyor.store.dsn import DSN_ENV, default_dsn, sqlite_path
 from conveyor.task import EnqueueOptions, Task
 
 #: Calls per transaction when enqueueing from a file or with --count.
@@ -102,6 +103,11 @@ MAX_COUNT = 1_000_000
     default=None,
     help="Take the task's queue, priority and attempts from this App, and check the arguments.",
 )
+@click.option(
+    "--any-task",
+    is_flag=True,
+    help="Enqueue TASK even if neither --app nor the database knows its name.",
+)
 @dsn_option
 @json_option
 def enqueue(
@@ -118,20 +124,29 @@ def enqueue(
     count: int,
     calls_file: Any,
     app_path: str | None,
+    any_task: bool,
     dsn: str | None,
     as_json: bool,
 ) -> None:
     """Enqueue jobs of TASK by name (the handler's code is not needed here).
 
+    The name must be known, so a typo does not make jobs no worker runs: a task
+    of the App given with --app, or else one the database has seen (among its
+    newest 5,000 jobs, or a periodic task). --any-task enqueues any name.
+
     Without --app, the job goes to --queue, else to 'default', whatever queue the
     task is registered on: give one or the other.
     """
     registry = _registry(app_path, dsn)
-    if registry is not None and task not in registry:
+    if registry is not None and task not in registry and not any_task:
         raise click.BadParameter(
-            f"{app_path} has no task {task!r}; it has: {', '.join(sorted(registry)) or 'none'}",
+            f"{app_path} has no task {task!r}{_near(task, registry)}; "
+            f"it has: {', '.join(sorted(registry)) or 'none'} "
+            "(--any-task enqueues it anyway)",
             param_hint="TASK",
         )
+    if registry is None and not any_task:
+        _check_known(task, dsn)
     opts = EnqueueOptions(
         queue=queue,
         key=key,
@@ -167,7 +182,7 @@ def enqueue(
             batch.clear()
 
         for call in calls:
-            if registry is not None:
+            if registry is not None and task in registry:
                 registry[task].check_arguments(*call)
             batch.append(call)
             if len(batch) == ENQUEUE_BATCH:
@@ -192,6 +207,37 @@ def enqueue(
         click.echo(f"enqueued job {ids[0]} ({task})")
     else:
         click.echo(f"enqueued {len(ids):,} jobs of {task} (ids {min(ids)}..{max(ids)})")
+
+
+def _near(task: str, known: Iterable[str]) -> str:
+    """``: did you mean send_mail?`` for the names close to ``task``, or ""."""
+    near = difflib.get_close_matches(task, list(known), n=3, cutoff=0.6)
+    return f": did you mean {' or '.join(near)}?" if near else ""
+
+
+def _check_known(task: str, dsn: str | None) -> None:
+    """Refuse a task name the database has not seen (a typo), naming the close ones."""
+    resolved = dsn if dsn is not None else default_dsn()
+    if resolved.startswith("sqlite:") and not sqlite_path(resolved).exists():
+        known: set[str] = set()  # not created just to be told that it knows nothing
+    else:
+        with open_app(dsn, must_exist=False) as app:
+            known = app.known_tasks()
+    if task in known:
+        return
+    if not known:
+        raise click.BadParameter(
+            f"no task is known yet: the database has no jobs and no periodic tasks. Check "
+            f"{task!r} against your tasks with --app MODULE:APP, or pass --any-task",
+            param_hint="TASK",
+        )
+    raise click.BadParameter(
+        f"no task {task!r} is known here{_near(task, known)} (known: the tasks of the "
+        f"database's newest {KNOWN_TASKS_READ:,} jobs and its periodic tasks, "
+        f"{len(known)} in all). Pass --any-task to enqueue it anyway, or --app MODULE:APP "
+        "to check it against your App",
+        param_hint="TASK",
+    )
 
 
 def _registry(app_path: str | None, dsn: str | None) -> dict[str, Task[Any, Any]] | None:
