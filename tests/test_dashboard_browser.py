@@ -468,3 +468,102 @@ def test_periodic_tasks_page(
         row = browser.find_element(By.CSS_SELECTOR, "table.periodic tbody tr").text
         assert "refresh_cache" in row and "every 5 min" in row
         assert "1 min" in row and "ago" in row and "in " in row
+
+
+# --- no word broken, at every width ----------------------------------------------------------
+
+#: For each table cell, the words (runs of non-space text) that the browser laid out
+#: on more than one line: a name, number or header broken inside a word. Code blocks
+#: (a traceback opened in the history) wrap to fit by design and are left out.
+BROKEN_WORDS = """
+const broken = [];
+for (const cell of document.querySelectorAll("main table th, main table td")) {
+  const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    if (node.parentElement.closest("pre")) continue;
+    const re = /\\S+/g;
+    let m;
+    while ((m = re.exec(node.data)) !== null) {
+      const range = document.createRange();
+      range.setStart(node, m.index);
+      range.setEnd(node, m.index + m[0].length);
+      const lines = new Set([...range.getClientRects()]
+        .filter(r => r.width > 0)
+        .map(r => Math.round(r.top)));
+      if (lines.size > 1) broken.push(m[0]);
+    }
+  }
+}
+return broken;
+"""
+LONG_QUEUE = "images-for-the-public-website-in-several-sizes"
+LONG_TASK = "thumbnails.make_every_size_of_a_picture_for_the_gallery"
+LONG_WORKER = "build-host-eu-west-1a.example.internal:4242:0a1b2c3d"
+
+
+def test_no_word_breaks_at_1024_and_1366_pixels_nor_on_a_phone(
+    browser: WebDriver, seeded: tuple[App, Seeded], shoot: Callable[[str], Path]
+) -> None:
+    app, ids = seeded
+    for n in range(2):
+        app.enqueue(LONG_TASK, [n], queue=LONG_QUEUE, limit_key="customer-with-a-long-key-42")
+    app.limit(LONG_QUEUE, rate="600/m", concurrency=12)
+    app.limit(LONG_QUEUE, rate="1/s", per_key=True)
+    (held,) = app.store.job_claim([LONG_QUEUE], 1, LONG_WORKER, timedelta(seconds=30), utcnow())
+    app.store.worker_register(LONG_WORKER, "build-host-eu-west-1a", 4242, [LONG_QUEUE], 8, utcnow())
+    failed_jobs(app, "partner-payments-eu", 2, "requests.exceptions.ConnectionError: refused")
+    pages = ["/", "/jobs", f"/jobs?queue={LONG_QUEUE}", "/workers", f"/jobs/{held.id}",
+             f"/limits/{LONG_QUEUE}", f"/jobs/{ids.failed_id}"]  # fmt: skip
+    try:
+        with serve(app) as base:
+            for width, mobile in ((1024, False), (1366, False), (1920, False), (PHONE_WIDTH, True)):
+                browser.execute_cdp_cmd(
+                    "Emulation.setDeviceMetricsOverride",
+                    {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": mobile},
+                )
+                for path in pages:
+                    browser.get(base + path)
+                    wait_for(browser, "main .panel")
+                    assert browser.execute_script(BROKEN_WORDS) == [], (width, path)
+                    # The page itself never scrolls sideways (a wide table scrolls in its panel).
+                    scroll = browser.execute_script("return document.documentElement.scrollWidth")
+                    assert scroll <= width, (width, path, scroll)
+                    shoot(f"words-{width}-{pages.index(path)}")
+            assert console_errors(browser) == []
+    finally:
+        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+CLEAR_BUTTON = '//button[text()="Clear the queue\'s limit"]'
+
+
+def test_a_limit_set_and_cleared_in_the_browser_asks_first(
+    browser: WebDriver, seeded: tuple[App, Seeded], shoot: Callable[[str], Path]
+) -> None:
+    app, _ = seeded
+    with serve(app) as base:
+        browser.get(base + "/")
+        wait_for(browser, "table.queues")
+        queues = "//table[contains(@class,'queues')]//tr[.//a[text()='mail']]"
+        row = browser.find_element(By.XPATH, queues)
+        row.find_element(By.LINK_TEXT, "Limit…").click()
+        wait_for(browser, "#limit-status")
+        browser.find_element(By.NAME, "rate").send_keys("6/m")
+        browser.find_element(By.NAME, "concurrency").send_keys("1")
+        browser.find_element(By.XPATH, "//button[text()='Set limit']").click()
+        alert = browser.switch_to.alert
+        assert "Set this limit on mail?" in alert.text
+        alert.accept()
+        assert notice_text(browser).startswith("Limit set")
+        assert str(app.limits()["mail"].limit) == "6/m, 1 at once"
+        full = browser.find_element(By.ID, "limit-full").text
+        assert "0 running; limit 1" in full and "started in the last minute; limit 6" in full
+        shoot("limit-set")
+        browser.find_element(By.XPATH, CLEAR_BUTTON).click()
+        browser.switch_to.alert.dismiss()  # asked, and declined: nothing changes
+        assert str(app.limits()["mail"].limit) == "6/m, 1 at once"
+        browser.find_element(By.XPATH, CLEAR_BUTTON).click()
+        browser.switch_to.alert.accept()
+        assert notice_text(browser) == "Limit cleared."
+        assert "mail" not in app.limits()
+        assert console_errors(browser) == []

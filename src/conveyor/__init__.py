@@ -1,4 +1,4 @@
-"""conveyor: a durable job queue for Python on SQLite and PostgreSQL."""
+"""conveyor: a durable job queue for Python on SQLite, PostgreSQL or Redis."""
 
 from conveyor.app import App
 from conveyor.errors import (

@@ -19,6 +19,7 @@ from conveyor.cli.queues import delete_queue, pause, purge, resume, stats
 from conveyor.cli.worker import HANDLER_THREAD_PREFIX, load_app, migrate, worker
 from conveyor.errors import ConfigurationError
 from conveyor.store.dsn import DSN_ENV
+from conveyor.store.sql import load_migrations
 from conveyor.version import __version__
 
 __all__ = ["HANDLER_THREAD_PREFIX", "cli", "load_app"]
@@ -63,13 +64,25 @@ LAZY_COMMANDS = {
     help="The database, for any command (also after the command, where it wins).",
 )
 def cli(debug: bool, dsn: str | None) -> None:
-    """conveyor: a durable job queue on SQLite and PostgreSQL."""
+    """conveyor: a durable job queue on SQLite, PostgreSQL or Redis."""
     if dsn is not None:
         if not dsn.strip():
             raise ConfigurationError("the DSN given with --dsn is empty")
         # Every command reads its --dsn from $CONVEYOR_DSN when not given after it.
         os.environ[DSN_ENV] = dsn
 
+
+#: The schema version this code's migrations reach on the SQL stores, and Redis's key layout
+#: (conveyor.store.redis.store.LAYOUT_VERSION, not imported here: redis-py is optional).
+SCHEMA_VERSION = len(load_migrations("conveyor.store.sqlite"))
+REDIS_LAYOUT = 1
+cli.help = (
+    "conveyor: a durable job queue on SQLite, PostgreSQL or Redis.\n\n"
+    "The store is named by --dsn (default $CONVEYOR_DSN, else ./conveyor.db): "
+    "sqlite:///path.db (SQLite), postgresql://user@host:5432/db (PostgreSQL) or "
+    f"redis://host:6379/0 (Redis). Schema version {SCHEMA_VERSION} (Redis: key layout "
+    f"{REDIS_LAYOUT}): `conveyor migrate` brings a store to it."
+)
 
 for _command in (migrate, worker, enqueue, jobs, stats, purge, pause, resume, delete_queue):
     cli.add_command(_command)

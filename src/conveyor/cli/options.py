@@ -32,7 +32,7 @@ dsn_option: Callable[[F], F] = click.option(
     envvar=DSN_ENV,
     default=None,
     show_default=f"${DSN_ENV}, else sqlite:///conveyor.db",
-    help="The database: sqlite:///path.db or postgresql://user@host:port/db.",
+    help="The store: sqlite:///path.db, postgresql://user@host:port/db or redis://host:port/0.",
 )
 
 json_option: Callable[[F], F] = click.option(

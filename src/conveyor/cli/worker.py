@@ -26,7 +26,7 @@ DAY = 86_400.0
 @click.command()
 @dsn_option
 def migrate(dsn: str | None) -> None:
-    """Create or upgrade the database schema."""
+    """Create or upgrade the store's schema (SQLite, PostgreSQL; Redis: its key layout)."""
     with open_app(dsn, must_exist=False, migrating=True) as app:
         version = app.migrate()
         click.echo(f"{app.store.description}: schema at version {version}")

@@ -28,7 +28,7 @@ TOKEN_ENV = "CONVEYOR_DASHBOARD_TOKEN"
     envvar=DSN_ENV,
     default=None,
     show_default=f"${DSN_ENV}, else sqlite:///conveyor.db",
-    help="The database: sqlite:///path.db or postgresql://user@host:port/db.",
+    help="The store: sqlite:///path.db, postgresql://user@host:port/db or redis://host:port/0.",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))

@@ -52,6 +52,17 @@ from conveyor.web.params import (
 )
 from conveyor.web.security import CSRF_FIELD, CsrfTokens, Guard, foreign_origin
 
+#: The headers of the overview's counts: short, so the queue table fits 1024 px
+#: (each with its full name as a tooltip; a queue's card on a phone says it whole).
+SHORT_STATES = {
+    "ready": "ready",
+    "scheduled": "sched.",
+    "retrying": "retry",
+    "running": "run",
+    "succeeded": "done",
+    "failed": "failed",
+    "cancelled": "canc.",
+}
 #: Seconds between refreshes of a page's live part.
 REFRESH_SECONDS = 5
 PAGE_SIZE = 50
@@ -136,6 +147,7 @@ class Dashboard:
             csrf_field=CSRF_FIELD,
             states=[str(s) for s in JobState],
             detailed_states=list(DETAILED_STATES),
+            short_states=SHORT_STATES,
             filter_states=list(FILTER_STATES),
             refresh=REFRESH_SECONDS,
             query=query,
