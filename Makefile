@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Only paths that exist (an empty directory is not kept by git).
-CODE_PATHS := $(wildcard src tests benchmarks)
+CODE_PATHS := $(wildcard src tests benchmarks examples)
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
