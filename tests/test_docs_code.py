@@ -39,9 +39,7 @@ SKIP_REASONS = {
     "postgres": "enqueues in a psycopg transaction: needs a PostgreSQL server of the reader's",
     "spark": "needs a Spark session and a store of the reader's; "
     "examples/spark_pipeline.py runs the same calls (tests/test_examples.py)",
-    "server": "connects to a server of the reader's (Redis, Spark Connect, a cluster)",
-    "app-module": "imports the reader's own application module (myapp.tasks)",
-    "fragment": "a fragment that names what it does not define (a signature, a shape)",
+    "server": "connects to a server of the reader's (Redis, a PostgreSQL the dashboard serves)",
 }
 
 #: Pages whose blocks must all run: the guides a reader copies from first.
@@ -58,7 +56,7 @@ MUST_RUN = (
     "docs/operating.md",
 )
 
-_FENCE = re.compile(r"^(\s*)```(\S*)\s*$")
+_FENCE = re.compile(r"^\s*(`{3,})(\S*)\s*$")
 _MARKER = re.compile(r"^\s*<!--\s*docs-test:\s*(.*?)\s*-->\s*$")
 _INCLUDE = re.compile(r"^\s*--8<--")
 
@@ -95,9 +93,9 @@ def read_blocks(path: Path) -> tuple[list[Block], list[str]]:
                 assert marker is None, f"{page}:{index + 1}: a docs-test marker not before a block"
             index += 1
             continue
-        indent, language = fence.groups()
+        backticks, language = fence.groups()
         end = index + 1
-        while not lines[end].startswith(f"{indent}```"):
+        while lines[end].strip() != backticks:
             end += 1
         if language == "python":
             code = textwrap.dedent("\n".join(lines[index + 1 : end]))
@@ -109,7 +107,7 @@ def read_blocks(path: Path) -> tuple[list[Block], list[str]]:
                 skip = "example"
             blocks.append(Block(page, index + 2, code, skip))
         else:
-            assert marker is None, f"{page}:{index + 1}: a docs-test marker before a {language} block"
+            assert marker is None, f"{page}:{index + 1}: a docs-test marker before {language!r}"
         marker = None
         index = end + 1
     return blocks, page_markers
@@ -135,6 +133,8 @@ for page, line, code in blocks:
 
 
 def test_every_skip_names_a_reason_and_the_guides_run_whole() -> None:
+    used = {block.skip for blocks, _ in ALL.values() for block in blocks}
+    assert set(SKIP_REASONS) <= used, f"reasons no block gives: {set(SKIP_REASONS) - used}"
     for page, (blocks, _) in ALL.items():
         for block in blocks:
             if block.skip is not None and block.skip != "example":
@@ -144,7 +144,8 @@ def test_every_skip_names_a_reason_and_the_guides_run_whole() -> None:
     for page in MUST_RUN:
         assert page in RUNNABLE, f"{page} has no block that runs"
     runnable = sum(1 for blocks, _ in ALL.values() for block in blocks if block.skip is None)
-    assert runnable >= 60, runnable
+    # The guides run whole; a fall below this means code turned into skipped blocks.
+    assert runnable >= 45, runnable
 
 
 @pytest.mark.parametrize("page", RUNNABLE)
