@@ -110,6 +110,7 @@ class App:
         self.close()
 
     def close(self) -> None:
+        """Release its consumers' jobs, stop its change feed, close the store's connections."""
         for consumer in list(self._consumers):
             consumer.close()
         self.changes.close()
@@ -292,6 +293,7 @@ class App:
         return aconsume(self, queues, group, lease, poll_interval, idle_timeout)
 
     def get_task(self, name: str) -> Task[Any, Any]:
+        """The registered task of that name; UnknownTaskError lists the known ones."""
         try:
             return self.tasks[name]
         except KeyError:
@@ -324,6 +326,7 @@ class App:
         kwargs: dict[str, Any] | None = None,
         **options: Any,
     ) -> Job:
+        """``enqueue`` for async code: does not block the event loop."""
         return await asyncio.to_thread(self.enqueue, task, args, kwargs, **options)
 
     def enqueue_calls(
@@ -407,12 +410,14 @@ class App:
         return job
 
     def get(self, job_id: int) -> Job:
+        """The job as stored now; JobNotFoundError if there is none (never created, or purged)."""
         job = self.store.job_get(job_id)
         if job is None:
             raise JobNotFoundError(f"no job with id {job_id} (never created, or purged)")
         return self._attach(job)
 
     async def aget(self, job_id: int) -> Job:
+        """``get`` for async code."""
         return await asyncio.to_thread(self.get, job_id)
 
     def jobs(
@@ -457,6 +462,7 @@ class App:
         return list(self.store.event_list(job_id))
 
     def stats(self) -> Stats:
+        """Counts per queue and state, oldest ready age, jobs finished in the last minute."""
         return self.store.stats(utcnow())
 
     def batch_status(self, batch: str) -> BatchStatus:
@@ -580,6 +586,7 @@ class App:
         self.store.queue_pause(validate_name("queue", queue) or queue, utcnow())
 
     def resume(self, queue: str) -> None:
+        """Let workers claim from a paused ``queue`` again."""
         self.store.queue_resume(validate_name("queue", queue) or queue, utcnow())
 
     # --- async twins: the calls above for asyncio code, run in a worker thread ----
@@ -673,6 +680,7 @@ class App:
             self.changes.remove(listener)
 
     async def await_result(self, job_id: int, timeout: float | None = None) -> Any:
+        """``wait`` for async code: does not block the event loop."""
         return await asyncio.to_thread(self.wait, job_id, timeout)
 
     # --- operating in bulk, groups, retention -----------------------------------------

@@ -107,12 +107,15 @@ class Task(Generic[P, R]):
         return BoundTask(self, _make_options(EnqueueOptions(), options))
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        """Store a job that calls the handler with these arguments; return it (see ``options``)."""
         return BoundTask(self, EnqueueOptions()).enqueue(*args, **kwargs)
 
     async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        """``enqueue`` for async code: does not block the event loop."""
         return await BoundTask(self, EnqueueOptions()).aenqueue(*args, **kwargs)
 
     def enqueue_many(self, calls: Iterable[tuple[Sequence[Any], dict[str, Any]]]) -> list[Job]:
+        """Enqueue many ``(args, kwargs)`` calls in one transaction: all of them, or none."""
         return BoundTask(self, EnqueueOptions()).enqueue_many(calls)
 
 
@@ -124,12 +127,15 @@ class BoundTask(Generic[P, R]):
         self.opts = options
 
     def options(self, **options: Any) -> BoundTask[P, R]:
+        """More options for the same enqueue (the later ones win)."""
         return BoundTask(self.task, _make_options(self.opts, options))
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        """Store a job with these options and arguments; return it."""
         return self.enqueue_many([(args, kwargs)])[0]
 
     async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        """``enqueue`` for async code: does not block the event loop."""
         jobs = await asyncio.to_thread(self.enqueue_many, [(args, kwargs)])
         return jobs[0]
 
