@@ -14,7 +14,7 @@ attempt.
 A rate counts the jobs started when a worker claims them; the partner counts
 calls when they reach it, a few milliseconds later. Two starts a second apart
 can arrive a little closer together, so the limits leave a margin below the
-partner's: 8 a second against its 10, and 4 per customer against its 5.
+partner's: 7 a second against its 10, and 3 per customer against its 5.
 
 The jobs go to the store named by CONVEYOR_DSN, else to ./conveyor.db.
 """
@@ -71,8 +71,8 @@ def charge(ctx: Context, customer: str, cents: int) -> str:
 
 
 def main() -> None:
-    app.limit("partner", rate="8/s", concurrency=2)  # within the partner's limits, fleet-wide
-    app.limit("partner", rate="4/s", per_key=True)  # and each customer's (its limit_key)
+    app.limit("partner", rate="7/s", concurrency=2)  # within the partner's limits, fleet-wide
+    app.limit("partner", rate="3/s", per_key=True)  # and each customer's (its limit_key)
     jobs = [
         charge.options(limit_key=f"cust-{i % 3 + 1}").enqueue(f"cust-{i % 3 + 1}", 100 + i)
         for i in range(20)
