@@ -4,7 +4,8 @@
 
 The jobs go to the store named by CONVEYOR_DSN, else to ./conveyor.db (a
 SQLite file, created on first use). The worker runs in this process, in a
-background thread; in production it is a process of its own:
+background thread; in production it is a process of its own (here, run in
+examples/ with the same CONVEYOR_DSN):
 
     conveyor worker first_job:app --queues greetings
 """
