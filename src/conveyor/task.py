@@ -96,11 +96,24 @@ class Task(Generic[P, R]):
 
     def check_arguments(self, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
         """Refuse at enqueue time a call the handler could never accept."""
+        mismatch = self.binding_error(args, kwargs)
+        if mismatch is not None:
+            raise InvalidJobError(mismatch)
+
+    def binding_error(self, args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:
+        """Why the handler cannot be called with these arguments, or None when it can.
+
+        Names the missing or unexpected arguments and the handler's signature
+        (without its Context parameter).
+        """
         bind_args = [None, *args] if self.takes_context else list(args)
         try:
             self._signature.bind(*bind_args, **kwargs)
         except TypeError as exc:
-            raise InvalidJobError(f"arguments do not fit task {self.name!r}: {exc}") from None
+            params = list(self._signature.parameters.values())
+            shown = self._signature.replace(parameters=params[1:] if self.takes_context else params)
+            return f"arguments do not fit task {self.name!r}: {exc}; it takes {self.name}{shown}"
+        return None
 
     def options(self, **options: Any) -> BoundTask[P, R]:
         """Enqueue options for the next call: ``task.options(key="k", delay=10).enqueue(...)``."""
