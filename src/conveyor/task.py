@@ -51,6 +51,41 @@ def context_parameter(fn: Callable[..., Any]) -> bool:
     ).startswith("conveyor")
 
 
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+_VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+
+
+def argument_problems(
+    signature: inspect.Signature, args: Sequence[Any], kwargs: dict[str, Any]
+) -> list[str]:
+    """What stops ``signature`` from taking these arguments, each problem named."""
+    params = signature.parameters
+    positional = [p for p in params.values() if p.kind in _POSITIONAL]
+    kinds = {p.kind for p in params.values()}
+    problems = []
+    if len(args) > len(positional) and inspect.Parameter.VAR_POSITIONAL not in kinds:
+        problems.append(f"{len(args) - len(positional)} positional argument(s) too many")
+    by_position = {p.name for p in positional[: len(args)]}
+    if inspect.Parameter.VAR_KEYWORD not in kinds:
+        unexpected = [
+            k for k in kwargs
+            if k not in params or params[k].kind in (inspect.Parameter.POSITIONAL_ONLY, *_VARIADIC)
+        ]  # fmt: skip
+        if unexpected:
+            problems.append(f"unexpected keyword argument(s) {', '.join(map(repr, unexpected))}")
+    doubled = [k for k in kwargs if k in by_position]
+    if doubled:
+        problems.append(f"given both by position and by name: {', '.join(map(repr, doubled))}")
+    missing = [
+        p.name for p in params.values()
+        if p.default is inspect.Parameter.empty and p.kind not in _VARIADIC
+        and p.name not in by_position and p.name not in kwargs
+    ]  # fmt: skip
+    if missing:
+        problems.append(f"missing argument(s) {', '.join(map(repr, missing))}")
+    return problems
+
+
 class TaskRegistry(Protocol):
     """What a Task needs of the App it is registered with (a protocol: no upward import)."""
 
@@ -103,16 +138,22 @@ class Task(Generic[P, R]):
     def binding_error(self, args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:
         """Why the handler cannot be called with these arguments, or None when it can.
 
-        Names the missing or unexpected arguments and the handler's signature
-        (without its Context parameter).
+        Names every missing, unexpected or doubled argument and the handler's
+        signature (without its Context parameter).
         """
         bind_args = [None, *args] if self.takes_context else list(args)
         try:
             self._signature.bind(*bind_args, **kwargs)
         except TypeError as exc:
-            params = list(self._signature.parameters.values())
-            shown = self._signature.replace(parameters=params[1:] if self.takes_context else params)
-            return f"arguments do not fit task {self.name!r}: {exc}; it takes {self.name}{shown}"
+            problems = argument_problems(self._signature, bind_args, kwargs) or [str(exc)]
+            params = list(self._signature.parameters.values())[int(self.takes_context) :]
+            shown = inspect.Signature(
+                [p.replace(annotation=inspect.Parameter.empty) for p in params]
+            )
+            return (
+                f"arguments do not fit task {self.name!r}: {'; '.join(problems)}; "
+                f"it takes {self.name}{shown}"
+            )
         return None
 
     def options(self, **options: Any) -> BoundTask[P, R]:

@@ -49,7 +49,11 @@ log = logging.getLogger("conveyor.consume")
 
 
 class ConsumedJob:
-    """A job claimed by ``consume``: end it with complete, fail or release (or ``with``)."""
+    """A job claimed by ``consume``: end it with complete, fail or release (or ``with``).
+
+    ``job.cancelled`` is set when its cancel is requested or its lease is lost;
+    leaving a ``with`` block after a cancel request ends the job cancelled.
+    """
 
     def __init__(self, app: App, job: Job, lease: timedelta) -> None:
         self.app = app
@@ -137,7 +141,11 @@ class ConsumedJob:
     ) -> None:
         if self.ended:
             return
-        if exc is None:
+        if self.cancelled.reason == "cancel":
+            # As a worker does for a handler it asked to stop: whatever the body
+            # did after the request, the job ends cancelled.
+            self._end(Outcome("cancelled"), "cancelled")
+        elif exc is None:
             self.complete()
         else:
             self.fail(exc)

@@ -12,7 +12,8 @@ handler asked for (``sys.exit(3)`` exits 3, a return exits 0, an exception
 prints its traceback and exits 1), without running the worker's exit
 handlers, which belong to the parent. And on Linux a child forked from a
 handler thread is sent SIGTERM when that thread ends (the worker stops, or is
-killed), so a child that never returns does not outlive its worker.
+killed), so a child that never returns does not outlive its worker; it starts
+with Python's default SIGTERM and SIGINT handlers, not the worker's drain.
 
 Children that ``exec`` another program (``subprocess``) are not affected by
 the first rule and are by the second only when forked with ``os.fork``.
@@ -67,6 +68,11 @@ def _exit_status(exc: BaseException | None) -> int:
 def _after_fork_in_child() -> None:
     if not getattr(_handler_thread, "active", False) or not sys.platform.startswith("linux"):
         return
+    # The worker's own signal handlers (SIGTERM and SIGINT start its drain) mean
+    # nothing in a copy of it: the child gets Python's defaults back, so that
+    # the signal below, or an operator's, ends it.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     parent = os.getppid()
     try:
         libc = ctypes.CDLL(None, use_errno=True)
