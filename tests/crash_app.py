@@ -29,9 +29,8 @@ from urllib.parse import urlsplit
 
 import psycopg
 
-from conveyor import App, FixedBackoff, Retry
+from conveyor import App, Context, FixedBackoff, Retry
 from conveyor.store.dsn import sqlite_path
-from conveyor.worker import Context
 
 TABLES = (
     "CREATE TABLE IF NOT EXISTS done (job_id bigint NOT NULL, worker_pid integer NOT NULL)",

@@ -18,9 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from conveyor import App, JobState
+from conveyor import App, Context, JobState
 from conveyor.pacing import LOG_EVERY, DutyBackoff
-from conveyor.worker import Context
 from outages import STORE_OPTIONS, answering, private_store
 from waiting import wait_until
 

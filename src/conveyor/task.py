@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import typing
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
-from conveyor.errors import InvalidJobError
+from conveyor.context import Context
+from conveyor.errors import ConfigurationError, InvalidJobError
 from conveyor.job import Job, Unique
 from conveyor.retry import DEFAULT_BACKOFF, Backoff
 
@@ -38,21 +40,35 @@ class EnqueueOptions:
     connection: Any = None
 
 
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+_VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+
+
 def context_parameter(fn: Callable[..., Any]) -> bool:
-    """Whether the handler's first parameter is annotated as the job Context."""
+    """Whether the handler's first parameter is conveyor's ``Context``.
+
+    Judged by the annotation's resolved type, never by its name: a
+    ``click.Context`` or a class of the user's own named ``Context`` is an
+    ordinary argument. An annotation written as a string (``from __future__
+    import annotations``) is resolved in the handler's module; one that cannot
+    be resolved there is refused, since conveyor could only guess.
+    """
     params = list(inspect.signature(fn).parameters.values())
-    if not params:
+    if not params or params[0].kind not in _POSITIONAL:
         return False
     annotation = params[0].annotation
     if isinstance(annotation, str):
-        return annotation.rsplit(".", 1)[-1] == "Context"
-    return getattr(annotation, "__name__", None) == "Context" and getattr(
-        annotation, "__module__", ""
-    ).startswith("conveyor")
-
-
-_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-_VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        try:
+            annotation = typing.get_type_hints(fn).get(params[0].name, annotation)
+        except Exception as exc:  # NameError, or anything the annotations' code raises
+            if annotation.rsplit(".", 1)[-1] != "Context":
+                return False
+            raise ConfigurationError(
+                f"cannot tell whether {getattr(fn, '__qualname__', fn)!r} takes conveyor's "
+                f"Context: its annotation {annotation!r} does not resolve ({exc}); import "
+                "Context at run time (from conveyor import Context), not under TYPE_CHECKING"
+            ) from None
+    return annotation is Context
 
 
 def argument_problems(

@@ -30,13 +30,13 @@ from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from conveyor.errors import LeaseLostError, StoreUnavailableError
+from conveyor.context import CancelSignal, Context
+from conveyor.errors import ConfigurationError, LeaseLostError, StoreUnavailableError
 from conveyor.job import Job, encode_json, utcnow
 from conveyor.limits import throttle_seconds
 from conveyor.pacing import DutyBackoff
 from conveyor.store.base import Lease, LeaseStatus
 from conveyor.worker.completer import Completer
-from conveyor.worker.context import CancelSignal, Context
 from conveyor.worker.executor import PAYLOAD_ERRORS, Outcome, Running, run_again_at, undecodable
 from conveyor.worker.leases import LeaseKeeper
 from conveyor.worker.throttle import throttle_job
@@ -168,7 +168,7 @@ class Consumer:
         idle_timeout: float | None = None,
     ) -> None:
         if not queues:
-            raise ValueError("consume needs at least one queue")
+            raise ConfigurationError("consume needs at least one queue")
         # The loop's state lives apart from this object, so that nothing but this
         # object holds the generator: dropping it closes the generator at once
         # (and releases what it holds), without waiting for the cycle collector.

@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from conveyor.context import Context
 from conveyor.errors import Fail, InvalidJobError, Retry, UnknownTaskError
 from conveyor.job import MAX_RUN_AT, Job, encode_json, utcnow
 from conveyor.store.base import Finish, FinishKind
 from conveyor.task import Task
-from conveyor.worker.context import Context
 from conveyor.worker.forks import exit_if_forked, mark_handler_thread
 
 

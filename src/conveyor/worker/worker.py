@@ -40,11 +40,12 @@ from datetime import datetime, timedelta
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from conveyor.context import Context
+from conveyor.errors import ConfigurationError
 from conveyor.job import Job, utcnow
 from conveyor.pacing import DutyBackoff
 from conveyor.store.base import Lease, LeaseStatus
 from conveyor.worker.completer import Completer, CompleterThread, Settlement
-from conveyor.worker.context import Context
 from conveyor.worker.executor import (
     EventLoopThread,
     Outcome,
@@ -138,16 +139,16 @@ class Worker:
         prefetch: int = 0,
     ) -> None:
         if concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
+            raise ConfigurationError("concurrency must be at least 1")
         if prefetch < 0:
-            raise ValueError("prefetch must be 0 (off) or more")
+            raise ConfigurationError("prefetch must be 0 (off) or more")
         if lease <= 0.1:
-            raise ValueError("lease must be longer than 0.1 seconds")
+            raise ConfigurationError("lease must be longer than 0.1 seconds")
         if poll_interval <= 0:
-            raise ValueError("poll_interval must be positive")
+            raise ConfigurationError("poll_interval must be positive")
         chosen = tuple(queues) if queues else tuple(sorted({t.queue for t in app.tasks.values()}))
         if not chosen:
-            raise ValueError("no queues to work on: register tasks or pass queues=[...]")
+            raise ConfigurationError("no queues to work on: register tasks or pass queues=[...]")
         self.app = app
         self.store = app.store
         self.options = WorkerOptions(
