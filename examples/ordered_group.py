@@ -17,8 +17,7 @@ import random
 import threading
 import time
 
-from conveyor import App, FixedBackoff
-from conveyor.worker import Context
+from conveyor import App, Context, FixedBackoff
 
 app = App()  # CONVEYOR_DSN, else sqlite:///conveyor.db
 

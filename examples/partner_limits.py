@@ -25,8 +25,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from conveyor import App
-from conveyor.worker import Context
+from conveyor import App, Context
 
 app = App()  # CONVEYOR_DSN, else sqlite:///conveyor.db
 

@@ -13,8 +13,7 @@ The jobs go to the store named by CONVEYOR_DSN, else to ./conveyor.db.
 
 from __future__ import annotations
 
-from conveyor import App, Fail, FixedBackoff, JobFailed, Retry
-from conveyor.worker import Context
+from conveyor import App, Context, Fail, FixedBackoff, JobFailed, Retry
 
 app = App()  # CONVEYOR_DSN, else sqlite:///conveyor.db
 

@@ -23,13 +23,12 @@ import pytest
 import redis
 
 import crash_app
-from conveyor import App, JobState
+from conveyor import App, Context, JobState
 from conveyor.errors import ConfigurationError, StoreUnavailableError
 from conveyor.job import NewJob, utcnow
 from conveyor.store.base import Finish
 from conveyor.store.dsn import open_store
 from conveyor.store.redis import RedisStore
-from conveyor.worker import Context
 from redis_server import RedisServer
 from test_crash import Fleet, counts
 from waiting import wait_until

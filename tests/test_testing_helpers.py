@@ -6,9 +6,8 @@ import asyncio
 
 import pytest
 
-from conveyor import App, Fail, FixedBackoff, JobFailed, JobState, Retry
+from conveyor import App, Context, Fail, FixedBackoff, JobFailed, JobState, Retry
 from conveyor.testing import assert_enqueued, drain, enqueued_jobs, inline, refute_enqueued
-from conveyor.worker import Context
 
 
 def kinds(app: App, job_id: int) -> list[str]:

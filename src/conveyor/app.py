@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import math
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
 from conveyor.errors import (
     ConfigurationError,
@@ -59,6 +60,24 @@ WAIT_FALLBACK_POLL = 0.5
 DEFAULT_MAX_ATTEMPTS = 3
 #: "Not given" for arguments where None means something (``app.limit(queue, None)`` clears).
 _UNSET: Any = object()
+
+
+S = TypeVar("S")
+
+
+def async_twin(
+    method: Callable[Concatenate[S, P], R],
+) -> Callable[Concatenate[S, P], Coroutine[Any, Any, R]]:
+    """The asyncio twin of a blocking method: the same parameters, run in a worker thread."""
+
+    @functools.wraps(method)
+    async def twin(self: S, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return await asyncio.to_thread(method, self, *args, **kwargs)
+
+    twin.__name__ = f"a{method.__name__}"
+    twin.__qualname__ = f"{method.__qualname__.rpartition('.')[0]}.a{method.__name__}".lstrip(".")
+    twin.__doc__ = f"``{method.__name__}`` for asyncio code: the same call, run in a worker thread."
+    return twin
 
 
 class App:
@@ -306,6 +325,7 @@ class App:
 
     def enqueue(
         self,
+        /,
         task: str,
         args: Sequence[Any] = (),
         kwargs: dict[str, Any] | None = None,
@@ -318,16 +338,6 @@ class App:
         """
         opts = EnqueueOptions(**options)
         return self.enqueue_calls(task, [(args, kwargs or {})], opts)[0]
-
-    async def aenqueue(
-        self,
-        task: str,
-        args: Sequence[Any] = (),
-        kwargs: dict[str, Any] | None = None,
-        **options: Any,
-    ) -> Job:
-        """``enqueue`` for async code: does not block the event loop."""
-        return await asyncio.to_thread(self.enqueue, task, args, kwargs, **options)
 
     def enqueue_calls(
         self,
@@ -416,12 +426,9 @@ class App:
             raise JobNotFoundError(f"no job with id {job_id} (never created, or purged)")
         return self._attach(job)
 
-    async def aget(self, job_id: int) -> Job:
-        """``get`` for async code."""
-        return await asyncio.to_thread(self.get, job_id)
-
     def jobs(
         self,
+        /,
         state: JobState | str | None = None,
         queue: str | None = None,
         task: str | None = None,
@@ -589,42 +596,6 @@ class App:
         """Let workers claim from a paused ``queue`` again."""
         self.store.queue_resume(validate_name("queue", queue) or queue, utcnow())
 
-    # --- async twins: the calls above for asyncio code, run in a worker thread ----
-
-    async def ajobs(
-        self,
-        state: JobState | str | None = None,
-        queue: str | None = None,
-        task: str | None = None,
-        limit: int = 100,
-        **filters: Any,
-    ) -> list[Job]:
-        return await asyncio.to_thread(self.jobs, state, queue, task, limit, **filters)
-
-    async def aevents(self, job_id: int) -> list[Any]:
-        return await asyncio.to_thread(self.events, job_id)
-
-    async def astats(self) -> Stats:
-        return await asyncio.to_thread(self.stats)
-
-    async def abatch_status(self, batch: str) -> BatchStatus:
-        return await asyncio.to_thread(self.batch_status, batch)
-
-    async def acancel(self, job_id: int) -> Job:
-        return await asyncio.to_thread(self.cancel, job_id)
-
-    async def aretry(self, job_id: int) -> Job:
-        return await asyncio.to_thread(self.retry, job_id)
-
-    async def apurge(self, older_than: timedelta) -> int:
-        return await asyncio.to_thread(self.purge, older_than)
-
-    async def apause(self, queue: str) -> None:
-        await asyncio.to_thread(self.pause, queue)
-
-    async def aresume(self, queue: str) -> None:
-        await asyncio.to_thread(self.resume, queue)
-
     # --- waiting ----------------------------------------------------------------
 
     def wait(
@@ -712,7 +683,9 @@ class App:
             )
         return version
 
-    def count_jobs(self, ids: Sequence[int] | None = None, **filters: str | None) -> dict[str, int]:
+    def count_jobs(
+        self, /, ids: Sequence[int] | None = None, **filters: str | None
+    ) -> dict[str, int]:
         """Jobs matching ``ids`` and/or filters, per detailed state (zeros left out).
 
         Filters: state (a state, or ready, scheduled, retrying), queue, task, group,
@@ -726,6 +699,7 @@ class App:
 
     def retry_jobs(
         self,
+        /,
         ids: Sequence[int] | None = None,
         *,
         on_batch: Callable[[int], None] | None = None,
@@ -743,6 +717,7 @@ class App:
 
     def cancel_jobs(
         self,
+        /,
         ids: Sequence[int] | None = None,
         *,
         on_batch: Callable[[int], None] | None = None,
@@ -760,6 +735,7 @@ class App:
 
     def delete_jobs(
         self,
+        /,
         ids: Sequence[int] | None = None,
         *,
         on_batch: Callable[[int], None] | None = None,
@@ -776,6 +752,7 @@ class App:
 
     def run_jobs_now(
         self,
+        /,
         ids: Sequence[int] | None = None,
         *,
         on_batch: Callable[[int], None] | None = None,
@@ -789,6 +766,7 @@ class App:
 
     def take_back(
         self,
+        /,
         ids: Sequence[int] | None = None,
         *,
         on_batch: Callable[[int], None] | None = None,
@@ -845,28 +823,6 @@ class App:
                 done(act([job.id for job in page], utcnow()))
                 before = page[-1].id
         return total
-
-    # Async twins, run in a worker thread like the others.
-
-    async def acount_jobs(
-        self, ids: Sequence[int] | None = None, **filters: str | None
-    ) -> dict[str, int]:
-        return await asyncio.to_thread(self.count_jobs, ids, **filters)
-
-    async def aretry_jobs(self, ids: Sequence[int] | None = None, **filters: str | None) -> int:
-        return await asyncio.to_thread(_with_filters, self.retry_jobs, ids, filters)
-
-    async def acancel_jobs(self, ids: Sequence[int] | None = None, **filters: str | None) -> int:
-        return await asyncio.to_thread(_with_filters, self.cancel_jobs, ids, filters)
-
-    async def adelete_jobs(self, ids: Sequence[int] | None = None, **filters: str | None) -> int:
-        return await asyncio.to_thread(_with_filters, self.delete_jobs, ids, filters)
-
-    async def arun_jobs_now(self, ids: Sequence[int] | None = None, **filters: str | None) -> int:
-        return await asyncio.to_thread(_with_filters, self.run_jobs_now, ids, filters)
-
-    async def atake_back(self, ids: Sequence[int] | None = None, **filters: str | None) -> int:
-        return await asyncio.to_thread(_with_filters, self.take_back, ids, filters)
 
     def delete_queue(self, queue: str) -> int:
         """Delete a queue: its jobs (queued and finished) and their history, and its pause.
@@ -980,25 +936,36 @@ class App:
         length = throttle_seconds(seconds, allow_zero=True)
         return self.store.limit_throttle(queue, limit_key, length)
 
-    async def alimit(
-        self,
-        queue: str,
-        rate: str | Rate | None = _UNSET,
-        *,
-        concurrency: int | None = None,
-        per_key: bool = False,
-    ) -> QueueLimits | None:
-        return await asyncio.to_thread(
-            self.limit, queue, rate, concurrency=concurrency, per_key=per_key
-        )
+    # --- async twins ------------------------------------------------------------------
+    # Every call above for asyncio code, run in a worker thread. Made from the sync
+    # methods, so that their parameters cannot drift from them; a test checks that
+    # every public method has its twin (or is listed as having none, and why).
 
-    async def alimits(self) -> dict[str, LimitStatus]:
-        return await asyncio.to_thread(self.limits)
-
-    async def athrottle(
-        self, queue: str, seconds: float | timedelta, *, limit_key: str | None = None
-    ) -> datetime:
-        return await asyncio.to_thread(self.throttle, queue, seconds, limit_key=limit_key)
+    aenqueue = async_twin(enqueue)
+    aenqueue_many = async_twin(enqueue_many)
+    aget = async_twin(get)
+    ajobs = async_twin(jobs)
+    aevents = async_twin(events)
+    astats = async_twin(stats)
+    abatch_status = async_twin(batch_status)
+    ahealth = async_twin(health)
+    acancel = async_twin(cancel)
+    aretry = async_twin(retry)
+    aretry_failed = async_twin(retry_failed)
+    apurge = async_twin(purge)
+    apurge_count = async_twin(purge_count)
+    apause = async_twin(pause)
+    aresume = async_twin(resume)
+    acount_jobs = async_twin(count_jobs)
+    aretry_jobs = async_twin(retry_jobs)
+    acancel_jobs = async_twin(cancel_jobs)
+    adelete_jobs = async_twin(delete_jobs)
+    arun_jobs_now = async_twin(run_jobs_now)
+    atake_back = async_twin(take_back)
+    adelete_queue = async_twin(delete_queue)
+    alimit = async_twin(limit)
+    alimits = async_twin(limits)
+    athrottle = async_twin(throttle)
 
 
 #: Jobs acted on per transaction by a bulk action.
@@ -1015,13 +982,6 @@ BULK_ACTIONS: dict[str, tuple[str, ...]] = {
     "take_back": ("running",),
 }
 SELECTION_FILTERS = ("state", "queue", "task", "group", "batch", "error", "worker")
-
-
-def _with_filters(
-    action: Callable[..., int], ids: Sequence[int] | None, filters: dict[str, str | None]
-) -> int:
-    """``action(ids, **filters)``: the async twins hand the filters over as one mapping."""
-    return action(ids, **filters)
 
 
 def job_selection(ids: Sequence[int] | None = None, **filters: str | None) -> JobSelection:

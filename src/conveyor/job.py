@@ -1,4 +1,7 @@
-"""The job record, its states and the pure rules of DESIGN.md's state machine (no I/O)."""
+"""The job record, its states and the pure rules of the state machine (no I/O).
+
+The state machine is described in docs/architecture.md.
+"""
 
 from __future__ import annotations
 
@@ -413,11 +416,6 @@ def validate_priority(value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not -(2**31) < value < 2**31:
         raise InvalidJobError(f"priority must be a 32-bit integer, got {value!r}")
     return value
-
-
-def state_after_failure(attempts: int, max_attempts: int, retryable: bool) -> JobState:
-    """A failed attempt goes back to queued while attempts remain and the error is retryable."""
-    return JobState.QUEUED if retryable and attempts < max_attempts else JobState.FAILED
 
 
 # --- what an operator sees: queued jobs told apart ------------------------------

@@ -306,7 +306,7 @@ ChangeCallback = Callable[[str, str], None]
 
 @runtime_checkable
 class Store(Protocol):
-    """What every backend implements. See DESIGN.md for the state machine."""
+    """What every backend implements. docs/architecture.md describes the state machine."""
 
     #: Cross-process notifications (PostgreSQL LISTEN/NOTIFY).
     supports_listen_notify: bool

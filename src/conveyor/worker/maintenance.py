@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from conveyor.job import NewJob, resolve_run_at, utcnow
+from conveyor.pacing import DutyBackoff
 
 if TYPE_CHECKING:
     from conveyor.app import App
@@ -54,17 +55,18 @@ class Maintenance:
                 log.exception("could not release the maintenance lease")
 
     def _run(self) -> None:
-        failures = 0
+        # A database restart or a locked file: try again, a little later each time.
+        backoff = DutyBackoff(
+            "maintenance round", log, first=self.interval, ceiling=self.interval * 8
+        )
         while not self._stop.is_set():
             try:
                 self.run_once()
-                failures = 0
+                backoff.succeeded()
+                pause = self.interval
             except Exception as exc:
-                # A database restart or a locked file: try again, a little later each time.
-                failures += 1
-                if failures == 1 or failures % 20 == 0:
-                    log.warning("maintenance round failed: %s", exc, exc_info=failures == 1)
-            self._stop.wait(self.interval * min(2**failures, 8))
+                pause = backoff.failed(exc)
+            self._stop.wait(pause)
 
     def run_once(self, now: datetime | None = None) -> None:
         """One round; ``now`` None: the store's clock judges leases, this machine's the rest."""
