@@ -101,6 +101,7 @@ def test_redis_refuses_a_callers_transaction_up_front(redis_clean_dsn: str) -> N
         def hello() -> None:
             return None
 
-        with pytest.raises(ConfigurationError, match="cannot enqueue inside a caller's transaction"):
+        refused = "cannot enqueue inside a caller's transaction"
+        with pytest.raises(ConfigurationError, match=refused):
             hello.options(connection=object()).enqueue()
         assert app.jobs() == []
