@@ -11,7 +11,7 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast, overload
 
 from conveyor.errors import (
     ConfigurationError,
@@ -42,7 +42,20 @@ from conveyor.job import (
 from conveyor.limits import QueueLimits, Rate, make_limit, throttle_seconds
 from conveyor.retry import Backoff, check_backoff
 from conveyor.schedule import Periodic, make_schedule
-from conveyor.store.base import BatchStatus, JobFilter, JobSelection, LimitStatus, Stats, Store
+from conveyor.store.base import (
+    BatchStatus,
+    DurabilityReport,
+    FlowControlStore,
+    JobFilter,
+    JobSelection,
+    JobStore,
+    LimitStatus,
+    OperatorStore,
+    Stats,
+    Store,
+    TransactionalStore,
+    require,
+)
 from conveyor.store.dsn import open_store
 from conveyor.task import EnqueueOptions, Task
 from conveyor.worker.changes import ChangeHub
@@ -60,6 +73,23 @@ WAIT_FALLBACK_POLL = 0.5
 DEFAULT_MAX_ATTEMPTS = 3
 #: "Not given" for arguments where None means something (``app.limit(queue, None)`` clears).
 _UNSET: Any = object()
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def needs(capability: type, what: str) -> Callable[[F], F]:
+    """An App method that needs a capability beyond the core: refused up front without it."""
+
+    def decorate(method: F) -> F:
+        @functools.wraps(method)
+        def checked(self: App, /, *args: Any, **kwargs: Any) -> Any:
+            require(self.store, capability, what)
+            return method(self, *args, **kwargs)
+
+        return cast(F, checked)
+
+    return decorate
 
 
 S = TypeVar("S")
@@ -92,7 +122,7 @@ class App:
         self,
         dsn: str | None = None,
         *,
-        store: Store | None = None,
+        store: JobStore | None = None,
         retention: timedelta | None = None,
         inline: bool = False,
         retention_by_state: Mapping[str, timedelta] | None = None,
@@ -101,7 +131,11 @@ class App:
     ):
         if store is not None and dsn is not None:
             raise ConfigurationError("give App a dsn or a store, not both")
-        self.store: Store = store if store is not None else open_store(dsn, **store_options)
+        # A store may have only the core (JobStore): workers and consumers need no
+        # more, and the methods that need a capability check it (``needs``).
+        self.store: Store = (
+            cast(Store, store) if store is not None else open_store(dsn, **store_options)
+        )
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.periodic_tasks: list[Periodic] = []
         #: Finished jobs older than this are purged by the workers' maintenance (off when None).
@@ -389,6 +423,8 @@ class App:
         if opts.key is not None and len(new_jobs) > 1:
             # One key for many calls would silently collapse them into one job.
             raise InvalidJobError("key applies to one job; give each call its own key")
+        if opts.connection is not None:
+            require(self.store, TransactionalStore, "enqueue inside a caller's transaction")
         jobs = self.store.job_insert_many(new_jobs, now, connection=opts.connection)
         self.changes.publish("jobs", queue)  # wakes this process's workers at once
         for job in jobs:
@@ -426,6 +462,7 @@ class App:
             raise JobNotFoundError(f"no job with id {job_id} (never created, or purged)")
         return self._attach(job)
 
+    @needs(OperatorStore, "list jobs")
     def jobs(
         self,
         /,
@@ -464,14 +501,17 @@ class App:
         )
         return [self._attach(job) for job in self.store.job_list(job_filter)]
 
+    @needs(OperatorStore, "read a job's history")
     def events(self, job_id: int) -> list[Any]:
         """The job's history, oldest first."""
         return list(self.store.event_list(job_id))
 
+    @needs(OperatorStore, "count jobs")
     def stats(self) -> Stats:
         """Counts per queue and state, oldest ready age, jobs finished in the last minute."""
         return self.store.stats(utcnow())
 
+    @needs(OperatorStore, "count a batch")
     def batch_status(self, batch: str) -> BatchStatus:
         """How many of a batch's jobs are done (succeeded), failed, cancelled and outstanding.
 
@@ -500,10 +540,9 @@ class App:
             "latency_ms": round((time.perf_counter() - started) * 1000, 3),
         }
         # Stores whose durability depends on the server's settings (Redis) say so.
-        durability = getattr(self.store, "durability", None)
-        if durability is not None:
+        if isinstance(self.store, DurabilityReport):
             try:
-                health["persistence"], warning = durability()
+                health["persistence"], warning = self.store.durability()
             except Exception as exc:
                 health["persistence"], warning = "unknown", f"cannot read persistence: {exc}"
             if warning is not None:
@@ -512,6 +551,7 @@ class App:
 
     # --- operating ----------------------------------------------------------------
 
+    @needs(OperatorStore, "cancel jobs")
     def cancel(self, job_id: int) -> Job:
         """Cancel a queued job, ask the worker of a running one to stop; a finished job stays."""
         job = self.store.job_cancel(job_id, utcnow())
@@ -522,6 +562,7 @@ class App:
             self.changes.publish("cancel", f"{job.id}:{job.lease_token}")
         return self._attach(job)
 
+    @needs(OperatorStore, "retry jobs")
     def retry(self, job_id: int) -> Job:
         """Queue a failed or cancelled job again with its attempts reset."""
         job = self.store.job_retry(job_id, utcnow())
@@ -529,6 +570,7 @@ class App:
             raise JobNotFoundError(f"no job with id {job_id}")
         return self._attach(job)
 
+    @needs(OperatorStore, "retry jobs")
     def retry_failed(
         self,
         queue: str | None = None,
@@ -556,6 +598,7 @@ class App:
             if on_batch is not None:
                 on_batch(len(ids))
 
+    @needs(OperatorStore, "purge jobs")
     def purge(
         self,
         older_than: timedelta,
@@ -588,10 +631,12 @@ class App:
             if on_batch is not None:
                 on_batch(deleted)
 
+    @needs(OperatorStore, "pause queues")
     def pause(self, queue: str) -> None:
         """Stop workers from claiming from ``queue``; running jobs finish."""
         self.store.queue_pause(validate_name("queue", queue) or queue, utcnow())
 
+    @needs(OperatorStore, "resume queues")
     def resume(self, queue: str) -> None:
         """Let workers claim from a paused ``queue`` again."""
         self.store.queue_resume(validate_name("queue", queue) or queue, utcnow())
@@ -683,6 +728,7 @@ class App:
             )
         return version
 
+    @needs(OperatorStore, "count jobs")
     def count_jobs(
         self, /, ids: Sequence[int] | None = None, **filters: str | None
     ) -> dict[str, int]:
@@ -697,6 +743,7 @@ class App:
         counts = self.store.job_count_selected(selection, utcnow())
         return {state: counts[state] for state in DETAILED_STATES if counts.get(state)}
 
+    @needs(OperatorStore, "retry jobs")
     def retry_jobs(
         self,
         /,
@@ -715,6 +762,7 @@ class App:
             on_batch,
         )  # fmt: skip
 
+    @needs(OperatorStore, "cancel jobs")
     def cancel_jobs(
         self,
         /,
@@ -733,6 +781,7 @@ class App:
             on_batch,
         )  # fmt: skip
 
+    @needs(OperatorStore, "delete jobs")
     def delete_jobs(
         self,
         /,
@@ -750,6 +799,7 @@ class App:
             lambda job_ids, now: self.store.job_delete_many(job_ids), on_batch,
         )  # fmt: skip
 
+    @needs(OperatorStore, "run jobs now")
     def run_jobs_now(
         self,
         /,
@@ -764,6 +814,7 @@ class App:
             on_batch,
         )  # fmt: skip
 
+    @needs(OperatorStore, "take jobs back")
     def take_back(
         self,
         /,
@@ -824,6 +875,7 @@ class App:
                 before = page[-1].id
         return total
 
+    @needs(OperatorStore, "delete queues")
     def delete_queue(self, queue: str) -> int:
         """Delete a queue: its jobs (queued and finished) and their history, and its pause.
 
@@ -842,6 +894,7 @@ class App:
         self.store.queue_delete(queue)
         return deleted
 
+    @needs(OperatorStore, "count purgeable jobs")
     def purge_count(
         self,
         older_than: timedelta,
@@ -856,6 +909,7 @@ class App:
             validate_name("queue", queue)
         return self.store.job_purge_count(utcnow() - older_than, check_final_states(states), queue)
 
+    @needs(OperatorStore, "apply retention")
     def apply_retention(self, now: datetime) -> int:
         """One round of retention, run by the workers' maintenance; returns the jobs deleted.
 
@@ -886,6 +940,7 @@ class App:
 
     # --- flow control: rate and concurrency limits ----------------------------------
 
+    @needs(FlowControlStore, "set limits")
     def limit(
         self,
         queue: str,
@@ -917,10 +972,12 @@ class App:
         chosen = make_limit(rate, concurrency)
         return self.store.limit_set(queue, chosen, per_key, utcnow())
 
+    @needs(FlowControlStore, "read limits")
     def limits(self) -> dict[str, LimitStatus]:
         """Every queue's limits and how full they are now: running, started, room, held back."""
         return {status.queue: status for status in self.store.limit_status(utcnow())}
 
+    @needs(FlowControlStore, "throttle queues")
     def throttle(
         self, queue: str, seconds: float | timedelta, *, limit_key: str | None = None
     ) -> datetime:

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from conveyor.job import NewJob, resolve_run_at, utcnow
 from conveyor.pacing import DutyBackoff
+from conveyor.store.base import FlowControlStore, OperatorStore
 
 if TYPE_CHECKING:
     from conveyor.app import App
@@ -75,14 +77,18 @@ class Maintenance:
         self.is_leader = store.leader_acquire(LEADER_NAME, self.holder, self.ttl, wall)
         if not self.is_leader:
             return
-        for name, action in (
+        actions: list[tuple[str, Callable[[], object]]] = [
             ("rescue", lambda: self._rescue(now)),
-            ("retention", lambda: self._purge(wall)),
             ("worker list", lambda: store.worker_prune(wall - self._forget_after())),
             ("periodic tasks", lambda: self._enqueue_periodic(wall)),
+        ]
+        # Capabilities beyond the core: a store without them has nothing to do here.
+        if isinstance(store, OperatorStore):
+            actions.append(("retention", lambda: self._purge(wall)))
+        if isinstance(store, FlowControlStore):
             # Claims prune the starts of the queues they claim; this, the rest.
-            ("limits", lambda: store.limit_prune(wall)),
-        ):
+            actions.append(("limits", lambda: store.limit_prune(wall)))
+        for name, action in actions:
             try:
                 action()
             except Exception as exc:

@@ -144,8 +144,8 @@ def _missing_table(exc: BaseException) -> bool:
 
 @translate_missing_schema(_missing_table)
 class PostgresStore:
-    supports_listen_notify = True
-    supports_external_transactions = True
+    #: TransactionalStore: enqueue inside the caller's transaction on this connection.
+    transaction_connection = "a psycopg Connection"
 
     def __init__(
         self,

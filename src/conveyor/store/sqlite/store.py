@@ -126,8 +126,8 @@ def _missing_table(exc: BaseException) -> bool:
 
 @translate_missing_schema(_missing_table)
 class SQLiteStore:
-    supports_listen_notify = False
-    supports_external_transactions = True
+    #: TransactionalStore: enqueue inside the caller's transaction on this connection.
+    transaction_connection = "a sqlite3 Connection"
 
     def __init__(
         self, path: str | Path, *, migrate: bool = True, busy_timeout: float = BUSY_TIMEOUT_SECONDS
