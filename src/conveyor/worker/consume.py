@@ -25,7 +25,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
+from collections.abc import AsyncIterator, Generator, Iterator, Sequence
 from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -39,6 +39,7 @@ from conveyor.store.base import Lease, LeaseStatus
 from conveyor.worker.completer import Completer
 from conveyor.worker.executor import PAYLOAD_ERRORS, Outcome, Running, run_again_at, undecodable
 from conveyor.worker.leases import LeaseKeeper
+from conveyor.worker.maintenance import Rescuer
 from conveyor.worker.throttle import throttle_job
 from conveyor.worker.wakeup import Wakeup
 
@@ -342,51 +343,6 @@ class _Loop:
         if self.idle_timeout is not None:
             pause = min(pause, max(0.0, idle_since + self.idle_timeout - now))
         self._wake.wait(max(pause, 0.001))
-
-
-class Rescuer:
-    """Takes back expired leases for a consume-only service, on a timer, busy or idle.
-
-    A consumer has no Worker whose maintenance would do it, and rescuing only
-    when a claim finds nothing would leave a dead consumer's job (and its
-    group) behind every other queued job. Every consumer runs one; rescue is a
-    compare-and-set, so several at once are safe.
-    """
-
-    def __init__(self, app: App, lease: float, rescued: Callable[[], None]) -> None:
-        self._app = app
-        # As often as maintenance: an expired lease comes back within about a
-        # quarter of its length, never hammering the database.
-        self.interval = min(max(lease / 4, 0.05), 5.0)
-        self._rescued = rescued
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="conveyor-rescue", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        backoff = DutyBackoff("consume: rescuing expired leases", log, ceiling=self.interval * 8)
-        while not self._stop.is_set():
-            try:
-                rescued = self._app.store.job_rescue_expired()
-                backoff.succeeded()
-                pause = self.interval
-            except Exception as exc:
-                pause = backoff.failed(exc)
-                rescued = []
-            if rescued:
-                log.warning(
-                    "rescued %d job(s) whose worker or consumer was lost: %s",
-                    len(rescued), rescued[:10],
-                )  # fmt: skip
-                self._rescued()
-            self._stop.wait(pause)
 
 
 def _payload_check(job: Job) -> Outcome | None:

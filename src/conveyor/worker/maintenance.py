@@ -31,17 +31,25 @@ log = logging.getLogger("conveyor.maintenance")
 LEADER_NAME = "maintenance"
 
 
-class Maintenance:
-    def __init__(self, app: App, holder: str, lease: float) -> None:
-        self.app = app
-        self.holder = holder
-        # Check often enough that an expired lease is rescued within about a
-        # quarter of its length, but never hammer the database.
-        self.interval = min(max(lease / 4, 0.05), 5.0)
-        self.ttl = timedelta(seconds=max(self.interval * 3, 1.0))
+def round_interval(lease: float) -> float:
+    """How often to look for expired leases: one comes back within about a quarter of its
+    length, and the database is never hammered."""
+    return min(max(lease / 4, 0.05), 5.0)
+
+
+def report_rescued(rescued: list[int]) -> None:
+    if rescued:
+        log.warning(
+            "rescued %d job(s) whose worker or consumer was lost: %s", len(rescued), rescued[:10]
+        )
+
+
+class _Background:
+    """A daemon thread running ``_run`` until ``stop()``, which waits for it."""
+
+    def __init__(self, name: str) -> None:
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="conveyor-maintenance", daemon=True)
-        self.is_leader = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
@@ -50,6 +58,24 @@ class Maintenance:
         self._stop.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+
+class Maintenance(_Background):
+    def __init__(self, app: App, holder: str, lease: float) -> None:
+        self.app = app
+        self.holder = holder
+        # Check often enough that an expired lease is rescued within about a
+        # quarter of its length, but never hammer the database.
+        self.interval = round_interval(lease)
+        self.ttl = timedelta(seconds=max(self.interval * 3, 1.0))
+        super().__init__("conveyor-maintenance")
+        self.is_leader = False
+
+    def stop(self) -> None:
+        super().stop()
         if self.is_leader:
             try:
                 self.app.store.leader_release(LEADER_NAME, self.holder)
@@ -98,9 +124,7 @@ class Maintenance:
         return timedelta(seconds=max(self.ttl.total_seconds() * 10, 60))
 
     def _rescue(self, now: datetime | None) -> None:
-        rescued = self.app.store.job_rescue_expired(now)
-        if rescued:
-            log.warning("rescued %d job(s) whose worker was lost: %s", len(rescued), rescued[:10])
+        report_rescued(self.app.store.job_rescue_expired(now))
 
     def _purge(self, now: datetime) -> None:
         self.app.apply_retention(now)
@@ -128,3 +152,34 @@ class Maintenance:
             except Exception:
                 # One task's trouble must not starve the others (nor rescue, next round).
                 log.exception("could not enqueue periodic task %s", periodic.task)
+
+
+class Rescuer(_Background):
+    """Takes back expired leases for a consume-only service, on a timer, busy or idle.
+
+    A consumer has no Worker whose maintenance would do it, and rescuing only
+    when a claim finds nothing would leave a dead consumer's job (and its
+    group) behind every other queued job. Every consumer runs one; rescue is a
+    compare-and-set, so several at once are safe.
+    """
+
+    def __init__(self, app: App, lease: float, rescued: Callable[[], None]) -> None:
+        self._app = app
+        self.interval = round_interval(lease)  # as often as maintenance
+        self._rescued = rescued
+        super().__init__("conveyor-rescue")
+
+    def _run(self) -> None:
+        backoff = DutyBackoff("consume: rescuing expired leases", log, ceiling=self.interval * 8)
+        while not self._stop.is_set():
+            try:
+                rescued = self._app.store.job_rescue_expired()
+                backoff.succeeded()
+                pause = self.interval
+            except Exception as exc:
+                pause = backoff.failed(exc)
+                rescued = []
+            if rescued:
+                report_rescued(rescued)
+                self._rescued()
+            self._stop.wait(pause)
