@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
 
-from conveyor.errors import InvalidJobError
+from conveyor.errors import ConfigurationError, InvalidJobError
 
 #: Longest queue, task, key, group or batch name, in characters.
 MAX_NAME_LENGTH = 200
@@ -190,19 +190,21 @@ class Job:
         process.
         """
         if self._app is None:
-            raise RuntimeError("this Job is not attached to an App; use app.wait(job_id)")
+            raise ConfigurationError("this Job is not attached to an App; use app.wait(job_id)")
         return self._app.wait(self.id, timeout=timeout, on_progress=on_progress)
 
     async def await_result(self, timeout: float | None = None) -> Any:
         """``wait()`` for async code: does not block the event loop."""
         if self._app is None:
-            raise RuntimeError("this Job is not attached to an App; use app.await_result(job_id)")
+            raise ConfigurationError(
+                "this Job is not attached to an App; use app.await_result(job_id)"
+            )
         return await self._app.await_result(self.id, timeout=timeout)
 
     def refresh(self) -> Job:
         """Read the job again from the store."""
         if self._app is None:
-            raise RuntimeError("this Job is not attached to an App; use app.get(job_id)")
+            raise ConfigurationError("this Job is not attached to an App; use app.get(job_id)")
         return self._app.get(self.id)
 
 
