@@ -1,4 +1,7 @@
-"""The job record, its states and the pure rules of DESIGN.md's state machine (no I/O)."""
+"""The job record, its states and the pure rules of the state machine (no I/O).
+
+The state machine is described in docs/architecture.md.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
 
-from conveyor.errors import InvalidJobError
+from conveyor.errors import ConfigurationError, InvalidJobError
 
 #: Longest queue, task, key, group or batch name, in characters.
 MAX_NAME_LENGTH = 200
@@ -187,19 +190,21 @@ class Job:
         process.
         """
         if self._app is None:
-            raise RuntimeError("this Job is not attached to an App; use app.wait(job_id)")
+            raise ConfigurationError("this Job is not attached to an App; use app.wait(job_id)")
         return self._app.wait(self.id, timeout=timeout, on_progress=on_progress)
 
     async def await_result(self, timeout: float | None = None) -> Any:
         """``wait()`` for async code: does not block the event loop."""
         if self._app is None:
-            raise RuntimeError("this Job is not attached to an App; use app.await_result(job_id)")
+            raise ConfigurationError(
+                "this Job is not attached to an App; use app.await_result(job_id)"
+            )
         return await self._app.await_result(self.id, timeout=timeout)
 
     def refresh(self) -> Job:
         """Read the job again from the store."""
         if self._app is None:
-            raise RuntimeError("this Job is not attached to an App; use app.get(job_id)")
+            raise ConfigurationError("this Job is not attached to an App; use app.get(job_id)")
         return self._app.get(self.id)
 
 
@@ -413,11 +418,6 @@ def validate_priority(value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not -(2**31) < value < 2**31:
         raise InvalidJobError(f"priority must be a 32-bit integer, got {value!r}")
     return value
-
-
-def state_after_failure(attempts: int, max_attempts: int, retryable: bool) -> JobState:
-    """A failed attempt goes back to queued while attempts remain and the error is retryable."""
-    return JobState.QUEUED if retryable and attempts < max_attempts else JobState.FAILED
 
 
 # --- what an operator sees: queued jobs told apart ------------------------------

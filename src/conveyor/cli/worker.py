@@ -67,7 +67,7 @@ def load_app(target: str) -> App:
     type=Bounded(click.INT, within("--prefetch", 0, MAX_WORKER_CONCURRENCY)),
     default=0,
     show_default=True,
-    help="Jobs claimed beyond the free slots, held until a slot frees (see docs/cli.md).",
+    help="Jobs claimed beyond the free slots, held until a slot frees (see docs/workers.md).",
 )
 @click.option("--burst", is_flag=True, help="Return when no job is ready or running.")
 @click.option(

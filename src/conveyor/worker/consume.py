@@ -1,15 +1,16 @@
 """The pull API: claim jobs one at a time in a loop the caller owns.
 
 For code that must own its loop, such as a conversation that consumes its own
-messages strictly in order (``group=``). While the caller holds a job, a
-background thread renews its lease; when nothing is ready, the loop waits for
-the same wake-ups as a worker. Outcomes are recorded by the same completer as
-the worker's.
+messages strictly in order (``group=``). While the caller holds a job, the
+worker's lease keeper (one thread per consumer, not one per job) renews its
+lease and learns of cancel requests, which ``job.cancelled`` shows; when
+nothing is ready, the loop waits for the same wake-ups as a worker. Outcomes
+are recorded by the same completer as the worker's.
 
-As robust as a worker: a consumer that finds nothing to claim takes back the
-jobs of consumers (or workers) whose lease expired, so a consume-only service
-needs no Worker for that; database errors are retried with backoff inside
-the loop; ``stop()`` ends the loop from another thread; ``idle_timeout`` ends
+As robust as a worker: every consumer takes back, on a timer, busy or idle,
+the jobs of consumers (or workers) whose lease expired, so a consume-only
+service needs no Worker for that; database errors are retried with the
+backoff every duty uses; ``stop()`` ends the loop from another thread; ``idle_timeout`` ends
 it after a quiet spell; ``app.close()`` releases what it holds; a job whose
 payload cannot be decoded fails at once instead of being handed out.
 """
@@ -29,13 +30,16 @@ from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from conveyor.errors import LeaseLostError, StoreUnavailableError
+from conveyor.context import CancelSignal, Context
+from conveyor.errors import ConfigurationError, LeaseLostError, StoreUnavailableError
 from conveyor.job import Job, encode_json, utcnow
 from conveyor.limits import throttle_seconds
-from conveyor.store.base import Lease
-from conveyor.worker.completer import RETRY_PAUSES, Completer
-from conveyor.worker.context import Context
+from conveyor.pacing import DutyBackoff
+from conveyor.store.base import Lease, LeaseStatus
+from conveyor.worker.completer import Completer
 from conveyor.worker.executor import PAYLOAD_ERRORS, Outcome, Running, run_again_at, undecodable
+from conveyor.worker.leases import LeaseKeeper
+from conveyor.worker.maintenance import Rescuer
 from conveyor.worker.throttle import throttle_job
 from conveyor.worker.wakeup import Wakeup
 
@@ -46,16 +50,29 @@ log = logging.getLogger("conveyor.consume")
 
 
 class ConsumedJob:
-    """A job claimed by ``consume``: end it with complete, fail or release (or ``with``)."""
+    """A job claimed by ``consume``: end it with complete, fail or release (or ``with``).
+
+    ``job.cancelled`` is set when its cancel is requested or its lease is lost;
+    leaving a ``with`` block after a cancel request ends the job cancelled.
+    """
 
     def __init__(self, app: App, job: Job, lease: timedelta) -> None:
         self.app = app
         self.job = job
         self._lease = lease
         self.ended = False
-        self._stop_beat = threading.Event()
-        self._beat = threading.Thread(target=self._keep_lease, daemon=True)
-        self._beat.start()
+        #: What the lease keeper renews while the job is held.
+        self.running = Running(job=job, task=app.tasks.get(job.task), context=Context(job))
+
+    @property
+    def cancelled(self) -> CancelSignal:
+        """Set when the job should stop: its cancel was requested, or its lease was lost.
+
+        ``reason`` says which ("cancel" or "lease lost"). Check it between steps;
+        a job whose cancel was requested ends cancelled whatever it is ended
+        with, unless it is completed.
+        """
+        return self.running.context.cancelled
 
     def __getattr__(self, name: str) -> Any:  # id, args, kwargs, attempts...: the Job's
         return getattr(self.job, name)
@@ -68,37 +85,22 @@ class ConsumedJob:
         assert self.job.lease_token is not None
         return Lease(self.job.id, self.job.lease_token)
 
-    def _keep_lease(self) -> None:
-        interval = self._lease.total_seconds() / 3
-        pause = interval
-        while not self._stop_beat.wait(pause):
-            try:
-                if not self.app.store.job_heartbeat([self.lease], self._lease):
-                    log.warning("job %s: lease lost while held by a consumer", self.job.id)
-                    return
-                pause = interval
-            except Exception as exc:
-                pause = min(pause / 2, 1.0)  # sooner, never in a loop
-                log.warning("job %s: heartbeat failed (retrying in %.2fs): %s", self.id, pause, exc)
-
     def _end(self, outcome: Outcome, what: str) -> None:
         """Record the outcome, retrying while the database is away (for up to one lease)."""
-        running = Running(job=self.job, task=None, context=Context(self.job), outcome=outcome)
         completer = Completer(self.app.store, self.app.changes)
         give_up = time.monotonic() + self._lease.total_seconds()
-        failures = 0
+        backoff = DutyBackoff(f"job {self.job.id}: recording its outcome", log, ceiling=2.0)
         while True:
             try:
-                written = completer.record([(running, outcome)])
+                written = completer.record([(self.running, outcome)])
                 break
-            except StoreUnavailableError:
-                if time.monotonic() >= give_up:
-                    self._stop_beat.set()
+            except StoreUnavailableError as exc:
+                pause = backoff.failed(exc)
+                if time.monotonic() + pause >= give_up:
+                    self.ended = True  # the keeper stops renewing: the lease runs out
                     raise
-                time.sleep(RETRY_PAUSES[min(failures, len(RETRY_PAUSES) - 1)])
-                failures += 1
+                time.sleep(pause)
         self.ended = True
-        self._stop_beat.set()
         if self.job.id not in written:
             raise LeaseLostError(
                 f"job {self.job.id}: the lease was lost before it could be {what}; "
@@ -140,7 +142,11 @@ class ConsumedJob:
     ) -> None:
         if self.ended:
             return
-        if exc is None:
+        if self.cancelled.reason == "cancel":
+            # As a worker does for a handler it asked to stop: whatever the body
+            # did after the request, the job ends cancelled.
+            self._end(Outcome("cancelled"), "cancelled")
+        elif exc is None:
             self.complete()
         else:
             self.fail(exc)
@@ -163,7 +169,7 @@ class Consumer:
         idle_timeout: float | None = None,
     ) -> None:
         if not queues:
-            raise ValueError("consume needs at least one queue")
+            raise ConfigurationError("consume needs at least one queue")
         # The loop's state lives apart from this object, so that nothing but this
         # object holds the generator: dropping it closes the generator at once
         # (and releases what it holds), without waiting for the cycle collector.
@@ -214,11 +220,48 @@ class _Loop:
         self.held: ConsumedJob | None = None
         self._stop = threading.Event()
         self._wake = Wakeup()
-        self._next_rescue = 0.0
+        self._keeper: LeaseKeeper | None = None
+        self._rescuer: Rescuer | None = None
 
     def stop(self) -> None:
         self._stop.set()
         self._wake.set("stop")
+
+    def _held_now(self) -> Sequence[Running]:
+        held = self.held
+        return (held.running,) if held is not None and not held.ended else ()
+
+    def _renewed(self, renewed: Sequence[Running], statuses: dict[int, LeaseStatus]) -> None:
+        """From the lease keeper's thread: a lost lease or a cancel request reaches the job."""
+        for running in renewed:
+            status = statuses.get(running.id)
+            if status is None:
+                if not running.context.cancelled:
+                    log.warning("job %s: lease lost while held by a consumer", running.id)
+                running.context.cancelled.set("lease lost")
+                running.abort = "lease lost"  # renewed no more
+            elif status.cancel_requested:
+                running.context.cancelled.set("cancel")
+
+    def _start_threads(self) -> None:
+        if self._keeper is None:
+            self._keeper = LeaseKeeper(
+                self.app.store, self.id, self.lease.total_seconds(), self._held_now,
+                self._renewed, check_in=False,
+            )  # fmt: skip
+            self._keeper.start()
+        if self._rescuer is None:
+            self._rescuer = Rescuer(self.app, self.lease.total_seconds(), self._rescued)
+            self._rescuer.start()
+
+    def _stop_threads(self) -> None:
+        for thread in (self._keeper, self._rescuer):
+            if thread is not None:
+                thread.stop()
+        self._keeper = self._rescuer = None
+
+    def _rescued(self) -> None:
+        self._wake.set("rescued")  # a rescued job may be ours to take
 
     def release_held(self) -> None:
         held, self.held = self.held, None
@@ -233,21 +276,27 @@ class _Loop:
     def _listener(self, channel: str, payload: str) -> None:
         if channel in ("jobs", "any", "reconnected", "done"):
             self._wake.set(channel)
+        if channel in ("cancel", "any", "reconnected") and self._keeper is not None:
+            held = self.held
+            job_id, _, token = payload.partition(":")
+            if held is not None and token and job_id == str(held.job.id):
+                if token == held.job.lease_token:  # app.cancel in this process
+                    held.cancelled.set("cancel")
+            elif held is not None:
+                self._keeper.renew_soon()  # the renewal says whether it is ours
 
     def run(self) -> Generator[ConsumedJob, None, None]:
         self.app.changes.add(self._listener)
+        self._start_threads()
         idle_since = time.monotonic()
-        failures = 0
+        backoff = DutyBackoff("consume: claiming", log, ceiling=2.0)
         try:
             while not self._stop.is_set():
                 try:
                     job = self._claim_one()
-                    failures = 0
+                    backoff.succeeded()
                 except StoreUnavailableError as exc:
-                    pause = RETRY_PAUSES[min(failures, len(RETRY_PAUSES) - 1)]
-                    failures += 1
-                    log.warning("consume: the database is away (retrying in %.2fs): %s", pause, exc)
-                    self._wake.wait(pause)
+                    self._wake.wait(backoff.failed(exc))
                     continue
                 if job is None:
                     idle = time.monotonic() - idle_since
@@ -263,6 +312,7 @@ class _Loop:
         finally:
             self.app.changes.remove(self._listener)
             self.release_held()
+            self._stop_threads()
 
     def _claim_one(self) -> Job | None:
         store = self.app.store
@@ -283,15 +333,7 @@ class _Loop:
     def _wait_for_work(self, idle_since: float) -> None:
         store = self.app.store
         now = time.monotonic()
-        if now >= self._next_rescue:
-            # Take part in maintenance: a consume-only service has no Worker to do it.
-            self._next_rescue = now + max(self.lease.total_seconds() / 4, 0.05)
-            try:
-                if store.job_rescue_expired():
-                    return  # look again at once: a rescued job may be ours to take
-            except Exception as exc:
-                log.warning("consume: rescue failed: %s", exc)
-        pause = min(self.poll_interval, max(0.0, self._next_rescue - now))
+        pause = self.poll_interval
         try:
             next_in = store.next_run_in(self.queues, group=self.group)
         except Exception:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import threading
 import time
 import traceback
@@ -23,11 +24,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from conveyor.context import Context
 from conveyor.errors import Fail, InvalidJobError, Retry, UnknownTaskError
 from conveyor.job import MAX_RUN_AT, Job, encode_json, utcnow
 from conveyor.store.base import Finish, FinishKind
 from conveyor.task import Task
-from conveyor.worker.context import Context
+from conveyor.worker.forks import exit_if_forked, mark_handler_thread
 
 
 @dataclass(slots=True)
@@ -122,6 +124,15 @@ def outcome_of_result(result: Any) -> Outcome:
 def outcome_of_exception(exc: BaseException, running: Running, now: datetime) -> Outcome:
     if isinstance(exc, Retry):
         return Outcome("snooze", run_at=run_again_at(now, exc.delay, "Retry delay"))
+    if isinstance(exc, TypeError) and running.task is not None:
+        # The call itself may have failed: arguments the handler cannot take
+        # (enqueued by name from a process that does not know the task, or
+        # before the handler's signature changed). Binding them again tells;
+        # no retry could fix them. Checked here, after the TypeError, so that
+        # the calls that fit pay nothing for it.
+        mismatch = running.task.binding_error(running.args, running.kwargs)
+        if mismatch is not None:
+            return Outcome("fail", error=f"InvalidJobError: {mismatch} (not retried)")
     error = "".join(traceback.format_exception(exc))
     if isinstance(exc, Fail):
         return Outcome("fail", error=error)
@@ -174,13 +185,16 @@ def call_args(running: Running) -> tuple[list[Any], dict[str, Any]]:
 def run_sync(running: Running) -> None:
     """Run a sync handler in this thread; its outcome ends up in ``running.outcome``."""
     assert running.task is not None
+    owner = os.getpid()
     try:
         args, kwargs = call_args(running)
         result = running.task.fn(*args, **kwargs)
     except BaseException as exc:
+        exit_if_forked(owner, exc)
         caught = exc
         running.outcome = settle(running, lambda: outcome_of_exception(caught, running, utcnow()))
     else:
+        exit_if_forked(owner, None)
         running.outcome = settle(running, lambda: outcome_of_result(result))
 
 
@@ -188,12 +202,15 @@ async def run_async(running: Running) -> None:
     """Run an async handler on this event loop; its outcome ends up in ``running.outcome``."""
     assert running.task is not None
     running.async_task = asyncio.current_task()
+    owner = os.getpid()
     try:
         if running.abort:  # aborted before it started
             raise asyncio.CancelledError
         args, kwargs = call_args(running)
         result = await running.task.fn(*args, **kwargs)
+        exit_if_forked(owner, None)
     except asyncio.CancelledError as exc:
+        exit_if_forked(owner, exc)
         if running.abort:
             # The worker cancelled it; what the attempt records follows from why.
             running.outcome = Outcome("release")
@@ -203,6 +220,7 @@ async def run_async(running: Running) -> None:
                 running, lambda: outcome_of_exception(cancelled, running, utcnow())
             )
     except BaseException as exc:
+        exit_if_forked(owner, exc)
         caught = exc
         running.outcome = settle(running, lambda: outcome_of_exception(caught, running, utcnow()))
     else:
@@ -242,6 +260,7 @@ class EventLoopThread:
         self._thread.start()
 
     def _run(self) -> None:
+        mark_handler_thread()
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
         # Let cancelled handlers finish their cleanup before the loop closes.

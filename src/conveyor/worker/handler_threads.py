@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable
 
 from conveyor.worker.executor import Running, run_sync
+from conveyor.worker.forks import mark_handler_thread
 
 log = logging.getLogger("conveyor.worker")
 
@@ -53,6 +54,7 @@ class HandlerThreads:
         self._work.put(running)
 
     def _run(self) -> None:
+        mark_handler_thread()
         while True:
             running = self._work.get()
             if running is None or self._closed:

@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from conveyor.context import Context
 from conveyor.job import Job, JobState, utcnow
 from conveyor.store.base import Lease
 from conveyor.worker.completer import Completer
-from conveyor.worker.context import Context
 from conveyor.worker.executor import Running, poison_outcome, run_inline
 from conveyor.worker.throttle import throttle_job
 

@@ -51,6 +51,7 @@ from conveyor.store.base import (
     Subscription,
     WorkerInfo,
 )
+from conveyor.store.boundary import translate_missing_schema
 from conveyor.store.counting import assemble_stats
 from conveyor.store.keys import key_pairs, new_job_record, plan_insert, resolve_plan
 from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of_row
@@ -137,9 +138,14 @@ def _own_cursor(conn: psycopg.Connection[Any]) -> Cursor:
     return cur
 
 
+def _missing_table(exc: BaseException) -> bool:
+    return isinstance(exc, psycopg.errors.UndefinedTable)
+
+
+@translate_missing_schema(_missing_table)
 class PostgresStore:
-    supports_listen_notify = True
-    supports_external_transactions = True
+    #: TransactionalStore: enqueue inside the caller's transaction on this connection.
+    transaction_connection = "a psycopg Connection"
 
     def __init__(
         self,
@@ -293,9 +299,10 @@ class PostgresStore:
                 pending = [lost[index] for index in replan.insert]
             else:
                 if pending:
-                    raise RuntimeError(
+                    # Contention, not a refusal: the enqueue may be tried again as is.
+                    raise StoreUnavailableError(
                         f"enqueue gave up after {_INSERT_ROUNDS} rounds: the keys of "
-                        f"{len(pending)} jobs kept changing hands"
+                        f"{len(pending)} jobs kept changing hands; try again"
                     )
         return resolve_plan(plan, len(jobs), inserted)
 

@@ -198,9 +198,8 @@ def redis_where(dsn: str) -> str:
 
 
 class RedisStore:
-    supports_listen_notify = True
-    #: Redis has no transaction a caller could enqueue inside.
-    supports_external_transactions = False
+    """Every capability of base.Store, and DurabilityReport; not TransactionalStore (Redis
+    has no transaction a caller could enqueue inside)."""
 
     def __init__(
         self,
