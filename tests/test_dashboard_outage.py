@@ -243,3 +243,58 @@ def test_sqlite_locked_by_another_process(
                 assert again.status_code == 503 and time.monotonic() < deadline
                 time.sleep(0.2)
         assert app.get(ids.failed_id).state == JobState.QUEUED
+
+
+def test_the_command_started_while_postgres_is_down_serves_503_then_the_pages() -> None:
+    import httpx2
+
+    from dashboard_server import free_port
+
+    server = PgServer()
+    server.start()
+    proc: subprocess.Popen[str] | None = None
+    try:
+        dsn = server.dsn.replace("://postgres@", "://postgres:s3cret-pw@")
+        with App(dsn) as app:
+            app.migrate()
+            app.enqueue("t", [], queue="served")
+        server.halt()
+        port = free_port()
+        code = "from conveyor.web.commands import dashboard; dashboard()"
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code, "--port", str(port), "--dsn", dsn],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        base = f"http://127.0.0.1:{port}"
+
+        def get(path: str) -> Any:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    return httpx2.get(base + path, timeout=15)
+                except httpx2.TransportError:
+                    assert proc is not None and proc.poll() is None, proc.communicate()[0]
+                    assert time.monotonic() < deadline, "the dashboard did not start"
+                    time.sleep(0.2)
+
+        down = get("/jobs")
+        assert down.status_code == 503 and "The store cannot be reached" in down.text
+        redacted = f"postgresql://postgres:***@127.0.0.1:{server.port}/"
+        assert redacted in down.text and "s3cret" not in down.text
+        assert "conveyor_up 0" in get("/metrics").text
+        assert get("/healthz").status_code == 503
+        server.start()
+        deadline = time.monotonic() + 60
+        while (page := get("/")).status_code != 200:
+            assert time.monotonic() < deadline, page.text[:300]
+            time.sleep(0.5)
+        assert ">served</a>" in page.text
+        assert "conveyor_up 1" in get("/metrics").text
+    finally:
+        if proc is not None:
+            proc.terminate()
+            output = proc.communicate(timeout=30)[0]
+            assert "serving, and trying again" in output and "s3cret" not in output
+        server.stop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -102,12 +103,13 @@ def open_store(dsn: str | None = None, **options: Any) -> Store:
                 f"Redis support needs redis-py: pip install 'conveyor[redis]' ({exc})"
             ) from None
         return RedisStore(dsn, **options)
-    raise ConfigurationError(f"unsupported DSN {_redact(dsn)!r}: {_HELP}")
+    raise ConfigurationError(f"unsupported DSN {redacted(dsn)!r}: {_HELP}")
 
 
-def _redact(dsn: str) -> str:
-    """A DSN fit for an error message: any password replaced by ***."""
+def redacted(dsn: str) -> str:
+    """A DSN fit for a message or a page: any password replaced by ***."""
     parts = urlsplit(dsn)
     if parts.password:
-        return dsn.replace(f":{parts.password}@", ":***@")
-    return dsn
+        dsn = dsn.replace(f":{parts.password}@", ":***@")
+    # key=value DSNs (PostgreSQL's "host=db password=secret") and ?password= too.
+    return re.sub(r"(password=)[^\s&]*", r"\1***", dsn)

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from conveyor.errors import ConveyorError
-from conveyor.store.dsn import DSN_ENV, default_dsn, require_existing
+from conveyor.errors import ConveyorError, StoreUnavailableError
+from conveyor.store.dsn import DSN_ENV, default_dsn, redacted, require_existing
 from conveyor.web import require_web_extra
 from conveyor.web.hosts import LOOPBACK_NAMES, is_loopback
 
@@ -56,7 +56,7 @@ def dashboard(
         raise click.ClickException(str(exc)) from None
     import uvicorn
 
-    from conveyor.web.server import create_app
+    from conveyor.web.server import create_app, create_app_opening
 
     if not token:
         token = None
@@ -67,28 +67,44 @@ def dashboard(
         )
     if dsn is None:
         dsn = default_dsn()
-    try:
-        # Never an empty database where a typo points: the file must exist.
-        require_existing(dsn)
-        app = _open(dsn, app_path)
-    except ConveyorError as exc:
-        raise click.ClickException(str(exc)) from None
-    try:
-        app.check_schema()
-    except ConveyorError as exc:
-        # Served anyway: every page says so, and /healthz answers 503, until it is done.
-        click.secho(f"warning: {exc}", fg="yellow", err=True)
     # Without a token the pages are open to this machine only; answering just the
     # loopback names (and the address given) keeps a foreign site from reaching
     # them through DNS rebinding.
     allowed = None if token is not None else [*LOOPBACK_NAMES, host]
-    web = create_app(app, token, allowed_hosts=allowed)
+    opened: list[App] = []
+    try:
+        # Never an empty database where a typo points: the file must exist.
+        require_existing(dsn)
+        opened.append(_open(dsn, app_path))
+    except StoreUnavailableError as exc:
+        # Served anyway: every page says the store is away and retries, until it answers.
+        click.secho(f"warning: {exc}; serving, and trying again", fg="yellow", err=True)
+    except ConveyorError as exc:
+        raise click.ClickException(str(exc)) from None
+    if opened:
+        app = opened[0]
+        try:
+            app.check_schema()
+        except ConveyorError as exc:
+            # Served anyway: every page says so, and /healthz answers 503, until it is done.
+            click.secho(f"warning: {exc}", fg="yellow", err=True)
+        web = create_app(app, token, allowed_hosts=allowed)
+        described = app.store.description
+    else:
+
+        def opener() -> App:
+            opened.append(_open(dsn, app_path))
+            return opened[-1]
+
+        described = redacted(dsn)
+        web = create_app_opening(opener, described, token, allowed_hosts=allowed)
     shown = f"[{host}]" if ":" in host else host
-    click.echo(f"conveyor dashboard on http://{shown}:{port}/ ({app.store.description})")
+    click.echo(f"conveyor dashboard on http://{shown}:{port}/ ({described})")
     try:
         uvicorn.run(web, host=host, port=port, log_level="warning", server_header=False)
     finally:
-        app.close()
+        for app in opened:
+            app.close()
 
 
 def _open(dsn: str, app_path: str | None) -> App:

@@ -11,6 +11,7 @@ calls there too.
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from importlib import resources
@@ -118,17 +119,46 @@ def create_app(
     through DNS rebinding) and any name when there is one. ``["*"]`` allows
     any name without a token, for a dashboard behind a proxy that checks.
     """
+    return Dashboard(app).build(token, _hosts(token, allowed_hosts))
+
+
+def create_app_opening(
+    opener: Callable[[], App],
+    store: str,
+    token: str | None = None,
+    *,
+    allowed_hosts: Sequence[str] | None = None,
+) -> Starlette:
+    """The dashboard of the App ``opener`` gives, opened by the first request that can.
+
+    For a store that cannot be reached when the dashboard starts: until it can,
+    every page answers 503 naming ``store`` (a DSN without its password), as
+    while any outage.
+    """
+    return Dashboard(None, opener=opener, store=store).build(token, _hosts(token, allowed_hosts))
+
+
+def _hosts(token: str | None, allowed_hosts: Sequence[str] | None) -> Sequence[str] | None:
     if allowed_hosts is None:
         allowed_hosts = LOOPBACK_NAMES if token is None else ["*"]
-    hosts = None if "*" in allowed_hosts else allowed_hosts
-    return Dashboard(app).build(token, hosts)
+    return None if "*" in allowed_hosts else allowed_hosts
 
 
 class Dashboard:
-    def __init__(self, app: App) -> None:
-        self.app = app
+    def __init__(
+        self,
+        app: App | None,
+        *,
+        opener: Callable[[], App] | None = None,
+        store: str | None = None,
+    ) -> None:
+        self._app = app
+        self._opener = opener
+        self._opening = threading.Lock()
+        #: How the pages name the store (never with a password).
+        self.store_name = store if store is not None else app.store.description if app else "?"
         self.csrf = CsrfTokens()
-        self.metrics = Metrics(app)
+        self._metrics = Metrics(app) if app is not None else None
         #: Whether the store answered last time (pages answer 503 at once while it does not).
         self.watch = StoreWatch()
         #: Set once the schema was found in place; cleared when a table goes missing.
@@ -154,6 +184,24 @@ class Dashboard:
             args_span=ARGS_SEARCH_SPAN,
         )
         self.templates = Jinja2Templates(env=env)
+
+    @property
+    def app(self) -> App:
+        """The App; opened now if the dashboard started without one (raises while it cannot)."""
+        if self._app is None:
+            with self._opening:
+                if self._app is None:
+                    if self._opener is None:
+                        raise RuntimeError("a dashboard needs an App or a way to open one")
+                    self._app = self._opener()
+                    self.store_name = self._app.store.description
+        return self._app
+
+    @property
+    def metrics(self) -> Metrics:
+        if self._metrics is None:
+            self._metrics = Metrics(self.app)
+        return self._metrics
 
     def build(self, token: str | None, allowed_hosts: Sequence[str] | None) -> Starlette:
         static = resources.files("conveyor.web").joinpath("static")
@@ -236,7 +284,7 @@ class Dashboard:
     def unavailable(self, request: Request, outage: Outage, acting: bool = False) -> Response:
         """503 in the page frame: which store, what it said, and that the dashboard retries."""
         context = {
-            "store": self.app.store.description,
+            "store": self.store_name,
             "outage": outage,
             "retry": int(self.watch.retry),
             "acting": acting,
@@ -638,7 +686,12 @@ class Dashboard:
         return metrics_response(text)
 
     def healthz(self, request: Request) -> Response:
-        health = self.app.health()
+        try:
+            health = self.app.health()
+        except Exception as exc:  # the App could not be opened: the store is away
+            if not unreachable(exc):
+                raise
+            health = {"ok": False, "store": self.store_name, "error": str(exc)}
         return JSONResponse(health, status_code=200 if health["ok"] else 503)
 
 
