@@ -110,3 +110,18 @@ def test_progress_shows_while_running_and_stays_in_the_history(app: App, dsn: st
     shown = run("jobs", "show", str(job.id), "--dsn", dsn).stdout
     assert not re.search(r"^progress", shown, re.MULTILINE)
     assert "last progress reported while it ran: 60 % page 6 of 10" in shown
+
+
+def test_a_count_that_reads_the_jobs_is_kept_between_refreshes(app: App) -> None:
+    fill(app)
+    with TestClient(create_app(app), base_url=BASE) as client:
+        live = {"X-Conveyor-Live": "1"}
+        assert "<strong>2</strong> jobs match" in client.get("/jobs?task=api.call").text
+        assert "<strong>3</strong> jobs match" in client.get("/jobs?queue=bulk").text
+        app.enqueue("api.call", [9], queue="api")
+        app.enqueue("bulk.item", [9], queue="bulk")
+        # By task the jobs are read: the count is kept (30 s), the list itself is fresh.
+        kept = client.get("/jobs?task=api.call", headers=live).text
+        assert "<strong>2</strong> jobs match" in kept and kept.count('<a href="/jobs/') == 3
+        # By queue the overview's counts answer: always fresh.
+        assert "<strong>4</strong> jobs match" in client.get("/jobs?queue=bulk", headers=live).text

@@ -6,6 +6,8 @@ search of arguments reads only the newest jobs (ARGS_SEARCH_SPAN, small here).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import conveyor.store.selection
@@ -60,3 +62,32 @@ def test_the_search_of_arguments_reads_the_newest_jobs_only(
     assert [j.id for j in filled.jobs(args="example.com")] == [newer.id]
     # Other filters still apply to every job.
     assert len(filled.jobs(queue="mail", state=JobState.QUEUED)) == 3
+
+
+def test_the_search_of_arguments_is_a_range_of_the_primary_key(tmp_path: Path) -> None:
+    """The floor stands apart from the filters' ORs: SQLite's plan bounds the walk by it.
+
+    (PostgreSQL plans these statements for the values given, the same bound.)
+    """
+    import sqlite3
+
+    from conveyor.store.dsn import open_store, sqlite_path
+    from conveyor.store.sql import load_queries
+
+    dsn = f"sqlite:///{tmp_path / 'plan.db'}"
+    open_store(dsn).close()
+    queries = load_queries("conveyor.store.sqlite")
+    params = {
+        "state": None, "queue": None, "task": None, "group": None, "batch": None,
+        "worker": None, "key": None, "limit_key": None, "error": None, "args": "ada",
+        "args_floor": 900, "ids": None, "before_id": 2**63 - 1, "limit": 50, "now": 0.0,
+    }  # fmt: skip
+    conn = sqlite3.connect(sqlite_path(dsn))
+    try:
+        for name in ("job_select", "job_count"):
+            plan = " | ".join(
+                r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + queries[name], params)
+            )
+            assert "USING INTEGER PRIMARY KEY (rowid>?" in plan, (name, plan)
+    finally:
+        conn.close()

@@ -811,7 +811,9 @@ class App:
 
         By state and queue alone (or none) it is read from the counts the
         overview shows, which read no finished job; other filters count the
-        matching jobs (a group, batch, key or limit key through an index).
+        matching jobs (those of a group or batch through its index; a task,
+        worker, key, limit key or text by reading the jobs, of the queue given
+        or of all; text in the arguments among the newest jobs only).
         """
         chosen = {name: value for name, value in filters.items() if value}
         if set(chosen) <= {"state", "queue"}:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from importlib import resources
@@ -64,6 +65,10 @@ SHORT_STATES = {
     "failed": "failed",
     "cancelled": "canc.",
 }
+#: Filters whose count is read from indexes or the overview's counts, at every refresh.
+CHEAP_COUNT_FILTERS = {"state", "queue", "group", "batch"}
+#: Seconds a count of other filters is kept (it reads the matching jobs).
+COUNT_FRESH = 30.0
 #: Seconds between refreshes of a page's live part.
 REFRESH_SECONDS = 5
 PAGE_SIZE = 50
@@ -159,6 +164,9 @@ class Dashboard:
         self.store_name = store if store is not None else app.store.description if app else "?"
         self.csrf = CsrfTokens()
         self._metrics = Metrics(app) if app is not None else None
+        #: Counts of lists whose filters read the jobs: filters -> (when, count).
+        self._counts: dict[tuple[tuple[str, str], ...], tuple[float, int]] = {}
+        self._counts_lock = threading.Lock()
         #: Whether the store answered last time (pages answer 503 at once while it does not).
         self.watch = StoreWatch()
         #: Set once the schema was found in place; cleared when a table goes missing.
@@ -372,7 +380,7 @@ class Dashboard:
             group_counts = self.app.count_jobs(None, group=filters["group"])
         context = {
             "jobs": jobs,
-            "matching": self.app.count_matching(**filters),
+            "matching": self.count_matching(filters),
             "filters": filters,
             "filter_query": query(filters),
             "queues": self.app.store.queue_names(),
@@ -385,6 +393,25 @@ class Dashboard:
         }
         name = "_jobs_table.html" if self.live(request) else "jobs.html"
         return self.render(request, name, context)
+
+    def count_matching(self, filters: dict[str, str]) -> int:
+        """How many jobs a list's filters match; kept COUNT_FRESH seconds for filters that
+        read the jobs (a task, worker, key or text), so the list's refresh every few seconds
+        does not count them again each time."""
+        if set(filters) <= CHEAP_COUNT_FILTERS:
+            return self.app.count_matching(**filters)
+        key = tuple(sorted(filters.items()))
+        now = time.monotonic()
+        with self._counts_lock:
+            kept = self._counts.get(key)
+        if kept is not None and now - kept[0] < COUNT_FRESH:
+            return kept[1]
+        counted = self.app.count_matching(**filters)
+        with self._counts_lock:
+            if len(self._counts) >= 64:
+                self._counts.clear()
+            self._counts[key] = (now, counted)
+        return counted
 
     def job_page(self, request: Request) -> Response:
         job_id: int = request.path_params["job_id"]

@@ -701,9 +701,11 @@ SELECT coalesce(max(id), 0) FROM jobs
 -- The filters of a selection that only skip rows: included by every job_select
 -- and job_count statement after its driving condition (which may repeat one of
 -- them: a filter that is set twice costs nothing). The text of the arguments is
--- searched only in jobs above :args_floor (the newest ones, see selection.py):
--- no index serves a search inside JSON text.
-(%(queue)s::text IS NULL OR queue = %(queue)s::text)
+-- searched only in jobs above args_floor (the newest ones, see selection.py; 0
+-- when there is no such search): no index serves a search inside JSON text, and
+-- the bound stands apart from the OR so that the primary key's range serves it.
+id > %(args_floor)s
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(task)s::text IS NULL OR task = %(task)s::text)
   AND (%(group)s::text IS NULL OR group_key = %(group)s::text)
   AND (%(batch)s::text IS NULL OR batch = %(batch)s::text)
@@ -711,7 +713,7 @@ SELECT coalesce(max(id), 0) FROM jobs
   AND (%(key)s::text IS NULL OR key = %(key)s::text)
   AND (%(limit_key)s::text IS NULL OR limit_key = %(limit_key)s::text)
   AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s::text)) > 0)
-  AND (%(args)s::text IS NULL OR (id > %(args_floor)s AND strpos(lower(args::text || ' ' || kwargs::text), lower(%(args)s::text)) > 0))
+  AND (%(args)s::text IS NULL OR (strpos(lower(args::text || ' ' || kwargs::text), lower(%(args)s::text)) > 0))
 
 -- name: selection_state
 -- A selection's state: a stored state, or one of the kinds of queued job.

@@ -619,9 +619,11 @@ SELECT coalesce(max(id), 0) FROM jobs
 -- The filters of a selection that only skip rows: included by every job_select
 -- and job_count statement after its driving condition (which may repeat one of
 -- them: a filter that is set twice costs nothing). The text of the arguments is
--- searched only in jobs above :args_floor (the newest ones, see selection.py):
--- no index serves a search inside JSON text.
-(:queue IS NULL OR queue = :queue)
+-- searched only in jobs above args_floor (the newest ones, see selection.py; 0
+-- when there is no such search): no index serves a search inside JSON text, and
+-- the bound stands apart from the OR so that the primary key's range serves it.
+id > :args_floor
+  AND (:queue IS NULL OR queue = :queue)
   AND (:task IS NULL OR task = :task)
   AND (:group IS NULL OR group_key = :group)
   AND (:batch IS NULL OR batch = :batch)
@@ -629,7 +631,7 @@ SELECT coalesce(max(id), 0) FROM jobs
   AND (:key IS NULL OR key = :key)
   AND (:limit_key IS NULL OR limit_key = :limit_key)
   AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
-  AND (:args IS NULL OR (id > :args_floor AND instr(lower(args || ' ' || kwargs), lower(:args)) > 0))
+  AND (:args IS NULL OR (instr(lower(args || ' ' || kwargs), lower(:args)) > 0))
 
 -- name: selection_state
 -- A selection's state: a stored state, or one of the kinds of queued job.
