@@ -212,6 +212,11 @@ def measure(dsn: str, count: int, rounds: int) -> list[tuple[str, float]]:
             ("batch", lambda: app.jobs(batch="b50", limit=51)),
             ("task (no index)", lambda: app.jobs(task="t3", limit=51, before_id=middle)),
             ("error text alone (no index)", lambda: app.jobs(error="upstream 3", limit=51)),
+            ("arguments text (bounded, no match)", lambda: app.jobs(args="no such", limit=51)),
+            ("arguments text (bounded, a match)", lambda: app.jobs(args="[12345]", limit=51)),
+            ("count: task alone (reads the jobs)", lambda: app.count_matching(task="t3")),
+            ("count: arguments text (bounded)", lambda: app.count_matching(args="no such")),
+            ("count: queue and state", lambda: app.count_matching(queue="q3", state="failed")),
             ("one job and its events", lambda: (app.get(middle), app.events(middle))),
             (
                 "throughput, last hour",
