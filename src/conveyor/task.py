@@ -36,6 +36,8 @@ class EnqueueOptions:
     limit_key: str | None = None
     #: A DB-API connection with an open transaction: the job commits with the caller's rows.
     connection: Any = None
+    #: Metadata stored with the job for the worker side (``job.headers``): strings by name.
+    headers: dict[str, str] | None = None
 
 
 def context_parameter(fn: Callable[..., Any]) -> bool:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from conveyor.job import NewJob, resolve_run_at, utcnow
 from conveyor.pacing import DutyBackoff
+from conveyor.worker.talk import log_rescued
 
 if TYPE_CHECKING:
     from conveyor.app import App
@@ -93,8 +94,7 @@ class Maintenance:
 
     def _rescue(self, now: datetime | None) -> None:
         rescued = self.app.store.job_rescue_expired(now)
-        if rescued:
-            log.warning("rescued %d job(s) whose worker was lost: %s", len(rescued), rescued[:10])
+        log_rescued(log, self.app.store, rescued, "worker")
 
     def _purge(self, now: datetime) -> None:
         self.app.apply_retention(now)
