@@ -22,6 +22,7 @@ PUBLIC = [
     "JobState",
     "JobStateError",
     "LeaseLostError",
+    "Middleware",
     "Retry",
     "SchemaMissingError",
     "StoreUnavailableError",

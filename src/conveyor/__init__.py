@@ -17,6 +17,7 @@ from conveyor.errors import (
     UnknownTaskError,
 )
 from conveyor.job import Event, Job, JobState
+from conveyor.middleware import Middleware
 from conveyor.retry import ExponentialBackoff, FixedBackoff
 from conveyor.task import Task
 from conveyor.version import __version__
@@ -37,6 +38,7 @@ __all__ = [
     "JobState",
     "JobStateError",
     "LeaseLostError",
+    "Middleware",
     "Retry",
     "SchemaMissingError",
     "StoreUnavailableError",
