@@ -199,7 +199,7 @@ def _failed(middleware: Middleware, hook: str, fields: dict[str, Any]) -> None:
     what = "attempt" if hook.endswith("attempt") else "enqueue"
     log.exception(
         "middleware %s: %s raised; the %s goes on without it",
-        type(middleware).__qualname__,
+        type(middleware).__name__,
         hook,
         what,
         extra=fields,
