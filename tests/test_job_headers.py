@@ -8,6 +8,7 @@ made before headers existed (migration 012) migrates forward with its jobs.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -137,3 +138,30 @@ def check_migrated_forward(store: Store) -> None:
         assert store.job_get(fresh.id).headers == TRACE  # type: ignore[union-attr]
     finally:
         store.close()
+
+
+# --- where an operator sees them ---------------------------------------------------------------
+
+
+def test_conveyor_jobs_show_and_the_job_page_show_headers(app: App, dsn: str) -> None:
+    from click.testing import CliRunner
+    from starlette.testclient import TestClient
+
+    from conveyor.cli import cli
+    from conveyor.web import create_app
+
+    job = app.enqueue("t", queue="q", headers={"request_id": "req-42"})
+    plain = app.enqueue("t", queue="q")
+    shown = CliRunner().invoke(cli, ["jobs", "show", str(job.id), "--dsn", dsn, "--json"])
+    assert shown.exit_code == 0, shown.stderr
+    assert json.loads(shown.stdout)["headers"] == {"request_id": "req-42"}
+    text = CliRunner().invoke(cli, ["jobs", "show", str(job.id), "--dsn", dsn]).stdout
+    assert 'headers: {"request_id": "req-42"}' in text
+    assert (
+        "headers:"
+        not in CliRunner().invoke(cli, ["jobs", "show", str(plain.id), "--dsn", dsn]).stdout
+    )
+    with TestClient(create_app(app), base_url="http://127.0.0.1") as client:
+        page = client.get(f"/jobs/{job.id}").text
+        assert "<dt>Headers</dt>" in page and "request_id" in page
+        assert "<dt>Headers</dt>" not in client.get(f"/jobs/{plain.id}").text
