@@ -37,10 +37,10 @@ def noop_middleware() -> list[Any]:
 
 
 def otel_setup() -> Callable[[], None]:
-    from conveyor.otel import ConveyorInstrumentor
-    from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+    from conveyor.otel import ConveyorInstrumentor
 
     class Discard(SpanExporter):
         def export(self, spans: Any) -> SpanExportResult:
@@ -48,7 +48,6 @@ def otel_setup() -> Callable[[], None]:
 
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(Discard()))
-    trace.set_tracer_provider(provider)
     instrumentor = ConveyorInstrumentor()
     instrumentor.instrument(tracer_provider=provider)
     return instrumentor.uninstrument

@@ -393,18 +393,20 @@ class App:
         chain = self.middleware_chain()
         if chain:
             jobs = around_enqueue(
-                chain, new_jobs, lambda: self._insert(new_jobs, now, opts.connection)
+                chain, new_jobs, lambda: self._insert(new_jobs, now, [queue], opts.connection)
             )
         else:
-            jobs = self._insert(new_jobs, now, opts.connection)
+            jobs = self._insert(new_jobs, now, [queue], opts.connection)
         if self.inline and opts.connection is None:
             jobs = self._run_inline(jobs)
         return jobs
 
-    def _insert(self, new_jobs: list[NewJob], now: datetime, connection: Any = None) -> list[Job]:
-        """Insert checked jobs; wake this process's workers; the jobs, attached to this App."""
+    def _insert(
+        self, new_jobs: list[NewJob], now: datetime, queues: Iterable[str], connection: Any = None
+    ) -> list[Job]:
+        """Insert checked jobs of ``queues``; wake this process's workers; attach the jobs."""
         jobs = self.store.job_insert_many(new_jobs, now, connection=connection)
-        for queue in dict.fromkeys(job.queue for job in new_jobs):
+        for queue in queues:
             self.changes.publish("jobs", queue)  # wakes this process's workers at once
         for job in jobs:
             # A new job is built from this call's ``now``; a job read back (one that
@@ -421,11 +423,12 @@ class App:
         """
         new_jobs = [validate_new_job(job) for job in jobs]
         now = utcnow()
+        queues = dict.fromkeys(job.queue for job in new_jobs)
         chain = self.middleware_chain()
         if chain:
-            inserted = around_enqueue(chain, new_jobs, lambda: self._insert(new_jobs, now))
+            inserted = around_enqueue(chain, new_jobs, lambda: self._insert(new_jobs, now, queues))
         else:
-            inserted = self._insert(new_jobs, now)
+            inserted = self._insert(new_jobs, now, queues)
         if self.inline:
             inserted = self._run_inline(inserted)
         return inserted
