@@ -317,7 +317,11 @@ def test_a_failing_middleware_loses_nothing_and_is_logged(
         def after_attempt(self, attempt: Attempt) -> None:
             raise RuntimeError("after attempt")
 
-    chain = [BrokenBefore(), BrokenAfter(), Recorder("A", calls)]
+    class Exits(Middleware):
+        def before_attempt(self, attempt: Attempt) -> None:
+            raise SystemExit(3)  # not even this stops the attempt
+
+    chain = [BrokenBefore(), BrokenAfter(), Exits(), Recorder("A", calls)]
     caplog.set_level(logging.ERROR, logger="conveyor.middleware")
     with App(dsn, middleware=chain) as app:
         app.migrate()
@@ -344,6 +348,7 @@ def test_a_failing_middleware_loses_nothing_and_is_logged(
         "int (encode numbers and ids as text)",
         "middleware BrokenAfter: after_enqueue raised; the enqueue goes on without it",
         "middleware BrokenBefore: before_attempt raised; the attempt goes on without it",
+        "middleware Exits: before_attempt raised; the attempt goes on without it",
         "middleware BrokenAfter: after_attempt raised; the attempt goes on without it",
     ]
     attempt_records = [r for r in records if "attempt" in r.getMessage()]

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from conveyor.errors import ConfigurationError, InvalidJobError
 from conveyor.job import Job, NewJob, check_headers
+from conveyor.logs import job_fields
 
 if TYPE_CHECKING:
     from conveyor.worker.context import Context
@@ -169,34 +170,41 @@ def check_middleware(given: Iterable[object] | None) -> tuple[Middleware, ...]:
 # --- running the hooks -----------------------------------------------------------------
 
 
-def run_before(
-    chain: Sequence[Middleware], hook: str, subject: Any, fields: dict[str, Any]
-) -> list[Middleware]:
+# A hook that raises anything but KeyboardInterrupt is logged and passed over
+# (SystemExit too): the attempt must end, or the worker would hold its job forever.
+
+
+def run_before(chain: Sequence[Middleware], hook: str, subject: Any) -> list[Middleware]:
     """Call a before-hook of each middleware in order; return those whose hook returned."""
     entered = []
     for middleware in chain:
         try:
             getattr(middleware, hook)(subject)
-        except Exception:
-            _failed(middleware, hook, fields)
+        except KeyboardInterrupt:
+            raise
+        except BaseException:
+            _failed(middleware, hook, subject)
         else:
             entered.append(middleware)
     return entered
 
 
-def run_after(
-    entered: Sequence[Middleware], hook: str, args: tuple[Any, ...], fields: dict[str, Any]
-) -> None:
+def run_after(entered: Sequence[Middleware], hook: str, args: tuple[Any, ...]) -> None:
     """Call an after-hook of each entered middleware, in reverse order."""
     for middleware in reversed(entered):
         try:
             getattr(middleware, hook)(*args)
-        except Exception:
-            _failed(middleware, hook, fields)
+        except KeyboardInterrupt:
+            raise
+        except BaseException:
+            _failed(middleware, hook, args[0])
 
 
-def _failed(middleware: Middleware, hook: str, fields: dict[str, Any]) -> None:
-    what = "attempt" if hook.endswith("attempt") else "enqueue"
+def _failed(middleware: Middleware, hook: str, subject: Attempt | Enqueue) -> None:
+    if isinstance(subject, Attempt):
+        what, fields = "attempt", job_fields(subject.job)
+    else:
+        what, fields = "enqueue", enqueue_fields(subject)
     log.exception(
         "middleware %s: %s raised; the %s goes on without it",
         type(middleware).__name__,
@@ -211,15 +219,14 @@ def around_enqueue(
 ) -> list[Job]:
     """Run ``insert()`` (which inserts ``jobs``) inside the chain's enqueue hooks."""
     enqueue = Enqueue(jobs)
-    fields = enqueue_fields(enqueue)
-    entered = run_before(chain, "before_enqueue", enqueue, fields)
+    entered = run_before(chain, "before_enqueue", enqueue)
     add_headers(enqueue)
     try:
         inserted = insert()
     except BaseException as exc:
-        run_after(entered, "after_enqueue", (enqueue, None, exc), fields)
+        run_after(entered, "after_enqueue", (enqueue, None, exc))
         raise
-    run_after(entered, "after_enqueue", (enqueue, inserted, None), fields)
+    run_after(entered, "after_enqueue", (enqueue, inserted, None))
     return inserted
 
 

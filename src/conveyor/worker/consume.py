@@ -81,7 +81,7 @@ class ConsumedJob:
         chain = self.app.middleware_chain()
         if chain:
             self._attempt = Attempt(self.job, self.running.context)
-            self._entered = run_before(chain, "before_attempt", self._attempt, job_fields(self.job))
+            self._entered = run_before(chain, "before_attempt", self._attempt)
 
     def _tell_middleware(
         self, outcome: Outcome, result: Any, exception: BaseException | None
@@ -94,7 +94,7 @@ class ConsumedJob:
         attempt.result = result if outcome.kind == "complete" else None
         attempt.exception = exception
         attempt.error = outcome.error
-        run_after(self._entered, "after_attempt", (attempt,), job_fields(self.job))
+        run_after(self._entered, "after_attempt", (attempt,))
 
     @property
     def cancelled(self) -> CancelSignal:

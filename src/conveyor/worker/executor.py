@@ -27,7 +27,6 @@ from typing import Any
 
 from conveyor.errors import Fail, InvalidJobError, Retry, UnknownTaskError
 from conveyor.job import MAX_RUN_AT, Job, encode_json, utcnow
-from conveyor.logs import job_fields
 from conveyor.middleware import Attempt, Middleware, OutcomeName, run_after, run_before
 from conveyor.store.base import Finish, FinishKind
 from conveyor.task import Task
@@ -242,7 +241,7 @@ def run_sync(running: Running) -> None:
 
 def _run_sync_in_middleware(running: Running) -> None:
     attempt = Attempt(running.job, running.context)
-    entered = run_before(running.middleware, "before_attempt", attempt, job_fields(running.job))
+    entered = run_before(running.middleware, "before_attempt", attempt)
     result, exception = _call_sync(running)
     apply_abort(running)
     end_attempt(running, attempt, entered, result, exception)
@@ -276,7 +275,7 @@ async def run_async(running: Running) -> None:
         apply_abort(running)
         return
     attempt = Attempt(running.job, running.context)
-    entered = run_before(running.middleware, "before_attempt", attempt, job_fields(running.job))
+    entered = run_before(running.middleware, "before_attempt", attempt)
     result, exception = await _call_async(running)
     apply_abort(running)
     end_attempt(running, attempt, entered, result, exception)
@@ -327,7 +326,7 @@ def end_attempt(
     attempt.result = result if outcome.kind == "complete" else None
     attempt.exception = exception
     attempt.error = outcome.error
-    run_after(entered, "after_attempt", (attempt,), job_fields(running.job))
+    run_after(entered, "after_attempt", (attempt,))
 
 
 def run_inline(running: Running) -> None:
