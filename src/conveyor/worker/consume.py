@@ -277,7 +277,10 @@ class _Loop:
 
     def _renewed(self, renewed: Sequence[Running], statuses: dict[int, LeaseStatus]) -> None:
         """From the lease keeper's thread: a lost lease or a cancel request reaches the job."""
+        held = self.held
         for running in renewed:
+            if held is None or held.running is not running or held.ended:
+                continue  # ended while the renewal was on its way: nothing was lost
             status = statuses.get(running.id)
             if status is None:
                 if not running.context.cancelled:
