@@ -57,7 +57,7 @@ def test_a_json_worker_log_names_each_jobs_fields(dsn: str) -> None:
         "attempt": 1,
         "outcome": "succeeded",
     }
-    assert greeting["message"].startswith(f"job {greeted.id} greet succeeded in ")
+    assert greeting["message"].startswith(f"job {greeted.id} greet succeeded, took ")
     assert greeting["duration_ms"] >= 0
     crashes = [line for line in lines if line.get("job_id") == crashed.id]
     assert [(c["attempt"], c["outcome"], c["level"]) for c in crashes] == [
