@@ -60,6 +60,9 @@ class EventKind(enum.StrEnum):
     RELEASED = "released"  # handed back on shutdown; does not use up an attempt
     MANUAL_RETRY = "manual_retry"
     RUN_NOW = "run_now"  # a scheduled or retrying job made due now by hand
+    # Redis only: the job's data was gone (its hash deleted or evicted) or incomplete,
+    # and its index entries were dropped; the job is in no state any more.
+    DROPPED = "dropped"
 
 
 def utcnow() -> datetime:
