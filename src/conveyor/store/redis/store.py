@@ -63,6 +63,16 @@ TERMINAL = ("succeeded", "failed", "cancelled")
 _STATES = ("queued", "running", *TERMINAL)
 #: Keys of one index read per round trip when Python walks it.
 _CHUNK = 500
+#: The fields every job's hash has (REQUIRED in common.lua): one without them cannot be read.
+_REQUIRED = (
+    "id", "queue", "task", "state", "args", "kwargs", "priority", "run_at", "attempts",
+    "max_attempts", "created_at",
+)  # fmt: skip
+#: Keys the sweep of dropped jobs' ids walks per rescue (see job_rescue_expired.lua).
+_SWEEP_KEYS = 10_000
+#: Where a walk met an id: the queue and state of its index ("finished": a terminal
+#: state), None when the index does not say.
+_Where = tuple[str | None, str | None]
 _T = TypeVar("_T")
 
 
@@ -135,6 +145,11 @@ def job_of(fields: dict[str, str]) -> Job:
         finished_at=_odt(fields.get("finished_at")),
         limit_key=fields.get("limit_key"),
     )
+
+
+def _readable(fields: dict[str, str]) -> bool:
+    """Whether a job's hash holds every field a job has (an empty one: deleted or evicted)."""
+    return all(name in fields for name in _REQUIRED)
 
 
 def _event_of(entry: tuple[str, dict[str, str]]) -> Event:
@@ -376,23 +391,42 @@ class RedisStore:
     # --- reading ------------------------------------------------------------
 
     def job_get(self, job_id: int) -> Job | None:
-        fields = self._do(lambda: self._client.hgetall(self._k("job", str(job_id))))
-        return job_of(fields) if fields else None
+        return self._load([job_id])[0]
 
     def job_get_many(self, job_ids: Sequence[int]) -> list[Job]:
         return [job for job in self._load(list(job_ids)) if job is not None]
 
-    def _load(self, job_ids: Sequence[int | str]) -> list[Job | None]:
+    def _load(
+        self, job_ids: Sequence[int], met_in: Sequence[_Where] | None = None
+    ) -> list[Job | None]:
+        """The jobs of some ids, None for those that cannot be read, which are dropped.
+
+        ``met_in``: where a walk of the indexes met each id. An id met there whose
+        hash is gone is a job deleted by hand or evicted; an id a caller names may
+        never have existed, so of those only a hash that lacks fields is dropped.
+        """
         if not job_ids:
             return []
 
-        def read() -> list[Job | None]:
+        def read() -> list[dict[str, str]]:
             pipe = self._client.pipeline(transaction=False)
             for job_id in job_ids:
                 pipe.hgetall(self._k("job", str(job_id)))
-            return [job_of(f) if f else None for f in pipe.execute()]
+            return list(pipe.execute())
 
-        return self._do(read)
+        jobs: list[Job | None] = []
+        unreadable: list[tuple[int, str | None, str | None]] = []
+        for n, fields in enumerate(self._do(read)):
+            if _readable(fields):
+                jobs.append(job_of(fields))
+                continue
+            jobs.append(None)
+            if met_in is not None or fields:
+                queue, state = met_in[n] if met_in is not None else (None, None)
+                unreadable.append((job_ids[n], queue, state))
+        if unreadable:
+            self._run("job_drop", "", json.dumps([[str(i), q, s] for i, q, s in unreadable]))
+        return jobs
 
     def _ids_of(self, index: str, before_id: int | None) -> Iterator[int]:
         """The ids in a sorted set of ids (score = id), newest first, below ``before_id``."""
@@ -405,28 +439,33 @@ class RedisStore:
             yield from (int(i) for i in ids)
             bound = f"({ids[-1]}"
 
-    def _walk(self, indexes: Sequence[str], before_id: int | None) -> Iterator[Job]:
+    def _walk(self, indexes: Sequence[tuple[str, _Where]], before_id: int | None) -> Iterator[Job]:
         """The jobs of some sorted sets of ids, merged newest first, below ``before_id``."""
-        merged = heapq.merge(*(self._ids_of(i, before_id) for i in indexes), reverse=True)
+
+        def met(key: str, where: _Where) -> Iterator[tuple[int, _Where]]:
+            return ((i, where) for i in self._ids_of(key, before_id))
+
+        merged = heapq.merge(
+            *(met(key, where) for key, where in indexes), key=lambda m: m[0], reverse=True
+        )
         while True:
-            ids = list(itertools.islice(merged, _CHUNK))
-            if not ids:
+            chunk = list(itertools.islice(merged, _CHUNK))
+            if not chunk:
                 return
-            for job in self._load(ids):
-                if job is not None:
-                    yield job
+            jobs = self._load([i for i, _ in chunk], [where for _, where in chunk])
+            yield from (job for job in jobs if job is not None)
 
     def _indexes_for(
         self, queue: str | None, state: str | None, group: str | None, batch: str | None
-    ) -> list[str]:
+    ) -> list[tuple[str, _Where]]:
         """The narrowest sorted sets of ids that hold every job of a selection."""
         if group is not None:
-            return [self._k("group", group)]
+            return [(self._k("group", group), (None, None))]
         if batch is not None and (queue is None or state is None):
-            return [self._k("batch", batch)]
+            return [(self._k("batch", batch), (None, None))]
         queues = [queue] if queue is not None else self.queue_names()
         states = [state] if state is not None else list(_STATES)
-        return [self._k("qs", _nm(q), s) for q in queues for s in states]
+        return [(self._k("qs", _nm(q), s), (q, s)) for q in queues for s in states]
 
     def job_list(self, filter: JobFilter) -> list[Job]:
         state = None if filter.state is None else str(filter.state)
@@ -582,7 +621,9 @@ class RedisStore:
         )
 
     def job_rescue_expired(self, now: datetime | None = None, limit: int = 1000) -> list[int]:
-        ids = self._run("job_rescue_expired", _now_arg(now), str(limit), LEASE_EXPIRED_ERROR)
+        ids = self._run(
+            "job_rescue_expired", _now_arg(now), str(limit), LEASE_EXPIRED_ERROR, str(_SWEEP_KEYS)
+        )
         return [int(i) for i in ids]
 
     def periodic_enqueue(self, name: str, tick: datetime, job: NewJob, now: datetime) -> bool:
@@ -742,7 +783,7 @@ class RedisStore:
         rows = self._do(
             lambda: self._client.zrangebyscore(self._k("finished"), low, high, withscores=True)
         )
-        jobs = self._load([r[0] for r in rows])
+        jobs = self._load([int(r[0]) for r in rows], [(None, "finished")] * len(rows))
         return [(score, job) for (_, score), job in zip(rows, jobs, strict=True) if job]
 
     def stats_finished_per_slot(self, since: datetime, slot: timedelta) -> list[FinishedCount]:

@@ -28,6 +28,8 @@
 --   starts:<q>, kstarts:<q>:<k>, krun:<q>, kq:<q>:<k>, kqkeys:<q>, kthrottle:<q>
 --                            flow control: starts in the rate windows, running and
 --                            queued jobs per limit key, key throttles
+--   lost, lost:sweeping      hash id -> state: jobs dropped because their hash could
+--                            not be read, until the sweep has walked every key
 -- A queue name inside a key is written "<length>.<name>", so that names with
 -- colons never collide.
 --
@@ -106,6 +108,13 @@ local JOB_FIELDS = {
 -- Besides these a job's hash holds "events", the seqs of its events joined by
 -- commas (its history, and what a delete removes from the stream).
 
+-- The fields every job has: a hash without one of them cannot be read as a job
+-- (see drop). The others are absent when unset.
+local REQUIRED = {
+    'id', 'queue', 'task', 'state', 'args', 'kwargs', 'priority', 'run_at', 'attempts',
+    'max_attempts', 'created_at',
+}
+
 -- A job's changes reach Redis once, at done(): one HSET with every field the
 -- script changed, events included. Until then the script reads its own
 -- changes from here: every read of a job goes through load() or job_fields().
@@ -115,6 +124,9 @@ local changed = {}  -- job -> names saved since, in order (a list, and a set)
 local to_write = {} -- jobs with changes, in the order they were first saved
 local gone = {}     -- jobs deleted by this script
 
+-- A job as this script sees it; nil when its hash is gone (deleted by hand,
+-- evicted) or lacks a field every job has: such a job is dropped (see drop)
+-- by the callers that meet it in an index.
 local function load(id)
     id = tostring(id)
     local j = cache[id]
@@ -123,6 +135,9 @@ local function load(id)
     if #flat == 0 then return nil end
     j = {}
     for i = 1, #flat, 2 do j[flat[i]] = flat[i + 1] end
+    for _, name in ipairs(REQUIRED) do
+        if not j[name] then return nil end
+    end
     cache[id], held[j] = j, flat
     return j
 end
@@ -260,6 +275,9 @@ local function make_claimable(id, q, run_at, priority)
     end
 end
 
+-- A job met in an index whose hash cannot be read (defined below, with what it needs).
+local drop
+
 -- Of a group's queued jobs only the oldest (its head) is in the claim's
 -- indexes, so that a claim never walks past a long line of one group. The head
 -- changes when it leaves queued: the next one takes its place.
@@ -267,8 +285,24 @@ local function promote_head(group)
     local head = redis.call('ZRANGE', P .. 'gq:' .. group, 0, 0)[1]
     if not head then return end
     local f = job_fields(head, 'queue', 'run_at', 'priority')
+    if not (f[1] and f[2] and f[3]) then
+        -- A head that cannot be read would hold its group forever: dropping it
+        -- takes it out of the group's line and promotes the next one.
+        drop(head, {state = 'queued', group = group})
+        return
+    end
     if redis.call('ZSCORE', qk('wait', f[1]), head) then return end
     make_claimable(head, f[1], f[2], f[3])
+end
+
+-- A queued job leaves its limit key's line (kq:<q>:<key>); a key with none left
+-- leaves kqkeys:<q>. Returns whether the job was in that line.
+local function leave_key_line(q, key, id)
+    if redis.call('ZREM', kk('kq', q, key), id) == 0 then return false end
+    if redis.call('EXISTS', kk('kq', q, key)) == 0 then
+        redis.call('SREM', qk('kqkeys', q), key)
+    end
+    return true
 end
 
 -- Take a job out of the indexes of the state it is in (before it changes).
@@ -285,12 +319,7 @@ local function leave(j)
             redis.call('ZREM', P .. 'gq:' .. j.group_key, id)
             promote_head(j.group_key)
         end
-        if j.limit_key then
-            redis.call('ZREM', kk('kq', q, j.limit_key), id)
-            if redis.call('EXISTS', kk('kq', q, j.limit_key)) == 0 then
-                redis.call('SREM', qk('kqkeys', q), j.limit_key)
-            end
-        end
+        if j.limit_key then leave_key_line(q, j.limit_key, id) end
     elseif j.state == 'running' then
         redis.call('ZREM', P .. 'leases', id)
         if j.group_key then decr(P .. 'grun', j.group_key) end
@@ -363,7 +392,11 @@ local function wake_group(j)
     local head = redis.call('ZRANGE', P .. 'gq:' .. j.group_key, 0, 0)[1]
     if head then
         local q = job_fields(head, 'queue')[1]
-        if q then publish('jobs', q) end
+        if q then
+            publish('jobs', q)
+        else
+            drop(head, {state = 'queued', group = j.group_key}) -- wakes the next head's queue
+        end
     end
 end
 
@@ -384,13 +417,170 @@ local function wake_freed(j)
     if j.limit_key or is_limited(j.queue) then publish('jobs', j.queue) end
 end
 
--- The job holding (queue, key) that an enqueue returns instead of inserting.
-local function find_key(q, key, unique)
-    local ids = redis.call('ZREVRANGE', kk('key', q, key), 0, -1)
-    for _, id in ipairs(ids) do
-        if live(job_fields(id, 'state')[1]) then return id end
+-- ---------------------------------------------------------------------------
+-- Jobs that cannot be read. A job's hash can vanish from under its index
+-- entries: deleted by hand, or evicted by a Redis whose maxmemory-policy evicts
+-- (health() warns of that). Or it can lack a field every job has (REQUIRED).
+-- Left there, such an id would hold what it held forever: its group (a
+-- running job, or a head nobody can claim), its limit key's room, its queue's
+-- counts. So whoever meets one in an index drops it: the claim (ready:, wait:),
+-- finish and heartbeat (the job they hold), rescue (leases), a group's next
+-- head, an enqueue's key holders, purge (finished), and the Python reads that
+-- walk indexes (job_drop).
+
+local DATA_MISSING = 'job data missing (deleted or evicted)'
+local STATES = {'queued', 'running', 'succeeded', 'failed', 'cancelled'}
+local FINISHED = {'succeeded', 'failed', 'cancelled'}
+
+-- Take an id out of the index of its state, qs:<q>:<state>: of the queue given,
+-- else of any queue; of the state given ('finished': any terminal one), else of
+-- any. Returns the queue and state it was in.
+local function leave_state_index(id, q, state)
+    local queues = q and {q} or redis.call('HKEYS', P .. 'queues')
+    local states = STATES
+    if state == 'finished' then
+        states = FINISHED
+    elseif state then
+        states = {state}
     end
-    if unique == 'forever' then return ids[1] end
+    for _, queue in ipairs(queues) do
+        for _, s in ipairs(states) do
+            if redis.call('ZREM', state_key(queue, s), id) == 1 then return queue, s end
+        end
+    end
+    return nil, nil
+end
+
+-- The group of a running job that cannot be read: one of the groups running a job.
+local function group_running(id)
+    for _, g in ipairs(redis.call('HKEYS', P .. 'grun')) do
+        if redis.call('ZSCORE', P .. 'group:' .. g, id) then return g end
+    end
+    return nil
+end
+
+-- krun:<q> counted again from the queue's running jobs that can be read (when
+-- a dropped job's limit key is unknown).
+local function recount_key_running(q)
+    local counts = {}
+    for _, id in ipairs(redis.call('ZRANGE', state_key(q, 'running'), 0, -1)) do
+        local key = job_fields(id, 'limit_key')[1]
+        if key then counts[key] = (counts[key] or 0) + 1 end
+    end
+    redis.call('DEL', qk('krun', q))
+    for key, n in pairs(counts) do redis.call('HSET', qk('krun', q), key, n) end
+end
+
+-- Drop a job that cannot be read, met in an index. ``seen`` says where: its
+-- queue, state ('finished': a terminal one), ready: member, group (met as the
+-- head of gq:<group>), idempotency key. What is left of its hash (nothing when
+-- deleted or evicted) names more. At once it leaves the index of its state and
+-- those that decide what runs next: ready:/wait:/due:/retrying:, its limit
+-- key's line (kq:, found among kqkeys:), leases, its group's running count
+-- (its group found among grun's) and line (gq:, when its group is known; the
+-- next head goes up), its key's running count (krun: counted again), finished,
+-- and its queue's count. The indexes only listings and batch counts read
+-- (group:, batch: with bcount:, key:, and gq: for a group not known) keep it
+-- until the sweep (job_rescue_expired) has walked every key: the id waits in
+-- lost. One "dropped" event, with what is known (queue and task may be '').
+-- Returns whether the job was dropped now (false: readable, or dropped before).
+drop = function(id, seen)
+    id = tostring(id)
+    if load(id) then return false end
+    local rest, missing = {}, {}
+    local flat = redis.call('HGETALL', jkey(id))
+    for i = 1, #flat, 2 do rest[flat[i]] = flat[i + 1] end
+    for _, name in ipairs(REQUIRED) do
+        if not rest[name] then missing[#missing + 1] = name end
+    end
+    local q = seen.queue or rest.queue
+    local group, key = seen.group or rest.group_key, seen.key or rest.key
+    -- The entry it was met in goes in any case: nobody meets it there again.
+    if seen.member then redis.call('ZREM', qk('ready', q), seen.member) end
+    if seen.key then redis.call('ZREM', kk('key', q, seen.key), id) end
+    local found, state = nil, nil
+    if seen.state ~= 'running' then
+        found, state = leave_state_index(id, q, seen.state)
+    elseif redis.call('ZREM', P .. 'leases', id) == 1 or q then
+        -- (A running job is in leases: one that is not was dropped already, or
+        -- ended and was purged, and is looked for no further.)
+        found, state = leave_state_index(id, q, 'running')
+    end
+    q = found or q
+    local was_head = false
+    if group and (state == 'queued' or seen.state == 'queued') then
+        was_head = redis.call('ZRANGE', P .. 'gq:' .. group, 0, 0)[1] == id
+        redis.call('ZREM', P .. 'gq:' .. group, id)
+    end
+    if state == 'queued' then
+        redis.call('ZREM', qk('wait', q), id)
+        redis.call('ZREM', qk('due', q), id)
+        redis.call('ZREM', qk('retrying', q), id)
+        if rest.priority then
+            redis.call('ZREM', qk('ready', q), ready_member({priority = rest.priority, id = id}))
+        end
+        if rest.limit_key then
+            leave_key_line(q, rest.limit_key, id)
+        else
+            for _, k in ipairs(redis.call('SMEMBERS', qk('kqkeys', q))) do
+                if leave_key_line(q, k, id) then break end
+            end
+        end
+    elseif state == 'running' then
+        redis.call('ZREM', P .. 'leases', id)
+        group = group or group_running(id)
+        if group then decr(P .. 'grun', group) end
+        if rest.limit_key then
+            decr(qk('krun', q), rest.limit_key)
+        elseif redis.call('EXISTS', qk('krun', q)) == 1 then
+            recount_key_running(q)
+        end
+    elseif state then
+        redis.call('ZREM', P .. 'finished', id)
+    end
+    if state then
+        count_queue(q, -1)
+        if group then redis.call('ZREM', P .. 'group:' .. group, id) end
+        if rest.batch and redis.call('ZREM', P .. 'batch:' .. rest.batch, id) == 1 then
+            decr(P .. 'bcount:' .. rest.batch, state)
+        end
+        if key then redis.call('ZREM', kk('key', q, key), id) end
+        redis.call('HSET', P .. 'lost', id, state)
+    end
+    local dropped = state ~= nil or #flat > 0
+    if dropped then
+        if #flat > 0 then redis.call('DEL', jkey(id)) end
+        if not NOW then clock('') end
+        local reason = DATA_MISSING
+        if #flat > 0 then
+            reason = 'job data incomplete (no ' .. table.concat(missing, ', ') .. ')'
+        end
+        local j = {id = id, queue = q or '', task = rest.task or '', worker = rest.worker}
+        gone[j] = true -- nothing of it is written back, its event seq included
+        event(j, 'dropped', tonumber(rest.attempts) or 0, fmt(NOW), reason)
+        if q then publish('jobs', q) end
+    end
+    if was_head then promote_head(group) end
+    if group and (dropped or was_head) then wake_group({group_key = group}) end
+    return dropped
+end
+
+-- The job holding (queue, key) that an enqueue returns instead of inserting. A
+-- holder that cannot be read holds nothing: dropped.
+local function find_key(q, key, unique)
+    local newest = nil
+    for _, id in ipairs(redis.call('ZREVRANGE', kk('key', q, key), 0, -1)) do
+        local state = job_fields(id, 'state')[1]
+        local answers = state and (live(state) or (unique == 'forever' and not newest))
+        if not state or (answers and not load(id)) then
+            drop(id, {queue = q, key = key})
+        elseif live(state) then
+            return id
+        elseif answers then
+            newest = id
+        end
+    end
+    if unique == 'forever' then return newest end
     return nil
 end
 
@@ -459,7 +649,11 @@ end
 -- when the lease no longer holds (or, for a rescue, has not run out).
 local function finish_one(f, now_n, now_s)
     local j = load(f[1])
-    if not j or j.state ~= 'running' or j.lease_token ~= f[2] then return nil end
+    if not j then
+        drop(f[1], {state = 'running'}) -- gone while it ran: its group and limit go free
+        return nil
+    end
+    if j.state ~= 'running' or j.lease_token ~= f[2] then return nil end
     local kind = f[3]
     if kind == 'rescue' and not (tonumber(j.lease_expires_at) < now_n) then return nil end
     local cancel = j.cancel_requested == '1'
@@ -595,11 +789,15 @@ local function promote(q, now)
     local key = qk('wait', q)
     local ids = redis.call('ZRANGEBYSCORE', key, '-inf', fmt(now))
     if #ids == 0 then return end
-    local members = {}
+    local members, unreadable = {}, {}
     for _, id in ipairs(ids) do
         local prio = job_fields(id, 'priority')[1]
-        members[#members + 1] = 0
-        members[#members + 1] = ready_member({priority = prio, id = id})
+        if prio then
+            members[#members + 1] = 0
+            members[#members + 1] = ready_member({priority = prio, id = id})
+        else
+            unreadable[#unreadable + 1] = id
+        end
     end
     for i = 1, #members, 2000 do
         redis.call('ZADD', qk('ready', q), unpack(members, i, math.min(i + 1999, #members)))
@@ -607,6 +805,7 @@ local function promote(q, now)
     for i = 1, #ids, 4000 do
         redis.call('ZREM', key, unpack(ids, i, math.min(i + 3999, #ids)))
     end
+    for _, id in ipairs(unreadable) do drop(id, {queue = q, state = 'queued'}) end
 end
 
 -- The jobs a claim would take: {id, priority, queue, job} in claim order, at most
@@ -622,7 +821,7 @@ local function candidates(queues, limit, now, group)
             local l = limits_of(q)
             local want = limit
             if l then want = queue_allowance(q, l, limit, now) end
-            local rooms = {}
+            local rooms, unreadable = {}, {}
             -- Read as many entries as are wanted (more when some are passed over):
             -- each one read is a string to copy out of Redis.
             local got, start = 0, 0
@@ -636,6 +835,7 @@ local function candidates(queues, limit, now, group)
                     local id = tostring(tonumber(string.sub(m, 12)))
                     -- The whole job, which the claim then moves without reading it again.
                     local j = load(id)
+                    if not j then unreadable[#unreadable + 1] = m end
                     local ok = j and tonumber(j.run_at) <= now
                     local g, key = j and j.group_key, j and j.limit_key
                     if ok and group and g ~= group then ok = false end
@@ -661,6 +861,10 @@ local function candidates(queues, limit, now, group)
                         if got >= want then break end
                     end
                 end
+            end
+            -- Dropped after the walk, which reads ready: by rank.
+            for _, m in ipairs(unreadable) do
+                drop(tostring(tonumber(string.sub(m, 12))), {queue = q, state = 'queued', member = m})
             end
         end
     end

@@ -45,5 +45,6 @@ for _, q in ipairs(cjson.decode(ARGV[1])) do
         end
     end
 end
-if best == nil then return {now_s} end
-return {now_s, fmt(best)}
+-- (through done(): a claim's candidates drop the jobs they cannot read)
+if best == nil then return done({now_s}) end
+return done({now_s, fmt(best)})
