@@ -401,6 +401,16 @@ def test_a_hash_lacking_fields_is_dropped_naming_them(store: RedisStore, client:
     assert index_problems(client) == []
 
 
+@pytest.mark.parametrize("field", redis_store._REQUIRED)
+def test_every_field_a_job_has_is_checked(store: RedisStore, client: Any, field: str) -> None:
+    (job,) = store.job_insert_many([new_job()], utcnow())
+    client.hdel(f"{P}job:{job.id}", field)
+    assert claim(store) == []
+    assert [e.error for e in dropped_events(store)] == [f"{DROPPED_INCOMPLETE}{field})"]
+    assert counts(store) == {}
+    assert index_problems(client) == []
+
+
 def test_ids_a_caller_names_that_never_existed_drop_nothing(store: RedisStore) -> None:
     (job,) = store.job_insert_many([new_job()], utcnow())
     assert store.job_get(job.id + 100) is None

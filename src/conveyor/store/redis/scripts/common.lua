@@ -114,6 +114,12 @@ local REQUIRED = {
     'id', 'queue', 'task', 'state', 'args', 'kwargs', 'priority', 'run_at', 'attempts',
     'max_attempts', 'created_at',
 }
+-- The same fields, spelled out: each read of a job checks them, and a loop over
+-- the list costs it about three times as much (0.4 against 0.15 µs).
+local function complete(j)
+    return j.id and j.queue and j.task and j.state and j.args and j.kwargs and j.priority
+        and j.run_at and j.attempts and j.max_attempts and j.created_at
+end
 
 -- A job's changes reach Redis once, at done(): one HSET with every field the
 -- script changed, events included. Until then the script reads its own
@@ -135,9 +141,7 @@ local function load(id)
     if #flat == 0 then return nil end
     j = {}
     for i = 1, #flat, 2 do j[flat[i]] = flat[i + 1] end
-    for _, name in ipairs(REQUIRED) do
-        if not j[name] then return nil end
-    end
+    if not complete(j) then return nil end
     cache[id], held[j] = j, flat
     return j
 end
@@ -424,9 +428,9 @@ end
 -- Left there, such an id would hold what it held forever: its group (a
 -- running job, or a head nobody can claim), its limit key's room, its queue's
 -- counts. So whoever meets one in an index drops it: the claim (ready:, wait:),
--- finish and heartbeat (the job they hold), rescue (leases), a group's next
--- head, an enqueue's key holders, purge (finished), and the Python reads that
--- walk indexes (job_drop).
+-- a finish (the job it ends), rescue (leases), a group's next head, an
+-- enqueue's key holders, purge (finished), and the Python reads that walk
+-- indexes (job_drop).
 
 local DATA_MISSING = 'job data missing (deleted or evicted)'
 local STATES = {'queued', 'running', 'succeeded', 'failed', 'cancelled'}
