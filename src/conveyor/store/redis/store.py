@@ -77,13 +77,19 @@ _T = TypeVar("_T")
 
 
 def _load_scripts() -> dict[str, str]:
+    """Each operation's script with common.lua before it, and repair.lua when it says
+    it uses it (the others hand the jobs they could not read back: see _drop)."""
     folder = resources.files("conveyor.store.redis").joinpath("scripts")
     common = folder.joinpath("common.lua").read_text(encoding="utf-8")
-    return {
-        entry.name[: -len(".lua")]: common + "\n" + entry.read_text(encoding="utf-8")
-        for entry in folder.iterdir()
-        if entry.name.endswith(".lua") and entry.name != "common.lua"
-    }
+    repair = folder.joinpath("repair.lua").read_text(encoding="utf-8")
+    scripts = {}
+    for entry in folder.iterdir():
+        if not entry.name.endswith(".lua") or entry.name in ("common.lua", "repair.lua"):
+            continue
+        text = entry.read_text(encoding="utf-8")
+        parts = [common, repair, text] if "\n-- uses repair.lua\n" in text else [common, text]
+        scripts[entry.name[: -len(".lua")]] = "\n".join(parts)
+    return scripts
 
 
 _SCRIPTS = _load_scripts()
@@ -373,9 +379,10 @@ class RedisStore:
             )
         if not jobs:
             return []
-        answers = self._run(
+        answers, unreadable = self._run(
             "job_insert_many", _ts(now), json.dumps([_new_job_json(j) for j in jobs])
         )
+        self._drop(unreadable)
         out: list[Job] = []
         made: dict[int, Job] = {}
         for new, answer in zip(jobs, answers, strict=True):
@@ -415,7 +422,7 @@ class RedisStore:
             return list(pipe.execute())
 
         jobs: list[Job | None] = []
-        unreadable: list[tuple[int, str | None, str | None]] = []
+        unreadable: list[dict[str, str]] = []
         for n, fields in enumerate(self._do(read)):
             if _readable(fields):
                 jobs.append(job_of(fields))
@@ -423,10 +430,18 @@ class RedisStore:
             jobs.append(None)
             if met_in is not None or fields:
                 queue, state = met_in[n] if met_in is not None else (None, None)
-                unreadable.append((job_ids[n], queue, state))
-        if unreadable:
-            self._run("job_drop", "", json.dumps([[str(i), q, s] for i, q, s in unreadable]))
+                seen = {"id": str(job_ids[n]), "queue": queue, "state": state}
+                unreadable.append({k: v for k, v in seen.items() if v is not None})
+        self._drop(unreadable)
         return jobs
+
+    def _drop(self, unreadable: Sequence[dict[str, str] | str]) -> None:
+        """Drop jobs met in an index that could not be read (job_drop.lua): where each
+        was met, as a dict or as the JSON a script handed back (``unreadable`` in
+        common.lua: the claim, finish and enqueue scripts do not drop them themselves)."""
+        if unreadable:
+            seen = [json.loads(s) if isinstance(s, str) else s for s in unreadable]
+            self._run("job_drop", "", json.dumps(seen))
 
     def _ids_of(self, index: str, before_id: int | None) -> Iterator[int]:
         """The ids in a sorted set of ids (score = id), newest first, below ``before_id``."""
@@ -544,9 +559,10 @@ class RedisStore:
     def next_run_in(
         self, queues: Sequence[str], now: datetime | None = None, group: str | None = None
     ) -> float | None:
-        answer = self._run(
+        answer, unreadable = self._run(
             "next_run_in", json.dumps(list(dict.fromkeys(queues))), _now_arg(now), group or ""
         )
+        self._drop(unreadable)
         if len(answer) < 2:
             return None
         return max(0.0, float(answer[1]) - float(answer[0]))
@@ -564,7 +580,7 @@ class RedisStore:
     ) -> list[Job]:
         if limit <= 0 or not queues:
             return []
-        flats = self._run(
+        flats, unreadable = self._run(
             "job_claim",
             json.dumps(list(dict.fromkeys(queues))),
             str(limit),
@@ -575,6 +591,7 @@ class RedisStore:
             group or "",
             str(LIMIT_SLACK_SECONDS),
         )
+        self._drop(unreadable)
         return [job_of(_pairs(f)) for f in flats]
 
     def job_heartbeat(
@@ -604,7 +621,9 @@ class RedisStore:
             ]
             for f in finishes
         ]
-        return [int(i) for i in self._run("job_finish", _now_arg(now), json.dumps(items))]
+        changed, unreadable = self._run("job_finish", _now_arg(now), json.dumps(items))
+        self._drop(unreadable)
+        return [int(i) for i in changed]
 
     def job_progress(
         self, lease: Lease, fraction: float | None, message: str | None, now: datetime

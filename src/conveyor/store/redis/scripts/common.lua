@@ -108,18 +108,6 @@ local JOB_FIELDS = {
 -- Besides these a job's hash holds "events", the seqs of its events joined by
 -- commas (its history, and what a delete removes from the stream).
 
--- The fields every job has: a hash without one of them cannot be read as a job
--- (see drop). The others are absent when unset.
-local REQUIRED = {
-    'id', 'queue', 'task', 'state', 'args', 'kwargs', 'priority', 'run_at', 'attempts',
-    'max_attempts', 'created_at',
-}
--- The same fields, spelled out: each read of a job checks them, and a loop over
--- the list costs it about three times as much (0.4 against 0.15 µs).
-local function complete(j)
-    return j.id and j.queue and j.task and j.state and j.args and j.kwargs and j.priority
-        and j.run_at and j.attempts and j.max_attempts and j.created_at
-end
 
 -- A job's changes reach Redis once, at done(): one HSET with every field the
 -- script changed, events included. Until then the script reads its own
@@ -131,8 +119,10 @@ local to_write = {} -- jobs with changes, in the order they were first saved
 local gone = {}     -- jobs deleted by this script
 
 -- A job as this script sees it; nil when its hash is gone (deleted by hand,
--- evicted) or lacks a field every job has: such a job is dropped (see drop)
--- by the callers that meet it in an index.
+-- evicted) or lacks a field every job has (REQUIRED in repair.lua; the others
+-- are absent when unset): such a job is dropped (see drop) by the callers that
+-- meet it in an index. The fields are spelled out: a loop over a list would
+-- cost each read three times as much (0.4 against 0.15 µs).
 local function load(id)
     id = tostring(id)
     local j = cache[id]
@@ -141,7 +131,10 @@ local function load(id)
     if #flat == 0 then return nil end
     j = {}
     for i = 1, #flat, 2 do j[flat[i]] = flat[i + 1] end
-    if not complete(j) then return nil end
+    if not (j.id and j.queue and j.task and j.state and j.args and j.kwargs and j.priority
+            and j.run_at and j.attempts and j.max_attempts and j.created_at) then
+        return nil
+    end
     cache[id], held[j] = j, flat
     return j
 end
@@ -279,8 +272,18 @@ local function make_claimable(id, q, run_at, priority)
     end
 end
 
--- A job met in an index whose hash cannot be read (defined below, with what it needs).
-local drop
+-- Jobs met in an index whose hash cannot be read (see repair.lua). The scripts
+-- that prepend repair.lua drop them at once; the others (the claim, finish and
+-- enqueue: every function a script defines costs each of its runs) hand them
+-- back with their answer, in ``unreadable``: one JSON object ({id, queue, state,
+-- member, group, key}: where it was met) each, which the store drops right
+-- after by job_drop. Returns whether the job was dropped.
+local unreadable = {}
+local drop = function(id, seen)
+    seen.id = tostring(id)
+    unreadable[#unreadable + 1] = cjson.encode(seen)
+    return false
+end
 
 -- Of a group's queued jobs only the oldest (its head) is in the claim's
 -- indexes, so that a claim never walks past a long line of one group. The head
@@ -419,154 +422,6 @@ end
 local function wake_freed(j)
     wake_group(j)
     if j.limit_key or is_limited(j.queue) then publish('jobs', j.queue) end
-end
-
--- ---------------------------------------------------------------------------
--- Jobs that cannot be read. A job's hash can vanish from under its index
--- entries: deleted by hand, or evicted by a Redis whose maxmemory-policy evicts
--- (health() warns of that). Or it can lack a field every job has (REQUIRED).
--- Left there, such an id would hold what it held forever: its group (a
--- running job, or a head nobody can claim), its limit key's room, its queue's
--- counts. So whoever meets one in an index drops it: the claim (ready:, wait:),
--- a finish (the job it ends), rescue (leases), a group's next head, an
--- enqueue's key holders, purge (finished), and the Python reads that walk
--- indexes (job_drop).
-
-local DATA_MISSING = 'job data missing (deleted or evicted)'
-local STATES = {'queued', 'running', 'succeeded', 'failed', 'cancelled'}
-local FINISHED = {'succeeded', 'failed', 'cancelled'}
-
--- Take an id out of the index of its state, qs:<q>:<state>: of the queue given,
--- else of any queue; of the state given ('finished': any terminal one), else of
--- any. Returns the queue and state it was in.
-local function leave_state_index(id, q, state)
-    local queues = q and {q} or redis.call('HKEYS', P .. 'queues')
-    local states = STATES
-    if state == 'finished' then
-        states = FINISHED
-    elseif state then
-        states = {state}
-    end
-    for _, queue in ipairs(queues) do
-        for _, s in ipairs(states) do
-            if redis.call('ZREM', state_key(queue, s), id) == 1 then return queue, s end
-        end
-    end
-    return nil, nil
-end
-
--- The group of a running job that cannot be read: one of the groups running a job.
-local function group_running(id)
-    for _, g in ipairs(redis.call('HKEYS', P .. 'grun')) do
-        if redis.call('ZSCORE', P .. 'group:' .. g, id) then return g end
-    end
-    return nil
-end
-
--- krun:<q> counted again from the queue's running jobs that can be read (when
--- a dropped job's limit key is unknown).
-local function recount_key_running(q)
-    local counts = {}
-    for _, id in ipairs(redis.call('ZRANGE', state_key(q, 'running'), 0, -1)) do
-        local key = job_fields(id, 'limit_key')[1]
-        if key then counts[key] = (counts[key] or 0) + 1 end
-    end
-    redis.call('DEL', qk('krun', q))
-    for key, n in pairs(counts) do redis.call('HSET', qk('krun', q), key, n) end
-end
-
--- Drop a job that cannot be read, met in an index. ``seen`` says where: its
--- queue, state ('finished': a terminal one), ready: member, group (met as the
--- head of gq:<group>), idempotency key. What is left of its hash (nothing when
--- deleted or evicted) names more. At once it leaves the index of its state and
--- those that decide what runs next: ready:/wait:/due:/retrying:, its limit
--- key's line (kq:, found among kqkeys:), leases, its group's running count
--- (its group found among grun's) and line (gq:, when its group is known; the
--- next head goes up), its key's running count (krun: counted again), finished,
--- and its queue's count. The indexes only listings and batch counts read
--- (group:, batch: with bcount:, key:, and gq: for a group not known) keep it
--- until the sweep (job_rescue_expired) has walked every key: the id waits in
--- lost. One "dropped" event, with what is known (queue and task may be '').
--- Returns whether the job was dropped now (false: readable, or dropped before).
-drop = function(id, seen)
-    id = tostring(id)
-    if load(id) then return false end
-    local rest, missing = {}, {}
-    local flat = redis.call('HGETALL', jkey(id))
-    for i = 1, #flat, 2 do rest[flat[i]] = flat[i + 1] end
-    for _, name in ipairs(REQUIRED) do
-        if not rest[name] then missing[#missing + 1] = name end
-    end
-    local q = seen.queue or rest.queue
-    local group, key = seen.group or rest.group_key, seen.key or rest.key
-    -- The entry it was met in goes in any case: nobody meets it there again.
-    if seen.member then redis.call('ZREM', qk('ready', q), seen.member) end
-    if seen.key then redis.call('ZREM', kk('key', q, seen.key), id) end
-    local found, state = nil, nil
-    if seen.state ~= 'running' then
-        found, state = leave_state_index(id, q, seen.state)
-    elseif redis.call('ZREM', P .. 'leases', id) == 1 or q then
-        -- (A running job is in leases: one that is not was dropped already, or
-        -- ended and was purged, and is looked for no further.)
-        found, state = leave_state_index(id, q, 'running')
-    end
-    q = found or q
-    local was_head = false
-    if group and (state == 'queued' or seen.state == 'queued') then
-        was_head = redis.call('ZRANGE', P .. 'gq:' .. group, 0, 0)[1] == id
-        redis.call('ZREM', P .. 'gq:' .. group, id)
-    end
-    if state == 'queued' then
-        redis.call('ZREM', qk('wait', q), id)
-        redis.call('ZREM', qk('due', q), id)
-        redis.call('ZREM', qk('retrying', q), id)
-        if rest.priority then
-            redis.call('ZREM', qk('ready', q), ready_member({priority = rest.priority, id = id}))
-        end
-        if rest.limit_key then
-            leave_key_line(q, rest.limit_key, id)
-        else
-            for _, k in ipairs(redis.call('SMEMBERS', qk('kqkeys', q))) do
-                if leave_key_line(q, k, id) then break end
-            end
-        end
-    elseif state == 'running' then
-        redis.call('ZREM', P .. 'leases', id)
-        group = group or group_running(id)
-        if group then decr(P .. 'grun', group) end
-        if rest.limit_key then
-            decr(qk('krun', q), rest.limit_key)
-        elseif redis.call('EXISTS', qk('krun', q)) == 1 then
-            recount_key_running(q)
-        end
-    elseif state then
-        redis.call('ZREM', P .. 'finished', id)
-    end
-    if state then
-        count_queue(q, -1)
-        if group then redis.call('ZREM', P .. 'group:' .. group, id) end
-        if rest.batch and redis.call('ZREM', P .. 'batch:' .. rest.batch, id) == 1 then
-            decr(P .. 'bcount:' .. rest.batch, state)
-        end
-        if key then redis.call('ZREM', kk('key', q, key), id) end
-        redis.call('HSET', P .. 'lost', id, state)
-    end
-    local dropped = state ~= nil or #flat > 0
-    if dropped then
-        if #flat > 0 then redis.call('DEL', jkey(id)) end
-        if not NOW then clock('') end
-        local reason = DATA_MISSING
-        if #flat > 0 then
-            reason = 'job data incomplete (no ' .. table.concat(missing, ', ') .. ')'
-        end
-        local j = {id = id, queue = q or '', task = rest.task or '', worker = rest.worker}
-        gone[j] = true -- nothing of it is written back, its event seq included
-        event(j, 'dropped', tonumber(rest.attempts) or 0, fmt(NOW), reason)
-        if q then publish('jobs', q) end
-    end
-    if was_head then promote_head(group) end
-    if group and (dropped or was_head) then wake_group({group_key = group}) end
-    return dropped
 end
 
 -- The job holding (queue, key) that an enqueue returns instead of inserting. A
@@ -793,14 +648,14 @@ local function promote(q, now)
     local key = qk('wait', q)
     local ids = redis.call('ZRANGEBYSCORE', key, '-inf', fmt(now))
     if #ids == 0 then return end
-    local members, unreadable = {}, {}
+    local members, unread = {}, {}
     for _, id in ipairs(ids) do
         local prio = job_fields(id, 'priority')[1]
         if prio then
             members[#members + 1] = 0
             members[#members + 1] = ready_member({priority = prio, id = id})
         else
-            unreadable[#unreadable + 1] = id
+            unread[#unread + 1] = id
         end
     end
     for i = 1, #members, 2000 do
@@ -809,7 +664,7 @@ local function promote(q, now)
     for i = 1, #ids, 4000 do
         redis.call('ZREM', key, unpack(ids, i, math.min(i + 3999, #ids)))
     end
-    for _, id in ipairs(unreadable) do drop(id, {queue = q, state = 'queued'}) end
+    for _, id in ipairs(unread) do drop(id, {queue = q, state = 'queued'}) end
 end
 
 -- The jobs a claim would take: {id, priority, queue, job} in claim order, at most
@@ -825,7 +680,7 @@ local function candidates(queues, limit, now, group)
             local l = limits_of(q)
             local want = limit
             if l then want = queue_allowance(q, l, limit, now) end
-            local rooms, unreadable = {}, {}
+            local rooms, unread = {}, {}
             -- Read as many entries as are wanted (more when some are passed over):
             -- each one read is a string to copy out of Redis.
             local got, start = 0, 0
@@ -839,7 +694,7 @@ local function candidates(queues, limit, now, group)
                     local id = tostring(tonumber(string.sub(m, 12)))
                     -- The whole job, which the claim then moves without reading it again.
                     local j = load(id)
-                    if not j then unreadable[#unreadable + 1] = m end
+                    if not j then unread[#unread + 1] = m end
                     local ok = j and tonumber(j.run_at) <= now
                     local g, key = j and j.group_key, j and j.limit_key
                     if ok and group and g ~= group then ok = false end
@@ -867,8 +722,9 @@ local function candidates(queues, limit, now, group)
                 end
             end
             -- Dropped after the walk, which reads ready: by rank.
-            for _, m in ipairs(unreadable) do
-                drop(tostring(tonumber(string.sub(m, 12))), {queue = q, state = 'queued', member = m})
+            for _, m in ipairs(unread) do
+                local id = tostring(tonumber(string.sub(m, 12)))
+                drop(id, {queue = q, state = 'queued', member = m})
             end
         end
     end

@@ -1,14 +1,14 @@
 -- name: job_drop
--- ARGV: now ('' = Redis's clock), jobs (JSON [[id, queue, state], ...], queue
--- and state null when unknown; state 'finished': one of the terminal states).
--- Jobs that a read from Python met in an index but could not read: each is
--- dropped (see drop in common.lua) unless it can be read by now. Returns the
--- ids dropped.
+-- uses repair.lua
+-- ARGV: now ('' = Redis's clock), jobs (JSON [{id, queue, state, member, group,
+-- key}, ...]: where each was met, as far as known; state 'finished': one of the
+-- terminal states).
+-- Jobs met in an index that could not be read: by a read from Python, or by a
+-- script that hands them back (see drop in common.lua). Each is dropped (see
+-- repair.lua) unless it can be read by now. Returns the ids dropped.
 clock(ARGV[1])
 local dropped = {}
-for _, item in ipairs(cjson.decode(ARGV[2])) do
-    if drop(item[1], {queue = v(item[2]), state = v(item[3])}) then
-        dropped[#dropped + 1] = tonumber(item[1])
-    end
+for _, seen in ipairs(cjson.decode(ARGV[2])) do
+    if drop(seen.id, seen) then dropped[#dropped + 1] = tonumber(seen.id) end
 end
 return done(dropped)

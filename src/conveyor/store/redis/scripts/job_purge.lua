@@ -1,4 +1,5 @@
 -- name: job_purge
+-- uses repair.lua
 -- ARGV: finished_before, limit. Deletes up to :limit terminal jobs finished
 -- before the time, oldest first, with their events (one that cannot be read is
 -- dropped: see drop in common.lua). Returns how many were deleted.

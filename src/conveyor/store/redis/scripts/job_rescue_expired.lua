@@ -1,4 +1,5 @@
 -- name: job_rescue_expired
+-- uses repair.lua
 -- ARGV: now ('' = Redis's clock), limit, error, keys to sweep.
 -- Running jobs whose lease ran out, ended as job_finish's "rescue" in the same
 -- script that read their leases: a compare-and-set that a worker renewing or
