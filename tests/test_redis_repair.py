@@ -427,6 +427,7 @@ def test_the_sweep_walks_in_slices_and_ids_dropped_meanwhile_wait_for_the_next_w
     store: RedisStore, client: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(redis_store, "_SWEEP_KEYS", 10)
+    monkeypatch.setattr(redis_store, "_SWEEP_SECONDS", 0)  # one slice a rescue
     store.job_insert_many([new_job(batch=f"b{n}") for n in range(50)], utcnow())
     first, _ = store.job_insert_many(
         [new_job(group="chat", batch="x"), new_job(group="chat", batch="x")], utcnow()

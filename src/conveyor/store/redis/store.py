@@ -17,6 +17,7 @@ import heapq
 import itertools
 import json
 import secrets
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -68,8 +69,10 @@ _REQUIRED = (
     "id", "queue", "task", "state", "args", "kwargs", "priority", "run_at", "attempts",
     "max_attempts", "created_at",
 )  # fmt: skip
-#: Keys the sweep of dropped jobs' ids walks per rescue (see job_rescue_expired.lua).
-_SWEEP_KEYS = 10_000
+#: The sweep of dropped jobs' ids (job_sweep_lost.lua), run after each rescue while one
+#: is due: keys a slice (a script of about 2 ms at 2,000), seconds of slices a rescue.
+_SWEEP_KEYS = 2_000
+_SWEEP_SECONDS = 0.05
 #: Where a walk met an id: the queue and state of its index ("finished": a terminal
 #: state), None when the index does not say.
 _Where = tuple[str | None, str | None]
@@ -640,10 +643,16 @@ class RedisStore:
         )
 
     def job_rescue_expired(self, now: datetime | None = None, limit: int = 1000) -> list[int]:
-        ids = self._run(
-            "job_rescue_expired", _now_arg(now), str(limit), LEASE_EXPIRED_ERROR, str(_SWEEP_KEYS)
-        )
+        ids = self._run("job_rescue_expired", _now_arg(now), str(limit), LEASE_EXPIRED_ERROR)
+        self._sweep_lost()
         return [int(i) for i in ids]
+
+    def _sweep_lost(self) -> None:
+        """Walk on with the sweep of dropped jobs' ids (job_sweep_lost.lua), if one is due:
+        slices of ``_SWEEP_KEYS`` keys, each a short script, for ``_SWEEP_SECONDS`` at most."""
+        deadline = time.monotonic() + _SWEEP_SECONDS
+        while self._run("job_sweep_lost", str(_SWEEP_KEYS)) and time.monotonic() < deadline:
+            pass
 
     def periodic_enqueue(self, name: str, tick: datetime, job: NewJob, now: datetime) -> bool:
         taken = self._run(
