@@ -20,8 +20,12 @@ from typing import Any
 
 import pytest
 import redis
+from click.testing import CliRunner
+from starlette.testclient import TestClient
 
 from conveyor import App, JobState
+from conveyor.cli import cli
+from conveyor.errors import JobNotFoundError
 from conveyor.job import Event, NewJob, utcnow
 from conveyor.limits import Limit
 from conveyor.store.base import Finish, Job, JobFilter, Lease
@@ -29,6 +33,7 @@ from conveyor.store.dsn import open_store
 from conveyor.store.event_kinds import DROPPED_INCOMPLETE, DROPPED_MISSING
 from conveyor.store.redis import RedisStore
 from conveyor.store.redis import store as redis_store
+from conveyor.web import create_app
 from waiting import wait_until
 
 pytestmark = pytest.mark.redis
@@ -354,12 +359,16 @@ def test_listings_and_charts_skip_and_drop_the_jobs_they_cannot_read(
     slots = store.stats_finished_per_slot(now - timedelta(minutes=1), timedelta(minutes=5))
     assert sum(s.count for s in slots) == 1
     assert counts(store) == {"succeeded": 1}
+    assert len(dropped_events(store)) == 3
+    # Retention purges the finished job left, and the histories of the dropped ones
+    # (what a hash that is gone listed of its events cannot be found: those stay).
     assert store.job_purge(utcnow() + timedelta(seconds=1)) == 1
     assert counts(store) == {}
+    assert dropped_events(store) == []
+    assert client.exists(P + "dropped", P + "dropped:at") == 0
     assert claim(store) == []  # meets the queued one's entry in ready:, which said no group
     sweep_everything(store, client, utcnow())
     assert index_problems(client) == []
-    assert len(dropped_events(store)) == 3
 
 
 def test_a_purge_drops_the_finished_jobs_it_cannot_read(store: RedisStore, client: Any) -> None:
@@ -367,10 +376,12 @@ def test_a_purge_drops_the_finished_jobs_it_cannot_read(store: RedisStore, clien
     for job in claim(store):
         complete(store, job)
     client.delete(f"{P}job:{jobs[1].id}")
+    assert store.job_purge(utcnow() - timedelta(seconds=1)) == 0  # none finished so early
     assert store.job_purge(utcnow() + timedelta(seconds=1)) == 2
     assert counts(store) == {}
-    assert [e.job_id for e in dropped_events(store)] == [jobs[1].id]
     assert index_problems(client) == []
+    # Dropped at that purge, before its moment: its history went with it.
+    assert dropped_events(store) == []
 
 
 # --- a hash that lacks fields -------------------------------------------------------------
@@ -418,6 +429,40 @@ def test_ids_a_caller_names_that_never_existed_drop_nothing(store: RedisStore) -
     assert store.job_get(job.id + 100) is None
     assert store.job_get_many([job.id, job.id + 100]) == [store.job_get(job.id)]
     assert dropped_events(store) == []
+
+
+def test_operators_are_told_a_job_was_dropped_until_retention_purges_its_history(
+    redis_clean_dsn: str, client: Any
+) -> None:
+    with App(redis_clean_dsn, retention_by_state={"failed": timedelta(days=30)}) as app:
+        app.migrate()
+
+        @app.task
+        def work() -> None:
+            return None
+
+        job = work.enqueue()
+        client.hdel(f"{P}job:{job.id}", "args")  # one lost field: no telling what to run
+        with pytest.raises(JobNotFoundError, match=f"job {job.id} was dropped at .* UTC") as lost:
+            app.get(job.id)
+        assert str(lost.value).endswith(f"{DROPPED_INCOMPLETE}args)")
+        assert [e.kind for e in app.events(job.id)] == ["enqueued", "dropped"]
+
+        result = CliRunner().invoke(cli, ["jobs", "show", str(job.id), "--dsn", redis_clean_dsn])
+        assert result.exit_code == 1
+        assert f"job {job.id} was dropped at" in result.stderr
+        assert "job data incomplete (no args)" in result.stderr
+        with TestClient(create_app(app), base_url="http://127.0.0.1") as web:
+            page = web.get(f"/jobs/{job.id}")
+        assert page.status_code == 404
+        assert f"job {job.id} was dropped at" in page.text
+
+        app.apply_retention(utcnow() + timedelta(days=29))  # kept as long as a failed job
+        assert [e.kind for e in app.events(job.id)] == ["enqueued", "dropped"]
+        app.apply_retention(utcnow() + timedelta(days=31))
+        with pytest.raises(JobNotFoundError, match="never created, or purged"):
+            app.get(job.id)
+        assert app.events(job.id) == []
 
 
 # --- the sweep ----------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from conveyor.job import (
     FILTER_STATES,
     TERMINAL_STATES,
     WAITING_STATES,
+    EventKind,
     Job,
     JobState,
     NewJob,
@@ -409,6 +410,13 @@ class App:
     def get(self, job_id: int) -> Job:
         job = self.store.job_get(job_id)
         if job is None:
+            # A job Redis dropped (its data deleted or evicted) says so until retention.
+            for event in self.store.event_list(job_id):
+                if event.kind == EventKind.DROPPED:
+                    raise JobNotFoundError(
+                        f"job {job_id} was dropped at {event.at:%Y-%m-%d %H:%M:%S} UTC: "
+                        f"{event.error}"
+                    )
             raise JobNotFoundError(f"no job with id {job_id} (never created, or purged)")
         return self._attach(job)
 

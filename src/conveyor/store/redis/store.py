@@ -498,9 +498,13 @@ class RedisStore:
 
     def event_list(self, job_id: int) -> list[Event]:
         def read() -> list[Event]:
-            # The job's "events" field: the seqs of its events, comma-separated.
-            held = self._client.hget(self._k("job", str(job_id)), "events")
-            seqs = held.split(",") if held else []
+            # The job's "events" field: the seqs of its events, comma-separated; those
+            # of a dropped job are kept in "dropped" (see repair.lua).
+            pipe = self._client.pipeline(transaction=False)
+            pipe.hget(self._k("job", str(job_id)), "events")
+            pipe.hget(self._k("dropped"), str(job_id))
+            held, dropped = pipe.execute()
+            seqs = (held or dropped).split(",") if held or dropped else []
             pipe = self._client.pipeline(transaction=False)
             for seq in seqs:
                 pipe.xrange(self._k("events"), f"{seq}-0", f"{seq}-0")
@@ -709,7 +713,14 @@ class RedisStore:
         return done
 
     def job_purge(self, finished_before: datetime, limit: int = 10_000) -> int:
-        return int(self._run("job_purge", _ts(finished_before), str(limit)))
+        deleted = int(self._run("job_purge", _ts(finished_before), str(limit)))
+        self._forget_dropped(finished_before, limit)
+        return deleted
+
+    def _forget_dropped(self, before: datetime, limit: int) -> None:
+        """The histories of jobs dropped before ``before`` (job_forget_dropped.lua): kept
+        as long as a failed job's, so they go with the purges of failed jobs."""
+        self._run("job_forget_dropped", _ts(before), str(limit))
 
     def _delete(
         self,
@@ -999,6 +1010,8 @@ class RedisStore:
             if len(ids) >= limit:
                 break
             ids.append(job_id)
+        if queue is None and "failed" in states:
+            self._forget_dropped(finished_before, limit)
         return len(self._delete(ids, finished_before, states, queue))
 
     def job_purge_count(

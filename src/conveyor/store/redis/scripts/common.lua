@@ -30,6 +30,8 @@
 --                            queued jobs per limit key, key throttles
 --   lost, lost:sweeping      hash id -> state: jobs dropped because their hash could
 --                            not be read, until the sweep has walked every key
+--   dropped, dropped:at      hash id -> its events' seqs (its history), zset id by the
+--                            time it was dropped: until retention purges them
 -- A queue name inside a key is written "<length>.<name>", so that names with
 -- colons never collide.
 --
@@ -241,6 +243,8 @@ local function done(result)
             redis.call('XADD', P .. 'events', s .. '-0', unpack(e[2]))
             j.events = j.events and (j.events .. ',' .. s) or s
             save(j, {'events'})
+            -- A dropped job (see repair.lua) keeps its history here, its hash gone.
+            if j.dropped then redis.call('HSET', P .. 'dropped', j.id, j.events) end
         end
     end
     write_jobs()
@@ -466,6 +470,16 @@ local function insert(n, now_s, id)
     return j
 end
 
+-- Delete a job's events from the stream: ``seqs`` as its "events" field holds them.
+local function delete_events(seqs)
+    if not seqs then return end
+    local entries = {}
+    for seq in string.gmatch(seqs, '%d+') do entries[#entries + 1] = seq .. '-0' end
+    for i = 1, #entries, 1000 do
+        redis.call('XDEL', P .. 'events', unpack(entries, i, math.min(i + 999, #entries)))
+    end
+end
+
 -- Delete a job with its events and every index entry.
 local function delete(j)
     leave(j)
@@ -474,13 +488,7 @@ local function delete(j)
     if j.key then redis.call('ZREM', kk('key', j.queue, j.key), id) end
     if j.group_key then redis.call('ZREM', P .. 'group:' .. j.group_key, id) end
     if j.batch then redis.call('ZREM', P .. 'batch:' .. j.batch, id) end
-    if j.events then
-        local entries = {}
-        for seq in string.gmatch(j.events, '%d+') do entries[#entries + 1] = seq .. '-0' end
-        for i = 1, #entries, 1000 do
-            redis.call('XDEL', P .. 'events', unpack(entries, i, math.min(i + 999, #entries)))
-        end
-    end
+    delete_events(j.events)
     redis.call('DEL', jkey(id))
     gone[j], cache[id] = true, nil
     if j.state == 'queued' then wake_group(j) end

@@ -2,7 +2,7 @@
 -- uses repair.lua
 -- ARGV: finished_before, limit. Deletes up to :limit terminal jobs finished
 -- before the time, oldest first, with their events (one that cannot be read is
--- dropped: see drop in common.lua). Returns how many were deleted.
+-- dropped: see repair.lua). Returns how many were deleted.
 local ids = redis.call('ZRANGEBYSCORE', P .. 'finished', '-inf', '(' .. ARGV[1], 'LIMIT', 0,
                        tonumber(ARGV[2]))
 local deleted = 0

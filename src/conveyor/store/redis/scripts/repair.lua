@@ -72,7 +72,8 @@ end
 -- and its queue's count. The indexes only listings and batch counts read
 -- (group:, batch: with bcount:, key:, and gq: for a group not known) keep it
 -- until the sweep (job_rescue_expired) has walked every key: the id waits in
--- lost. One "dropped" event, with what is known (queue and task may be '').
+-- lost. One "dropped" event, with what is known (queue and task may be ''),
+-- and its history kept in dropped until retention.
 -- Returns whether the job was dropped now (false: readable, or dropped before).
 -- (It replaces common.lua's drop, which only hands the job back.)
 drop = function(id, seen)
@@ -146,9 +147,13 @@ drop = function(id, seen)
         if #flat > 0 then
             reason = 'job data incomplete (no ' .. table.concat(missing, ', ') .. ')'
         end
-        local j = {id = id, queue = q or '', task = rest.task or '', worker = rest.worker}
-        gone[j] = true -- nothing of it is written back, its event seq included
+        -- Its history (what is left of it, and this event) stays under dropped:
+        -- app.get and app.events tell what became of it until retention purges it.
+        local j = {id = id, queue = q or '', task = rest.task or '', worker = rest.worker,
+                   events = rest.events, dropped = true}
+        gone[j] = true -- nothing of it is written back to its hash
         event(j, 'dropped', tonumber(rest.attempts) or 0, fmt(NOW), reason)
+        redis.call('ZADD', P .. 'dropped:at', fmt(NOW), id)
         if q then publish('jobs', q) end
     end
     if was_head then promote_head(group) end
