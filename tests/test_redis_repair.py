@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import re
 import threading
 from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime, timedelta
+from importlib import resources
 from typing import Any
 
 import pytest
@@ -154,6 +156,21 @@ def sweep_everything(store: RedisStore, client: Any, at: datetime) -> None:
         if not client.exists(P + "lost", P + "lost:sweeping"):
             return
     raise AssertionError("the sweep never ended")
+
+
+def test_every_script_that_can_meet_such_a_job_drops_it_or_hands_it_back() -> None:
+    """Scripts with repair.lua drop what they cannot read; the others return it."""
+    folder = resources.files("conveyor.store.redis").joinpath("scripts")
+    reaching = re.compile(
+        r"\b(leave|wake_group|wake_freed|find_key|finish_all|candidates|promote|promote_head|"
+        r"delete|requeue_manually)\("
+    )
+    for entry in folder.iterdir():
+        if entry.name in ("common.lua", "repair.lua") or not entry.name.endswith(".lua"):
+            continue
+        text = entry.read_text()
+        if reaching.search(text) and "\n-- uses repair.lua\n" not in text:
+            assert re.search(r"return done\(\{.*, unreadable\}\)", text), entry.name
 
 
 # --- a running job whose hash is gone ------------------------------------------------------

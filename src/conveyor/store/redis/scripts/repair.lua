@@ -71,7 +71,7 @@ end
 -- next head goes up), its key's running count (krun: counted again), finished,
 -- and its queue's count. The indexes only listings and batch counts read
 -- (group:, batch: with bcount:, key:, and gq: for a group not known) keep it
--- until the sweep (job_rescue_expired) has walked every key: the id waits in
+-- until the sweep (job_sweep_lost) has walked every key: the id waits in
 -- lost. One "dropped" event, with what is known (queue and task may be ''),
 -- and its history kept in dropped until retention.
 -- Returns whether the job was dropped now (false: readable, or dropped before).
