@@ -9,6 +9,11 @@ worker's hot path and ``stats`` need is kept in counters and sets.
 
 All keys share one prefix with a hash tag (``{conveyor}:``), so that on a
 cluster they sit in one slot and a script may touch any of them.
+
+A job whose hash cannot be read (deleted by hand, evicted, or lacking fields)
+is dropped by whoever meets it in an index (``scripts/repair.lua``; the claim,
+finish and enqueue hand it back and ``_drop`` drops it), so that it holds no
+group, limit or count (docs/architecture.md, "Jobs that cannot be read").
 """
 
 from __future__ import annotations
@@ -64,7 +69,7 @@ TERMINAL = ("succeeded", "failed", "cancelled")
 _STATES = ("queued", "running", *TERMINAL)
 #: Keys of one index read per round trip when Python walks it.
 _CHUNK = 500
-#: The fields every job's hash has (REQUIRED in common.lua): one without them cannot be read.
+#: The fields every job's hash has (REQUIRED in repair.lua): one without them cannot be read.
 _REQUIRED = (
     "id", "queue", "task", "state", "args", "kwargs", "priority", "run_at", "attempts",
     "max_attempts", "created_at",
