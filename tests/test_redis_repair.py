@@ -159,17 +159,20 @@ def sweep_everything(store: RedisStore, client: Any, at: datetime) -> None:
 
 
 def test_every_script_that_can_meet_such_a_job_drops_it_or_hands_it_back() -> None:
-    """Scripts with repair.lua drop what they cannot read; the others return it."""
+    """Scripts with upkeep.lua drop what they cannot read; the others return it."""
     folder = resources.files("conveyor.store.redis").joinpath("scripts")
     reaching = re.compile(
-        r"\b(leave|wake_group|wake_freed|find_key|finish_all|candidates|promote|promote_head|"
-        r"delete|requeue_manually)\("
+        r"\b(leave|wake_group|wake_freed|find_key|finish_all|candidates|promote|promote_head)\("
     )
+    upkeep_only = re.compile(r"\b(delete|delete_events|requeue_manually|drop)\(")
     for entry in folder.iterdir():
-        if entry.name in ("common.lua", "repair.lua") or not entry.name.endswith(".lua"):
+        if entry.name in ("common.lua", "upkeep.lua") or not entry.name.endswith(".lua"):
             continue
         text = entry.read_text()
-        if reaching.search(text) and "\n-- uses repair.lua\n" not in text:
+        if "\n-- uses upkeep.lua\n" in text:
+            continue
+        assert not upkeep_only.search(text), entry.name
+        if reaching.search(text):
             assert re.search(r"return done\(\{.*, unreadable\}\)", text), entry.name
 
 

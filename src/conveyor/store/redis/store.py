@@ -11,7 +11,7 @@ All keys share one prefix with a hash tag (``{conveyor}:``), so that on a
 cluster they sit in one slot and a script may touch any of them.
 
 A job whose hash cannot be read (deleted by hand, evicted, or lacking fields)
-is dropped by whoever meets it in an index (``scripts/repair.lua``; the claim,
+is dropped by whoever meets it in an index (``scripts/upkeep.lua``; the claim,
 finish and enqueue hand it back and ``_drop`` drops it), so that it holds no
 group, limit or count (docs/architecture.md, "Jobs that cannot be read").
 """
@@ -69,7 +69,7 @@ TERMINAL = ("succeeded", "failed", "cancelled")
 _STATES = ("queued", "running", *TERMINAL)
 #: Keys of one index read per round trip when Python walks it.
 _CHUNK = 500
-#: The fields every job's hash has (REQUIRED in repair.lua): one without them cannot be read.
+#: The fields every job's hash has (REQUIRED in upkeep.lua): one without them cannot be read.
 _REQUIRED = (
     "id", "queue", "task", "state", "args", "kwargs", "priority", "run_at", "attempts",
     "max_attempts", "created_at",
@@ -85,17 +85,17 @@ _T = TypeVar("_T")
 
 
 def _load_scripts() -> dict[str, str]:
-    """Each operation's script with common.lua before it, and repair.lua when it says
+    """Each operation's script with common.lua before it, and upkeep.lua when it says
     it uses it (the others hand the jobs they could not read back: see _drop)."""
     folder = resources.files("conveyor.store.redis").joinpath("scripts")
     common = folder.joinpath("common.lua").read_text(encoding="utf-8")
-    repair = folder.joinpath("repair.lua").read_text(encoding="utf-8")
+    upkeep = folder.joinpath("upkeep.lua").read_text(encoding="utf-8")
     scripts = {}
     for entry in folder.iterdir():
-        if not entry.name.endswith(".lua") or entry.name in ("common.lua", "repair.lua"):
+        if not entry.name.endswith(".lua") or entry.name in ("common.lua", "upkeep.lua"):
             continue
         text = entry.read_text(encoding="utf-8")
-        parts = [common, repair, text] if "\n-- uses repair.lua\n" in text else [common, text]
+        parts = [common, upkeep, text] if "\n-- uses upkeep.lua\n" in text else [common, text]
         scripts[entry.name[: -len(".lua")]] = "\n".join(parts)
     return scripts
 
@@ -504,7 +504,7 @@ class RedisStore:
     def event_list(self, job_id: int) -> list[Event]:
         def read() -> list[Event]:
             # The job's "events" field: the seqs of its events, comma-separated; those
-            # of a dropped job are kept in "dropped" (see repair.lua).
+            # of a dropped job are kept in "dropped" (see upkeep.lua).
             pipe = self._client.pipeline(transaction=False)
             pipe.hget(self._k("job", str(job_id)), "events")
             pipe.hget(self._k("dropped"), str(job_id))

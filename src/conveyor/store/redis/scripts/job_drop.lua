@@ -1,11 +1,11 @@
 -- name: job_drop
--- uses repair.lua
+-- uses upkeep.lua
 -- ARGV: now ('' = Redis's clock), jobs (JSON [{id, queue, state, member, group,
 -- key}, ...]: where each was met, as far as known; state 'finished': one of the
 -- terminal states).
 -- Jobs met in an index that could not be read: by a read from Python, or by a
 -- script that hands them back (see drop in common.lua). Each is dropped (see
--- repair.lua) unless it can be read by now. Returns the ids dropped.
+-- upkeep.lua) unless it can be read by now. Returns the ids dropped.
 clock(ARGV[1])
 local dropped = {}
 for _, seen in ipairs(cjson.decode(ARGV[2])) do

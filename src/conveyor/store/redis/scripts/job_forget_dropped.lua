@@ -1,6 +1,7 @@
 -- name: job_forget_dropped
+-- uses upkeep.lua
 -- ARGV: dropped_before, limit. The histories of up to :limit jobs dropped
--- before the time (see repair.lua), oldest first: their events leave the
+-- before the time (see upkeep.lua), oldest first: their events leave the
 -- stream, their record goes. Returns how many.
 local ids = redis.call('ZRANGEBYSCORE', P .. 'dropped:at', '-inf', '(' .. ARGV[1], 'LIMIT', 0,
                        tonumber(ARGV[2]))

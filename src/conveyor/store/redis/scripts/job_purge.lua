@@ -1,8 +1,8 @@
 -- name: job_purge
--- uses repair.lua
+-- uses upkeep.lua
 -- ARGV: finished_before, limit. Deletes up to :limit terminal jobs finished
 -- before the time, oldest first, with their events (one that cannot be read is
--- dropped: see repair.lua). Returns how many were deleted.
+-- dropped: see upkeep.lua). Returns how many were deleted.
 local ids = redis.call('ZRANGEBYSCORE', P .. 'finished', '-inf', '(' .. ARGV[1], 'LIMIT', 0,
                        tonumber(ARGV[2]))
 local deleted = 0

@@ -1,10 +1,10 @@
 -- name: job_rescue_expired
--- uses repair.lua
+-- uses upkeep.lua
 -- ARGV: now ('' = Redis's clock), limit, error, keys to sweep.
 -- Running jobs whose lease ran out, ended as job_finish's "rescue" in the same
 -- script that read their leases: a compare-and-set that a worker renewing or
 -- finishing at the same instant either wins or loses entirely. A lease whose
--- job cannot be read is dropped (see repair.lua). Returns the ids rescued.
+-- job cannot be read is dropped (see upkeep.lua). Returns the ids rescued.
 local now_n, now_s = clock(ARGV[1])
 local ids = redis.call('ZRANGEBYSCORE', P .. 'leases', '-inf', '(' .. now_s, 'LIMIT', 0,
                        tonumber(ARGV[2]))

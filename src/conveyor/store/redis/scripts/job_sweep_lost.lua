@@ -1,5 +1,5 @@
 -- name: job_sweep_lost
--- uses repair.lua
+-- uses upkeep.lua
 -- ARGV: keys (how many keys this slice walks: SCAN's COUNT).
 -- The sweep: a drop that does not know a job's group, batch or idempotency key
 -- leaves its id in group:, gq:, batch: (and its count in bcount:) and key:.

@@ -1,17 +1,60 @@
--- Dropping the jobs that cannot be read. Prepended after common.lua to the
--- scripts that say "uses repair.lua" (rescue, purge, job_drop, the operators'
--- actions, periodic_enqueue); in the others common.lua's drop only hands the
--- jobs back, for the store to drop by job_drop, so that the claim, finish and
--- enqueue do not pay for defining all this on each run.
---
--- A job's hash can vanish from under its index entries: deleted by hand, or
--- evicted by a Redis whose maxmemory-policy evicts (health() warns of that). Or
--- it can lack a field every job has. Left there, such an id would hold what it
--- held forever: its group (a running job, or a head nobody can claim), its
--- limit key's room, its queue's counts. So whoever meets one in an index drops
--- it: the claim (ready:, wait:), a finish (the job it ends), rescue (leases), a
--- group's next head, an enqueue's key holders, purge (finished), and the Python
--- reads that walk indexes.
+-- What only the scripts off the hot path need (rescue, purge, the operators'
+-- actions, periodic_enqueue, job_drop and the sweep): deleting jobs, queueing
+-- them again by hand, dropping the jobs that cannot be read. The store puts it
+-- after common.lua in the scripts whose header says "uses upkeep.lua"; the
+-- claim, finish and enqueue go without, since every function a script defines
+-- is made anew on each of its runs.
+
+-- Delete a job's events from the stream: ``seqs`` as its "events" field holds them.
+local function delete_events(seqs)
+    if not seqs then return end
+    local entries = {}
+    for seq in string.gmatch(seqs, '%d+') do entries[#entries + 1] = seq .. '-0' end
+    for i = 1, #entries, 1000 do
+        redis.call('XDEL', P .. 'events', unpack(entries, i, math.min(i + 999, #entries)))
+    end
+end
+
+-- Delete a job with its events and every index entry.
+local function delete(j)
+    leave(j)
+    local id = j.id
+    count_queue(j.queue, -1)
+    if j.key then redis.call('ZREM', kk('key', j.queue, j.key), id) end
+    if j.group_key then redis.call('ZREM', P .. 'group:' .. j.group_key, id) end
+    if j.batch then redis.call('ZREM', P .. 'batch:' .. j.batch, id) end
+    delete_events(j.events)
+    redis.call('DEL', jkey(id))
+    gone[j], cache[id] = true, nil
+    if j.state == 'queued' then wake_group(j) end
+end
+
+-- Manual retry: queued again, attempts reset.
+local function requeue_manually(j, now_s)
+    leave(j)
+    j.state = 'queued'
+    j.attempts = '0'
+    j.run_at = now_s
+    j.cancel_requested = '0'
+    j.worker, j.result, j.error, j.progress, j.progress_message = nil, nil, nil, nil, nil
+    j.started_at, j.finished_at = nil, nil
+    save(j, {'state', 'attempts', 'run_at', 'cancel_requested', 'worker', 'result', 'error',
+             'progress', 'progress_message', 'started_at', 'finished_at'})
+    enter(j)
+    publish('jobs', j.queue)
+end
+
+-- ---------------------------------------------------------------------------
+-- Jobs that cannot be read. A job's hash can vanish from under its index
+-- entries: deleted by hand, or evicted by a Redis whose maxmemory-policy evicts
+-- (health() warns of that). Or it can lack a field every job has. Left there,
+-- such an id would hold what it held forever: its group (a running job, or a
+-- head nobody can claim), its limit key's room, its queue's counts. So whoever
+-- meets one in an index drops it: the claim (ready:, wait:), a finish (the job
+-- it ends), rescue (leases), a group's next head, an enqueue's key holders,
+-- purge (finished), and the Python reads that walk indexes. In the scripts
+-- without this file common.lua's drop hands the job back, and the store drops
+-- it by job_drop.
 
 -- The fields every job has (load() in common.lua checks the same).
 local REQUIRED = {
