@@ -8,11 +8,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Only paths that exist (an empty directory is not kept by git).
-CODE_PATHS := $(wildcard src tests benchmarks)
+CODE_PATHS := $(wildcard src tests benchmarks examples)
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv test test-fast lint format typecheck pytest ensure-postgres ensure-redis ensure-java ensure-chromium demo bench dist check-wheel clean
+.PHONY: venv test test-fast lint format typecheck pytest docs ensure-postgres ensure-redis ensure-java ensure-chromium demo bench dist check-wheel clean
 
 ## venv: create .venv and install the package with its dev extras (re-run when pyproject.toml changes)
 venv: $(STAMP)
@@ -72,6 +72,11 @@ pytest: venv ensure-postgres ensure-redis ensure-java ensure-chromium
 test-fast: venv
 	CONVEYOR_TEST_FAST=1 $(BIN)/pytest -q -x
 
+## docs: build the documentation site into site/ (a broken link, anchor or reference fails it)
+# Material for MkDocs prints a notice about its future on every build; it is not about this site.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
 ## dist: build the wheel into dist/
 dist: venv
 	rm -rf dist
@@ -87,6 +92,7 @@ test: venv ensure-postgres ensure-redis ensure-java ensure-chromium
 	$(BIN)/ruff format --check $(CODE_PATHS)
 	$(BIN)/mypy --strict src
 	$(BIN)/lint-imports
+	$(MAKE) --no-print-directory docs
 	$(BIN)/pytest -q
 	$(MAKE) --no-print-directory check-wheel
 
@@ -112,4 +118,4 @@ bench: venv ensure-postgres ensure-redis
 	$(BIN)/python benchmarks/store.py
 
 clean:
-	rm -rf $(VENV) .venv-demo .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist src/*.egg-info
+	rm -rf $(VENV) .venv-demo site .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist src/*.egg-info

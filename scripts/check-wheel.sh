@@ -20,21 +20,22 @@ import importlib.metadata, sys
 import conveyor
 from conveyor import App
 assert conveyor.__version__ == importlib.metadata.version("conveyor"), conveyor.__version__
-for extra in ("psycopg", "redis", "click", "starlette", "pyspark"):
+for extra in ("psycopg", "redis", "click", "starlette", "pyspark", "opentelemetry"):
     assert extra not in sys.modules, f"the core imported {extra}"
 print("  core", conveyor.__version__, "ok")
 PY
 
-for extra in postgres redis cli web spark; do
+for extra in postgres redis cli web spark otel; do
     echo "check-wheel: with [$extra]"
     "${pip[@]}" "$wheel[$extra]"
 done
 "$env_dir/bin/python" - <<'PY'
 import conveyor.store.postgres, conveyor.store.redis, conveyor.cli, conveyor.web.server, conveyor.spark
+import conveyor.otel
 from conveyor.store.redis.store import _SCRIPTS
 # The Lua scripts ship in the wheel: every operation, with common.lua prepended.
 assert {"job_claim", "job_finish", "job_insert_many", "job_rescue_expired"} <= set(_SCRIPTS), _SCRIPTS
-print("  postgres, redis (%d scripts), cli, web, spark import ok" % len(_SCRIPTS))
+print("  postgres, redis (%d scripts), cli, web, spark, otel import ok" % len(_SCRIPTS))
 PY
 version=$("$env_dir/bin/conveyor" --version)
 expected=$("$env_dir/bin/python" -c "import conveyor; print(conveyor.__version__)")

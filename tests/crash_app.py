@@ -29,9 +29,8 @@ from urllib.parse import urlsplit
 
 import psycopg
 
-from conveyor import App, FixedBackoff, Retry
+from conveyor import App, Context, FixedBackoff, Retry
 from conveyor.store.dsn import sqlite_path
-from conveyor.worker import Context
 
 TABLES = (
     "CREATE TABLE IF NOT EXISTS done (job_id bigint NOT NULL, worker_pid integer NOT NULL)",
@@ -168,6 +167,32 @@ def register(app: App) -> App:
             "INSERT INTO group_runs (grp, seq, started, ended, pid) VALUES (%s, %s, %s, %s, %s)",
             (group, seq, started, ended, os.getpid()),
         )
+
+    @app.task(max_attempts=5)
+    def stubborn(ctx: Context, seconds: float) -> int:
+        """Its first attempt ignores every stop request for ``seconds``; later ones are quick."""
+        name = worker_name()
+        _write(
+            "INSERT INTO runs (job_id, name, phase, at) VALUES (%s, %s, %s, %s)",
+            (ctx.job_id, f"{name}:{ctx.attempt}", "start", time.monotonic()),
+        )
+        if ctx.attempt == 1:
+            sleep_until(time.monotonic() + seconds)
+        _write(
+            "INSERT INTO runs (job_id, name, phase, at) VALUES (%s, %s, %s, %s)",
+            (ctx.job_id, f"{name}:{ctx.attempt}", "end", time.monotonic()),
+        )
+        return ctx.attempt
+
+    @app.task
+    def forks_a_sleeper(path: str) -> int:
+        """Forks a child that sleeps forever (its pid in ``path``); returns at once."""
+        pid = os.fork()
+        if pid == 0:
+            while True:
+                time.sleep(1)
+        Path(path).write_text(str(pid))
+        return pid
 
     @app.task
     def noop() -> None:

@@ -109,6 +109,13 @@ class RedisServer:
         self.kill()
         self.start()
 
+    def shutdown(self) -> None:
+        """Stop the server cleanly and keep its data: ``start()`` brings it back (an outage)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+        self.process = None
+
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conveyor import App
-from conveyor.worker import Context
+from conveyor import App, Context
 
 app = App()
 

@@ -285,6 +285,84 @@ def test_frozen_worker_cannot_overwrite_the_outcome(crash: App, fleet: Fleet, ds
     assert pid_of(history[4].worker) == b.pid
 
 
+def test_a_claim_parked_behind_a_frozen_attempt_keeps_its_lease(
+    crash: App, fleet: Fleet, dsn: str
+) -> None:
+    """Frozen past two leases while a sync handler runs, the worker claims the job again.
+
+    The new claim waits (parked) for the old handler, which ignores its stop
+    request; meanwhile a rescuer sweeps expired leases every 0.1 s, as other
+    workers' maintenance would. The parked claim's lease must be renewed while
+    it waits, and it starts only after the old handler returned: the handler
+    never runs twice at once, and the job succeeds on its second attempt.
+    """
+
+    def runs() -> list[tuple[str, str, float]]:
+        rows = crash_app.query(
+            dsn, "SELECT name, phase, at FROM runs WHERE job_id = %s ORDER BY at", (job.id,)
+        )
+        return [(str(n), str(p), float(a)) for n, p, a in rows]
+
+    job = crash.tasks["stubborn"].enqueue(6.0)
+    a = fleet.spawn("--concurrency", "2", "--lease", "1", name="A")
+    wait_until(lambda: ("A:1", "start") in [(n, p) for n, p, _ in runs()], 20, "A starts")
+    os.kill(a.pid, signal.SIGSTOP)
+    ensure_sqlite_unlocked(dsn, a)
+    time.sleep(2.5)  # past two leases: nobody renews attempt 1
+    assert crash.store.job_rescue_expired() == [job.id]
+    stop = threading.Event()
+
+    def rescuer() -> None:
+        while not stop.wait(0.1):
+            with contextlib.suppress(Exception):
+                crash.store.job_rescue_expired()
+
+    sweeping = threading.Thread(target=rescuer)
+    sweeping.start()
+    try:
+        os.kill(a.pid, signal.SIGCONT)
+        # A claims attempt 2 while attempt 1's handler still runs (about 3 s more).
+        assert crash.wait(job.id, timeout=30) == 2
+    finally:
+        stop.set()
+        sweeping.join()
+    final = crash.get(job.id)
+    assert final.state == JobState.SUCCEEDED and final.attempts == 2, final
+    trace = runs()
+    assert [(n, p) for n, p, _ in trace] == [
+        ("A:1", "start"),
+        ("A:1", "end"),
+        ("A:2", "start"),
+        ("A:2", "end"),
+    ]
+    # Never at once: attempt 2 started after attempt 1's handler returned.
+    assert trace[2][2] >= trace[1][2]
+    assert kinds(crash, job.id) == ["enqueued", "claimed", "rescued", "claimed", "succeeded"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_process_forked_by_a_handler_dies_with_its_worker(
+    crash: App, fleet: Fleet, tmp_path: Path
+) -> None:
+    pid_file = tmp_path / "child.pid"
+    job = crash.tasks["forks_a_sleeper"].enqueue(str(pid_file))
+    worker = fleet.spawn("--concurrency", "1", name="A")
+    child = crash.wait(job.id, timeout=30)
+    assert int(pid_file.read_text()) == child and alive(child)
+    worker.kill()  # SIGKILL: no clean-up of its own runs
+    worker.wait(timeout=10)
+    wait_until(lambda: not alive(child), 10, "the forked child ends with its worker")
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie, dead but not yet reaped, is not alive)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in status
+
+
 # --- 3. PostgreSQL restarted -----------------------------------------------------------
 
 

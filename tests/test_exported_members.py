@@ -8,7 +8,10 @@ import conveyor
 
 PUBLIC = [
     "App",
+    "BatchStatus",
+    "CancelSignal",
     "ConfigurationError",
+    "Context",
     "ConveyorError",
     "Event",
     "ExponentialBackoff",
@@ -22,8 +25,12 @@ PUBLIC = [
     "JobState",
     "JobStateError",
     "LeaseLostError",
+    "LimitStatus",
+    "Middleware",
+    "NewJob",
     "Retry",
     "SchemaMissingError",
+    "Stats",
     "StoreUnavailableError",
     "Task",
     "UnknownTaskError",
@@ -48,3 +55,49 @@ def test_every_exported_name_exists_and_nothing_public_is_left_out() -> None:
 
 def test_the_version_is_the_package_metadata() -> None:
     assert conveyor.__version__ == importlib.metadata.version("conveyor")
+
+
+#: Public App methods with no async twin, and why.
+NO_TWIN = {
+    "close": "closing is immediate and must also run outside an event loop",
+    "set_inline": "a switch for tests, no I/O",
+    "task": "a decorator, no I/O",
+    "periodic": "a decorator, no I/O",
+    "worker": "builds a Worker; its run() blocks by design",
+    "run_worker": "blocks until the worker stops by design",
+    "consume": "aconsume is its own async iterator",
+    "aconsume": "the async iterator itself",
+    "get_task": "a lookup in this process, no I/O",
+    "enqueue_calls": "the building block of enqueue; aenqueue covers it",
+    "wait": "await_result is its asyncio form (it waits on a notification, not a thread)",
+    "await_result": "the asyncio form of wait",
+    "migrate": "run once at deploy time, from a script or the CLI",
+    "check_schema": "called once at start by the worker, the CLI and the dashboard",
+    "apply_retention": "maintenance runs it in its own thread",
+    "middleware_chain": "a lookup in this process, no I/O",
+}
+
+
+def test_every_public_app_method_has_an_async_twin_with_the_same_parameters() -> None:
+    import inspect
+
+    from conveyor import App
+
+    public = {
+        name: member
+        for name, member in inspect.getmembers(App, inspect.isfunction)
+        if not name.startswith("_")
+    }
+    twins = {name for name in public if name.startswith("a") and name[1:] in public}
+    missing = []
+    for name, method in sorted(public.items()):
+        if name in twins or name in NO_TWIN:
+            continue
+        twin = public.get(f"a{name}")
+        if twin is None:
+            missing.append(name)
+            continue
+        assert inspect.iscoroutinefunction(twin), name
+        assert inspect.signature(twin) == inspect.signature(method), name
+    assert missing == [], f"public App methods without an async twin: {missing}"
+    assert set(NO_TWIN) <= set(public), set(NO_TWIN) - set(public)

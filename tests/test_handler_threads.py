@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from conveyor import App
+from conveyor.context import Context
 from conveyor.job import utcnow
-from conveyor.worker.context import Context
 from conveyor.worker.executor import Running, poison_outcome
 from conveyor.worker.handler_threads import HandlerThreads
 

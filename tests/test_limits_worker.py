@@ -14,9 +14,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from conveyor import App, JobState
+from conveyor import App, Context, JobState
 from conveyor.store.postgres import listener as pg_listener
-from conveyor.worker import Context
 
 T = TypeVar("T")
 DEADLINE = 20.0

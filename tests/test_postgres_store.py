@@ -23,7 +23,14 @@ import pytest
 
 from conveyor.errors import ConfigurationError, JobStateError, StoreUnavailableError
 from conveyor.job import Event, Job, JobState, NewJob
-from conveyor.store.base import Finish, JobFilter, Lease, Store
+from conveyor.store.base import (
+    DurabilityReport,
+    Finish,
+    JobFilter,
+    Lease,
+    Store,
+    TransactionalStore,
+)
 from conveyor.store.postgres import PostgresStore
 from conveyor.store.sqlite import SQLiteStore
 from outcomes import Failure, cancelled, released
@@ -334,7 +341,8 @@ def test_same_answers_as_sqlite(lite: SQLiteStore, pg: PostgresStore) -> None:
 
 
 def test_description_and_flags(pg: PostgresStore, pg_clean_dsn: str) -> None:
-    assert pg.supports_listen_notify and pg.supports_external_transactions
+    assert isinstance(pg, Store) and isinstance(pg, TransactionalStore)
+    assert not isinstance(pg, DurabilityReport)
     assert pg.description.startswith("PostgreSQL at 127.0.0.1:")
     assert pg.description.endswith("/" + pg_clean_dsn.rsplit("/", 1)[1])
     assert "@" not in pg.description

@@ -23,13 +23,12 @@ import pytest
 import redis
 
 import crash_app
-from conveyor import App, JobState
+from conveyor import App, Context, JobState
 from conveyor.errors import ConfigurationError, StoreUnavailableError
 from conveyor.job import NewJob, utcnow
-from conveyor.store.base import Finish
+from conveyor.store.base import DurabilityReport, Finish, Store, TransactionalStore
 from conveyor.store.dsn import open_store
 from conveyor.store.redis import RedisStore
-from conveyor.worker import Context
 from redis_server import RedisServer
 from test_crash import Fleet, counts
 from waiting import wait_until
@@ -417,8 +416,8 @@ def test_the_store_is_a_redis_store(redis_clean_dsn: str) -> None:
     store = open_store(redis_clean_dsn)
     try:
         assert isinstance(store, RedisStore)
-        assert store.supports_listen_notify is True
-        assert store.supports_external_transactions is False
+        assert isinstance(store, Store) and isinstance(store, DurabilityReport)
+        assert not isinstance(store, TransactionalStore)
     finally:
         store.close()
     assert os.environ.get("CONVEYOR_TEST_FAST") != "1"  # deselected in the fast loop

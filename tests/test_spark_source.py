@@ -309,7 +309,7 @@ def test_read_gives_typed_jobs(spark: SparkSession, dsn: str, store: Store) -> N
     assert states == {"succeeded": 10, "failed": 5, "queued": 25}
     # Compared in Spark: collect() would give naive datetimes in the local zone. Filtered
     # queries come last: Spark 4.3 keeps a loaded DataFrame's first pushed-down plan for its
-    # later unfiltered queries (see the README), so those run on the DataFrame first.
+    # later unfiltered queries (see docs/spark.md), so those run on the DataFrame first.
     assert frame.where(F.col("created_at") == F.lit(T0)).count() == 40
     assert frame.where(F.col("finished_at") == F.lit(T0 + timedelta(seconds=10))).count() == 10
     events = spark.read.format("conveyor").option("dsn", dsn).option("table", "events").load()

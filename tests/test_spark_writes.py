@@ -214,7 +214,7 @@ def test_a_rerun_under_the_same_write_id_enqueues_nothing(
 def test_the_daily_pipeline_idiom_is_idempotent(
     spark: SparkSession, dsn: str, store: Store
 ) -> None:
-    """The README's idiom: a key of the day and the item, kept forever."""
+    """The Spark guide's idiom (docs/spark.md): a key of the day and the item, kept forever."""
     frame = items(spark, 10).withColumn("job_key", F.concat(F.lit("2026-11-23:"), F.col("id")))
     options = {"task": "resize", "keyColumn": "job_key", "unique": "forever"}
     assert enqueue(frame, dsn, excludeColumns="job_key", **options).enqueued == 10

@@ -1,4 +1,4 @@
-"""The store contract: DESIGN.md's state machine, checked on every backend.
+"""The store contract: the state machine of docs/architecture.md, checked on every backend.
 
 Each test runs once per backend through the ``store`` fixture. The clock is
 fixed: every call takes ``now`` as T0 plus an offset, never the wall clock.

@@ -1,8 +1,8 @@
 """A real store, driven by random sequences of operations, checked against a model.
 
-The model is a small piece of plain Python that restates DESIGN.md's state
-machine: which jobs a claim hands out (priority first, then oldest; only ready
-jobs: due, in a queue that is not paused, and the oldest queued job of a group
+The model is a small piece of plain Python that restates the state machine
+of docs/architecture.md: which jobs a claim hands out (priority first, then
+oldest; only ready jobs: due, in a queue that is not paused, and the oldest queued job of a group
 with no running job), what every lease-checked write does with a held or a
 stale lease, and what rescue, cancel, manual retry and purge do. After every
 step the store must hold exactly the model's jobs in the model's states, with

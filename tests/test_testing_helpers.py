@@ -6,9 +6,8 @@ import asyncio
 
 import pytest
 
-from conveyor import App, Fail, FixedBackoff, JobFailed, JobState, Retry
+from conveyor import App, Context, Fail, FixedBackoff, JobFailed, JobState, Retry
 from conveyor.testing import assert_enqueued, drain, enqueued_jobs, inline, refute_enqueued
-from conveyor.worker import Context
 
 
 def kinds(app: App, job_id: int) -> list[str]:
@@ -174,3 +173,17 @@ def test_enqueued_jobs_reads_past_one_page(app: App) -> None:
     found = enqueued_jobs(app, item)
     assert [j.args[0] for j in found] == list(range(1203))  # oldest first
     assert [j.args[0] for j in enqueued_jobs(app, item, args=[1202])] == [1202]
+
+
+def test_jobs_found_by_the_helpers_can_be_waited_for(app: App) -> None:
+    from conveyor.testing import drain
+
+    @app.task
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    add.enqueue(2, 3)
+    (found,) = enqueued_jobs(app, add, args=[2, 3])
+    drain(app)
+    assert found.refresh().state == JobState.SUCCEEDED
+    assert found.wait(timeout=5) == 5

@@ -26,6 +26,7 @@ import pytest
 
 from conveyor import (
     App,
+    Context,
     Fail,
     FixedBackoff,
     JobCancelled,
@@ -36,7 +37,6 @@ from conveyor import (
 from conveyor.job import Event, utcnow
 from conveyor.store.base import Finish
 from conveyor.store.postgres import listener as pg_listener
-from conveyor.worker import Context
 from conveyor.worker.maintenance import Maintenance
 from store_fixtures import sql_only
 from waiting import wait_until

@@ -19,12 +19,11 @@ from typing import Any
 
 import pytest
 
-from conveyor import App, FixedBackoff, JobCancelled, JobFailed, JobState, Retry
+from conveyor import App, Context, FixedBackoff, JobCancelled, JobFailed, JobState, Retry
 from conveyor.errors import ConfigurationError, InvalidJobError
 from conveyor.job import MAX_JSON_DEPTH, NewJob, utcnow
 from conveyor.schedule import Every
 from conveyor.store.postgres import listener as pg_listener
-from conveyor.worker import Context
 from conveyor.worker.maintenance import Maintenance
 from waiting import wait_until
 

@@ -1,6 +1,7 @@
-"""conveyor: a durable job queue for Python on SQLite and PostgreSQL."""
+"""conveyor: a durable job queue for Python on SQLite, PostgreSQL and Redis."""
 
 from conveyor.app import App
+from conveyor.context import CancelSignal, Context
 from conveyor.errors import (
     ConfigurationError,
     ConveyorError,
@@ -16,14 +17,19 @@ from conveyor.errors import (
     StoreUnavailableError,
     UnknownTaskError,
 )
-from conveyor.job import Event, Job, JobState
+from conveyor.job import Event, Job, JobState, NewJob
+from conveyor.middleware import Middleware
 from conveyor.retry import ExponentialBackoff, FixedBackoff
+from conveyor.store.base import BatchStatus, LimitStatus, Stats
 from conveyor.task import Task
 from conveyor.version import __version__
 
 __all__ = [
     "App",
+    "BatchStatus",
+    "CancelSignal",
     "ConfigurationError",
+    "Context",
     "ConveyorError",
     "Event",
     "ExponentialBackoff",
@@ -37,8 +43,12 @@ __all__ = [
     "JobState",
     "JobStateError",
     "LeaseLostError",
+    "LimitStatus",
+    "Middleware",
+    "NewJob",
     "Retry",
     "SchemaMissingError",
+    "Stats",
     "StoreUnavailableError",
     "Task",
     "UnknownTaskError",

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import math
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast, overload
 
 from conveyor.errors import (
     ConfigurationError,
@@ -31,6 +32,7 @@ from conveyor.job import (
     Job,
     JobState,
     NewJob,
+    check_headers,
     encode_payload,
     resolve_run_at,
     utcnow,
@@ -40,9 +42,24 @@ from conveyor.job import (
     validate_priority,
 )
 from conveyor.limits import QueueLimits, Rate, make_limit, throttle_seconds
+from conveyor.middleware import Middleware, around_enqueue, check_middleware
+from conveyor.middleware import chain as middleware_chain
 from conveyor.retry import Backoff, check_backoff
 from conveyor.schedule import Periodic, make_schedule
-from conveyor.store.base import BatchStatus, JobFilter, JobSelection, LimitStatus, Stats, Store
+from conveyor.store.base import (
+    BatchStatus,
+    DurabilityReport,
+    FlowControlStore,
+    JobFilter,
+    JobSelection,
+    JobStore,
+    LimitStatus,
+    OperatorStore,
+    Stats,
+    Store,
+    TransactionalStore,
+    require,
+)
 from conveyor.store.dsn import open_store
 from conveyor.task import EnqueueOptions, Task
 from conveyor.worker.changes import ChangeHub
@@ -62,28 +79,72 @@ DEFAULT_MAX_ATTEMPTS = 3
 _UNSET: Any = object()
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def needs(capability: type, what: str) -> Callable[[F], F]:
+    """An App method that needs a capability beyond the core: refused up front without it."""
+
+    def decorate(method: F) -> F:
+        @functools.wraps(method)
+        def checked(self: App, /, *args: Any, **kwargs: Any) -> Any:
+            require(self.store, capability, what)
+            return method(self, *args, **kwargs)
+
+        return cast(F, checked)
+
+    return decorate
+
+
+S = TypeVar("S")
+
+
+def async_twin(
+    method: Callable[Concatenate[S, P], R],
+) -> Callable[Concatenate[S, P], Coroutine[Any, Any, R]]:
+    """The asyncio twin of a blocking method: the same parameters, run in a worker thread."""
+
+    @functools.wraps(method)
+    async def twin(self: S, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return await asyncio.to_thread(method, self, *args, **kwargs)
+
+    twin.__name__ = f"a{method.__name__}"
+    twin.__qualname__ = f"{method.__qualname__.rpartition('.')[0]}.a{method.__name__}".lstrip(".")
+    twin.__doc__ = f"``{method.__name__}`` for asyncio code: the same call, run in a worker thread."
+    return twin
+
+
 class App:
     """A conveyor application: where tasks are registered and jobs are enqueued and read.
 
     ``App()`` opens the store named by ``CONVEYOR_DSN``, else ``./conveyor.db``.
     ``store_options`` go to the backend (for PostgreSQL: ``min_size``, ``max_size``,
     ``connect_timeout``; for Redis: ``connect_timeout``, ``socket_timeout``).
+    ``middleware`` wraps every enqueue and every attempt, in order (see
+    ``conveyor.middleware``).
     """
 
     def __init__(
         self,
         dsn: str | None = None,
         *,
-        store: Store | None = None,
+        store: JobStore | None = None,
         retention: timedelta | None = None,
         inline: bool = False,
         retention_by_state: Mapping[str, timedelta] | None = None,
         keep_finished: int | Mapping[str, int] | None = None,
+        middleware: Sequence[Middleware] | None = None,
         **store_options: Any,
     ):
         if store is not None and dsn is not None:
             raise ConfigurationError("give App a dsn or a store, not both")
-        self.store: Store = store if store is not None else open_store(dsn, **store_options)
+        #: This App's middleware, after the globally installed ones (``middleware_chain``).
+        self.middleware = check_middleware(middleware)
+        # A store may have only the core (JobStore): workers and consumers need no
+        # more, and the methods that need a capability check it (``needs``).
+        self.store: Store = (
+            cast(Store, store) if store is not None else open_store(dsn, **store_options)
+        )
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.periodic_tasks: list[Periodic] = []
         #: Finished jobs older than this are purged by the workers' maintenance (off when None).
@@ -111,6 +172,7 @@ class App:
         self.close()
 
     def close(self) -> None:
+        """Release its consumers' jobs, stop its change feed, close the store's connections."""
         for consumer in list(self._consumers):
             consumer.close()
         self.changes.close()
@@ -132,6 +194,10 @@ class App:
         for queue in dict.fromkeys(job.queue for job in jobs):
             drain(self, [queue], with_scheduled=self._inline_with_scheduled)
         return [self.get(job.id) for job in jobs]
+
+    def middleware_chain(self) -> tuple[Middleware, ...]:
+        """The middleware around each enqueue and attempt: the installed ones, then the App's."""
+        return middleware_chain(self.middleware)
 
     def migrate(self) -> int:
         """Bring the database schema up to date; return its version."""
@@ -293,6 +359,7 @@ class App:
         return aconsume(self, queues, group, lease, poll_interval, idle_timeout)
 
     def get_task(self, name: str) -> Task[Any, Any]:
+        """The registered task of that name; UnknownTaskError lists the known ones."""
         try:
             return self.tasks[name]
         except KeyError:
@@ -305,6 +372,7 @@ class App:
 
     def enqueue(
         self,
+        /,
         task: str,
         args: Sequence[Any] = (),
         kwargs: dict[str, Any] | None = None,
@@ -317,15 +385,6 @@ class App:
         """
         opts = EnqueueOptions(**options)
         return self.enqueue_calls(task, [(args, kwargs or {})], opts)[0]
-
-    async def aenqueue(
-        self,
-        task: str,
-        args: Sequence[Any] = (),
-        kwargs: dict[str, Any] | None = None,
-        **options: Any,
-    ) -> Job:
-        return await asyncio.to_thread(self.enqueue, task, args, kwargs, **options)
 
     def enqueue_calls(
         self,
@@ -355,6 +414,7 @@ class App:
         )
         now = utcnow()
         run_at = resolve_run_at(now, opts.delay, opts.run_at)
+        headers = check_headers(opts.headers)
         new_jobs = []
         for args, kwargs in calls:
             args_json, kwargs_json = encode_payload(args, kwargs)
@@ -372,20 +432,38 @@ class App:
                     group=opts.group,
                     batch=opts.batch,
                     limit_key=opts.limit_key,
+                    headers=dict(headers) if headers else None,
                 )
             )
         if opts.key is not None and len(new_jobs) > 1:
             # One key for many calls would silently collapse them into one job.
             raise InvalidJobError("key applies to one job; give each call its own key")
-        jobs = self.store.job_insert_many(new_jobs, now, connection=opts.connection)
-        self.changes.publish("jobs", queue)  # wakes this process's workers at once
+        if opts.connection is not None:
+            require(self.store, TransactionalStore, "enqueue inside a caller's transaction")
+        chain = self.middleware_chain()
+        if chain:
+            jobs = around_enqueue(
+                chain, new_jobs, lambda: self._insert(new_jobs, now, [queue], opts.connection)
+            )
+        else:
+            jobs = self._insert(new_jobs, now, [queue], opts.connection)
+        if self.inline and opts.connection is None:
+            jobs = self._run_inline(jobs)
+        return jobs
+
+    def _insert(
+        self, new_jobs: list[NewJob], now: datetime, queues: Iterable[str], connection: Any = None
+    ) -> list[Job]:
+        """Insert checked jobs of ``queues``; wake this process's workers; attach the jobs."""
+        jobs = self.store.job_insert_many(new_jobs, now, connection=connection)
+        for queue in queues:
+            self.changes.publish("jobs", queue)  # wakes this process's workers at once
         for job in jobs:
             # A new job is built from this call's ``now``; a job read back (one that
             # holds the key already) carries the time it was really created.
             job.existing = job.key is not None and job.created_at != now
-        if self.inline and opts.connection is None:
-            jobs = self._run_inline(jobs)
-        return [self._attach(job) for job in jobs]
+            self._attach(job)
+        return jobs
 
     def enqueue_many(self, jobs: Iterable[NewJob]) -> list[Job]:
         """Insert prepared NewJob records in one transaction (the fast path of bulk loaders).
@@ -394,12 +472,16 @@ class App:
         when one is refused.
         """
         new_jobs = [validate_new_job(job) for job in jobs]
-        inserted = self.store.job_insert_many(new_jobs, utcnow())
-        for queue in dict.fromkeys(job.queue for job in new_jobs):
-            self.changes.publish("jobs", queue)
+        now = utcnow()
+        queues = dict.fromkeys(job.queue for job in new_jobs)
+        chain = self.middleware_chain()
+        if chain:
+            inserted = around_enqueue(chain, new_jobs, lambda: self._insert(new_jobs, now, queues))
+        else:
+            inserted = self._insert(new_jobs, now, queues)
         if self.inline:
             inserted = self._run_inline(inserted)
-        return [self._attach(job) for job in inserted]
+        return inserted
 
     # --- reading ----------------------------------------------------------------
 
@@ -408,10 +490,13 @@ class App:
         return job
 
     def get(self, job_id: int) -> Job:
+        """The job as stored now; JobNotFoundError if there is none (never created, or purged,
+        or, on Redis, dropped because its data was deleted, evicted or incomplete)."""
         job = self.store.job_get(job_id)
         if job is None:
-            # A job Redis dropped (its data deleted or evicted) says so until retention.
-            for event in self.store.event_list(job_id):
+            # A job Redis dropped says so, with when and why, until retention forgets it.
+            history = self.store.event_list(job_id) if isinstance(self.store, OperatorStore) else []
+            for event in history:
                 if event.kind == EventKind.DROPPED:
                     raise JobNotFoundError(
                         f"job {job_id} was dropped at {event.at:%Y-%m-%d %H:%M:%S} UTC: "
@@ -420,11 +505,10 @@ class App:
             raise JobNotFoundError(f"no job with id {job_id} (never created, or purged)")
         return self._attach(job)
 
-    async def aget(self, job_id: int) -> Job:
-        return await asyncio.to_thread(self.get, job_id)
-
+    @needs(OperatorStore, "list jobs")
     def jobs(
         self,
+        /,
         state: JobState | str | None = None,
         queue: str | None = None,
         task: str | None = None,
@@ -460,13 +544,17 @@ class App:
         )
         return [self._attach(job) for job in self.store.job_list(job_filter)]
 
+    @needs(OperatorStore, "read a job's history")
     def events(self, job_id: int) -> list[Any]:
         """The job's history, oldest first."""
         return list(self.store.event_list(job_id))
 
+    @needs(OperatorStore, "count jobs")
     def stats(self) -> Stats:
+        """Counts per queue and state, oldest ready age, jobs finished in the last minute."""
         return self.store.stats(utcnow())
 
+    @needs(OperatorStore, "count a batch")
     def batch_status(self, batch: str) -> BatchStatus:
         """How many of a batch's jobs are done (succeeded), failed, cancelled and outstanding.
 
@@ -495,10 +583,9 @@ class App:
             "latency_ms": round((time.perf_counter() - started) * 1000, 3),
         }
         # Stores whose durability depends on the server's settings (Redis) say so.
-        durability = getattr(self.store, "durability", None)
-        if durability is not None:
+        if isinstance(self.store, DurabilityReport):
             try:
-                health["persistence"], warning = durability()
+                health["persistence"], warning = self.store.durability()
             except Exception as exc:
                 health["persistence"], warning = "unknown", f"cannot read persistence: {exc}"
             if warning is not None:
@@ -507,6 +594,7 @@ class App:
 
     # --- operating ----------------------------------------------------------------
 
+    @needs(OperatorStore, "cancel jobs")
     def cancel(self, job_id: int) -> Job:
         """Cancel a queued job, ask the worker of a running one to stop; a finished job stays."""
         job = self.store.job_cancel(job_id, utcnow())
@@ -517,6 +605,7 @@ class App:
             self.changes.publish("cancel", f"{job.id}:{job.lease_token}")
         return self._attach(job)
 
+    @needs(OperatorStore, "retry jobs")
     def retry(self, job_id: int) -> Job:
         """Queue a failed or cancelled job again with its attempts reset."""
         job = self.store.job_retry(job_id, utcnow())
@@ -524,6 +613,7 @@ class App:
             raise JobNotFoundError(f"no job with id {job_id}")
         return self._attach(job)
 
+    @needs(OperatorStore, "retry jobs")
     def retry_failed(
         self,
         queue: str | None = None,
@@ -551,6 +641,7 @@ class App:
             if on_batch is not None:
                 on_batch(len(ids))
 
+    @needs(OperatorStore, "purge jobs")
     def purge(
         self,
         older_than: timedelta,
@@ -583,48 +674,15 @@ class App:
             if on_batch is not None:
                 on_batch(deleted)
 
+    @needs(OperatorStore, "pause queues")
     def pause(self, queue: str) -> None:
         """Stop workers from claiming from ``queue``; running jobs finish."""
         self.store.queue_pause(validate_name("queue", queue) or queue, utcnow())
 
+    @needs(OperatorStore, "resume queues")
     def resume(self, queue: str) -> None:
+        """Let workers claim from a paused ``queue`` again."""
         self.store.queue_resume(validate_name("queue", queue) or queue, utcnow())
-
-    # --- async twins: the calls above for asyncio code, run in a worker thread ----
-
-    async def ajobs(
-        self,
-        state: JobState | str | None = None,
-        queue: str | None = None,
-        task: str | None = None,
-        limit: int = 100,
-        **filters: Any,
-    ) -> list[Job]:
-        return await asyncio.to_thread(self.jobs, state, queue, task, limit, **filters)
-
-    async def aevents(self, job_id: int) -> list[Any]:
-        return await asyncio.to_thread(self.events, job_id)
-
-    async def astats(self) -> Stats:
-        return await asyncio.to_thread(self.stats)
-
-    async def abatch_status(self, batch: str) -> BatchStatus:
-        return await asyncio.to_thread(self.batch_status, batch)
-
-    async def acancel(self, job_id: int) -> Job:
-        return await asyncio.to_thread(self.cancel, job_id)
-
-    async def aretry(self, job_id: int) -> Job:
-        return await asyncio.to_thread(self.retry, job_id)
-
-    async def apurge(self, older_than: timedelta) -> int:
-        return await asyncio.to_thread(self.purge, older_than)
-
-    async def apause(self, queue: str) -> None:
-        await asyncio.to_thread(self.pause, queue)
-
-    async def aresume(self, queue: str) -> None:
-        await asyncio.to_thread(self.resume, queue)
 
     # --- waiting ----------------------------------------------------------------
 
@@ -681,6 +739,7 @@ class App:
             self.changes.remove(listener)
 
     async def await_result(self, job_id: int, timeout: float | None = None) -> Any:
+        """``wait`` for async code: does not block the event loop."""
         return await asyncio.to_thread(self.wait, job_id, timeout)
 
     # --- operating in bulk, groups, retention -----------------------------------------
@@ -712,7 +771,10 @@ class App:
             )
         return version
 
-    def count_jobs(self, ids: Sequence[int] | None = None, **filters: str | None) -> dict[str, int]:
+    @needs(OperatorStore, "count jobs")
+    def count_jobs(
+        self, /, ids: Sequence[int] | None = None, **filters: str | None
+    ) -> dict[str, int]:
         """Jobs matching ``ids`` and/or filters, per detailed state (zeros left out).
 
         Filters: state (a state, or ready, scheduled, retrying), queue, task, group,
@@ -724,8 +786,10 @@ class App:
         counts = self.store.job_count_selected(selection, utcnow())
         return {state: counts[state] for state in DETAILED_STATES if counts.get(state)}
 
+    @needs(OperatorStore, "retry jobs")
     def retry_jobs(
         self,
+        /,
         ids: Sequence[int] | None = None,
         *,
         on_batch: Callable[[int], None] | None = None,
@@ -741,8 +805,10 @@ class App:
             on_batch,
         )  # fmt: skip
 
+    @needs(OperatorStore, "cancel jobs")
     def cancel_jobs(
         self,
+        /,
         ids: Sequence[int] | None = None,
         *,
         on_batch: Callable[[int], None] | None = None,
@@ -758,8 +824,10 @@ class App:
             on_batch,
         )  # fmt: skip
 
+    @needs(OperatorStore, "delete jobs")
     def delete_jobs(
         self,
+        /,
         ids: Sequence[int] | None = None,
         *,
         on_batch: Callable[[int], None] | None = None,
@@ -774,8 +842,10 @@ class App:
             lambda job_ids, now: self.store.job_delete_many(job_ids), on_batch,
         )  # fmt: skip
 
+    @needs(OperatorStore, "run jobs now")
     def run_jobs_now(
         self,
+        /,
         ids: Sequence[int] | None = None,
         *,
         on_batch: Callable[[int], None] | None = None,
@@ -787,8 +857,10 @@ class App:
             on_batch,
         )  # fmt: skip
 
+    @needs(OperatorStore, "take jobs back")
     def take_back(
         self,
+        /,
         ids: Sequence[int] | None = None,
         *,
         on_batch: Callable[[int], None] | None = None,
@@ -846,28 +918,7 @@ class App:
                 before = page[-1].id
         return total
 
-    # Async twins, run in a worker thread like the others.
-
-    async def acount_jobs(
-        self, ids: Sequence[int] | None = None, **filters: str | None
-    ) -> dict[str, int]:
-        return await asyncio.to_thread(self.count_jobs, ids, **filters)
-
-    async def aretry_jobs(self, ids: Sequence[int] | None = None, **filters: str | None) -> int:
-        return await asyncio.to_thread(_with_filters, self.retry_jobs, ids, filters)
-
-    async def acancel_jobs(self, ids: Sequence[int] | None = None, **filters: str | None) -> int:
-        return await asyncio.to_thread(_with_filters, self.cancel_jobs, ids, filters)
-
-    async def adelete_jobs(self, ids: Sequence[int] | None = None, **filters: str | None) -> int:
-        return await asyncio.to_thread(_with_filters, self.delete_jobs, ids, filters)
-
-    async def arun_jobs_now(self, ids: Sequence[int] | None = None, **filters: str | None) -> int:
-        return await asyncio.to_thread(_with_filters, self.run_jobs_now, ids, filters)
-
-    async def atake_back(self, ids: Sequence[int] | None = None, **filters: str | None) -> int:
-        return await asyncio.to_thread(_with_filters, self.take_back, ids, filters)
-
+    @needs(OperatorStore, "delete queues")
     def delete_queue(self, queue: str) -> int:
         """Delete a queue: its jobs (queued and finished) and their history, and its pause.
 
@@ -886,6 +937,7 @@ class App:
         self.store.queue_delete(queue)
         return deleted
 
+    @needs(OperatorStore, "count purgeable jobs")
     def purge_count(
         self,
         older_than: timedelta,
@@ -900,6 +952,7 @@ class App:
             validate_name("queue", queue)
         return self.store.job_purge_count(utcnow() - older_than, check_final_states(states), queue)
 
+    @needs(OperatorStore, "apply retention")
     def apply_retention(self, now: datetime) -> int:
         """One round of retention, run by the workers' maintenance; returns the jobs deleted.
 
@@ -930,6 +983,7 @@ class App:
 
     # --- flow control: rate and concurrency limits ----------------------------------
 
+    @needs(FlowControlStore, "set limits")
     def limit(
         self,
         queue: str,
@@ -961,10 +1015,12 @@ class App:
         chosen = make_limit(rate, concurrency)
         return self.store.limit_set(queue, chosen, per_key, utcnow())
 
+    @needs(FlowControlStore, "read limits")
     def limits(self) -> dict[str, LimitStatus]:
         """Every queue's limits and how full they are now: running, started, room, held back."""
         return {status.queue: status for status in self.store.limit_status(utcnow())}
 
+    @needs(FlowControlStore, "throttle queues")
     def throttle(
         self, queue: str, seconds: float | timedelta, *, limit_key: str | None = None
     ) -> datetime:
@@ -980,25 +1036,36 @@ class App:
         length = throttle_seconds(seconds, allow_zero=True)
         return self.store.limit_throttle(queue, limit_key, length)
 
-    async def alimit(
-        self,
-        queue: str,
-        rate: str | Rate | None = _UNSET,
-        *,
-        concurrency: int | None = None,
-        per_key: bool = False,
-    ) -> QueueLimits | None:
-        return await asyncio.to_thread(
-            self.limit, queue, rate, concurrency=concurrency, per_key=per_key
-        )
+    # --- async twins ------------------------------------------------------------------
+    # Every call above for asyncio code, run in a worker thread. Made from the sync
+    # methods, so that their parameters cannot drift from them; a test checks that
+    # every public method has its twin (or is listed as having none, and why).
 
-    async def alimits(self) -> dict[str, LimitStatus]:
-        return await asyncio.to_thread(self.limits)
-
-    async def athrottle(
-        self, queue: str, seconds: float | timedelta, *, limit_key: str | None = None
-    ) -> datetime:
-        return await asyncio.to_thread(self.throttle, queue, seconds, limit_key=limit_key)
+    aenqueue = async_twin(enqueue)
+    aenqueue_many = async_twin(enqueue_many)
+    aget = async_twin(get)
+    ajobs = async_twin(jobs)
+    aevents = async_twin(events)
+    astats = async_twin(stats)
+    abatch_status = async_twin(batch_status)
+    ahealth = async_twin(health)
+    acancel = async_twin(cancel)
+    aretry = async_twin(retry)
+    aretry_failed = async_twin(retry_failed)
+    apurge = async_twin(purge)
+    apurge_count = async_twin(purge_count)
+    apause = async_twin(pause)
+    aresume = async_twin(resume)
+    acount_jobs = async_twin(count_jobs)
+    aretry_jobs = async_twin(retry_jobs)
+    acancel_jobs = async_twin(cancel_jobs)
+    adelete_jobs = async_twin(delete_jobs)
+    arun_jobs_now = async_twin(run_jobs_now)
+    atake_back = async_twin(take_back)
+    adelete_queue = async_twin(delete_queue)
+    alimit = async_twin(limit)
+    alimits = async_twin(limits)
+    athrottle = async_twin(throttle)
 
 
 #: Jobs acted on per transaction by a bulk action.
@@ -1015,13 +1082,6 @@ BULK_ACTIONS: dict[str, tuple[str, ...]] = {
     "take_back": ("running",),
 }
 SELECTION_FILTERS = ("state", "queue", "task", "group", "batch", "error", "worker")
-
-
-def _with_filters(
-    action: Callable[..., int], ids: Sequence[int] | None, filters: dict[str, str | None]
-) -> int:
-    """``action(ids, **filters)``: the async twins hand the filters over as one mapping."""
-    return action(ids, **filters)
 
 
 def job_selection(ids: Sequence[int] | None = None, **filters: str | None) -> JobSelection:

@@ -9,7 +9,7 @@ class ConveyorError(Exception):
     """Base class of every error conveyor raises."""
 
 
-class ConfigurationError(ConveyorError):
+class ConfigurationError(ConveyorError, ValueError):
     """A DSN, an option or a name is malformed; the message says how to fix it."""
 
 

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Protocol
 
+from conveyor.errors import ConfigurationError
+
 
 class Backoff(Protocol):
     def delay(self, attempt: int) -> float:
@@ -30,7 +32,7 @@ class ExponentialBackoff:
 
     def __post_init__(self) -> None:
         if self.base < 0 or self.factor < 1 or self.maximum < 0 or not 0 <= self.jitter <= 1:
-            raise ValueError(
+            raise ConfigurationError(
                 "ExponentialBackoff needs base >= 0, factor >= 1, maximum >= 0, 0 <= jitter <= 1"
             )
 
@@ -57,7 +59,9 @@ class FixedBackoff:
         if isinstance(seconds, bool) or not isinstance(seconds, int | float):
             raise TypeError(f"FixedBackoff needs seconds or a timedelta, got {self.seconds!r}")
         if not math.isfinite(seconds) or seconds < 0:
-            raise ValueError(f"FixedBackoff needs a finite delay >= 0, got {self.seconds!r}")
+            raise ConfigurationError(
+                f"FixedBackoff needs a finite delay >= 0, got {self.seconds!r}"
+            )
         object.__setattr__(self, "seconds", float(seconds))
 
     def delay(self, attempt: int) -> float:
@@ -81,7 +85,7 @@ def check_backoff(backoff: object) -> Backoff:
                 "it must return a number of seconds"
             )
         if not math.isfinite(seconds) or seconds < 0 or seconds > 10 * 365 * 86400:
-            raise ValueError(
+            raise ConfigurationError(
                 f"backoff {backoff!r}.delay({attempt}) returned {seconds!r}; "
                 "it must be a finite number of seconds from 0 to ten years"
             )

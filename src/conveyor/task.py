@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import typing
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
-from conveyor.errors import InvalidJobError
+from conveyor.context import Context
+from conveyor.errors import ConfigurationError, InvalidJobError
 from conveyor.job import Job, Unique
 from conveyor.retry import DEFAULT_BACKOFF, Backoff
 
@@ -36,19 +38,70 @@ class EnqueueOptions:
     limit_key: str | None = None
     #: A DB-API connection with an open transaction: the job commits with the caller's rows.
     connection: Any = None
+    #: Metadata stored with the job for the worker side (``job.headers``): strings by name.
+    headers: dict[str, str] | None = None
+
+
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+_VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
 
 
 def context_parameter(fn: Callable[..., Any]) -> bool:
-    """Whether the handler's first parameter is annotated as the job Context."""
+    """Whether the handler's first parameter is conveyor's ``Context``.
+
+    Judged by the annotation's resolved type, never by its name: a
+    ``click.Context`` or a class of the user's own named ``Context`` is an
+    ordinary argument. An annotation written as a string (``from __future__
+    import annotations``) is resolved in the handler's module; one that cannot
+    be resolved there is refused, since conveyor could only guess.
+    """
     params = list(inspect.signature(fn).parameters.values())
-    if not params:
+    if not params or params[0].kind not in _POSITIONAL:
         return False
     annotation = params[0].annotation
     if isinstance(annotation, str):
-        return annotation.rsplit(".", 1)[-1] == "Context"
-    return getattr(annotation, "__name__", None) == "Context" and getattr(
-        annotation, "__module__", ""
-    ).startswith("conveyor")
+        try:
+            annotation = typing.get_type_hints(fn).get(params[0].name, annotation)
+        except Exception as exc:  # NameError, or anything the annotations' code raises
+            if annotation.rsplit(".", 1)[-1] != "Context":
+                return False
+            raise ConfigurationError(
+                f"cannot tell whether {getattr(fn, '__qualname__', fn)!r} takes conveyor's "
+                f"Context: its annotation {annotation!r} does not resolve ({exc}); import "
+                "Context at run time (from conveyor import Context), not under TYPE_CHECKING"
+            ) from None
+    return annotation is Context
+
+
+def argument_problems(
+    signature: inspect.Signature, args: Sequence[Any], kwargs: dict[str, Any]
+) -> list[str]:
+    """What stops ``signature`` from taking these arguments, each problem named."""
+    params = signature.parameters
+    positional = [p for p in params.values() if p.kind in _POSITIONAL]
+    kinds = {p.kind for p in params.values()}
+    problems = []
+    if len(args) > len(positional) and inspect.Parameter.VAR_POSITIONAL not in kinds:
+        problems.append(f"{len(args) - len(positional)} positional argument(s) too many")
+    by_position = {p.name for p in positional[: len(args)]}
+    if inspect.Parameter.VAR_KEYWORD not in kinds:
+        unexpected = [
+            k for k in kwargs
+            if k not in params or params[k].kind in (inspect.Parameter.POSITIONAL_ONLY, *_VARIADIC)
+        ]  # fmt: skip
+        if unexpected:
+            problems.append(f"unexpected keyword argument(s) {', '.join(map(repr, unexpected))}")
+    doubled = [k for k in kwargs if k in by_position]
+    if doubled:
+        problems.append(f"given both by position and by name: {', '.join(map(repr, doubled))}")
+    missing = [
+        p.name for p in params.values()
+        if p.default is inspect.Parameter.empty and p.kind not in _VARIADIC
+        and p.name not in by_position and p.name not in kwargs
+    ]  # fmt: skip
+    if missing:
+        problems.append(f"missing argument(s) {', '.join(map(repr, missing))}")
+    return problems
 
 
 class TaskRegistry(Protocol):
@@ -96,23 +149,45 @@ class Task(Generic[P, R]):
 
     def check_arguments(self, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
         """Refuse at enqueue time a call the handler could never accept."""
+        mismatch = self.binding_error(args, kwargs)
+        if mismatch is not None:
+            raise InvalidJobError(mismatch)
+
+    def binding_error(self, args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:
+        """Why the handler cannot be called with these arguments, or None when it can.
+
+        Names every missing, unexpected or doubled argument and the handler's
+        signature (without its Context parameter).
+        """
         bind_args = [None, *args] if self.takes_context else list(args)
         try:
             self._signature.bind(*bind_args, **kwargs)
         except TypeError as exc:
-            raise InvalidJobError(f"arguments do not fit task {self.name!r}: {exc}") from None
+            problems = argument_problems(self._signature, bind_args, kwargs) or [str(exc)]
+            params = list(self._signature.parameters.values())[int(self.takes_context) :]
+            shown = inspect.Signature(
+                [p.replace(annotation=inspect.Parameter.empty) for p in params]
+            )
+            return (
+                f"arguments do not fit task {self.name!r}: {'; '.join(problems)}; "
+                f"it takes {self.name}{shown}"
+            )
+        return None
 
     def options(self, **options: Any) -> BoundTask[P, R]:
         """Enqueue options for the next call: ``task.options(key="k", delay=10).enqueue(...)``."""
         return BoundTask(self, _make_options(EnqueueOptions(), options))
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        """Store a job that calls the handler with these arguments; return it (see ``options``)."""
         return BoundTask(self, EnqueueOptions()).enqueue(*args, **kwargs)
 
     async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        """``enqueue`` for async code: does not block the event loop."""
         return await BoundTask(self, EnqueueOptions()).aenqueue(*args, **kwargs)
 
     def enqueue_many(self, calls: Iterable[tuple[Sequence[Any], dict[str, Any]]]) -> list[Job]:
+        """Enqueue many ``(args, kwargs)`` calls in one transaction: all of them, or none."""
         return BoundTask(self, EnqueueOptions()).enqueue_many(calls)
 
 
@@ -124,12 +199,15 @@ class BoundTask(Generic[P, R]):
         self.opts = options
 
     def options(self, **options: Any) -> BoundTask[P, R]:
+        """More options for the same enqueue (the later ones win)."""
         return BoundTask(self.task, _make_options(self.opts, options))
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        """Store a job with these options and arguments; return it."""
         return self.enqueue_many([(args, kwargs)])[0]
 
     async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        """``enqueue`` for async code: does not block the event loop."""
         jobs = await asyncio.to_thread(self.enqueue_many, [(args, kwargs)])
         return jobs[0]
 

@@ -130,7 +130,8 @@ def enqueued_jobs(
         if len(page) < job_filter.limit:
             break
         page = app.store.job_list(_next_page(job_filter, page[-1].id))
-    return [job for job in reversed(found) if _matches(job, args, kwargs)]
+    # Attached to the App, so that job.wait() and job.refresh() work as on enqueue's Jobs.
+    return [app._attach(job) for job in reversed(found) if _matches(job, args, kwargs)]
 
 
 def _next_page(job_filter: JobFilter, before_id: int) -> JobFilter:

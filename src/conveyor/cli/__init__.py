@@ -63,7 +63,7 @@ LAZY_COMMANDS = {
     help="The database, for any command (also after the command, where it wins).",
 )
 def cli(debug: bool, dsn: str | None) -> None:
-    """conveyor: a durable job queue on SQLite and PostgreSQL."""
+    """conveyor: a durable job queue on SQLite, PostgreSQL or Redis."""
     if dsn is not None:
         if not dsn.strip():
             raise ConfigurationError("the DSN given with --dsn is empty")

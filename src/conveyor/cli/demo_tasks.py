@@ -20,8 +20,7 @@ import hashlib
 import time
 from typing import Any
 
-from conveyor import App, Fail, FixedBackoff
-from conveyor.worker import Context
+from conveyor import App, Context, Fail, FixedBackoff
 
 #: How long a deferred reminder waits: longer than the demo, so it is still queued at the end.
 REMINDER_DELAY = 3600.0

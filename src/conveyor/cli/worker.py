@@ -56,7 +56,7 @@ def load_app(target: str) -> App:
     type=click.IntRange(min=0),
     default=0,
     show_default=True,
-    help="Jobs claimed beyond the free slots, held until a slot frees (see the README).",
+    help="Jobs claimed beyond the free slots, held until a slot frees (see docs/workers.md).",
 )
 @click.option("--burst", is_flag=True, help="Return when no job is ready or running.")
 @click.option("--stop-timeout", default=30.0, show_default=True, help="Seconds to drain.")

@@ -150,7 +150,8 @@ def read_table(
 ) -> DataFrame:
     """``table`` ("jobs" or "events") as a DataFrame, filtered in the database.
 
-    ``filters``: a column of {_FILTER_COLUMNS} equal to a value or one of a list
+    ``filters``: a column (state, queue, task, batch, key, group_key, worker, kind,
+    job_id, id) equal to a value or one of a list
     (``state=["failed", "cancelled"]``), and time bounds on a timestamp column
     as ``<column>_since`` (inclusive) and ``<column>_until`` (exclusive), e.g.
     ``finished_at_since=datetime(...)``. They reach SQL through Spark's filter

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
+from conveyor.errors import ConfigurationError
 from conveyor.job import (
     DETAILED_STATES,
     WAITING_STATES,
@@ -305,17 +306,20 @@ ChangeCallback = Callable[[str, str], None]
 
 
 @runtime_checkable
-class Store(Protocol):
-    """What every backend implements. See DESIGN.md for the state machine."""
+class JobStore(Protocol):
+    """The core: what a worker and ``consume`` need of a store, and all that every store must do.
 
-    #: Cross-process notifications (PostgreSQL LISTEN/NOTIFY).
-    supports_listen_notify: bool
-    #: Enqueue inside the caller's own transaction by passing its connection.
-    supports_external_transactions: bool
+    The job's life (insert, claim, heartbeat, finish, progress, rescue, when
+    to claim next), the workers list, the leader lease, periodic ticks and
+    change notifications. The state machine it implements is described in
+    docs/architecture.md. The other protocols below are capabilities a store
+    may add; callers check them with ``require`` and refuse clearly, up front,
+    what a store cannot do.
+    """
+
     #: A short description for errors and logs (never includes a password).
     description: str
 
-    # --- lifecycle ---------------------------------------------------------
     def migrate(self) -> int:
         """Apply pending migrations; return the schema version now in force."""
         ...
@@ -328,7 +332,6 @@ class Store(Protocol):
         """Raise StoreUnavailableError when the database cannot be reached."""
         ...
 
-    # --- producing ------------------------------------------------------------
     def job_insert_many(
         self, jobs: Sequence[NewJob], now: datetime, connection: Any = None
     ) -> list[Job]:
@@ -342,28 +345,9 @@ class Store(Protocol):
         """
         ...
 
-    # --- reading ------------------------------------------------------------
     def job_get(self, job_id: int) -> Job | None: ...
 
     def job_get_many(self, job_ids: Sequence[int]) -> list[Job]: ...
-
-    def job_list(self, filter: JobFilter) -> list[Job]:
-        """Jobs matching the filter, newest first."""
-        ...
-
-    def event_list(self, job_id: int) -> list[Event]:
-        """A job's history, oldest first."""
-        ...
-
-    def event_since(self, seq: int, limit: int) -> list[Event]:
-        """Events with seq > ``seq``, in seq order: the feed of the data pipeline."""
-        ...
-
-    def stats(self, now: datetime) -> Stats: ...
-
-    def batch_status(self, batch: str) -> BatchStatus:
-        """The jobs of a batch counted by state (purged jobs are no longer counted)."""
-        ...
 
     def next_run_in(
         self, queues: Sequence[str], now: datetime | None = None, group: str | None = None
@@ -382,7 +366,6 @@ class Store(Protocol):
         """
         ...
 
-    # --- working ------------------------------------------------------------
     def job_claim(
         self,
         queues: Sequence[str],
@@ -448,7 +431,59 @@ class Store(Protocol):
         """The last tick enqueued of each periodic task, by name."""
         ...
 
-    # --- operating ------------------------------------------------------------
+    def queue_paused(self) -> set[str]: ...
+
+    def subscribe(self, on_change: ChangeCallback) -> Subscription:
+        """Watch for changes made by other processes (see ChangeCallback)."""
+        ...
+
+    def worker_register(
+        self,
+        worker_id: str,
+        host: str,
+        pid: int,
+        queues: list[str],
+        concurrency: int,
+        now: datetime,
+    ) -> None: ...
+
+    def worker_beat(self, worker_id: str, jobs_in_hand: int, now: datetime) -> None: ...
+
+    def worker_unregister(self, worker_id: str) -> None: ...
+
+    def worker_prune(self, last_seen_before: datetime) -> int:
+        """Forget workers not seen since the time (they died without unregistering)."""
+        ...
+
+    def leader_acquire(self, name: str, holder: str, ttl: timedelta, now: datetime) -> bool:
+        """Take or renew the lease on leadership ``name``; False while another holds it."""
+        ...
+
+    def leader_release(self, name: str, holder: str) -> None: ...
+
+    def schema_latest(self) -> int:
+        """The schema version this code's migrations reach (what ``migrate()`` would give)."""
+        ...
+
+
+@runtime_checkable
+class OperatorStore(Protocol):
+    """Operator actions and listings: what the CLI, the dashboard and the App's operations need."""
+
+    def job_list(self, filter: JobFilter) -> list[Job]:
+        """Jobs matching the filter, newest first."""
+        ...
+
+    def event_list(self, job_id: int) -> list[Event]:
+        """A job's history, oldest first."""
+        ...
+
+    def stats(self, now: datetime) -> Stats: ...
+
+    def batch_status(self, batch: str) -> BatchStatus:
+        """The jobs of a batch counted by state (purged jobs are no longer counted)."""
+        ...
+
     def job_cancel(self, job_id: int, now: datetime) -> Job | None:
         """Cancel a queued job at once; flag a running one; leave a terminal one alone."""
         ...
@@ -486,71 +521,7 @@ class Store(Protocol):
 
     def queue_resume(self, queue: str, now: datetime) -> None: ...
 
-    def queue_paused(self) -> set[str]: ...
-
-    # --- workers and maintenance ------------------------------------------------
-    def subscribe(self, on_change: ChangeCallback) -> Subscription:
-        """Watch for changes made by other processes (see ChangeCallback)."""
-        ...
-
-    def worker_register(
-        self,
-        worker_id: str,
-        host: str,
-        pid: int,
-        queues: list[str],
-        concurrency: int,
-        now: datetime,
-    ) -> None: ...
-
-    def worker_beat(self, worker_id: str, jobs_in_hand: int, now: datetime) -> None: ...
-
-    def worker_unregister(self, worker_id: str) -> None: ...
-
     def worker_list(self) -> list[WorkerInfo]: ...
-
-    def worker_prune(self, last_seen_before: datetime) -> int:
-        """Forget workers not seen since the time (they died without unregistering)."""
-        ...
-
-    def leader_acquire(self, name: str, holder: str, ttl: timedelta, now: datetime) -> bool:
-        """Take or renew the lease on leadership ``name``; False while another holds it."""
-        ...
-
-    def leader_release(self, name: str, holder: str) -> None: ...
-
-    # --- the dashboard and metrics ------------------------------------------------
-    def stats_finished_per_slot(self, since: datetime, slot: timedelta) -> list[FinishedCount]:
-        """Jobs that reached a terminal state since ``since``, per queue, state and slot."""
-        ...
-
-    def event_count_by_kind(self, after: EventOffset) -> EventCounts:
-        """Count the events after ``after`` per queue and kind.
-
-        A caller that goes on from the returned offset counts every event once,
-        including, on PostgreSQL, one whose transaction commits a lower seq
-        after a higher one was counted (it is counted once it has committed).
-        """
-        ...
-
-    def queue_names(self) -> list[str]:
-        """Every queue that holds jobs or has been paused, by name."""
-        ...
-
-    def event_offset(self) -> EventOffset:
-        """The offset of the newest event (``(0, 0)`` when there is none): count from here."""
-        ...
-
-    def job_run_time_histogram(
-        self, finished_after: datetime, finished_until: datetime, bounds: Sequence[float]
-    ) -> list[RunTimeBucket]:
-        """Run times of the jobs that succeeded or failed in (after, until], bucketed."""
-        ...
-
-    # --- operating in bulk, groups, retention and the operator's views ------------
-    def schema_latest(self) -> int:
-        """The schema version this code's migrations reach (what ``migrate()`` would give)."""
-        ...
 
     def job_select(
         self, selection: JobSelection, now: datetime, before_id: int | None, limit: int
@@ -621,12 +592,54 @@ class Store(Protocol):
         """Forget a queue's settings (its pause); its jobs are deleted apart."""
         ...
 
-    # --- flow control: rate and concurrency limits ------------------------------------
+
+@runtime_checkable
+class InsightStore(Protocol):
+    """The dashboard's and the metrics' figures, and the event feed of the data pipeline."""
+
+    def event_since(self, seq: int, limit: int) -> list[Event]:
+        """Events with seq > ``seq``, in seq order: the feed of the data pipeline."""
+        ...
+
+    def stats_finished_per_slot(self, since: datetime, slot: timedelta) -> list[FinishedCount]:
+        """Jobs that reached a terminal state since ``since``, per queue, state and slot."""
+        ...
+
+    def event_count_by_kind(self, after: EventOffset) -> EventCounts:
+        """Count the events after ``after`` per queue and kind.
+
+        A caller that goes on from the returned offset counts every event once,
+        including, on PostgreSQL, one whose transaction commits a lower seq
+        after a higher one was counted (it is counted once it has committed).
+        """
+        ...
+
+    def queue_names(self) -> list[str]:
+        """Every queue that holds jobs or has been paused, by name."""
+        ...
+
+    def event_offset(self) -> EventOffset:
+        """The offset of the newest event (``(0, 0)`` when there is none): count from here."""
+        ...
+
+    def job_run_time_histogram(
+        self, finished_after: datetime, finished_until: datetime, bounds: Sequence[float]
+    ) -> list[RunTimeBucket]:
+        """Run times of the jobs that succeeded or failed in (after, until], bucketed."""
+        ...
+
+
+@runtime_checkable
+class FlowControlStore(Protocol):
+    """Rate and concurrency limits and throttles, set and read (claims enforce them in the core)."""
+
+    # Enforced by job_claim itself (one statement on PostgreSQL, one transaction
+    # on SQLite, one script on Redis): a claim never starts more jobs than a
+    # queue's and its keys' limits leave room for, counted at that claim.
     #
     # Enforced by job_claim itself (one statement on PostgreSQL, one transaction
     # on SQLite): a claim never starts more jobs than a queue's and its keys'
     # limits leave room for, counted at that claim.
-
     def limit_set(
         self, queue: str, limit: Limit | None, per_key: bool, now: datetime
     ) -> QueueLimits | None:
@@ -658,6 +671,41 @@ class Store(Protocol):
     def limit_prune(self, now: datetime) -> None:
         """Maintenance: forget starts out of every window, ended throttles, empty limit rows."""
         ...
+
+
+@runtime_checkable
+class TransactionalStore(Protocol):
+    """Enqueue inside the caller's own open transaction (``enqueue(..., connection=conn)``)."""
+
+    #: What the caller's connection must be, for messages ("a psycopg Connection").
+    transaction_connection: str
+
+
+@runtime_checkable
+class DurabilityReport(Protocol):
+    """A store whose durability depends on the server's settings says what they are (Redis)."""
+
+    def durability(self) -> tuple[str, str | None]:
+        """What persists the data, and a warning when it may lose acknowledged jobs."""
+        ...
+
+
+@runtime_checkable
+class Store(JobStore, OperatorStore, InsightStore, FlowControlStore, Protocol):
+    """A store with every capability but the optional ones above: what the three stores are."""
+
+
+def require(store: object, capability: type, what: str) -> None:
+    """Raise ConfigurationError saying that ``store`` cannot do ``what`` without ``capability``.
+
+    Called up front, before anything is written, by the App, the CLI, the
+    dashboard and Spark for whatever is not in the core (``JobStore``).
+    """
+    if not isinstance(store, capability):
+        description = getattr(store, "description", type(store).__name__)
+        raise ConfigurationError(
+            f"{description} cannot {what}: it does not implement {capability.__name__}"
+        )
 
 
 # --- operating in bulk --------------------------------------------------------------

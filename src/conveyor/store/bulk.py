@@ -252,7 +252,7 @@ def check_columns(table: str, columns: Sequence[str], known: Sequence[str]) -> N
         raise ConfigurationError(f"{table} has no column(s) {', '.join(unknown)}")
 
 
-#: Why the Spark data source refuses a Redis DSN (README: what each backend supports).
+#: Why the Spark data source refuses a Redis DSN (docs/redis.md: what each store supports).
 REDIS_REFUSAL = (
     "the Spark data source needs SQLite or PostgreSQL: its writes stage rows in tables "
     "and its reads split jobs by id range with filters pushed down, which Redis cannot do. "

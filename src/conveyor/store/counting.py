@@ -1,4 +1,4 @@
-"""Turning the SQL stores' count rows into ``Stats``: the same assembly on both backends."""
+"""Turning the SQL stores' count rows into ``Stats``: the same assembly on both SQL stores."""
 
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from conveyor.errors import ConveyorError
 from conveyor.job import LIVE_STATES, Job, JobState, NewJob
 
 KeyPair = tuple[str, str]
@@ -79,7 +80,7 @@ def resolve_plan(plan: InsertPlan, count: int, inserted: dict[int, Job]) -> list
         results[position] = results[earlier]
     missing = [i for i, job in enumerate(results) if job is None]
     if missing:
-        raise RuntimeError(f"insert left positions {missing} without a job")
+        raise ConveyorError(f"internal error: insert left positions {missing} without a job")
     return [job for job in results if job is not None]
 
 
@@ -101,4 +102,5 @@ def new_job_record(job_id: int, new: NewJob, now: datetime) -> Job:
         group=new.group,
         batch=new.batch,
         limit_key=new.limit_key,
+        headers_json=new.headers_text(),
     )

@@ -1,4 +1,4 @@
-"""What both stores share about limits that is not SQL: rows to records, how full a limit is."""
+"""What every store shares about limits that is not SQL: rows to records, how full a limit is."""
 
 from __future__ import annotations
 

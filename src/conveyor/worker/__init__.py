@@ -1,6 +1,6 @@
 """The worker runtime: claim loop, dispatch, leases, wakeups, drain, signals."""
 
-from conveyor.worker.context import CancelSignal, Context
+from conveyor.context import CancelSignal, Context
 from conveyor.worker.worker import Worker
 
 __all__ = ["CancelSignal", "Context", "Worker"]

@@ -21,6 +21,8 @@ import threading
 from collections.abc import Callable, Sequence
 
 from conveyor.errors import StoreUnavailableError
+from conveyor.logs import job_fields
+from conveyor.pacing import DutyBackoff
 from conveyor.store.base import Store
 from conveyor.worker.changes import ChangeHub
 from conveyor.worker.executor import Outcome, Running
@@ -28,8 +30,8 @@ from conveyor.worker.executor import Outcome, Running
 log = logging.getLogger("conveyor.worker")
 
 Settlement = tuple[Running, Outcome]
-#: Pauses between writes while the database is away: doubling up to the last.
-RETRY_PAUSES = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
+#: Longest pause between two writes of the same outcomes while the database is away.
+RETRY_CEILING = 2.0
 
 
 class Completer:
@@ -74,6 +76,7 @@ class Completer:
             running.id,
             outcome.kind,
             refused,
+            extra=job_fields(running.job),
         )
         error = f"the outcome ({outcome.kind}) could not be recorded: {refused}"
         try:
@@ -82,7 +85,11 @@ class Completer:
             raise
         except Exception:
             # The lease runs out and the job is rescued: nothing is lost.
-            log.exception("job %s: could not record its failure either", running.id)
+            log.exception(
+                "job %s: could not record its failure either",
+                running.id,
+                extra=job_fields(running.job),
+            )
             return set()
 
 
@@ -138,20 +145,14 @@ class CompleterThread:
                     self._cond.notify_all()
 
     def _write_until_done(self, batch: list[Settlement]) -> set[int]:
-        failures = 0
+        backoff = DutyBackoff(f"recording {len(batch)} outcome(s)", log, ceiling=RETRY_CEILING)
         while True:
             try:
-                return self._completer.record(batch)
+                written = self._completer.record(batch)
+                backoff.succeeded()
+                return written
             except StoreUnavailableError as exc:
-                pause = RETRY_PAUSES[min(failures, len(RETRY_PAUSES) - 1)]
-                failures += 1
-                if failures == 1 or failures % 10 == 0:
-                    log.warning(
-                        "could not record %d outcome(s), retrying in %.2fs: %s",
-                        len(batch),
-                        pause,
-                        exc,
-                    )
+                pause = backoff.failed(exc)
                 with self._cond:
                     if self._closing:
                         # Shutting down and the database is still away: the leases

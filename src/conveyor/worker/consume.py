@@ -1,15 +1,16 @@
 """The pull API: claim jobs one at a time in a loop the caller owns.
 
 For code that must own its loop, such as a conversation that consumes its own
-messages strictly in order (``group=``). While the caller holds a job, a
-background thread renews its lease; when nothing is ready, the loop waits for
-the same wake-ups as a worker. Outcomes are recorded by the same completer as
-the worker's.
+messages strictly in order (``group=``). While the caller holds a job, the
+worker's lease keeper (one thread per consumer, not one per job) renews its
+lease and learns of cancel requests, which ``job.cancelled`` shows; when
+nothing is ready, the loop waits for the same wake-ups as a worker. Outcomes
+are recorded by the same completer as the worker's.
 
-As robust as a worker: a consumer that finds nothing to claim takes back the
-jobs of consumers (or workers) whose lease expired, so a consume-only service
-needs no Worker for that; database errors are retried with backoff inside
-the loop; ``stop()`` ends the loop from another thread; ``idle_timeout`` ends
+As robust as a worker: every consumer takes back, on a timer, busy or idle,
+the jobs of consumers (or workers) whose lease expired, so a consume-only
+service needs no Worker for that; database errors are retried with the
+backoff every duty uses; ``stop()`` ends the loop from another thread; ``idle_timeout`` ends
 it after a quiet spell; ``app.close()`` releases what it holds; a job whose
 payload cannot be decoded fails at once instead of being handed out.
 """
@@ -29,13 +30,25 @@ from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from conveyor.errors import LeaseLostError, StoreUnavailableError
+from conveyor.context import CancelSignal, Context
+from conveyor.errors import ConfigurationError, LeaseLostError, StoreUnavailableError
 from conveyor.job import Job, encode_json, utcnow
 from conveyor.limits import throttle_seconds
-from conveyor.store.base import Lease
-from conveyor.worker.completer import RETRY_PAUSES, Completer
-from conveyor.worker.context import Context
-from conveyor.worker.executor import PAYLOAD_ERRORS, Outcome, Running, run_again_at, undecodable
+from conveyor.logs import job_fields
+from conveyor.middleware import Attempt, Middleware, run_after, run_before
+from conveyor.pacing import DutyBackoff
+from conveyor.store.base import Lease, LeaseStatus
+from conveyor.worker.completer import Completer
+from conveyor.worker.executor import (
+    PAYLOAD_ERRORS,
+    Outcome,
+    Running,
+    outcome_name,
+    run_again_at,
+    undecodable,
+)
+from conveyor.worker.leases import LeaseKeeper
+from conveyor.worker.maintenance import Rescuer
 from conveyor.worker.throttle import throttle_job
 from conveyor.worker.wakeup import Wakeup
 
@@ -46,16 +59,52 @@ log = logging.getLogger("conveyor.consume")
 
 
 class ConsumedJob:
-    """A job claimed by ``consume``: end it with complete, fail or release (or ``with``)."""
+    """A job claimed by ``consume``: end it with complete, fail or release (or ``with``).
+
+    ``job.cancelled`` is set when its cancel is requested or its lease is lost;
+    leaving a ``with`` block after a cancel request ends the job cancelled.
+    """
 
     def __init__(self, app: App, job: Job, lease: timedelta) -> None:
         self.app = app
         self.job = job
         self._lease = lease
         self.ended = False
-        self._stop_beat = threading.Event()
-        self._beat = threading.Thread(target=self._keep_lease, daemon=True)
-        self._beat.start()
+        #: What the lease keeper renews while the job is held.
+        self.running = Running(job=job, task=app.tasks.get(job.task), context=Context(job))
+        #: The attempt the middleware sees, from the hand-out (``_begin``) to the end.
+        self._attempt: Attempt | None = None
+        self._entered: list[Middleware] = []
+
+    def _begin(self) -> None:
+        """The hand-out: the middleware's before-hooks, in the thread that takes the job."""
+        chain = self.app.middleware_chain()
+        if chain:
+            self._attempt = Attempt(self.job, self.running.context)
+            self._entered = run_before(chain, "before_attempt", self._attempt)
+
+    def _tell_middleware(
+        self, outcome: Outcome, result: Any, exception: BaseException | None
+    ) -> None:
+        """The middleware's after-hooks, once, before the outcome is recorded."""
+        attempt, self._attempt = self._attempt, None
+        if attempt is None:
+            return
+        attempt.outcome = outcome_name(self.job, outcome)
+        attempt.result = result if outcome.kind == "complete" else None
+        attempt.exception = exception
+        attempt.error = outcome.error
+        run_after(self._entered, "after_attempt", (attempt,))
+
+    @property
+    def cancelled(self) -> CancelSignal:
+        """Set when the job should stop: its cancel was requested, or its lease was lost.
+
+        ``reason`` says which ("cancel" or "lease lost"). Check it between steps;
+        a job whose cancel was requested ends cancelled whatever it is ended
+        with, unless it is completed.
+        """
+        return self.running.context.cancelled
 
     def __getattr__(self, name: str) -> Any:  # id, args, kwargs, attempts...: the Job's
         return getattr(self.job, name)
@@ -68,37 +117,29 @@ class ConsumedJob:
         assert self.job.lease_token is not None
         return Lease(self.job.id, self.job.lease_token)
 
-    def _keep_lease(self) -> None:
-        interval = self._lease.total_seconds() / 3
-        pause = interval
-        while not self._stop_beat.wait(pause):
-            try:
-                if not self.app.store.job_heartbeat([self.lease], self._lease):
-                    log.warning("job %s: lease lost while held by a consumer", self.job.id)
-                    return
-                pause = interval
-            except Exception as exc:
-                pause = min(pause / 2, 1.0)  # sooner, never in a loop
-                log.warning("job %s: heartbeat failed (retrying in %.2fs): %s", self.id, pause, exc)
-
-    def _end(self, outcome: Outcome, what: str) -> None:
+    def _end(
+        self,
+        outcome: Outcome,
+        what: str,
+        result: Any = None,
+        exception: BaseException | None = None,
+    ) -> None:
         """Record the outcome, retrying while the database is away (for up to one lease)."""
-        running = Running(job=self.job, task=None, context=Context(self.job), outcome=outcome)
+        self._tell_middleware(outcome, result, exception)
         completer = Completer(self.app.store, self.app.changes)
         give_up = time.monotonic() + self._lease.total_seconds()
-        failures = 0
+        backoff = DutyBackoff(f"job {self.job.id}: recording its outcome", log, ceiling=2.0)
         while True:
             try:
-                written = completer.record([(running, outcome)])
+                written = completer.record([(self.running, outcome)])
                 break
-            except StoreUnavailableError:
-                if time.monotonic() >= give_up:
-                    self._stop_beat.set()
+            except StoreUnavailableError as exc:
+                pause = backoff.failed(exc)
+                if time.monotonic() + pause >= give_up:
+                    self.ended = True  # the keeper stops renewing: the lease runs out
                     raise
-                time.sleep(RETRY_PAUSES[min(failures, len(RETRY_PAUSES) - 1)])
-                failures += 1
+                time.sleep(pause)
         self.ended = True
-        self._stop_beat.set()
         if self.job.id not in written:
             raise LeaseLostError(
                 f"job {self.job.id}: the lease was lost before it could be {what}; "
@@ -106,7 +147,9 @@ class ConsumedJob:
             )
 
     def complete(self, result: Any = None) -> None:
-        self._end(Outcome("complete", result_json=encode_json("result", result)), "completed")
+        self._end(
+            Outcome("complete", result_json=encode_json("result", result)), "completed", result
+        )
 
     def fail(self, error: str | BaseException, retry_in: float | None = None) -> None:
         """Fail this attempt: retried after ``retry_in`` seconds (the task's backoff if None)."""
@@ -115,7 +158,8 @@ class ConsumedJob:
         if retry_in is None:
             retry_in = task.backoff.delay(self.job.attempts) if task else 0.0
         run_at = run_again_at(utcnow(), retry_in, "retry_in")
-        self._end(Outcome("retry", error=text, run_at=run_at), "failed")
+        exception = error if isinstance(error, BaseException) else None
+        self._end(Outcome("retry", error=text, run_at=run_at), "failed", None, exception)
 
     def release(self) -> None:
         """Hand the job back to the queue without using up an attempt."""
@@ -140,7 +184,11 @@ class ConsumedJob:
     ) -> None:
         if self.ended:
             return
-        if exc is None:
+        if self.cancelled.reason == "cancel":
+            # As a worker does for a handler it asked to stop: whatever the body
+            # did after the request, the job ends cancelled.
+            self._end(Outcome("cancelled"), "cancelled", None, exc)
+        elif exc is None:
             self.complete()
         else:
             self.fail(exc)
@@ -163,7 +211,7 @@ class Consumer:
         idle_timeout: float | None = None,
     ) -> None:
         if not queues:
-            raise ValueError("consume needs at least one queue")
+            raise ConfigurationError("consume needs at least one queue")
         # The loop's state lives apart from this object, so that nothing but this
         # object holds the generator: dropping it closes the generator at once
         # (and releases what it holds), without waiting for the cycle collector.
@@ -179,7 +227,9 @@ class Consumer:
         return self
 
     def __next__(self) -> ConsumedJob:
-        return next(self._jobs)
+        job = next(self._jobs)
+        job._begin()
+        return job
 
     def stop(self) -> None:
         """End the loop (from any thread): the iteration stops at its next step."""
@@ -214,11 +264,55 @@ class _Loop:
         self.held: ConsumedJob | None = None
         self._stop = threading.Event()
         self._wake = Wakeup()
-        self._next_rescue = 0.0
+        self._keeper: LeaseKeeper | None = None
+        self._rescuer: Rescuer | None = None
 
     def stop(self) -> None:
         self._stop.set()
         self._wake.set("stop")
+
+    def _held_now(self) -> Sequence[Running]:
+        held = self.held
+        return (held.running,) if held is not None and not held.ended else ()
+
+    def _renewed(self, renewed: Sequence[Running], statuses: dict[int, LeaseStatus]) -> None:
+        """From the lease keeper's thread: a lost lease or a cancel request reaches the job."""
+        held = self.held
+        for running in renewed:
+            if held is None or held.running is not running or held.ended:
+                continue  # ended while the renewal was on its way: nothing was lost
+            status = statuses.get(running.id)
+            if status is None:
+                if not running.context.cancelled:
+                    log.warning(
+                        "job %s: lease lost while held by a consumer",
+                        running.id,
+                        extra=job_fields(running.job),
+                    )
+                running.context.cancelled.set("lease lost")
+                running.abort = "lease lost"  # renewed no more
+            elif status.cancel_requested:
+                running.context.cancelled.set("cancel")
+
+    def _start_threads(self) -> None:
+        if self._keeper is None:
+            self._keeper = LeaseKeeper(
+                self.app.store, self.id, self.lease.total_seconds(), self._held_now,
+                self._renewed, check_in=False,
+            )  # fmt: skip
+            self._keeper.start()
+        if self._rescuer is None:
+            self._rescuer = Rescuer(self.app, self.lease.total_seconds(), self._rescued)
+            self._rescuer.start()
+
+    def _stop_threads(self) -> None:
+        for thread in (self._keeper, self._rescuer):
+            if thread is not None:
+                thread.stop()
+        self._keeper = self._rescuer = None
+
+    def _rescued(self) -> None:
+        self._wake.set("rescued")  # a rescued job may be ours to take
 
     def release_held(self) -> None:
         held, self.held = self.held, None
@@ -227,27 +321,36 @@ class _Loop:
                 held.release()
             except (LeaseLostError, StoreUnavailableError) as exc:
                 log.warning(
-                    "job %s: could not release it (%s); its lease will expire", held.id, exc
+                    "job %s: could not release it (%s); its lease will expire",
+                    held.id,
+                    exc,
+                    extra=job_fields(held.job),
                 )
 
     def _listener(self, channel: str, payload: str) -> None:
         if channel in ("jobs", "any", "reconnected", "done"):
             self._wake.set(channel)
+        if channel in ("cancel", "any", "reconnected") and self._keeper is not None:
+            held = self.held
+            job_id, _, token = payload.partition(":")
+            if held is not None and token and job_id == str(held.job.id):
+                if token == held.job.lease_token:  # app.cancel in this process
+                    held.cancelled.set("cancel")
+            elif held is not None:
+                self._keeper.renew_soon()  # the renewal says whether it is ours
 
     def run(self) -> Generator[ConsumedJob, None, None]:
         self.app.changes.add(self._listener)
+        self._start_threads()
         idle_since = time.monotonic()
-        failures = 0
+        backoff = DutyBackoff("consume: claiming", log, ceiling=2.0)
         try:
             while not self._stop.is_set():
                 try:
                     job = self._claim_one()
-                    failures = 0
+                    backoff.succeeded()
                 except StoreUnavailableError as exc:
-                    pause = RETRY_PAUSES[min(failures, len(RETRY_PAUSES) - 1)]
-                    failures += 1
-                    log.warning("consume: the database is away (retrying in %.2fs): %s", pause, exc)
-                    self._wake.wait(pause)
+                    self._wake.wait(backoff.failed(exc))
                     continue
                 if job is None:
                     idle = time.monotonic() - idle_since
@@ -263,6 +366,7 @@ class _Loop:
         finally:
             self.app.changes.remove(self._listener)
             self.release_held()
+            self._stop_threads()
 
     def _claim_one(self) -> Job | None:
         store = self.app.store
@@ -276,22 +380,14 @@ class _Loop:
             if poison is None:
                 return job
             # Never handed out: it would fail the same way every time, and block its group.
-            log.error("job %s failed at once: %s", job.id, poison.error)
+            log.error("job %s failed at once: %s", job.id, poison.error, extra=job_fields(job))
             running = Running(job=job, task=None, context=Context(job))
             Completer(store, self.app.changes).record([(running, poison)])
 
     def _wait_for_work(self, idle_since: float) -> None:
         store = self.app.store
         now = time.monotonic()
-        if now >= self._next_rescue:
-            # Take part in maintenance: a consume-only service has no Worker to do it.
-            self._next_rescue = now + max(self.lease.total_seconds() / 4, 0.05)
-            try:
-                if store.job_rescue_expired():
-                    return  # look again at once: a rescued job may be ours to take
-            except Exception as exc:
-                log.warning("consume: rescue failed: %s", exc)
-        pause = min(self.poll_interval, max(0.0, self._next_rescue - now))
+        pause = self.poll_interval
         try:
             next_in = store.next_run_in(self.queues, group=self.group)
         except Exception:
@@ -326,7 +422,8 @@ async def aconsume(
 
     def step() -> object:
         with stepping:
-            return next(consumer, sentinel)
+            # The loop itself: the hand-out's hooks run below, in the caller's task.
+            return next(consumer._jobs, sentinel)
 
     def close() -> None:
         with stepping:
@@ -338,6 +435,7 @@ async def aconsume(
             if job is sentinel:
                 return
             assert isinstance(job, ConsumedJob)
+            job._begin()
             yield job
     finally:
         # Cancelled mid-wait, a step still runs in its thread (and would wait for a job

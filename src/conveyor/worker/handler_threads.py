@@ -16,7 +16,9 @@ import queue
 import threading
 from collections.abc import Callable
 
+from conveyor.logs import job_fields
 from conveyor.worker.executor import Running, run_sync
+from conveyor.worker.forks import mark_handler_thread
 
 log = logging.getLogger("conveyor.worker")
 
@@ -53,6 +55,7 @@ class HandlerThreads:
         self._work.put(running)
 
     def _run(self) -> None:
+        mark_handler_thread()
         while True:
             running = self._work.get()
             if running is None or self._closed:
@@ -61,7 +64,11 @@ class HandlerThreads:
                 run_sync(running)
                 self._done(running)
             except Exception:  # run_sync keeps the handler's own errors; this is ours
-                log.exception("a handler thread failed to report job %s", running.id)
+                log.exception(
+                    "a handler thread failed to report job %s",
+                    running.id,
+                    extra=job_fields(running.job),
+                )
             del running  # the job and its payload are not kept alive while idle
             with self._lock:
                 self._idle += 1

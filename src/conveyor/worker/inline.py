@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from conveyor.context import Context
 from conveyor.job import Job, JobState, utcnow
 from conveyor.store.base import Lease
 from conveyor.worker.completer import Completer
-from conveyor.worker.context import Context
 from conveyor.worker.executor import Running, poison_outcome, run_inline
 from conveyor.worker.throttle import throttle_job
 
@@ -72,7 +72,12 @@ def run_job(app: App, job: Job) -> str:
     Returns what became of it: succeeded, retried, failed, snoozed or cancelled
     (or ``lost`` when its lease no longer held).
     """
-    running = Running(job=job, task=app.tasks.get(job.task), context=Context(job))
+    running = Running(
+        job=job,
+        task=app.tasks.get(job.task),
+        context=Context(job),
+        middleware=app.middleware_chain(),
+    )
     running.context._hooks = InlineHooks(app)
     running.outcome = poison_outcome(running)
     if running.outcome is None:

@@ -1,14 +1,19 @@
 """Lease renewal, in a thread of its own so that nothing else can stop it.
 
 Every third of the lease, all the leases the worker holds are renewed in one
-statement. The control loop publishes what it holds as an immutable snapshot
-and learns from its inbox which leases were lost and which jobs have a cancel
-pending: the keeper owns no job state. A failed renewal is retried after a
-short pause, well within the lease; a control loop that is stuck or failing
+statement: attempts that run, attempts that wait for a slot, and claims parked
+behind a previous attempt of the same job (they start only after a renewal
+has shown their lease still holds). The control loop publishes what it holds
+as an immutable snapshot and learns from its inbox which leases were lost and
+which jobs have a cancel pending: the keeper owns no job state. A failed
+renewal is retried after a short pause (the one backoff of every duty,
+``pacing.py``), well within the lease; a control loop that is stuck or failing
 does not stop it, and neither does a handler that blocks its event loop.
 
 Throttled progress and notes (a timeout waiting for its handler) are written
-here too, on the same rhythm.
+here too, on the same rhythm. They are telemetry: one that cannot be written
+(the database is away) waits for the next round, or is replaced by newer
+progress, and never reaches the handler as an error.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 
 from conveyor.job import utcnow
+from conveyor.pacing import DutyBackoff
 from conveyor.store.base import Lease, LeaseStatus, Store
 from conveyor.worker.executor import Running
 
@@ -37,6 +43,7 @@ class LeaseKeeper:
         lease: float,
         held: Callable[[], Sequence[Running]],
         on_renewed: OnRenewed,
+        check_in: bool = True,
     ) -> None:
         self._store = store
         self._worker_id = worker_id
@@ -44,6 +51,8 @@ class LeaseKeeper:
         self.interval = lease / 3
         self._held = held
         self._on_renewed = on_renewed
+        #: Keep the worker's row in the workers list fresh (not for a consumer, which has none).
+        self._check_in = check_in
         self._notes: dict[tuple[int, str], str] = {}
         self._notes_lock = threading.Lock()
         self._stop = threading.Event()
@@ -70,18 +79,15 @@ class LeaseKeeper:
         self._now.set()
 
     def _run(self) -> None:
-        failures = 0
+        # Soon after a failure, but never in a loop, and always within the lease.
+        backoff = DutyBackoff("lease renewal", log, ceiling=max(self.interval / 2, 0.05))
         while not self._stop.is_set():
             try:
                 self.renew()
-                failures = 0
+                backoff.succeeded()
                 pause = self.interval
             except Exception as exc:
-                failures += 1
-                # Soon, but never in a loop: at most every 50 ms, and within the lease.
-                pause = min(0.05 * 2**failures, self.interval / 2)
-                if failures == 1 or failures % 20 == 0:
-                    log.warning("could not renew leases (retrying in %.2fs): %s", pause, exc)
+                pause = backoff.failed(exc)
             self._now.wait(pause)
             self._now.clear()
 
@@ -91,16 +97,26 @@ class LeaseKeeper:
             leases = [Lease(r.id, r.token) for r in held]
             statuses = self._store.job_heartbeat(leases, self._lease)
             self._on_renewed(held, {s.id: s for s in statuses})
-        self._write_notes()
-        try:
-            self._store.worker_beat(self._worker_id, len(held), utcnow())
-        except Exception as exc:  # only the workers list: never in the way of the leases
-            log.debug("worker check-in failed: %s", exc)
+        # Telemetry after the leases: progress that cannot be written now stays
+        # pending in its Context for the next round (flush_progress never raises).
         for running in held:
             running.context.flush_progress()
+        self._write_notes()
+        if self._check_in:
+            try:
+                self._store.worker_beat(self._worker_id, len(held), utcnow())
+            except Exception as exc:  # only the workers list: never in the way of the leases
+                log.debug("worker check-in failed: %s", exc)
 
     def _write_notes(self) -> None:
         with self._notes_lock:
             notes, self._notes = self._notes, {}
-        for (job_id, token), message in notes.items():
-            self._store.job_progress(Lease(job_id, token), None, message, utcnow())
+        for index, ((job_id, token), message) in enumerate(notes.items()):
+            try:
+                self._store.job_progress(Lease(job_id, token), None, message, utcnow())
+            except Exception:
+                # Kept for the next round, unless a newer note replaced it meanwhile.
+                with self._notes_lock:
+                    for key, unsent in list(notes.items())[index:]:
+                        self._notes.setdefault(key, unsent)
+                raise

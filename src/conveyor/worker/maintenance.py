@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from conveyor.job import NewJob, resolve_run_at, utcnow
+from conveyor.pacing import DutyBackoff
+from conveyor.store.base import FlowControlStore, OperatorStore
+from conveyor.worker.talk import log_rescued
 
 if TYPE_CHECKING:
     from conveyor.app import App
@@ -28,17 +32,18 @@ log = logging.getLogger("conveyor.maintenance")
 LEADER_NAME = "maintenance"
 
 
-class Maintenance:
-    def __init__(self, app: App, holder: str, lease: float) -> None:
-        self.app = app
-        self.holder = holder
-        # Check often enough that an expired lease is rescued within about a
-        # quarter of its length, but never hammer the database.
-        self.interval = min(max(lease / 4, 0.05), 5.0)
-        self.ttl = timedelta(seconds=max(self.interval * 3, 1.0))
+def round_interval(lease: float) -> float:
+    """How often to look for expired leases: one comes back within about a quarter of its
+    length, and the database is never hammered."""
+    return min(max(lease / 4, 0.05), 5.0)
+
+
+class _Background:
+    """A daemon thread running ``_run`` until ``stop()``, which waits for it."""
+
+    def __init__(self, name: str) -> None:
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="conveyor-maintenance", daemon=True)
-        self.is_leader = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
@@ -47,6 +52,24 @@ class Maintenance:
         self._stop.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+
+class Maintenance(_Background):
+    def __init__(self, app: App, holder: str, lease: float) -> None:
+        self.app = app
+        self.holder = holder
+        # Check often enough that an expired lease is rescued within about a
+        # quarter of its length, but never hammer the database.
+        self.interval = round_interval(lease)
+        self.ttl = timedelta(seconds=max(self.interval * 3, 1.0))
+        super().__init__("conveyor-maintenance")
+        self.is_leader = False
+
+    def stop(self) -> None:
+        super().stop()
         if self.is_leader:
             try:
                 self.app.store.leader_release(LEADER_NAME, self.holder)
@@ -54,17 +77,18 @@ class Maintenance:
                 log.exception("could not release the maintenance lease")
 
     def _run(self) -> None:
-        failures = 0
+        # A database restart or a locked file: try again, a little later each time.
+        backoff = DutyBackoff(
+            "maintenance round", log, first=self.interval, ceiling=self.interval * 8
+        )
         while not self._stop.is_set():
             try:
                 self.run_once()
-                failures = 0
+                backoff.succeeded()
+                pause = self.interval
             except Exception as exc:
-                # A database restart or a locked file: try again, a little later each time.
-                failures += 1
-                if failures == 1 or failures % 20 == 0:
-                    log.warning("maintenance round failed: %s", exc, exc_info=failures == 1)
-            self._stop.wait(self.interval * min(2**failures, 8))
+                pause = backoff.failed(exc)
+            self._stop.wait(pause)
 
     def run_once(self, now: datetime | None = None) -> None:
         """One round; ``now`` None: the store's clock judges leases, this machine's the rest."""
@@ -73,14 +97,18 @@ class Maintenance:
         self.is_leader = store.leader_acquire(LEADER_NAME, self.holder, self.ttl, wall)
         if not self.is_leader:
             return
-        for name, action in (
+        actions: list[tuple[str, Callable[[], object]]] = [
             ("rescue", lambda: self._rescue(now)),
-            ("retention", lambda: self._purge(wall)),
             ("worker list", lambda: store.worker_prune(wall - self._forget_after())),
             ("periodic tasks", lambda: self._enqueue_periodic(wall)),
+        ]
+        # Capabilities beyond the core: a store without them has nothing to do here.
+        if isinstance(store, OperatorStore):
+            actions.append(("retention", lambda: self._purge(wall)))
+        if isinstance(store, FlowControlStore):
             # Claims prune the starts of the queues they claim; this, the rest.
-            ("limits", lambda: store.limit_prune(wall)),
-        ):
+            actions.append(("limits", lambda: store.limit_prune(wall)))
+        for name, action in actions:
             try:
                 action()
             except Exception as exc:
@@ -91,8 +119,7 @@ class Maintenance:
 
     def _rescue(self, now: datetime | None) -> None:
         rescued = self.app.store.job_rescue_expired(now)
-        if rescued:
-            log.warning("rescued %d job(s) whose worker was lost: %s", len(rescued), rescued[:10])
+        log_rescued(log, self.app.store, rescued, "worker")
 
     def _purge(self, now: datetime) -> None:
         self.app.apply_retention(now)
@@ -120,3 +147,34 @@ class Maintenance:
             except Exception:
                 # One task's trouble must not starve the others (nor rescue, next round).
                 log.exception("could not enqueue periodic task %s", periodic.task)
+
+
+class Rescuer(_Background):
+    """Takes back expired leases for a consume-only service, on a timer, busy or idle.
+
+    A consumer has no Worker whose maintenance would do it, and rescuing only
+    when a claim finds nothing would leave a dead consumer's job (and its
+    group) behind every other queued job. Every consumer runs one; rescue is a
+    compare-and-set, so several at once are safe.
+    """
+
+    def __init__(self, app: App, lease: float, rescued: Callable[[], None]) -> None:
+        self._app = app
+        self.interval = round_interval(lease)  # as often as maintenance
+        self._rescued = rescued
+        super().__init__("conveyor-rescue")
+
+    def _run(self) -> None:
+        backoff = DutyBackoff("consume: rescuing expired leases", log, ceiling=self.interval * 8)
+        while not self._stop.is_set():
+            try:
+                rescued = self._app.store.job_rescue_expired()
+                backoff.succeeded()
+                pause = self.interval
+            except Exception as exc:
+                pause = backoff.failed(exc)
+                rescued = []
+            if rescued:
+                log_rescued(log, self._app.store, rescued, "worker or consumer")
+                self._rescued()
+            self._stop.wait(pause)

@@ -40,17 +40,19 @@ from datetime import datetime, timedelta
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from conveyor.context import Context
+from conveyor.errors import ConfigurationError
 from conveyor.job import Job, utcnow
+from conveyor.logs import job_fields
+from conveyor.pacing import DutyBackoff
 from conveyor.store.base import Lease, LeaseStatus
 from conveyor.worker.completer import Completer, CompleterThread, Settlement
-from conveyor.worker.context import Context
 from conveyor.worker.executor import (
     EventLoopThread,
     Outcome,
     Running,
-    backoff_at,
+    apply_abort,
     poison_outcome,
-    settle,
 )
 from conveyor.worker.handler_threads import HandlerThreads
 from conveyor.worker.leases import LeaseKeeper
@@ -98,28 +100,25 @@ class Duty:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.failures = 0
-        self.retry_at = 0.0
+        self.backoff = DutyBackoff(name, log)
+
+    @property
+    def retry_at(self) -> float:
+        return self.backoff.retry_at
 
     def ready(self, now: float) -> bool:
-        return now >= self.retry_at
+        return self.backoff.ready(now)
 
     def run(self, action: Callable[[], Any], now: float) -> bool:
         """Run ``action`` unless backing off; False when it did not run or failed."""
-        if now < self.retry_at:
+        if not self.backoff.ready(now):
             return False
         try:
             action()
         except Exception as exc:
-            self.failures += 1
-            pause = min(0.05 * 2**self.failures, 5.0)
-            self.retry_at = now + pause
-            if self.failures == 1 or self.failures % 20 == 0:
-                log.warning("%s failed (retrying in %.2fs): %s", self.name, pause, exc,
-                            exc_info=self.failures == 1)  # fmt: skip
+            self.backoff.failed(exc, now)
             return False
-        self.failures = 0
-        self.retry_at = 0.0
+        self.backoff.succeeded()
         return True
 
 
@@ -140,16 +139,16 @@ class Worker:
         prefetch: int = 0,
     ) -> None:
         if concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
+            raise ConfigurationError("concurrency must be at least 1")
         if prefetch < 0:
-            raise ValueError("prefetch must be 0 (off) or more")
+            raise ConfigurationError("prefetch must be 0 (off) or more")
         if lease <= 0.1:
-            raise ValueError("lease must be longer than 0.1 seconds")
+            raise ConfigurationError("lease must be longer than 0.1 seconds")
         if poll_interval <= 0:
-            raise ValueError("poll_interval must be positive")
+            raise ConfigurationError("poll_interval must be positive")
         chosen = tuple(queues) if queues else tuple(sorted({t.queue for t in app.tasks.values()}))
         if not chosen:
-            raise ValueError("no queues to work on: register tasks or pass queues=[...]")
+            raise ConfigurationError("no queues to work on: register tasks or pass queues=[...]")
         self.app = app
         self.store = app.store
         self.options = WorkerOptions(
@@ -163,8 +162,12 @@ class Worker:
         #: Attempts held under a lease, by job id: claimed, and not yet recorded.
         self._held: dict[int, Running] = {}
         #: Claims of a job whose previous attempt's handler has not returned yet
-        #: (its lease was lost and the job came back to us): they wait for it.
+        #: (its lease was lost and the job came back to us): they wait for it,
+        #: their leases renewed like any other.
         self._parked: dict[int, Running] = {}
+        #: Parked claims whose previous handler has returned: each starts once a
+        #: renewal has shown that its lease still holds, never before.
+        self._unblocked: set[int] = set()
         #: Attempts whose handler has not returned (they take the slots).
         self._active = 0
         #: Prefetched attempts: held (leased) and waiting for a free slot, oldest first.
@@ -371,7 +374,8 @@ class Worker:
     def _publish_held(self) -> None:
         if self._held_changed:
             self._held_changed = False
-            self._held_snapshot = tuple(self._held.values())
+            # Parked claims too: their leases must hold until they start.
+            self._held_snapshot = (*self._held.values(), *self._parked.values())
 
     # --- inbox ------------------------------------------------------------------------
 
@@ -407,6 +411,10 @@ class Worker:
             renewed, statuses = self._renewed.popleft()
             for lease in renewed:
                 status = statuses.get(lease.id)
+                parked = self._parked.get(lease.id)
+                if parked is not None and parked.token == lease.token:
+                    self._parked_renewed(parked, status)
+                    continue
                 attempt = self._held.get(lease.id)
                 if attempt is None or attempt.token != lease.token or attempt.recorded:
                     continue  # another attempt by now, or already being recorded
@@ -419,6 +427,40 @@ class Worker:
             held = self._held.get(job_id)
             if held is not None and held.token == token:
                 self._abort(held, "cancel")
+            parked = self._parked.get(job_id)
+            if parked is not None and parked.token == token:
+                self._end_parked(parked, Outcome("cancelled"))
+
+    def _parked_renewed(self, parked: Running, status: LeaseStatus | None) -> None:
+        """A renewal's answer for a parked claim: drop it, end it, start it, or keep it parked."""
+        if status is None:
+            log.warning(
+                "job %s: a claim waiting for the previous attempt's handler lost its lease; "
+                "dropped, never started",
+                parked.id,
+                extra=job_fields(parked.job),
+            )
+            del self._parked[parked.id]
+            self._unblocked.discard(parked.id)
+            self._held_changed = True
+            self.counts["lost"] += 1
+        elif status.cancel_requested:
+            self._end_parked(parked, Outcome("cancelled"))
+        elif parked.id in self._unblocked:
+            del self._parked[parked.id]
+            self._unblocked.discard(parked.id)
+            self._held[parked.id] = parked
+            self._held_changed = True
+            self._waiting.appendleft(parked)
+            self._start_waiting()
+
+    def _end_parked(self, parked: Running, outcome: Outcome) -> None:
+        """Record an outcome for a parked claim that never started (a cancel, a drain)."""
+        del self._parked[parked.id]
+        self._unblocked.discard(parked.id)
+        self._held_changed = True
+        parked.recorded = outcome
+        self._completer.submit([(parked, outcome)])
 
     def _returned_outcome(self, running: Running) -> Outcome | None:
         """What a returned handler's attempt records (None: nothing, its lease is gone)."""
@@ -427,32 +469,23 @@ class Worker:
         running.returned = True
         self._active -= 1
         self._timed.discard(running)
-        parked = self._parked.pop(running.id, None)
         if running.abort == "lease lost":
             log.warning("job %s: lease lost while its handler ran; its outcome is dropped",
-                        running.id)  # fmt: skip
-            self._held.pop(running.id, None)
-            self._held_changed = True
+                        running.id, extra=job_fields(running.job))  # fmt: skip
+            if self._held.get(running.id) is running:
+                del self._held[running.id]
+                self._held_changed = True
             self.counts["lost"] += 1
-        if parked is not None:  # the next attempt of the same job may start now
-            self._held[parked.id] = parked
-            self._held_changed = True
-            self._waiting.appendleft(parked)
+        if running.id in self._parked:
+            # The next attempt of the same job may start, once a renewal shows
+            # that its lease held while it waited (soon: renew now).
+            self._unblocked.add(running.id)
+            self._leases.renew_soon()
         if running.abort == "lease lost":
             return None
+        # A cancel, a timeout or a drain asked before the handler returned is in
+        # its outcome already (apply_abort, in the handler's thread).
         assert running.outcome is not None
-        if running.abort == "cancel":
-            return Outcome("cancelled")
-        if running.abort == "timeout":
-            assert running.task is not None
-            error = (
-                f"TimeoutError: job {running.id} ran past its timeout of {running.task.timeout}s"
-            )
-            return settle(running, lambda: Outcome("retry", error=error, run_at=backoff_at(
-                running, utcnow())))  # fmt: skip
-        if running.abort == "shutdown":
-            # Asked to stop by a drain: whatever it returned is taken as cut short.
-            return Outcome("release")
         return running.outcome
 
     def _after_recorded(self, runnings: list[Running], written: set[int]) -> None:
@@ -468,6 +501,7 @@ class Worker:
                 log.warning(
                     "job %s: lease lost before its outcome was recorded; another worker owns it",
                     running.id,
+                    extra=job_fields(running.job),
                 )
             # The group's next job, or the job itself queued again, may now be ready.
             recorded = running.recorded
@@ -549,8 +583,15 @@ class Worker:
             running = self._running(job)
             earlier = self._held.get(job.id)
             if earlier is not None and not earlier.returned:
-                # Our earlier attempt lost its lease and still runs: one at a time.
+                # Our earlier attempt still runs, and this claim proves that its
+                # lease is gone (the job was queued again): tell its handler, and
+                # keep this claim, leased, until that handler returns. One at a time.
+                if earlier.abort is None:
+                    self._abort(earlier, "lease lost")
+                else:  # already asked to stop (a cancel, a timeout): its outcome is moot too
+                    earlier.abort = "lease lost"
                 self._parked[job.id] = running
+                self._held_changed = True
                 continue
             # (An earlier attempt that returned may still await the completer's
             # answer, which can come after the job was queued again and claimed.)
@@ -561,7 +602,10 @@ class Worker:
 
     def _running(self, job: Job) -> Running:
         return Running(
-            job=job, task=self.app.tasks.get(job.task), context=Context(job, _hooks=self)
+            job=job,
+            task=self.app.tasks.get(job.task),
+            context=Context(job, _hooks=self),
+            middleware=self.app.middleware_chain(),
         )
 
     # --- what a handler's Context asks of the worker (from the handler's thread) ---
@@ -611,7 +655,9 @@ class Worker:
                 else:
                     self._threads.submit(running)
             except Exception as exc:
-                log.exception("job %s: could not start its handler", running.id)
+                log.exception(
+                    "job %s: could not start its handler", running.id, extra=job_fields(running.job)
+                )
                 running.outcome = Outcome("fail", error=f"could not start the handler: {exc}")
                 self._handler_returned(running)
         if batch:
@@ -641,6 +687,7 @@ class Worker:
             # returned at once (the abort's reason decides what is recorded).
             self._waiting.remove(running)
             running.outcome = Outcome("release")
+            apply_abort(running)  # a cancel ends it cancelled
             self._active += 1  # given back when the return is read
             self._handler_returned(running)
             return
@@ -674,11 +721,8 @@ class Worker:
             for r in list(self._waiting):
                 self._abort(r, "shutdown")
             # Claims that never started go straight back.
-            parked = list(self._parked.values())
-            self._parked.clear()
-            for r in parked:
-                r.recorded = Outcome("release")
-            self._completer.submit([(r, Outcome("release")) for r in parked])
+            for r in list(self._parked.values()):
+                self._end_parked(r, Outcome("release"))
         running = [r for r in self._held.values() if not r.returned]
         if not running:
             return not self._held  # every outcome recorded (or handed to the completer)
@@ -696,6 +740,7 @@ class Worker:
                         "job %s: the handler did not return after the stop timeout; "
                         "releasing the job (the handler may still run until this process exits)",
                         r.id,
+                        extra=job_fields(r.job),
                     )
                     r.returned = True
                     r.recorded = Outcome("release")
@@ -726,6 +771,8 @@ class Worker:
         try:
             self._read_inbox()
             leftover = [r for r in self._held.values() if not r.recorded and not r.returned]
+            leftover += self._parked.values()
+            self._parked.clear()
             for r in leftover:
                 r.recorded = Outcome("release")
             self._completer.submit([(r, Outcome("release")) for r in leftover])

@@ -17,6 +17,7 @@ import threading
 import psycopg
 from psycopg import sql
 
+from conveyor.pacing import DutyBackoff
 from conveyor.store.base import ChangeCallback
 
 log = logging.getLogger("conveyor.postgres")
@@ -47,16 +48,13 @@ class Listener:
         return conn
 
     def _run(self) -> None:
-        backoff = 0.1
+        backoff = DutyBackoff("LISTEN connection", log, first=0.1, ceiling=_MAX_BACKOFF)
         while not self._stop.is_set():
             try:
                 self._conn = self._connect()
             except psycopg.Error as exc:
-                log.warning("cannot LISTEN (retrying in %.1fs): %s", backoff, exc)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, _MAX_BACKOFF)
+                self._stop.wait(backoff.failed(exc))
                 continue
-            backoff = 0.1
             self.connected.set()
             # Whatever was notified before LISTEN took effect (the first time:
             # while this thread was starting) is lost: everyone looks again.
@@ -65,9 +63,12 @@ class Listener:
                 while not self._stop.is_set():
                     for notify in self._conn.notifies(timeout=_WAIT):
                         self._on_change(CHANNELS.get(notify.channel, "any"), notify.payload)
+                    # Reset only once a connection has lasted: a server that accepts
+                    # and then drops every connection is still met with growing pauses.
+                    backoff.succeeded()
             except psycopg.Error as exc:
                 if not self._stop.is_set():
-                    log.warning("LISTEN connection lost, reconnecting: %s", exc)
+                    self._stop.wait(backoff.failed(exc))
             finally:
                 self.connected.clear()
                 conn, self._conn = self._conn, None

@@ -51,6 +51,7 @@ from conveyor.store.base import (
     Subscription,
     WorkerInfo,
 )
+from conveyor.store.boundary import translate_missing_schema
 from conveyor.store.counting import assemble_stats
 from conveyor.store.keys import key_pairs, new_job_record, plan_insert, resolve_plan
 from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of_row
@@ -79,13 +80,13 @@ def _row_to_job(row: Sequence[Any]) -> Job:
     (
         id_, queue, task, state, args, kwargs, priority, run_at, attempts, max_attempts, key,
         group, batch, worker, token, lease_expires_at, cancel_requested, result, error, progress,
-        progress_message, created_at, started_at, finished_at, limit_key,
-    ) = row[:25]  # fmt: skip
+        progress_message, created_at, started_at, finished_at, limit_key, headers,
+    ) = row[:26]  # fmt: skip
     return Job(
         id_, queue, task, JobState(state), args, kwargs, priority, run_at, attempts,
         max_attempts, created_at, key, group, batch, worker, token, lease_expires_at,
         cancel_requested, result, error, progress, progress_message, started_at, finished_at,
-        limit_key,
+        limit_key, headers,
     )  # fmt: skip
 
 
@@ -137,9 +138,14 @@ def _own_cursor(conn: psycopg.Connection[Any]) -> Cursor:
     return cur
 
 
+def _missing_table(exc: BaseException) -> bool:
+    return isinstance(exc, psycopg.errors.UndefinedTable)
+
+
+@translate_missing_schema(_missing_table)
 class PostgresStore:
-    supports_listen_notify = True
-    supports_external_transactions = True
+    #: TransactionalStore: enqueue inside the caller's transaction on this connection.
+    transaction_connection = "a psycopg Connection"
 
     def __init__(
         self,
@@ -293,9 +299,10 @@ class PostgresStore:
                 pending = [lost[index] for index in replan.insert]
             else:
                 if pending:
-                    raise RuntimeError(
+                    # Contention, not a refusal: the enqueue may be tried again as is.
+                    raise StoreUnavailableError(
                         f"enqueue gave up after {_INSERT_ROUNDS} rounds: the keys of "
-                        f"{len(pending)} jobs kept changing hands"
+                        f"{len(pending)} jobs kept changing hands; try again"
                     )
         return resolve_plan(plan, len(jobs), inserted)
 
@@ -321,6 +328,7 @@ class PostgresStore:
             "groups": [j.group for j in chosen],
             "batches": [j.batch for j in chosen],
             "limit_keys": [j.limit_key for j in chosen],
+            "headers": [j.headers_text() for j in chosen],
             "now": now,
         }
         rows = conn.execute(_Q["job_insert"], params).fetchall()

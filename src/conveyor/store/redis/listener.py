@@ -20,6 +20,7 @@ from typing import Any
 
 import redis
 
+from conveyor.pacing import DutyBackoff
 from conveyor.store.base import ChangeCallback
 
 log = logging.getLogger("conveyor.redis")
@@ -41,13 +42,12 @@ class RedisListener:
         self._thread.start()
 
     def _run(self) -> None:
-        backoff = 0.1
+        backoff = DutyBackoff("Redis subscription", log, first=0.1, ceiling=_MAX_BACKOFF)
         channels = {self._prefix + name: name for name in CHANNELS}
         while not self._stop.is_set():
             pubsub = self._client.pubsub(ignore_subscribe_messages=True)
             try:
                 pubsub.subscribe(*channels)
-                backoff = 0.1
                 self.connected.set()
                 # Whatever was published before SUBSCRIBE took effect is lost.
                 self._on_change("reconnected", "")
@@ -56,11 +56,11 @@ class RedisListener:
                     if message is not None and message.get("type") == "message":
                         name = channels.get(str(message["channel"]), "any")
                         self._on_change(name, str(message["data"]))
+                    # Reset only once a subscription has lasted (see the PostgreSQL listener).
+                    backoff.succeeded()
             except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
                 if not self._stop.is_set():
-                    log.warning("Redis subscription lost (retrying in %.1fs): %s", backoff, exc)
-                    self._stop.wait(backoff)
-                    backoff = min(backoff * 2, _MAX_BACKOFF)
+                    self._stop.wait(backoff.failed(exc))
             finally:
                 self.connected.clear()
                 with contextlib.suppress(redis.RedisError, OSError):

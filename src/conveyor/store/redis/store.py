@@ -158,6 +158,7 @@ def job_of(fields: dict[str, str]) -> Job:
         started_at=_odt(fields.get("started_at")),
         finished_at=_odt(fields.get("finished_at")),
         limit_key=fields.get("limit_key"),
+        headers_json=fields.get("headers"),
     )
 
 
@@ -195,6 +196,7 @@ def _new_job_json(job: NewJob) -> list[str | None]:
         job.group,
         job.batch,
         job.limit_key,
+        job.headers_text(),
     ]
 
 
@@ -226,9 +228,8 @@ def redis_where(dsn: str) -> str:
 
 
 class RedisStore:
-    supports_listen_notify = True
-    #: Redis has no transaction a caller could enqueue inside.
-    supports_external_transactions = False
+    """Every capability of base.Store, and DurabilityReport; not TransactionalStore (Redis
+    has no transaction a caller could enqueue inside)."""
 
     def __init__(
         self,

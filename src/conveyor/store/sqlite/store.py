@@ -18,7 +18,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from conveyor.errors import ConfigurationError, JobStateError, StoreUnavailableError
+from conveyor.errors import (
+    ConfigurationError,
+    JobStateError,
+    SchemaMissingError,
+    StoreUnavailableError,
+)
 from conveyor.job import Event, Job, JobState, NewJob, utcnow
 from conveyor.limits import Limit, QueueLimits
 from conveyor.store.base import (
@@ -40,6 +45,7 @@ from conveyor.store.base import (
     Subscription,
     WorkerInfo,
 )
+from conveyor.store.boundary import translate_missing_schema
 from conveyor.store.counting import assemble_stats
 from conveyor.store.event_kinds import EVENT_KINDS
 from conveyor.store.keys import key_pairs, new_job_record, plan_insert, resolve_plan
@@ -85,7 +91,7 @@ JOB_COLUMNS = (
     "id", "queue", "task", "state", "args", "kwargs", "priority", "run_at", "attempts",
     "max_attempts", "key", "group_key", "batch", "worker", "lease_token", "lease_expires_at",
     "cancel_requested", "result", "error", "progress", "progress_message", "created_at",
-    "started_at", "finished_at", "limit_key",
+    "started_at", "finished_at", "limit_key", "headers",
 )  # fmt: skip
 EVENT_COLUMNS = ("seq", "job_id", "queue", "task", "kind", "attempt", "worker", "at", "error")
 
@@ -94,14 +100,14 @@ def _row_to_job(row: tuple[Any, ...]) -> Job:
     (
         id_, queue, task, state, args, kwargs, priority, run_at, attempts, max_attempts, key,
         group, batch, worker, token, lease_expires_at, cancel_requested, result, error, progress,
-        progress_message, created_at, started_at, finished_at, limit_key,
-    ) = row[:25]  # fmt: skip
+        progress_message, created_at, started_at, finished_at, limit_key, headers,
+    ) = row[:26]  # fmt: skip
     return Job(
         id_, queue, task, JobState(state), args, kwargs, priority,
         datetime.fromtimestamp(run_at, UTC), attempts, max_attempts,
         datetime.fromtimestamp(created_at, UTC), key, group, batch, worker, token,
         _dt(lease_expires_at), bool(cancel_requested), result, error, progress, progress_message,
-        _dt(started_at), _dt(finished_at), limit_key,
+        _dt(started_at), _dt(finished_at), limit_key, headers,
     )  # fmt: skip
 
 
@@ -114,9 +120,14 @@ def _dt_required(value: float) -> datetime:
     return datetime.fromtimestamp(value, UTC)
 
 
+def _missing_table(exc: BaseException) -> bool:
+    return isinstance(exc, sqlite3.OperationalError) and "no such table" in str(exc)
+
+
+@translate_missing_schema(_missing_table)
 class SQLiteStore:
-    supports_listen_notify = False
-    supports_external_transactions = True
+    #: TransactionalStore: enqueue inside the caller's transaction on this connection.
+    transaction_connection = "a sqlite3 Connection"
 
     def __init__(
         self, path: str | Path, *, migrate: bool = True, busy_timeout: float = BUSY_TIMEOUT_SECONDS
@@ -283,6 +294,7 @@ class SQLiteStore:
                         new.batch,
                         now_ts,
                         new.limit_key,
+                        new.headers_text(),
                     )
                 )
                 inserted[position] = new_job_record(job_id, new, now)
@@ -921,7 +933,10 @@ def _check_columns(conn: sqlite3.Connection, table: str, expected: tuple[str, ..
     """Rows are read by position: the table must start with the columns this code expects."""
     names = tuple(row[1] for row in conn.execute("SELECT * FROM pragma_table_info(?)", (table,)))
     if names[: len(expected)] != expected:
-        raise RuntimeError(f"table {table} has columns {names}; this code expects {expected}")
+        raise SchemaMissingError(
+            f"table {table} has columns {names}; this code expects {expected}: "
+            "run `conveyor migrate` with this version of conveyor"
+        )
 
 
 def _split_statements(script: str) -> list[str]:

@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from conveyor.errors import Retry
+from conveyor.errors import Retry, StoreUnavailableError
 from conveyor.job import Job, storable_text
 from conveyor.limits import throttle_seconds
+from conveyor.logs import job_fields
+from conveyor.pacing import DutyBackoff
+
+log = logging.getLogger("conveyor.worker")
+#: Failed telemetry writes (progress, a handler's heartbeat) of every job, logged
+#: as one duty: an outage is one warning now and then, not one per job and call.
+_TELEMETRY = DutyBackoff("a progress or heartbeat write", log)
 
 #: One lock for every job's cancel signal: setting and waiting are rare next to
 #: the jobs themselves, and a lock per job was a measurable cost of each claim.
@@ -145,23 +153,62 @@ class Context:
         with _PROGRESS_LOCK:
             if now - self._progress_written_at < PROGRESS_WRITE_INTERVAL:
                 self._progress_pending = (fraction, message)
-                return True
+                return not self._lease_lost()
             self._progress_written_at = now
             self._progress_pending = None
-        return self._hooks.write_progress(self.job, fraction, message) if self._hooks else False
+        return self._write_progress(fraction, message)
 
     def flush_progress(self) -> None:
-        """Write progress that is still waiting for its turn (the worker calls this)."""
+        """Write progress that is still waiting for its turn (the worker calls this).
+
+        Never raises: progress that cannot be written stays pending.
+        """
         with _PROGRESS_LOCK:
             pending, self._progress_pending = self._progress_pending, None
             if pending is not None:
                 self._progress_written_at = time.monotonic()
-        if pending is not None and self._hooks is not None:
-            self._hooks.write_progress(self.job, *pending)
+        if pending is not None:
+            self._write_progress(*pending)
+
+    def _write_progress(self, fraction: float | None, message: str | None) -> bool:
+        """Write progress now; progress that cannot be written waits for the next flush.
+
+        Progress is telemetry: a store that is away (or refuses the write) must
+        not fail the work it reports on, so nothing here raises into the handler.
+        The value is kept for the lease keeper's next round unless newer
+        progress has replaced it meanwhile.
+        """
+        if self._hooks is None:
+            return False
+        try:
+            written = self._hooks.write_progress(self.job, fraction, message)
+        except Exception as exc:
+            with _PROGRESS_LOCK:
+                if self._progress_pending is None:
+                    self._progress_pending = (fraction, message)
+            _TELEMETRY.failed(exc)
+            return not self._lease_lost()
+        if _TELEMETRY.failures:
+            _TELEMETRY.succeeded()
+        return written
+
+    def _lease_lost(self) -> bool:
+        return self.cancelled.is_set() and self.cancelled.reason == "lease lost"
 
     def heartbeat(self) -> bool:
-        """Renew this job's lease now (the worker also does it every third of the lease)."""
-        return self._hooks.heartbeat(self.job) if self._hooks else False
+        """Renew this job's lease now (the worker also does it every third of the lease).
+
+        False when the lease is lost. While the store is away this cannot be
+        known: it answers True and the worker's own renewals keep trying (a
+        lease that runs out meanwhile sets ``cancelled``).
+        """
+        if self._hooks is None:
+            return False
+        try:
+            return self._hooks.heartbeat(self.job)
+        except Exception as exc:
+            _TELEMETRY.failed(exc)
+            return not self._lease_lost()
 
     def throttle(self, seconds: float | timedelta, *, whole_queue: bool = False) -> Retry:
         """Slow down everyone: hold this job's key, or its queue, back for ``seconds``.
@@ -171,8 +218,19 @@ class Context:
         queue when the job has none, or with ``whole_queue=True``) until then, so
         one rejection does not become a thousand. Returns a ``Retry`` for this
         job after the same time: ``raise ctx.throttle(30)``.
+
+        While the store is away the hold cannot be written: the other jobs of the
+        key are not held back (a warning says so), and this job is still retried
+        after ``seconds``, so the handler's flow is the same.
         """
         length = throttle_seconds(seconds)
         if self._hooks is not None:
-            self._hooks.throttle(self.job, length, whole_queue)
+            try:
+                self._hooks.throttle(self.job, length, whole_queue)
+            except StoreUnavailableError as exc:
+                log.warning(
+                    "job %s: could not hold its key back for %gs, the store is away (%s); "
+                    "only this job waits",
+                    self.job.id, length, exc, extra=job_fields(self.job),
+                )  # fmt: skip
         return Retry(delay=length, reason=f"throttled for {length:g}s")
