@@ -35,6 +35,7 @@ from conveyor.job import (
     check_headers,
     encode_payload,
     resolve_run_at,
+    retry_refusal,
     utcnow,
     validate_max_attempts,
     validate_name,
@@ -597,7 +598,9 @@ class App:
     @needs(OperatorStore, "cancel jobs")
     def cancel(self, job_id: int) -> Job:
         """Cancel a queued job, ask the worker of a running one to stop; a finished job stays."""
-        job = self.store.job_cancel(job_id, utcnow())
+        # The bulk operation with one id: one way to cancel, in every store.
+        self.store.job_cancel_many([job_id], utcnow())
+        job = self.store.job_get(job_id)
         if job is None:
             raise JobNotFoundError(f"no job with id {job_id}")
         if job.state == JobState.RUNNING and job.cancel_requested and job.lease_token:
@@ -608,9 +611,12 @@ class App:
     @needs(OperatorStore, "retry jobs")
     def retry(self, job_id: int) -> Job:
         """Queue a failed or cancelled job again with its attempts reset."""
-        job = self.store.job_retry(job_id, utcnow())
+        changed = self.store.job_retry_many([job_id], utcnow())
+        job = self.store.job_get(job_id)
         if job is None:
             raise JobNotFoundError(f"no job with id {job_id}")
+        if not changed:
+            raise retry_refusal(job)
         return self._attach(job)
 
     @needs(OperatorStore, "retry jobs")

@@ -34,7 +34,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from conveyor.errors import ConfigurationError, JobStateError, StoreUnavailableError
+from conveyor.errors import ConfigurationError, StoreUnavailableError
 from conveyor.job import Event, Job, JobState, NewJob
 from conveyor.limits import Limit, QueueLimits
 from conveyor.store.base import (
@@ -678,26 +678,6 @@ class RedisStore:
 
     def _ids(self, job_ids: Sequence[int]) -> str:
         return json.dumps([str(i) for i in sorted(set(job_ids))])
-
-    def job_cancel(self, job_id: int, now: datetime) -> Job | None:
-        self._run("job_cancel", _ts(now), self._ids([job_id]))
-        return self.job_get(job_id)
-
-    def job_retry(self, job_id: int, now: datetime) -> Job | None:
-        changed = self._run("job_retry", _ts(now), self._ids([job_id]), "0", "")
-        job = self.job_get(job_id)
-        if job is None:
-            return None
-        if not changed:
-            if job.state in (JobState.FAILED, JobState.CANCELLED):
-                raise JobStateError(
-                    f"job {job.id} cannot be retried: another live job in queue {job.queue!r} "
-                    f"holds its key {job.key!r}"
-                )
-            raise JobStateError(
-                f"job {job.id} is {job.state}; only failed or cancelled jobs can be retried"
-            )
-        return job
 
     def job_retry_failed(
         self, queue: str | None, failed_before: datetime, now: datetime, limit: int = 1000
