@@ -10,11 +10,13 @@ strings, which must never give a 500.
 from __future__ import annotations
 
 import re
+import sqlite3
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from click.testing import CliRunner
 from starlette.testclient import TestClient
@@ -22,9 +24,11 @@ from starlette.testclient import TestClient
 from conveyor import App, JobState
 from conveyor.job import utcnow
 from conveyor.store.base import Finish, Lease
+from conveyor.store.dsn import sqlite_path
 from conveyor.web import create_app
 from conveyor.web.commands import dashboard
 from outcomes import Failure, record_tick
+from store_fixtures import sql_only
 
 BASE = "http://127.0.0.1"
 LEASE = timedelta(seconds=30)
@@ -287,6 +291,24 @@ def test_every_page_says_run_conveyor_migrate(pg_clean_dsn: str) -> None:
         assert "conveyor migrate" in health.json()["error"]
         app.migrate()
         assert client.get("/").status_code == 200 and client.get("/healthz").json()["ok"]
+
+
+@sql_only  # Redis has no tables to drop
+def test_a_schema_dropped_while_the_dashboard_runs_asks_for_migrate(dsn: str) -> None:
+    with App(dsn) as app, TestClient(create_app(app), base_url=BASE) as client:
+        app.migrate()
+        assert client.get("/jobs").status_code == 200
+        # Dropped by hand under a running dashboard: the store says SchemaMissingError.
+        if dsn.startswith("sqlite"):
+            conn = sqlite3.connect(sqlite_path(dsn))
+            conn.execute("DROP TABLE jobs")
+            conn.commit()
+            conn.close()
+        else:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("DROP TABLE jobs CASCADE")
+        page = client.get("/jobs")
+        assert page.status_code == 503 and "conveyor migrate" in page.text
 
 
 def test_the_command_refuses_a_sqlite_file_that_does_not_exist(tmp_path: Path) -> None:

@@ -10,7 +10,6 @@ calls there too.
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -275,14 +274,15 @@ class Dashboard:
                 self.watch.settle()
                 return self.problem(request, str(exc), 400)
             except SchemaMissingError as exc:
+                # The stores translate a table gone missing at their boundary: the
+                # schema was dropped (or never made) and is checked again from now on.
+                self.schema_ok = False
                 self.watch.answered()
                 return self.migrate_page(request, exc)
             except Exception as exc:
                 if unreachable(exc):
                     return self.unavailable(request, self.watch.failed(exc))
                 self.watch.settle()
-                if self.missing_table(exc):
-                    return self.migrate_page(request, None)
                 raise
             self.watch.answered()
             return response
@@ -305,16 +305,6 @@ class Dashboard:
         if not self.schema_ok:
             self.app.check_schema()
             self.schema_ok = True
-
-    def missing_table(self, exc: Exception) -> bool:
-        """Whether an error came from a table gone missing (the schema was dropped)."""
-        text = str(exc)
-        gone = (isinstance(exc, sqlite3.OperationalError) and "no such table" in text) or (
-            type(exc).__name__ == "UndefinedTable"
-        )
-        if gone:
-            self.schema_ok = False
-        return gone
 
     def migrate_page(self, request: Request, exc: SchemaMissingError | None) -> Response:
         message = str(exc) if exc is not None else "a table of conveyor is missing"
