@@ -159,7 +159,7 @@ def test_on_redis_the_data_source_refuses_saying_what_it_needs(
     spark: SparkSession, redis_clean_dsn: str
 ) -> None:
     """Write, read and stream each refuse a Redis DSN up front, naming what works instead."""
-    from conveyor.store.bulk import REDIS_REFUSAL, backend_of, open_bulk_store
+    from conveyor.spark.storage import REDIS_REFUSAL, backend_of, open_storage
 
     needs = "the Spark data source needs SQLite or PostgreSQL"
     assert REDIS_REFUSAL.startswith(needs)
@@ -167,7 +167,7 @@ def test_on_redis_the_data_source_refuses_saying_what_it_needs(
         with pytest.raises(ConfigurationError, match=needs):
             backend_of(dsn)
         with pytest.raises(ConfigurationError, match=needs):
-            open_bulk_store(dsn)
+            open_storage(dsn)
     with pytest.raises(AnalysisException, match=needs):
         writer(items(spark, 3), redis_clean_dsn, task="resize").save()
     with pytest.raises(AnalysisException, match=needs):

@@ -1,12 +1,9 @@
--- Spark writes in progress. A write's tasks stage rows in tables of their own
--- (spark_stage_<write>_...) and the driver moves them into jobs in one
--- transaction. The row exists while the write is open: committing or aborting
--- deletes it, and a task locks it (FOR SHARE) in every transaction it writes
--- in, so a task Spark cancelled cannot stage rows after the write ended.
-CREATE TABLE spark_writes (
-    id         text PRIMARY KEY,
-    started_at timestamptz NOT NULL
-);
-
--- The event stream reads events in (xid, seq) order: see the Spark source.
+-- Events in (xid, seq) order: readers that follow the event log (the metrics'
+-- counters, the dashboard's offsets) read up to the oldest transaction still
+-- running, in that order, so that a late commit is never skipped.
+--
+-- In earlier versions this migration also made a table of the Spark layer,
+-- which now makes its own tables with migrations of its own
+-- (conveyor/spark/storage/migrations/): a database made before keeps the table
+-- and its rows, and the Spark layer adopts it.
 CREATE INDEX events_xid ON events (xid, seq);

@@ -1,0 +1,313 @@
+"""The Spark layer's storage: its writes, scans and event stream, in its own tables.
+
+A DataFrame write goes through staging: each task appends its rows to a
+staging table of its own (``bulk_stage``), and the write's commit moves the
+staged rows into ``jobs`` in one transaction by the same rules as every other
+enqueue (``bulk_write_commit``). A non-atomic write moves each batch as it goes
+(``bulk_insert``), recording how far each partition got so that a retried task
+never enqueues a row twice. Reads scan a table by id range (``scan``) and
+follow the event log (``event_stream_*``).
+
+Each database has a module here (``sqlite.py``, ``postgres.py``): a subclass of
+the store, which lends its connections, its write lock and its statements of an
+enqueue, with the Spark layer's own statements in a file beside it
+(``sqlite.sql``, ``postgres.sql``). Spark's tables (``spark_writes``,
+``spark_write_results``, ``spark_write_progress``, the staging tables) are the
+Spark layer's: made by its own line of migrations (``migrations/<database>/``,
+recorded in ``spark_schema_migrations``) the first time it writes, so a
+database that never ran a Spark write has none of them.
+
+Nothing here imports Spark or pyarrow; the staged rows and scanned chunks are
+plain Python data (see ``stage_format`` and ``scan``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal, Protocol
+
+from conveyor.errors import ConfigurationError, ConveyorError
+from conveyor.spark.storage.scan import (
+    SCAN_ID_COLUMN,
+    TIME_COLUMNS,
+    Scan,
+    ScanFilter,
+    ScanOp,
+    check_columns,
+    scan_query,
+)
+from conveyor.store.base import EventOffset
+from conveyor.store.dsn import check_postgres_dsn, sqlite_path
+
+__all__ = [
+    "REDIS_REFUSAL",
+    "SCAN_ID_COLUMN",
+    "TIME_COLUMNS",
+    "InsertCounts",
+    "Progress",
+    "Scan",
+    "ScanFilter",
+    "ScanOp",
+    "SparkStorage",
+    "Unique",
+    "WriteConflictError",
+    "WriteEndedError",
+    "WriteResult",
+    "backend_of",
+    "check_columns",
+    "no_core_tables",
+    "open_storage",
+    "quote_ident",
+    "scan_query",
+    "stage_name",
+    "stage_prefix",
+]
+
+STAGE_PREFIX = "spark_stage_"
+Unique = Literal["live", "forever"]
+
+
+class WriteEndedError(ConveyorError):
+    """The write was already committed or aborted: a late task must not add to it."""
+
+
+class WriteConflictError(ConveyorError):
+    """Two attempts of one partition of a non-atomic write ran into each other."""
+
+
+def stage_prefix(write_id: str) -> str:
+    """The start of the names of a write's staging tables.
+
+    A hash of the write's id: ids may hold any text (a caller's ``writeId``),
+    table names may not, and a fixed length means no prefix is another's.
+    """
+    return f"{STAGE_PREFIX}{hashlib.sha1(write_id.encode()).hexdigest()[:16]}_"
+
+
+def stage_name(write_id: str, partition: int, attempt: int) -> str:
+    """The staging table of one task attempt of a write."""
+    return f"{stage_prefix(write_id)}{int(partition)}_{int(attempt)}"
+
+
+def quote_ident(name: str) -> str:
+    """Quote an identifier this module made (checked, never user text)."""
+    if not name.replace("_", "").isalnum() or not name.isascii():
+        raise ValueError(f"not a plain identifier: {name!r}")
+    return f'"{name}"'
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    """What a committed write did, as the store recorded it."""
+
+    id: str
+    #: A streaming sink: the last micro-batch committed (counts add up all of them).
+    batch: int | None
+    committed_at: datetime
+    #: Rows the write was given.
+    rows: int
+    #: Jobs it created.
+    enqueued: int
+    #: Rows left out because a job of their queue held their key (see ``unique``).
+    skipped: int
+    #: False when this commit found the write (or the micro-batch) committed
+    #: before, and moved nothing.
+    new: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """How far one partition of a non-atomic write has got."""
+
+    rows: int
+    #: Sum of the row hashes of those rows, modulo 2**64 (as a signed 64-bit integer).
+    checksum: int
+
+
+@dataclass(frozen=True, slots=True)
+class InsertCounts:
+    enqueued: int
+    skipped: int
+
+
+class SparkStorage(Protocol):
+    """What the Spark data source asks of a database: the same on SQLite and PostgreSQL."""
+
+    description: str
+    #: What ``bulk_stage`` and ``bulk_insert`` take: "rows" (a sequence of
+    #: 10-tuples: queue, task, args, kwargs, priority, run_at epoch seconds or
+    #: None, max_attempts, key, group, batch) or "csv" (those rows as CSV bytes).
+    stage_format: Literal["rows", "csv"]
+
+    def migrate(self) -> int:
+        """Bring the store's own schema up to date (its tables: jobs, events, ...)."""
+        ...
+
+    def spark_migrate(self) -> int:
+        """Make or update Spark's tables (its own line of migrations); return its version.
+
+        The database must have conveyor's tables (``SchemaMissingError`` if
+        not). Cheap when nothing is pending: one read, no lock.
+        """
+        ...
+
+    def spark_schema_version(self) -> int:
+        """The version of Spark's tables, 0 when no Spark write ever made them (no change)."""
+        ...
+
+    def close(self) -> None: ...
+
+    def bulk_write_open(
+        self, write_id: str, now: datetime, abandoned_before: datetime
+    ) -> list[str]:
+        """Open a write; first clear writes opened before ``abandoned_before`` (returned)."""
+        ...
+
+    def bulk_write_touch(self, write_id: str, now: datetime) -> None:
+        """Open a write if it is not open, or mark it alive (a streaming micro-batch's tasks)."""
+        ...
+
+    def bulk_stage(self, write_id: str, stage: str, rows: Any, *, create: bool) -> None:
+        """Append rows to a staging table (created first when ``create``), while the write is open.
+
+        Raises WriteEndedError when the write was committed or aborted.
+        """
+        ...
+
+    def bulk_write_commit(
+        self,
+        write_id: str,
+        stages: Sequence[str],
+        unique: Unique,
+        now: datetime,
+        result_id: str,
+        batch: int | None = None,
+    ) -> WriteResult:
+        """Move the staged rows into jobs, record the result, end the write and drop its staging.
+
+        One transaction. When ``result_id`` was recorded before (a rerun with
+        the same write id; with ``batch``, a streaming micro-batch at or below
+        the last one committed), nothing is moved and that result is returned
+        with ``new`` false.
+        """
+        ...
+
+    def bulk_write_abort(self, write_id: str) -> None:
+        """End the write and drop whatever its tasks staged (none of it becomes a job)."""
+        ...
+
+    def bulk_progress(self, write_id: str, part: int) -> Progress:
+        """How far a partition of a non-atomic write got (zero when it has not started)."""
+        ...
+
+    def bulk_insert(
+        self,
+        write_id: str,
+        part: int,
+        expected: Progress,
+        rows: Any,
+        after: Progress,
+        unique: Unique,
+        now: datetime,
+    ) -> InsertCounts:
+        """Enqueue one batch of a non-atomic write in one transaction, advancing its progress.
+
+        Raises WriteEndedError when the write ended, and WriteConflictError when
+        the partition's progress is no longer ``expected`` (another attempt of
+        the partition moved it).
+        """
+        ...
+
+    def bulk_write_finish(self, write_id: str, now: datetime, result_id: str) -> WriteResult:
+        """End a non-atomic write: record the sum of its partitions' counts.
+
+        When ``result_id`` was recorded before (another run with the same id
+        committed meanwhile), the counts are added to it.
+        """
+        ...
+
+    def bulk_write_result(self, result_id: str) -> WriteResult | None: ...
+
+    def scan_id_bounds(self, table: str) -> tuple[int | None, int | None]: ...
+
+    def scan(
+        self,
+        table: str,
+        columns: Sequence[str],
+        low: int,
+        high: int,
+        filters: Sequence[ScanFilter],
+        chunk_rows: int,
+    ) -> Scan:
+        """Rows of ``table`` with ``low <= id < high`` matching every filter, in id order."""
+        ...
+
+    def event_stream_end(self, after: EventOffset, limit: int | None, floor: int) -> EventOffset:
+        """Where a micro-batch of at most ``limit`` events after ``after`` ends (``after``: none).
+
+        Only events with ``seq >= floor`` count. See the stream reader for the
+        meaning of an offset on each backend.
+        """
+        ...
+
+    def event_stream_read(
+        self, after: EventOffset, until: EventOffset, columns: Sequence[str], floor: int
+    ) -> Generator[list[tuple[Any, ...]], None, None]:
+        """The events after ``after`` up to ``until`` (and ``seq >= floor``), in chunks of rows."""
+        ...
+
+    def event_first_seq_since(self, at: datetime) -> int | None:
+        """The seq of the first event recorded at ``at`` or later, None when there is none."""
+        ...
+
+
+def no_core_tables(description: str) -> str:
+    """Why Spark's tables are not made on a database without conveyor's own."""
+    return (
+        f"{description} lacks conveyor's tables: run `conveyor migrate` (or app.migrate()) "
+        "first; Spark's tables are made on top of them by the first Spark write"
+    )
+
+
+#: Why the Spark data source refuses a Redis DSN (docs/redis.md: what each store supports).
+REDIS_REFUSAL = (
+    "the Spark data source needs SQLite or PostgreSQL: its writes stage rows in tables "
+    "and its reads split jobs by id range with filters pushed down, which Redis cannot do. "
+    "On Redis, enqueue with app.enqueue_many / Task.enqueue_many and read with app.jobs()"
+)
+_DSN_HINT = (
+    "the conveyor data source needs option dsn = sqlite:///path.db or "
+    "postgresql://user@host:port/dbname"
+)
+
+
+def backend_of(dsn: str) -> Literal["sqlite", "postgres"]:
+    """Which backend a DSN names, checked (a malformed DSN raises, saying what to write)."""
+    scheme = dsn.split(":", 1)[0].lower() if ":" in dsn else ""
+    if scheme == "sqlite":
+        sqlite_path(dsn)
+        return "sqlite"
+    if scheme in ("postgresql", "postgres"):
+        check_postgres_dsn(dsn)
+        return "postgres"
+    if scheme in ("redis", "rediss", "unix"):
+        raise ConfigurationError(REDIS_REFUSAL)
+    raise ConfigurationError(_DSN_HINT)
+
+
+def open_storage(dsn: str) -> SparkStorage:
+    """The Spark storage of a DSN, not migrated (the write's driver migrates, once)."""
+    if backend_of(dsn) == "sqlite":
+        from conveyor.spark.storage.sqlite import SQLiteSparkStorage
+
+        return SQLiteSparkStorage(sqlite_path(dsn), migrate=False)
+    try:
+        from conveyor.spark.storage.postgres import PostgresSparkStorage
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"PostgreSQL support needs psycopg 3: pip install 'conveyor[postgres]' ({exc})"
+        ) from None
+    return PostgresSparkStorage(dsn)
