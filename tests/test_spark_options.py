@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 from conveyor.errors import ConfigurationError
 from conveyor.spark.options import Options, names_for
 from conveyor.store.base import Store
-from spark_helpers import all_jobs, items, leftovers, writer
+from spark_helpers import all_jobs, items, leftovers, spark_tables, writer
 
 # The Spark data source needs SQL (staging tables, scans by id range): SQLite and
 # PostgreSQL only. On Redis it refuses with a clear error (the last test here).
@@ -129,9 +129,11 @@ def test_misspelt_write_options_fail_before_anything_is_written(
         writer(frame, dsn, task="resize", maxAttempts="abc").save()
     with pytest.raises(AnalysisException, match="option batchSize must be at least 1"):
         writer(frame, dsn, task="resize", batchSize="0").save()
-    # Nothing reached the store: no job, no write opened, nothing staged.
+    # Nothing reached the store: no job, no write opened, nothing staged, not
+    # even Spark's tables.
     assert all_jobs(store) == []
     assert leftovers(dsn) == ([], 0)
+    assert spark_tables(dsn) == []
 
 
 def test_misspelt_read_options_fail_before_anything_is_read(

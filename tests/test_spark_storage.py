@@ -24,7 +24,7 @@ from conveyor.spark.writer import ConveyorWriter
 from conveyor.store.base import Store
 from conveyor.store.dsn import sqlite_path
 from conveyor.store.sql import load_migrations
-from spark_helpers import all_jobs
+from spark_helpers import all_jobs, spark_tables
 
 pytestmark = pytest.mark.sql_only
 
@@ -63,26 +63,6 @@ OLD_TABLES = {
 
 def _backend(dsn: str) -> str:
     return "sqlite" if dsn.startswith("sqlite") else "postgres"
-
-
-def spark_tables(dsn: str) -> list[str]:
-    """Tables named spark_... in the database, sorted."""
-    if _backend(dsn) == "sqlite":
-        conn = sqlite3.connect(sqlite_path(dsn))
-        try:
-            rows = conn.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'spark%' "
-                "ORDER BY name"
-            ).fetchall()
-        finally:
-            conn.close()
-    else:
-        with psycopg.connect(dsn) as pg:
-            rows = pg.execute(
-                "SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
-                "AND tablename LIKE 'spark%' ORDER BY tablename"
-            ).fetchall()
-    return [row[0] for row in rows]
 
 
 def run_sql(dsn: str, script: str) -> None:
