@@ -15,7 +15,8 @@ SELECT pg_advisory_xact_lock(7245019)
 
 -- name: spark_migrations_table
 -- The migration line of Spark's tables (migrations/postgres/), apart from the
--- store's schema_migrations: a database that never ran a Spark write has neither.
+-- store's schema_migrations. A database that never ran a Spark write has none of
+-- Spark's tables, this one included.
 CREATE TABLE IF NOT EXISTS spark_schema_migrations (
     version    integer PRIMARY KEY,
     name       text NOT NULL,
