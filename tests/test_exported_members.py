@@ -26,6 +26,7 @@ PUBLIC = [
     "JobStateError",
     "LeaseLostError",
     "LimitStatus",
+    "Middleware",
     "NewJob",
     "Retry",
     "SchemaMissingError",
@@ -73,6 +74,7 @@ NO_TWIN = {
     "migrate": "run once at deploy time, from a script or the CLI",
     "check_schema": "called once at start by the worker, the CLI and the dashboard",
     "apply_retention": "maintenance runs it in its own thread",
+    "middleware_chain": "a lookup in this process, no I/O",
 }
 
 

@@ -18,6 +18,7 @@ from conveyor.errors import (
     UnknownTaskError,
 )
 from conveyor.job import Event, Job, JobState, NewJob
+from conveyor.middleware import Middleware
 from conveyor.retry import ExponentialBackoff, FixedBackoff
 from conveyor.store.base import BatchStatus, LimitStatus, Stats
 from conveyor.task import Task
@@ -43,6 +44,7 @@ __all__ = [
     "JobStateError",
     "LeaseLostError",
     "LimitStatus",
+    "Middleware",
     "NewJob",
     "Retry",
     "SchemaMissingError",

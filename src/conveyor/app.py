@@ -31,6 +31,7 @@ from conveyor.job import (
     Job,
     JobState,
     NewJob,
+    check_headers,
     encode_payload,
     resolve_run_at,
     utcnow,
@@ -40,6 +41,8 @@ from conveyor.job import (
     validate_priority,
 )
 from conveyor.limits import QueueLimits, Rate, make_limit, throttle_seconds
+from conveyor.middleware import Middleware, around_enqueue, check_middleware
+from conveyor.middleware import chain as middleware_chain
 from conveyor.retry import Backoff, check_backoff
 from conveyor.schedule import Periodic, make_schedule
 from conveyor.store.base import (
@@ -116,6 +119,8 @@ class App:
     ``App()`` opens the store named by ``CONVEYOR_DSN``, else ``./conveyor.db``.
     ``store_options`` go to the backend (for PostgreSQL: ``min_size``, ``max_size``,
     ``connect_timeout``; for Redis: ``connect_timeout``, ``socket_timeout``).
+    ``middleware`` wraps every enqueue and every attempt, in order (see
+    ``conveyor.middleware``).
     """
 
     def __init__(
@@ -127,10 +132,13 @@ class App:
         inline: bool = False,
         retention_by_state: Mapping[str, timedelta] | None = None,
         keep_finished: int | Mapping[str, int] | None = None,
+        middleware: Sequence[Middleware] | None = None,
         **store_options: Any,
     ):
         if store is not None and dsn is not None:
             raise ConfigurationError("give App a dsn or a store, not both")
+        #: This App's middleware, after the globally installed ones (``middleware_chain``).
+        self.middleware = check_middleware(middleware)
         # A store may have only the core (JobStore): workers and consumers need no
         # more, and the methods that need a capability check it (``needs``).
         self.store: Store = (
@@ -185,6 +193,10 @@ class App:
         for queue in dict.fromkeys(job.queue for job in jobs):
             drain(self, [queue], with_scheduled=self._inline_with_scheduled)
         return [self.get(job.id) for job in jobs]
+
+    def middleware_chain(self) -> tuple[Middleware, ...]:
+        """The middleware around each enqueue and attempt: the installed ones, then the App's."""
+        return middleware_chain(self.middleware)
 
     def migrate(self) -> int:
         """Bring the database schema up to date; return its version."""
@@ -401,6 +413,7 @@ class App:
         )
         now = utcnow()
         run_at = resolve_run_at(now, opts.delay, opts.run_at)
+        headers = check_headers(opts.headers)
         new_jobs = []
         for args, kwargs in calls:
             args_json, kwargs_json = encode_payload(args, kwargs)
@@ -418,6 +431,7 @@ class App:
                     group=opts.group,
                     batch=opts.batch,
                     limit_key=opts.limit_key,
+                    headers=dict(headers) if headers else None,
                 )
             )
         if opts.key is not None and len(new_jobs) > 1:
@@ -425,15 +439,30 @@ class App:
             raise InvalidJobError("key applies to one job; give each call its own key")
         if opts.connection is not None:
             require(self.store, TransactionalStore, "enqueue inside a caller's transaction")
-        jobs = self.store.job_insert_many(new_jobs, now, connection=opts.connection)
-        self.changes.publish("jobs", queue)  # wakes this process's workers at once
+        chain = self.middleware_chain()
+        if chain:
+            jobs = around_enqueue(
+                chain, new_jobs, lambda: self._insert(new_jobs, now, [queue], opts.connection)
+            )
+        else:
+            jobs = self._insert(new_jobs, now, [queue], opts.connection)
+        if self.inline and opts.connection is None:
+            jobs = self._run_inline(jobs)
+        return jobs
+
+    def _insert(
+        self, new_jobs: list[NewJob], now: datetime, queues: Iterable[str], connection: Any = None
+    ) -> list[Job]:
+        """Insert checked jobs of ``queues``; wake this process's workers; attach the jobs."""
+        jobs = self.store.job_insert_many(new_jobs, now, connection=connection)
+        for queue in queues:
+            self.changes.publish("jobs", queue)  # wakes this process's workers at once
         for job in jobs:
             # A new job is built from this call's ``now``; a job read back (one that
             # holds the key already) carries the time it was really created.
             job.existing = job.key is not None and job.created_at != now
-        if self.inline and opts.connection is None:
-            jobs = self._run_inline(jobs)
-        return [self._attach(job) for job in jobs]
+            self._attach(job)
+        return jobs
 
     def enqueue_many(self, jobs: Iterable[NewJob]) -> list[Job]:
         """Insert prepared NewJob records in one transaction (the fast path of bulk loaders).
@@ -442,12 +471,16 @@ class App:
         when one is refused.
         """
         new_jobs = [validate_new_job(job) for job in jobs]
-        inserted = self.store.job_insert_many(new_jobs, utcnow())
-        for queue in dict.fromkeys(job.queue for job in new_jobs):
-            self.changes.publish("jobs", queue)
+        now = utcnow()
+        queues = dict.fromkeys(job.queue for job in new_jobs)
+        chain = self.middleware_chain()
+        if chain:
+            inserted = around_enqueue(chain, new_jobs, lambda: self._insert(new_jobs, now, queues))
+        else:
+            inserted = self._insert(new_jobs, now, queues)
         if self.inline:
             inserted = self._run_inline(inserted)
-        return [self._attach(job) for job in inserted]
+        return inserted
 
     # --- reading ----------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from typing import Protocol
 from conveyor.errors import Retry, StoreUnavailableError
 from conveyor.job import Job, storable_text
 from conveyor.limits import throttle_seconds
+from conveyor.logs import job_fields
 from conveyor.pacing import DutyBackoff
 
 log = logging.getLogger("conveyor.worker")
@@ -230,6 +231,6 @@ class Context:
                 log.warning(
                     "job %s: could not hold its key back for %gs, the store is away (%s); "
                     "only this job waits",
-                    self.job.id, length, exc,
+                    self.job.id, length, exc, extra=job_fields(self.job),
                 )  # fmt: skip
         return Retry(delay=length, reason=f"throttled for {length:g}s")

@@ -25,6 +25,9 @@ MAX_PAYLOAD_BYTES = 1024 * 1024
 #: Deepest nesting of lists and objects a payload or result may have: deeper
 #: JSON than the decoder will read back would be stored and then never run.
 MAX_JSON_DEPTH = 500
+#: Largest encoded headers of a job (a JSON object of strings), in bytes: room for
+#: trace context and a few ids, not for data.
+MAX_HEADERS_BYTES = 16 * 1024
 #: Largest max_attempts: the databases keep attempts in a 32-bit integer.
 MAX_ATTEMPTS_LIMIT = 2**31 - 1
 #: No job may be due later than this: times up to the end of year 9999 are all
@@ -86,6 +89,12 @@ class NewJob:
     batch: str | None = None
     #: The key a per-key limit of the queue counts this job under (see limits.py).
     limit_key: str | None = None
+    #: Metadata for the worker side (trace context, a request id): strings by name.
+    headers: dict[str, str] | None = None
+
+    def headers_text(self) -> str | None:
+        """The headers as stored: a JSON object, or None when there are none."""
+        return _ENCODER.encode(self.headers) if self.headers else None
 
 
 class JobSource(Protocol):
@@ -142,6 +151,8 @@ class Job:
     started_at: datetime | None = None
     finished_at: datetime | None = None
     limit_key: str | None = None
+    #: The job's headers as stored (a JSON object of strings), or None: see ``headers``.
+    headers_json: str | None = None
     _app: JobSource | None = field(default=None, repr=False, compare=False)
     #: Set by an enqueue that found a live job holding its key (that job, returned
     #: instead of a new one). Not stored: False on any job read back later.
@@ -163,6 +174,16 @@ class Job:
         value = json.loads(self.kwargs_json)
         if not isinstance(value, dict):
             raise ValueError(f"job {self.id}: kwargs are not a JSON object")
+        return value
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Metadata given at enqueue (by the caller or a middleware): strings by name."""
+        if self.headers_json is None:
+            return {}
+        value = json.loads(self.headers_json)
+        if not isinstance(value, dict):
+            raise ValueError(f"job {self.id}: headers are not a JSON object")
         return value
 
     @property
@@ -320,6 +341,36 @@ def encode_payload(args: Any, kwargs: Any) -> tuple[str, str]:
     return args_json, kwargs_json
 
 
+def check_headers(headers: object) -> dict[str, str] | None:
+    """Check a job's headers (a dict of non-empty string names to strings); None when empty."""
+    if headers is None:
+        return None
+    if not isinstance(headers, dict):
+        raise InvalidJobError(f"headers must be a dict of strings, got {type(headers).__name__}")
+    for name, value in headers.items():
+        if not isinstance(name, str) or not name:
+            raise InvalidJobError(f"header names must be non-empty strings, got {name!r}")
+        if not isinstance(value, str):
+            raise InvalidJobError(
+                f"header {name!r} must be a string, got {type(value).__name__} "
+                "(encode numbers and ids as text)"
+            )
+        if name != storable_text(name) or value != storable_text(value):
+            raise InvalidJobError(
+                f"header {name!r} contains a NUL character or a lone surrogate, "
+                "which the databases cannot store"
+            )
+    if not headers:
+        return None
+    size = len(_ENCODER.encode(headers).encode())
+    if size > MAX_HEADERS_BYTES:
+        raise InvalidJobError(
+            f"headers are {size} bytes as JSON; the limit is {MAX_HEADERS_BYTES} bytes "
+            "(headers carry ids and trace context; put data in the arguments)"
+        )
+    return dict(headers)
+
+
 def check_payload_size(args_json: str, kwargs_json: str) -> None:
     size = len(args_json.encode()) + len(kwargs_json.encode())
     if size > MAX_PAYLOAD_BYTES:
@@ -400,6 +451,7 @@ def validate_new_job(job: NewJob) -> NewJob:
     resolve_run_at(job.run_at, None, job.run_at)
     if job.unique not in ("live", "forever"):
         raise InvalidJobError(f"unique must be 'live' or 'forever', got {job.unique!r}")
+    job.headers = check_headers(job.headers)
     for what, text, kind in (("args", job.args_json, list), ("kwargs", job.kwargs_json, dict)):
         try:
             value = json.loads(text)

@@ -38,6 +38,8 @@ class EnqueueOptions:
     limit_key: str | None = None
     #: A DB-API connection with an open transaction: the job commits with the caller's rows.
     connection: Any = None
+    #: Metadata stored with the job for the worker side (``job.headers``): strings by name.
+    headers: dict[str, str] | None = None
 
 
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)

@@ -92,6 +92,7 @@ def job_dict(job: Job) -> dict[str, Any]:
         "detailed_state": job.detailed_state(),
         "args": _decoded(job.args_json),
         "kwargs": _decoded(job.kwargs_json),
+        "headers": _decoded(job.headers_json) or {},
         "priority": job.priority,
         "attempts": job.attempts,
         "max_attempts": job.max_attempts,
@@ -487,6 +488,8 @@ def job_view(job: Job, events: Sequence[Event]) -> RenderableType:
     parts: list[RenderableType] = [fields, Text("")]
     parts.append(Text("args:   ", style="bold") + Text(json.dumps(data["args"])))
     parts.append(Text("kwargs: ", style="bold") + Text(json.dumps(data["kwargs"])))
+    if data["headers"]:
+        parts.append(Text("headers: ", style="bold") + Text(json.dumps(data["headers"])))
     if job.result_json is not None:
         parts.append(Text("result: ", style="bold") + Text(json.dumps(data["result"])))
     if job.error:

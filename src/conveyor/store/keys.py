@@ -102,4 +102,5 @@ def new_job_record(job_id: int, new: NewJob, now: datetime) -> Job:
         group=new.group,
         batch=new.batch,
         limit_key=new.limit_key,
+        headers_json=new.headers_text(),
     )

@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from conveyor.errors import StoreUnavailableError
+from conveyor.logs import job_fields
 from conveyor.pacing import DutyBackoff
 from conveyor.store.base import Store
 from conveyor.worker.changes import ChangeHub
@@ -75,6 +76,7 @@ class Completer:
             running.id,
             outcome.kind,
             refused,
+            extra=job_fields(running.job),
         )
         error = f"the outcome ({outcome.kind}) could not be recorded: {refused}"
         try:
@@ -83,7 +85,11 @@ class Completer:
             raise
         except Exception:
             # The lease runs out and the job is rescued: nothing is lost.
-            log.exception("job %s: could not record its failure either", running.id)
+            log.exception(
+                "job %s: could not record its failure either",
+                running.id,
+                extra=job_fields(running.job),
+            )
             return set()
 
 

@@ -34,10 +34,19 @@ from conveyor.context import CancelSignal, Context
 from conveyor.errors import ConfigurationError, LeaseLostError, StoreUnavailableError
 from conveyor.job import Job, encode_json, utcnow
 from conveyor.limits import throttle_seconds
+from conveyor.logs import job_fields
+from conveyor.middleware import Attempt, Middleware, run_after, run_before
 from conveyor.pacing import DutyBackoff
 from conveyor.store.base import Lease, LeaseStatus
 from conveyor.worker.completer import Completer
-from conveyor.worker.executor import PAYLOAD_ERRORS, Outcome, Running, run_again_at, undecodable
+from conveyor.worker.executor import (
+    PAYLOAD_ERRORS,
+    Outcome,
+    Running,
+    outcome_name,
+    run_again_at,
+    undecodable,
+)
 from conveyor.worker.leases import LeaseKeeper
 from conveyor.worker.maintenance import Rescuer
 from conveyor.worker.throttle import throttle_job
@@ -63,6 +72,29 @@ class ConsumedJob:
         self.ended = False
         #: What the lease keeper renews while the job is held.
         self.running = Running(job=job, task=app.tasks.get(job.task), context=Context(job))
+        #: The attempt the middleware sees, from the hand-out (``_begin``) to the end.
+        self._attempt: Attempt | None = None
+        self._entered: list[Middleware] = []
+
+    def _begin(self) -> None:
+        """The hand-out: the middleware's before-hooks, in the thread that takes the job."""
+        chain = self.app.middleware_chain()
+        if chain:
+            self._attempt = Attempt(self.job, self.running.context)
+            self._entered = run_before(chain, "before_attempt", self._attempt)
+
+    def _tell_middleware(
+        self, outcome: Outcome, result: Any, exception: BaseException | None
+    ) -> None:
+        """The middleware's after-hooks, once, before the outcome is recorded."""
+        attempt, self._attempt = self._attempt, None
+        if attempt is None:
+            return
+        attempt.outcome = outcome_name(self.job, outcome)
+        attempt.result = result if outcome.kind == "complete" else None
+        attempt.exception = exception
+        attempt.error = outcome.error
+        run_after(self._entered, "after_attempt", (attempt,))
 
     @property
     def cancelled(self) -> CancelSignal:
@@ -85,8 +117,15 @@ class ConsumedJob:
         assert self.job.lease_token is not None
         return Lease(self.job.id, self.job.lease_token)
 
-    def _end(self, outcome: Outcome, what: str) -> None:
+    def _end(
+        self,
+        outcome: Outcome,
+        what: str,
+        result: Any = None,
+        exception: BaseException | None = None,
+    ) -> None:
         """Record the outcome, retrying while the database is away (for up to one lease)."""
+        self._tell_middleware(outcome, result, exception)
         completer = Completer(self.app.store, self.app.changes)
         give_up = time.monotonic() + self._lease.total_seconds()
         backoff = DutyBackoff(f"job {self.job.id}: recording its outcome", log, ceiling=2.0)
@@ -108,7 +147,9 @@ class ConsumedJob:
             )
 
     def complete(self, result: Any = None) -> None:
-        self._end(Outcome("complete", result_json=encode_json("result", result)), "completed")
+        self._end(
+            Outcome("complete", result_json=encode_json("result", result)), "completed", result
+        )
 
     def fail(self, error: str | BaseException, retry_in: float | None = None) -> None:
         """Fail this attempt: retried after ``retry_in`` seconds (the task's backoff if None)."""
@@ -117,7 +158,8 @@ class ConsumedJob:
         if retry_in is None:
             retry_in = task.backoff.delay(self.job.attempts) if task else 0.0
         run_at = run_again_at(utcnow(), retry_in, "retry_in")
-        self._end(Outcome("retry", error=text, run_at=run_at), "failed")
+        exception = error if isinstance(error, BaseException) else None
+        self._end(Outcome("retry", error=text, run_at=run_at), "failed", None, exception)
 
     def release(self) -> None:
         """Hand the job back to the queue without using up an attempt."""
@@ -145,7 +187,7 @@ class ConsumedJob:
         if self.cancelled.reason == "cancel":
             # As a worker does for a handler it asked to stop: whatever the body
             # did after the request, the job ends cancelled.
-            self._end(Outcome("cancelled"), "cancelled")
+            self._end(Outcome("cancelled"), "cancelled", None, exc)
         elif exc is None:
             self.complete()
         else:
@@ -185,7 +227,9 @@ class Consumer:
         return self
 
     def __next__(self) -> ConsumedJob:
-        return next(self._jobs)
+        job = next(self._jobs)
+        job._begin()
+        return job
 
     def stop(self) -> None:
         """End the loop (from any thread): the iteration stops at its next step."""
@@ -233,11 +277,18 @@ class _Loop:
 
     def _renewed(self, renewed: Sequence[Running], statuses: dict[int, LeaseStatus]) -> None:
         """From the lease keeper's thread: a lost lease or a cancel request reaches the job."""
+        held = self.held
         for running in renewed:
+            if held is None or held.running is not running or held.ended:
+                continue  # ended while the renewal was on its way: nothing was lost
             status = statuses.get(running.id)
             if status is None:
                 if not running.context.cancelled:
-                    log.warning("job %s: lease lost while held by a consumer", running.id)
+                    log.warning(
+                        "job %s: lease lost while held by a consumer",
+                        running.id,
+                        extra=job_fields(running.job),
+                    )
                 running.context.cancelled.set("lease lost")
                 running.abort = "lease lost"  # renewed no more
             elif status.cancel_requested:
@@ -270,7 +321,10 @@ class _Loop:
                 held.release()
             except (LeaseLostError, StoreUnavailableError) as exc:
                 log.warning(
-                    "job %s: could not release it (%s); its lease will expire", held.id, exc
+                    "job %s: could not release it (%s); its lease will expire",
+                    held.id,
+                    exc,
+                    extra=job_fields(held.job),
                 )
 
     def _listener(self, channel: str, payload: str) -> None:
@@ -326,7 +380,7 @@ class _Loop:
             if poison is None:
                 return job
             # Never handed out: it would fail the same way every time, and block its group.
-            log.error("job %s failed at once: %s", job.id, poison.error)
+            log.error("job %s failed at once: %s", job.id, poison.error, extra=job_fields(job))
             running = Running(job=job, task=None, context=Context(job))
             Completer(store, self.app.changes).record([(running, poison)])
 
@@ -368,7 +422,8 @@ async def aconsume(
 
     def step() -> object:
         with stepping:
-            return next(consumer, sentinel)
+            # The loop itself: the hand-out's hooks run below, in the caller's task.
+            return next(consumer._jobs, sentinel)
 
     def close() -> None:
         with stepping:
@@ -380,6 +435,7 @@ async def aconsume(
             if job is sentinel:
                 return
             assert isinstance(job, ConsumedJob)
+            job._begin()
             yield job
     finally:
         # Cancelled mid-wait, a step still runs in its thread (and would wait for a job

@@ -14,6 +14,7 @@ when a retry would only do the same again.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import math
 import os
 import threading
@@ -27,6 +28,7 @@ from typing import Any
 from conveyor.context import Context
 from conveyor.errors import Fail, InvalidJobError, Retry, UnknownTaskError
 from conveyor.job import MAX_RUN_AT, Job, encode_json, utcnow
+from conveyor.middleware import Attempt, Middleware, OutcomeName, run_after, run_before
 from conveyor.store.base import Finish, FinishKind
 from conveyor.task import Task
 from conveyor.worker.forks import exit_if_forked, mark_handler_thread
@@ -76,6 +78,8 @@ class Running:
     #: The payload, decoded once when the job was checked.
     args: list[Any] = field(default_factory=list)
     kwargs: dict[str, Any] = field(default_factory=dict)
+    #: The App's middleware chain, around the handler (empty: nothing to call).
+    middleware: tuple[Middleware, ...] = ()
 
     @property
     def token(self) -> str:
@@ -161,6 +165,48 @@ def run_again_at(now: datetime, delay: Any, what: str) -> datetime:
     return when
 
 
+def apply_abort(running: Running) -> None:
+    """The outcome to record, once the handler returned: its own, unless it was asked to stop.
+
+    Read once, in the handler's thread when it returns (or by the control loop
+    for an attempt that never started), so that the middleware hears of the
+    outcome the worker records. A stop asked after the handler returned comes
+    too late to change it. A lost lease keeps the outcome: the worker drops it.
+    """
+    reason = running.abort
+    if reason is None or reason == "lease lost":
+        return
+    if reason == "cancel":
+        running.outcome = Outcome("cancelled")
+    elif reason == "timeout":
+        assert running.task is not None
+        error = f"TimeoutError: job {running.id} ran past its timeout of {running.task.timeout}s"
+        running.outcome = settle(
+            running, lambda: Outcome("retry", error=error, run_at=backoff_at(running, utcnow()))
+        )
+    elif reason == "shutdown":
+        # Asked to stop by a drain: whatever it returned is taken as cut short.
+        running.outcome = Outcome("release")
+
+
+#: The name of what became of an attempt, by its outcome's kind (retry: see outcome_name).
+OUTCOME_NAMES: dict[str, OutcomeName] = {
+    "complete": "succeeded",
+    "retry": "retried",
+    "fail": "failed",
+    "snooze": "snoozed",
+    "release": "released",
+    "cancelled": "cancelled",
+}
+
+
+def outcome_name(job: Job, outcome: Outcome) -> OutcomeName:
+    """What becomes of the job: a retry on its last attempt fails it."""
+    if outcome.kind == "retry" and job.attempts >= job.max_attempts:
+        return "failed"
+    return OUTCOME_NAMES[outcome.kind]
+
+
 def settle(running: Running, compute: Callable[[], Outcome]) -> Outcome:
     """``compute()``, or a failure saying why no outcome could be made of the attempt."""
     try:
@@ -184,6 +230,25 @@ def call_args(running: Running) -> tuple[list[Any], dict[str, Any]]:
 
 def run_sync(running: Running) -> None:
     """Run a sync handler in this thread; its outcome ends up in ``running.outcome``."""
+    if running.middleware:
+        # A fresh copy of the thread's context for each attempt: what the hooks
+        # and the handler set in context variables ends with the attempt.
+        contextvars.copy_context().run(_run_sync_in_middleware, running)
+        return
+    _call_sync(running)
+    apply_abort(running)
+
+
+def _run_sync_in_middleware(running: Running) -> None:
+    attempt = Attempt(running.job, running.context)
+    entered = run_before(running.middleware, "before_attempt", attempt)
+    result, exception = _call_sync(running)
+    apply_abort(running)
+    end_attempt(running, attempt, entered, result, exception)
+
+
+def _call_sync(running: Running) -> tuple[Any, BaseException | None]:
+    """Call the handler; set the outcome; return what it returned or raised."""
     assert running.task is not None
     owner = os.getpid()
     try:
@@ -193,13 +258,31 @@ def run_sync(running: Running) -> None:
         exit_if_forked(owner, exc)
         caught = exc
         running.outcome = settle(running, lambda: outcome_of_exception(caught, running, utcnow()))
-    else:
-        exit_if_forked(owner, None)
-        running.outcome = settle(running, lambda: outcome_of_result(result))
+        return None, caught
+    exit_if_forked(owner, None)
+    running.outcome = settle(running, lambda: outcome_of_result(result))
+    return result, None
 
 
 async def run_async(running: Running) -> None:
-    """Run an async handler on this event loop; its outcome ends up in ``running.outcome``."""
+    """Run an async handler on this event loop; its outcome ends up in ``running.outcome``.
+
+    With middleware, the hooks run in the handler's own asyncio task (which has
+    a context of its own): what they set in context variables, the handler sees.
+    """
+    if not running.middleware:
+        await _call_async(running)
+        apply_abort(running)
+        return
+    attempt = Attempt(running.job, running.context)
+    entered = run_before(running.middleware, "before_attempt", attempt)
+    result, exception = await _call_async(running)
+    apply_abort(running)
+    end_attempt(running, attempt, entered, result, exception)
+
+
+async def _call_async(running: Running) -> tuple[Any, BaseException | None]:
+    """Await the handler; set the outcome; return what it returned or raised."""
     assert running.task is not None
     running.async_task = asyncio.current_task()
     owner = os.getpid()
@@ -219,12 +302,31 @@ async def run_async(running: Running) -> None:
             running.outcome = settle(
                 running, lambda: outcome_of_exception(cancelled, running, utcnow())
             )
+        return None, exc
     except BaseException as exc:
         exit_if_forked(owner, exc)
         caught = exc
         running.outcome = settle(running, lambda: outcome_of_exception(caught, running, utcnow()))
-    else:
-        running.outcome = settle(running, lambda: outcome_of_result(result))
+        return None, caught
+    running.outcome = settle(running, lambda: outcome_of_result(result))
+    return result, None
+
+
+def end_attempt(
+    running: Running,
+    attempt: Attempt,
+    entered: list[Middleware],
+    result: Any,
+    exception: BaseException | None,
+) -> None:
+    """Tell the middleware how the attempt ended (its outcome is set), in reverse order."""
+    outcome = running.outcome
+    assert outcome is not None
+    attempt.outcome = outcome_name(running.job, outcome)
+    attempt.result = result if outcome.kind == "complete" else None
+    attempt.exception = exception
+    attempt.error = outcome.error
+    run_after(entered, "after_attempt", (attempt,))
 
 
 def run_inline(running: Running) -> None:

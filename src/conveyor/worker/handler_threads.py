@@ -16,6 +16,7 @@ import queue
 import threading
 from collections.abc import Callable
 
+from conveyor.logs import job_fields
 from conveyor.worker.executor import Running, run_sync
 from conveyor.worker.forks import mark_handler_thread
 
@@ -63,7 +64,11 @@ class HandlerThreads:
                 run_sync(running)
                 self._done(running)
             except Exception:  # run_sync keeps the handler's own errors; this is ours
-                log.exception("a handler thread failed to report job %s", running.id)
+                log.exception(
+                    "a handler thread failed to report job %s",
+                    running.id,
+                    extra=job_fields(running.job),
+                )
             del running  # the job and its payload are not kept alive while idle
             with self._lock:
                 self._idle += 1

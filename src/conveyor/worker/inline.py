@@ -72,7 +72,12 @@ def run_job(app: App, job: Job) -> str:
     Returns what became of it: succeeded, retried, failed, snoozed or cancelled
     (or ``lost`` when its lease no longer held).
     """
-    running = Running(job=job, task=app.tasks.get(job.task), context=Context(job))
+    running = Running(
+        job=job,
+        task=app.tasks.get(job.task),
+        context=Context(job),
+        middleware=app.middleware_chain(),
+    )
     running.context._hooks = InlineHooks(app)
     running.outcome = poison_outcome(running)
     if running.outcome is None:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from conveyor.job import NewJob, resolve_run_at, utcnow
 from conveyor.pacing import DutyBackoff
 from conveyor.store.base import FlowControlStore, OperatorStore
+from conveyor.worker.talk import log_rescued
 
 if TYPE_CHECKING:
     from conveyor.app import App
@@ -35,13 +36,6 @@ def round_interval(lease: float) -> float:
     """How often to look for expired leases: one comes back within about a quarter of its
     length, and the database is never hammered."""
     return min(max(lease / 4, 0.05), 5.0)
-
-
-def report_rescued(rescued: list[int]) -> None:
-    if rescued:
-        log.warning(
-            "rescued %d job(s) whose worker or consumer was lost: %s", len(rescued), rescued[:10]
-        )
 
 
 class _Background:
@@ -124,7 +118,8 @@ class Maintenance(_Background):
         return timedelta(seconds=max(self.ttl.total_seconds() * 10, 60))
 
     def _rescue(self, now: datetime | None) -> None:
-        report_rescued(self.app.store.job_rescue_expired(now))
+        rescued = self.app.store.job_rescue_expired(now)
+        log_rescued(log, self.app.store, rescued, "worker")
 
     def _purge(self, now: datetime) -> None:
         self.app.apply_retention(now)
@@ -180,6 +175,6 @@ class Rescuer(_Background):
                 pause = backoff.failed(exc)
                 rescued = []
             if rescued:
-                report_rescued(rescued)
+                log_rescued(log, self._app.store, rescued, "worker or consumer")
                 self._rescued()
             self._stop.wait(pause)

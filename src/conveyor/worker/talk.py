@@ -2,7 +2,9 @@
 
 Everything goes through the standard ``logging`` module (logger
 ``conveyor.worker``), so an application routes it where it likes; the
-``conveyor worker`` command shows it at INFO by default.
+``conveyor worker`` command shows it at INFO by default. Each line about a job
+carries its ``job_id``, ``task``, ``queue`` and ``attempt`` as fields
+(``conveyor.logs.job_fields``), which ``--log-format json`` writes out.
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from conveyor.logs import job_fields
+from conveyor.store.base import Store
 from conveyor.version import __version__
-from conveyor.worker.executor import Running
+from conveyor.worker.executor import Running, outcome_name
 
 if TYPE_CHECKING:
     from conveyor.worker.worker import Worker
@@ -64,21 +68,13 @@ def log_start(worker: Worker) -> None:
 def describe_finished(running: Running) -> str:
     """Log one finished job at INFO (WARNING for a failure); return what became of it."""
     outcome = running.recorded
-    kind = "lost" if outcome is None else outcome.kind
     job = running.job
-    label = {
-        "complete": "succeeded",
-        "retry": "retried" if job.attempts < job.max_attempts else "failed",
-        "fail": "failed",
-        "snooze": "snoozed",
-        "release": "released",
-        "cancelled": "cancelled",
-    }.get(kind, kind)
+    label = "lost" if outcome is None else outcome_name(job, outcome)
     level = logging.WARNING if label == "failed" else logging.INFO
     if log.isEnabledFor(level):
         took = (time.monotonic() - running.started) * 1000
         error = ""
-        if running.abort == "timeout":
+        if running.abort == "timeout" and label in ("failed", "retried"):
             error = f": ran past its timeout of {running.task.timeout if running.task else '?'}s"
         elif outcome is not None and outcome.error and label in ("failed", "retried"):
             lines = [line for line in outcome.error.strip().splitlines() if line.strip()]
@@ -93,9 +89,36 @@ def describe_finished(running: Running) -> str:
             job.attempts,
             job.max_attempts,
             error,
-            extra={"job_id": job.id, "task": job.task, "outcome": label},
+            extra={**job_fields(job), "outcome": label, "duration_ms": round(took, 3)},
         )
     return label
+
+
+#: Rescued jobs named one line each per round; the rest in one line.
+RESCUE_LINES = 100
+
+
+def log_rescued(logger: logging.Logger, store: Store, ids: list[int], who: str) -> None:
+    """One warning per rescued job (with its fields), read back to say what became of it."""
+    if not ids:
+        return
+    try:
+        jobs = store.job_get_many(ids[:RESCUE_LINES])
+    except Exception:  # only the log: the rescue itself is done
+        jobs = []
+    for job in jobs:
+        state = "queued again" if job.state == "queued" else str(job.state)
+        logger.warning(
+            "job %d %s rescued: its %s was lost (attempt %d/%d); %s",
+            job.id, job.task, who, job.attempts, job.max_attempts, state,
+            extra={**job_fields(job), "outcome": "rescued", "state": str(job.state)},
+        )  # fmt: skip
+    rest = len(ids) - len(jobs)
+    if rest:
+        logger.warning(
+            "rescued %d job(s) whose %s was lost%s: %s",
+            rest, who, " besides those above" if jobs else "", ids[len(jobs) : len(jobs) + 10],
+        )  # fmt: skip
 
 
 def log_summary(worker: Worker, elapsed: float) -> None:

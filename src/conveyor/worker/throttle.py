@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from conveyor.job import Job
+from conveyor.logs import job_fields
 
 if TYPE_CHECKING:
     from conveyor.app import App
@@ -20,5 +21,5 @@ def throttle_job(app: App, job: Job, seconds: float, whole_queue: bool) -> datet
     until = app.throttle(job.queue, seconds, limit_key=key)
     what = f"queue {job.queue!r}" if key is None else f"key {key!r} of queue {job.queue!r}"
     log.warning("job %s throttled %s for %gs (until %s)", job.id, what, seconds,
-                until.strftime("%H:%M:%S"))  # fmt: skip
+                until.strftime("%H:%M:%S"), extra=job_fields(job))  # fmt: skip
     return until

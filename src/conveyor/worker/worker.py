@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 from conveyor.context import Context
 from conveyor.errors import ConfigurationError
 from conveyor.job import Job, utcnow
+from conveyor.logs import job_fields
 from conveyor.pacing import DutyBackoff
 from conveyor.store.base import Lease, LeaseStatus
 from conveyor.worker.completer import Completer, CompleterThread, Settlement
@@ -50,9 +51,8 @@ from conveyor.worker.executor import (
     EventLoopThread,
     Outcome,
     Running,
-    backoff_at,
+    apply_abort,
     poison_outcome,
-    settle,
 )
 from conveyor.worker.handler_threads import HandlerThreads
 from conveyor.worker.leases import LeaseKeeper
@@ -438,6 +438,7 @@ class Worker:
                 "job %s: a claim waiting for the previous attempt's handler lost its lease; "
                 "dropped, never started",
                 parked.id,
+                extra=job_fields(parked.job),
             )
             del self._parked[parked.id]
             self._unblocked.discard(parked.id)
@@ -470,7 +471,7 @@ class Worker:
         self._timed.discard(running)
         if running.abort == "lease lost":
             log.warning("job %s: lease lost while its handler ran; its outcome is dropped",
-                        running.id)  # fmt: skip
+                        running.id, extra=job_fields(running.job))  # fmt: skip
             if self._held.get(running.id) is running:
                 del self._held[running.id]
                 self._held_changed = True
@@ -482,19 +483,9 @@ class Worker:
             self._leases.renew_soon()
         if running.abort == "lease lost":
             return None
+        # A cancel, a timeout or a drain asked before the handler returned is in
+        # its outcome already (apply_abort, in the handler's thread).
         assert running.outcome is not None
-        if running.abort == "cancel":
-            return Outcome("cancelled")
-        if running.abort == "timeout":
-            assert running.task is not None
-            error = (
-                f"TimeoutError: job {running.id} ran past its timeout of {running.task.timeout}s"
-            )
-            return settle(running, lambda: Outcome("retry", error=error, run_at=backoff_at(
-                running, utcnow())))  # fmt: skip
-        if running.abort == "shutdown":
-            # Asked to stop by a drain: whatever it returned is taken as cut short.
-            return Outcome("release")
         return running.outcome
 
     def _after_recorded(self, runnings: list[Running], written: set[int]) -> None:
@@ -510,6 +501,7 @@ class Worker:
                 log.warning(
                     "job %s: lease lost before its outcome was recorded; another worker owns it",
                     running.id,
+                    extra=job_fields(running.job),
                 )
             # The group's next job, or the job itself queued again, may now be ready.
             recorded = running.recorded
@@ -610,7 +602,10 @@ class Worker:
 
     def _running(self, job: Job) -> Running:
         return Running(
-            job=job, task=self.app.tasks.get(job.task), context=Context(job, _hooks=self)
+            job=job,
+            task=self.app.tasks.get(job.task),
+            context=Context(job, _hooks=self),
+            middleware=self.app.middleware_chain(),
         )
 
     # --- what a handler's Context asks of the worker (from the handler's thread) ---
@@ -660,7 +655,9 @@ class Worker:
                 else:
                     self._threads.submit(running)
             except Exception as exc:
-                log.exception("job %s: could not start its handler", running.id)
+                log.exception(
+                    "job %s: could not start its handler", running.id, extra=job_fields(running.job)
+                )
                 running.outcome = Outcome("fail", error=f"could not start the handler: {exc}")
                 self._handler_returned(running)
         if batch:
@@ -690,6 +687,7 @@ class Worker:
             # returned at once (the abort's reason decides what is recorded).
             self._waiting.remove(running)
             running.outcome = Outcome("release")
+            apply_abort(running)  # a cancel ends it cancelled
             self._active += 1  # given back when the return is read
             self._handler_returned(running)
             return
@@ -742,6 +740,7 @@ class Worker:
                         "job %s: the handler did not return after the stop timeout; "
                         "releasing the job (the handler may still run until this process exits)",
                         r.id,
+                        extra=job_fields(r.job),
                     )
                     r.returned = True
                     r.recorded = Outcome("release")

@@ -48,13 +48,13 @@ _MIGRATIONS = load_migrations("conveyor.spark.storage", "migrations/postgres")
 #: The temporary table a non-atomic write stages each batch in (one per connection).
 _DIRECT = "spark_direct"
 _COPY_CHUNK_BYTES = 1 << 20
-_JSON_COLUMNS = frozenset({"args", "kwargs", "result"})
+_JSON_COLUMNS = frozenset({"args", "kwargs", "result", "headers"})
 _KNOWN = {
     "jobs": (
         "id", "queue", "task", "state", "args", "kwargs", "priority", "run_at", "attempts",
         "max_attempts", "key", "group_key", "batch", "worker", "lease_token", "lease_expires_at",
         "cancel_requested", "result", "error", "progress", "progress_message", "created_at",
-        "started_at", "finished_at",
+        "started_at", "finished_at", "limit_key", "headers",
     ),
     "events": ("seq", "job_id", "queue", "task", "kind", "attempt", "worker", "at", "error"),
 }  # fmt: skip

@@ -124,7 +124,7 @@ WITH input AS MATERIALIZED (
     SELECT nextval((SELECT pg_get_serial_sequence('jobs', 'id'))::regclass) AS id,
            s.queue, s.task, s.args::json AS args, s.kwargs::json AS kwargs, s.priority,
            coalesce(to_timestamp(s.run_at), %(now)s) AS run_at, s.max_attempts, s.key,
-           s.group_key, s.batch, NULL::text AS limit_key
+           s.group_key, s.batch, NULL::text AS limit_key, NULL::json AS headers
     FROM (SELECT * FROM ({stages}) AS u ORDER BY part, ord) AS s
 ),
 {{conveyor.store.postgres/queries.sql:job_insert_rules}}

@@ -48,10 +48,10 @@ WITH input AS MATERIALIZED (
     FROM unnest(%(queues)b::text[], %(tasks)b::text[], %(args)b::json[],
                 %(kwargs)b::json[], %(priorities)b::integer[], %(run_ats)b::timestamptz[],
                 %(max_attempts)b::integer[], %(keys)b::text[], %(groups)b::text[],
-                %(batches)b::text[], %(limit_keys)b::text[])
+                %(batches)b::text[], %(limit_keys)b::text[], %(headers)b::json[])
          WITH ORDINALITY
          AS i(queue, task, args, kwargs, priority, run_at, max_attempts, key, group_key, batch,
-              limit_key, ord)
+              limit_key, headers, ord)
 ),
 {{job_insert_rules}}
 SELECT input.id, new.id IS NOT NULL
@@ -1016,17 +1016,17 @@ DELETE FROM queues WHERE name = %(name)s
 -- name: job_insert_rules
 -- What every enqueue does with its rows, given a CTE named input (id, queue, task,
 -- args json, kwargs json, priority, run_at timestamptz, max_attempts, key,
--- group_key, batch, limit_key): job_insert ends with it, and so do the statements
--- of other files that include it (conveyor.store.sql), so a column added here
--- must be added to their input too. A row whose key a live job of its queue holds
--- is not inserted (jobs_live_key; the first row of a key wins); each new job gets
--- its enqueued event; workers of each queue with new jobs are woken at commit.
--- Ends in CTEs named new (the jobs inserted) and notified.
+-- group_key, batch, limit_key, headers json): job_insert ends with it, and so do
+-- the statements of other files that include it (conveyor.store.sql), so a column
+-- added here must be added to their input too. A row whose key a live job of its
+-- queue holds is not inserted (jobs_live_key; the first row of a key wins); each
+-- new job gets its enqueued event; workers of each queue with new jobs are woken
+-- at commit. Ends in CTEs named new (the jobs inserted) and notified.
 new AS (
     INSERT INTO jobs (id, queue, task, args, kwargs, priority, run_at, max_attempts,
-                      key, group_key, batch, created_at, limit_key)
+                      key, group_key, batch, created_at, limit_key, headers)
     SELECT id, queue, task, args, kwargs, priority, run_at, max_attempts,
-           key, group_key, batch, %(now)s, limit_key
+           key, group_key, batch, %(now)s, limit_key, headers
     FROM input
     -- Keys in one global order: two producers inserting the same keys wait for
     -- each other's uncommitted rows in the same order, so they never deadlock.

@@ -80,13 +80,13 @@ def _row_to_job(row: Sequence[Any]) -> Job:
     (
         id_, queue, task, state, args, kwargs, priority, run_at, attempts, max_attempts, key,
         group, batch, worker, token, lease_expires_at, cancel_requested, result, error, progress,
-        progress_message, created_at, started_at, finished_at, limit_key,
-    ) = row[:25]  # fmt: skip
+        progress_message, created_at, started_at, finished_at, limit_key, headers,
+    ) = row[:26]  # fmt: skip
     return Job(
         id_, queue, task, JobState(state), args, kwargs, priority, run_at, attempts,
         max_attempts, created_at, key, group, batch, worker, token, lease_expires_at,
         cancel_requested, result, error, progress, progress_message, started_at, finished_at,
-        limit_key,
+        limit_key, headers,
     )  # fmt: skip
 
 
@@ -337,6 +337,7 @@ class PostgresStore:
             "groups": [j.group for j in chosen],
             "batches": [j.batch for j in chosen],
             "limit_keys": [j.limit_key for j in chosen],
+            "headers": [j.headers_text() for j in chosen],
             "now": now,
         }
         rows = conn.execute(_Q["job_insert"], params).fetchall()

@@ -134,6 +134,7 @@ def job_of(fields: dict[str, str]) -> Job:
         started_at=_odt(fields.get("started_at")),
         finished_at=_odt(fields.get("finished_at")),
         limit_key=fields.get("limit_key"),
+        headers_json=fields.get("headers"),
     )
 
 
@@ -166,6 +167,7 @@ def _new_job_json(job: NewJob) -> list[str | None]:
         job.group,
         job.batch,
         job.limit_key,
+        job.headers_text(),
     ]
 
 

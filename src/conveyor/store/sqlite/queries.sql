@@ -26,8 +26,8 @@ UPDATE counters SET value = value + :count WHERE name = 'jobs' RETURNING value
 
 -- name: job_insert
 INSERT INTO jobs (id, queue, task, args, kwargs, priority, run_at, max_attempts,
-                  key, group_key, batch, created_at, limit_key)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  key, group_key, batch, created_at, limit_key, headers)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 
 -- name: event_insert_enqueued
 INSERT INTO events (job_id, queue, task, kind, attempt, at)

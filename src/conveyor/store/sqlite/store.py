@@ -91,7 +91,7 @@ JOB_COLUMNS = (
     "id", "queue", "task", "state", "args", "kwargs", "priority", "run_at", "attempts",
     "max_attempts", "key", "group_key", "batch", "worker", "lease_token", "lease_expires_at",
     "cancel_requested", "result", "error", "progress", "progress_message", "created_at",
-    "started_at", "finished_at", "limit_key",
+    "started_at", "finished_at", "limit_key", "headers",
 )  # fmt: skip
 EVENT_COLUMNS = ("seq", "job_id", "queue", "task", "kind", "attempt", "worker", "at", "error")
 
@@ -100,14 +100,14 @@ def _row_to_job(row: tuple[Any, ...]) -> Job:
     (
         id_, queue, task, state, args, kwargs, priority, run_at, attempts, max_attempts, key,
         group, batch, worker, token, lease_expires_at, cancel_requested, result, error, progress,
-        progress_message, created_at, started_at, finished_at, limit_key,
-    ) = row[:25]  # fmt: skip
+        progress_message, created_at, started_at, finished_at, limit_key, headers,
+    ) = row[:26]  # fmt: skip
     return Job(
         id_, queue, task, JobState(state), args, kwargs, priority,
         datetime.fromtimestamp(run_at, UTC), attempts, max_attempts,
         datetime.fromtimestamp(created_at, UTC), key, group, batch, worker, token,
         _dt(lease_expires_at), bool(cancel_requested), result, error, progress, progress_message,
-        _dt(started_at), _dt(finished_at), limit_key,
+        _dt(started_at), _dt(finished_at), limit_key, headers,
     )  # fmt: skip
 
 
@@ -308,6 +308,7 @@ class SQLiteStore:
                         new.batch,
                         now_ts,
                         new.limit_key,
+                        new.headers_text(),
                     )
                 )
                 inserted[position] = new_job_record(job_id, new, now)

@@ -101,7 +101,7 @@ local JOB_FIELDS = {
     'id', 'queue', 'task', 'state', 'args', 'kwargs', 'priority', 'run_at', 'attempts',
     'max_attempts', 'key', 'group_key', 'batch', 'worker', 'lease_token', 'lease_expires_at',
     'cancel_requested', 'result', 'error', 'progress', 'progress_message', 'created_at',
-    'started_at', 'finished_at', 'limit_key',
+    'started_at', 'finished_at', 'limit_key', 'headers',
 }
 -- Besides these a job's hash holds "events", the seqs of its events joined by
 -- commas (its history, and what a delete removes from the stream).
@@ -395,7 +395,7 @@ local function find_key(q, key, unique)
 end
 
 -- n: {queue, task, args, kwargs, priority, run_at, max_attempts, key, unique,
--- group, batch, limit_key}; returns the new job.
+-- group, batch, limit_key, headers}; returns the new job.
 -- ``id`` comes from the ids counter (job_insert_many takes a range at once).
 local function insert(n, now_s, id)
     id = id or tostring(redis.call('INCR', P .. 'ids'))
@@ -403,7 +403,7 @@ local function insert(n, now_s, id)
         id = id, queue = n[1], task = n[2], state = 'queued', args = n[3], kwargs = n[4],
         priority = n[5], run_at = n[6], attempts = '0', max_attempts = n[7], key = v(n[8]),
         group_key = v(n[10]), batch = v(n[11]), cancel_requested = '0', created_at = now_s,
-        limit_key = v(n[12]),
+        limit_key = v(n[12]), headers = v(n[13]),
     }
     cache[id], held[j] = j, {} -- a new id: nothing stored yet
     save(j, JOB_FIELDS)

@@ -1,6 +1,6 @@
 -- name: job_insert_many
 -- ARGV: now, jobs (JSON [[queue, task, args, kwargs, priority, run_at,
--- max_attempts, key, unique, group, batch, limit_key], ...]).
+-- max_attempts, key, unique, group, batch, limit_key, headers], ...]).
 -- A job with a key that a live job of its queue holds (or, unique "forever",
 -- any job not yet purged) is not inserted: that job answers in its place, and
 -- so does the first job of the batch with the same key. Returns, per job in

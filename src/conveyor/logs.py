@@ -1,0 +1,83 @@
+"""How conveyor's log reads: plain text for people, or one JSON object per line for collectors.
+
+conveyor logs through the standard ``logging`` module only (loggers
+``conveyor.worker``, ``conveyor.consume``, ``conveyor.maintenance``,
+``conveyor.middleware``, ...), so an application routes and formats its lines
+as it does its own. Every record about a job carries the job's ``job_id``,
+``task``, ``queue`` and ``attempt`` as fields of the record (``extra=``):
+``JsonFormatter`` writes them as keys of the object, so that a log pipeline
+can index them.
+
+``configure(json=True)`` is what ``conveyor worker --log-format json`` does;
+an application that configures logging itself needs only ``JsonFormatter``::
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(conveyor.logs.JsonFormatter())
+    logging.getLogger("conveyor").addHandler(handler)
+"""
+
+from __future__ import annotations
+
+import json as _json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from conveyor.job import Job
+
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+#: Attributes every LogRecord has: anything else on a record came from ``extra=``.
+_STANDARD = frozenset(
+    vars(logging.LogRecord("", 0, "", 0, "", None, None)).keys() | {"message", "asctime"}
+)
+
+
+def job_fields(job: Job) -> dict[str, Any]:
+    """The fields of every log record about a job: ``log.warning(..., extra=job_fields(job))``."""
+    return {"job_id": job.id, "task": job.task, "queue": job.queue, "attempt": job.attempts}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, and the record's extra fields.
+
+    ``log.info("job done", extra={"job_id": 7})`` gives
+    ``{"time": "2026-11-22T10:04:05.123456+00:00", "level": "INFO",
+    "logger": "conveyor.worker", "message": "job done", "job_id": 7}``. An
+    exception's traceback goes in ``exception``; a value JSON cannot hold is
+    written as its ``str()``.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for name, value in vars(record).items():
+            if name not in _STANDARD and not name.startswith("_") and name not in entry:
+                entry[name] = value
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            entry["exception"] = record.exc_text
+        if record.stack_info:
+            entry["stack"] = self.formatStack(record.stack_info)
+        return _json.dumps(entry, default=str, ensure_ascii=False)
+
+
+def configure(level: str = "INFO", *, json: bool = False, stream: TextIO | None = None) -> None:
+    """Send log records of ``level`` and above to ``stream`` (stderr), as text or JSON lines.
+
+    Replaces the handlers of the root logger, as ``logging.basicConfig(force=True)`` does.
+    """
+    name = level.upper() if isinstance(level, str) else level
+    if name not in LEVELS:
+        raise ValueError(f"unknown log level {level!r}: use one of {', '.join(LEVELS)}")
+    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler.setFormatter(JsonFormatter() if json else logging.Formatter(TEXT_FORMAT))
+    logging.basicConfig(level=name, handlers=[handler], force=True)
