@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
-from conveyor.job import NewJob
+from conveyor.job import Job, NewJob, retry_refusal
 from conveyor.store.base import Finish, Lease, Store
 
 
@@ -29,3 +29,18 @@ def cancelled(leases: Iterable[Lease]) -> list[Finish]:
 def record_tick(store: Store, task: str, tick: datetime) -> None:
     """Record ``tick`` as periodic task ``task``'s last, the way maintenance does (with its job)."""
     store.periodic_enqueue(task, tick, NewJob("default", task, "[]", "{}", tick), tick)
+
+
+def cancel_one(store: Store, job_id: int, now: datetime) -> Job | None:
+    """Cancel one job the way the App does (the bulk cancel with one id); the job after."""
+    store.job_cancel_many([job_id], now)
+    return store.job_get(job_id)
+
+
+def retry_one(store: Store, job_id: int, now: datetime) -> Job | None:
+    """Retry one job the way the App does: JobStateError when it cannot be retried."""
+    changed = store.job_retry_many([job_id], now)
+    job = store.job_get(job_id)
+    if job is not None and not changed:
+        raise retry_refusal(job)
+    return job

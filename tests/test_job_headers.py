@@ -130,7 +130,7 @@ def test_a_postgres_database_before_headers_migrates_with_its_jobs(pg_clean_dsn:
 
 def check_migrated_forward(store: Store) -> None:
     try:
-        assert store.migrate() == 12
+        assert store.migrate() == store.schema_latest() >= 12
         (old,) = store.job_list(JobFilter(queue="q"))
         assert old.headers == {} and old.headers_json is None
         (fresh,) = store.job_insert_many([new(TRACE)], NOW)

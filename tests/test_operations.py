@@ -25,7 +25,7 @@ from conveyor.errors import (
 from conveyor.job import Job, NewJob, utcnow
 from conveyor.store.base import Finish
 from conveyor.store.dsn import open_store, require_existing
-from outcomes import Failure
+from outcomes import Failure, cancel_one, retry_one
 
 LEASE = timedelta(seconds=30)
 
@@ -57,11 +57,11 @@ def test_ready_scheduled_and_retrying_are_told_apart(app: App) -> None:
     scheduled = app.enqueue("t", [2], queue="q", delay=3600)
     retrying = app.enqueue("t", [3], queue="q", max_attempts=3)
     # Claim the retrying one alone, and fail it with an hour of backoff.
-    app.store.job_cancel(ready.id, utcnow())
+    cancel_one(app.store, ready.id, utcnow())
     (held,) = claim(app, "q")
     assert held.id == retrying.id
     fail(app, held, 3600)
-    app.store.job_retry(ready.id, utcnow())
+    retry_one(app.store, ready.id, utcnow())
 
     now = utcnow()
     assert app.get(ready.id).detailed_state(now) == "ready"

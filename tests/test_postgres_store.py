@@ -33,7 +33,7 @@ from conveyor.store.base import (
 )
 from conveyor.store.postgres import PostgresStore
 from conveyor.store.sqlite import SQLiteStore
-from outcomes import Failure, cancelled, released
+from outcomes import Failure, cancel_one, cancelled, released, retry_one
 
 T0 = datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
@@ -226,8 +226,8 @@ def scenario(store: Store) -> list[tuple[str, Any]]:
     more = note("claim more", store.job_claim(["default"], 3, "w3", LEASE, at(20)))
     ls = [Lease(j.id, j.lease_token or "") for j in more]
     note("release", store.job_finish(released([ls[0], Lease(ls[1].id, "stale")]), at(21)))
-    note("cancel running", store.job_cancel(ls[1].id, at(22)))
-    note("cancel running twice", store.job_cancel(ls[1].id, at(22)))
+    note("cancel running", cancel_one(store, ls[1].id, at(22)))
+    note("cancel running twice", cancel_one(store, ls[1].id, at(22)))
     note(
         "heartbeat sees cancel",
         sorted((s.id, s.cancel_requested) for s in store.job_heartbeat(ls[1:], LEASE, at(23))),
@@ -236,22 +236,22 @@ def scenario(store: Store) -> list[tuple[str, Any]]:
     note("set cancelled", store.job_finish(cancelled([ls[1]]), at(24)))
     if len(ls) > 2:
         # A pending cancel wins over a retryable failure.
-        note("cancel 3rd", store.job_cancel(ls[2].id, at(24)))
+        note("cancel 3rd", cancel_one(store, ls[2].id, at(24)))
         note(
             "fail with cancel pending",
             store.job_finish([Failure(ls[2].id, ls[2].token, "e", at(99))], at(25)),
         )
 
     # Cancel queued and terminal jobs, and a missing one.
-    note("cancel queued", store.job_cancel(ids[9], at(26)))
-    note("cancel terminal", store.job_cancel(ids[9], at(27)))
-    note("cancel missing", store.job_cancel(10_000, at(27)))
+    note("cancel queued", cancel_one(store, ids[9], at(26)))
+    note("cancel terminal", cancel_one(store, ids[9], at(27)))
+    note("cancel missing", cancel_one(store, 10_000, at(27)))
 
     # Rescue: leases expire; one job runs out of attempts, one had a cancel pending.
     store.queue_resume("other", at(28))
     rest = note("claim rest", store.job_claim(["default", "other"], 10, "w4", LEASE, at(200)))
     if rest:
-        note("cancel one of the rest", store.job_cancel(rest[0].id, at(201)))
+        note("cancel one of the rest", cancel_one(store, rest[0].id, at(201)))
     note("rescue too early", store.job_rescue_expired(at(205)))
     note("rescue", sorted(store.job_rescue_expired(at(300))))
     note("rescue again", store.job_rescue_expired(at(300)))
@@ -265,10 +265,10 @@ def scenario(store: Store) -> list[tuple[str, Any]]:
     # Manual retry: failed/cancelled only; not while another live job holds the key.
     for job_id in ids:
         try:
-            note(f"retry {job_id}", store.job_retry(job_id, at(500)))
+            note(f"retry {job_id}", retry_one(store, job_id, at(500)))
         except JobStateError as exc:
             note(f"retry {job_id} refused", str(exc))
-    note("retry missing", store.job_retry(10_000, at(500)))
+    note("retry missing", retry_one(store, 10_000, at(500)))
     # The key k1 job: finish it, enqueue k1 again (live), and retrying the old one is refused.
     k1 = store.job_get(ids[1])
     assert k1 is not None
@@ -280,7 +280,7 @@ def scenario(store: Store) -> list[tuple[str, Any]]:
     note("k1 now", store.job_get(ids[1]))
     note("insert k1 live again", store.job_insert_many([new(key="k1")], at(503)))
     try:
-        note("retry k1", store.job_retry(ids[1], at(504)))
+        note("retry k1", retry_one(store, ids[1], at(504)))
     except JobStateError as exc:
         note("retry k1 refused", str(exc))
     # Forever keys match terminal jobs until they are purged.
@@ -418,7 +418,7 @@ def test_notifications(pg: PostgresStore, pg_clean_dsn: str) -> None:
         a, b, c = (Lease(j.id, j.lease_token or "") for j in claimed)
         pg.job_finish([Failure(a.id, a.token, "e", at(5))], at(2))
         assert _drain(listener) == [("conveyor_jobs", "default")]
-        pg.job_cancel(b.id, at(3))
+        cancel_one(pg, b.id, at(3))
         assert _drain(listener) == [("conveyor_cancel", str(b.id))]
         pg.job_finish([Finish.complete(c.id, c.token, None)], at(4))
         done = _drain(listener)
@@ -430,7 +430,7 @@ def test_notifications(pg: PostgresStore, pg_clean_dsn: str) -> None:
         pg.job_insert_many([new(run_at=at(30))], T0)
         _drain(listener)
         d, e = pg.job_claim(["default", "default"], 2, "w", LEASE, at(40))
-        pg.job_cancel(e.id, at(41))
+        cancel_one(pg, e.id, at(41))
         _drain(listener)
         pg.job_finish([Finish.snooze(d.id, d.lease_token or "", at(50))], at(42))
         assert _drain(listener) == [("conveyor_jobs", "default")]

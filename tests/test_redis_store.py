@@ -29,6 +29,7 @@ from conveyor.job import NewJob, utcnow
 from conveyor.store.base import DurabilityReport, Finish, Store, TransactionalStore
 from conveyor.store.dsn import open_store
 from conveyor.store.redis import RedisStore
+from outcomes import cancel_one
 from redis_server import RedisServer
 from test_crash import Fleet, counts
 from waiting import wait_until
@@ -443,7 +444,7 @@ def test_a_long_line_of_one_group_is_never_walked_by_a_claim(redis_clean_dsn: st
         (second,) = store.job_claim(["default"], 10, "w", timedelta(seconds=30))
         assert second.id == rest[0].id
         # A cancel of the head hands its place on, too.
-        store.job_cancel(rest[1].id, utcnow())
+        cancel_one(store, rest[1].id, utcnow())
         store.job_finish([Finish.complete(second.id, second.lease_token or "", None)])
         (third,) = store.job_claim(["default"], 10, "w", timedelta(seconds=30))
         assert third.id == rest[2].id

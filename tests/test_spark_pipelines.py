@@ -25,7 +25,7 @@ from conveyor.spark.analytics import PERCENTILES, report
 from conveyor.spark.archiving import archive, read_archive
 from conveyor.spark.fanin import batch_results
 from conveyor.store.base import Finish, Lease, Store
-from outcomes import Failure
+from outcomes import Failure, cancel_one, retry_one
 
 # The Spark data source needs SQL (staging tables, scans by id range): SQLite and
 # PostgreSQL only. On Redis it refuses with a clear error (test_spark_options.py).
@@ -126,7 +126,7 @@ def seed_report_jobs(store: Store) -> Seeded:
     a, b, c, d, e = store.job_insert_many(
         [new_job("default", "flaky", n, max_attempts=2) for n in range(5)], at(300)
     )
-    assert store.job_cancel(e.id, at(301)) is not None  # cancelled while queued
+    assert cancel_one(store, e.id, at(301)) is not None  # cancelled while queued
     job = claim_one(store, "default", at(310))
     assert job.id == a.id
     fail(store, job, at(311), TIMEOUT_TRACEBACK)  # retried: attempts remain
@@ -253,7 +253,7 @@ def seed_archive_jobs(store: Store) -> ArchiveSeed:
     fail(store, claim_one(store, "emails", at(30)), at(31), "TimeoutError: slow")
     fail(store, claim_one(store, "emails", at(40)), at(41), "TimeoutError: slow")
     (cancelled,) = store.job_insert_many([new_job("emails", "send", 2)], T0 + DAY)
-    store.job_cancel(cancelled.id, T0 + DAY + timedelta(hours=1))
+    cancel_one(store, cancelled.id, T0 + DAY + timedelta(hours=1))
     complete(store, claim_one(store, "images", T0 + DAY), T0 + DAY + timedelta(hours=2))
     (recent,) = store.job_insert_many([new_job("images", "resize", 9)], T0 + 9 * DAY)
     complete(store, claim_one(store, "images", T0 + 9 * DAY), T0 + 9 * DAY)
@@ -356,7 +356,7 @@ def test_archive_keeps_a_job_retried_after_it_was_written(
     def retry_after_write(stage: str, done: int, total: int) -> None:
         # An operator retries the job between the write and the delete.
         if stage == "written":
-            assert store.job_retry(cancelled.id, now) is not None
+            assert retry_one(store, cancelled.id, now) is not None
 
     result = archive(spark, dsn, older_than=7 * DAY, to=to, now=now, progress=retry_after_write)
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from conveyor.job import Job, JobState, NewJob
 from conveyor.store.base import Finish, Store
+from outcomes import cancel_one, retry_one
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "architecture.md"
 NOW = datetime(2031, 1, 1, tzinfo=UTC)
@@ -61,7 +62,7 @@ def finish(kind: str, *, last: bool = False, cancel: bool = False) -> Callable[[
         job = bench.claim(bench.enqueue(max_attempts=1 if last else 3))
         assert job.lease_token is not None
         if cancel:
-            bench.store.job_cancel(job.id, NOW)
+            cancel_one(bench.store, job.id, NOW)
         outcome = {
             "complete": Finish.complete(job.id, job.lease_token, "null"),
             "retry": Finish.retry(job.id, job.lease_token, "boom", NOW),
@@ -97,13 +98,13 @@ def claim(bench: Bench) -> Job:
 
 def cancel_queued(bench: Bench) -> Job:
     job = bench.enqueue()
-    bench.store.job_cancel(job.id, NOW)
+    cancel_one(bench.store, job.id, NOW)
     return job
 
 
 def cancel_running(bench: Bench) -> Job:
     job = bench.claim(bench.enqueue())
-    bench.store.job_cancel(job.id, NOW)
+    cancel_one(bench.store, job.id, NOW)
     (after,) = bench.store.job_get_many([job.id])
     assert after.cancel_requested
     return job
@@ -111,13 +112,13 @@ def cancel_running(bench: Bench) -> Job:
 
 def retry_failed(bench: Bench) -> Job:
     job = finish("fail")(bench)
-    bench.store.job_retry(job.id, NOW)
+    retry_one(bench.store, job.id, NOW)
     return job
 
 
 def retry_cancelled(bench: Bench) -> Job:
     job = cancel_queued(bench)
-    bench.store.job_retry(job.id, NOW)
+    retry_one(bench.store, job.id, NOW)
     return job
 
 

@@ -23,7 +23,7 @@ import pytest
 from conveyor.errors import JobStateError
 from conveyor.job import Job, JobState, NewJob, Unique, encode_json, encode_payload
 from conveyor.store.base import Finish, JobFilter, Lease, LeaseStatus, Store
-from outcomes import Failure, cancelled, released
+from outcomes import Failure, cancel_one, cancelled, released, retry_one
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
@@ -462,7 +462,7 @@ def test_group_waits_for_a_head_scheduled_later(store: Store) -> None:
 def test_cancelled_group_head_lets_the_next_job_run(store: Store) -> None:
     head, second = enqueue(store, new_job(group="g", run_at=at(60)), new_job(group="g"))
     assert claim(store) == []
-    store.job_cancel(head.id, at(1))
+    cancel_one(store, head.id, at(1))
     assert [j.id for j in claim(store, now=at(1))] == [second.id]
 
 
@@ -502,7 +502,7 @@ def test_heartbeat_of_a_finished_job_answers_nothing(store: Store) -> None:
 
 def test_heartbeat_reports_cancel_requested(store: Store) -> None:
     job = running(store)
-    store.job_cancel(job.id, at(1))
+    cancel_one(store, job.id, at(1))
     answer = store.job_heartbeat([lease_of(job)], LEASE, at(2))
     assert answer == [LeaseStatus(id=job.id, cancel_requested=True)]
 
@@ -685,7 +685,7 @@ def test_snoozed_job_is_claimed_again_at_run_at(store: Store) -> None:
 
 def test_snooze_with_cancel_pending_ends_cancelled(store: Store) -> None:
     job = running(store)
-    store.job_cancel(job.id, at(1))
+    cancel_one(store, job.id, at(1))
     assert store.job_finish([Finish.snooze(job.id, lease_of(job).token, at(60))], at(2)) == [job.id]
     after = get(store, job.id)
     assert after.state == CANCELLED
@@ -715,7 +715,7 @@ def test_release_queues_and_gives_the_attempt_back(store: Store) -> None:
 
 def test_release_with_cancel_pending_ends_cancelled(store: Store) -> None:
     job = running(store)
-    store.job_cancel(job.id, at(1))
+    cancel_one(store, job.id, at(1))
     assert store.job_finish(released([lease_of(job)]), at(2)) == [job.id]
     after = get(store, job.id)
     assert after.state == CANCELLED
@@ -805,7 +805,7 @@ def test_rescue_out_of_attempts_fails_the_job(store: Store) -> None:
 
 def test_rescue_with_cancel_pending_ends_cancelled(store: Store) -> None:
     job = running(store, max_attempts=3)
-    store.job_cancel(job.id, at(1))
+    cancel_one(store, job.id, at(1))
     assert store.job_rescue_expired(at(40)) == [job.id]
     assert get(store, job.id).state == CANCELLED
     assert kinds(store, job.id)[-2:] == ["rescued", "cancelled"]
@@ -865,7 +865,7 @@ def test_rescue_leaves_queued_and_finished_jobs_alone(store: Store) -> None:
 
 def test_cancel_queued_job_cancels_it_at_once(store: Store) -> None:
     job = enqueue_one(store)
-    answer = store.job_cancel(job.id, at(2))
+    answer = cancel_one(store, job.id, at(2))
     assert answer is not None
     assert answer.state == CANCELLED
     after = get(store, job.id)
@@ -880,7 +880,7 @@ def test_cancel_queued_job_cancels_it_at_once(store: Store) -> None:
 
 def test_cancel_running_job_requests_cancel(store: Store) -> None:
     job = running(store)
-    answer = store.job_cancel(job.id, at(2))
+    answer = cancel_one(store, job.id, at(2))
     assert answer is not None
     assert answer.state == RUNNING
     assert answer.cancel_requested is True
@@ -892,7 +892,7 @@ def test_cancel_running_job_requests_cancel(store: Store) -> None:
 
 def test_cancel_running_job_then_worker_records_cancelled(store: Store) -> None:
     job = running(store)
-    store.job_cancel(job.id, at(2))
+    cancel_one(store, job.id, at(2))
     (status,) = store.job_heartbeat([lease_of(job)], LEASE, at(3))
     assert status.cancel_requested is True
     assert store.job_finish(cancelled([lease_of(job)]), at(4)) == [job.id]
@@ -904,15 +904,15 @@ def test_cancel_running_job_then_worker_records_cancelled(store: Store) -> None:
 
 def test_cancel_running_job_twice_requests_once(store: Store) -> None:
     job = running(store)
-    store.job_cancel(job.id, at(2))
-    again = store.job_cancel(job.id, at(3))
+    cancel_one(store, job.id, at(2))
+    again = cancel_one(store, job.id, at(3))
     assert again is not None and again.cancel_requested is True
     assert kinds(store, job.id).count("cancel_requested") == 1
 
 
 def test_fail_of_cancel_requested_job_ends_cancelled(store: Store) -> None:
     job = running(store, max_attempts=3)
-    store.job_cancel(job.id, at(1))
+    cancel_one(store, job.id, at(1))
     assert fail(store, job, now=at(2), retry_at=at(30)) == [job.id]
     after = get(store, job.id)
     assert after.state == CANCELLED
@@ -923,7 +923,7 @@ def test_fail_of_cancel_requested_job_ends_cancelled(store: Store) -> None:
 def test_complete_of_cancel_requested_job_records_success(store: Store) -> None:
     # The handler finished before it saw the request: the outcome is its own.
     job = running(store)
-    store.job_cancel(job.id, at(1))
+    cancel_one(store, job.id, at(1))
     assert complete(store, job, "done", now=at(2)) == [job.id]
     assert get(store, job.id).state == SUCCEEDED
     assert get(store, job.id).result == "done"
@@ -942,7 +942,7 @@ def test_cancel_of_finished_job_leaves_it_unchanged(store: Store, ending: str) -
     else:
         store.job_finish(cancelled([lease_of(job)]), at(1))
     events_before = kinds(store, job.id)
-    answer = store.job_cancel(job.id, at(5))
+    answer = cancel_one(store, job.id, at(5))
     assert answer is not None
     assert answer.state == ending
     after = get(store, job.id)
@@ -956,7 +956,7 @@ def test_cancel_of_finished_job_leaves_it_unchanged(store: Store, ending: str) -
 
 def test_cancel_of_missing_job_returns_none(store: Store) -> None:
     enqueue_one(store)
-    assert store.job_cancel(987_654, T0) is None
+    assert cancel_one(store, 987_654, T0) is None
 
 
 # --- failed / cancelled -> retry -> queued ----------------------------------------
@@ -965,7 +965,7 @@ def test_cancel_of_missing_job_returns_none(store: Store) -> None:
 def test_retry_of_failed_job_queues_it_with_attempts_reset(store: Store) -> None:
     job = running(store, max_attempts=1)
     fail(store, job, now=at(1), error="bad")
-    answer = store.job_retry(job.id, at(100))
+    answer = retry_one(store, job.id, at(100))
     assert answer is not None
     for read in (answer, get(store, job.id)):
         assert read.state == QUEUED
@@ -982,8 +982,8 @@ def test_retry_of_failed_job_queues_it_with_attempts_reset(store: Store) -> None
 
 def test_retry_of_cancelled_job_queues_it(store: Store) -> None:
     job = enqueue_one(store)
-    store.job_cancel(job.id, at(1))
-    answer = store.job_retry(job.id, at(2))
+    cancel_one(store, job.id, at(1))
+    answer = retry_one(store, job.id, at(2))
     assert answer is not None and answer.state == QUEUED
     assert get(store, job.id).state == QUEUED
     assert get(store, job.id).finished_at is None
@@ -992,9 +992,9 @@ def test_retry_of_cancelled_job_queues_it(store: Store) -> None:
 
 def test_retry_of_cancel_requested_job_clears_the_request(store: Store) -> None:
     job = running(store)
-    store.job_cancel(job.id, at(1))
+    cancel_one(store, job.id, at(1))
     store.job_finish(cancelled([lease_of(job)]), at(2))
-    store.job_retry(job.id, at(3))
+    retry_one(store, job.id, at(3))
     after = get(store, job.id)
     assert after.state == QUEUED
     assert after.cancel_requested is False
@@ -1009,7 +1009,7 @@ def test_retry_refuses_a_job_that_is_not_failed_or_cancelled(store: Store, state
             complete(store, claimed)
     before = get(store, job.id)
     with pytest.raises(JobStateError):
-        store.job_retry(job.id, at(5))
+        retry_one(store, job.id, at(5))
     after = get(store, job.id)
     assert after.state == state
     assert (after.attempts, after.run_at) == (before.attempts, before.run_at)
@@ -1022,13 +1022,13 @@ def test_retry_refuses_when_another_live_job_holds_the_key(store: Store) -> None
     new = enqueue_one(store, now=at(2), key="k")
     assert new.id != old.id
     with pytest.raises(JobStateError):
-        store.job_retry(old.id, at(3))
+        retry_one(store, old.id, at(3))
     assert get(store, old.id).state == FAILED
     assert get(store, new.id).state == QUEUED
 
 
 def test_retry_of_missing_job_returns_none(store: Store) -> None:
-    assert store.job_retry(987_654, T0) is None
+    assert retry_one(store, 987_654, T0) is None
 
 
 # --- terminal -> purge -> (deleted) -------------------------------------------------
@@ -1041,7 +1041,7 @@ def test_purge_deletes_terminal_jobs_finished_before_the_cutoff(store: Store) ->
     jobs = {j.id: j for j in claim(store, limit=4)}
     complete(store, jobs[succeeded.id], now=at(10))
     fail(store, jobs[failed.id], now=at(20))
-    store.job_cancel(cancelled_job.id, at(30))
+    cancel_one(store, cancelled_job.id, at(30))
     store.job_finish(cancelled([lease_of(jobs[cancelled_job.id])]), at(30))
     complete(store, jobs[recent.id], now=at(100))
     claim(store, limit=1, now=at(100))  # busy is running, queued stays queued
@@ -1064,7 +1064,7 @@ def test_purge_keeps_live_jobs_whatever_the_cutoff(store: Store) -> None:
 def test_purge_respects_limit(store: Store) -> None:
     jobs = enqueue(store, new_job(), new_job(), new_job())
     for job in jobs:
-        store.job_cancel(job.id, at(1))
+        cancel_one(store, job.id, at(1))
     assert store.job_purge(at(2), limit=2) == 2
     assert len(store.job_list(JobFilter())) == 1
     assert store.job_purge(at(2), limit=2) == 1

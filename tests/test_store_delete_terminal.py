@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from conveyor.job import Job, JobState, NewJob
 from conveyor.store.base import Finish, Lease, Store
-from outcomes import cancelled
+from outcomes import cancelled, retry_one
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
@@ -53,7 +53,7 @@ def test_a_job_retried_after_it_was_archived_is_kept(store: Store) -> None:
     (job,) = store.job_insert_many([new_job(1)], T0)
     claimed = store.job_claim(["default"], 1, "w1", LEASE, T0)
     store.job_finish(cancelled([Lease(job.id, claimed[0].lease_token or "")]), T0)
-    retried = store.job_retry(job.id, T0 + timedelta(seconds=1))
+    retried = retry_one(store, job.id, T0 + timedelta(seconds=1))
     assert retried is not None
 
     assert store.job_delete_terminal([job.id], T0 + timedelta(days=1)) == []

@@ -42,7 +42,7 @@ from conveyor.errors import JobStateError
 from conveyor.job import Job, JobState, NewJob
 from conveyor.store.base import Finish, JobFilter, Lease, Store
 from conveyor.store.dsn import open_store
-from outcomes import Failure, cancelled, released
+from outcomes import Failure, cancel_one, cancelled, released, retry_one
 
 START = datetime(2030, 1, 1, tzinfo=UTC)
 LEASE = timedelta(seconds=20.5)
@@ -456,7 +456,7 @@ class StoreMachine(RuleBasedStateMachine):
     def cancel(self, data: st.DataObject) -> None:
         job_id = self._pick_job_id(data, RUNNING)
         now = self.model.now
-        got = self.store.job_cancel(job_id, now)
+        got = cancel_one(self.store, job_id, now)
         job = self.model.jobs.get(job_id)
         if job is None:
             assert got is None
@@ -477,16 +477,16 @@ class StoreMachine(RuleBasedStateMachine):
         now = self.model.now
         job = self.model.jobs.get(job_id)
         if job is None:
-            assert self.store.job_retry(job_id, now) is None
+            assert retry_one(self.store, job_id, now) is None
             return
         key_taken = job.key is not None and any(
             j.live and j.id != job.id for j in self.model.key_holders(job.queue, job.key)
         )
         if job.state not in (FAILED, CANCELLED) or key_taken:
             with pytest.raises(JobStateError):
-                self.store.job_retry(job_id, now)
+                retry_one(self.store, job_id, now)
             return
-        got = self.store.job_retry(job_id, now)
+        got = retry_one(self.store, job_id, now)
         job.state = QUEUED
         job.attempts = 0
         job.run_at = now

@@ -28,12 +28,14 @@ from conveyor.job import (
     FILTER_STATES,
     TERMINAL_STATES,
     WAITING_STATES,
+    EventKind,
     Job,
     JobState,
     NewJob,
     check_headers,
     encode_payload,
     resolve_run_at,
+    retry_refusal,
     utcnow,
     validate_max_attempts,
     validate_name,
@@ -489,9 +491,18 @@ class App:
         return job
 
     def get(self, job_id: int) -> Job:
-        """The job as stored now; JobNotFoundError if there is none (never created, or purged)."""
+        """The job as stored now; JobNotFoundError if there is none (never created, or purged,
+        or, on Redis, dropped because its data was deleted, evicted or incomplete)."""
         job = self.store.job_get(job_id)
         if job is None:
+            # A job Redis dropped says so, with when and why, until retention forgets it.
+            history = self.store.event_list(job_id) if isinstance(self.store, OperatorStore) else []
+            for event in history:
+                if event.kind == EventKind.DROPPED:
+                    raise JobNotFoundError(
+                        f"job {job_id} was dropped at {event.at:%Y-%m-%d %H:%M:%S} UTC: "
+                        f"{event.error}"
+                    )
             raise JobNotFoundError(f"no job with id {job_id} (never created, or purged)")
         return self._attach(job)
 
@@ -587,7 +598,9 @@ class App:
     @needs(OperatorStore, "cancel jobs")
     def cancel(self, job_id: int) -> Job:
         """Cancel a queued job, ask the worker of a running one to stop; a finished job stays."""
-        job = self.store.job_cancel(job_id, utcnow())
+        # The bulk operation with one id: one way to cancel, in every store.
+        self.store.job_cancel_many([job_id], utcnow())
+        job = self.store.job_get(job_id)
         if job is None:
             raise JobNotFoundError(f"no job with id {job_id}")
         if job.state == JobState.RUNNING and job.cancel_requested and job.lease_token:
@@ -598,9 +611,12 @@ class App:
     @needs(OperatorStore, "retry jobs")
     def retry(self, job_id: int) -> Job:
         """Queue a failed or cancelled job again with its attempts reset."""
-        job = self.store.job_retry(job_id, utcnow())
+        changed = self.store.job_retry_many([job_id], utcnow())
+        job = self.store.job_get(job_id)
         if job is None:
             raise JobNotFoundError(f"no job with id {job_id}")
+        if not changed:
+            raise retry_refusal(job)
         return self._attach(job)
 
     @needs(OperatorStore, "retry jobs")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
 
-from conveyor.errors import ConfigurationError, InvalidJobError
+from conveyor.errors import ConfigurationError, InvalidJobError, JobStateError
 
 #: Longest queue, task, key, group or batch name, in characters.
 MAX_NAME_LENGTH = 200
@@ -66,6 +66,9 @@ class EventKind(enum.StrEnum):
     RELEASED = "released"  # handed back on shutdown; does not use up an attempt
     MANUAL_RETRY = "manual_retry"
     RUN_NOW = "run_now"  # a scheduled or retrying job made due now by hand
+    # Redis only: the job's data was gone (its hash deleted or evicted) or incomplete,
+    # and its index entries were dropped; the job is in no state any more.
+    DROPPED = "dropped"
 
 
 def utcnow() -> datetime:
@@ -507,3 +510,15 @@ def detailed_state(
 def base_state(state: str) -> JobState:
     """The stored state behind a detailed one (ready, scheduled and retrying are queued)."""
     return JobState.QUEUED if state in WAITING_STATES else JobState(state)
+
+
+def retry_refusal(job: Job) -> JobStateError:
+    """Why a manual retry of ``job`` changed nothing (every store's words, written once)."""
+    if job.state in (JobState.FAILED, JobState.CANCELLED):
+        return JobStateError(
+            f"job {job.id} cannot be retried: its key {job.key!r} in queue {job.queue!r} "
+            "belongs to a live or a newer job"
+        )
+    return JobStateError(
+        f"job {job.id} is {job.state}; only failed or cancelled jobs can be retried"
+    )

@@ -484,14 +484,6 @@ class OperatorStore(Protocol):
         """The jobs of a batch counted by state (purged jobs are no longer counted)."""
         ...
 
-    def job_cancel(self, job_id: int, now: datetime) -> Job | None:
-        """Cancel a queued job at once; flag a running one; leave a terminal one alone."""
-        ...
-
-    def job_retry(self, job_id: int, now: datetime) -> Job | None:
-        """Queue a failed or cancelled job again, attempts reset. Raises JobStateError otherwise."""
-        ...
-
     def job_purge(self, finished_before: datetime, limit: int = 10_000) -> int:
         """Delete up to ``limit`` terminal jobs (and their events) finished before the time."""
         ...

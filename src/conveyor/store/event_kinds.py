@@ -1,4 +1,5 @@
-"""The event kinds of the changes that are not finishes, by the state they leave a job in."""
+"""The event kinds of the changes that are not finishes, by the state they leave a job in,
+and the one of a job whose data a store could not read."""
 
 from __future__ import annotations
 
@@ -16,3 +17,11 @@ EVENT_KINDS: dict[str, dict[str, str]] = {
     "retry": {JobState.QUEUED: EventKind.MANUAL_RETRY},
     "run_now": {JobState.QUEUED: EventKind.RUN_NOW},
 }
+
+# A job whose data cannot be read leaves the store with one event of kind
+# "dropped" (EventKind.DROPPED), whose error says why. Only Redis can lose a
+# job's data from under its indexes (a hash deleted by hand or evicted) or hold
+# an incomplete one; its scripts write these reasons (drop in common.lua).
+DROPPED_MISSING = "job data missing (deleted or evicted)"
+#: Followed by the missing fields: "job data incomplete (no priority, run_at)".
+DROPPED_INCOMPLETE = "job data incomplete (no "

@@ -26,7 +26,6 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from conveyor.errors import (
     ConfigurationError,
-    JobStateError,
     SchemaMissingError,
     StoreUnavailableError,
 )
@@ -584,29 +583,6 @@ class PostgresStore:
 
     # --- operating ------------------------------------------------------------
 
-    def job_cancel(self, job_id: int, now: datetime) -> Job | None:
-        jobs = self._fetch_jobs("job_cancel", {"id": job_id, "now": now})
-        return jobs[0] if jobs else self.job_get(job_id)
-
-    def job_retry(self, job_id: int, now: datetime) -> Job | None:
-        try:
-            with self._tx() as conn:
-                changed = conn.execute(_Q["job_retry"], {"id": job_id, "now": now}).fetchall()
-                rows = conn.execute(_Q["job_get"], {"id": job_id}).fetchall()
-        except pg_errors.UniqueViolation:
-            # A producer enqueued a job with the same key while this retry ran: the
-            # key's live job is theirs (jobs_live_key), as if it had come first.
-            refused = self.job_get(job_id)
-            if refused is None:
-                return None
-            raise _retry_refusal(refused) from None
-        if not rows:
-            return None
-        job = _row_to_job(rows[0])
-        if not changed:
-            raise _retry_refusal(job)
-        return job
-
     def job_retry_failed(
         self, queue: str | None, failed_before: datetime, now: datetime, limit: int = 1000
     ) -> list[int]:
@@ -923,15 +899,3 @@ class PostgresStore:
 def _same(value: datetime | None) -> datetime | None:
     """Timestamps come back from psycopg as aware datetimes already."""
     return value
-
-
-def _retry_refusal(job: Job) -> JobStateError:
-    """Why a manual retry changed nothing, in the words SQLiteStore uses."""
-    if job.state in (JobState.FAILED, JobState.CANCELLED):
-        return JobStateError(
-            f"job {job.id} cannot be retried: another live job in queue {job.queue!r} "
-            f"holds its key {job.key!r}"
-        )
-    return JobStateError(
-        f"job {job.id} is {job.state}; only failed or cancelled jobs can be retried"
-    )

@@ -9,6 +9,11 @@ worker's hot path and ``stats`` need is kept in counters and sets.
 
 All keys share one prefix with a hash tag (``{conveyor}:``), so that on a
 cluster they sit in one slot and a script may touch any of them.
+
+A job whose hash cannot be read (deleted by hand, evicted, or lacking fields)
+is dropped by whoever meets it in an index (``scripts/upkeep.lua``; the claim,
+finish and enqueue hand it back and ``_drop`` drops it), so that it holds no
+group, limit or count (docs/architecture.md, "Jobs that cannot be read").
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import heapq
 import itertools
 import json
 import secrets
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -28,7 +34,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from conveyor.errors import ConfigurationError, JobStateError, StoreUnavailableError
+from conveyor.errors import ConfigurationError, StoreUnavailableError
 from conveyor.job import Event, Job, JobState, NewJob
 from conveyor.limits import Limit, QueueLimits
 from conveyor.store.base import (
@@ -63,17 +69,35 @@ TERMINAL = ("succeeded", "failed", "cancelled")
 _STATES = ("queued", "running", *TERMINAL)
 #: Keys of one index read per round trip when Python walks it.
 _CHUNK = 500
+#: The fields every job's hash has (REQUIRED in upkeep.lua): one without them cannot be read.
+_REQUIRED = (
+    "id", "queue", "task", "state", "args", "kwargs", "priority", "run_at", "attempts",
+    "max_attempts", "created_at",
+)  # fmt: skip
+#: The sweep of dropped jobs' ids (job_sweep_lost.lua), run after each rescue while one
+#: is due: keys a slice (a script of about 2 ms at 2,000), seconds of slices a rescue.
+_SWEEP_KEYS = 2_000
+_SWEEP_SECONDS = 0.05
+#: Where a walk met an id: the queue and state of its index ("finished": a terminal
+#: state), None when the index does not say.
+_Where = tuple[str | None, str | None]
 _T = TypeVar("_T")
 
 
 def _load_scripts() -> dict[str, str]:
+    """Each operation's script with common.lua before it, and upkeep.lua when it says
+    it uses it (the others hand the jobs they could not read back: see _drop)."""
     folder = resources.files("conveyor.store.redis").joinpath("scripts")
     common = folder.joinpath("common.lua").read_text(encoding="utf-8")
-    return {
-        entry.name[: -len(".lua")]: common + "\n" + entry.read_text(encoding="utf-8")
-        for entry in folder.iterdir()
-        if entry.name.endswith(".lua") and entry.name != "common.lua"
-    }
+    upkeep = folder.joinpath("upkeep.lua").read_text(encoding="utf-8")
+    scripts = {}
+    for entry in folder.iterdir():
+        if not entry.name.endswith(".lua") or entry.name in ("common.lua", "upkeep.lua"):
+            continue
+        text = entry.read_text(encoding="utf-8")
+        parts = [common, upkeep, text] if "\n-- uses upkeep.lua\n" in text else [common, text]
+        scripts[entry.name[: -len(".lua")]] = "\n".join(parts)
+    return scripts
 
 
 _SCRIPTS = _load_scripts()
@@ -136,6 +160,11 @@ def job_of(fields: dict[str, str]) -> Job:
         limit_key=fields.get("limit_key"),
         headers_json=fields.get("headers"),
     )
+
+
+def _readable(fields: dict[str, str]) -> bool:
+    """Whether a job's hash holds every field a job has (an empty one: deleted or evicted)."""
+    return all(name in fields for name in _REQUIRED)
 
 
 def _event_of(entry: tuple[str, dict[str, str]]) -> Event:
@@ -359,9 +388,10 @@ class RedisStore:
             )
         if not jobs:
             return []
-        answers = self._run(
+        answers, unreadable = self._run(
             "job_insert_many", _ts(now), json.dumps([_new_job_json(j) for j in jobs])
         )
+        self._drop(unreadable)
         out: list[Job] = []
         made: dict[int, Job] = {}
         for new, answer in zip(jobs, answers, strict=True):
@@ -377,23 +407,50 @@ class RedisStore:
     # --- reading ------------------------------------------------------------
 
     def job_get(self, job_id: int) -> Job | None:
-        fields = self._do(lambda: self._client.hgetall(self._k("job", str(job_id))))
-        return job_of(fields) if fields else None
+        return self._load([job_id])[0]
 
     def job_get_many(self, job_ids: Sequence[int]) -> list[Job]:
         return [job for job in self._load(list(job_ids)) if job is not None]
 
-    def _load(self, job_ids: Sequence[int | str]) -> list[Job | None]:
+    def _load(
+        self, job_ids: Sequence[int], met_in: Sequence[_Where] | None = None
+    ) -> list[Job | None]:
+        """The jobs of some ids, None for those that cannot be read, which are dropped.
+
+        ``met_in``: where a walk of the indexes met each id. An id met there whose
+        hash is gone is a job deleted by hand or evicted; an id a caller names may
+        never have existed, so of those only a hash that lacks fields is dropped.
+        """
         if not job_ids:
             return []
 
-        def read() -> list[Job | None]:
+        def read() -> list[dict[str, str]]:
             pipe = self._client.pipeline(transaction=False)
             for job_id in job_ids:
                 pipe.hgetall(self._k("job", str(job_id)))
-            return [job_of(f) if f else None for f in pipe.execute()]
+            return list(pipe.execute())
 
-        return self._do(read)
+        jobs: list[Job | None] = []
+        unreadable: list[dict[str, str]] = []
+        for n, fields in enumerate(self._do(read)):
+            if _readable(fields):
+                jobs.append(job_of(fields))
+                continue
+            jobs.append(None)
+            if met_in is not None or fields:
+                queue, state = met_in[n] if met_in is not None else (None, None)
+                seen = {"id": str(job_ids[n]), "queue": queue, "state": state}
+                unreadable.append({k: v for k, v in seen.items() if v is not None})
+        self._drop(unreadable)
+        return jobs
+
+    def _drop(self, unreadable: Sequence[dict[str, str] | str]) -> None:
+        """Drop jobs met in an index that could not be read (job_drop.lua): where each
+        was met, as a dict or as the JSON a script handed back (``unreadable`` in
+        common.lua: the claim, finish and enqueue scripts do not drop them themselves)."""
+        if unreadable:
+            seen = [json.loads(s) if isinstance(s, str) else s for s in unreadable]
+            self._run("job_drop", "", json.dumps(seen))
 
     def _ids_of(self, index: str, before_id: int | None) -> Iterator[int]:
         """The ids in a sorted set of ids (score = id), newest first, below ``before_id``."""
@@ -406,28 +463,33 @@ class RedisStore:
             yield from (int(i) for i in ids)
             bound = f"({ids[-1]}"
 
-    def _walk(self, indexes: Sequence[str], before_id: int | None) -> Iterator[Job]:
+    def _walk(self, indexes: Sequence[tuple[str, _Where]], before_id: int | None) -> Iterator[Job]:
         """The jobs of some sorted sets of ids, merged newest first, below ``before_id``."""
-        merged = heapq.merge(*(self._ids_of(i, before_id) for i in indexes), reverse=True)
+
+        def met(key: str, where: _Where) -> Iterator[tuple[int, _Where]]:
+            return ((i, where) for i in self._ids_of(key, before_id))
+
+        merged = heapq.merge(
+            *(met(key, where) for key, where in indexes), key=lambda m: m[0], reverse=True
+        )
         while True:
-            ids = list(itertools.islice(merged, _CHUNK))
-            if not ids:
+            chunk = list(itertools.islice(merged, _CHUNK))
+            if not chunk:
                 return
-            for job in self._load(ids):
-                if job is not None:
-                    yield job
+            jobs = self._load([i for i, _ in chunk], [where for _, where in chunk])
+            yield from (job for job in jobs if job is not None)
 
     def _indexes_for(
         self, queue: str | None, state: str | None, group: str | None, batch: str | None
-    ) -> list[str]:
+    ) -> list[tuple[str, _Where]]:
         """The narrowest sorted sets of ids that hold every job of a selection."""
         if group is not None:
-            return [self._k("group", group)]
+            return [(self._k("group", group), (None, None))]
         if batch is not None and (queue is None or state is None):
-            return [self._k("batch", batch)]
+            return [(self._k("batch", batch), (None, None))]
         queues = [queue] if queue is not None else self.queue_names()
         states = [state] if state is not None else list(_STATES)
-        return [self._k("qs", _nm(q), s) for q in queues for s in states]
+        return [(self._k("qs", _nm(q), s), (q, s)) for q in queues for s in states]
 
     def job_list(self, filter: JobFilter) -> list[Job]:
         state = None if filter.state is None else str(filter.state)
@@ -442,9 +504,13 @@ class RedisStore:
 
     def event_list(self, job_id: int) -> list[Event]:
         def read() -> list[Event]:
-            # The job's "events" field: the seqs of its events, comma-separated.
-            held = self._client.hget(self._k("job", str(job_id)), "events")
-            seqs = held.split(",") if held else []
+            # The job's "events" field: the seqs of its events, comma-separated; those
+            # of a dropped job are kept in "dropped" (see upkeep.lua).
+            pipe = self._client.pipeline(transaction=False)
+            pipe.hget(self._k("job", str(job_id)), "events")
+            pipe.hget(self._k("dropped"), str(job_id))
+            held, dropped = pipe.execute()
+            seqs = (held or dropped).split(",") if held or dropped else []
             pipe = self._client.pipeline(transaction=False)
             for seq in seqs:
                 pipe.xrange(self._k("events"), f"{seq}-0", f"{seq}-0")
@@ -506,9 +572,10 @@ class RedisStore:
     def next_run_in(
         self, queues: Sequence[str], now: datetime | None = None, group: str | None = None
     ) -> float | None:
-        answer = self._run(
+        answer, unreadable = self._run(
             "next_run_in", json.dumps(list(dict.fromkeys(queues))), _now_arg(now), group or ""
         )
+        self._drop(unreadable)
         if len(answer) < 2:
             return None
         return max(0.0, float(answer[1]) - float(answer[0]))
@@ -526,7 +593,7 @@ class RedisStore:
     ) -> list[Job]:
         if limit <= 0 or not queues:
             return []
-        flats = self._run(
+        flats, unreadable = self._run(
             "job_claim",
             json.dumps(list(dict.fromkeys(queues))),
             str(limit),
@@ -537,6 +604,7 @@ class RedisStore:
             group or "",
             str(LIMIT_SLACK_SECONDS),
         )
+        self._drop(unreadable)
         return [job_of(_pairs(f)) for f in flats]
 
     def job_heartbeat(
@@ -566,7 +634,9 @@ class RedisStore:
             ]
             for f in finishes
         ]
-        return [int(i) for i in self._run("job_finish", _now_arg(now), json.dumps(items))]
+        changed, unreadable = self._run("job_finish", _now_arg(now), json.dumps(items))
+        self._drop(unreadable)
+        return [int(i) for i in changed]
 
     def job_progress(
         self, lease: Lease, fraction: float | None, message: str | None, now: datetime
@@ -584,7 +654,15 @@ class RedisStore:
 
     def job_rescue_expired(self, now: datetime | None = None, limit: int = 1000) -> list[int]:
         ids = self._run("job_rescue_expired", _now_arg(now), str(limit), LEASE_EXPIRED_ERROR)
+        self._sweep_lost()
         return [int(i) for i in ids]
+
+    def _sweep_lost(self) -> None:
+        """Walk on with the sweep of dropped jobs' ids (job_sweep_lost.lua), if one is due:
+        slices of ``_SWEEP_KEYS`` keys, each a short script, for ``_SWEEP_SECONDS`` at most."""
+        deadline = time.monotonic() + _SWEEP_SECONDS
+        while self._run("job_sweep_lost", str(_SWEEP_KEYS)) and time.monotonic() < deadline:
+            pass
 
     def periodic_enqueue(self, name: str, tick: datetime, job: NewJob, now: datetime) -> bool:
         taken = self._run(
@@ -600,26 +678,6 @@ class RedisStore:
 
     def _ids(self, job_ids: Sequence[int]) -> str:
         return json.dumps([str(i) for i in sorted(set(job_ids))])
-
-    def job_cancel(self, job_id: int, now: datetime) -> Job | None:
-        self._run("job_cancel", _ts(now), self._ids([job_id]))
-        return self.job_get(job_id)
-
-    def job_retry(self, job_id: int, now: datetime) -> Job | None:
-        changed = self._run("job_retry", _ts(now), self._ids([job_id]), "0", "")
-        job = self.job_get(job_id)
-        if job is None:
-            return None
-        if not changed:
-            if job.state in (JobState.FAILED, JobState.CANCELLED):
-                raise JobStateError(
-                    f"job {job.id} cannot be retried: another live job in queue {job.queue!r} "
-                    f"holds its key {job.key!r}"
-                )
-            raise JobStateError(
-                f"job {job.id} is {job.state}; only failed or cancelled jobs can be retried"
-            )
-        return job
 
     def job_retry_failed(
         self, queue: str | None, failed_before: datetime, now: datetime, limit: int = 1000
@@ -641,7 +699,14 @@ class RedisStore:
         return done
 
     def job_purge(self, finished_before: datetime, limit: int = 10_000) -> int:
-        return int(self._run("job_purge", _ts(finished_before), str(limit)))
+        deleted = int(self._run("job_purge", _ts(finished_before), str(limit)))
+        self._forget_dropped(finished_before, limit)
+        return deleted
+
+    def _forget_dropped(self, before: datetime, limit: int) -> None:
+        """The histories of jobs dropped before ``before`` (job_forget_dropped.lua): kept
+        as long as a failed job's, so they go with the purges of failed jobs."""
+        self._run("job_forget_dropped", _ts(before), str(limit))
 
     def _delete(
         self,
@@ -743,7 +808,7 @@ class RedisStore:
         rows = self._do(
             lambda: self._client.zrangebyscore(self._k("finished"), low, high, withscores=True)
         )
-        jobs = self._load([r[0] for r in rows])
+        jobs = self._load([int(r[0]) for r in rows], [(None, "finished")] * len(rows))
         return [(score, job) for (_, score), job in zip(rows, jobs, strict=True) if job]
 
     def stats_finished_per_slot(self, since: datetime, slot: timedelta) -> list[FinishedCount]:
@@ -931,6 +996,8 @@ class RedisStore:
             if len(ids) >= limit:
                 break
             ids.append(job_id)
+        if queue is None and "failed" in states:
+            self._forget_dropped(finished_before, limit)
         return len(self._delete(ids, finished_before, states, queue))
 
     def job_purge_count(

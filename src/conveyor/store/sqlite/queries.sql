@@ -194,39 +194,6 @@ WHERE state = 'running' AND lease_expires_at < :now
 ORDER BY lease_expires_at, id
 LIMIT :limit
 
--- name: job_cancel_queued
-UPDATE jobs
-SET state = 'cancelled', finished_at = :now
-WHERE id = :id AND state = 'queued'
-RETURNING id
-
--- name: job_cancel_running
-UPDATE jobs
-SET cancel_requested = 1
-WHERE id = :id AND state = 'running' AND NOT cancel_requested
-RETURNING id
-
--- name: job_retry
--- Manual retry of a failed or cancelled job, unless another live job now holds its key.
-UPDATE jobs
-SET state = 'queued',
-    attempts = 0,
-    run_at = :now,
-    cancel_requested = 0,
-    worker = NULL,
-    result = NULL,
-    error = NULL,
-    progress = NULL,
-    progress_message = NULL,
-    started_at = NULL,
-    finished_at = NULL
-WHERE id = :id AND state IN ('failed', 'cancelled')
-  AND (key IS NULL OR NOT EXISTS (
-      SELECT 1 FROM jobs AS other
-      WHERE other.queue = jobs.queue AND other.key = jobs.key
-        AND other.state IN ('queued', 'running')))
-RETURNING id
-
 -- name: job_purge_select
 SELECT id FROM jobs
 WHERE finished_at < :before AND state IN ('succeeded', 'failed', 'cancelled')

@@ -20,7 +20,6 @@ from typing import Any
 
 from conveyor.errors import (
     ConfigurationError,
-    JobStateError,
     SchemaMissingError,
     StoreUnavailableError,
 )
@@ -542,31 +541,6 @@ class SQLiteStore:
 
     # --- operating ------------------------------------------------------------
 
-    def job_cancel(self, job_id: int, now: datetime) -> Job | None:
-        now_ts = _ts(now)
-        params = {"id": job_id, "now": now_ts}
-        with self._write() as conn:
-            ids = [r[0] for r in conn.execute(_Q["job_cancel_queued"], params)]
-            if not ids:
-                ids = [r[0] for r in conn.execute(_Q["job_cancel_running"], params)]
-            self._record(conn, "cancel", ids, now_ts)
-            row = conn.execute(_Q["job_get"], {"id": job_id}).fetchone()
-        return None if row is None else _row_to_job(row)
-
-    def job_retry(self, job_id: int, now: datetime) -> Job | None:
-        now_ts = _ts(now)
-        with self._write() as conn:
-            before = self._states(conn, [job_id])
-            ids = [r[0] for r in conn.execute(_Q["job_retry"], {"id": job_id, "now": now_ts})]
-            row = conn.execute(_Q["job_get"], {"id": job_id}).fetchone()
-            if row is None:
-                return None
-            if not ids:
-                raise _retry_refusal(_row_to_job(row))
-            self._uncount(conn, [before[i] for i in ids])
-            self._record(conn, "retry", ids, now_ts)
-        return _row_to_job(row)
-
     def job_retry_failed(
         self, queue: str | None, failed_before: datetime, now: datetime, limit: int = 1000
     ) -> list[int]:
@@ -930,17 +904,6 @@ def _is_busy(exc: sqlite3.OperationalError) -> bool:
     if code is not None:
         return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
     return "locked" in str(exc) or "busy" in str(exc)
-
-
-def _retry_refusal(job: Job) -> Exception:
-    if job.state in (JobState.FAILED, JobState.CANCELLED):
-        return JobStateError(
-            f"job {job.id} cannot be retried: another live job in queue {job.queue!r} "
-            f"holds its key {job.key!r}"
-        )
-    return JobStateError(
-        f"job {job.id} is {job.state}; only failed or cancelled jobs can be retried"
-    )
 
 
 def _check_columns(conn: sqlite3.Connection, table: str, expected: tuple[str, ...]) -> None:

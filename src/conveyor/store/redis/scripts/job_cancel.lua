@@ -1,4 +1,5 @@
 -- name: job_cancel
+-- uses upkeep.lua
 -- ARGV: now, ids (JSON, ascending).
 -- Cancels queued jobs at once; flags running ones (cancel_requested: their
 -- worker aborts the handler and records the cancel); leaves finished ones

@@ -3,7 +3,8 @@
 -- clock), group ('' = any), slack seconds.
 -- Moves up to :limit ready jobs to running under a fresh lease token (see
 -- candidates in common.lua for what is ready); a limited queue records its
--- starts for the rates. Returns the jobs, in claim order.
+-- starts for the rates. Returns {the jobs, in claim order, the jobs it could not
+-- read (unreadable)}.
 local now_n, now_s = clock(ARGV[6])
 local group = ARGV[7] ~= '' and ARGV[7] or nil
 local chosen = candidates(cjson.decode(ARGV[1]), tonumber(ARGV[2]), now_n, group)
@@ -41,4 +42,4 @@ for q, l in pairs(limited) do
 end
 table.sort(claimed, function(a, b) return tonumber(a.id) < tonumber(b.id) end)
 for _, j in ipairs(claimed) do event(j, 'claimed', tonumber(j.attempts), now_s, nil) end
-return done(out)
+return done({out, unreadable})

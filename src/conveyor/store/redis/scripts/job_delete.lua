@@ -1,4 +1,5 @@
 -- name: job_delete
+-- uses upkeep.lua
 -- ARGV: ids (JSON), finished_before ('' = any job that is not running; else
 -- only terminal jobs finished before it), states (JSON list or null), queue ('' = any).
 -- Deletes jobs with their events (the stream entries too). Returns the ids deleted.

@@ -3,6 +3,7 @@
 -- run_at], ...]).
 -- The one script that ends running jobs, for every kind of outcome (see
 -- finish_one in common.lua): each item names the lease it was claimed under,
--- and a stale token changes nothing. Returns the ids changed.
+-- and a stale token changes nothing. Returns {the ids changed, the jobs it could
+-- not read (unreadable)}.
 local now_n, now_s = clock(ARGV[1])
-return done(finish_all(cjson.decode(ARGV[2]), now_n, now_s))
+return done({finish_all(cjson.decode(ARGV[2]), now_n, now_s), unreadable})

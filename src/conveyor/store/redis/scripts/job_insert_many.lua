@@ -4,7 +4,8 @@
 -- A job with a key that a live job of its queue holds (or, unique "forever",
 -- any job not yet purged) is not inserted: that job answers in its place, and
 -- so does the first job of the batch with the same key. Returns, per job in
--- order: {0, id} inserted now, or {1, id, fields...} an existing job.
+-- order: {0, id} inserted now, or {1, id, fields...} an existing job; and the
+-- jobs it could not read (unreadable).
 local now_n, now_s = clock(ARGV[1])
 local jobs = cjson.decode(ARGV[2])
 -- First what becomes of each job, then one range of ids for those inserted.
@@ -42,4 +43,4 @@ for position, n in ipairs(jobs) do
         out[position] = answer
     end
 end
-return done(out)
+return done({out, unreadable})

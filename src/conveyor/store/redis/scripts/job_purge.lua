@@ -1,7 +1,18 @@
 -- name: job_purge
+-- uses upkeep.lua
 -- ARGV: finished_before, limit. Deletes up to :limit terminal jobs finished
--- before the time, oldest first, with their events.
+-- before the time, oldest first, with their events (one that cannot be read is
+-- dropped: see upkeep.lua). Returns how many were deleted.
 local ids = redis.call('ZRANGEBYSCORE', P .. 'finished', '-inf', '(' .. ARGV[1], 'LIMIT', 0,
                        tonumber(ARGV[2]))
-for _, id in ipairs(ids) do delete(load(id)) end
-return done(#ids)
+local deleted = 0
+for _, id in ipairs(ids) do
+    local j = load(id)
+    if j then
+        delete(j)
+        deleted = deleted + 1
+    else
+        drop(id, {state = 'finished'})
+    end
+end
+return done(deleted)

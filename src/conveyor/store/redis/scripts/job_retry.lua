@@ -1,4 +1,5 @@
 -- name: job_retry
+-- uses upkeep.lua
 -- ARGV: now, ids (JSON, ascending), newest ('1': a keyed job only when it is
 -- the newest of its key), failed_before ('' = any time; else failed jobs only,
 -- finished at or before it).

@@ -1,4 +1,5 @@
 -- name: job_run_now
+-- uses upkeep.lua
 -- ARGV: now, ids (JSON, ascending). Queued jobs due later become due now.
 local now_n, now_s = clock(ARGV[1])
 local changed = {}

@@ -4,7 +4,8 @@
 -- (the SQL stores' next_run_at): the next queued job's run_at; for a queue
 -- with limits, a throttle's end, the moment a full rate window lets the next
 -- job through, or now when a claim would take a job already. Returns
--- {now, moment} as strings, or {now} when there is none.
+-- {{now, moment} as strings, or {now} when there is none, the jobs its look at
+-- the candidates could not read (unreadable)}.
 local now_n, now_s = clock(ARGV[2])
 local group = ARGV[3] ~= '' and ARGV[3] or nil
 local best = nil
@@ -45,5 +46,6 @@ for _, q in ipairs(cjson.decode(ARGV[1])) do
         end
     end
 end
-if best == nil then return {now_s} end
-return {now_s, fmt(best)}
+local answer = {now_s}
+if best ~= nil then answer[2] = fmt(best) end
+return done({answer, unreadable})

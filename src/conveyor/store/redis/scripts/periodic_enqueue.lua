@@ -1,4 +1,5 @@
 -- name: periodic_enqueue
+-- uses upkeep.lua
 -- ARGV: name, tick, now, job (JSON, as job_insert_many's). Records :tick as the
 -- last enqueued tick of the periodic task and enqueues its job, unless that
 -- tick (or a later one) already was. Returns 1 when this call took the tick.
