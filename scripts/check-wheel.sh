@@ -35,7 +35,13 @@ import conveyor.otel
 from conveyor.store.redis.store import _SCRIPTS
 # The Lua scripts ship in the wheel: every operation, with common.lua prepended.
 assert {"job_claim", "job_finish", "job_insert_many", "job_rescue_expired"} <= set(_SCRIPTS), _SCRIPTS
-print("  postgres, redis (%d scripts), cli, web, spark, otel import ok" % len(_SCRIPTS))
+# Spark's storage ships its statements and its own migrations (spark/storage/).
+from conveyor.spark.storage import postgres as spark_pg, sqlite as spark_lite
+for module in (spark_pg, spark_lite):
+    assert "spark_stage_move" in module._Q and module._MIGRATIONS, module.__name__
+assert "ON CONFLICT (queue, key)" in spark_pg._Q["spark_stage_move"]  # the store's rules, included
+print("  postgres, redis (%d scripts), cli, web, spark (storage: %d statements), otel import ok"
+      % (len(_SCRIPTS), len(spark_pg._Q)))
 PY
 version=$("$env_dir/bin/conveyor" --version)
 expected=$("$env_dir/bin/python" -c "import conveyor; print(conveyor.__version__)")

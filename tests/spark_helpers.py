@@ -17,14 +17,22 @@ def all_jobs(store: Store) -> list[Any]:
 
 
 def leftovers(dsn: str) -> tuple[list[str], int]:
-    """Staging tables still present, and writes still open."""
+    """Staging tables still present, and writes still open.
+
+    A database no Spark write reached has no ``spark_writes``: no write is open.
+    """
     if dsn.startswith("sqlite"):
         conn = sqlite3.connect(sqlite_path(dsn))
         try:
             tables = conn.execute(
                 "SELECT name FROM sqlite_master WHERE name LIKE 'spark_stage_%'"
             ).fetchall()
-            open_writes = conn.execute("SELECT count(*) FROM spark_writes").fetchone()[0]
+            made = conn.execute(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'spark_writes'"
+            ).fetchone()[0]
+            open_writes = (
+                conn.execute("SELECT count(*) FROM spark_writes").fetchone()[0] if made else 0
+            )
         finally:
             conn.close()
     else:
@@ -32,8 +40,33 @@ def leftovers(dsn: str) -> tuple[list[str], int]:
             tables = pg.execute(
                 "SELECT tablename FROM pg_tables WHERE tablename LIKE 'spark_stage_%'"
             ).fetchall()
-            open_writes = pg.execute("SELECT count(*) FROM spark_writes").fetchone()[0]  # type: ignore[index]
+            made = pg.execute("SELECT to_regclass('spark_writes') IS NOT NULL").fetchone()
+            open_writes = (
+                pg.execute("SELECT count(*) FROM spark_writes").fetchone()[0]  # type: ignore[index]
+                if made and made[0]
+                else 0
+            )
     return [t[0] for t in tables], open_writes
+
+
+def spark_tables(dsn: str) -> list[str]:
+    """Tables named spark_... in the database, sorted."""
+    if dsn.startswith("sqlite"):
+        conn = sqlite3.connect(sqlite_path(dsn))
+        try:
+            rows = conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'spark%' "
+                "ORDER BY name"
+            ).fetchall()
+        finally:
+            conn.close()
+    else:
+        with psycopg.connect(dsn) as pg:
+            rows = pg.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
+                "AND tablename LIKE 'spark%' ORDER BY tablename"
+            ).fetchall()
+    return [row[0] for row in rows]
 
 
 def writer(frame: DataFrame, dsn: str, **options: str) -> Any:

@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 from conveyor.errors import ConfigurationError
 from conveyor.spark.options import Options, names_for
 from conveyor.store.base import Store
-from spark_helpers import all_jobs, items, leftovers, writer
+from spark_helpers import all_jobs, items, leftovers, spark_tables, writer
 
 # The Spark data source needs SQL (staging tables, scans by id range): SQLite and
 # PostgreSQL only. On Redis it refuses with a clear error (the last test here).
@@ -129,9 +129,11 @@ def test_misspelt_write_options_fail_before_anything_is_written(
         writer(frame, dsn, task="resize", maxAttempts="abc").save()
     with pytest.raises(AnalysisException, match="option batchSize must be at least 1"):
         writer(frame, dsn, task="resize", batchSize="0").save()
-    # Nothing reached the store: no job, no write opened, nothing staged.
+    # Nothing reached the store: no job, no write opened, nothing staged, not
+    # even Spark's tables.
     assert all_jobs(store) == []
     assert leftovers(dsn) == ([], 0)
+    assert spark_tables(dsn) == []
 
 
 def test_misspelt_read_options_fail_before_anything_is_read(
@@ -159,7 +161,7 @@ def test_on_redis_the_data_source_refuses_saying_what_it_needs(
     spark: SparkSession, redis_clean_dsn: str
 ) -> None:
     """Write, read and stream each refuse a Redis DSN up front, naming what works instead."""
-    from conveyor.store.bulk import REDIS_REFUSAL, backend_of, open_bulk_store
+    from conveyor.spark.storage import REDIS_REFUSAL, backend_of, open_storage
 
     needs = "the Spark data source needs SQLite or PostgreSQL"
     assert REDIS_REFUSAL.startswith(needs)
@@ -167,7 +169,7 @@ def test_on_redis_the_data_source_refuses_saying_what_it_needs(
         with pytest.raises(ConfigurationError, match=needs):
             backend_of(dsn)
         with pytest.raises(ConfigurationError, match=needs):
-            open_bulk_store(dsn)
+            open_storage(dsn)
     with pytest.raises(AnalysisException, match=needs):
         writer(items(spark, 3), redis_clean_dsn, task="resize").save()
     with pytest.raises(AnalysisException, match=needs):

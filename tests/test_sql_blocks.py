@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+from importlib import resources
+from pathlib import Path
+
 import pytest
 
-from conveyor.store.sql import load_queries, parse_queries
+from conveyor.store.sql import load_migrations, load_queries, parse_queries
 
 TEXT = """
 -- name: rules
@@ -29,10 +33,61 @@ def test_an_unknown_or_circular_include_is_refused() -> None:
         parse_queries("-- name: a\n{{b}}\n-- name: b\n{{a}}")
 
 
+def test_a_block_includes_a_block_of_another_file(tmp_path: Path) -> None:
+    """``{{package/file.sql:name}}``: the other file's block, with its own includes expanded."""
+    package = tmp_path / "sqlblocks_demo"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "rules.sql").write_text(
+        "-- name: rules\nnew AS ({{inner}})\n-- name: inner\nSELECT 1"
+    )
+    (package / "move.sql").write_text(
+        "-- name: move\nWITH input AS (SELECT 2),\n{{sqlblocks_demo/rules.sql:rules}}\nSELECT 3"
+    )
+    (package / "loop.sql").write_text("-- name: a\n{{sqlblocks_demo/loop.sql:a}}")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        move = load_queries("sqlblocks_demo", "move.sql")["move"]
+        assert move == "WITH input AS (SELECT 2),\nnew AS (SELECT 1)\nSELECT 3"
+        with pytest.raises(ValueError, match=r"includes 'nope' of sqlblocks_demo/rules\.sql"):
+            parse_queries("-- name: x\n{{sqlblocks_demo/rules.sql:nope}}")
+        with pytest.raises(ValueError, match="includes blocks of itself"):
+            load_queries("sqlblocks_demo", "loop.sql")
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("sqlblocks_demo", None)
+
+
 def test_job_insert_and_the_staged_move_share_the_rules_of_an_enqueue() -> None:
+    """The Spark layer's move of staged rows includes the store's rules, not a copy."""
     queries = load_queries("conveyor.store.postgres")
     rules = queries["job_insert_rules"]
     assert "ON CONFLICT (queue, key)" in rules and "pg_notify('conveyor_jobs'" in rules
     assert rules in queries["job_insert"]
-    assert rules in queries["spark_stage_move"]
     assert "{{" not in queries["job_insert"]
+    spark = load_queries("conveyor.spark.storage", "postgres.sql")
+    assert rules in spark["spark_stage_move"]
+    assert "{{" not in spark["spark_stage_move"]
+    text = resources.files("conveyor.spark.storage").joinpath("postgres.sql").read_text()
+    assert "ON CONFLICT (queue, key)" not in text  # included, never written out again
+    # On SQLite the move takes ids and writes events with the store's own statements.
+    lite, lite_spark = (
+        load_queries("conveyor.store.sqlite"),
+        load_queries("conveyor.spark.storage", "sqlite.sql"),
+    )
+    assert lite["job_take_ids"] in lite_spark["spark_take_ids"]
+    assert lite["event_insert_enqueued"] in lite_spark["spark_insert_enqueued_events"]
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_the_store_holds_nothing_of_spark(backend: str) -> None:
+    """Spark's statements, tables and code live in conveyor.spark.storage, not in the store."""
+    queries = load_queries(f"conveyor.store.{backend}")
+    assert [name for name in queries if name.startswith(("spark_", "scan_", "event_stream"))] == []
+    assert not any("spark_" in sql for sql in queries.values())
+    for migration in load_migrations(f"conveyor.store.{backend}"):
+        statements = [ln for ln in migration.sql.splitlines() if not ln.startswith("--")]
+        assert "spark" not in "\n".join(statements).lower(), migration.name
+    package = resources.files(f"conveyor.store.{backend}")
+    assert not package.joinpath("bulk.py").is_file()
+    assert not resources.files("conveyor.store").joinpath("bulk.py").is_file()

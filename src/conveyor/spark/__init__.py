@@ -29,7 +29,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
     ) from None
 
 from conveyor.spark.source import NAME, ConveyorDataSource
-from conveyor.store.bulk import WriteResult, open_bulk_store
+from conveyor.spark.storage import WriteResult, open_storage
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -131,10 +131,12 @@ def write_result(dsn: str, write_id: str) -> WriteResult | None:
     """What the write with this id did (rows, enqueued, skipped), or None if none committed.
 
     A streaming sink's result is ``"stream:<query id>"``: its counts add up all
-    its micro-batches, and ``batch`` is the last one committed.
+    its micro-batches, and ``batch`` is the last one committed. On a database no
+    Spark write used yet, this makes Spark's tables first (empty: None).
     """
-    store = open_bulk_store(dsn)
+    store = open_storage(dsn)
     try:
+        store.spark_migrate()
         return store.bulk_write_result(write_id)
     finally:
         store.close()

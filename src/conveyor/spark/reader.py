@@ -46,7 +46,7 @@ from pyspark.sql.types import BooleanType, IntegerType, LongType, StringType
 from conveyor.errors import ConfigurationError
 from conveyor.spark.options import Options
 from conveyor.spark.source import TABLES, Column
-from conveyor.store.bulk import Scan, ScanFilter, ScanOp, backend_of, open_bulk_store
+from conveyor.spark.storage import Scan, ScanFilter, ScanOp, backend_of, open_storage
 
 ROWS_PER_PARTITION = 250_000
 MAX_PARTITIONS = 32
@@ -152,7 +152,7 @@ class ConveyorReader(DataSourceReader):
                 self.filters.append(condition)
 
     def partitions(self) -> Sequence[InputPartition]:
-        store = open_bulk_store(self.dsn)
+        store = open_storage(self.dsn)
         try:
             low, high = store.scan_id_bounds(self.table)
         finally:
@@ -176,7 +176,7 @@ class ConveyorReader(DataSourceReader):
         bounds: IdRange = partition.value
         if bounds.low is None:
             return
-        store = open_bulk_store(self.dsn)
+        store = open_storage(self.dsn)
         try:
             scan = store.scan(
                 self.table,

@@ -38,7 +38,7 @@ from conveyor.spark.options import (
     is_table_definition,
 )
 from conveyor.spark.rows import WritePlan
-from conveyor.store.bulk import backend_of
+from conveyor.spark.storage import backend_of
 
 NAME = "conveyor"
 

@@ -40,8 +40,8 @@ from conveyor.errors import ConfigurationError
 from conveyor.spark.options import Options
 from conveyor.spark.reader import _sqlite_array, arrow_schema
 from conveyor.spark.source import Column
+from conveyor.spark.storage import SparkStorage, backend_of, open_storage
 from conveyor.store.base import EventOffset
-from conveyor.store.bulk import BulkStore, backend_of, open_bulk_store
 
 Offset = dict[str, int]
 
@@ -75,8 +75,8 @@ class EventStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         else:
             self.starting_seq = None
 
-    def _store(self) -> BulkStore:
-        return open_bulk_store(self.dsn)
+    def _store(self) -> SparkStorage:
+        return open_storage(self.dsn)
 
     def _origin(self, floor: int = 0) -> Offset:
         if self.backend == "sqlite":

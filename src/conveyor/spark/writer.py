@@ -50,13 +50,13 @@ from pyspark.sql.datasource import (
 )
 
 from conveyor.spark.rows import JobColumns, Where, WritePlan, prepare
-from conveyor.store.bulk import (
-    BulkStore,
+from conveyor.spark.storage import (
     Progress,
+    SparkStorage,
     WriteConflictError,
     WriteEndedError,
     WriteResult,
-    open_bulk_store,
+    open_storage,
     stage_name,
 )
 
@@ -140,7 +140,7 @@ class _Staging:
     plan: WritePlan
 
     def _stage(
-        self, store: BulkStore, batches: Iterator[pa.RecordBatch], write_id: str, stage: str,
+        self, store: SparkStorage, batches: Iterator[pa.RecordBatch], write_id: str, stage: str,
         partition: int,
     ) -> int:  # fmt: skip
         rows = 0
@@ -162,10 +162,12 @@ class ConveyorWriter(_Staging, DataSourceArrowWriter):
         self.result_id = plan.write_id or self.write_id
         #: Set when the caller's write id was committed before: this run enqueues nothing.
         self.done_before: WriteResult | None = None
-        store = open_bulk_store(dsn)
+        store = open_storage(dsn)
         try:
-            # Bring the schema up to date once, on the driver, before any task runs.
+            # Bring the store's schema and Spark's tables up to date once, on the
+            # driver, before any task runs.
             store.migrate()
+            store.spark_migrate()
             if plan.write_id is not None:
                 self.done_before = store.bulk_write_result(plan.write_id)
             if self.done_before is None:
@@ -187,7 +189,7 @@ class ConveyorWriter(_Staging, DataSourceArrowWriter):
                 describe(self.done_before),
             )
             return
-        store = open_bulk_store(self.dsn)
+        store = open_storage(self.dsn)
         try:
             if self.plan.atomic:
                 parts = sorted(
@@ -218,7 +220,7 @@ class ConveyorWriter(_Staging, DataSourceArrowWriter):
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         if self.done_before is not None:
             return
-        store = open_bulk_store(self.dsn)
+        store = open_storage(self.dsn)
         try:
             store.bulk_write_abort(self.write_id)
         finally:
@@ -235,7 +237,7 @@ class ConveyorWriter(_Staging, DataSourceArrowWriter):
                 pass
             return StagedPart(partition, None, 0)
         batches = _rebatch(iterator, self.plan.batch_size)
-        store = open_bulk_store(self.dsn)
+        store = open_storage(self.dsn)
         try:
             if not self.plan.atomic:
                 return InsertedPart(partition, self._insert_directly(store, batches, partition))
@@ -246,7 +248,7 @@ class ConveyorWriter(_Staging, DataSourceArrowWriter):
         return StagedPart(partition, stage if rows else None, rows)
 
     def _insert_directly(
-        self, store: BulkStore, batches: Iterator[pa.RecordBatch], partition: int
+        self, store: SparkStorage, batches: Iterator[pa.RecordBatch], partition: int
     ) -> int:
         """Enqueue batch by batch; skip what an earlier attempt of this partition enqueued."""
         done = store.bulk_progress(self.write_id, partition)
@@ -307,9 +309,10 @@ class ConveyorStreamWriter(_Staging, DataSourceStreamArrowWriter):
     def __init__(self, dsn: str, plan: WritePlan) -> None:
         self.dsn = dsn
         self.plan = plan
-        store = open_bulk_store(dsn)
+        store = open_storage(dsn)
         try:
             store.migrate()
+            store.spark_migrate()
         finally:
             store.close()
 
@@ -324,7 +327,7 @@ class ConveyorStreamWriter(_Staging, DataSourceStreamArrowWriter):
         if query is None or batch_id is None:
             raise RuntimeError("the conveyor streaming sink runs only inside a streaming query")
         write_id = self._write_id(query, int(batch_id))
-        store = open_bulk_store(self.dsn)
+        store = open_storage(self.dsn)
         try:
             store.bulk_write_touch(write_id, datetime.now(UTC))
             stage = stage_name(write_id, partition, attempt)
@@ -342,7 +345,7 @@ class ConveyorStreamWriter(_Staging, DataSourceStreamArrowWriter):
             return  # no task ran: nothing was staged, nothing to record
         stages = [m.stage for m in sorted(parts, key=lambda m: m.partition) if m.stage]
         write_id = self._write_id(query, batchId)
-        store = open_bulk_store(self.dsn)
+        store = open_storage(self.dsn)
         try:
             result = store.bulk_write_commit(
                 write_id, stages, self.plan.unique, datetime.now(UTC), f"stream:{query}", batchId
@@ -368,14 +371,14 @@ class ConveyorStreamWriter(_Staging, DataSourceStreamArrowWriter):
         query = next((m.query for m in messages if isinstance(m, StagedPart) and m.query), None)
         if query is None:
             return  # what failed tasks staged is cleared as abandoned later
-        store = open_bulk_store(self.dsn)
+        store = open_storage(self.dsn)
         try:
             store.bulk_write_abort(self._write_id(query, batchId))
         finally:
             store.close()
 
 
-def staged_rows(store: BulkStore, jobs: JobColumns, skip: int = 0) -> Any:
+def staged_rows(store: SparkStorage, jobs: JobColumns, skip: int = 0) -> Any:
     """A batch of jobs in the form the store stages: row tuples, or CSV for COPY."""
     if store.stage_format == "rows":
         rows = jobs.rows()

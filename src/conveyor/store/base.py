@@ -691,7 +691,7 @@ def require(store: object, capability: type, what: str) -> None:
     """Raise ConfigurationError saying that ``store`` cannot do ``what`` without ``capability``.
 
     Called up front, before anything is written, by the App, the CLI, the
-    dashboard and Spark for whatever is not in the core (``JobStore``).
+    dashboard and the extras for whatever is not in the core (``JobStore``).
     """
     if not isinstance(store, capability):
         description = getattr(store, "description", type(store).__name__)

@@ -1,4 +1,4 @@
-"""Named SQL statements and numbered migrations, read from a backend's package files.
+"""Named SQL statements and numbered migrations, read from a package's files.
 
 A ``queries.sql`` holds blocks that start with a line ``-- name: job_claim``;
 the text up to the next such line is the statement. Keeping SQL in files (not
@@ -6,8 +6,10 @@ assembled from strings in Python) lets the two backends be read side by side.
 
 A block may include another as ``{{name}}``: the other block's text takes its
 place when the file is read. That is how one rule is written once and used by
-two statements (the rules of an enqueue, used by ``job_insert`` and by the bulk
-move of staged rows).
+two statements. A block of another file is included as
+``{{package/file.sql:name}}`` (``{{conveyor.store.postgres/queries.sql:job_insert_rules}}``):
+a layer above the store writes its own statements in its own files and still
+follows the store's rules, such as the rules of an enqueue, without a copy.
 """
 
 from __future__ import annotations
@@ -18,13 +20,24 @@ from importlib import resources
 
 _NAME_LINE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 _MIGRATION_FILE = re.compile(r"^(\d{3})_(\w+)\.sql$")
-_INCLUDE = re.compile(r"\{\{(\w+)\}\}")
+# {{name}}, or {{package/file.sql:name}} for a block of another file.
+_INCLUDE = re.compile(r"\{\{(?:([\w.]+)/([\w.-]+):)?(\w+)\}\}")
+
+#: Files being read, so that two files that include each other are refused, not recursed.
+_reading: set[tuple[str, str]] = set()
 
 
-def load_queries(package: str) -> dict[str, str]:
-    """Parse ``package/queries.sql`` into {name: statement}."""
-    text = resources.files(package).joinpath("queries.sql").read_text(encoding="utf-8")
-    return parse_queries(text, where=f"{package}/queries.sql")
+def load_queries(package: str, file: str = "queries.sql") -> dict[str, str]:
+    """Parse ``package/file`` (``queries.sql`` unless named) into {name: statement}."""
+    source = (package, file)
+    if source in _reading:
+        raise ValueError(f"{package}/{file} includes blocks of itself through another file")
+    text = resources.files(package).joinpath(file).read_text(encoding="utf-8")
+    _reading.add(source)
+    try:
+        return parse_queries(text, where=f"{package}/{file}")
+    finally:
+        _reading.discard(source)
 
 
 def parse_queries(text: str, where: str = "SQL text") -> dict[str, str]:
@@ -36,19 +49,37 @@ def parse_queries(text: str, where: str = "SQL text") -> dict[str, str]:
         if name in queries:
             raise ValueError(f"{where} defines {name!r} twice")
         queries[name] = body.strip().rstrip(";")
-    return {name: _expand(name, queries, where, ()) for name in queries}
+    others: dict[tuple[str, str], dict[str, str]] = {}
+    return {name: _expand(name, queries, where, (), others) for name in queries}
 
 
-def _expand(name: str, queries: dict[str, str], where: str, seen: tuple[str, ...]) -> str:
+def _expand(
+    name: str,
+    queries: dict[str, str],
+    where: str,
+    seen: tuple[str, ...],
+    others: dict[tuple[str, str], dict[str, str]],
+) -> str:
     """A block with every ``{{other}}`` replaced by that block's (expanded) text."""
     if name in seen:
         raise ValueError(f"{where}: {' -> '.join((*seen, name))} includes itself")
 
     def include(match: re.Match[str]) -> str:
-        other = match.group(1)
+        package, file, other = match.groups()
+        if package is not None:
+            # Another file's block, as that file reads it (its own includes expanded).
+            if (package, file) not in others:
+                others[package, file] = load_queries(package, file)
+            blocks = others[package, file]
+            if other not in blocks:
+                raise ValueError(
+                    f"{where}: {name} includes {other!r} of {package}/{file}, "
+                    "which that file does not define"
+                )
+            return blocks[other]
         if other not in queries:
             raise ValueError(f"{where}: {name} includes {other!r}, which is not defined")
-        return _expand(other, queries, where, (*seen, name))
+        return _expand(other, queries, where, (*seen, name), others)
 
     return _INCLUDE.sub(include, queries[name])
 
@@ -60,11 +91,17 @@ class Migration:
     sql: str
 
 
-def load_migrations(package: str) -> list[Migration]:
-    """The ``package/migrations/NNN_name.sql`` files in version order, numbered without gaps."""
-    folder = resources.files(package).joinpath("migrations")
+def load_migrations(package: str, folder: str = "migrations") -> list[Migration]:
+    """The ``package/folder/NNN_name.sql`` files in version order, numbered without gaps.
+
+    ``folder`` is ``migrations`` unless named (``migrations/sqlite``): a package
+    may keep a line of migrations per database, each in a folder of its own.
+    """
+    directory = resources.files(package)
+    for part in folder.split("/"):
+        directory = directory.joinpath(part)
     found: list[Migration] = []
-    for entry in folder.iterdir():
+    for entry in directory.iterdir():
         match = _MIGRATION_FILE.match(entry.name)
         if match:
             found.append(
@@ -73,5 +110,5 @@ def load_migrations(package: str) -> list[Migration]:
     found.sort(key=lambda m: m.version)
     for expected, migration in enumerate(found, start=1):
         if migration.version != expected:
-            raise ValueError(f"{package}: migration {expected:03d} is missing")
+            raise ValueError(f"{package}/{folder}: migration {expected:03d} is missing")
     return found

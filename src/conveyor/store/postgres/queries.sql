@@ -36,8 +36,8 @@ INSERT INTO schema_migrations (version, name, applied_at) VALUES (%(version)s, %
 
 -- name: job_insert
 -- One row per input, in input order: (id, inserted). The insert itself, its
--- events and its notification are job_insert_rules (at the end of this file),
--- shared with the bulk move of staged rows. Ids are drawn from the
+-- events and its notification are job_insert_rules (further down this file),
+-- shared with every other statement that enqueues. Ids are drawn from the
 -- table's sequence in input order, so the caller matches rows to its inputs
 -- without reading them back; "inserted" is false for a keyed job that another
 -- producer's live job (committed after our key lookup) beat to jobs_live_key.
@@ -546,10 +546,10 @@ GROUP BY queue, state, slot_index
 -- name: event_count_by_kind
 -- Events after the offset (xid, seq) per queue and kind, with the last offset
 -- counted: /metrics adds these to its counters and asks again from there,
--- reading only new events. As the Spark stream does, it counts only events of
--- transactions below the oldest one still running (all of which have ended),
--- in (xid, seq) order: a transaction can commit a lower seq after a higher one
--- was counted, and is counted then, once. One statement: one snapshot.
+-- reading only new events. It counts only events of transactions below the
+-- oldest one still running (all of which have ended), in (xid, seq) order: a
+-- transaction can commit a lower seq after a higher one was counted, and is
+-- counted then, once. One statement: one snapshot.
 SELECT queue, kind, count(*), max(ARRAY[xid::text::bigint, seq])
 FROM events
 WHERE xid < pg_snapshot_xmin(pg_current_snapshot())
@@ -912,21 +912,17 @@ SELECT count(*) FROM gone
 -- name: queue_delete
 DELETE FROM queues WHERE name = %(name)s
 
--- The rules of an enqueue, and bulk intake and scans (conveyor.store.postgres.bulk,
--- called by the Spark data source). ``{stage}``, ``{stages}``, ``{columns}``,
--- ``{table}``, ``{where}`` and ``{id}`` are filled in by Python with identifiers
--- and SQL fragments the store makes itself, never user text: table and column
--- names cannot be parameters.
+-- The rules of an enqueue: one block, included by every statement that enqueues.
 
 -- name: job_insert_rules
 -- What every enqueue does with its rows, given a CTE named input (id, queue, task,
 -- args json, kwargs json, priority, run_at timestamptz, max_attempts, key,
--- group_key, batch, limit_key, headers json): job_insert and spark_stage_move both end
--- with it. A row
--- whose key a live job of its queue holds is not inserted (jobs_live_key; the
--- first row of a key wins); each new job gets its enqueued event; workers of
--- each queue with new jobs are woken at commit. Ends in CTEs named new (the jobs
--- inserted) and notified.
+-- group_key, batch, limit_key, headers json): job_insert ends with it, and so do
+-- the statements of other files that include it (conveyor.store.sql), so a column
+-- added here must be added to their input too. A row whose key a live job of its
+-- queue holds is not inserted (jobs_live_key; the first row of a key wins); each
+-- new job gets its enqueued event; workers of each queue with new jobs are woken
+-- at commit. Ends in CTEs named new (the jobs inserted) and notified.
 new AS (
     INSERT INTO jobs (id, queue, task, args, kwargs, priority, run_at, max_attempts,
                       key, group_key, batch, created_at, limit_key, headers)
@@ -945,200 +941,6 @@ new AS (
     SELECT count(pg_notify('conveyor_jobs', q.queue)) AS n
     FROM (SELECT DISTINCT queue FROM new) AS q
 )
-
--- name: spark_write_open
--- A write in progress. Its tasks stage rows only while this row exists.
-INSERT INTO spark_writes (id, started_at) VALUES (%(id)s, %(now)s)
-
--- name: spark_write_touch
--- A streaming micro-batch is opened by its own tasks (the sink has no hook before
--- them), and kept fresh so that it is never taken for abandoned.
-INSERT INTO spark_writes (id, started_at) VALUES (%(id)s, %(now)s)
-ON CONFLICT (id) DO UPDATE SET started_at = excluded.started_at
-
--- name: spark_write_is_open
--- FOR SHARE: a commit or abort (which deletes the row) waits for the task's
--- transaction to end, and a task that comes after it finds no row.
-SELECT 1 FROM spark_writes WHERE id = %(id)s FOR SHARE
-
--- name: spark_write_close
-DELETE FROM spark_writes WHERE id = %(id)s
-
--- name: spark_write_abandoned
--- Writes opened before %(before)s and never ended: their driver died between
--- opening the write and its commit or abort.
-SELECT id FROM spark_writes WHERE started_at < %(before)s
-
--- name: spark_stage_tables
--- Every staging table of a write, including those of failed or duplicate task
--- attempts, which the driver never hears about.
-SELECT tablename FROM pg_tables
-WHERE schemaname = current_schema() AND starts_with(tablename, %(prefix)s)
-
--- name: spark_stage_create
--- Unlogged: staged rows need no crash safety (a crash fails the write), and
--- skipping the WAL makes the COPY about twice as fast.
-CREATE UNLOGGED TABLE IF NOT EXISTS {stage} (
-    ord          bigint  GENERATED ALWAYS AS IDENTITY,
-    queue        text    NOT NULL,
-    task         text    NOT NULL,
-    args         text    NOT NULL,
-    kwargs       text    NOT NULL,
-    priority     integer NOT NULL,
-    run_at       double precision,
-    max_attempts integer NOT NULL,
-    key          text,
-    group_key    text,
-    batch        text
-)
-
--- name: spark_direct_create
--- A non-atomic write moves each batch into jobs in the transaction that stages
--- it: a temporary table of the connection, emptied at every commit.
-CREATE TEMPORARY TABLE IF NOT EXISTS {stage} (
-    ord          bigint  GENERATED ALWAYS AS IDENTITY,
-    queue        text    NOT NULL,
-    task         text    NOT NULL,
-    args         text    NOT NULL,
-    kwargs       text    NOT NULL,
-    priority     integer NOT NULL,
-    run_at       double precision,
-    max_attempts integer NOT NULL,
-    key          text,
-    group_key    text,
-    batch        text
-) ON COMMIT DELETE ROWS
-
--- name: spark_stage_copy
-COPY {stage} (queue, task, args, kwargs, priority, run_at, max_attempts, key, group_key, batch)
-FROM STDIN (FORMAT csv)
-
--- name: spark_stage_drop
-DROP TABLE IF EXISTS {stage}
-
--- name: spark_stage_count
-SELECT count(*) FROM {stage}
-
--- name: spark_stage_part
-SELECT {part} AS part, * FROM {stage}
-
--- name: spark_stage_drop_held_keys
--- unique = 'forever': a staged row whose key any job of its queue holds, live or
--- finished, is left out before the move.
-DELETE FROM {stage} AS s USING jobs AS j
-WHERE s.key IS NOT NULL AND j.queue = s.queue AND j.key = s.key
-
--- name: spark_stage_move
--- The staged rows into jobs by the rules of every enqueue (job_insert_rules).
--- Ids come from the jobs identity sequence in staging order (partition, then
--- row), as job_insert draws them. Returns (jobs inserted, rows given).
-WITH input AS MATERIALIZED (
-    SELECT nextval((SELECT pg_get_serial_sequence('jobs', 'id'))::regclass) AS id,
-           s.queue, s.task, s.args::json AS args, s.kwargs::json AS kwargs, s.priority,
-           coalesce(to_timestamp(s.run_at), %(now)s) AS run_at, s.max_attempts, s.key,
-           s.group_key, s.batch, NULL::text AS limit_key, NULL::json AS headers
-    FROM (SELECT * FROM ({stages}) AS u ORDER BY part, ord) AS s
-),
-{{job_insert_rules}}
-SELECT (SELECT count(*) FROM new), (SELECT count(*) FROM input) FROM notified
-
--- name: spark_write_result_get
-SELECT id, batch, committed_at, row_count, enqueued, skipped
-FROM spark_write_results WHERE id = %(id)s
-
--- name: spark_write_result_lock
--- Held until the commit ends: one committer at a time per result.
-SELECT batch FROM spark_write_results WHERE id = %(id)s FOR UPDATE
-
--- name: spark_write_result_record
--- A write's counts; a stream's row adds up its micro-batches and names the last.
-INSERT INTO spark_write_results (id, batch, committed_at, row_count, enqueued, skipped)
-VALUES (%(id)s, %(batch)s, %(now)s, %(row_count)s, %(enqueued)s, %(skipped)s)
-ON CONFLICT (id) DO UPDATE
-SET batch = excluded.batch,
-    committed_at = excluded.committed_at,
-    row_count = spark_write_results.row_count + excluded.row_count,
-    enqueued = spark_write_results.enqueued + excluded.enqueued,
-    skipped = spark_write_results.skipped + excluded.skipped
-
--- name: spark_progress_claim
--- Makes sure the partition's row exists, so that the FOR UPDATE below always
--- has a row to lock: two attempts of one partition take turns.
-INSERT INTO spark_write_progress (write_id, part, row_count, checksum, enqueued, skipped)
-VALUES (%(write_id)s, %(part)s, 0, 0, 0, 0)
-ON CONFLICT (write_id, part) DO NOTHING
-
--- name: spark_progress_get
-SELECT row_count, checksum FROM spark_write_progress
-WHERE write_id = %(write_id)s AND part = %(part)s
-
--- name: spark_progress_lock
-SELECT row_count, checksum FROM spark_write_progress
-WHERE write_id = %(write_id)s AND part = %(part)s
-FOR UPDATE
-
--- name: spark_progress_advance
-UPDATE spark_write_progress
-SET row_count = %(row_count)s,
-    checksum = %(checksum)s,
-    enqueued = enqueued + %(enqueued)s,
-    skipped = skipped + %(skipped)s
-WHERE write_id = %(write_id)s AND part = %(part)s
-
--- name: spark_progress_totals
-SELECT coalesce(sum(row_count), 0), coalesce(sum(enqueued), 0), coalesce(sum(skipped), 0)
-FROM spark_write_progress WHERE write_id = %(write_id)s
-
--- name: spark_progress_delete
-DELETE FROM spark_write_progress WHERE write_id = %(write_id)s
-
--- name: scan_id_bounds
-SELECT min({id}), max({id}) FROM {table}
-
--- name: scan_range
-COPY (SELECT {columns} FROM {table} WHERE {where} ORDER BY {id}) TO STDOUT (FORMAT csv)
-
--- name: event_stream_latest
--- Events are ordered by (xid, seq), not by seq alone: a transaction can commit
--- a lower seq after a higher one was read. Every transaction below the oldest
--- one still running (the snapshot's xmin) has ended, so the events below it
--- are final, and a stream that hands out only those never skips a late one.
--- Computed in one statement, so the events read and the xmin come from the
--- same snapshot. Events below seq %(floor)s are not part of the stream.
-SELECT e.xid::text::bigint, e.seq
-FROM events AS e
-WHERE e.xid < pg_snapshot_xmin(pg_current_snapshot())
-  AND (e.xid, e.seq) > (%(xid)s::text::xid8, %(seq)s)
-  AND e.seq >= %(floor)s
-ORDER BY e.xid DESC, e.seq DESC
-LIMIT 1
-
--- name: event_stream_latest_limited
--- The end of a micro-batch of at most %(limit)s events.
-SELECT l.xid::text::bigint, l.seq
-FROM (SELECT e.xid, e.seq FROM events AS e
-      WHERE e.xid < pg_snapshot_xmin(pg_current_snapshot())
-        AND (e.xid, e.seq) > (%(xid)s::text::xid8, %(seq)s)
-        AND e.seq >= %(floor)s
-      ORDER BY e.xid, e.seq
-      LIMIT %(limit)s) AS l
-ORDER BY l.xid DESC, l.seq DESC
-LIMIT 1
-
--- name: event_stream_read
-SELECT {columns} FROM events
-WHERE (xid, seq) > (%(after_xid)s::text::xid8, %(after_seq)s)
-  AND (xid, seq) <= (%(until_xid)s::text::xid8, %(until_seq)s)
-  AND seq >= %(floor)s
-ORDER BY seq
-
--- name: event_first_seq_since
--- Where a stream that starts at a time begins: the first event recorded then or
--- later (a scan of the events table, once, when the query first starts).
-SELECT min(seq) FROM events WHERE at >= %(at)s
-
--- name: event_last_seq
-SELECT coalesce(max(seq), 0) FROM events
 
 -- ---------------------------------------------------------------------------
 -- Flow control: rate and concurrency limits per queue and per limit key.

@@ -57,7 +57,7 @@ from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of
 from conveyor.store.listing import job_list_queries, newest_first
 from conveyor.store.postgres.listener import Listener
 from conveyor.store.selection import count_query, keep_state, select_queries
-from conveyor.store.sql import load_migrations, load_queries
+from conveyor.store.sql import Migration, load_migrations, load_queries
 
 log = logging.getLogger("conveyor.postgres")
 
@@ -252,21 +252,30 @@ class PostgresStore:
         with self._tx() as conn:
             conn.execute(_Q["migrations_lock"])
             conn.execute(_Q["migrations_table"])
-            row = conn.execute(_Q["schema_version"]).fetchone()
-            current: int = row[0] if row else 0
-            for migration in _MIGRATIONS:
-                if migration.version <= current:
-                    continue
-                conn.execute(migration.sql.encode())  # several statements, no parameters
-                conn.execute(
-                    _Q["migration_record"],
-                    {
-                        "version": migration.version,
-                        "name": migration.name,
-                        "now": datetime.now(UTC),
-                    },
-                )
-                current = migration.version
+            return self._apply_migrations(
+                conn, _MIGRATIONS, _Q["schema_version"], _Q["migration_record"]
+            )
+
+    @staticmethod
+    def _apply_migrations(
+        conn: Connection, migrations: Sequence[Migration], version: str, record: str
+    ) -> int:
+        """Apply the migrations above the version ``version`` reads, recording each with ``record``.
+
+        Called in a transaction that holds the line's advisory lock. Also how a
+        layer above the store runs a migration line of its own tables.
+        """
+        row = conn.execute(version).fetchone()
+        current: int = row[0] if row else 0
+        for migration in migrations:
+            if migration.version <= current:
+                continue
+            conn.execute(migration.sql.encode())  # several statements, no parameters
+            conn.execute(
+                record,
+                {"version": migration.version, "name": migration.name, "now": datetime.now(UTC)},
+            )
+            current = migration.version
         return current
 
     # --- producing ------------------------------------------------------------

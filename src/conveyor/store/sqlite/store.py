@@ -51,7 +51,7 @@ from conveyor.store.keys import key_pairs, new_job_record, plan_insert, resolve_
 from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of_row
 from conveyor.store.listing import job_list_queries, newest_first
 from conveyor.store.selection import count_query, keep_state, select_queries
-from conveyor.store.sql import load_migrations, load_queries
+from conveyor.store.sql import Migration, load_migrations, load_queries
 from conveyor.store.sqlite.watcher import DataVersionWatcher
 
 _Q = load_queries("conveyor.store.sqlite")
@@ -232,23 +232,37 @@ class SQLiteStore:
         conn.execute(_Q["migrations_table"])
         with self._write() as conn:
             # Read under the write lock: two processes starting together migrate once.
-            current: int = conn.execute(_Q["schema_version"]).fetchone()[0]
-            for migration in _MIGRATIONS:
-                if migration.version <= current:
-                    continue
-                for statement in _split_statements(migration.sql):
-                    conn.execute(statement)
-                conn.execute(
-                    _Q["migration_record"],
-                    {
-                        "version": migration.version,
-                        "name": migration.name,
-                        "now": _ts(datetime.now(UTC)),
-                    },
-                )
-                current = migration.version
+            current = self._apply_migrations(
+                conn, _MIGRATIONS, _Q["schema_version"], _Q["migration_record"]
+            )
             _check_columns(conn, "jobs", JOB_COLUMNS)
             _check_columns(conn, "events", EVENT_COLUMNS)
+        return current
+
+    @staticmethod
+    def _apply_migrations(
+        conn: sqlite3.Connection, migrations: Sequence[Migration], version: str, record: str
+    ) -> int:
+        """Apply the migrations above the version ``version`` reads, recording each with ``record``.
+
+        Called in a write transaction. Also how a layer above the store runs a
+        migration line of its own tables, with its own version table.
+        """
+        current: int = conn.execute(version).fetchone()[0]
+        for migration in migrations:
+            if migration.version <= current:
+                continue
+            for statement in _split_statements(migration.sql):
+                conn.execute(statement)
+            conn.execute(
+                record,
+                {
+                    "version": migration.version,
+                    "name": migration.name,
+                    "now": _ts(datetime.now(UTC)),
+                },
+            )
+            current = migration.version
         return current
 
     # --- producing ------------------------------------------------------------

@@ -1,10 +1,11 @@
-"""Bulk intake and scans on SQLite: the SQLite store with the methods of ``BulkStore``.
+"""The Spark layer's storage on SQLite: the SQLite store with the methods of ``SparkStorage``.
 
 Every write happens under the store's own write lock (``BEGIN IMMEDIATE``),
 so what a statement reads stays true until the transaction commits. A move of
-staged rows uses the statements ``job_insert_many`` uses for ids and events,
-and the ``jobs_live_key`` index for keys: the rules of an enqueue are the
-store's, not a copy.
+staged rows uses the statements ``job_insert_many`` uses for ids and events
+(included from the store's ``queries.sql`` into ``sqlite.sql``), and the
+``jobs_live_key`` index for keys: the rules of an enqueue are the store's, not
+a copy.
 """
 
 from __future__ import annotations
@@ -15,11 +16,9 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from conveyor.errors import ConfigurationError
-from conveyor.store.base import EventOffset
-from conveyor.store.bulk import (
+from conveyor.errors import ConfigurationError, SchemaMissingError
+from conveyor.spark.storage import (
     SCAN_ID_COLUMN,
-    TIME_COLUMNS,
     InsertCounts,
     Progress,
     Scan,
@@ -29,13 +28,17 @@ from conveyor.store.bulk import (
     WriteEndedError,
     WriteResult,
     check_columns,
+    no_core_tables,
     quote_ident,
+    scan_query,
     stage_prefix,
 )
-from conveyor.store.sql import load_queries
+from conveyor.store.base import EventOffset
+from conveyor.store.sql import load_migrations, load_queries
 from conveyor.store.sqlite.store import EVENT_COLUMNS, JOB_COLUMNS, SQLiteStore
 
-_Q = load_queries("conveyor.store.sqlite")
+_Q = load_queries("conveyor.spark.storage", "sqlite.sql")
+_MIGRATIONS = load_migrations("conveyor.spark.storage", "migrations/sqlite")
 #: The temporary table a non-atomic write stages each batch in (one per connection).
 _DIRECT = "spark_direct"
 _KNOWN = {"jobs": JOB_COLUMNS, "events": EVENT_COLUMNS}
@@ -45,8 +48,30 @@ def _ts(value: datetime) -> float:
     return value.timestamp()
 
 
-class SQLiteBulkStore(SQLiteStore):
+class SQLiteSparkStorage(SQLiteStore):
     stage_format: Literal["rows", "csv"] = "rows"
+
+    # --- Spark's tables -----------------------------------------------------------
+
+    def spark_schema_version(self) -> int:
+        conn = self._conn()
+        if not conn.execute(_Q["spark_migrations_exist"]).fetchone()[0]:
+            return 0
+        version: int = conn.execute(_Q["spark_schema_version"]).fetchone()[0]
+        return version
+
+    def spark_migrate(self) -> int:
+        current = self.spark_schema_version()
+        if current >= _MIGRATIONS[-1].version:
+            return current
+        if self.schema_version() == 0:
+            raise SchemaMissingError(no_core_tables(self.description))
+        with self._write() as conn:
+            # Under the write lock: two drivers starting together migrate once.
+            conn.execute(_Q["spark_migrations_table"])
+            return self._apply_migrations(
+                conn, _MIGRATIONS, _Q["spark_schema_version"], _Q["spark_migration_record"]
+            )
 
     # --- writes -----------------------------------------------------------------
 
@@ -208,17 +233,10 @@ class SQLiteBulkStore(SQLiteStore):
         filters: Sequence[ScanFilter],
         chunk_rows: int,
     ) -> Scan:
-        check_columns(table, [*columns, *(f.column for f in filters)], _KNOWN.get(table, ()))
-        id_column = SCAN_ID_COLUMN[table]
-        where = [f"{id_column} >= ?", f"{id_column} < ?"]
-        params: list[Any] = [low, high]
-        for item in filters:
-            fragment, values = _condition(item)
-            where.append(fragment)
-            params.extend(values)
-        sql = _Q["scan_range"].format(
-            columns=", ".join(columns) or "1", table=table, where=" AND ".join(where), id=id_column
-        )
+        sql, params = scan_query(
+            _Q["scan_range"], table, columns, low, high, filters,
+            known=_KNOWN.get(table, ()), placeholder="?", epoch_times=True,
+        )  # fmt: skip
         return Scan(sql, params, self._chunks(sql, params, chunk_rows))
 
     def _chunks(self, sql: str, params: list[Any], size: int) -> Generator[list[Any], None, None]:
@@ -256,10 +274,6 @@ class SQLiteBulkStore(SQLiteStore):
         seq: int | None = (
             self._conn().execute(_Q["event_first_seq_since"], {"at": _ts(at)}).fetchone()[0]
         )
-        return seq
-
-    def event_last_seq(self) -> int:
-        seq: int = self._conn().execute(_Q["event_last_seq"]).fetchone()[0]
         return seq
 
 
@@ -311,7 +325,7 @@ def _move(
     # Ids from the store's counter, reserved under this write lock in staging
     # order; rowids run 1..n per table (the keys left out above leave gaps, and
     # their ids go unused).
-    last = conn.execute(_Q["job_take_ids"], {"count": given}).fetchone()[0]
+    last = conn.execute(_Q["spark_take_ids"], {"count": given}).fetchone()[0]
     first = last - given + 1
     offset = first
     inserted = 0
@@ -319,7 +333,7 @@ def _move(
         params = {"first": offset, "now": now_ts}
         inserted += conn.execute(_Q["spark_stage_move"].format(stage=table), params).rowcount
         offset += count
-    conn.execute(_Q["event_insert_enqueued"], {"first": first, "last": last})
+    conn.execute(_Q["spark_insert_enqueued_events"], {"first": first, "last": last})
     return given, inserted
 
 
@@ -336,18 +350,3 @@ def _result(conn: sqlite3.Connection, result_id: str) -> WriteResult | None:
 def _progress(conn: sqlite3.Connection, write_id: str, part: int) -> Progress:
     row = conn.execute(_Q["spark_progress_get"], {"write_id": write_id, "part": part}).fetchone()
     return Progress(0, 0) if row is None else Progress(row[0], row[1])
-
-
-def _condition(item: ScanFilter) -> tuple[str, list[Any]]:
-    """A filter as SQLite SQL: the column name is checked, the values are parameters."""
-    values = [v.timestamp() if item.column in TIME_COLUMNS else v for v in item.values]
-    column = item.column
-    if item.op == "is null":
-        return f"{column} IS NULL", []
-    if item.op == "is not null":
-        return f"{column} IS NOT NULL", []
-    if item.op == "in":
-        return f"{column} IN ({', '.join('?' * len(values))})", values
-    if item.op in ("=", "<", "<=", ">", ">="):
-        return f"{column} {item.op} ?", values[:1]
-    raise ValueError(f"unknown scan operator {item.op!r}")

@@ -1,4 +1,4 @@
-"""Bulk intake and scans: the store methods behind the Spark data source.
+"""The Spark layer's storage: its writes, scans and event stream, in its own tables.
 
 A DataFrame write goes through staging: each task appends its rows to a
 staging table of its own (``bulk_stage``), and the write's commit moves the
@@ -8,8 +8,15 @@ enqueue (``bulk_write_commit``). A non-atomic write moves each batch as it goes
 never enqueues a row twice. Reads scan a table by id range (``scan``) and
 follow the event log (``event_stream_*``).
 
-Each backend implements these in ``store/<backend>/bulk.py`` as a subclass of
-its store, with its SQL in the store's own ``queries.sql``: one data layer.
+Each database has a module here (``sqlite.py``, ``postgres.py``): a subclass of
+the store, which lends its connections, its write lock and its statements of an
+enqueue, with the Spark layer's own statements in a file beside it
+(``sqlite.sql``, ``postgres.sql``). Spark's tables (``spark_writes``,
+``spark_write_results``, ``spark_write_progress``, the staging tables) are the
+Spark layer's: made by its own line of migrations (``migrations/<database>/``,
+recorded in ``spark_schema_migrations``) the first time it writes, so a
+database that never ran a Spark write has none of them.
+
 Nothing here imports Spark or pyarrow; the staged rows and scanned chunks are
 plain Python data (see ``stage_format`` and ``scan``).
 """
@@ -23,18 +30,43 @@ from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from conveyor.errors import ConfigurationError, ConveyorError
+from conveyor.spark.storage.scan import (
+    SCAN_ID_COLUMN,
+    TIME_COLUMNS,
+    Scan,
+    ScanFilter,
+    ScanOp,
+    check_columns,
+    scan_query,
+)
 from conveyor.store.base import EventOffset
 from conveyor.store.dsn import check_postgres_dsn, sqlite_path
 
+__all__ = [
+    "REDIS_REFUSAL",
+    "SCAN_ID_COLUMN",
+    "TIME_COLUMNS",
+    "InsertCounts",
+    "Progress",
+    "Scan",
+    "ScanFilter",
+    "ScanOp",
+    "SparkStorage",
+    "Unique",
+    "WriteConflictError",
+    "WriteEndedError",
+    "WriteResult",
+    "backend_of",
+    "check_columns",
+    "no_core_tables",
+    "open_storage",
+    "quote_ident",
+    "scan_query",
+    "stage_name",
+    "stage_prefix",
+]
+
 STAGE_PREFIX = "spark_stage_"
-#: The tables ``scan`` reads and the column each is ordered and split by.
-SCAN_ID_COLUMN = {"jobs": "id", "events": "seq"}
-#: Columns stored as times (REAL epoch seconds on SQLite, timestamptz on PostgreSQL).
-TIME_COLUMNS = frozenset(
-    {"run_at", "lease_expires_at", "created_at", "started_at", "finished_at", "at"}
-)
-#: Comparisons ``scan`` puts in its WHERE clause.
-ScanOp = Literal["=", "in", "<", "<=", ">", ">=", "is null", "is not null"]
 Unique = Literal["live", "forever"]
 
 
@@ -101,31 +133,8 @@ class InsertCounts:
     skipped: int
 
 
-@dataclass(frozen=True, slots=True)
-class ScanFilter:
-    """One condition of a scan: ``column op values`` (a list for "in", none for nulls)."""
-
-    column: str
-    op: ScanOp
-    values: tuple[Any, ...] = ()
-
-
-@dataclass(slots=True)
-class Scan:
-    """A running scan: its statement and parameters (for traces) and its chunks of rows.
-
-    SQLite chunks are lists of row tuples (times as epoch seconds, booleans as
-    0/1); PostgreSQL chunks are the bytes of ``COPY ... (FORMAT csv)`` (times as
-    integer microseconds since the epoch, ``t``/``f`` booleans, JSON as text).
-    """
-
-    sql: str
-    params: list[Any]
-    chunks: Generator[Any, None, None]
-
-
-class BulkStore(Protocol):
-    """The bulk methods every backend's bulk store has (besides the Store protocol)."""
+class SparkStorage(Protocol):
+    """What the Spark data source asks of a database: the same on SQLite and PostgreSQL."""
 
     description: str
     #: What ``bulk_stage`` and ``bulk_insert`` take: "rows" (a sequence of
@@ -133,7 +142,21 @@ class BulkStore(Protocol):
     #: None, max_attempts, key, group, batch) or "csv" (those rows as CSV bytes).
     stage_format: Literal["rows", "csv"]
 
-    def migrate(self) -> int: ...
+    def migrate(self) -> int:
+        """Bring the store's own schema up to date (its tables: jobs, events, ...)."""
+        ...
+
+    def spark_migrate(self) -> int:
+        """Make or update Spark's tables (its own line of migrations); return its version.
+
+        The database must have conveyor's tables (``SchemaMissingError`` if
+        not). Cheap when nothing is pending: one read, no lock.
+        """
+        ...
+
+    def spark_schema_version(self) -> int:
+        """The version of Spark's tables, 0 when no Spark write ever made them (no change)."""
+        ...
 
     def close(self) -> None: ...
 
@@ -240,16 +263,13 @@ class BulkStore(Protocol):
         """The seq of the first event recorded at ``at`` or later, None when there is none."""
         ...
 
-    def event_last_seq(self) -> int: ...
 
-
-def check_columns(table: str, columns: Sequence[str], known: Sequence[str]) -> None:
-    """Refuse a table or column name the store does not have (names go into SQL text)."""
-    if table not in SCAN_ID_COLUMN:
-        raise ConfigurationError(f"cannot scan table {table!r}: choose jobs or events")
-    unknown = [c for c in columns if c not in known]
-    if unknown:
-        raise ConfigurationError(f"{table} has no column(s) {', '.join(unknown)}")
+def no_core_tables(description: str) -> str:
+    """Why Spark's tables are not made on a database without conveyor's own."""
+    return (
+        f"{description} lacks conveyor's tables: run `conveyor migrate` (or app.migrate()) "
+        "first; Spark's tables are made on top of them by the first Spark write"
+    )
 
 
 #: Why the Spark data source refuses a Redis DSN (docs/redis.md: what each store supports).
@@ -258,34 +278,10 @@ REDIS_REFUSAL = (
     "and its reads split jobs by id range with filters pushed down, which Redis cannot do. "
     "On Redis, enqueue with app.enqueue_many / Task.enqueue_many and read with app.jobs()"
 )
-
-
-def _refuse_redis(scheme: str) -> None:
-    if scheme in ("redis", "rediss", "unix"):
-        raise ConfigurationError(REDIS_REFUSAL)
-
-
-def open_bulk_store(dsn: str) -> BulkStore:
-    """The bulk store of a DSN, not migrated (the write's driver migrates once)."""
-    scheme = dsn.split(":", 1)[0].lower() if ":" in dsn else ""
-    if scheme == "sqlite":
-        from conveyor.store.sqlite.bulk import SQLiteBulkStore
-
-        return SQLiteBulkStore(sqlite_path(dsn), migrate=False)
-    if scheme in ("postgresql", "postgres"):
-        check_postgres_dsn(dsn)
-        try:
-            from conveyor.store.postgres.bulk import PostgresBulkStore
-        except ImportError as exc:
-            raise ConfigurationError(
-                f"PostgreSQL support needs psycopg 3: pip install 'conveyor[postgres]' ({exc})"
-            ) from None
-        return PostgresBulkStore(dsn)
-    _refuse_redis(scheme)
-    raise ConfigurationError(
-        "the conveyor data source needs option dsn = sqlite:///path.db or "
-        "postgresql://user@host:port/dbname"
-    )
+_DSN_HINT = (
+    "the conveyor data source needs option dsn = sqlite:///path.db or "
+    "postgresql://user@host:port/dbname"
+)
 
 
 def backend_of(dsn: str) -> Literal["sqlite", "postgres"]:
@@ -297,8 +293,21 @@ def backend_of(dsn: str) -> Literal["sqlite", "postgres"]:
     if scheme in ("postgresql", "postgres"):
         check_postgres_dsn(dsn)
         return "postgres"
-    _refuse_redis(scheme)
-    raise ConfigurationError(
-        "the conveyor data source needs option dsn = sqlite:///path.db or "
-        "postgresql://user@host:port/dbname"
-    )
+    if scheme in ("redis", "rediss", "unix"):
+        raise ConfigurationError(REDIS_REFUSAL)
+    raise ConfigurationError(_DSN_HINT)
+
+
+def open_storage(dsn: str) -> SparkStorage:
+    """The Spark storage of a DSN, not migrated (the write's driver migrates, once)."""
+    if backend_of(dsn) == "sqlite":
+        from conveyor.spark.storage.sqlite import SQLiteSparkStorage
+
+        return SQLiteSparkStorage(sqlite_path(dsn), migrate=False)
+    try:
+        from conveyor.spark.storage.postgres import PostgresSparkStorage
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"PostgreSQL support needs psycopg 3: pip install 'conveyor[postgres]' ({exc})"
+        ) from None
+    return PostgresSparkStorage(dsn)

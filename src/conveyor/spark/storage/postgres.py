@@ -1,12 +1,13 @@
-"""Bulk intake and scans on PostgreSQL: the PostgreSQL store with the methods of ``BulkStore``.
+"""The Spark layer's storage on PostgreSQL: the PostgreSQL store with ``SparkStorage``'s methods.
 
 Staged rows arrive as CSV for ``COPY`` (the fastest way in); the move into
-``jobs`` ends with ``job_insert_rules``, the same statement text that ends
-``job_insert``, so keys, events and the wake-up of workers follow one rule.
-Scans come out through ``COPY ... TO STDOUT`` as CSV: building a Python object
-per value through psycopg was the bottleneck of a read.
+``jobs`` ends with ``job_insert_rules``, the store's statement text that ends
+``job_insert`` (included into ``postgres.sql``), so keys, events and the
+wake-up of workers follow one rule. Scans come out through ``COPY ... TO
+STDOUT`` as CSV: building a Python object per value through psycopg was the
+bottleneck of a read.
 
-Each bulk store keeps a pool of one or two connections: a Spark task opens one,
+Each storage keeps a pool of one or two connections: a Spark task opens one,
 does its part, and closes it.
 """
 
@@ -20,9 +21,8 @@ from typing import Any, Literal
 import psycopg
 from psycopg import errors as pg_errors
 
-from conveyor.errors import ConfigurationError
-from conveyor.store.base import EventOffset
-from conveyor.store.bulk import (
+from conveyor.errors import ConfigurationError, SchemaMissingError
+from conveyor.spark.storage import (
     SCAN_ID_COLUMN,
     TIME_COLUMNS,
     InsertCounts,
@@ -34,13 +34,17 @@ from conveyor.store.bulk import (
     WriteEndedError,
     WriteResult,
     check_columns,
+    no_core_tables,
     quote_ident,
+    scan_query,
     stage_prefix,
 )
+from conveyor.store.base import EventOffset
 from conveyor.store.postgres.store import PostgresStore
-from conveyor.store.sql import load_queries
+from conveyor.store.sql import load_migrations, load_queries
 
-_Q = load_queries("conveyor.store.postgres")
+_Q = load_queries("conveyor.spark.storage", "postgres.sql")
+_MIGRATIONS = load_migrations("conveyor.spark.storage", "migrations/postgres")
 #: The temporary table a non-atomic write stages each batch in (one per connection).
 _DIRECT = "spark_direct"
 _COPY_CHUNK_BYTES = 1 << 20
@@ -58,13 +62,37 @@ _KNOWN = {
 Connection = psycopg.Connection[tuple[Any, ...]]
 
 
-class PostgresBulkStore(PostgresStore):
+class PostgresSparkStorage(PostgresStore):
     stage_format: Literal["rows", "csv"] = "csv"
 
     def __init__(self, dsn: str, **options: Any) -> None:
         options.setdefault("min_size", 1)
         options.setdefault("max_size", 2)
         super().__init__(dsn, **options)
+
+    # --- Spark's tables -----------------------------------------------------------
+
+    def spark_schema_version(self) -> int:
+        # Reads only: creating the table here could race a concurrent spark_migrate().
+        with self._conn() as conn:
+            exists = conn.execute(_Q["spark_migrations_exist"]).fetchone()
+            if not exists or not exists[0]:
+                return 0
+            row = conn.execute(_Q["spark_schema_version"]).fetchone()
+            return int(row[0]) if row else 0
+
+    def spark_migrate(self) -> int:
+        current = self.spark_schema_version()
+        if current >= _MIGRATIONS[-1].version:
+            return current
+        if self.schema_version() == 0:
+            raise SchemaMissingError(no_core_tables(self.description))
+        with self._tx() as conn:
+            conn.execute(_Q["spark_migrations_lock"])
+            conn.execute(_Q["spark_migrations_table"])
+            return self._apply_migrations(
+                conn, _MIGRATIONS, _Q["spark_schema_version"], _Q["spark_migration_record"]
+            )
 
     # --- writes -----------------------------------------------------------------
 
@@ -239,20 +267,10 @@ class PostgresBulkStore(PostgresStore):
         filters: Sequence[ScanFilter],
         chunk_rows: int,
     ) -> Scan:
-        check_columns(table, [*columns, *(f.column for f in filters)], _KNOWN.get(table, ()))
-        id_column = SCAN_ID_COLUMN[table]
-        where = [f"{id_column} >= %s", f"{id_column} < %s"]
-        params: list[Any] = [low, high]
-        for item in filters:
-            fragment, values = _condition(item)
-            where.append(fragment)
-            params.extend(values)
-        sql = _Q["scan_range"].format(
-            columns=", ".join(_select(c) for c in columns) or "1",
-            table=table,
-            where=" AND ".join(where),
-            id=id_column,
-        )
+        sql, params = scan_query(
+            _Q["scan_range"], table, columns, low, high, filters,
+            known=_KNOWN.get(table, ()), placeholder="%s", select=_select,
+        )  # fmt: skip
         return Scan(sql, params, self._copy_out(sql, params))
 
     def _copy_out(self, sql: str, params: list[Any]) -> Generator[Any, None, None]:
@@ -298,11 +316,6 @@ class PostgresBulkStore(PostgresStore):
         with self._conn() as conn:
             row = conn.execute(_Q["event_first_seq_since"], {"at": at}).fetchone()
         return None if row is None or row[0] is None else int(row[0])
-
-    def event_last_seq(self) -> int:
-        with self._conn() as conn:
-            row = conn.execute(_Q["event_last_seq"]).fetchone()
-        return int(row[0]) if row else 0
 
 
 def _running(write_id: str) -> str:
@@ -372,18 +385,3 @@ def _select(column: str) -> str:
     if column in _JSON_COLUMNS:
         return f"{column}::text"
     return column
-
-
-def _condition(item: ScanFilter) -> tuple[str, list[Any]]:
-    """A filter as PostgreSQL SQL: the column name is checked, the values are parameters."""
-    column = item.column
-    values = list(item.values)
-    if item.op == "is null":
-        return f"{column} IS NULL", []
-    if item.op == "is not null":
-        return f"{column} IS NOT NULL", []
-    if item.op == "in":
-        return f"{column} = ANY(%s)", [values]
-    if item.op in ("=", "<", "<=", ">", ">="):
-        return f"{column} {item.op} %s", values[:1]
-    raise ValueError(f"unknown scan operator {item.op!r}")
