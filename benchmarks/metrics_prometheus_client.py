@@ -36,39 +36,17 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from conveyor.app import App
-from conveyor.job import EventKind, JobState, utcnow
+from conveyor.job import JobState, utcnow
 from conveyor.store.base import EventOffset, LimitStatus
 
-#: Upper bounds (seconds) of the run-time histogram's buckets.
-RUN_TIME_BOUNDS: tuple[float, ...] = (
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0,
-    3600.0,
-)  # fmt: skip
-#: Jobs that ended less than this long ago wait for the next scrape: a worker's
-#: transaction can commit a moment after the ``now`` it wrote as finished_at.
-COMMIT_LAG = timedelta(seconds=5)
-#: Event kinds exposed as counters, and the metric each one feeds.
-COUNTED_KINDS = {
-    EventKind.ENQUEUED: ("conveyor_jobs_enqueued_total", "Jobs enqueued."),
-    EventKind.SUCCEEDED: ("conveyor_jobs_succeeded_total", "Jobs completed successfully."),
-    EventKind.FAILED: ("conveyor_jobs_failed_total", "Jobs failed for good."),
-    EventKind.RETRIED: (
-        "conveyor_jobs_retried_total",
-        "Failed attempts queued again with backoff.",
-    ),
-    EventKind.RESCUED: (
-        "conveyor_jobs_rescued_total",
-        "Running jobs whose lease expired (their worker was lost).",
-    ),
-    EventKind.MANUAL_RETRY: (
-        "conveyor_jobs_manually_retried_total",
-        "Failed or cancelled jobs queued again by hand.",
-    ),
-    EventKind.CANCELLED: ("conveyor_jobs_cancelled_total", "Jobs cancelled."),
-}
-#: The Prometheus text format (0.0.4: what generate_latest writes, with names kept as they are).
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-UP_HELP = "1 when the store answered this scrape, 0 when it cannot be reached."
+# The same metrics as the dashboard's text: its tables, not copies of them.
+from conveyor.web.limits import LIMIT_GAUGES
+from conveyor.web.metrics import (
+    COMMIT_LAG,
+    COUNTED_KINDS,
+    RUN_TIME_BOUNDS,
+    UP_HELP,
+)
 
 
 class Metrics(Collector):
@@ -208,22 +186,7 @@ def limit_families(limits: dict[str, LimitStatus], now: datetime) -> list[Metric
             if limit is not None and limit.concurrency is not None:
                 concurrency.add_metric([s.queue, scope], limit.concurrency)
     families: list[Metric] = [rate, window, concurrency]
-    gauges = (
-        ("conveyor_limit_running", "Running jobs of a queue with limits.", "running"),
-        (
-            "conveyor_limit_started",
-            "Jobs a rate-limited queue started in its rate's current window.",
-            "started",
-        ),
-        (
-            "conveyor_limit_held_back",
-            "Ready jobs that the queue's limits (or throttles) hold back now.",
-            "held_back",
-        ),
-        ("conveyor_limit_keys_full", "Limit keys with ready jobs and no room now.", "keys_full"),
-        ("conveyor_limit_keys_throttled", "Limit keys throttled now.", "keys_throttled"),
-    )
-    for name, help_text, field in gauges:
+    for name, help_text, field in LIMIT_GAUGES:
         gauge = GaugeMetricFamily(name, help_text, labels=["queue"])
         for s in limits.values():
             gauge.add_metric([s.queue], getattr(s, field))

@@ -52,6 +52,24 @@ def limit_rows(limits: dict[str, LimitStatus]) -> list[LimitRow]:
     return rows
 
 
+#: Per-queue gauges of a queue with limits: metric, help, LimitStatus field.
+LIMIT_GAUGES = (
+    ("conveyor_limit_running", "Running jobs of a queue with limits.", "running"),
+    (
+        "conveyor_limit_started",
+        "Jobs a rate-limited queue started in its rate's current window.",
+        "started",
+    ),
+    (
+        "conveyor_limit_held_back",
+        "Ready jobs that the queue's limits (or throttles) hold back now.",
+        "held_back",
+    ),
+    ("conveyor_limit_keys_full", "Limit keys with ready jobs and no room now.", "keys_full"),
+    ("conveyor_limit_keys_throttled", "Limit keys throttled now.", "keys_throttled"),
+)
+
+
 def limit_metrics(out: list[str], limits: dict[str, LimitStatus], now: datetime) -> None:
     """The limit gauges of /metrics (``family`` and ``sample`` lines appended to ``out``)."""
     from conveyor.web.metrics import family, sample  # the writer of the text format
@@ -75,22 +93,7 @@ def limit_metrics(out: list[str], limits: dict[str, LimitStatus], now: datetime)
             if limit is not None and limit.concurrency is not None:
                 labels = {"queue": s.queue, "scope": scope}
                 sample(out, "conveyor_limit_concurrency", labels, limit.concurrency)
-    gauges = (
-        ("conveyor_limit_running", "Running jobs of a queue with limits.", "running"),
-        (
-            "conveyor_limit_started",
-            "Jobs a rate-limited queue started in its rate's current window.",
-            "started",
-        ),
-        (
-            "conveyor_limit_held_back",
-            "Ready jobs that the queue's limits (or throttles) hold back now.",
-            "held_back",
-        ),
-        ("conveyor_limit_keys_full", "Limit keys with ready jobs and no room now.", "keys_full"),
-        ("conveyor_limit_keys_throttled", "Limit keys throttled now.", "keys_throttled"),
-    )
-    for name, help_text, field in gauges:
+    for name, help_text, field in LIMIT_GAUGES:
         family(out, name, "gauge", help_text)
         for s in limits.values():
             sample(out, name, {"queue": s.queue}, getattr(s, field))

@@ -106,9 +106,6 @@ class Duty:
     def retry_at(self) -> float:
         return self.backoff.retry_at
 
-    def ready(self, now: float) -> bool:
-        return self.backoff.ready(now)
-
     def run(self, action: Callable[[], Any], now: float) -> bool:
         """Run ``action`` unless backing off; False when it did not run or failed."""
         if not self.backoff.ready(now):

@@ -66,34 +66,14 @@ WHERE schemaname = current_schema() AND starts_with(tablename, %(prefix)s)
 -- Unlogged: staged rows need no crash safety (a crash fails the write), and
 -- skipping the WAL makes the COPY about twice as fast.
 CREATE UNLOGGED TABLE IF NOT EXISTS {stage} (
-    ord          bigint  GENERATED ALWAYS AS IDENTITY,
-    queue        text    NOT NULL,
-    task         text    NOT NULL,
-    args         text    NOT NULL,
-    kwargs       text    NOT NULL,
-    priority     integer NOT NULL,
-    run_at       double precision,
-    max_attempts integer NOT NULL,
-    key          text,
-    group_key    text,
-    batch        text
+{{spark_stage_columns}}
 )
 
 -- name: spark_direct_create
 -- A non-atomic write moves each batch into jobs in the transaction that stages
 -- it: a temporary table of the connection, emptied at every commit.
 CREATE TEMPORARY TABLE IF NOT EXISTS {stage} (
-    ord          bigint  GENERATED ALWAYS AS IDENTITY,
-    queue        text    NOT NULL,
-    task         text    NOT NULL,
-    args         text    NOT NULL,
-    kwargs       text    NOT NULL,
-    priority     integer NOT NULL,
-    run_at       double precision,
-    max_attempts integer NOT NULL,
-    key          text,
-    group_key    text,
-    batch        text
+{{spark_stage_columns}}
 ) ON COMMIT DELETE ROWS
 
 -- name: spark_stage_copy
@@ -224,3 +204,17 @@ ORDER BY seq
 -- Where a stream that starts at a time begins: the first event recorded then or
 -- later (a scan of the events table, once, when the query first starts).
 SELECT min(seq) FROM events WHERE at >= %(at)s
+
+-- name: spark_stage_columns
+-- The columns of a staging table, permanent or temporary (included above).
+    ord          bigint  GENERATED ALWAYS AS IDENTITY,
+    queue        text    NOT NULL,
+    task         text    NOT NULL,
+    args         text    NOT NULL,
+    kwargs       text    NOT NULL,
+    priority     integer NOT NULL,
+    run_at       double precision,
+    max_attempts integer NOT NULL,
+    key          text,
+    group_key    text,
+    batch        text

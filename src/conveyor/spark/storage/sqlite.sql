@@ -65,32 +65,14 @@ WHERE type = 'table' AND substr(name, 1, length(:prefix)) = :prefix
 
 -- name: spark_stage_create
 CREATE TABLE IF NOT EXISTS {stage} (
-    queue        TEXT    NOT NULL,
-    task         TEXT    NOT NULL,
-    args         TEXT    NOT NULL,
-    kwargs       TEXT    NOT NULL,
-    priority     INTEGER NOT NULL,
-    run_at       REAL,
-    max_attempts INTEGER NOT NULL,
-    key          TEXT,
-    group_key    TEXT,
-    batch        TEXT
+{{spark_stage_columns}}
 )
 
 -- name: spark_direct_create
 -- A non-atomic write moves each batch into jobs in the transaction that stages
 -- it: a temporary table of the connection, emptied after each move.
 CREATE TEMPORARY TABLE IF NOT EXISTS {stage} (
-    queue        TEXT    NOT NULL,
-    task         TEXT    NOT NULL,
-    args         TEXT    NOT NULL,
-    kwargs       TEXT    NOT NULL,
-    priority     INTEGER NOT NULL,
-    run_at       REAL,
-    max_attempts INTEGER NOT NULL,
-    key          TEXT,
-    group_key    TEXT,
-    batch        TEXT
+{{spark_stage_columns}}
 )
 
 -- name: spark_direct_clear
@@ -184,3 +166,16 @@ SELECT {columns} FROM events WHERE seq > :after AND seq <= :until ORDER BY seq
 -- Where a stream that starts at a time begins: the first event recorded then or
 -- later (a scan of the events table, once, when the query first starts).
 SELECT min(seq) FROM events WHERE at >= :at
+
+-- name: spark_stage_columns
+-- The columns of a staging table, permanent or temporary (included above).
+    queue        TEXT    NOT NULL,
+    task         TEXT    NOT NULL,
+    args         TEXT    NOT NULL,
+    kwargs       TEXT    NOT NULL,
+    priority     INTEGER NOT NULL,
+    run_at       REAL,
+    max_attempts INTEGER NOT NULL,
+    key          TEXT,
+    group_key    TEXT,
+    batch        TEXT
