@@ -51,7 +51,6 @@ from conveyor.store.base import (
     BatchStatus,
     DurabilityReport,
     FlowControlStore,
-    JobFilter,
     JobSelection,
     JobStore,
     LimitStatus,
@@ -558,24 +557,12 @@ class App:
         limit counts under it; ``args`` the jobs whose arguments (as JSON) contain
         that text, among the newest ARGS_SEARCH_SPAN jobs only.
         """
-        narrowed = (group, worker, key, limit_key, args)
-        if any(v is not None for v in narrowed) or state in WAITING_STATES:
-            selection = job_selection(
-                state=state, queue=queue, task=task, group=group, batch=batch, error=error,
-                worker=worker, key=key, limit_key=limit_key, args=args,
-            )  # fmt: skip
-            found = self.store.job_select(selection, utcnow(), before_id, limit)
-            return [self._attach(job) for job in found]
-        job_filter = JobFilter(
-            state=JobState(state) if state is not None else None,
-            queue=queue,
-            task=task,
-            batch=batch,
-            error=error,
-            before_id=before_id,
-            limit=limit,
-        )
-        return [self._attach(job) for job in self.store.job_list(job_filter)]
+        selection = job_selection(
+            state=None if state is None else str(state), queue=queue, task=task, group=group,
+            batch=batch, error=error, worker=worker, key=key, limit_key=limit_key, args=args,
+        )  # fmt: skip
+        found = self.store.job_select(selection, utcnow(), before_id, limit)
+        return [self._attach(job) for job in found]
 
     def workers(self) -> list[WorkerStatus]:
         """The registered workers, each with the running jobs the store says it holds.

@@ -119,19 +119,6 @@ class LeaseStatus:
 
 
 @dataclass(frozen=True, slots=True)
-class JobFilter:
-    state: JobState | None = None
-    queue: str | None = None
-    task: str | None = None
-    batch: str | None = None
-    #: Only jobs whose last error contains this text (case-insensitive for ASCII).
-    error: str | None = None
-    #: Keyset pagination: only jobs with id below this one (newest first).
-    before_id: int | None = None
-    limit: int = 100
-
-
-@dataclass(frozen=True, slots=True)
 class QueueStats:
     name: str
     paused: bool
@@ -470,10 +457,6 @@ class JobStore(Protocol):
 class OperatorStore(Protocol):
     """Operator actions and listings: what the CLI, the dashboard and the App's operations need."""
 
-    def job_list(self, filter: JobFilter) -> list[Job]:
-        """Jobs matching the filter, newest first."""
-        ...
-
     def event_list(self, job_id: int) -> list[Event]:
         """A job's history, oldest first."""
         ...
@@ -516,11 +499,16 @@ class OperatorStore(Protocol):
     def worker_list(self) -> list[WorkerInfo]: ...
 
     def job_select(
-        self, selection: JobSelection, now: datetime, before_id: int | None, limit: int
+        self,
+        selection: JobSelection,
+        now: datetime,
+        before_id: int | None = None,
+        limit: int = 100,
     ) -> list[Job]:
         """Jobs matching the selection, newest first, below ``before_id`` (keyset pages).
 
-        ``now`` tells ready, scheduled and retrying jobs apart.
+        The one way jobs are listed. ``now`` tells ready, scheduled and retrying
+        jobs apart.
         """
         ...
 

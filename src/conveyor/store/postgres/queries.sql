@@ -71,17 +71,6 @@ SELECT * FROM jobs WHERE id = %(id)s
 -- name: job_get_many
 SELECT * FROM jobs WHERE id = ANY(%(ids)s::bigint[])
 
--- name: job_list
-SELECT * FROM jobs
-WHERE (%(state)s::text IS NULL OR state = %(state)s)
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
-  AND (%(task)s::text IS NULL OR task = %(task)s)
-  AND (%(batch)s::text IS NULL OR batch = %(batch)s)
-  AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s)) > 0)
-  AND id < %(before_id)s
-ORDER BY id DESC
-LIMIT %(limit)s
-
 -- name: job_claim
 -- Each queue is searched on its own (the LATERAL subquery walks one queue's
 -- jobs_queued index in claim order and stops at the limit); the best of those
@@ -505,33 +494,6 @@ SELECT changed.id FROM changed, (SELECT count(*) FROM notified) AS n
 -- ---------------------------------------------------------------------------
 -- The dashboard and /metrics.
 
--- name: job_list_by_queue_state
--- job_list when a queue or a state is given: walks jobs_queue_state from the id
--- bound down, so a page costs the same at the first page and the ten-thousandth.
--- A queue without a state runs it once per state, a state without a queue once
--- per queue, and keeps the newest (see job_list_queries). The other filters
--- (and the error text, a substring match) only skip rows.
-SELECT * FROM jobs
-WHERE queue = %(queue)s
-  AND state = %(state)s
-  AND (%(task)s::text IS NULL OR task = %(task)s)
-  AND (%(batch)s::text IS NULL OR batch = %(batch)s)
-  AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s)) > 0)
-  AND id < %(before_id)s
-ORDER BY id DESC
-LIMIT %(limit)s
-
--- name: job_list_by_batch
--- job_list when only a batch (and perhaps a task) is given: reads the batch's
--- rows from jobs_batch and sorts them (a batch is bounded by what one fan-out made).
-SELECT * FROM jobs
-WHERE batch = %(batch)s
-  AND (%(task)s::text IS NULL OR task = %(task)s)
-  AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s)) > 0)
-  AND id < %(before_id)s
-ORDER BY id DESC
-LIMIT %(limit)s
-
 -- name: stats_finished_per_slot
 -- Jobs that reached a terminal state since since, per queue, state and slot of
 -- slot seconds (slot 0 starts at since): the throughput chart. Reads the
@@ -627,11 +589,11 @@ SELECT id FROM gone
 -- ---------------------------------------------------------------------------
 -- Operating in bulk, groups, retention and the operator's views.
 --
--- A selection (JobSelection) filters on every field that is set. Its
--- statements come in variants that differ only in the column that drives the
--- search (ids, a group, a queue and state, a batch, or none), so each can walk
--- an index; the other filters only skip rows (and the store plans them for their
--- values, as job_list, so a filter left NULL drops out of the plan). The
+-- A selection (JobSelection) filters on every field that is set. job_select and
+-- job_count take the column that drives the search (ids, a group, a queue and
+-- state, a batch, or none) from a drive_* block, so each can walk an index; the
+-- other filters only skip rows (and the store plans them for their values
+-- (plan_for_values), so a filter left NULL drops out of the plan). The
 -- "detailed state" tells queued jobs apart: due now is ready; due later after an
 -- attempt that left an error is retrying; due later otherwise is scheduled (the
 -- same rule as job.detailed_state).
@@ -660,11 +622,7 @@ id > %(args_floor)s
 
 -- name: selection_state
 -- A selection's state: a stored state, or one of the kinds of queued job.
-(%(state)s::text IS NULL OR state = %(state)s::text
-       OR (state = 'queued' AND %(state)s::text = CASE
-             WHEN run_at <= %(now)s THEN 'ready'
-             WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
-             ELSE 'scheduled' END))
+(%(state)s::text IS NULL OR state = %(state)s::text OR {{selection_shown}} = %(state)s::text)
 
 -- name: selection_shown
 -- The detailed state a count groups by.
@@ -674,47 +632,11 @@ CASE WHEN state <> 'queued' THEN state
             ELSE 'scheduled' END
 
 -- name: job_select
+-- A page of the jobs a selection names, newest first from before_id down. The
+-- driver (one of the drive_* blocks, chosen in selection.py) is the condition
+-- whose index walks the page.
 SELECT * FROM jobs
-WHERE id < %(before_id)s
-  AND {{selection_filters}}
-  AND {{selection_state}}
-ORDER BY id DESC
-LIMIT %(limit)s
-
--- name: job_select_by_ids
-SELECT * FROM jobs
-WHERE id = ANY(%(ids)s::bigint[])
-  AND id < %(before_id)s
-  AND {{selection_filters}}
-  AND {{selection_state}}
-ORDER BY id DESC
-LIMIT %(limit)s
-
--- name: job_select_by_group
--- Walks jobs_group (migration 006) from the id bound down.
-SELECT * FROM jobs
-WHERE group_key = %(group)s::text
-  AND id < %(before_id)s
-  AND {{selection_filters}}
-  AND {{selection_state}}
-ORDER BY id DESC
-LIMIT %(limit)s
-
--- name: job_select_by_queue_state
--- Walks jobs_queue_state for one queue and stored state (base_state: queued for
--- ready, scheduled and retrying), as job_list_by_queue_state does.
-SELECT * FROM jobs
-WHERE queue = %(queue)s::text
-  AND state = %(base_state)s::text
-  AND id < %(before_id)s
-  AND {{selection_filters}}
-  AND {{selection_state}}
-ORDER BY id DESC
-LIMIT %(limit)s
-
--- name: job_select_by_batch
-SELECT * FROM jobs
-WHERE batch = %(batch)s::text
+WHERE {driver}
   AND id < %(before_id)s
   AND {{selection_filters}}
   AND {{selection_state}}
@@ -722,43 +644,32 @@ ORDER BY id DESC
 LIMIT %(limit)s
 
 -- name: job_count
-SELECT {{selection_shown}} AS shown,
-       count(*)
+-- How many jobs a selection names, per detailed state; driven as job_select.
+SELECT {{selection_shown}} AS shown, count(*)
 FROM jobs
-WHERE {{selection_filters}}
+WHERE {driver} AND {{selection_filters}}
 GROUP BY shown
 
--- name: job_count_by_ids
-SELECT {{selection_shown}} AS shown,
-       count(*)
-FROM jobs
-WHERE id = ANY(%(ids)s::bigint[])
-  AND {{selection_filters}}
-GROUP BY shown
+-- name: drive_all
+true
 
--- name: job_count_by_group
-SELECT {{selection_shown}} AS shown,
-       count(*)
-FROM jobs
-WHERE group_key = %(group)s::text
-  AND {{selection_filters}}
-GROUP BY shown
+-- name: drive_ids
+id = ANY(%(ids)s::bigint[])
 
--- name: job_count_by_queue
-SELECT {{selection_shown}} AS shown,
-       count(*)
-FROM jobs
-WHERE queue = %(queue)s::text
-  AND {{selection_filters}}
-GROUP BY shown
+-- name: drive_group
+-- Walks jobs_group (migration 006).
+group_key = %(group)s::text
 
--- name: job_count_by_batch
-SELECT {{selection_shown}} AS shown,
-       count(*)
-FROM jobs
-WHERE batch = %(batch)s::text
-  AND {{selection_filters}}
-GROUP BY shown
+-- name: drive_queue
+queue = %(queue)s::text
+
+-- name: drive_queue_state
+-- Walks jobs_queue_state for one queue and stored state (base_state: queued for
+-- ready, scheduled and retrying).
+queue = %(queue)s::text AND state = %(base_state)s::text
+
+-- name: drive_batch
+batch = %(batch)s::text
 
 -- name: job_retry_many
 -- Manual retry of the failed or cancelled jobs among ids, with job_retry_failed's

@@ -46,7 +46,6 @@ from conveyor.store.base import (
     EventOffset,
     Finish,
     FinishedCount,
-    JobFilter,
     JobSelection,
     Lease,
     LeaseStatus,
@@ -59,9 +58,8 @@ from conveyor.store.base import (
 )
 from conveyor.store.keys import new_job_record
 from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of_row
-from conveyor.store.listing import NO_ID_BOUND
 from conveyor.store.redis.listener import RedisListener
-from conveyor.store.selection import args_floor
+from conveyor.store.selection import NO_ID_BOUND, args_floor
 
 #: The layout of keys this code reads and writes (``schema_version`` on Redis).
 LAYOUT_VERSION = 1
@@ -492,17 +490,6 @@ class RedisStore:
         states = [state] if state is not None else list(_STATES)
         return [(self._k("qs", _nm(q), s), (q, s)) for q in queues for s in states]
 
-    def job_list(self, filter: JobFilter) -> list[Job]:
-        state = None if filter.state is None else str(filter.state)
-        selection = JobSelection(
-            state=state,
-            queue=filter.queue,
-            task=filter.task,
-            batch=filter.batch,
-            error=filter.error or None,
-        )
-        return self.job_select(selection, datetime.now(UTC), filter.before_id, filter.limit)
-
     def event_list(self, job_id: int) -> list[Event]:
         def read() -> list[Event]:
             # The job's "events" field: the seqs of its events, comma-separated; those
@@ -896,7 +883,11 @@ class RedisStore:
         return int(self._do(lambda: self._client.get(self._k("ids"))) or 0)
 
     def job_select(
-        self, selection: JobSelection, now: datetime, before_id: int | None, limit: int
+        self,
+        selection: JobSelection,
+        now: datetime,
+        before_id: int | None = None,
+        limit: int = 100,
     ) -> list[Job]:
         out: list[Job] = []
         if limit <= 0:
