@@ -52,3 +52,8 @@ def listed(
 ) -> list[Job]:
     """A page of jobs newest first, the way the App lists them (``job_select``)."""
     return store.job_select(JobSelection(**filters), utcnow(), before_id, limit)
+
+
+def purge(store: Store, finished_before: datetime, limit: int = 10_000) -> int:
+    """Delete up to ``limit`` jobs in any final state finished before the time."""
+    return store.job_purge_where(finished_before, ("succeeded", "failed", "cancelled"), None, limit)

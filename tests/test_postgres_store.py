@@ -32,7 +32,7 @@ from conveyor.store.base import (
 )
 from conveyor.store.postgres import PostgresStore
 from conveyor.store.sqlite import SQLiteStore
-from outcomes import Failure, cancel_one, cancelled, listed, released, retry_one
+from outcomes import Failure, cancel_one, cancelled, listed, purge, released, retry_one
 
 T0 = datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
@@ -300,9 +300,9 @@ def scenario(store: Store) -> list[tuple[str, Any]]:
     note("events since page", store.event_since(5, 3))
     note("stats late", store.stats(at(530)))
     note("stats later", store.stats(at(5000)))
-    note("purge none", store.job_purge(at(0)))
-    note("purge 2", store.job_purge(at(10_000), limit=2))
-    note("purge rest", store.job_purge(at(10_000)))
+    note("purge none", purge(store, at(0)))
+    note("purge 2", purge(store, at(10_000), limit=2))
+    note("purge rest", purge(store, at(10_000)))
     note("after purge", listed(store, limit=1000))
     note("events after purge", store.event_since(0, 1000))
     note("insert k2 after purge", store.job_insert_many([new(key="k2", unique="forever")], at(600)))

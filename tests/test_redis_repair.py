@@ -36,7 +36,7 @@ from conveyor.store.event_kinds import DROPPED_INCOMPLETE, DROPPED_MISSING
 from conveyor.store.redis import RedisStore
 from conveyor.store.redis import store as redis_store
 from conveyor.web import create_app
-from outcomes import listed
+from outcomes import listed, purge
 from waiting import wait_until
 
 pytestmark = pytest.mark.redis
@@ -383,7 +383,7 @@ def test_listings_and_charts_skip_and_drop_the_jobs_they_cannot_read(
     assert len(dropped_events(store)) == 3
     # Retention purges the finished job left, and the histories of the dropped ones
     # (what a hash that is gone listed of its events cannot be found: those stay).
-    assert store.job_purge(utcnow() + timedelta(seconds=1)) == 1
+    assert purge(store, utcnow() + timedelta(seconds=1)) == 1
     assert counts(store) == {}
     assert dropped_events(store) == []
     assert client.exists(P + "dropped", P + "dropped:at") == 0
@@ -397,8 +397,8 @@ def test_a_purge_drops_the_finished_jobs_it_cannot_read(store: RedisStore, clien
     for job in claim(store):
         complete(store, job)
     client.delete(f"{P}job:{jobs[1].id}")
-    assert store.job_purge(utcnow() - timedelta(seconds=1)) == 0  # none finished so early
-    assert store.job_purge(utcnow() + timedelta(seconds=1)) == 2
+    assert purge(store, utcnow() - timedelta(seconds=1)) == 0  # none finished so early
+    assert purge(store, utcnow() + timedelta(seconds=1)) == 2
     assert counts(store) == {}
     assert index_problems(client) == []
     # Dropped at that purge, before its moment: its history went with it.

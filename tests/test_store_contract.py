@@ -23,7 +23,7 @@ import pytest
 from conveyor.errors import JobStateError
 from conveyor.job import Job, JobState, NewJob, Unique, encode_json, encode_payload
 from conveyor.store.base import Finish, Lease, LeaseStatus, Store
-from outcomes import Failure, cancel_one, cancelled, listed, released, retry_one
+from outcomes import Failure, cancel_one, cancelled, listed, purge, released, retry_one
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
@@ -273,7 +273,7 @@ def test_insert_forever_key_without_previous_job_inserts(store: Store) -> None:
 def test_insert_forever_key_after_purge_inserts_a_new_job(store: Store) -> None:
     first = running(store, key="k")
     complete(store, first, now=at(1))
-    assert store.job_purge(at(2)) == 1
+    assert purge(store, at(2)) == 1
     again = enqueue_one(store, now=at(3), key="k", unique="forever")
     assert again.id > first.id
     assert again.state == QUEUED
@@ -1045,7 +1045,7 @@ def test_purge_deletes_terminal_jobs_finished_before_the_cutoff(store: Store) ->
     store.job_finish(cancelled([lease_of(jobs[cancelled_job.id])]), at(30))
     complete(store, jobs[recent.id], now=at(100))
     claim(store, limit=1, now=at(100))  # busy is running, queued stays queued
-    assert store.job_purge(at(50)) == 3
+    assert purge(store, at(50)) == 3
     for gone in (succeeded, failed, cancelled_job):
         assert store.job_get(gone.id) is None
         assert store.event_list(gone.id) == []
@@ -1056,7 +1056,7 @@ def test_purge_deletes_terminal_jobs_finished_before_the_cutoff(store: Store) ->
 def test_purge_keeps_live_jobs_whatever_the_cutoff(store: Store) -> None:
     queued = enqueue_one(store, queue="q")
     busy = running(store)
-    assert store.job_purge(at(10_000)) == 0
+    assert purge(store, at(10_000)) == 0
     assert get(store, queued.id).state == QUEUED
     assert get(store, busy.id).state == RUNNING
 
@@ -1065,10 +1065,10 @@ def test_purge_respects_limit(store: Store) -> None:
     jobs = enqueue(store, new_job(), new_job(), new_job())
     for job in jobs:
         cancel_one(store, job.id, at(1))
-    assert store.job_purge(at(2), limit=2) == 2
+    assert purge(store, at(2), limit=2) == 2
     assert len(listed(store)) == 1
-    assert store.job_purge(at(2), limit=2) == 1
-    assert store.job_purge(at(2), limit=2) == 0
+    assert purge(store, at(2), limit=2) == 1
+    assert purge(store, at(2), limit=2) == 0
 
 
 # --- stats ---------------------------------------------------------------------

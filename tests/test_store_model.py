@@ -42,7 +42,7 @@ from conveyor.errors import JobStateError
 from conveyor.job import Job, JobState, NewJob
 from conveyor.store.base import Finish, Lease, Store
 from conveyor.store.dsn import open_store
-from outcomes import Failure, cancel_one, cancelled, listed, released, retry_one
+from outcomes import Failure, cancel_one, cancelled, listed, purge, released, retry_one
 
 START = datetime(2030, 1, 1, tzinfo=UTC)
 LEASE = timedelta(seconds=20.5)
@@ -506,7 +506,7 @@ class StoreMachine(RuleBasedStateMachine):
             for j in self.model.jobs.values()
             if j.state in TERMINAL and j.finished_at is not None and j.finished_at < before
         ]
-        assert self.store.job_purge(before) == len(doomed)
+        assert purge(self.store, before) == len(doomed)
         for job_id in doomed:
             del self.model.jobs[job_id]
 

@@ -718,10 +718,7 @@ class App:
             validate_name("queue", queue)
         total = 0
         while True:
-            if states is None and queue is None:
-                deleted = self.store.job_purge(cutoff)
-            else:
-                deleted = self.store.job_purge_where(cutoff, chosen, queue)
+            deleted = self.store.job_purge_where(cutoff, chosen, queue)
             total += deleted
             if deleted == 0:
                 return total
@@ -1038,9 +1035,7 @@ class App:
         by_state = self.retention_by_state
         if self.retention is not None:
             rest = [s for s in FINAL_STATES if s not in by_state]
-            if not by_state:
-                deleted += self.store.job_purge(now - self.retention)
-            elif rest:
+            if rest:
                 deleted += self.store.job_purge_where(now - self.retention, rest, None)
         for state, age in by_state.items():
             deleted += self.store.job_purge_where(now - age, [state], None)

@@ -467,10 +467,6 @@ class OperatorStore(Protocol):
         """The jobs of a batch counted by state (purged jobs are no longer counted)."""
         ...
 
-    def job_purge(self, finished_before: datetime, limit: int = 10_000) -> int:
-        """Delete up to ``limit`` terminal jobs (and their events) finished before the time."""
-        ...
-
     def job_retry_failed(
         self, queue: str | None, failed_before: datetime, now: datetime, limit: int = 1000
     ) -> list[int]:
@@ -555,7 +551,10 @@ class OperatorStore(Protocol):
         queue: str | None,
         limit: int = 10_000,
     ) -> int:
-        """Delete up to ``limit`` jobs in ``states`` (terminal ones) finished before the time."""
+        """Delete up to ``limit`` jobs in ``states`` (final ones) finished before the time.
+
+        Oldest first, with their events; ``queue`` None means every queue.
+        """
         ...
 
     def job_purge_count(

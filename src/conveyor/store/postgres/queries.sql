@@ -244,21 +244,6 @@ WHERE state = 'running' AND lease_expires_at < coalesce(%(now)s::timestamptz, no
 ORDER BY lease_expires_at, id
 LIMIT %(limit)s
 
--- name: job_purge
-WITH doomed AS MATERIALIZED (
-    SELECT id FROM jobs
-    WHERE finished_at < %(before)s AND state IN ('succeeded', 'failed', 'cancelled')
-    ORDER BY finished_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-), gone_events AS (
-    DELETE FROM events WHERE job_id IN (SELECT id FROM doomed) RETURNING queue, kind, xid, seq
-), gone AS (
-    DELETE FROM jobs WHERE id IN (SELECT id FROM doomed) RETURNING id, queue, state
-),
-{{finished_counts_forget}}
-SELECT count(*) FROM gone
-
 -- name: event_list
 SELECT seq, job_id, queue, task, kind, attempt, worker, at, error
 FROM events WHERE job_id = %(job_id)s ORDER BY seq

@@ -589,10 +589,6 @@ class PostgresStore:
                 continue
         return []
 
-    def job_purge(self, finished_before: datetime, limit: int = 10_000) -> int:
-        (count,) = self._delete("job_purge", {"before": finished_before, "limit": limit})
-        return int(count)
-
     def job_delete_terminal(self, job_ids: Sequence[int], finished_before: datetime) -> list[int]:
         if not job_ids:
             return []

@@ -686,11 +686,6 @@ class RedisStore:
             done += [int(i) for i in changed]
         return done
 
-    def job_purge(self, finished_before: datetime, limit: int = 10_000) -> int:
-        deleted = int(self._run("job_purge", _ts(finished_before), str(limit)))
-        self._forget_dropped(finished_before, limit)
-        return deleted
-
     def _forget_dropped(self, before: datetime, limit: int) -> None:
         """The histories of jobs dropped before ``before`` (job_forget_dropped.lua): kept
         as long as a failed job's, so they go with the purges of failed jobs."""

@@ -183,12 +183,6 @@ WHERE state = 'running' AND lease_expires_at < :now
 ORDER BY lease_expires_at, id
 LIMIT :limit
 
--- name: job_purge_select
-SELECT id FROM jobs
-WHERE finished_at < :before AND state IN ('succeeded', 'failed', 'cancelled')
-ORDER BY finished_at
-LIMIT :limit
-
 -- name: event_delete_for_jobs
 DELETE FROM events WHERE job_id IN (SELECT value FROM json_each(:ids))
 

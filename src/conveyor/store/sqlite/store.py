@@ -549,17 +549,6 @@ class SQLiteStore:
             self._record(conn, "retry", ids, now_ts)
         return ids
 
-    def job_purge(self, finished_before: datetime, limit: int = 10_000) -> int:
-        with self._write() as conn:
-            ids = [
-                r[0]
-                for r in conn.execute(
-                    _Q["job_purge_select"], {"before": _ts(finished_before), "limit": limit}
-                )
-            ]
-            self._delete_jobs(conn, ids)
-        return len(ids)
-
     def job_delete_terminal(self, job_ids: Sequence[int], finished_before: datetime) -> list[int]:
         if not job_ids:
             return []
