@@ -448,7 +448,8 @@ class PostgresStore:
         self, queues: Sequence[str], now: datetime | None = None, group: str | None = None
     ) -> float | None:
         names = tuple(dict.fromkeys(queues))
-        params = {"queues": list(names), "now": now, "group": group}
+        # limit 1: next_run_in_limited asks whether one job could start.
+        params = {"queues": list(names), "now": now, "group": group, "limit": 1}
         limited = self._has_limits(names)
         with self._conn() as conn:
             row = conn.execute(_Q["next_run_in_limited" if limited else "next_run_in"], params)
