@@ -166,8 +166,7 @@ RETURNING jobs.id, jobs.cancel_requested
 -- names the lease it was claimed under, and a stale token changes nothing:
 -- that is the fence against a worker that lost its lease. A rescue also needs
 -- the lease to have run out (a worker that renewed it meanwhile keeps its
--- job). A job whose cancel was requested ends cancelled, whatever the
--- outcome, unless it succeeded. Snooze and release give the attempt back.
+-- job). Where the job goes is finish_requeues: queued again, or ended.
 --
 -- The new state is decided in the SET expressions from the row being updated,
 -- not in a CTE: a cancel committed while this statement waited for the row
@@ -176,20 +175,14 @@ WITH changed AS (
     UPDATE jobs
     SET state = CASE
             WHEN f.kind = 'complete' THEN 'succeeded'
-            WHEN NOT jobs.cancel_requested AND (f.kind IN ('snooze', 'release')
-                 OR (f.kind IN ('retry', 'rescue', 'take_back') AND jobs.attempts < jobs.max_attempts))
-            THEN 'queued'
+            WHEN {{finish_requeues}} THEN 'queued'
             WHEN jobs.cancel_requested OR f.kind = 'cancelled' THEN 'cancelled'
             ELSE 'failed' END,
         run_at = CASE
-            WHEN NOT jobs.cancel_requested AND (f.kind IN ('snooze', 'release')
-                 OR (f.kind IN ('retry', 'rescue', 'take_back') AND jobs.attempts < jobs.max_attempts))
-            THEN coalesce(f.run_at, CASE WHEN f.kind IN ('rescue', 'take_back') THEN coalesce(%(now)s::timestamptz, now()) END, jobs.run_at)
+            WHEN {{finish_requeues}}
+            THEN coalesce(f.run_at, CASE WHEN f.kind IN ('rescue', 'take_back') THEN {{now}} END, jobs.run_at)
             ELSE jobs.run_at END,
-        finished_at = CASE
-            WHEN NOT jobs.cancel_requested AND (f.kind IN ('snooze', 'release')
-                 OR (f.kind IN ('retry', 'rescue', 'take_back') AND jobs.attempts < jobs.max_attempts))
-            THEN NULL ELSE coalesce(%(now)s::timestamptz, now()) END,
+        finished_at = CASE WHEN {{finish_requeues}} THEN NULL ELSE {{now}} END,
         attempts = jobs.attempts - CASE WHEN f.kind IN ('snooze', 'release') THEN 1 ELSE 0 END,
         result = CASE WHEN f.kind = 'complete' THEN f.result ELSE jobs.result END,
         error = coalesce(f.error, jobs.error),
@@ -201,7 +194,7 @@ WITH changed AS (
     WHERE jobs.id = f.id
       AND jobs.lease_token = f.token
       AND jobs.state = 'running'
-      AND (f.kind <> 'rescue' OR jobs.lease_expires_at < coalesce(%(now)s::timestamptz, now()))
+      AND (f.kind <> 'rescue' OR jobs.lease_expires_at < {{now}})
     RETURNING jobs.id, jobs.queue, jobs.task, jobs.state, jobs.attempts, jobs.worker,
               jobs.error, jobs.group_key, f.kind
 ), changed_events AS (
@@ -217,12 +210,14 @@ WITH changed AS (
                 WHEN changed.kind = 'snooze' THEN 'snoozed'
                 ELSE 'released' END,
            attempts + CASE WHEN changed.kind IN ('snooze', 'release') THEN 1 ELSE 0 END,
-           worker, coalesce(%(now)s::timestamptz, now()),
+           worker, {{now}},
            CASE WHEN changed.kind IN ('retry', 'fail', 'rescue', 'take_back') THEN error END
     FROM changed
     CROSS JOIN LATERAL (VALUES (1), (2)) AS e(ordinal)
     WHERE e.ordinal = 1 OR (changed.kind IN ('rescue', 'take_back') AND state <> 'queued')
     ORDER BY e.ordinal, id
+), ended AS (
+    SELECT id FROM changed WHERE state <> 'queued'
 )
 -- Waiters hear of jobs that ended; workers hear of queues with a job queued
 -- again, of queues where a group may now let its next job through, and of
@@ -230,15 +225,27 @@ WITH changed AS (
 -- was freed: a worker held back by it claims at once.
 SELECT changed.id
 FROM changed,
-     (SELECT count(pg_notify('conveyor_done', d.ids))
-      FROM (SELECT string_agg(id::text, ',') AS ids FROM changed
-            WHERE state <> 'queued' GROUP BY id / 400) AS d) AS done,
+     ({{notify_done}}) AS done,
      (SELECT count(pg_notify('conveyor_jobs', q.queue))
       FROM (SELECT DISTINCT queue FROM changed
             WHERE state = 'queued' OR group_key IS NOT NULL
                OR queue IN (SELECT l.queue FROM limits AS l
                             WHERE l.concurrency IS NOT NULL
                                OR l.key_concurrency IS NOT NULL)) AS q) AS ready
+
+-- name: finish_requeues
+-- Whether an outcome f puts the running job back in the queue: snooze and
+-- release always (they give the attempt back), a failed attempt (retry,
+-- rescue, take_back) while attempts remain; never a job whose cancel was
+-- requested (it ends cancelled, unless it succeeded).
+NOT jobs.cancel_requested AND (f.kind IN ('snooze', 'release')
+    OR (f.kind IN ('retry', 'rescue', 'take_back') AND jobs.attempts < jobs.max_attempts))
+
+-- name: notify_done
+-- Tells waiters that the jobs of a CTE named ended (id) ended, 400 ids to a
+-- notification (the payload limit is 8000 bytes).
+SELECT count(pg_notify('conveyor_done', d.ids))
+FROM (SELECT string_agg(id::text, ',') AS ids FROM ended GROUP BY id / 400) AS d
 
 -- name: job_progress
 UPDATE jobs
@@ -444,22 +451,32 @@ DELETE FROM leaders WHERE name = %(name)s AND holder = %(holder)s
 -- Bulk manual retry: up to %(limit)s failed jobs of %(queue)s (all queues when
 -- NULL) that failed at or before %(before)s. The cutoff is the start of the whole
 -- operation, so a job that fails again while a long retry runs is not picked up
--- a second time. A keyed job goes back only when it is the newest job of its key
--- and no live job holds the key: two retried jobs of one key would both be live.
+-- a second time.
 WITH picked AS (
-    SELECT j.id FROM jobs AS j
+    SELECT j.id, j.state FROM jobs AS j
     WHERE j.state = 'failed' AND j.finished_at <= %(before)s
       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
-      AND (j.key IS NULL OR (
-          j.id = (SELECT max(o.id) FROM jobs AS o WHERE o.queue = j.queue AND o.key = j.key)
-          AND NOT EXISTS (
-              SELECT 1 FROM jobs AS other
-              WHERE other.queue = j.queue AND other.key = j.key
-                AND other.state IN ('queued', 'running'))))
+      AND {{retry_key_rule}}
     ORDER BY j.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-), changed AS (
+),
+{{manual_retry}}
+
+-- name: retry_key_rule
+-- A keyed job j goes back only when it is the newest job of its key and no live
+-- job holds the key: two retried jobs of one key would both be live.
+(j.key IS NULL OR (
+    j.id = (SELECT max(o.id) FROM jobs AS o WHERE o.queue = j.queue AND o.key = j.key)
+    AND NOT EXISTS (SELECT 1 FROM jobs AS other
+                    WHERE other.queue = j.queue AND other.key = j.key
+                      AND other.state IN ('queued', 'running'))))
+
+-- name: manual_retry
+-- After a CTE named picked (id, state of the finished jobs a manual retry took,
+-- locked): each goes back to the queue as new, with its manual_retry event; it
+-- leaves its final state's count, and workers of its queue are woken.
+changed AS (
     UPDATE jobs
     SET state = 'queued',
         attempts = 0,
@@ -473,18 +490,22 @@ WITH picked AS (
         started_at = NULL,
         finished_at = NULL
     FROM picked
-    WHERE jobs.id = picked.id AND jobs.state = 'failed'
-    RETURNING jobs.id, jobs.queue, jobs.task, jobs.attempts, 'failed'::text AS was
+    WHERE jobs.id = picked.id AND jobs.state = picked.state
+    RETURNING jobs.id, jobs.queue, jobs.task, jobs.attempts, picked.state AS was
 ), changed_events AS (
     INSERT INTO events (job_id, queue, task, kind, attempt, at)
-    SELECT id, queue, task, 'manual_retry', attempts, %(now)s FROM changed
+    SELECT id, queue, task, 'manual_retry', attempts, %(now)s FROM changed ORDER BY id
 ),
 {{finished_counts_retried}},
 notified AS (
-    -- One notification per queue, not per job: a batch is a thousand rows.
-    SELECT pg_notify('conveyor_jobs', queue) FROM (SELECT DISTINCT queue FROM changed) AS q
+    {{notify_queues}}
 )
 SELECT changed.id FROM changed, (SELECT count(*) FROM notified) AS n
+
+-- name: notify_queues
+-- Wakes the workers of each queue of a CTE named changed: one notification per
+-- queue, not per job (a batch is a thousand rows).
+SELECT pg_notify('conveyor_jobs', queue) FROM (SELECT DISTINCT queue FROM changed) AS q
 
 -- ---------------------------------------------------------------------------
 -- The dashboard and /metrics.
@@ -564,21 +585,16 @@ SELECT state, count(*) FROM jobs WHERE batch = %(batch)s GROUP BY state
 -- name: job_delete_terminal
 -- The archive names the jobs it wrote; only those still terminal and finished
 -- before its cutoff go (a job retried since then is live again, or newer).
--- Rows are locked in id order so that two archive runs never deadlock, and a
--- row a manual retry changed meanwhile is checked again after the lock.
+-- Rows are locked in id order so that two archive runs never deadlock.
 WITH doomed AS MATERIALIZED (
-    SELECT id FROM jobs
+    SELECT id, state FROM jobs
     WHERE id = ANY(%(ids)b::bigint[])
       AND state IN ('succeeded', 'failed', 'cancelled')
       AND finished_at < %(before)s
     ORDER BY id
     FOR UPDATE
-), gone_events AS (
-    DELETE FROM events WHERE job_id IN (SELECT id FROM doomed) RETURNING queue, kind, xid, seq
-), gone AS (
-    DELETE FROM jobs WHERE id IN (SELECT id FROM doomed) RETURNING id, queue, state
 ),
-{{finished_counts_forget}}
+{{delete_doomed}}
 SELECT id FROM gone
 
 -- ---------------------------------------------------------------------------
@@ -667,45 +683,17 @@ queue = %(queue)s::text AND state = %(base_state)s::text
 batch = %(batch)s::text
 
 -- name: job_retry_many
--- Manual retry of the failed or cancelled jobs among ids, with job_retry_failed's
--- rule for keys: only the newest job of a key, and only while no live job holds it.
+-- Manual retry of the failed or cancelled jobs among ids, with the rule for keys
+-- of job_retry_failed (retry_key_rule).
 WITH picked AS (
     SELECT j.id, j.state FROM jobs AS j
     WHERE j.id = ANY(%(ids)s::bigint[])
       AND j.state IN ('failed', 'cancelled')
-      AND (j.key IS NULL OR (
-          j.id = (SELECT max(o.id) FROM jobs AS o WHERE o.queue = j.queue AND o.key = j.key)
-          AND NOT EXISTS (
-              SELECT 1 FROM jobs AS other
-              WHERE other.queue = j.queue AND other.key = j.key
-                AND other.state IN ('queued', 'running'))))
+      AND {{retry_key_rule}}
     ORDER BY j.id
     FOR UPDATE SKIP LOCKED
-), changed AS (
-    UPDATE jobs
-    SET state = 'queued',
-        attempts = 0,
-        run_at = %(now)s,
-        cancel_requested = false,
-        worker = NULL,
-        result = NULL,
-        error = NULL,
-        progress = NULL,
-        progress_message = NULL,
-        started_at = NULL,
-        finished_at = NULL
-    FROM picked
-    WHERE jobs.id = picked.id AND jobs.state IN ('failed', 'cancelled')
-    RETURNING jobs.id, jobs.queue, jobs.task, jobs.attempts, picked.state AS was
-), changed_events AS (
-    INSERT INTO events (job_id, queue, task, kind, attempt, at)
-    SELECT id, queue, task, 'manual_retry', attempts, %(now)s FROM changed ORDER BY id
 ),
-{{finished_counts_retried}},
-notified AS (
-    SELECT pg_notify('conveyor_jobs', queue) FROM (SELECT DISTINCT queue FROM changed) AS q
-)
-SELECT changed.id FROM changed, (SELECT count(*) FROM notified) AS n
+{{manual_retry}}
 
 -- name: job_cancel_many
 -- Queued: cancelled at once. Running: flagged, and its worker told. Others untouched.
@@ -723,31 +711,26 @@ WITH changed AS (
            CASE state WHEN 'running' THEN 'cancel_requested' ELSE 'cancelled' END,
            attempts, worker, %(now)s
     FROM changed ORDER BY id
+), ended AS (
+    SELECT id FROM changed WHERE state = 'cancelled'
 )
 SELECT changed.id
 FROM changed,
      (SELECT count(pg_notify('conveyor_cancel', d.ids))
       FROM (SELECT string_agg(id::text, ',') AS ids FROM changed
             WHERE state = 'running' GROUP BY id / 400) AS d) AS asked,
-     (SELECT count(pg_notify('conveyor_done', d.ids))
-      FROM (SELECT string_agg(id::text, ',') AS ids FROM changed
-            WHERE state = 'cancelled' GROUP BY id / 400) AS d) AS done
+     ({{notify_done}}) AS done
 
 -- name: job_delete_many
 -- A running job is left alone: its worker holds it (cancel it first). Rows are
 -- locked in id order, so two deletes never deadlock.
 WITH doomed AS MATERIALIZED (
-    SELECT id FROM jobs
+    SELECT id, state FROM jobs
     WHERE id = ANY(%(ids)s::bigint[]) AND state <> 'running'
     ORDER BY id
     FOR UPDATE
-), gone_events AS (
-    DELETE FROM events WHERE job_id IN (SELECT id FROM doomed) RETURNING queue, kind, xid, seq
-), gone AS (
-    DELETE FROM jobs WHERE id IN (SELECT id FROM doomed) AND state <> 'running'
-    RETURNING id, queue, state
 ),
-{{finished_counts_forget}}
+{{delete_doomed}}
 SELECT id FROM gone
 
 -- name: job_run_now
@@ -760,7 +743,7 @@ WITH changed AS (
     INSERT INTO events (job_id, queue, task, kind, attempt, at)
     SELECT id, queue, task, 'run_now', attempts, %(now)s FROM changed ORDER BY id
 ), notified AS (
-    SELECT pg_notify('conveyor_jobs', queue) FROM (SELECT DISTINCT queue FROM changed) AS q
+    {{notify_queues}}
 )
 SELECT changed.id FROM changed, (SELECT count(*) FROM notified) AS n
 
@@ -773,19 +756,15 @@ SELECT id, lease_token FROM jobs WHERE id = ANY(%(ids)s::bigint[]) AND state = '
 -- Finished jobs of the given states (and queue) that ended before the time,
 -- oldest first along jobs_finished.
 WITH doomed AS MATERIALIZED (
-    SELECT id FROM jobs
+    SELECT id, state FROM jobs
     WHERE finished_at < %(before)s
       AND state = ANY(%(states)s::text[])
       AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
     ORDER BY finished_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-), gone_events AS (
-    DELETE FROM events WHERE job_id IN (SELECT id FROM doomed) RETURNING queue, kind, xid, seq
-), gone AS (
-    DELETE FROM jobs WHERE id IN (SELECT id FROM doomed) RETURNING id, queue, state
 ),
-{{finished_counts_forget}}
+{{delete_doomed}}
 SELECT count(*) FROM gone
 
 -- name: job_purge_count
@@ -797,23 +776,29 @@ WHERE finished_at < %(before)s
 -- name: job_purge_beyond
 -- The finished jobs of a queue past its keep newest (by id, the order they were
 -- enqueued), up to limit of them. Not locked while chosen (FOR UPDATE would lock
--- the kept rows the offset passes over): the delete checks the state again, and
--- only the jobs it deleted lose their events.
+-- the kept rows the offset passes over): delete_doomed checks the state again.
 WITH doomed AS MATERIALIZED (
-    SELECT id FROM jobs
+    SELECT id, state FROM jobs
     WHERE queue = %(queue)s AND state IN ('succeeded', 'failed', 'cancelled')
     ORDER BY id DESC
     OFFSET %(keep)s
     LIMIT %(limit)s
-), gone AS (
-    DELETE FROM jobs
-    WHERE id IN (SELECT id FROM doomed) AND state IN ('succeeded', 'failed', 'cancelled')
+),
+{{delete_doomed}}
+SELECT count(*) FROM gone
+
+-- name: delete_doomed
+-- After a CTE named doomed (id, state of the jobs to delete): each job still in
+-- the state it was chosen in goes, with its events, and finished_counts stays
+-- true (finished_counts_forget; run with finished_counts_lock held). Ends in a
+-- CTE named gone (the jobs deleted).
+gone AS (
+    DELETE FROM jobs WHERE (id, state) IN (SELECT id, state FROM doomed)
     RETURNING id, queue, state
 ), gone_events AS (
     DELETE FROM events WHERE job_id IN (SELECT id FROM gone) RETURNING queue, kind, xid, seq
 ),
 {{finished_counts_forget}}
-SELECT count(*) FROM gone
 
 -- name: queue_delete
 DELETE FROM queues WHERE name = %(name)s
