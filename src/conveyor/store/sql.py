@@ -5,12 +5,15 @@ the text up to the next such line is the statement. Keeping SQL in files (not
 assembled from strings in Python) lets the two backends be read side by side.
 
 A block may include another as ``{{name}}``: the other block's text takes its
-place when the file is read (without its leading comment lines, which explain
-the block where it is written). That is how one rule is written once and used by
+place when the file is read (without its leading and trailing comment lines,
+which explain the block where it is written). That is how one rule is written once and used by
 two statements. A block of another file is included as
 ``{{package/file.sql:name}}`` (``{{conveyor.store.postgres/queries.sql:job_insert_rules}}``):
 a layer above the store writes its own statements in its own files and still
 follows the store's rules, such as the rules of an enqueue, without a copy.
+An include in such a block that its own file does not define is filled from
+the including file: ``conveyor.store/rules.sql`` writes the rules that read the
+same in both dialects once, and each dialect supplies its ``{{now}}``.
 """
 
 from __future__ import annotations
@@ -28,21 +31,25 @@ _INCLUDE = re.compile(r"\{\{(?:([\w.]+)/([\w.-]+):)?(\w+)\}\}")
 _reading: set[tuple[str, str]] = set()
 
 
-def load_queries(package: str, file: str = "queries.sql") -> dict[str, str]:
-    """Parse ``package/file`` (``queries.sql`` unless named) into {name: statement}."""
+def load_queries(package: str, file: str = "queries.sql", *, strict: bool = True) -> dict[str, str]:
+    """Parse ``package/file`` (``queries.sql`` unless named) into {name: statement}.
+
+    Not ``strict``: an include the file does not define is left in place, for
+    the file that includes the block to fill.
+    """
     source = (package, file)
     if source in _reading:
         raise ValueError(f"{package}/{file} includes blocks of itself through another file")
     text = resources.files(package).joinpath(file).read_text(encoding="utf-8")
     _reading.add(source)
     try:
-        return parse_queries(text, where=f"{package}/{file}")
+        return parse_queries(text, where=f"{package}/{file}", strict=strict)
     finally:
         _reading.discard(source)
 
 
-def parse_queries(text: str, where: str = "SQL text") -> dict[str, str]:
-    """Split text of ``-- name: x`` blocks into {name: statement}."""
+def parse_queries(text: str, where: str = "SQL text", *, strict: bool = True) -> dict[str, str]:
+    """Split text of ``-- name: x`` blocks into {name: statement} (see load_queries)."""
     parts = _NAME_LINE.split(text)
     # parts = [preamble, name1, body1, name2, body2, ...]
     queries: dict[str, str] = {}
@@ -51,7 +58,7 @@ def parse_queries(text: str, where: str = "SQL text") -> dict[str, str]:
             raise ValueError(f"{where} defines {name!r} twice")
         queries[name] = body.strip().rstrip(";")
     others: dict[tuple[str, str], dict[str, str]] = {}
-    return {name: _expand(name, queries, where, (), others) for name in queries}
+    return {name: _expand(name, queries, where, (), others, strict) for name in queries}
 
 
 def _expand(
@@ -60,6 +67,7 @@ def _expand(
     where: str,
     seen: tuple[str, ...],
     others: dict[tuple[str, str], dict[str, str]],
+    strict: bool,
 ) -> str:
     """A block with every ``{{other}}`` replaced by that block's (expanded) text."""
     if name in seen:
@@ -70,26 +78,34 @@ def _expand(
         if package is not None:
             # Another file's block, as that file reads it (its own includes expanded).
             if (package, file) not in others:
-                others[package, file] = load_queries(package, file)
+                others[package, file] = load_queries(package, file, strict=False)
             blocks = others[package, file]
             if other not in blocks:
                 raise ValueError(
                     f"{where}: {name} includes {other!r} of {package}/{file}, "
                     "which that file does not define"
                 )
-            return _uncommented(blocks[other])
+            # What that file left open (such as {{now}}) is this file's to fill.
+            return _INCLUDE.sub(include, _uncommented(blocks[other]))
         if other not in queries:
+            if not strict:
+                return match.group(0)
             raise ValueError(f"{where}: {name} includes {other!r}, which is not defined")
-        return _uncommented(_expand(other, queries, where, (*seen, name), others))
+        return _uncommented(_expand(other, queries, where, (*seen, name), others, strict))
 
     return _INCLUDE.sub(include, queries[name])
 
 
 def _uncommented(block: str) -> str:
-    """A block without its leading comment lines: what an include puts in place."""
+    """A block without its leading and trailing comment lines: what an include puts in place.
+
+    (Trailing ones are the heading of the next section of the file.)
+    """
     lines = block.split("\n")
     while lines and lines[0].lstrip().startswith("--"):
         lines.pop(0)
+    while lines and (not lines[-1].strip() or lines[-1].lstrip().startswith("--")):
+        lines.pop()
     return "\n".join(lines)
 
 

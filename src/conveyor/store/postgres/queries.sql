@@ -175,14 +175,14 @@ WITH changed AS (
     UPDATE jobs
     SET state = CASE
             WHEN f.kind = 'complete' THEN 'succeeded'
-            WHEN {{finish_requeues}} THEN 'queued'
+            WHEN {{conveyor.store/rules.sql:finish_requeues}} THEN 'queued'
             WHEN jobs.cancel_requested OR f.kind = 'cancelled' THEN 'cancelled'
             ELSE 'failed' END,
         run_at = CASE
-            WHEN {{finish_requeues}}
+            WHEN {{conveyor.store/rules.sql:finish_requeues}}
             THEN coalesce(f.run_at, CASE WHEN f.kind IN ('rescue', 'take_back') THEN {{now}} END, jobs.run_at)
             ELSE jobs.run_at END,
-        finished_at = CASE WHEN {{finish_requeues}} THEN NULL ELSE {{now}} END,
+        finished_at = CASE WHEN {{conveyor.store/rules.sql:finish_requeues}} THEN NULL ELSE {{now}} END,
         attempts = jobs.attempts - CASE WHEN f.kind IN ('snooze', 'release') THEN 1 ELSE 0 END,
         result = CASE WHEN f.kind = 'complete' THEN f.result ELSE jobs.result END,
         error = coalesce(f.error, jobs.error),
@@ -202,19 +202,13 @@ WITH changed AS (
     -- queue the job again also records how it ended, after all the "rescued"
     -- events. Snooze and release gave the attempt back: their events add one.
     INSERT INTO events (job_id, queue, task, kind, attempt, worker, at, error)
-    SELECT id, queue, task,
-           CASE WHEN e.ordinal = 2 THEN state
-                WHEN changed.kind IN ('rescue', 'take_back') THEN 'rescued'
-                WHEN state <> 'queued' THEN state
-                WHEN changed.kind = 'retry' THEN 'retried'
-                WHEN changed.kind = 'snooze' THEN 'snoozed'
-                ELSE 'released' END,
-           attempts + CASE WHEN changed.kind IN ('snooze', 'release') THEN 1 ELSE 0 END,
+    SELECT id, queue, task, {{conveyor.store/rules.sql:finish_event_kind}},
+           attempts + CASE WHEN f.kind IN ('snooze', 'release') THEN 1 ELSE 0 END,
            worker, {{now}},
-           CASE WHEN changed.kind IN ('retry', 'fail', 'rescue', 'take_back') THEN error END
-    FROM changed
+           CASE WHEN f.kind IN ('retry', 'fail', 'rescue', 'take_back') THEN error END
+    FROM changed AS f
     CROSS JOIN LATERAL (VALUES (1), (2)) AS e(ordinal)
-    WHERE e.ordinal = 1 OR (changed.kind IN ('rescue', 'take_back') AND state <> 'queued')
+    WHERE e.ordinal = 1 OR (f.kind IN ('rescue', 'take_back') AND state <> 'queued')
     ORDER BY e.ordinal, id
 ), ended AS (
     SELECT id FROM changed WHERE state <> 'queued'
@@ -232,14 +226,6 @@ FROM changed,
                OR queue IN (SELECT l.queue FROM limits AS l
                             WHERE l.concurrency IS NOT NULL
                                OR l.key_concurrency IS NOT NULL)) AS q) AS ready
-
--- name: finish_requeues
--- Whether an outcome f puts the running job back in the queue: snooze and
--- release always (they give the attempt back), a failed attempt (retry,
--- rescue, take_back) while attempts remain; never a job whose cancel was
--- requested (it ends cancelled, unless it succeeded).
-NOT jobs.cancel_requested AND (f.kind IN ('snooze', 'release')
-    OR (f.kind IN ('retry', 'rescue', 'take_back') AND jobs.attempts < jobs.max_attempts))
 
 -- name: notify_done
 -- Tells waiters that the jobs of a CTE named ended (id) ended, 400 ids to a
@@ -456,39 +442,19 @@ WITH picked AS (
     SELECT j.id, j.state FROM jobs AS j
     WHERE j.state = 'failed' AND j.finished_at <= %(before)s
       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
-      AND {{retry_key_rule}}
+      AND {{conveyor.store/rules.sql:retry_key_rule}}
     ORDER BY j.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ),
 {{manual_retry}}
 
--- name: retry_key_rule
--- A keyed job j goes back only when it is the newest job of its key and no live
--- job holds the key: two retried jobs of one key would both be live.
-(j.key IS NULL OR (
-    j.id = (SELECT max(o.id) FROM jobs AS o WHERE o.queue = j.queue AND o.key = j.key)
-    AND NOT EXISTS (SELECT 1 FROM jobs AS other
-                    WHERE other.queue = j.queue AND other.key = j.key
-                      AND other.state IN ('queued', 'running'))))
-
 -- name: manual_retry
 -- After a CTE named picked (id, state of the finished jobs a manual retry took,
 -- locked): each goes back to the queue as new, with its manual_retry event; it
 -- leaves its final state's count, and workers of its queue are woken.
 changed AS (
-    UPDATE jobs
-    SET state = 'queued',
-        attempts = 0,
-        run_at = %(now)s,
-        cancel_requested = false,
-        worker = NULL,
-        result = NULL,
-        error = NULL,
-        progress = NULL,
-        progress_message = NULL,
-        started_at = NULL,
-        finished_at = NULL
+    UPDATE jobs SET {{conveyor.store/rules.sql:manual_requeue}}
     FROM picked
     WHERE jobs.id = picked.id AND jobs.state = picked.state
     RETURNING jobs.id, jobs.queue, jobs.task, jobs.attempts, picked.state AS was
@@ -689,7 +655,7 @@ WITH picked AS (
     SELECT j.id, j.state FROM jobs AS j
     WHERE j.id = ANY(%(ids)s::bigint[])
       AND j.state IN ('failed', 'cancelled')
-      AND {{retry_key_rule}}
+      AND {{conveyor.store/rules.sql:retry_key_rule}}
     ORDER BY j.id
     FOR UPDATE SKIP LOCKED
 ),

@@ -51,34 +51,13 @@ SELECT * FROM jobs WHERE id IN (SELECT value FROM json_each(:ids))
 -- jobs_queued index of one queue in claim order and stops at :limit); the best
 -- of those candidates win. A single "queue IN (...) ORDER BY" would sort every
 -- queued job on each claim.
---
--- A job in a group is claimable only when it is its group's oldest queued job
--- and no job of the group is running; the unique index jobs_group_running
--- backs this up inside the database.
-UPDATE jobs
-SET state = 'running',
-    attempts = attempts + 1,
-    worker = :worker,
-    lease_token = :token,
-    lease_expires_at = :lease_expires_at,
-    started_at = :now,
-    progress = NULL,
-    progress_message = NULL
+UPDATE jobs SET {{claim_set}}
 WHERE id IN (
     SELECT c.id
     FROM json_each(:queues) AS q
     JOIN jobs AS c ON c.id IN (
         SELECT j.id FROM jobs AS j
-        WHERE j.state = 'queued'
-          AND j.queue = q.value
-          AND j.run_at <= :now
-          AND (:group IS NULL OR j.group_key = :group)
-          AND (j.group_key IS NULL OR (
-              NOT EXISTS (SELECT 1 FROM jobs AS r
-                          WHERE r.group_key = j.group_key AND r.state = 'running')
-              AND NOT EXISTS (SELECT 1 FROM jobs AS o
-                              WHERE o.group_key = j.group_key AND o.state = 'queued'
-                                AND o.id < j.id)))
+        WHERE j.queue = q.value AND {{claimable}}
         ORDER BY j.priority DESC, j.id
         LIMIT :limit)
     WHERE q.value NOT IN (SELECT name FROM queues WHERE paused)
@@ -86,6 +65,35 @@ WHERE id IN (
     LIMIT :limit
 )
 RETURNING *
+
+-- name: now
+-- The moment a statement judges by, as the blocks of rules.sql name it.
+:now
+
+-- name: claimable
+-- Whether queued job j may be claimed now: it is due, of the group asked for
+-- (if one is), and its group's head: the group's oldest queued job, while no
+-- job of the group runs (the unique index jobs_group_running backs this up
+-- inside the database).
+j.state = 'queued'
+AND j.run_at <= :now
+AND (:group IS NULL OR j.group_key = :group)
+AND (j.group_key IS NULL OR (
+    NOT EXISTS (SELECT 1 FROM jobs AS r
+                WHERE r.group_key = j.group_key AND r.state = 'running')
+    AND NOT EXISTS (SELECT 1 FROM jobs AS o
+                    WHERE o.group_key = j.group_key AND o.state = 'queued' AND o.id < j.id)))
+
+-- name: claim_set
+-- What a claim sets on the jobs it starts under its lease.
+state = 'running',
+attempts = attempts + 1,
+worker = :worker,
+lease_token = :token,
+lease_expires_at = :lease_expires_at,
+started_at = :now,
+progress = NULL,
+progress_message = NULL
 
 -- name: event_insert_for_jobs
 -- One event for each job of :ids (claim, cancel, retry). :kinds maps the state
@@ -114,26 +122,19 @@ RETURNING jobs.id, jobs.cancel_requested
 -- run_at], ...]. Each item names the lease it was claimed under, and a stale
 -- token changes nothing: that is the fence against a worker that lost its
 -- lease. A rescue also needs the lease to have run out by :now (a worker that
--- renewed it meanwhile keeps its job). A job whose cancel was requested ends
--- cancelled, whatever the outcome, unless it succeeded. Snooze and release
--- give the attempt back.
+-- renewed it meanwhile keeps its job). Where the job goes is finish_requeues
+-- (rules.sql): queued again, or ended.
 UPDATE jobs
 SET state = CASE
         WHEN f.kind = 'complete' THEN 'succeeded'
-        WHEN NOT jobs.cancel_requested AND (f.kind IN ('snooze', 'release')
-             OR (f.kind IN ('retry', 'rescue', 'take_back') AND jobs.attempts < jobs.max_attempts))
-        THEN 'queued'
+        WHEN {{conveyor.store/rules.sql:finish_requeues}} THEN 'queued'
         WHEN jobs.cancel_requested OR f.kind = 'cancelled' THEN 'cancelled'
         ELSE 'failed' END,
     run_at = CASE
-        WHEN NOT jobs.cancel_requested AND (f.kind IN ('snooze', 'release')
-             OR (f.kind IN ('retry', 'rescue', 'take_back') AND jobs.attempts < jobs.max_attempts))
+        WHEN {{conveyor.store/rules.sql:finish_requeues}}
         THEN coalesce(f.run_at, CASE WHEN f.kind IN ('rescue', 'take_back') THEN :now END, jobs.run_at)
         ELSE jobs.run_at END,
-    finished_at = CASE
-        WHEN NOT jobs.cancel_requested AND (f.kind IN ('snooze', 'release')
-             OR (f.kind IN ('retry', 'rescue', 'take_back') AND jobs.attempts < jobs.max_attempts))
-        THEN NULL ELSE :now END,
+    finished_at = CASE WHEN {{conveyor.store/rules.sql:finish_requeues}} THEN NULL ELSE :now END,
     attempts = jobs.attempts - (f.kind IN ('snooze', 'release')),
     result = CASE WHEN f.kind = 'complete' THEN f.result ELSE jobs.result END,
     error = coalesce(f.error, jobs.error),
@@ -150,18 +151,12 @@ RETURNING jobs.id
 
 -- name: event_insert_finished
 -- The events of the jobs job_finish just changed (same transaction). :items is
--- [[id, kind], ...]. Each job gets one event named after what became of it; a
--- rescue that did not queue the job again also records how it ended, after
--- all the "rescued" events. Snooze and release gave the attempt back, so
--- their events add one to name the attempt that ran.
+-- [[id, kind], ...]. Each job gets one event named after what became of it
+-- (finish_event_kind); a rescue that did not queue the job again also records
+-- how it ended, after all the "rescued" events. Snooze and release gave the
+-- attempt back, so their events add one to name the attempt that ran.
 INSERT INTO events (job_id, queue, task, kind, attempt, worker, at, error)
-SELECT jobs.id, queue, task,
-       CASE WHEN o.ordinal = 2 THEN jobs.state
-            WHEN f.kind IN ('rescue', 'take_back') THEN 'rescued'
-            WHEN jobs.state <> 'queued' THEN jobs.state
-            WHEN f.kind = 'retry' THEN 'retried'
-            WHEN f.kind = 'snooze' THEN 'snoozed'
-            ELSE 'released' END,
+SELECT jobs.id, queue, task, {{conveyor.store/rules.sql:finish_event_kind}},
        attempts + (f.kind IN ('snooze', 'release')), worker, :now,
        CASE WHEN f.kind IN ('retry', 'fail', 'rescue', 'take_back') THEN error END
 FROM (SELECT value ->> 0 AS id, value ->> 1 AS kind FROM json_each(:items)) AS f
@@ -299,19 +294,14 @@ SELECT count(*) FROM jobs WHERE finished_at >= :since
 -- claimed, a busy group, a pause or a full concurrency limit holds them, a timer
 -- set to their (past) run_at would claim in a loop, and what frees them (a job
 -- that ends, a resume) wakes the workers. A spent moment (a window that slides
--- while no job waits) costs one empty claim, never a loop.
+-- while no job waits) costs one empty claim, never a loop. :limit is as large
+-- as a claim's can be.
 WITH asked AS (
     SELECT q.value AS queue FROM json_each(:queues) AS q
     WHERE q.value NOT IN (SELECT name FROM queues WHERE paused)
 ), lim AS (
-    SELECT l.*,
-           min(CASE WHEN l.throttled_until > :now THEN 0 ELSE 1 END,
-               coalesce(l.concurrency - (SELECT count(*) FROM jobs AS r
-                                         WHERE r.queue = l.queue AND r.state = 'running'), 1),
-               coalesce(l.rate - (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
-                                  WHERE s.queue = l.queue AND s.at > :now - l.per), 1)) AS allow
-    FROM limits AS l
-    WHERE l.queue IN (SELECT queue FROM asked)
+    SELECT u.*, {{queue_allow}} AS allow
+    FROM (SELECT {{limit_use}} FROM limits AS l WHERE l.queue IN (SELECT queue FROM asked)) AS u
 ), open_lim AS (
     -- While a queue's throttle lasts, its end is the only moment that counts.
     SELECT * FROM lim WHERE throttled_until IS NULL OR throttled_until <= :now
@@ -324,34 +314,8 @@ WITH asked AS (
     -- A ready job a claim would take now: job_claim_limited's tests, job by job.
     SELECT :now FROM lim AS a
     WHERE a.allow > 0
-      AND EXISTS (
-          SELECT 1 FROM jobs AS j
-          WHERE j.state = 'queued'
-            AND j.queue = a.queue
-            AND j.run_at <= :now
-            AND (:group IS NULL OR j.group_key = :group)
-            AND (j.group_key IS NULL OR (
-                NOT EXISTS (SELECT 1 FROM jobs AS r
-                            WHERE r.group_key = j.group_key AND r.state = 'running')
-                AND NOT EXISTS (SELECT 1 FROM jobs AS o
-                                WHERE o.group_key = j.group_key AND o.state = 'queued'
-                                  AND o.id < j.id)))
-            AND (j.limit_key IS NULL OR (
-                NOT EXISTS (SELECT 1 FROM limit_throttles AS t
-                            WHERE t.queue = j.queue AND t.limit_key = j.limit_key
-                              AND t.until > :now)
-                AND (a.key_concurrency IS NULL
-                     OR (SELECT count(*) FROM jobs AS r
-                         WHERE r.queue = j.queue AND r.limit_key = j.limit_key
-                           AND r.state = 'running') < a.key_concurrency)
-                AND (a.key_rate IS NULL
-                     OR (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
-                         WHERE s.queue = j.queue AND s.limit_key = j.limit_key
-                           AND s.at > :now - a.key_per) < a.key_rate)
-                AND NOT EXISTS (SELECT 1 FROM jobs AS o
-                                WHERE o.queue = j.queue AND o.limit_key = j.limit_key
-                                  AND o.state = 'queued' AND o.id < j.id
-                                  AND o.run_at <= :now))))
+      AND EXISTS (SELECT 1 FROM jobs AS j
+                  WHERE j.queue = a.queue AND {{claimable}} AND {{key_within_room}})
     UNION ALL
     SELECT throttled_until FROM lim WHERE throttled_until > :now
     UNION ALL
@@ -431,30 +395,13 @@ DELETE FROM leaders WHERE name = :name AND holder = :holder
 -- Bulk manual retry: up to :limit failed jobs of :queue (all queues when NULL)
 -- that failed at or before :before. The cutoff is the start of the whole
 -- operation, so a job that fails again while a long retry runs is not picked up
--- a second time. A keyed job goes back only when it is the newest job of its key
--- and no live job holds the key: two retried jobs of one key would both be live.
-UPDATE jobs
-SET state = 'queued',
-    attempts = 0,
-    run_at = :now,
-    cancel_requested = 0,
-    worker = NULL,
-    result = NULL,
-    error = NULL,
-    progress = NULL,
-    progress_message = NULL,
-    started_at = NULL,
-    finished_at = NULL
+-- a second time. Keys: retry_key_rule (rules.sql).
+UPDATE jobs SET {{conveyor.store/rules.sql:manual_requeue}}
 WHERE id IN (
     SELECT j.id FROM jobs AS j
     WHERE j.state = 'failed' AND j.finished_at <= :before
       AND (:queue IS NULL OR j.queue = :queue)
-      AND (j.key IS NULL OR (
-          j.id = (SELECT max(o.id) FROM jobs AS o WHERE o.queue = j.queue AND o.key = j.key)
-          AND NOT EXISTS (
-              SELECT 1 FROM jobs AS other
-              WHERE other.queue = j.queue AND other.key = j.key
-                AND other.state IN ('queued', 'running'))))
+      AND {{conveyor.store/rules.sql:retry_key_rule}}
     ORDER BY j.id
     LIMIT :limit)
 RETURNING id, queue  -- every job retried here was failed
@@ -609,30 +556,14 @@ queue = :queue AND state = :base_state
 batch = :batch
 
 -- name: job_retry_many
--- Manual retry of the failed or cancelled jobs among :ids, with job_retry_failed's
--- rule for keys: only the newest job of a key, and only while no live job holds it.
-UPDATE jobs
-SET state = 'queued',
-    attempts = 0,
-    run_at = :now,
-    cancel_requested = 0,
-    worker = NULL,
-    result = NULL,
-    error = NULL,
-    progress = NULL,
-    progress_message = NULL,
-    started_at = NULL,
-    finished_at = NULL
+-- Manual retry of the failed or cancelled jobs among :ids, with the rule for
+-- keys of job_retry_failed.
+UPDATE jobs SET {{conveyor.store/rules.sql:manual_requeue}}
 WHERE id IN (
     SELECT j.id FROM jobs AS j
     WHERE j.id IN (SELECT value FROM json_each(:ids))
       AND (j.state = 'failed' OR j.state = 'cancelled')
-      AND (j.key IS NULL OR (
-          j.id = (SELECT max(o.id) FROM jobs AS o WHERE o.queue = j.queue AND o.key = j.key)
-          AND NOT EXISTS (
-              SELECT 1 FROM jobs AS other
-              WHERE other.queue = j.queue AND other.key = j.key
-                AND other.state IN ('queued', 'running')))))
+      AND {{conveyor.store/rules.sql:retry_key_rule}})
 RETURNING id
 
 -- name: job_cancel_many_queued
@@ -707,81 +638,23 @@ SELECT 1 FROM limits WHERE queue IN (SELECT value FROM json_each(:queues)) LIMIT
 
 -- name: job_claim_limited
 -- job_claim, for queues of which some have limits. Each asked queue gets an
--- allowance (:limit without limits; else what its throttle, concurrency and
--- rate leave). A job with a limit key is claimable when it is one of its key's
--- oldest ready jobs, as many as the key has room for, so a key with a long
--- backlog is passed over like a busy group instead of filling the claim's
--- candidates with jobs it may not start. Of the candidates, at most a queue's
--- allowance per queue are taken.
+-- allowance (:limit without limits; else queue_allow), and a job with a limit
+-- key must be within its key's room (key_within_room). Of the candidates, at
+-- most a queue's allowance per queue are taken.
 WITH asked AS (
-    SELECT q.value AS queue,
-           l.queue IS NOT NULL AS limited,
-           l.key_rate, l.key_per, l.key_concurrency,
-           CASE WHEN l.queue IS NULL THEN :limit ELSE min(
-               :limit,
-               CASE WHEN l.throttled_until > :now THEN 0 ELSE :limit END,
-               coalesce(l.concurrency - (SELECT count(*) FROM jobs AS r
-                                         WHERE r.queue = l.queue AND r.state = 'running'),
-                        :limit),
-               coalesce(l.rate - (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
-                                  WHERE s.queue = l.queue AND s.at > :now - l.per),
-                        :limit))
-           END AS allow,
-           -- The room of each limit key in use (running, started in the key rate's
-           -- window, or throttled), read once per claim: {"customer-42": 0, ...}.
-           -- A key not in it has all its room.
-           (SELECT json_group_object(k.limit_key, k.room) FROM (
-                SELECT u.limit_key,
-                       min(CASE WHEN max(u.throttled) THEN 0 ELSE :limit END,
-                           coalesce(l.key_concurrency - sum(u.running), :limit),
-                           coalesce(l.key_rate - sum(u.started), :limit)) AS room
-                FROM (
-                    SELECT r.limit_key, 1 AS running, 0 AS started, 0 AS throttled
-                    FROM jobs AS r
-                    WHERE r.queue = l.queue AND r.state = 'running'
-                      AND r.limit_key IS NOT NULL
-                    UNION ALL
-                    SELECT s.limit_key, 0, s.jobs, 0 FROM limit_starts AS s
-                    WHERE s.queue = l.queue AND s.limit_key IS NOT NULL
-                      AND s.at > :now - l.key_per
-                    UNION ALL
-                    SELECT t.limit_key, 0, 0, 1 FROM limit_throttles AS t
-                    WHERE t.queue = l.queue AND t.until > :now
-                ) AS u
-                GROUP BY u.limit_key
-            ) AS k) AS key_rooms
+    SELECT q.value AS queue, u.*,
+           CASE WHEN u.queue IS NULL THEN :limit ELSE {{queue_allow}} END AS allow
     FROM json_each(:queues) AS q
-    LEFT JOIN limits AS l ON l.queue = q.value
+    LEFT JOIN (SELECT {{limit_use}} FROM limits AS l
+               WHERE l.queue IN (SELECT value FROM json_each(:queues))) AS u
+           ON u.queue = q.value
     WHERE q.value NOT IN (SELECT name FROM queues WHERE paused)
 ), candidates AS (
     SELECT c.id, c.priority, c.queue, a.allow
     FROM asked AS a
     JOIN jobs AS c ON c.id IN (
         SELECT j.id FROM jobs AS j
-        WHERE j.state = 'queued'
-          AND j.queue = a.queue
-          AND j.run_at <= :now
-          AND (:group IS NULL OR j.group_key = :group)
-          AND (j.group_key IS NULL OR (
-              NOT EXISTS (SELECT 1 FROM jobs AS r
-                          WHERE r.group_key = j.group_key AND r.state = 'running')
-              AND NOT EXISTS (SELECT 1 FROM jobs AS o
-                              WHERE o.group_key = j.group_key AND o.state = 'queued'
-                                AND o.id < j.id)))
-          -- A job with a limit key: one of its key's oldest ready jobs, as many as
-          -- the key has room for (what its throttle, concurrency and rate leave;
-          -- the older ones counted up to :limit, all a claim may take).
-          AND (j.limit_key IS NULL OR NOT a.limited OR (
-              SELECT CASE WHEN k.room > 0 THEN (
-                         SELECT count(*) FROM (
-                             SELECT 1 FROM jobs AS o
-                             WHERE o.queue = j.queue AND o.limit_key = j.limit_key
-                               AND o.state = 'queued' AND o.id < j.id AND o.run_at <= :now
-                             LIMIT :limit)) < k.room
-                     ELSE 0 END
-              FROM (SELECT coalesce(a.key_rooms ->> j.limit_key,
-                                    min(coalesce(a.key_concurrency, :limit),
-                                        coalesce(a.key_rate, :limit))) AS room) AS k))
+        WHERE j.queue = a.queue AND {{claimable}} AND {{key_within_room}}
         ORDER BY j.priority DESC, j.id
         LIMIT :limit)
     WHERE a.allow > 0
@@ -796,17 +669,71 @@ WITH asked AS (
     ORDER BY priority DESC, id
     LIMIT :limit
 )
-UPDATE jobs
-SET state = 'running',
-    attempts = attempts + 1,
-    worker = :worker,
-    lease_token = :token,
-    lease_expires_at = :lease_expires_at,
-    started_at = :now,
-    progress = NULL,
-    progress_message = NULL
+UPDATE jobs SET {{claim_set}}
 WHERE id IN (SELECT id FROM chosen)
 RETURNING *
+
+-- name: limit_use
+-- How full limits row l is: its running jobs, its starts in the queue rate's
+-- window, and key_rooms, the room each limit key in use has left (running,
+-- started in the key rate's window, or throttled) as one JSON map read once per
+-- claim ({"customer-42": 0, ...}); NULL in it when the key has no limit of its
+-- own. A key not in it has all its room (key_room).
+l.*,
+(SELECT count(*) FROM jobs AS r WHERE r.queue = l.queue AND r.state = 'running') AS running,
+(SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
+ WHERE s.queue = l.queue AND s.at > :now - l.per) AS started,
+(SELECT json_group_object(k.limit_key, k.room) FROM (
+     SELECT x.limit_key,
+            -- min() of SQLite is NULL when any argument is: "no limit" is the
+            -- largest integer for it, and NULL again after.
+            nullif(min(CASE WHEN max(x.throttled) THEN 0 ELSE 2147483647 END,
+                       coalesce(l.key_concurrency - sum(x.running), 2147483647),
+                       coalesce(l.key_rate - sum(x.started), 2147483647)), 2147483647) AS room
+     FROM (
+         SELECT r.limit_key, 1 AS running, 0 AS started, 0 AS throttled
+         FROM jobs AS r
+         WHERE r.queue = l.queue AND r.state = 'running' AND r.limit_key IS NOT NULL
+         UNION ALL
+         SELECT s.limit_key, 0, s.jobs, 0 FROM limit_starts AS s
+         WHERE s.queue = l.queue AND s.limit_key IS NOT NULL AND s.at > :now - l.key_per
+         UNION ALL
+         SELECT t.limit_key, 0, 0, 1 FROM limit_throttles AS t
+         WHERE t.queue = l.queue AND t.until > :now
+     ) AS x
+     GROUP BY x.limit_key
+ ) AS k) AS key_rooms
+
+-- name: queue_allow
+-- How many jobs of the queue of u (a row of limit_use) may start now: at most
+-- :limit, none while the queue is throttled, else what its concurrency and rate
+-- leave.
+min(:limit,
+    CASE WHEN u.throttled_until > :now THEN 0 ELSE :limit END,
+    coalesce(u.concurrency - u.running, :limit),
+    coalesce(u.rate - u.started, :limit))
+
+-- name: key_room
+-- The room left to the limit key of job j under a (a row of limit_use); NULL
+-- when the job has no key, or its key no limit of its own.
+CASE WHEN j.limit_key IS NOT NULL AND a.queue IS NOT NULL THEN
+    coalesce(a.key_rooms ->> j.limit_key,
+             nullif(min(coalesce(a.key_concurrency, 2147483647),
+                        coalesce(a.key_rate, 2147483647)), 2147483647))
+END
+
+-- name: key_within_room
+-- Whether job j of queue a (a row of limit_use) is within its key's room: a job
+-- with a limit key only when it is one of its key's oldest ready jobs, as many
+-- as the key has room for (the older ones counted up to :limit), so a key with
+-- a long backlog is passed over like a busy group.
+(SELECT k.room IS NULL OR (k.room > 0 AND (
+     SELECT count(*) FROM (
+         SELECT 1 FROM jobs AS o
+         WHERE o.queue = j.queue AND o.limit_key = j.limit_key
+           AND o.state = 'queued' AND o.id < j.id AND o.run_at <= :now
+         LIMIT :limit)) < k.room)
+ FROM (SELECT {{key_room}} AS room) AS k)
 
 -- name: limit_record_starts
 -- The starts of a claim, for the rates that count them (same transaction): one
@@ -889,40 +816,32 @@ SELECT queue, rate, per, concurrency, key_rate, key_per, key_concurrency, thrott
 FROM limits WHERE queue = :queue
 
 -- name: limit_usage
--- Every limit and how full it is at :now: running jobs, starts in the queue
--- rate's window, ready jobs, and of the keys with ready jobs those that are
--- held back (no room left: throttled, or at their rate or concurrency) and the
--- ready jobs beyond their keys' room. Reads every ready job with a limit key of
--- a limited queue: a view for operators, not a path of the claim.
-WITH per_key AS (
-    SELECT j.queue, j.limit_key, count(*) AS ready, min(
-        CASE WHEN EXISTS (SELECT 1 FROM limit_throttles AS t
-                          WHERE t.queue = j.queue AND t.limit_key = j.limit_key
-                            AND t.until > :now) THEN 0 ELSE 2147483647 END,
-        coalesce(l.key_concurrency - (SELECT count(*) FROM jobs AS r
-                                      WHERE r.queue = j.queue AND r.limit_key = j.limit_key
-                                        AND r.state = 'running'), 2147483647),
-        coalesce(l.key_rate - (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
-                               WHERE s.queue = j.queue AND s.limit_key = j.limit_key
-                                 AND s.at > :now - l.key_per), 2147483647)) AS room
-    FROM jobs AS j JOIN limits AS l ON l.queue = j.queue
-    WHERE j.limit_key IS NOT NULL AND j.state = 'queued' AND j.run_at <= :now
-    GROUP BY j.queue, j.limit_key
+-- Every limit and how full it is at :now (limit_use): running jobs, starts in
+-- the queue rate's window, ready jobs, and of the keys with ready jobs those
+-- that are held back (no room left: throttled, or at their rate or concurrency)
+-- and the ready jobs beyond their keys' room. Reads every ready job with a
+-- limit key of a limited queue: a view for operators, not a path of the claim.
+WITH used AS (
+    SELECT {{limit_use}} FROM limits AS l
+), per_key AS (
+    SELECT queue, limit_key, count(*) AS ready, min(room) AS room
+    FROM (SELECT a.queue, j.limit_key, {{key_room}} AS room
+          FROM jobs AS j JOIN used AS a ON a.queue = j.queue
+          WHERE j.limit_key IS NOT NULL AND j.state = 'queued' AND j.run_at <= :now)
+    GROUP BY queue, limit_key
 )
-SELECT l.queue, l.rate, l.per, l.concurrency, l.key_rate, l.key_per, l.key_concurrency,
-       l.throttled_until,
-       (SELECT count(*) FROM jobs AS r WHERE r.queue = l.queue AND r.state = 'running'),
-       CASE WHEN l.rate IS NULL THEN 0 ELSE (
-           SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s WHERE s.queue = l.queue AND s.at > :now - l.per)
-       END,
+SELECT u.queue, u.rate, u.per, u.concurrency, u.key_rate, u.key_per, u.key_concurrency,
+       u.throttled_until, u.running, CASE WHEN u.rate IS NULL THEN 0 ELSE u.started END,
        (SELECT count(*) FROM jobs AS q
-        WHERE q.queue = l.queue AND q.state = 'queued' AND q.run_at <= :now),
-       (SELECT count(*) FROM per_key AS k WHERE k.queue = l.queue AND k.room <= 0),
-       (SELECT coalesce(sum(max(k.ready - max(k.room, 0), 0)), 0) FROM per_key AS k
-        WHERE k.queue = l.queue),
-       (SELECT count(*) FROM limit_throttles AS t WHERE t.queue = l.queue AND t.until > :now)
-FROM limits AS l
-ORDER BY l.queue
+        WHERE q.queue = u.queue AND q.state = 'queued' AND q.run_at <= :now),
+       (SELECT count(*) FROM per_key AS k WHERE k.queue = u.queue AND k.room <= 0),
+       -- room NULL: the key has no limit of its own.
+       (SELECT coalesce(sum(CASE WHEN k.room IS NULL THEN 0
+                                 ELSE max(k.ready - max(k.room, 0), 0) END), 0)
+        FROM per_key AS k WHERE k.queue = u.queue),
+       (SELECT count(*) FROM limit_throttles AS t WHERE t.queue = u.queue AND t.until > :now)
+FROM used AS u
+ORDER BY u.queue
 
 -- name: limit_prune_all_starts
 -- Maintenance: starts that left every window of their queue (or whose queue has

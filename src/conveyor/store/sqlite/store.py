@@ -59,6 +59,8 @@ from conveyor.store.sql import Migration, load_migrations, load_queries
 from conveyor.store.sqlite.watcher import DataVersionWatcher
 
 _Q = load_queries("conveyor.store.sqlite")
+#: A count no claim reaches (SQLite's 32-bit "no limit").
+_NO_LIMIT = 2**31 - 1
 _MIGRATIONS = load_migrations("conveyor.store.sqlite")
 _PRAGMAS = (
     "PRAGMA journal_mode = WAL",
@@ -417,7 +419,12 @@ class SQLiteStore:
         self, queues: Sequence[str], now: datetime | None = None, group: str | None = None
     ) -> float | None:
         now_ts = _ts(now or utcnow())
-        params = {"queues": json.dumps(list(queues)), "now": now_ts, "group": group}
+        params = {
+            "queues": json.dumps(list(queues)),
+            "now": now_ts,
+            "group": group,
+            "limit": _NO_LIMIT,  # as large as a claim's can be
+        }
         value = self._conn().execute(_Q["next_run_at"], params).fetchone()[0]
         return None if value is None else max(0.0, value - now_ts)
 
