@@ -109,3 +109,30 @@ def test_an_included_block_comes_without_its_leading_comment() -> None:
 def uncommented(block: str) -> str:
     """A block as an include puts it in place: without its leading comment lines."""
     return "\n".join(line for line in block.split("\n") if not line.startswith("--")).strip()
+
+
+def test_a_file_starts_from_another_files_blocks(tmp_path: Path) -> None:
+    """``-- with:`` reads a shared file's blocks as this file's; pyformat turns :name."""
+    package = tmp_path / "sqlwith_demo"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "shared.sql").write_text(
+        "-- name: due\n-- Comments keep :words.\nrun_at <= {{now}} AND id = :id AND x::text = 'a'\n"
+    )
+    (package / "pg.sql").write_text(
+        "-- The dialect.\n-- with: sqlwith_demo/shared.sql as pyformat\n\n"
+        "-- name: now\ncoalesce(%(now)s, now())\n-- name: pick\nSELECT 1 WHERE {{due}}\n"
+    )
+    (package / "twice.sql").write_text("-- with: sqlwith_demo/shared.sql\n-- name: due\nSELECT 2\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        queries = load_queries("sqlwith_demo", "pg.sql")
+        assert queries["pick"] == (
+            "SELECT 1 WHERE run_at <= coalesce(%(now)s, now()) AND id = %(id)s AND x::text = 'a'"
+        )
+        assert "-- Comments keep :words." in queries["due"]
+        with pytest.raises(ValueError, match="defines 'due' twice"):
+            load_queries("sqlwith_demo", "twice.sql")
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("sqlwith_demo", None)

@@ -12,8 +12,15 @@ two statements. A block of another file is included as
 a layer above the store writes its own statements in its own files and still
 follows the store's rules, such as the rules of an enqueue, without a copy.
 An include in such a block that its own file does not define is filled from
-the including file: ``conveyor.store/rules.sql`` writes the rules that read the
-same in both dialects once, and each dialect supplies its ``{{now}}``.
+the including file.
+
+A file may start from another's blocks with a line ``-- with: package/file.sql``
+(``-- with: conveyor.store/shared.sql as pyformat``): that file's blocks are
+read as if written in this one, so the statements and rules that read the same
+in both SQL dialects are written once, in ``conveyor.store/shared.sql``, with
+``:name`` placeholders (``as pyformat`` turns them into psycopg's
+``%(name)s``), and each dialect supplies what differs, such as its ``{{now}}``.
+A block both files define is refused.
 """
 
 from __future__ import annotations
@@ -26,6 +33,9 @@ _NAME_LINE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 _MIGRATION_FILE = re.compile(r"^(\d{3})_(\w+)\.sql$")
 # {{name}}, or {{package/file.sql:name}} for a block of another file.
 _INCLUDE = re.compile(r"\{\{(?:([\w.]+)/([\w.-]+):)?(\w+)\}\}")
+_WITH = re.compile(r"^--\s*with:\s*([\w.]+)/([\w.-]+)(\s+as\s+pyformat)?\s*$", re.MULTILINE)
+# A :name placeholder, not part of a ::cast.
+_NAMED = re.compile(r"(?<![:\w]):(\w+)")
 
 #: Files being read, so that two files that include each other are refused, not recursed.
 _reading: set[tuple[str, str]] = set()
@@ -41,6 +51,14 @@ def load_queries(package: str, file: str = "queries.sql", *, strict: bool = True
     if source in _reading:
         raise ValueError(f"{package}/{file} includes blocks of itself through another file")
     text = resources.files(package).joinpath(file).read_text(encoding="utf-8")
+    start = _NAME_LINE.search(text)
+    preamble, rest = (text[: start.start()], text[start.start() :]) if start else (text, "")
+    for base_package, base_file, pyformat in _WITH.findall(preamble):
+        base = resources.files(base_package).joinpath(base_file).read_text(encoding="utf-8")
+        if pyformat:
+            base = "\n".join(map(_pyformat, base.split("\n")))
+        # The base's blocks after this file's preamble, before its own blocks.
+        text = preamble + base + "\n" + rest
     _reading.add(source)
     try:
         return parse_queries(text, where=f"{package}/{file}", strict=strict)
@@ -94,6 +112,12 @@ def _expand(
         return _uncommented(_expand(other, queries, where, (*seen, name), others, strict))
 
     return _INCLUDE.sub(include, queries[name])
+
+
+def _pyformat(line: str) -> str:
+    """A line with its ``:name`` placeholders as ``%(name)s`` (its comment left as it is)."""
+    code, dashes, comment = line.partition("--")
+    return _NAMED.sub(r"%(\1)s", code) + dashes + comment
 
 
 def _uncommented(block: str) -> str:

@@ -14,6 +14,8 @@
 -- Pooled connections run in autocommit: each statement here is a transaction of
 -- its own, which is why every change carries its events and notifications.
 
+-- with: conveyor.store/shared.sql as pyformat
+
 -- name: migrations_table
 CREATE TABLE IF NOT EXISTS schema_migrations (
     version    integer PRIMARY KEY,
@@ -27,12 +29,6 @@ SELECT pg_advisory_xact_lock(7245018)
 
 -- name: migrations_exist
 SELECT to_regclass('schema_migrations') IS NOT NULL
-
--- name: schema_version
-SELECT coalesce(max(version), 0) FROM schema_migrations
-
--- name: migration_record
-INSERT INTO schema_migrations (version, name, applied_at) VALUES (%(version)s, %(name)s, %(now)s)
 
 -- name: job_insert
 -- One row per input, in input order: (id, inserted). The insert itself, its
@@ -64,9 +60,6 @@ SELECT * FROM jobs
 WHERE key IS NOT NULL
   AND (queue, key) IN (SELECT * FROM unnest(%(queues)s::text[], %(keys)s::text[]))
 ORDER BY id DESC
-
--- name: job_get
-SELECT * FROM jobs WHERE id = %(id)s
 
 -- name: job_get_many
 SELECT * FROM jobs WHERE id = ANY(%(ids)s::bigint[])
@@ -175,14 +168,14 @@ WITH changed AS (
     UPDATE jobs
     SET state = CASE
             WHEN f.kind = 'complete' THEN 'succeeded'
-            WHEN {{conveyor.store/rules.sql:finish_requeues}} THEN 'queued'
+            WHEN {{finish_requeues}} THEN 'queued'
             WHEN jobs.cancel_requested OR f.kind = 'cancelled' THEN 'cancelled'
             ELSE 'failed' END,
         run_at = CASE
-            WHEN {{conveyor.store/rules.sql:finish_requeues}}
+            WHEN {{finish_requeues}}
             THEN coalesce(f.run_at, CASE WHEN f.kind IN ('rescue', 'take_back') THEN {{now}} END, jobs.run_at)
             ELSE jobs.run_at END,
-        finished_at = CASE WHEN {{conveyor.store/rules.sql:finish_requeues}} THEN NULL ELSE {{now}} END,
+        finished_at = CASE WHEN {{finish_requeues}} THEN NULL ELSE {{now}} END,
         attempts = jobs.attempts - CASE WHEN f.kind IN ('snooze', 'release') THEN 1 ELSE 0 END,
         result = CASE WHEN f.kind = 'complete' THEN f.result ELSE jobs.result END,
         error = coalesce(f.error, jobs.error),
@@ -202,7 +195,7 @@ WITH changed AS (
     -- queue the job again also records how it ended, after all the "rescued"
     -- events. Snooze and release gave the attempt back: their events add one.
     INSERT INTO events (job_id, queue, task, kind, attempt, worker, at, error)
-    SELECT id, queue, task, {{conveyor.store/rules.sql:finish_event_kind}},
+    SELECT id, queue, task, {{finish_event_kind}},
            attempts + CASE WHEN f.kind IN ('snooze', 'release') THEN 1 ELSE 0 END,
            worker, {{now}},
            CASE WHEN f.kind IN ('retry', 'fail', 'rescue', 'take_back') THEN error END
@@ -232,11 +225,6 @@ FROM changed,
 -- notification (the payload limit is 8000 bytes).
 SELECT count(pg_notify('conveyor_done', d.ids))
 FROM (SELECT string_agg(id::text, ',') AS ids FROM ended GROUP BY id / 400) AS d
-
--- name: job_progress
-UPDATE jobs
-SET progress = coalesce(%(fraction)s, progress), progress_message = %(message)s
-WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running'
 
 -- name: job_expired_leases
 -- Running jobs whose lease ran out (on the server's clock unless %(now)s is
@@ -320,10 +308,6 @@ WITH counted AS MATERIALIZED (
 )
 UPDATE finished_counts_folded SET xid = newest.xid, seq = newest.seq FROM newest
 
--- name: finished_counts_prune
--- Queues whose finished jobs are all gone leave a zero behind: forget it.
-DELETE FROM finished_counts WHERE jobs = 0
-
 -- name: finished_counts_lock
 -- A delete's lock on the offset, taken first in its transaction: while it is
 -- held no fold moves the offset, so the delete and the folds agree on which of
@@ -362,9 +346,6 @@ uncounted AS (
     ON CONFLICT (queue, state) DO UPDATE SET jobs = finished_counts.jobs + excluded.jobs
 )
 
--- name: stats_finished_since
-SELECT count(*) FROM jobs WHERE finished_at >= %(since)s
-
 -- name: next_run_in
 -- Seconds until the next queued job of the queues that is not due yet becomes
 -- due, on the server's clock. Jobs already due are left out: if they were not
@@ -380,20 +361,6 @@ WHERE state = 'queued'
   AND queue = ANY(%(queues)s::text[])
   AND NOT EXISTS (SELECT 1 FROM queues AS p WHERE p.name = jobs.queue AND p.paused)
 
--- name: periodic_tick_take
--- Record %(tick)s as the last enqueued tick of periodic task %(name)s, unless it
--- (or a later one) already is: one row comes back when this caller takes the tick.
-INSERT INTO periodic_ticks (name, last_tick, updated_at) VALUES (%(name)s, %(tick)s, %(now)s)
-ON CONFLICT (name) DO UPDATE SET last_tick = excluded.last_tick, updated_at = excluded.updated_at
-WHERE periodic_ticks.last_tick < excluded.last_tick
-RETURNING name
-
--- name: periodic_tick_job
-UPDATE periodic_ticks SET job_id = %(job_id)s WHERE name = %(name)s
-
--- name: periodic_last_ticks
-SELECT name, last_tick FROM periodic_ticks
-
 -- name: queue_set_paused
 WITH changed AS (
     INSERT INTO queues (name, paused, updated_at) VALUES (%(name)s, %(paused)s, %(now)s)
@@ -401,37 +368,6 @@ WITH changed AS (
     RETURNING name, paused
 )
 SELECT name, CASE WHEN NOT paused THEN pg_notify('conveyor_jobs', name) END FROM changed
-
--- name: queue_list
-SELECT name, paused FROM queues
-
--- name: worker_register
-INSERT INTO workers (id, host, pid, queues, concurrency, jobs_in_hand, started_at, last_seen_at)
-VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s, %(concurrency)s, 0, %(now)s, %(now)s)
-ON CONFLICT (id) DO UPDATE SET last_seen_at = excluded.last_seen_at
-
--- name: worker_beat
-UPDATE workers SET last_seen_at = %(now)s, jobs_in_hand = %(jobs_in_hand)s WHERE id = %(id)s
-
--- name: worker_unregister
-DELETE FROM workers WHERE id = %(id)s
-
--- name: worker_list
-SELECT id, host, pid, queues::text, concurrency, jobs_in_hand, started_at, last_seen_at
-FROM workers ORDER BY started_at, id
-
--- name: worker_prune
-DELETE FROM workers WHERE last_seen_at < %(before)s
-
--- name: leader_acquire
--- Take the lease when it is free or expired, or renew it when it is ours.
-INSERT INTO leaders (name, holder, expires_at) VALUES (%(name)s, %(holder)s, %(expires_at)s)
-ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
-WHERE leaders.holder = excluded.holder OR leaders.expires_at < %(now)s
-RETURNING holder
-
--- name: leader_release
-DELETE FROM leaders WHERE name = %(name)s AND holder = %(holder)s
 
 -- name: job_retry_failed
 -- Bulk manual retry: up to %(limit)s failed jobs of %(queue)s (all queues when
@@ -442,7 +378,7 @@ WITH picked AS (
     SELECT j.id, j.state FROM jobs AS j
     WHERE j.state = 'failed' AND j.finished_at <= %(before)s
       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
-      AND {{conveyor.store/rules.sql:retry_key_rule}}
+      AND {{retry_key_rule}}
     ORDER BY j.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -454,7 +390,7 @@ WITH picked AS (
 -- locked): each goes back to the queue as new, with its manual_retry event; it
 -- leaves its final state's count, and workers of its queue are woken.
 changed AS (
-    UPDATE jobs SET {{conveyor.store/rules.sql:manual_requeue}}
+    UPDATE jobs SET {{manual_requeue}}
     FROM picked
     WHERE jobs.id = picked.id AND jobs.state = picked.state
     RETURNING jobs.id, jobs.queue, jobs.task, jobs.attempts, picked.state AS was
@@ -530,24 +466,6 @@ GROUP BY queue, bucket
 -- jobs_queue_state, a common one may as well walk the primary key.
 SET LOCAL plan_cache_mode = force_custom_plan
 
--- name: queue_names
--- Every queue that has jobs or a pause setting. A loose index scan: each step
--- seeks the next name in jobs_queue_state, so twenty queues cost twenty seeks
--- however many jobs they hold (DISTINCT would read every entry).
-WITH RECURSIVE names (name) AS (
-    SELECT min(queue) FROM jobs
-    UNION ALL
-    SELECT (SELECT min(queue) FROM jobs WHERE queue > names.name)
-    FROM names WHERE names.name IS NOT NULL
-)
-SELECT name FROM names WHERE name IS NOT NULL
-UNION
-SELECT name FROM queues
-ORDER BY 1
-
--- name: batch_counts
-SELECT state, count(*) FROM jobs WHERE batch = %(batch)s GROUP BY state
-
 -- name: job_delete_terminal
 -- The archive names the jobs it wrote; only those still terminal and finished
 -- before its cutoff go (a job retried since then is live again, or newer).
@@ -575,10 +493,6 @@ SELECT id FROM gone
 -- attempt that left an error is retrying; due later otherwise is scheduled (the
 -- same rule as job.detailed_state).
 
--- name: job_newest_id
--- The newest job's id, from the primary key's end: where a search of arguments starts.
-SELECT coalesce(max(id), 0) FROM jobs
-
 -- name: selection_filters
 -- The filters of a selection that only skip rows: included by every job_select
 -- and job_count statement after its driving condition (which may repeat one of
@@ -597,56 +511,11 @@ id > %(args_floor)s
   AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s::text)) > 0)
   AND (%(args)s::text IS NULL OR (strpos(lower(args::text || ' ' || kwargs::text), lower(%(args)s::text)) > 0))
 
--- name: selection_state
--- A selection's state: a stored state, or one of the kinds of queued job.
-(%(state)s::text IS NULL OR state = %(state)s::text OR {{selection_shown}} = %(state)s::text)
-
--- name: selection_shown
--- The detailed state a count groups by.
-CASE WHEN state <> 'queued' THEN state
-            WHEN run_at <= %(now)s THEN 'ready'
-            WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
-            ELSE 'scheduled' END
-
--- name: job_select
--- A page of the jobs a selection names, newest first from before_id down. The
--- driver (one of the drive_* blocks, chosen in selection.py) is the condition
--- whose index walks the page.
-SELECT * FROM jobs
-WHERE {driver}
-  AND id < %(before_id)s
-  AND {{selection_filters}}
-  AND {{selection_state}}
-ORDER BY id DESC
-LIMIT %(limit)s
-
--- name: job_count
--- How many jobs a selection names, per detailed state; driven as job_select.
-SELECT {{selection_shown}} AS shown, count(*)
-FROM jobs
-WHERE {driver} AND {{selection_filters}}
-GROUP BY shown
-
 -- name: drive_all
 true
 
 -- name: drive_ids
 id = ANY(%(ids)s::bigint[])
-
--- name: drive_group
--- Walks jobs_group (migration 006).
-group_key = %(group)s::text
-
--- name: drive_queue
-queue = %(queue)s::text
-
--- name: drive_queue_state
--- Walks jobs_queue_state for one queue and stored state (base_state: queued for
--- ready, scheduled and retrying).
-queue = %(queue)s::text AND state = %(base_state)s::text
-
--- name: drive_batch
-batch = %(batch)s::text
 
 -- name: job_retry_many
 -- Manual retry of the failed or cancelled jobs among ids, with the rule for keys
@@ -655,7 +524,7 @@ WITH picked AS (
     SELECT j.id, j.state FROM jobs AS j
     WHERE j.id = ANY(%(ids)s::bigint[])
       AND j.state IN ('failed', 'cancelled')
-      AND {{conveyor.store/rules.sql:retry_key_rule}}
+      AND {{retry_key_rule}}
     ORDER BY j.id
     FOR UPDATE SKIP LOCKED
 ),
@@ -765,11 +634,6 @@ gone AS (
     DELETE FROM events WHERE job_id IN (SELECT id FROM gone) RETURNING queue, kind, xid, seq
 ),
 {{finished_counts_forget}}
-
--- name: queue_delete
-DELETE FROM queues WHERE name = %(name)s
-
--- The rules of an enqueue: one block, included by every statement that enqueues.
 
 -- name: job_insert_rules
 -- What every enqueue does with its rows, given a CTE named input (id, queue, task,
@@ -1097,10 +961,6 @@ WITH lifted AS (
 )
 SELECT coalesce(%(now)s::timestamptz, now()), pg_notify('conveyor_jobs', %(queue)s)
 
--- name: limit_get
-SELECT queue, rate, per, concurrency, key_rate, key_per, key_concurrency, throttled_until
-FROM limits WHERE queue = %(queue)s
-
 -- name: limit_usage
 -- Every limit and how full it is (limit_use): running jobs, starts in the queue
 -- rate's window, ready jobs, and of the keys with ready jobs those that are held
@@ -1139,12 +999,3 @@ WHERE at < %(now)s - make_interval(secs => %(slack)s::float8 + coalesce(
           (SELECT greatest(l.per, l.key_per) FROM limits AS l WHERE l.queue = limit_starts.queue),
           0))
 
--- name: limit_prune_throttles
-DELETE FROM limit_throttles WHERE until <= %(now)s
-
--- name: limit_prune_rows
--- Maintenance: queues whose last throttle ended and that have no limit.
-DELETE FROM limits
-WHERE rate IS NULL AND concurrency IS NULL AND key_rate IS NULL AND key_concurrency IS NULL
-  AND (throttled_until IS NULL OR throttled_until <= %(now)s)
-  AND NOT EXISTS (SELECT 1 FROM limit_throttles AS t WHERE t.queue = limits.queue)

@@ -6,18 +6,14 @@
 -- runs inside BEGIN IMMEDIATE, so SQLite's single writer makes each
 -- read-then-write atomic without row locks.
 
+-- with: conveyor.store/shared.sql
+
 -- name: migrations_table
 CREATE TABLE IF NOT EXISTS schema_migrations (
     version    INTEGER PRIMARY KEY,
     name       TEXT NOT NULL,
     applied_at REAL NOT NULL
 )
-
--- name: schema_version
-SELECT coalesce(max(version), 0) FROM schema_migrations
-
--- name: migration_record
-INSERT INTO schema_migrations (version, name, applied_at) VALUES (:version, :name, :now)
 
 -- name: job_take_ids
 -- Reserve :count ids; returns the last one. Under the write lock, so no one
@@ -39,9 +35,6 @@ SELECT * FROM jobs
 WHERE key IS NOT NULL
   AND (queue, key) IN (SELECT value ->> 0, value ->> 1 FROM json_each(:pairs))
 ORDER BY id DESC
-
--- name: job_get
-SELECT * FROM jobs WHERE id = :id
 
 -- name: job_get_many
 SELECT * FROM jobs WHERE id IN (SELECT value FROM json_each(:ids))
@@ -67,7 +60,7 @@ WHERE id IN (
 RETURNING *
 
 -- name: now
--- The moment a statement judges by, as the blocks of rules.sql name it.
+-- The moment a statement judges by, as the blocks of shared.sql name it.
 :now
 
 -- name: claimable
@@ -123,18 +116,18 @@ RETURNING jobs.id, jobs.cancel_requested
 -- token changes nothing: that is the fence against a worker that lost its
 -- lease. A rescue also needs the lease to have run out by :now (a worker that
 -- renewed it meanwhile keeps its job). Where the job goes is finish_requeues
--- (rules.sql): queued again, or ended.
+-- (shared.sql): queued again, or ended.
 UPDATE jobs
 SET state = CASE
         WHEN f.kind = 'complete' THEN 'succeeded'
-        WHEN {{conveyor.store/rules.sql:finish_requeues}} THEN 'queued'
+        WHEN {{finish_requeues}} THEN 'queued'
         WHEN jobs.cancel_requested OR f.kind = 'cancelled' THEN 'cancelled'
         ELSE 'failed' END,
     run_at = CASE
-        WHEN {{conveyor.store/rules.sql:finish_requeues}}
+        WHEN {{finish_requeues}}
         THEN coalesce(f.run_at, CASE WHEN f.kind IN ('rescue', 'take_back') THEN :now END, jobs.run_at)
         ELSE jobs.run_at END,
-    finished_at = CASE WHEN {{conveyor.store/rules.sql:finish_requeues}} THEN NULL ELSE :now END,
+    finished_at = CASE WHEN {{finish_requeues}} THEN NULL ELSE :now END,
     attempts = jobs.attempts - (f.kind IN ('snooze', 'release')),
     result = CASE WHEN f.kind = 'complete' THEN f.result ELSE jobs.result END,
     error = coalesce(f.error, jobs.error),
@@ -156,7 +149,7 @@ RETURNING jobs.id
 -- how it ended, after all the "rescued" events. Snooze and release gave the
 -- attempt back, so their events add one to name the attempt that ran.
 INSERT INTO events (job_id, queue, task, kind, attempt, worker, at, error)
-SELECT jobs.id, queue, task, {{conveyor.store/rules.sql:finish_event_kind}},
+SELECT jobs.id, queue, task, {{finish_event_kind}},
        attempts + (f.kind IN ('snooze', 'release')), worker, :now,
        CASE WHEN f.kind IN ('retry', 'fail', 'rescue', 'take_back') THEN error END
 FROM (SELECT value ->> 0 AS id, value ->> 1 AS kind FROM json_each(:items)) AS f
@@ -164,11 +157,6 @@ JOIN jobs ON jobs.id = f.id
 JOIN (SELECT 1 AS ordinal UNION ALL SELECT 2) AS o
   ON o.ordinal = 1 OR (f.kind IN ('rescue', 'take_back') AND jobs.state <> 'queued')
 ORDER BY o.ordinal, jobs.id
-
--- name: job_progress
-UPDATE jobs
-SET progress = coalesce(:fraction, progress), progress_message = :message
-WHERE id = :id AND lease_token = :token AND state = 'running'
 
 -- name: job_expired_leases
 -- Running jobs whose lease ran out, with the lease they were claimed under:
@@ -243,10 +231,6 @@ ON CONFLICT (queue, state) DO UPDATE SET jobs = jobs + excluded.jobs
 -- name: finished_counts_fold_offset
 UPDATE finished_counts_folded SET seq = :upto WHERE seq < :upto
 
--- name: finished_counts_prune
--- Queues whose finished jobs are all gone leave a zero behind: forget it.
-DELETE FROM finished_counts WHERE jobs = 0
-
 -- name: finished_counts_forget
 -- Before jobs :ids and their events are deleted, in the same transaction: take
 -- each finished one off its state's count, and add back its finishing events
@@ -280,9 +264,6 @@ ON CONFLICT (queue, state) DO UPDATE SET jobs = jobs + excluded.jobs
 
 -- name: job_states
 SELECT id, queue, state FROM jobs WHERE id IN (SELECT value FROM json_each(:ids))
-
--- name: stats_finished_since
-SELECT count(*) FROM jobs WHERE finished_at >= :since
 
 -- name: next_run_at
 -- The next moment a claim on :queues could start a job that it cannot now:
@@ -342,66 +323,21 @@ WITH asked AS (
 )
 SELECT min(at) FROM moments
 
--- name: periodic_tick_take
--- Record :tick as the last enqueued tick of periodic task :name, unless it (or
--- a later one) already is: one row comes back when this caller takes the tick.
-INSERT INTO periodic_ticks (name, last_tick, updated_at) VALUES (:name, :tick, :now)
-ON CONFLICT (name) DO UPDATE SET last_tick = excluded.last_tick, updated_at = excluded.updated_at
-WHERE periodic_ticks.last_tick < excluded.last_tick
-RETURNING name
-
--- name: periodic_tick_job
-UPDATE periodic_ticks SET job_id = :job_id WHERE name = :name
-
--- name: periodic_last_ticks
-SELECT name, last_tick FROM periodic_ticks
-
 -- name: queue_set_paused
 INSERT INTO queues (name, paused, updated_at) VALUES (:name, :paused, :now)
 ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = excluded.updated_at
-
--- name: queue_list
-SELECT name, paused FROM queues
-
--- name: worker_register
-INSERT INTO workers (id, host, pid, queues, concurrency, jobs_in_hand, started_at, last_seen_at)
-VALUES (:id, :host, :pid, :queues, :concurrency, 0, :now, :now)
-ON CONFLICT (id) DO UPDATE SET last_seen_at = excluded.last_seen_at
-
--- name: worker_beat
-UPDATE workers SET last_seen_at = :now, jobs_in_hand = :jobs_in_hand WHERE id = :id
-
--- name: worker_unregister
-DELETE FROM workers WHERE id = :id
-
--- name: worker_list
-SELECT id, host, pid, queues, concurrency, jobs_in_hand, started_at, last_seen_at
-FROM workers ORDER BY started_at, id
-
--- name: worker_prune
-DELETE FROM workers WHERE last_seen_at < :before
-
--- name: leader_acquire
--- Take the lease when it is free or expired, or renew it when it is ours.
-INSERT INTO leaders (name, holder, expires_at) VALUES (:name, :holder, :expires_at)
-ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
-WHERE leaders.holder = excluded.holder OR leaders.expires_at < :now
-RETURNING holder
-
--- name: leader_release
-DELETE FROM leaders WHERE name = :name AND holder = :holder
 
 -- name: job_retry_failed
 -- Bulk manual retry: up to :limit failed jobs of :queue (all queues when NULL)
 -- that failed at or before :before. The cutoff is the start of the whole
 -- operation, so a job that fails again while a long retry runs is not picked up
--- a second time. Keys: retry_key_rule (rules.sql).
-UPDATE jobs SET {{conveyor.store/rules.sql:manual_requeue}}
+-- a second time. Keys: retry_key_rule (shared.sql).
+UPDATE jobs SET {{manual_requeue}}
 WHERE id IN (
     SELECT j.id FROM jobs AS j
     WHERE j.state = 'failed' AND j.finished_at <= :before
       AND (:queue IS NULL OR j.queue = :queue)
-      AND {{conveyor.store/rules.sql:retry_key_rule}}
+      AND {{retry_key_rule}}
     ORDER BY j.id
     LIMIT :limit)
 RETURNING id, queue  -- every job retried here was failed
@@ -445,24 +381,6 @@ WHERE finished_at > :after AND finished_at <= :until
   AND state IN ('succeeded', 'failed') AND started_at IS NOT NULL
 GROUP BY queue, bucket
 
--- name: queue_names
--- Every queue that has jobs or a pause setting. A loose index scan: each step
--- seeks the next name in jobs_queue_state, so twenty queues cost twenty seeks
--- however many jobs they hold (DISTINCT would read every entry).
-WITH RECURSIVE names (name) AS (
-    SELECT min(queue) FROM jobs
-    UNION ALL
-    SELECT (SELECT min(queue) FROM jobs WHERE queue > names.name)
-    FROM names WHERE names.name IS NOT NULL
-)
-SELECT name FROM names WHERE name IS NOT NULL
-UNION
-SELECT name FROM queues
-ORDER BY 1
-
--- name: batch_counts
-SELECT state, count(*) FROM jobs WHERE batch = :batch GROUP BY state
-
 -- name: job_delete_terminal_select
 -- The archive names the jobs it wrote; only those still terminal and finished
 -- before its cutoff go (a job retried since then is live again, or newer).
@@ -480,10 +398,6 @@ WHERE id IN (SELECT value FROM json_each(:ids))
 -- index; the other filters only skip rows. The "detailed state" tells queued
 -- jobs apart: due now is ready; due later after an attempt that left an error is
 -- retrying; due later otherwise is scheduled (the same rule as job.detailed_state).
-
--- name: job_newest_id
--- The newest job's id, from the primary key's end: where a search of arguments starts.
-SELECT coalesce(max(id), 0) FROM jobs
 
 -- name: selection_filters
 -- The filters of a selection that only skip rows: included by every job_select
@@ -503,67 +417,21 @@ id > :args_floor
   AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
   AND (:args IS NULL OR (instr(lower(args || ' ' || kwargs), lower(:args)) > 0))
 
--- name: selection_state
--- A selection's state: a stored state, or one of the kinds of queued job.
-(:state IS NULL OR state = :state OR {{selection_shown}} = :state)
-
--- name: selection_shown
--- The detailed state a count groups by.
-CASE WHEN state <> 'queued' THEN state
-            WHEN run_at <= :now THEN 'ready'
-            WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
-            ELSE 'scheduled' END
-
--- name: job_select
--- A page of the jobs a selection names, newest first from :before_id down. The
--- driver (one of the drive_* blocks, chosen in selection.py) is the condition
--- whose index walks the page.
-SELECT * FROM jobs
-WHERE {driver}
-  AND id < :before_id
-  AND {{selection_filters}}
-  AND {{selection_state}}
-ORDER BY id DESC
-LIMIT :limit
-
--- name: job_count
--- How many jobs a selection names, per detailed state; driven as job_select.
-SELECT {{selection_shown}} AS shown, count(*)
-FROM jobs
-WHERE {driver} AND {{selection_filters}}
-GROUP BY shown
-
 -- name: drive_all
 1
 
 -- name: drive_ids
 id IN (SELECT value FROM json_each(:ids))
 
--- name: drive_group
--- Walks jobs_group (migration 006).
-group_key = :group
-
--- name: drive_queue
-queue = :queue
-
--- name: drive_queue_state
--- Walks jobs_queue_state for one queue and stored state (:base_state: queued for
--- ready, scheduled and retrying).
-queue = :queue AND state = :base_state
-
--- name: drive_batch
--- Walks jobs_batch, whose entries end in the rowid, so they come in id order.
-batch = :batch
-
 -- name: job_retry_many
 -- Manual retry of the failed or cancelled jobs among :ids, with the rule for
 -- keys of job_retry_failed.
-UPDATE jobs SET {{conveyor.store/rules.sql:manual_requeue}}
+UPDATE jobs SET {{manual_requeue}}
 WHERE id IN (
     SELECT j.id FROM jobs AS j
     WHERE j.id IN (SELECT value FROM json_each(:ids))
       AND (j.state = 'failed' OR j.state = 'cancelled')
-      AND {{conveyor.store/rules.sql:retry_key_rule}})
+      AND {{retry_key_rule}})
 RETURNING id
 
 -- name: job_cancel_many_queued
@@ -618,9 +486,6 @@ SELECT id FROM jobs
 WHERE queue = :queue AND (state = 'succeeded' OR state = 'failed' OR state = 'cancelled')
 ORDER BY id DESC
 LIMIT :limit OFFSET :keep
-
--- name: queue_delete
-DELETE FROM queues WHERE name = :name
 
 -- ---------------------------------------------------------------------------
 -- Flow control: rate and concurrency limits per queue and per limit key.
@@ -811,10 +676,6 @@ UPDATE limits SET throttled_until = NULL, updated_at = :now WHERE queue = :queue
 -- name: limit_lift_key
 DELETE FROM limit_throttles WHERE queue = :queue AND limit_key = :key
 
--- name: limit_get
-SELECT queue, rate, per, concurrency, key_rate, key_per, key_concurrency, throttled_until
-FROM limits WHERE queue = :queue
-
 -- name: limit_usage
 -- Every limit and how full it is at :now (limit_use): running jobs, starts in
 -- the queue rate's window, ready jobs, and of the keys with ready jobs those
@@ -850,12 +711,3 @@ DELETE FROM limit_starts
 WHERE at < :now - :slack - coalesce((SELECT max(coalesce(per, 0), coalesce(key_per, 0))
                                      FROM limits WHERE limits.queue = limit_starts.queue), 0)
 
--- name: limit_prune_throttles
-DELETE FROM limit_throttles WHERE until <= :now
-
--- name: limit_prune_rows
--- Maintenance: queues whose last throttle ended and that have no limit.
-DELETE FROM limits
-WHERE rate IS NULL AND concurrency IS NULL AND key_rate IS NULL AND key_concurrency IS NULL
-  AND (throttled_until IS NULL OR throttled_until <= :now)
-  AND NOT EXISTS (SELECT 1 FROM limit_throttles AS t WHERE t.queue = limits.queue)
