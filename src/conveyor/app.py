@@ -57,6 +57,8 @@ from conveyor.store.base import (
     LimitStatus,
     OperatorStore,
     Stats,
+    Step,
+    StepStore,
     Store,
     TransactionalStore,
     WorkerInfo,
@@ -612,6 +614,11 @@ class App:
     def events(self, job_id: int) -> list[Any]:
         """The job's history, oldest first."""
         return list(self.store.event_list(job_id))
+
+    @needs(StepStore, "read a job's durable steps")
+    def steps(self, job_id: int) -> list[Step]:
+        """The job's durable steps (``ctx.step``), in the order they finished."""
+        return cast(StepStore, self.store).step_list(job_id)
 
     @needs(OperatorStore, "count jobs")
     def stats(self) -> Stats:
