@@ -26,11 +26,11 @@ WITH changed AS (
 -- Waiters hear of the job; workers hear of its queue when a group may now let
 -- its next job through or a concurrency slot was freed (as job_finish).
 SELECT changed.id, pg_notify('conveyor_done', changed.id::text),
-       (SELECT count(pg_notify('conveyor_jobs', changed.queue))
-        WHERE changed.group_key IS NOT NULL
-           OR changed.queue IN (SELECT l.queue FROM limits AS l
-                                WHERE l.concurrency IS NOT NULL
-                                   OR l.key_concurrency IS NOT NULL))
+       CASE WHEN changed.group_key IS NOT NULL
+                 OR EXISTS (SELECT 1 FROM limits AS l
+                            WHERE l.queue = changed.queue
+                              AND (l.concurrency IS NOT NULL OR l.key_concurrency IS NOT NULL))
+            THEN pg_notify('conveyor_jobs', changed.queue) END
 FROM changed
 
 -- name: step_list
