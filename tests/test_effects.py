@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from datetime import timedelta
@@ -22,8 +23,8 @@ from conveyor import App, Context, FixedBackoff, JobState
 from conveyor.errors import ConfigurationError, LeaseLostError
 from conveyor.job import utcnow
 from conveyor.testing import drain, inline
-
 from store_fixtures import sql_only
+from waiting import wait_until
 
 
 def kinds(app: App, job_id: int) -> list[str]:
@@ -371,3 +372,38 @@ def test_a_step_after_the_lease_is_lost_is_not_recorded(app: App) -> None:
     assert drain(app, limit=1) == {"lost": 1}
     assert calls == ["late"]
     assert app.steps(job.id) == []
+
+
+@sql_only
+def test_a_worker_records_nothing_more_after_a_committed_complete(app: App, dsn: str) -> None:
+    with effect_db(dsn) as connect:
+
+        @app.task(max_attempts=1)
+        def ship(ctx: Context, commit: bool, then_raise: bool) -> str:
+            conn = connect()
+            try:
+                insert_effect(conn, ctx.job_id, "shipped")
+                ctx.complete(conn, result="in the transaction")
+                conn.commit() if commit else conn.rollback()
+            finally:
+                conn.close()
+            # Past a renewal of the lease, which finds the job no longer running.
+            time.sleep(0.8)
+            if then_raise:
+                raise RuntimeError("after the commit: too late to change the outcome")
+            return "returned"
+
+        with app.worker(concurrency=3, lease=0.9, poll_interval=0.05) as worker:
+            committed = ship.enqueue(True, False)
+            raised = ship.enqueue(True, True)
+            rolled_back = ship.enqueue(False, False)
+            for job in (committed, raised, rolled_back):
+                app.wait(job.id, timeout=10)
+            wait_until(lambda: sum(worker.counts.values()) == 3)
+            assert worker.counts["succeeded"] == 3 and worker.counts["lost"] == 0
+        assert app.get(committed.id).result == "in the transaction"
+        assert app.get(raised.id).result == "in the transaction"
+        assert app.get(rolled_back.id).result == "returned"
+        for job in (committed, raised, rolled_back):
+            assert kinds(app, job.id) == ["enqueued", "claimed", "succeeded"]
+        assert effect_rows(connect) == [(committed.id, "shipped"), (raised.id, "shipped")]
