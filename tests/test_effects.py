@@ -8,6 +8,7 @@ of the test's own, as a user's handler would.
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -18,11 +19,15 @@ from typing import Any
 
 import psycopg
 import pytest
+from click.testing import CliRunner
+from starlette.testclient import TestClient
 
 from conveyor import App, Context, FixedBackoff, JobState
+from conveyor.cli import cli
 from conveyor.errors import ConfigurationError, LeaseLostError
 from conveyor.job import utcnow
 from conveyor.testing import drain, inline
+from conveyor.web import create_app
 from store_fixtures import sql_only
 from waiting import wait_until
 
@@ -407,3 +412,34 @@ def test_a_worker_records_nothing_more_after_a_committed_complete(app: App, dsn:
         for job in (committed, raised, rolled_back):
             assert kinds(app, job.id) == ["enqueued", "claimed", "succeeded"]
         assert effect_rows(connect) == [(committed.id, "shipped"), (raised.id, "shipped")]
+
+
+# --- where steps are shown ------------------------------------------------------------
+
+
+def test_steps_appear_in_jobs_show_and_on_the_job_page(app: App, dsn: str) -> None:
+    @app.task
+    def order(ctx: Context) -> str:
+        ctx.step("reserve stock", lambda: {"sku": "B-12", "left": 3})
+        ctx.step("charge card", lambda: "ch_123")
+        return "ok"
+
+    job = order.enqueue()
+    drain(app)
+
+    result = CliRunner().invoke(cli, ["jobs", "show", str(job.id), "--dsn", dsn, "--json"])
+    assert result.exit_code == 0, result.output
+    shown = json.loads(result.stdout)
+    assert [(s["name"], s["attempt"], s["result"]) for s in shown["steps"]] == [
+        ("reserve stock", 1, {"sku": "B-12", "left": 3}),
+        ("charge card", 1, "ch_123"),
+    ]
+    assert all(s["started_at"] <= s["finished_at"] for s in shown["steps"])
+    table = CliRunner().invoke(cli, ["jobs", "show", str(job.id), "--dsn", dsn]).stdout
+    assert "Steps" in table and "reserve stock" in table and '"ch_123"' in table
+
+    with TestClient(create_app(app), base_url="http://127.0.0.1") as client:
+        page = client.get(f"/jobs/{job.id}").text
+    steps_panel = page[page.index('id="job-steps"') :]
+    assert "reserve stock" in steps_panel and "charge card" in steps_panel
+    assert "&#34;ch_123&#34;" in steps_panel or "&quot;ch_123&quot;" in steps_panel
