@@ -1141,6 +1141,7 @@ class App:
     aworkers = async_twin(workers)
     aknown_tasks = async_twin(known_tasks)
     aevents = async_twin(events)
+    asteps = async_twin(steps)
     astats = async_twin(stats)
     abatch_status = async_twin(batch_status)
     ahealth = async_twin(health)
