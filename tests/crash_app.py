@@ -276,18 +276,27 @@ def register_effects(app: App) -> App:
         return -1  # not recorded: the job succeeded in the transaction above
 
     @app.task(max_attempts=5)
-    def frozen_effect(ctx: Context, hold: float) -> int:
-        """Its first attempt waits ``hold`` seconds (to be frozen) before its transaction."""
-        if ctx.attempt == 1:
-            _write(
-                "INSERT INTO runs (job_id, name, phase, at) VALUES (%s, %s, %s, %s)",
-                (ctx.job_id, worker_name(), "start", time.monotonic()),
-            )
-            sleep_until(time.monotonic() + hold)
+    def frozen_effect(ctx: Context, hold: float, inside: bool = False) -> int:
+        """Its first attempt waits ``hold`` seconds (to be frozen): before its transaction,
+        or ``inside`` it, between the effect and ``ctx.complete`` (PostgreSQL: on SQLite
+        that would hold every other writer back)."""
+
+        def wait_to_be_frozen() -> None:
+            if ctx.attempt == 1:
+                _write(
+                    "INSERT INTO runs (job_id, name, phase, at) VALUES (%s, %s, %s, %s)",
+                    (ctx.job_id, worker_name(), "start", time.monotonic()),
+                )
+                sleep_until(time.monotonic() + hold)
+
+        if not inside:
+            wait_to_be_frozen()
         conn = _effect_connection()
         try:
             with _transaction(conn):
                 _write_effect(conn, ctx)
+                if inside:
+                    wait_to_be_frozen()
                 ctx.complete(conn, result=ctx.attempt)
         except LeaseLostError:
             _write(

@@ -100,27 +100,46 @@ def test_a_worker_frozen_past_its_lease_gets_lease_lost_and_its_effect_rolls_bac
     fleet: Fleet,  # noqa: F811
     dsn: str,
 ) -> None:
+    """Frozen before its transaction: its late ctx.complete is refused."""
+    freeze_and_resume(crash, fleet, dsn, inside=False)
+
+
+# A process frozen inside a write transaction would hold SQLite's only write lock,
+# and every worker would wait for it: frozen before its transaction there (above).
+@pytest.mark.parametrize("dsn", ["postgres"], indirect=True)
+def test_a_worker_frozen_inside_its_transaction_rolls_its_effect_back(
+    crash: App,  # noqa: F811
+    fleet: Fleet,  # noqa: F811
+    dsn: str,
+) -> None:
+    """Frozen with its effect written and not committed: nobody sees it, and it never is."""
+    freeze_and_resume(crash, fleet, dsn, inside=True)
+
+
+def freeze_and_resume(app: App, workers: Fleet, dsn: str, inside: bool) -> None:
     def phases() -> list[tuple[str, str]]:
         rows = crash_app.query(
             dsn, "SELECT name, phase FROM runs WHERE job_id = %s ORDER BY at", (job.id,)
         )
         return [(str(name), str(phase)) for name, phase in rows]
 
-    job = crash.tasks["frozen_effect"].enqueue(1.5)
-    a = fleet.spawn("--concurrency", "1", "--lease", "1", name="A")
+    job = app.tasks["frozen_effect"].enqueue(1.5, inside)
+    a = workers.spawn("--concurrency", "1", "--lease", "1", name="A")
     wait_until(lambda: ("A", "start") in phases(), 20, "A's handler starts")
     os.kill(a.pid, signal.SIGSTOP)
     ensure_sqlite_unlocked(dsn, a)
+    if inside:  # its effect is written, not committed: nobody sees it
+        assert effects_by_job(dsn) == {}
     time.sleep(1.6)  # past the lease: nobody renews it
     # What another worker's maintenance would do: the expired lease is rescued.
-    assert crash.store.job_rescue_expired() == [job.id]
+    assert app.store.job_rescue_expired() == [job.id]
     os.kill(a.pid, signal.SIGCONT)
     # A's handler wakes, writes its effect and calls ctx.complete under its old lease.
     wait_until(lambda: ("A", "lease lost") in phases(), 15, "A's handler hears of it")
     # The job runs again (A claims it anew) and completes on its second attempt.
-    assert crash.wait(job.id, timeout=20) == 2
+    assert app.wait(job.id, timeout=20) == 2
     assert effects_by_job(dsn) == {job.id: [(2, a.pid)]}  # attempt 1's effect rolled back
-    history = [e.kind for e in crash.events(job.id)]
+    history = [e.kind for e in app.events(job.id)]
     assert history == ["enqueued", "claimed", "rescued", "claimed", "succeeded"]
 
 
