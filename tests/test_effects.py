@@ -443,3 +443,20 @@ def test_steps_appear_in_jobs_show_and_on_the_job_page(app: App, dsn: str) -> No
     steps_panel = page[page.index('id="job-steps"') :]
     assert "reserve stock" in steps_panel and "charge card" in steps_panel
     assert "&#34;ch_123&#34;" in steps_panel or "&quot;ch_123&quot;" in steps_panel
+
+
+def test_steps_in_inline_mode(app: App) -> None:
+    calls: list[int] = []
+
+    @app.task(max_attempts=2, backoff=FixedBackoff(0))
+    def once(ctx: Context, n: int) -> int:
+        value = int(ctx.step("square", lambda: calls.append(n) or n * n))
+        if ctx.attempt == 1:
+            raise RuntimeError("again")
+        return value
+
+    with inline(app):
+        job = once.enqueue(7)
+    assert app.get(job.id).result == 49
+    assert calls == [7]
+    assert [(s.name, s.attempt, s.result) for s in app.steps(job.id)] == [("square", 1, 49)]
