@@ -120,19 +120,6 @@ class LeaseStatus:
 
 
 @dataclass(frozen=True, slots=True)
-class JobFilter:
-    state: JobState | None = None
-    queue: str | None = None
-    task: str | None = None
-    batch: str | None = None
-    #: Only jobs whose last error contains this text (case-insensitive for ASCII).
-    error: str | None = None
-    #: Keyset pagination: only jobs with id below this one (newest first).
-    before_id: int | None = None
-    limit: int = 100
-
-
-@dataclass(frozen=True, slots=True)
 class QueueStats:
     name: str
     paused: bool
@@ -471,10 +458,6 @@ class JobStore(Protocol):
 class OperatorStore(Protocol):
     """Operator actions and listings: what the CLI, the dashboard and the App's operations need."""
 
-    def job_list(self, filter: JobFilter) -> list[Job]:
-        """Jobs matching the filter, newest first."""
-        ...
-
     def event_list(self, job_id: int) -> list[Event]:
         """A job's history, oldest first."""
         ...
@@ -483,10 +466,6 @@ class OperatorStore(Protocol):
 
     def batch_status(self, batch: str) -> BatchStatus:
         """The jobs of a batch counted by state (purged jobs are no longer counted)."""
-        ...
-
-    def job_purge(self, finished_before: datetime, limit: int = 10_000) -> int:
-        """Delete up to ``limit`` terminal jobs (and their events) finished before the time."""
         ...
 
     def job_retry_failed(
@@ -517,11 +496,16 @@ class OperatorStore(Protocol):
     def worker_list(self) -> list[WorkerInfo]: ...
 
     def job_select(
-        self, selection: JobSelection, now: datetime, before_id: int | None, limit: int
+        self,
+        selection: JobSelection,
+        now: datetime,
+        before_id: int | None = None,
+        limit: int = 100,
     ) -> list[Job]:
         """Jobs matching the selection, newest first, below ``before_id`` (keyset pages).
 
-        ``now`` tells ready, scheduled and retrying jobs apart.
+        The one way jobs are listed. ``now`` tells ready, scheduled and retrying
+        jobs apart.
         """
         ...
 
@@ -568,7 +552,10 @@ class OperatorStore(Protocol):
         queue: str | None,
         limit: int = 10_000,
     ) -> int:
-        """Delete up to ``limit`` jobs in ``states`` (terminal ones) finished before the time."""
+        """Delete up to ``limit`` jobs in ``states`` (final ones) finished before the time.
+
+        Oldest first, with their events; ``queue`` None means every queue.
+        """
         ...
 
     def job_purge_count(

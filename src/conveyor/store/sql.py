@@ -5,7 +5,8 @@ the text up to the next such line is the statement. Keeping SQL in files (not
 assembled from strings in Python) lets the two backends be read side by side.
 
 A block may include another as ``{{name}}``: the other block's text takes its
-place when the file is read. That is how one rule is written once and used by
+place when the file is read (without its leading comment lines, which explain
+the block where it is written). That is how one rule is written once and used by
 two statements. A block of another file is included as
 ``{{package/file.sql:name}}`` (``{{conveyor.store.postgres/queries.sql:job_insert_rules}}``):
 a layer above the store writes its own statements in its own files and still
@@ -76,12 +77,20 @@ def _expand(
                     f"{where}: {name} includes {other!r} of {package}/{file}, "
                     "which that file does not define"
                 )
-            return blocks[other]
+            return _uncommented(blocks[other])
         if other not in queries:
             raise ValueError(f"{where}: {name} includes {other!r}, which is not defined")
-        return _expand(other, queries, where, (*seen, name), others)
+        return _uncommented(_expand(other, queries, where, (*seen, name), others))
 
     return _INCLUDE.sub(include, queries[name])
+
+
+def _uncommented(block: str) -> str:
+    """A block without its leading comment lines: what an include puts in place."""
+    lines = block.split("\n")
+    while lines and lines[0].lstrip().startswith("--"):
+        lines.pop(0)
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,7 +40,6 @@ from conveyor.store.base import (
     EventOffset,
     Finish,
     FinishedCount,
-    JobFilter,
     JobSelection,
     Lease,
     LeaseStatus,
@@ -55,9 +54,14 @@ from conveyor.store.boundary import translate_missing_schema
 from conveyor.store.counting import assemble_stats
 from conveyor.store.keys import key_pairs, new_job_record, plan_insert, resolve_plan
 from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of_row
-from conveyor.store.listing import job_list_queries, newest_first
 from conveyor.store.postgres.listener import Listener
-from conveyor.store.selection import count_query, keep_state, select_queries
+from conveyor.store.selection import (
+    count_query,
+    driven,
+    keep_state,
+    newest_first,
+    select_queries,
+)
 from conveyor.store.sql import Migration, load_migrations, load_queries
 
 log = logging.getLogger("conveyor.postgres")
@@ -374,19 +378,6 @@ class PostgresStore:
         by_id = {j.id: j for j in self._fetch_jobs("job_get_many", {"ids": list(job_ids)})}
         return [by_id[i] for i in job_ids if i in by_id]
 
-    def job_list(self, filter: JobFilter) -> list[Job]:
-        with self._tx() as conn:
-            conn.execute(_Q["plan_for_values"])
-
-            def queue_names() -> list[str]:
-                return [row[0] for row in conn.execute(_Q["queue_names"]).fetchall()]
-
-            pages = [
-                [_row_to_job(r) for r in conn.execute(_Q[name], params).fetchall()]
-                for name, params in job_list_queries(filter, queue_names)
-            ]
-        return newest_first(pages, filter.limit)
-
     def event_list(self, job_id: int) -> list[Event]:
         with self._conn() as conn:
             return [_row_to_event(r) for r in conn.execute(_Q["event_list"], {"job_id": job_id})]
@@ -463,7 +454,8 @@ class PostgresStore:
         self, queues: Sequence[str], now: datetime | None = None, group: str | None = None
     ) -> float | None:
         names = tuple(dict.fromkeys(queues))
-        params = {"queues": list(names), "now": now, "group": group}
+        # limit 1: next_run_in_limited asks whether one job could start.
+        params = {"queues": list(names), "now": now, "group": group, "limit": 1}
         limited = self._has_limits(names)
         with self._conn() as conn:
             row = conn.execute(_Q["next_run_in_limited" if limited else "next_run_in"], params)
@@ -604,10 +596,6 @@ class PostgresStore:
                 continue
         return []
 
-    def job_purge(self, finished_before: datetime, limit: int = 10_000) -> int:
-        (count,) = self._delete("job_purge", {"before": finished_before, "limit": limit})
-        return int(count)
-
     def job_delete_terminal(self, job_ids: Sequence[int], finished_before: datetime) -> list[int]:
         if not job_ids:
             return []
@@ -734,7 +722,11 @@ class PostgresStore:
         return _MIGRATIONS[-1].version
 
     def job_select(
-        self, selection: JobSelection, now: datetime, before_id: int | None, limit: int
+        self,
+        selection: JobSelection,
+        now: datetime,
+        before_id: int | None = None,
+        limit: int = 100,
     ) -> list[Job]:
         with self._tx() as conn:
             conn.execute(_Q["plan_for_values"])
@@ -747,8 +739,11 @@ class PostgresStore:
                 return int(row[0]) if row else 0
 
             pages = [
-                [_row_to_job(r) for r in conn.execute(_Q[name], {**params, "now": now}).fetchall()]
-                for name, params in select_queries(
+                [
+                    _row_to_job(r)
+                    for r in conn.execute(driven(_Q, "job_select", driver), {**params, "now": now})
+                ]
+                for driver, params in select_queries(
                     selection, before_id, limit, queue_names, newest_id
                 )
             ]
@@ -761,9 +756,10 @@ class PostgresStore:
                 row = conn.execute(_Q["job_newest_id"]).fetchone()
                 return int(row[0]) if row else 0
 
-            name, params = count_query(selection, newest_id)
+            driver, params = count_query(selection, newest_id)
             conn.execute(_Q["plan_for_values"])
-            rows = conn.execute(_Q[name], {**params, "now": now}).fetchall()
+            statement = driven(_Q, "job_count", driver)
+            rows = conn.execute(statement, {**params, "now": now}).fetchall()
         return keep_state({state: int(n) for state, n in rows}, selection.state)
 
     def _change_ids(self, name: str, job_ids: Sequence[int], now: datetime) -> list[int]:

@@ -46,7 +46,6 @@ from conveyor.store.base import (
     EventOffset,
     Finish,
     FinishedCount,
-    JobFilter,
     JobSelection,
     Lease,
     LeaseStatus,
@@ -60,9 +59,8 @@ from conveyor.store.base import (
 )
 from conveyor.store.keys import new_job_record
 from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of_row
-from conveyor.store.listing import NO_ID_BOUND
 from conveyor.store.redis.listener import RedisListener
-from conveyor.store.selection import args_floor
+from conveyor.store.selection import NO_ID_BOUND, args_floor
 
 #: The layout of keys this code reads and writes (``schema_version`` on Redis).
 LAYOUT_VERSION = 1
@@ -499,17 +497,6 @@ class RedisStore:
         states = [state] if state is not None else list(_STATES)
         return [(self._k("qs", _nm(q), s), (q, s)) for q in queues for s in states]
 
-    def job_list(self, filter: JobFilter) -> list[Job]:
-        state = None if filter.state is None else str(filter.state)
-        selection = JobSelection(
-            state=state,
-            queue=filter.queue,
-            task=filter.task,
-            batch=filter.batch,
-            error=filter.error or None,
-        )
-        return self.job_select(selection, datetime.now(UTC), filter.before_id, filter.limit)
-
     def event_list(self, job_id: int) -> list[Event]:
         def read() -> list[Event]:
             # The job's "events" field: the seqs of its events, comma-separated; those
@@ -706,11 +693,6 @@ class RedisStore:
             done += [int(i) for i in changed]
         return done
 
-    def job_purge(self, finished_before: datetime, limit: int = 10_000) -> int:
-        deleted = int(self._run("job_purge", _ts(finished_before), str(limit)))
-        self._forget_dropped(finished_before, limit)
-        return deleted
-
     def _forget_dropped(self, before: datetime, limit: int) -> None:
         """The histories of jobs dropped before ``before`` (job_forget_dropped.lua): kept
         as long as a failed job's, so they go with the purges of failed jobs."""
@@ -903,7 +885,11 @@ class RedisStore:
         return int(self._do(lambda: self._client.get(self._k("ids"))) or 0)
 
     def job_select(
-        self, selection: JobSelection, now: datetime, before_id: int | None, limit: int
+        self,
+        selection: JobSelection,
+        now: datetime,
+        before_id: int | None = None,
+        limit: int = 100,
     ) -> list[Job]:
         out: list[Job] = []
         if limit <= 0:

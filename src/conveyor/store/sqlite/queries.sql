@@ -46,17 +46,6 @@ SELECT * FROM jobs WHERE id = :id
 -- name: job_get_many
 SELECT * FROM jobs WHERE id IN (SELECT value FROM json_each(:ids))
 
--- name: job_list
-SELECT * FROM jobs
-WHERE (:state IS NULL OR state = :state)
-  AND (:queue IS NULL OR queue = :queue)
-  AND (:task IS NULL OR task = :task)
-  AND (:batch IS NULL OR batch = :batch)
-  AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
-  AND id < :before_id
-ORDER BY id DESC
-LIMIT :limit
-
 -- name: job_claim
 -- Each queue is searched on its own (the correlated subquery walks the
 -- jobs_queued index of one queue in claim order and stops at :limit); the best
@@ -192,12 +181,6 @@ WHERE id = :id AND lease_token = :token AND state = 'running'
 SELECT id, lease_token FROM jobs
 WHERE state = 'running' AND lease_expires_at < :now
 ORDER BY lease_expires_at, id
-LIMIT :limit
-
--- name: job_purge_select
-SELECT id FROM jobs
-WHERE finished_at < :before AND state IN ('succeeded', 'failed', 'cancelled')
-ORDER BY finished_at
 LIMIT :limit
 
 -- name: event_delete_for_jobs
@@ -479,33 +462,6 @@ RETURNING id, queue  -- every job retried here was failed
 -- ---------------------------------------------------------------------------
 -- The dashboard and /metrics.
 
--- name: job_list_by_queue_state
--- job_list when a queue or a state is given: walks jobs_queue_state from the id
--- bound down, so a page costs the same at the first page and the ten-thousandth.
--- A queue without a state runs it once per state, a state without a queue once
--- per queue, and keeps the newest (see job_list_queries). The other filters
--- (and the error text, a substring match) only skip rows.
-SELECT * FROM jobs
-WHERE queue = :queue
-  AND state = :state
-  AND (:task IS NULL OR task = :task)
-  AND (:batch IS NULL OR batch = :batch)
-  AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
-  AND id < :before_id
-ORDER BY id DESC
-LIMIT :limit
-
--- name: job_list_by_batch
--- job_list when only a batch (and perhaps a task) is given: walks jobs_batch,
--- whose entries end in the rowid, so they come in id order.
-SELECT * FROM jobs
-WHERE batch = :batch
-  AND (:task IS NULL OR task = :task)
-  AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
-  AND id < :before_id
-ORDER BY id DESC
-LIMIT :limit
-
 -- name: stats_finished_per_slot
 -- Jobs that reached a terminal state since :since, per queue, state and slot of
 -- :slot seconds (slot 0 starts at :since): the throughput chart. Reads the
@@ -571,10 +527,10 @@ WHERE id IN (SELECT value FROM json_each(:ids))
 -- ---------------------------------------------------------------------------
 -- Operating in bulk, groups, retention and the operator's views.
 --
--- A selection (JobSelection) filters on every field that is set. Its
--- statements come in variants that differ only in the column that drives the
--- search (ids, a group, a queue and state, a batch, or none), so each can walk
--- an index; the other filters only skip rows. The "detailed state" tells queued
+-- A selection (JobSelection) filters on every field that is set. job_select and
+-- job_count take the column that drives the search (ids, a group, a queue and
+-- state, a queue, a batch, or none) from a drive_* block, so each can walk an
+-- index; the other filters only skip rows. The "detailed state" tells queued
 -- jobs apart: due now is ready; due later after an attempt that left an error is
 -- retrying; due later otherwise is scheduled (the same rule as job.detailed_state).
 
@@ -602,11 +558,7 @@ id > :args_floor
 
 -- name: selection_state
 -- A selection's state: a stored state, or one of the kinds of queued job.
-(:state IS NULL OR state = :state
-       OR (state = 'queued' AND :state = CASE
-             WHEN run_at <= :now THEN 'ready'
-             WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
-             ELSE 'scheduled' END))
+(:state IS NULL OR state = :state OR {{selection_shown}} = :state)
 
 -- name: selection_shown
 -- The detailed state a count groups by.
@@ -616,47 +568,11 @@ CASE WHEN state <> 'queued' THEN state
             ELSE 'scheduled' END
 
 -- name: job_select
+-- A page of the jobs a selection names, newest first from :before_id down. The
+-- driver (one of the drive_* blocks, chosen in selection.py) is the condition
+-- whose index walks the page.
 SELECT * FROM jobs
-WHERE id < :before_id
-  AND {{selection_filters}}
-  AND {{selection_state}}
-ORDER BY id DESC
-LIMIT :limit
-
--- name: job_select_by_ids
-SELECT * FROM jobs
-WHERE id IN (SELECT value FROM json_each(:ids))
-  AND id < :before_id
-  AND {{selection_filters}}
-  AND {{selection_state}}
-ORDER BY id DESC
-LIMIT :limit
-
--- name: job_select_by_group
--- Walks jobs_group (migration 006) from the id bound down.
-SELECT * FROM jobs
-WHERE group_key = :group
-  AND id < :before_id
-  AND {{selection_filters}}
-  AND {{selection_state}}
-ORDER BY id DESC
-LIMIT :limit
-
--- name: job_select_by_queue_state
--- Walks jobs_queue_state for one queue and stored state (:base_state: queued for
--- ready, scheduled and retrying), as job_list_by_queue_state does.
-SELECT * FROM jobs
-WHERE queue = :queue
-  AND state = :base_state
-  AND id < :before_id
-  AND {{selection_filters}}
-  AND {{selection_state}}
-ORDER BY id DESC
-LIMIT :limit
-
--- name: job_select_by_batch
-SELECT * FROM jobs
-WHERE batch = :batch
+WHERE {driver}
   AND id < :before_id
   AND {{selection_filters}}
   AND {{selection_state}}
@@ -664,43 +580,33 @@ ORDER BY id DESC
 LIMIT :limit
 
 -- name: job_count
-SELECT {{selection_shown}} AS shown,
-       count(*)
+-- How many jobs a selection names, per detailed state; driven as job_select.
+SELECT {{selection_shown}} AS shown, count(*)
 FROM jobs
-WHERE {{selection_filters}}
+WHERE {driver} AND {{selection_filters}}
 GROUP BY shown
 
--- name: job_count_by_ids
-SELECT {{selection_shown}} AS shown,
-       count(*)
-FROM jobs
-WHERE id IN (SELECT value FROM json_each(:ids))
-  AND {{selection_filters}}
-GROUP BY shown
+-- name: drive_all
+1
 
--- name: job_count_by_group
-SELECT {{selection_shown}} AS shown,
-       count(*)
-FROM jobs
-WHERE group_key = :group
-  AND {{selection_filters}}
-GROUP BY shown
+-- name: drive_ids
+id IN (SELECT value FROM json_each(:ids))
 
--- name: job_count_by_queue
-SELECT {{selection_shown}} AS shown,
-       count(*)
-FROM jobs
-WHERE queue = :queue
-  AND {{selection_filters}}
-GROUP BY shown
+-- name: drive_group
+-- Walks jobs_group (migration 006).
+group_key = :group
 
--- name: job_count_by_batch
-SELECT {{selection_shown}} AS shown,
-       count(*)
-FROM jobs
-WHERE batch = :batch
-  AND {{selection_filters}}
-GROUP BY shown
+-- name: drive_queue
+queue = :queue
+
+-- name: drive_queue_state
+-- Walks jobs_queue_state for one queue and stored state (:base_state: queued for
+-- ready, scheduled and retrying).
+queue = :queue AND state = :base_state
+
+-- name: drive_batch
+-- Walks jobs_batch, whose entries end in the rowid, so they come in id order.
+batch = :batch
 
 -- name: job_retry_many
 -- Manual retry of the failed or cancelled jobs among :ids, with job_retry_failed's

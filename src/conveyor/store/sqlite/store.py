@@ -34,7 +34,6 @@ from conveyor.store.base import (
     EventOffset,
     Finish,
     FinishedCount,
-    JobFilter,
     JobSelection,
     Lease,
     LeaseStatus,
@@ -50,8 +49,13 @@ from conveyor.store.counting import assemble_stats
 from conveyor.store.event_kinds import EVENT_KINDS
 from conveyor.store.keys import key_pairs, new_job_record, plan_insert, resolve_plan
 from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of_row
-from conveyor.store.listing import job_list_queries, newest_first
-from conveyor.store.selection import count_query, keep_state, select_queries
+from conveyor.store.selection import (
+    count_query,
+    driven,
+    keep_state,
+    newest_first,
+    select_queries,
+)
 from conveyor.store.sql import Migration, load_migrations, load_queries
 from conveyor.store.sqlite.watcher import DataVersionWatcher
 
@@ -336,14 +340,6 @@ class SQLiteStore:
         by_id = {job.id: job for job in map(_row_to_job, rows)}
         return [by_id[i] for i in job_ids if i in by_id]
 
-    def job_list(self, filter: JobFilter) -> list[Job]:
-        conn = self._conn()
-        pages = [
-            [_row_to_job(r) for r in conn.execute(_Q[name], params)]
-            for name, params in job_list_queries(filter, self.queue_names)
-        ]
-        return newest_first(pages, filter.limit)
-
     def event_list(self, job_id: int) -> list[Event]:
         rows = self._conn().execute(_Q["event_list"], {"job_id": job_id})
         return [_row_to_event(r) for r in rows]
@@ -560,17 +556,6 @@ class SQLiteStore:
             self._record(conn, "retry", ids, now_ts)
         return ids
 
-    def job_purge(self, finished_before: datetime, limit: int = 10_000) -> int:
-        with self._write() as conn:
-            ids = [
-                r[0]
-                for r in conn.execute(
-                    _Q["job_purge_select"], {"before": _ts(finished_before), "limit": limit}
-                )
-            ]
-            self._delete_jobs(conn, ids)
-        return len(ids)
-
     def job_delete_terminal(self, job_ids: Sequence[int], finished_before: datetime) -> list[int]:
         if not job_ids:
             return []
@@ -707,12 +692,21 @@ class SQLiteStore:
         return {**params, "ids": None if ids is None else json.dumps(ids), "now": _ts(now)}
 
     def job_select(
-        self, selection: JobSelection, now: datetime, before_id: int | None, limit: int
+        self,
+        selection: JobSelection,
+        now: datetime,
+        before_id: int | None = None,
+        limit: int = 100,
     ) -> list[Job]:
         conn = self._conn()
         pages = [
-            [_row_to_job(r) for r in conn.execute(_Q[name], self._selection_params(params, now))]
-            for name, params in select_queries(
+            [
+                _row_to_job(r)
+                for r in conn.execute(
+                    driven(_Q, "job_select", driver), self._selection_params(params, now)
+                )
+            ]
+            for driver, params in select_queries(
                 selection, before_id, limit, self.queue_names, self._newest_id
             )
         ]
@@ -723,8 +717,9 @@ class SQLiteStore:
         return newest
 
     def job_count_selected(self, selection: JobSelection, now: datetime) -> dict[str, int]:
-        name, params = count_query(selection, self._newest_id)
-        rows = self._conn().execute(_Q[name], self._selection_params(params, now)).fetchall()
+        driver, params = count_query(selection, self._newest_id)
+        statement = driven(_Q, "job_count", driver)
+        rows = self._conn().execute(statement, self._selection_params(params, now)).fetchall()
         return keep_state(dict(rows), selection.state)
 
     def _change_many(
