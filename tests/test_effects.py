@@ -460,3 +460,25 @@ def test_steps_in_inline_mode(app: App) -> None:
     assert app.get(job.id).result == 49
     assert calls == [7]
     assert [(s.name, s.attempt, s.result) for s in app.steps(job.id)] == [("square", 1, 49)]
+
+
+@pytest.mark.parametrize("dsn", ["postgres"], indirect=True)
+def test_a_committed_complete_notifies_waiters_and_workers(app: App, dsn: str) -> None:
+    """PostgreSQL tells other processes as job_finish would: the job is done, its group is free."""
+    with effect_db(dsn) as connect:
+
+        @app.task
+        def ship(ctx: Context) -> None:
+            with connect() as conn:  # psycopg: commits at the end of the block
+                insert_effect(conn, ctx.job_id, "x")
+                ctx.complete(conn, result="done")
+
+        with psycopg.connect(dsn, autocommit=True) as listener:
+            listener.execute("LISTEN conveyor_done")
+            listener.execute("LISTEN conveyor_jobs")
+            job = ship.options(group="g").enqueue()
+            list(listener.notifies(timeout=0.5))  # the enqueue's own
+            drain(app)
+            heard = {(n.channel, n.payload) for n in listener.notifies(timeout=1, stop_after=2)}
+        assert ("conveyor_done", str(job.id)) in heard
+        assert ("conveyor_jobs", job.queue) in heard  # its group may let the next job through

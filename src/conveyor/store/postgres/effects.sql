@@ -11,7 +11,7 @@
 WITH changed AS (
     UPDATE jobs
     SET state = 'succeeded',
-        finished_at = coalesce(%(now)s::timestamptz, now()),
+        finished_at = {{conveyor.store.postgres/queries.sql:now}},
         result = %(result)s::json,
         lease_token = NULL,
         lease_expires_at = NULL
@@ -20,12 +20,15 @@ WITH changed AS (
 ), changed_events AS (
     INSERT INTO events (job_id, queue, task, kind, attempt, worker, at, error)
     SELECT id, queue, task, 'succeeded', attempts, worker,
-           coalesce(%(now)s::timestamptz, now()), NULL
+           {{conveyor.store.postgres/queries.sql:now}}, NULL
     FROM changed
+), ended AS (
+    SELECT id FROM changed
 )
 -- Waiters hear of the job; workers hear of its queue when a group may now let
 -- its next job through or a concurrency slot was freed (as job_finish).
-SELECT changed.id, pg_notify('conveyor_done', changed.id::text),
+SELECT changed.id,
+       ({{conveyor.store.postgres/queries.sql:notify_done}}),
        CASE WHEN changed.group_key IS NOT NULL
                  OR EXISTS (SELECT 1 FROM limits AS l
                             WHERE l.queue = changed.queue
