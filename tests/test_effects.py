@@ -337,7 +337,7 @@ def test_async_handlers_await_astep(app: App) -> None:
             raise RuntimeError("after both steps")
         return size
 
-    @app.task(max_attempts=1)
+    @app.task(max_attempts=3)
     async def wrong(ctx: Context) -> None:
         ctx.step("fetch", fetch, "x")  # a coroutine function needs astep
 
@@ -346,7 +346,9 @@ def test_async_handlers_await_astep(app: App) -> None:
     drain(app, with_scheduled=True)
     assert app.get(job.id).result == len("body of u")
     assert calls == ["u", "parse"]
-    assert "use `await ctx.astep(...)`" in (app.get(refused.id).error or "")
+    failed = app.get(refused.id)
+    assert "use `await ctx.astep(...)`" in (failed.error or "")
+    assert (failed.state, failed.attempts) == ("failed", 1)  # not retried
 
 
 def test_steps_are_deleted_with_their_job(app: App) -> None:

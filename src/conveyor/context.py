@@ -291,7 +291,8 @@ class Context:
         if inspect.isawaitable(value):
             if inspect.iscoroutine(value):
                 value.close()  # never awaited: no "was never awaited" warning
-            raise TypeError(
+            # Not retried: every attempt would do the same.
+            raise Fail(
                 f"step {name!r}: {getattr(fn, '__name__', fn)!r} returned an awaitable; "
                 "in an async handler use `await ctx.astep(...)`"
             )
