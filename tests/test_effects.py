@@ -25,7 +25,8 @@ from starlette.testclient import TestClient
 from conveyor import App, Context, FixedBackoff, JobState
 from conveyor.cli import cli
 from conveyor.errors import ConfigurationError, LeaseLostError
-from conveyor.job import utcnow
+from conveyor.job import NewJob, utcnow
+from conveyor.store.base import Finish, Lease
 from conveyor.testing import drain, inline
 from conveyor.web import create_app
 from store_fixtures import sql_only
@@ -484,3 +485,57 @@ def test_a_committed_complete_notifies_waiters_and_workers(app: App, dsn: str) -
             heard = {(n.channel, n.payload) for n in listener.notifies(timeout=1, stop_after=2)}
         assert ("conveyor_done", str(job.id)) in heard
         assert ("conveyor_jobs", job.queue) in heard  # its group may let the next job through
+
+
+# --- the store's side ----------------------------------------------------------------------
+
+
+def claimed_lease(store: Any) -> Lease:
+    now = utcnow()
+    (job,) = store.job_insert_many([NewJob("q", "t", "[]", "{}", now)], now)
+    (running,) = store.job_claim(["q"], 1, "w", timedelta(minutes=5))
+    assert running.id == job.id and running.lease_token is not None
+    return Lease(running.id, running.lease_token)
+
+
+def test_the_store_records_steps_under_the_lease_and_keeps_the_first(store: Any) -> None:
+    lease = claimed_lease(store)
+    started = utcnow()
+    first = store.step_record(lease, "a", '{"n": 1.5}', started)
+    assert (first.name, first.result, first.attempt) == ("a", {"n": 1.5}, 1)
+    assert first.started_at <= first.finished_at
+    # Recorded already: kept, whatever the second result (one name, one result).
+    again = store.step_record(lease, "a", '"other"', utcnow())
+    assert again.result == {"n": 1.5}
+    store.step_record(lease, "b", "[1, 2]", utcnow())
+    assert [(s.name, s.result) for s in store.step_list(lease.id)] == [
+        ("a", {"n": 1.5}),
+        ("b", [1, 2]),
+    ]
+    assert store.step_list(lease.id + 1000) == []
+    # A stale lease records nothing.
+    assert store.job_finish([Finish.complete(lease.id, lease.token, "null")]) == [lease.id]
+    assert store.step_record(lease, "c", "1", utcnow()) is None
+    assert [s.name for s in store.step_list(lease.id)] == ["a", "b"]
+    assert store.job_delete_many([lease.id]) == [lease.id]
+    assert store.step_list(lease.id) == []
+
+
+@sql_only
+def test_the_store_completes_only_under_the_lease(store: Any, dsn: str) -> None:
+    lease = claimed_lease(store)
+    with effect_db(dsn) as connect:
+        conn = connect()
+        try:
+            insert_effect(conn, lease.id, "stale")
+            assert store.job_complete_in(Lease(lease.id, "not-the-token"), '"x"', conn) is False
+            assert store.job_complete_in(lease, '{"ok": true}', conn) is True
+            # Not committed: others still see it running.
+            assert store.job_get(lease.id).state == JobState.RUNNING
+            conn.commit()
+        finally:
+            conn.close()
+    done = store.job_get(lease.id)
+    assert (done.state, done.result, done.lease_token) == (JobState.SUCCEEDED, {"ok": True}, None)
+    assert [e.kind for e in store.event_list(lease.id)] == ["enqueued", "claimed", "succeeded"]
+    assert store.job_finish([Finish.complete(lease.id, lease.token, "null")]) == []
