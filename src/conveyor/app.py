@@ -56,6 +56,8 @@ from conveyor.store.base import (
     LimitStatus,
     OperatorStore,
     Stats,
+    Step,
+    StepStore,
     Store,
     TransactionalStore,
     WorkerInfo,
@@ -600,6 +602,11 @@ class App:
         """The job's history, oldest first."""
         return list(self.store.event_list(job_id))
 
+    @needs(StepStore, "read a job's durable steps")
+    def steps(self, job_id: int) -> list[Step]:
+        """The job's durable steps (``ctx.step``), in the order they finished."""
+        return cast(StepStore, self.store).step_list(job_id)
+
     @needs(OperatorStore, "count jobs")
     def stats(self) -> Stats:
         """Counts per queue and state, oldest ready age, jobs finished in the last minute."""
@@ -1116,6 +1123,7 @@ class App:
     aworkers = async_twin(workers)
     aknown_tasks = async_twin(known_tasks)
     aevents = async_twin(events)
+    asteps = async_twin(steps)
     astats = async_twin(stats)
     abatch_status = async_twin(batch_status)
     ahealth = async_twin(health)

@@ -13,6 +13,7 @@ same methods.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
@@ -719,3 +720,67 @@ class JobSelection:
     def empty(self) -> bool:
         """Selects every job."""
         return all(getattr(self, f.name) is None for f in fields(self))
+
+
+# --- exactly-once effects -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """A durable step of a job (``ctx.step``): its name, result and when it ran."""
+
+    name: str
+    #: The step's result as JSON text (decoded by ``result``).
+    result_json: str
+    #: The attempt that ran it.
+    attempt: int
+    started_at: datetime
+    finished_at: datetime
+
+    @property
+    def result(self) -> Any:
+        return json.loads(self.result_json)
+
+
+@runtime_checkable
+class StepStore(Protocol):
+    """A job's durable steps: recorded under the attempt's lease, read by any later attempt."""
+
+    def step_list(self, job_id: int) -> list[Step]:
+        """The steps the job recorded, in the order they finished (none for an unknown job)."""
+        ...
+
+    def step_record(
+        self,
+        lease: Lease,
+        name: str,
+        result_json: str,
+        started_at: datetime,
+        now: datetime | None = None,
+    ) -> Step | None:
+        """Record a step's result while ``lease`` holds; the step as recorded.
+
+        A step of that name recorded already is kept and returned (one name,
+        one result, whichever attempt recorded it first). None when the lease
+        no longer holds: nothing is written.
+        """
+        ...
+
+
+@runtime_checkable
+class TransactionalCompletion(Protocol):
+    """Complete a running job inside the caller's open transaction (``ctx.complete(conn)``)."""
+
+    #: What the caller's connection must be, for messages ("a psycopg Connection").
+    transaction_connection: str
+
+    def job_complete_in(
+        self, lease: Lease, result_json: str, connection: Any, now: datetime | None = None
+    ) -> bool:
+        """Record the job's success on ``connection``, in its open transaction, not committed.
+
+        Fenced by the lease: False when it no longer holds (nothing written).
+        The job's outcome, its event and notifications become durable (and
+        visible) when the caller commits, and vanish if it rolls back.
+        """
+        ...

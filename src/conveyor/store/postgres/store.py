@@ -46,6 +46,7 @@ from conveyor.store.base import (
     LimitStatus,
     RunTimeBucket,
     Stats,
+    Step,
     Subscription,
     WorkerInfo,
 )
@@ -67,6 +68,7 @@ log = logging.getLogger("conveyor.postgres")
 
 _Q = load_queries("conveyor.store.postgres")
 _MIGRATIONS = load_migrations("conveyor.store.postgres")
+_E = load_queries("conveyor.store.postgres", "effects.sql")
 #: Claims retried after a group race (see job_claim in queries.sql).
 _CLAIM_ATTEMPTS = 5
 #: Inserts of one batch retried when keys change hands under it (see job_insert_many).
@@ -95,6 +97,10 @@ def _row_to_job(row: Sequence[Any]) -> Job:
 
 def _row_to_event(row: Sequence[Any]) -> Event:
     return Event(*row[:9])
+
+
+def _row_to_step(row: Sequence[Any]) -> Step:
+    return Step(*row[:5])
 
 
 def _where(dsn: str) -> str:
@@ -901,6 +907,58 @@ class PostgresStore:
             conn.execute(_Q["limit_prune_all_starts"], params)
             conn.execute(_Q["limit_prune_throttles"], params)
             conn.execute(_Q["limit_prune_rows"], params)
+
+    # --- exactly-once effects (docs/effects.md) -----------------------------------
+
+    def job_complete_in(
+        self, lease: Lease, result_json: str, connection: Any, now: datetime | None = None
+    ) -> bool:
+        if not isinstance(connection, psycopg.Connection):
+            raise ConfigurationError(
+                "ctx.complete needs a psycopg Connection to the queue's database, "
+                f"got {type(connection).__name__}"
+            )
+        status = connection.info.transaction_status
+        # In a transaction block, or one that this statement opens (not autocommit).
+        open_one = status == psycopg.pq.TransactionStatus.INTRANS or (
+            status == psycopg.pq.TransactionStatus.IDLE and not connection.autocommit
+        )
+        if not open_one:
+            raise ConfigurationError(
+                "ctx.complete needs an open transaction on the connection (not autocommit, "
+                "not failed): call it inside `with conn.transaction():` or before conn.commit()"
+            )
+        params = {"id": lease.id, "token": lease.token, "result": result_json, "now": now}
+        with _own_cursor(connection) as cur:
+            return cur.execute(_E["job_complete_in"], params).fetchone() is not None
+
+    def step_list(self, job_id: int) -> list[Step]:
+        with self._conn() as conn:
+            rows = conn.execute(_E["step_list"], {"job_id": job_id}).fetchall()
+        return [_row_to_step(r) for r in rows]
+
+    def step_record(
+        self,
+        lease: Lease,
+        name: str,
+        result_json: str,
+        started_at: datetime,
+        now: datetime | None = None,
+    ) -> Step | None:
+        params = {
+            "id": lease.id,
+            "token": lease.token,
+            "name": name,
+            "result": result_json,
+            "started_at": started_at,
+            "now": now,
+        }
+        with self._conn() as conn:
+            row = conn.execute(_E["step_record"], params).fetchone()
+            if row is None:
+                # Recorded already (kept), or the lease is gone (None).
+                row = conn.execute(_E["step_get"], {"job_id": lease.id, "name": name}).fetchone()
+        return None if row is None else _row_to_step(row)
 
 
 def _same(value: datetime | None) -> datetime | None:

@@ -53,6 +53,7 @@ from conveyor.store.base import (
     QueueStats,
     RunTimeBucket,
     Stats,
+    Step,
     Subscription,
     WorkerInfo,
 )
@@ -159,6 +160,12 @@ def job_of(fields: dict[str, str]) -> Job:
         limit_key=fields.get("limit_key"),
         headers_json=fields.get("headers"),
     )
+
+
+def _step_of(name: str, value: str) -> Step:
+    """A step as step_record.lua keeps it: JSON [result, attempt, started_at, finished_at]."""
+    result, attempt, started_at, finished_at = json.loads(value)
+    return Step(name, result, int(attempt), _dt(started_at), _dt(finished_at))
 
 
 def _readable(fields: dict[str, str]) -> bool:
@@ -1126,6 +1133,25 @@ class RedisStore:
 
     def limit_prune(self, now: datetime) -> None:
         self._run("limit_prune", _ts(now), str(LIMIT_SLACK_SECONDS))
+
+    # --- durable steps (docs/effects.md) --------------------------------------------
+
+    def step_list(self, job_id: int) -> list[Step]:
+        found = self._do(lambda: self._client.hgetall(self._k("steps", str(job_id))))
+        steps = [_step_of(str(name), value) for name, value in found.items()]
+        return sorted(steps, key=lambda step: (step.finished_at, step.name))
+
+    def step_record(
+        self,
+        lease: Lease,
+        name: str,
+        result_json: str,
+        started_at: datetime,
+        now: datetime | None = None,
+    ) -> Step | None:
+        step = json.dumps([result_json, None, _ts(started_at), _now_arg(now)])
+        recorded = self._run("step_record", str(lease.id), lease.token, name, step)
+        return None if recorded is None else _step_of(name, recorded)
 
 
 #: Filters the per-queue counters cannot answer: a count with one of them reads the jobs.

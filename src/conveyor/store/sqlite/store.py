@@ -40,6 +40,7 @@ from conveyor.store.base import (
     LimitStatus,
     RunTimeBucket,
     Stats,
+    Step,
     Subscription,
     WorkerInfo,
 )
@@ -62,6 +63,7 @@ _Q = load_queries("conveyor.store.sqlite")
 #: A count no claim reaches (SQLite's 32-bit "no limit").
 _NO_LIMIT = 2**31 - 1
 _MIGRATIONS = load_migrations("conveyor.store.sqlite")
+_E = load_queries("conveyor.store.sqlite", "effects.sql")
 _PRAGMAS = (
     "PRAGMA journal_mode = WAL",
     # NORMAL in WAL mode survives a process crash; only a power loss can drop
@@ -119,6 +121,11 @@ def _row_to_job(row: tuple[Any, ...]) -> Job:
 def _row_to_event(row: tuple[Any, ...]) -> Event:
     seq, job_id, queue, task, kind, attempt, worker, at, error = row[:9]
     return Event(seq, job_id, queue, task, kind, attempt, worker, _dt_required(at), error)
+
+
+def _row_to_step(row: tuple[Any, ...]) -> Step:
+    name, result, attempt, started_at, finished_at = row[:5]
+    return Step(name, result, attempt, _dt_required(started_at), _dt_required(finished_at))
 
 
 def _dt_required(value: float) -> datetime:
@@ -892,6 +899,66 @@ class SQLiteStore:
             conn.execute(_Q["limit_prune_all_starts"], params)
             conn.execute(_Q["limit_prune_throttles"], params)
             conn.execute(_Q["limit_prune_rows"], params)
+
+    # --- exactly-once effects (docs/effects.md) -----------------------------------
+
+    def job_complete_in(
+        self, lease: Lease, result_json: str, connection: Any, now: datetime | None = None
+    ) -> bool:
+        conn = self._caller_transaction(connection)
+        params = {"id": lease.id, "token": lease.token, "result": result_json}
+        params["now"] = _ts(now or utcnow())
+        if conn.execute(_E["job_complete_in"], params).fetchone() is None:
+            return False
+        conn.execute(_E["event_insert_completed_in"], params)
+        return True
+
+    def _caller_transaction(self, connection: Any) -> sqlite3.Connection:
+        """The caller's connection, checked: a sqlite3 one, on this file, in a transaction."""
+        if not isinstance(connection, sqlite3.Connection):
+            raise ConfigurationError(
+                f"ctx.complete needs a sqlite3 Connection to {self.path}, "
+                f"got {type(connection).__name__}"
+            )
+        files = [row[2] for row in connection.execute("PRAGMA database_list") if row[1] == "main"]
+        if not files or not files[0] or Path(files[0]).resolve() != self.path.resolve():
+            raise ConfigurationError(
+                f"ctx.complete needs a connection to {self.path}, the queue's database; "
+                f"this one is connected to {files[0] if files and files[0] else 'memory'}"
+            )
+        if not connection.in_transaction:
+            raise ConfigurationError(
+                "ctx.complete needs an open transaction on the connection: write your "
+                "effect first (or run BEGIN IMMEDIATE), then commit after ctx.complete"
+            )
+        return connection
+
+    def step_list(self, job_id: int) -> list[Step]:
+        rows = self._conn().execute(_E["step_list"], {"job_id": job_id})
+        return [_row_to_step(r) for r in rows]
+
+    def step_record(
+        self,
+        lease: Lease,
+        name: str,
+        result_json: str,
+        started_at: datetime,
+        now: datetime | None = None,
+    ) -> Step | None:
+        params = {
+            "id": lease.id,
+            "token": lease.token,
+            "name": name,
+            "result": result_json,
+            "started_at": _ts(started_at),
+            "now": _ts(now or utcnow()),
+        }
+        with self._write() as conn:
+            row = conn.execute(_E["step_record"], params).fetchone()
+            if row is None:
+                # Recorded already (kept), or the lease is gone (None).
+                row = conn.execute(_E["step_get"], {"job_id": lease.id, "name": name}).fetchone()
+        return None if row is None else _row_to_step(row)
 
 
 @contextmanager
