@@ -68,7 +68,7 @@ log = logging.getLogger("conveyor.postgres")
 
 _Q = load_queries("conveyor.store.postgres")
 _MIGRATIONS = load_migrations("conveyor.store.postgres")
-_E = load_queries("conveyor.store.postgres", "effects.sql")
+_E = load_queries("conveyor.store.postgres", "steps.sql")
 #: Claims retried after a group race (see job_claim in queries.sql).
 _CLAIM_ATTEMPTS = 5
 #: Inserts of one batch retried when keys change hands under it (see job_insert_many).
@@ -537,16 +537,7 @@ class PostgresStore:
     def job_finish(self, finishes: Sequence[Finish], now: datetime | None = None) -> list[int]:
         if not finishes:
             return []
-        params = {
-            "ids": [f.id for f in finishes],
-            "tokens": [f.token for f in finishes],
-            "kinds": [f.kind for f in finishes],
-            "results": [f.result_json for f in finishes],
-            "errors": [f.error for f in finishes],
-            "run_ats": [f.run_at for f in finishes],
-            "now": now,
-        }
-        return self._change("job_finish", params)
+        return self._change("job_finish", _finish_params(finishes, now))
 
     def job_progress(
         self, lease: Lease, fraction: float | None, message: str | None, now: datetime
@@ -928,9 +919,10 @@ class PostgresStore:
                 "ctx.complete needs an open transaction on the connection (not autocommit, "
                 "not failed): call it inside `with conn.transaction():` or before conn.commit()"
             )
-        params = {"id": lease.id, "token": lease.token, "result": result_json, "now": now}
+        # The worker's own finish of a success, in the caller's transaction.
+        params = _finish_params([Finish.complete(lease.id, lease.token, result_json)], now)
         with _own_cursor(connection) as cur:
-            return cur.execute(_E["job_complete_in"], params).fetchone() is not None
+            return cur.execute(_Q["job_finish"], params).fetchone() is not None
 
     def step_list(self, job_id: int) -> list[Step]:
         with self._conn() as conn:
@@ -959,6 +951,19 @@ class PostgresStore:
                 # Recorded already (kept), or the lease is gone (None).
                 row = conn.execute(_E["step_get"], {"job_id": lease.id, "name": name}).fetchone()
         return None if row is None else _row_to_step(row)
+
+
+def _finish_params(finishes: Sequence[Finish], now: datetime | None) -> dict[str, Any]:
+    """job_finish's parameters: one array per field of the outcomes."""
+    return {
+        "ids": [f.id for f in finishes],
+        "tokens": [f.token for f in finishes],
+        "kinds": [f.kind for f in finishes],
+        "results": [f.result_json for f in finishes],
+        "errors": [f.error for f in finishes],
+        "run_ats": [f.run_at for f in finishes],
+        "now": now,
+    }
 
 
 def _same(value: datetime | None) -> datetime | None:

@@ -63,7 +63,7 @@ _Q = load_queries("conveyor.store.sqlite")
 #: A count no claim reaches (SQLite's 32-bit "no limit").
 _NO_LIMIT = 2**31 - 1
 _MIGRATIONS = load_migrations("conveyor.store.sqlite")
-_E = load_queries("conveyor.store.sqlite", "effects.sql")
+_E = load_queries("conveyor.store.sqlite", "steps.sql")
 _PRAGMAS = (
     "PRAGMA journal_mode = WAL",
     # NORMAL in WAL mode survives a process crash; only a power loss can drop
@@ -121,6 +121,21 @@ def _row_to_job(row: tuple[Any, ...]) -> Job:
 def _row_to_event(row: tuple[Any, ...]) -> Event:
     seq, job_id, queue, task, kind, attempt, worker, at, error = row[:9]
     return Event(seq, job_id, queue, task, kind, attempt, worker, _dt_required(at), error)
+
+
+def _finish(conn: sqlite3.Connection, finishes: Sequence[Finish], now_ts: float) -> list[int]:
+    """End running jobs with job_finish and record their events, in ``conn``'s transaction."""
+    items = [
+        [f.id, f.token, f.kind, f.result_json, f.error, None if f.run_at is None else _ts(f.run_at)]
+        for f in finishes
+    ]
+    kinds = {f.id: f.kind for f in finishes}
+    params = {"items": json.dumps(items), "now": now_ts}
+    ids = [r[0] for r in conn.execute(_Q["job_finish"], params)]
+    if ids:
+        changed = json.dumps([[i, kinds[i]] for i in ids])
+        conn.execute(_Q["event_insert_finished"], {"items": changed, "now": now_ts})
+    return ids
 
 
 def _row_to_step(row: tuple[Any, ...]) -> Step:
@@ -492,26 +507,8 @@ class SQLiteStore:
     def job_finish(self, finishes: Sequence[Finish], now: datetime | None = None) -> list[int]:
         if not finishes:
             return []
-        now_ts = _ts(now or utcnow())
-        items = [
-            [
-                f.id,
-                f.token,
-                f.kind,
-                f.result_json,
-                f.error,
-                None if f.run_at is None else _ts(f.run_at),
-            ]
-            for f in finishes
-        ]
-        kinds = {f.id: f.kind for f in finishes}
         with self._write() as conn:
-            params = {"items": json.dumps(items), "now": now_ts}
-            ids = [r[0] for r in conn.execute(_Q["job_finish"], params)]
-            if ids:
-                changed = json.dumps([[i, kinds[i]] for i in ids])
-                conn.execute(_Q["event_insert_finished"], {"items": changed, "now": now_ts})
-        return ids
+            return _finish(conn, finishes, _ts(now or utcnow()))
 
     def _record(self, conn: sqlite3.Connection, action: str, ids: list[int], now_ts: float) -> None:
         """Append the events of ``action`` for the jobs it just changed (same transaction)."""
@@ -905,13 +902,10 @@ class SQLiteStore:
     def job_complete_in(
         self, lease: Lease, result_json: str, connection: Any, now: datetime | None = None
     ) -> bool:
+        # The worker's own finish of a success, in the caller's transaction.
         conn = self._caller_transaction(connection)
-        params = {"id": lease.id, "token": lease.token, "result": result_json}
-        params["now"] = _ts(now or utcnow())
-        if conn.execute(_E["job_complete_in"], params).fetchone() is None:
-            return False
-        conn.execute(_E["event_insert_completed_in"], params)
-        return True
+        success = Finish.complete(lease.id, lease.token, result_json)
+        return bool(_finish(conn, [success], _ts(now or utcnow())))
 
     def _caller_transaction(self, connection: Any) -> sqlite3.Connection:
         """The caller's connection, checked: a sqlite3 one, on this file, in a transaction."""
