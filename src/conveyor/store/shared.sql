@@ -4,6 +4,39 @@
 -- judges by ({{now}}). Placeholders are :name; PostgreSQL reads them as
 -- psycopg's pyformat. No percent sign in this file: psycopg would read it.
 
+-- name: finish_set
+-- What a finish sets on a running job for outcome f (a row of its items, fenced
+-- by the caller's WHERE): the state it goes to, when it runs again if it is
+-- queued again (a rescue or take-back without a time of its own: now), the
+-- attempt given back by snooze and release, the result of a success, the
+-- error of a failure; the lease is over either way.
+state = CASE
+        WHEN f.kind = 'complete' THEN 'succeeded'
+        WHEN {{finish_requeues}} THEN 'queued'
+        WHEN jobs.cancel_requested OR f.kind = 'cancelled' THEN 'cancelled'
+        ELSE 'failed' END,
+run_at = CASE
+        WHEN {{finish_requeues}}
+        THEN coalesce(f.run_at, CASE WHEN f.kind IN ('rescue', 'take_back') THEN {{now}} END,
+                      jobs.run_at)
+        ELSE jobs.run_at END,
+finished_at = CASE WHEN {{finish_requeues}} THEN NULL ELSE {{now}} END,
+attempts = jobs.attempts - CASE WHEN f.kind IN ('snooze', 'release') THEN 1 ELSE 0 END,
+result = CASE WHEN f.kind = 'complete' THEN f.result ELSE jobs.result END,
+error = coalesce(f.error, jobs.error),
+lease_token = NULL,
+lease_expires_at = NULL
+
+-- name: finish_fence
+-- Which running job outcome f may end: the one it names, still under the lease
+-- it was claimed under (a stale token changes nothing: the fence against a
+-- worker that lost its lease); a rescue also needs the lease to have run out
+-- (a worker that renewed it meanwhile keeps its job).
+jobs.id = f.id
+AND jobs.lease_token = f.token
+AND jobs.state = 'running'
+AND (f.kind <> 'rescue' OR jobs.lease_expires_at < {{now}})
+
 -- name: finish_requeues
 -- Whether an outcome f (a row of a finish's items) puts the running job back
 -- in the queue: snooze and release always (they give the attempt back), a

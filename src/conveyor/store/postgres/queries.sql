@@ -155,39 +155,18 @@ RETURNING jobs.id, jobs.cancel_requested
 
 -- name: job_finish
 -- The one statement that ends running jobs, for every kind of outcome (see
--- FinishKind in store/base.py), with their events and notifications. Each item
--- names the lease it was claimed under, and a stale token changes nothing:
--- that is the fence against a worker that lost its lease. A rescue also needs
--- the lease to have run out (a worker that renewed it meanwhile keeps its
--- job). Where the job goes is finish_requeues: queued again, or ended.
---
--- The new state is decided in the SET expressions from the row being updated,
--- not in a CTE: a cancel committed while this statement waited for the row
--- lock is seen (PostgreSQL re-reads the newest row version there).
+-- FinishKind in store/base.py), with their events and notifications: which
+-- jobs it may end is finish_fence, what becomes of them finish_set (both in
+-- shared.sql). The new state is decided in the SET expressions from the row
+-- being updated, not in a CTE: a cancel committed while this statement waited
+-- for the row lock is seen (PostgreSQL re-reads the newest row version there).
 WITH changed AS (
     UPDATE jobs
-    SET state = CASE
-            WHEN f.kind = 'complete' THEN 'succeeded'
-            WHEN {{finish_requeues}} THEN 'queued'
-            WHEN jobs.cancel_requested OR f.kind = 'cancelled' THEN 'cancelled'
-            ELSE 'failed' END,
-        run_at = CASE
-            WHEN {{finish_requeues}}
-            THEN coalesce(f.run_at, CASE WHEN f.kind IN ('rescue', 'take_back') THEN {{now}} END, jobs.run_at)
-            ELSE jobs.run_at END,
-        finished_at = CASE WHEN {{finish_requeues}} THEN NULL ELSE {{now}} END,
-        attempts = jobs.attempts - CASE WHEN f.kind IN ('snooze', 'release') THEN 1 ELSE 0 END,
-        result = CASE WHEN f.kind = 'complete' THEN f.result ELSE jobs.result END,
-        error = coalesce(f.error, jobs.error),
-        lease_token = NULL,
-        lease_expires_at = NULL
+    SET {{finish_set}}
     FROM unnest(%(ids)b::bigint[], %(tokens)b::text[], %(kinds)b::text[], %(results)b::json[],
                 %(errors)b::text[], %(run_ats)b::timestamptz[])
          AS f(id, token, kind, result, error, run_at)
-    WHERE jobs.id = f.id
-      AND jobs.lease_token = f.token
-      AND jobs.state = 'running'
-      AND (f.kind <> 'rescue' OR jobs.lease_expires_at < {{now}})
+    WHERE {{finish_fence}}
     RETURNING jobs.id, jobs.queue, jobs.task, jobs.state, jobs.attempts, jobs.worker,
               jobs.error, jobs.group_key, f.kind
 ), changed_events AS (

@@ -111,35 +111,15 @@ RETURNING jobs.id, jobs.cancel_requested
 
 -- name: job_finish
 -- The one statement that ends running jobs, for every kind of outcome (see
--- FinishKind in store/base.py). :items is [[id, token, kind, result, error,
--- run_at], ...]. Each item names the lease it was claimed under, and a stale
--- token changes nothing: that is the fence against a worker that lost its
--- lease. A rescue also needs the lease to have run out by :now (a worker that
--- renewed it meanwhile keeps its job). Where the job goes is finish_requeues
--- (shared.sql): queued again, or ended.
+-- FinishKind in store/base.py): which jobs it may end is finish_fence, what
+-- becomes of them finish_set (both in shared.sql). :items is [[id, token,
+-- kind, result, error, run_at], ...]; event_insert_finished records the events.
 UPDATE jobs
-SET state = CASE
-        WHEN f.kind = 'complete' THEN 'succeeded'
-        WHEN {{finish_requeues}} THEN 'queued'
-        WHEN jobs.cancel_requested OR f.kind = 'cancelled' THEN 'cancelled'
-        ELSE 'failed' END,
-    run_at = CASE
-        WHEN {{finish_requeues}}
-        THEN coalesce(f.run_at, CASE WHEN f.kind IN ('rescue', 'take_back') THEN :now END, jobs.run_at)
-        ELSE jobs.run_at END,
-    finished_at = CASE WHEN {{finish_requeues}} THEN NULL ELSE :now END,
-    attempts = jobs.attempts - (f.kind IN ('snooze', 'release')),
-    result = CASE WHEN f.kind = 'complete' THEN f.result ELSE jobs.result END,
-    error = coalesce(f.error, jobs.error),
-    lease_token = NULL,
-    lease_expires_at = NULL
+SET {{finish_set}}
 FROM (SELECT value ->> 0 AS id, value ->> 1 AS token, value ->> 2 AS kind,
              value ->> 3 AS result, value ->> 4 AS error, value ->> 5 AS run_at
       FROM json_each(:items)) AS f
-WHERE jobs.id = f.id
-  AND jobs.lease_token = f.token
-  AND jobs.state = 'running'
-  AND (f.kind <> 'rescue' OR jobs.lease_expires_at < :now)
+WHERE {{finish_fence}}
 RETURNING jobs.id
 
 -- name: event_insert_finished
