@@ -13,7 +13,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
 from conveyor.errors import ConfigurationError
-from conveyor.spark.options import Options, names_for
+from conveyor.spark.options import Options, ddl_with_options, names_for
 from conveyor.store.base import Store
 from spark_helpers import all_jobs, items, leftovers, spark_tables, writer
 
@@ -181,3 +181,17 @@ def test_on_redis_the_data_source_refuses_saying_what_it_needs(
             query.processAllAvailable()
         finally:
             query.stop()
+
+
+def test_a_write_table_keeps_its_options_and_names_its_columns_in_disguise() -> None:
+    ddl = ddl_with_options(
+        "image_id BIGINT NOT NULL, `odd ``name``` MAP<STRING, INT>, size: INT",
+        {"dsn": "sqlite:///q.db", "task": "it's"},
+    )
+    first, rest = ddl.split(" COMMENT ", 1)
+    assert first == "`iMaGe_Id` BIGINT NOT NULL"
+    assert rest.endswith("', `oDd ``NaMe``` MAP<STRING, INT>, `sIzE`: INT")
+    assert "it\\'s" in rest and '"@columns": ["image_id", "odd `name`", "size"]' in rest
+    assert ddl_with_options("n INT", {}).startswith("`N` INT COMMENT")
+    with pytest.raises(ConfigurationError, match="empty column"):
+        ddl_with_options("a INT,, b INT", {})

@@ -105,6 +105,9 @@ class WritePlan:
     tasks: dict[str, TaskDeclaration] = field(default_factory=dict)
     #: Check each row's call against its task's signature (shapes vary by row).
     check_calls: bool = False
+    #: A SQL table's column names as its option schema gave them, by position: the
+    #: batches arrive with Spark's (disguised) names and are renamed to these.
+    renamed: tuple[str, ...] | None = None
 
     @classmethod
     def from_options(

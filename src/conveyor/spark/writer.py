@@ -116,11 +116,17 @@ def _task_context() -> tuple[int, int, Any]:
     return context.partitionId(), context.taskAttemptId(), context
 
 
-def _rebatch(iterator: Iterator[pa.RecordBatch], size: int) -> Iterator[pa.RecordBatch]:
-    """Record batches of ``size`` rows (the last one smaller), whatever Spark sends."""
+def _rebatch(
+    iterator: Iterator[pa.RecordBatch], size: int, names: tuple[str, ...] | None = None
+) -> Iterator[pa.RecordBatch]:
+    """Record batches of ``size`` rows (the last one smaller), whatever Spark sends.
+
+    With ``names``, the columns are renamed to them (a SQL table's, see WritePlan.renamed).
+    """
     pending: list[pa.RecordBatch] = []
     count = 0
-    for batch in iterator:
+    for given in iterator:
+        batch = given.rename_columns(list(names)) if names else given
         pending.append(batch)
         count += batch.num_rows
         while count >= size:
@@ -236,7 +242,7 @@ class ConveyorWriter(_Staging, DataSourceArrowWriter):
             for _batch in iterator:  # read to the end: Spark's side expects its input taken
                 pass
             return StagedPart(partition, None, 0)
-        batches = _rebatch(iterator, self.plan.batch_size)
+        batches = _rebatch(iterator, self.plan.batch_size, self.plan.renamed)
         store = open_storage(self.dsn)
         try:
             if not self.plan.atomic:
