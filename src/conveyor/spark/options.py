@@ -142,10 +142,15 @@ class Options:
                 continue
             name = canonical.get(typed)
             if name is None:
-                raise ConfigurationError(self._unknown(typed, allowed))
+                raise ConfigurationError(self._unknown(typed, allowed, str(key)))
             self.values[name] = str(value)
 
-    def _unknown(self, typed: str, allowed: list[str]) -> str:
+    def _unknown(self, typed: str, allowed: list[str], shown: str) -> str:
+        """Why an option is refused, quoting it as given (``shown``; ``typed`` is lowercased).
+
+        PySpark lowercases the names of ``.option()`` before a data source sees
+        them; ``conveyor.spark.enqueue`` checks its options as typed beforehand.
+        """
         known_elsewhere = {n.lower(): n for n in _OPTIONS}.get(typed)
         if known_elsewhere is not None:
             uses = ", ".join(_WHAT[u] for u in _OPTIONS[known_elsewhere])
@@ -156,7 +161,7 @@ class Options:
         closest = _closest(typed, allowed)
         hint = f' Did you mean "{closest}"?' if closest else ""
         return (
-            f'unknown option "{typed}" for {self.what}.{hint} '
+            f'unknown option "{shown}" for {self.what}.{hint} '
             f"The options of {self.what} are: {', '.join(allowed)}"
         )
 
