@@ -46,6 +46,12 @@ LAZY_COMMANDS = {
         requires=_SPARK,
         short_help="Archive finished jobs to Parquet with Spark, then purge them.",
     ),
+    "spark": LazyCommand(
+        "conveyor.spark.write_commands:spark",
+        extra="spark",
+        requires=("pyspark", "pyarrow"),
+        short_help="Spark's writes into the store: list them, clean up after dead drivers.",
+    ),
     "demo": LazyCommand(
         "conveyor.cli.demo:demo",
         extra="cli",
