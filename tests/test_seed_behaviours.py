@@ -7,11 +7,19 @@ store says what it can do; housekeeping runs wherever jobs are consumed.
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from conveyor import App, Context, JobState
+from conveyor import App, ConfigurationError, Context, Fail, JobState, Retry
+from conveyor.errors import StoreUnavailableError
+from conveyor.job import utcnow
 from conveyor.store.postgres import listener as pg_listener
 
 DEADLINE = 10.0
@@ -20,6 +28,13 @@ DEADLINE = 10.0
 @pytest.fixture(autouse=True)
 def _prompt_listener_close(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pg_listener, "_WAIT", 0.05)
+
+
+@pytest.fixture
+def sqlite_app(tmp_path: Path) -> Iterator[App]:
+    with App(f"sqlite:///{tmp_path / 'jobs.db'}") as application:
+        application.migrate()
+        yield application
 
 
 # --- progress ends true ------------------------------------------------------------
@@ -55,3 +70,144 @@ def test_a_failed_job_shows_the_last_progress_it_reported(app: App) -> None:
     done = app.get(job.id)
     assert done.state == JobState.FAILED
     assert (done.progress, done.progress_message) == (0.4, "page 4")
+
+
+# --- the pull API, complete ---------------------------------------------------------
+
+
+def test_raise_fail_in_a_consumed_job_fails_it_for_good(app: App) -> None:
+    job = app.enqueue("charge", [1], queue="pay", max_attempts=3)
+    for held in app.consume(["pay"], lease=5, idle_timeout=0.3):
+        with held:
+            raise Fail("card declined")
+    done = app.get(job.id)
+    assert (done.state, done.attempts) == (JobState.FAILED, 1)
+    assert "card declined" in (done.error or "")
+
+
+def test_a_consumed_job_fails_for_good_by_an_explicit_call(app: App) -> None:
+    by_flag = app.enqueue("charge", [1], queue="pay", max_attempts=5)
+    by_name = app.enqueue("charge", [2], queue="pay", max_attempts=5)
+    by_fail = app.enqueue("charge", [3], queue="pay", max_attempts=5)
+    retried = app.enqueue("charge", [4], queue="pay", max_attempts=5)
+    for held in app.consume(["pay"], lease=5, idle_timeout=0.3):
+        n = held.args[0]
+        if n == 1:
+            held.fail("expired card", final=True)
+        elif n == 2:
+            held.fail_for_good("no such account")
+        elif n == 3:
+            held.fail(Fail("fraud suspected"))
+        elif held.attempts == 1:
+            held.fail("gateway timeout", retry_in=3600)
+        else:
+            raise AssertionError("a retried job came back an hour early")
+    for job, error in ((by_flag, "expired card"), (by_name, "no such account"),
+                       (by_fail, "fraud suspected")):  # fmt: skip
+        done = app.get(job.id)
+        assert (done.state, done.attempts) == (JobState.FAILED, 1), error
+        assert error in (done.error or "")
+    again = app.get(retried.id)
+    assert again.state == JobState.QUEUED and again.attempts == 1  # an attempt, retried
+
+
+def test_raise_retry_in_a_consumed_job_runs_it_later_without_an_attempt(app: App) -> None:
+    job = app.enqueue("poll", [], queue="feeds", max_attempts=1)
+    before = utcnow()
+    for held in app.consume(["feeds"], lease=5, idle_timeout=0.3):
+        with held:
+            raise Retry(delay=600)
+    later = app.get(job.id)
+    assert (later.state, later.attempts) == (JobState.QUEUED, 0)
+    assert later.run_at >= before + timedelta(seconds=590)
+
+
+def test_consume_takes_a_batch_each_job_under_its_own_lease(app: App) -> None:
+    jobs = [app.enqueue("line", [n], queue="lines") for n in range(5)]
+    consumer = app.consume(["lines"], lease=1.5, poll_interval=0.1, batch_size=3)
+    seen = []
+    for held in consumer:
+        if not seen:
+            # The batch is claimed in one call: three running, under this consumer.
+            running = app.jobs(state="running", queue="lines")
+            assert sorted(j.id for j in running) == [j.id for j in jobs[:3]]
+            assert {j.worker for j in running} == {consumer._loop.id}
+            time.sleep(2.5)  # longer than the lease: the waiting ones are renewed too
+        with held:
+            seen.append(held.args[0])
+        if len(seen) == 4:
+            break  # the fifth (claimed in the second batch) goes back
+    consumer.close()
+    assert seen == [0, 1, 2, 3]
+    for job in jobs[:4]:
+        done = app.get(job.id)
+        assert (done.state, done.attempts) == (JobState.SUCCEEDED, 1)
+        assert "rescued" not in [e.kind for e in app.events(job.id)]
+    back = app.get(jobs[4].id)
+    assert (back.state, back.attempts) == (JobState.QUEUED, 0)
+
+
+def test_jobs_of_a_batch_not_handed_out_go_back_when_the_loop_ends(app: App) -> None:
+    jobs = [app.enqueue("line", [n], queue="lines") for n in range(4)]
+    for held in app.consume(["lines"], lease=5, batch_size=4):
+        held.complete()
+        break
+    assert app.get(jobs[0].id).state == JobState.SUCCEEDED
+    for job in jobs[1:]:
+        back = app.get(job.id)
+        assert (back.state, back.attempts) == (JobState.QUEUED, 0)
+
+
+def test_consume_settings_are_checked(sqlite_app: App) -> None:
+    for bad, says in (
+        ({"batch_size": 0}, "batch_size must be a whole number from 1"),
+        ({"batch_size": 5000}, "batch_size must be a whole number from 1"),
+        ({"poll_interval": 0}, "poll_interval must be a positive"),
+        ({"backoff_first": 3.0, "backoff_max": 1.0}, "backoff_first must not exceed"),
+    ):
+        with pytest.raises(ConfigurationError, match=says):
+            sqlite_app.consume(["q"], **bad)
+
+
+def test_consume_backs_off_store_errors_as_set(sqlite_app: App) -> None:
+    claims = 0
+    original = sqlite_app.store.job_claim
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        nonlocal claims
+        claims += 1
+        raise StoreUnavailableError("the database restarts")
+
+    sqlite_app.store.job_claim = failing  # type: ignore[method-assign]
+    try:
+        for patient in (False, True):
+            claims = 0
+            pause = 0.5 if patient else 0.02
+            pace = {"backoff_first": pause, "backoff_max": pause}
+            consumer = sqlite_app.consume(["q"], **pace)
+            threading.Timer(1.2, consumer.stop).start()
+            assert list(consumer) == []
+            if patient:
+                assert 2 <= claims <= 4  # every half second
+            else:
+                assert claims >= 15  # every 0.02 s: many more tries in the same time
+    finally:
+        sqlite_app.store.job_claim = original  # type: ignore[method-assign]
+
+
+def test_a_consume_only_service_logs_its_rescues(
+    app: App, caplog: pytest.LogCaptureFixture
+) -> None:
+    job = app.enqueue("step", [1], queue="chat")
+    app.store.job_claim(["chat"], 1, "dead", timedelta(seconds=0.3), None)
+    caplog.set_level(logging.WARNING)
+    for held in app.consume(["chat"], lease=2, poll_interval=0.1, idle_timeout=3):
+        held.complete()
+        break
+    assert app.get(job.id).state == JobState.SUCCEEDED
+    # The logger of rescues, whoever does them (a worker's maintenance, a consumer).
+    lines = [r for r in caplog.records if r.name == "conveyor.maintenance"]
+    assert any(
+        f"job {job.id} step rescued" in r.getMessage() and getattr(r, "job_id", None) == job.id
+        for r in lines
+    ), [r.getMessage() for r in lines]

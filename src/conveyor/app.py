@@ -357,18 +357,32 @@ class App:
         poll_interval: float = 1.0,
         *,
         idle_timeout: float | None = None,
+        batch_size: int = 1,
+        backoff_first: float = 0.05,
+        backoff_max: float = 2.0,
     ) -> Consumer:
-        """Claim jobs one at a time and yield them to a loop you own.
+        """Claim jobs and yield them, one at a time, to a loop you own.
 
-        End each with ``job.complete(result)``, ``job.fail(error)`` or
-        ``job.release()``, or use ``with job:`` (complete on exit, fail on an
-        exception). Stopping the iteration releases a job still held;
-        ``consumer.stop()`` ends the loop from another thread, and
+        End each with ``job.complete(result)``, ``job.fail(error)`` (retried while
+        attempts remain), ``job.fail(error, final=True)`` (failed for good) or
+        ``job.release()``, or use ``with job:`` (complete on exit; an exception is
+        judged as a handler's: ``Fail`` fails for good, ``Retry`` runs it again
+        later, anything else fails the attempt). Stopping the iteration releases a
+        job still held; ``consumer.stop()`` ends the loop from another thread, and
         ``idle_timeout`` ends it after that many seconds without a job.
-        """
-        from conveyor.worker.consume import Consumer
 
-        return Consumer(self, queues, group, lease, poll_interval, idle_timeout)
+        ``batch_size`` claims up to that many jobs in one call, each held and
+        renewed under its own lease until it is handed out and ended. When nothing
+        is ready the loop sleeps until a wake-up, the next due job, or at most
+        ``poll_interval`` seconds; after a store error it waits ``backoff_first``
+        seconds, doubling up to ``backoff_max``, before it claims again.
+        """
+        from conveyor.worker.consume import ConsumeOptions, Consumer
+
+        options = ConsumeOptions(
+            lease, poll_interval, idle_timeout, batch_size, backoff_first, backoff_max
+        )
+        return Consumer(self, queues, group, options)
 
     def aconsume(
         self,
@@ -378,11 +392,17 @@ class App:
         poll_interval: float = 1.0,
         *,
         idle_timeout: float | None = None,
+        batch_size: int = 1,
+        backoff_first: float = 0.05,
+        backoff_max: float = 2.0,
     ) -> AsyncIterator[ConsumedJob]:
         """``consume`` for async code: ``async for job in app.aconsume([...])``."""
-        from conveyor.worker.consume import aconsume
+        from conveyor.worker.consume import ConsumeOptions, aconsume
 
-        return aconsume(self, queues, group, lease, poll_interval, idle_timeout)
+        options = ConsumeOptions(
+            lease, poll_interval, idle_timeout, batch_size, backoff_first, backoff_max
+        )
+        return aconsume(self, queues, group, options)
 
     def get_task(self, name: str) -> Task[Any, Any]:
         """The registered task of that name; UnknownTaskError lists the known ones."""
