@@ -211,3 +211,86 @@ def test_a_consume_only_service_logs_its_rescues(
         f"job {job.id} step rescued" in r.getMessage() and getattr(r, "job_id", None) == job.id
         for r in lines
     ), [r.getMessage() for r in lines]
+
+
+# --- notifications optional ----------------------------------------------------------
+
+
+def test_an_app_without_notifications_never_listens_and_still_runs_everything(
+    dsn: str,
+) -> None:
+    with App(dsn) as producer, App(dsn, notifications=False) as consumer:
+        producer.migrate()
+        assert producer.notifications and not consumer.notifications
+        subscribed: list[object] = []
+        original = consumer.store.subscribe
+
+        def counted(on_change: Any) -> Any:
+            subscribed.append(on_change)
+            return original(on_change)
+
+        consumer.store.subscribe = counted  # type: ignore[method-assign]
+
+        @consumer.task(queue="poll")
+        def double(n: int) -> int:
+            return 2 * n
+
+        with consumer.worker(concurrency=1, poll_interval=0.2, lease=3):
+            # Enqueued by another App (another process, to the store): found by the poll.
+            job = producer.enqueue("double", [21], queue="poll")
+            assert consumer.wait(job.id, timeout=DEADLINE) == 42
+        for held in consumer.consume(["poll"], poll_interval=0.2, idle_timeout=0.5):
+            raise AssertionError(f"nothing was left, got {held}")
+        late = producer.enqueue("double", [5], queue="poll")
+        for held in consumer.consume(["poll"], poll_interval=0.2, idle_timeout=2):
+            with held:
+                pass
+            break
+        assert consumer.get(late.id).state == JobState.SUCCEEDED
+        assert subscribed == []  # no LISTEN, no pub/sub, no watcher: poll only
+
+
+def test_notifications_follow_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dsn = f"sqlite:///{tmp_path / 'jobs.db'}"
+    for value, listens in (("0", False), ("off", False), ("1", True), ("", True)):
+        monkeypatch.setenv("CONVEYOR_NOTIFICATIONS", value)
+        with App(dsn) as app:
+            assert app.notifications is listens, value
+        with App(dsn, notifications=True) as app:
+            assert app.notifications  # the argument wins
+    monkeypatch.setenv("CONVEYOR_NOTIFICATIONS", "sometimes")
+    with pytest.raises(ConfigurationError, match="must be 0 \\(poll only\\) or 1"):
+        App(dsn)
+
+
+def test_poll_only_workers_run_behind_pgbouncer_in_transaction_mode(pg_clean_dsn: str) -> None:
+    from psycopg.conninfo import conninfo_to_dict
+
+    from pgbouncer import PgBouncer
+
+    with App(pg_clean_dsn) as direct:
+        direct.migrate()
+    dbname = str(conninfo_to_dict(pg_clean_dsn)["dbname"])
+    with (
+        PgBouncer(pg_clean_dsn) as bouncer,
+        App(bouncer.dsn_for(dbname), notifications=False, prepare_threshold=None) as app,
+    ):
+
+        @app.task(queue="pooled")
+        def double(n: int) -> int:
+            return 2 * n
+
+        with app.worker(concurrency=2, poll_interval=0.2, lease=3):
+            jobs = [double.enqueue(n) for n in range(12)]  # past psycopg's prepare threshold
+            assert [app.wait(job.id, timeout=DEADLINE) for job in jobs] == [
+                2 * n for n in range(12)
+            ]
+        late = double.enqueue(50)
+        for held in app.consume(["pooled"], poll_interval=0.2, idle_timeout=2):
+            with held:
+                pass
+            break
+        assert app.get(late.id).state == JobState.SUCCEEDED
+        assert app.stats().queues["pooled"].counts == {"succeeded": 13}

@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import functools
 import math
+import os
 import threading
 import time
 import weakref
@@ -147,7 +148,10 @@ class App:
     ``store_options`` go to the backend (for PostgreSQL: ``min_size``, ``max_size``,
     ``connect_timeout``; for Redis: ``connect_timeout``, ``socket_timeout``).
     ``middleware`` wraps every enqueue and every attempt, in order (see
-    ``conveyor.middleware``).
+    ``conveyor.middleware``). ``notifications=False`` (or ``CONVEYOR_NOTIFICATIONS=0``
+    in the environment) runs poll-only: nothing listens to the store (behind a
+    pooler in transaction mode, where LISTEN cannot work), and work enqueued by
+    other processes is found within a ``poll_interval``.
     """
 
     def __init__(
@@ -160,10 +164,12 @@ class App:
         retention_by_state: Mapping[str, timedelta] | None = None,
         keep_finished: int | Mapping[str, int] | None = None,
         middleware: Sequence[Middleware] | None = None,
+        notifications: bool | None = None,
         **store_options: Any,
     ):
         if store is not None and dsn is not None:
             raise ConfigurationError("give App a dsn or a store, not both")
+        listen = notifications_setting(notifications)  # checked before the store opens
         #: This App's middleware, after the globally installed ones (``middleware_chain``).
         self.middleware = check_middleware(middleware)
         # A store may have only the core (JobStore): workers and consumers need no
@@ -181,7 +187,11 @@ class App:
         self.keep_finished = check_keep_finished(keep_finished)
         self._next_count_retention = 0.0
         #: Changes seen by this process: local enqueues and completions, and the database's feed.
-        self.changes = ChangeHub(self.store)
+        #: Whether this App listens to the store's notifications (LISTEN on
+        #: PostgreSQL, pub/sub on Redis, the file's data_version on SQLite); off,
+        #: workers and consumers find other processes' work by their poll only.
+        self.notifications = listen
+        self.changes = ChangeHub(self.store, listen=self.notifications)
         #: Inline mode (for tests): every enqueue runs its jobs before it returns.
         self.inline = inline
         self._inline_with_scheduled = True
@@ -1288,6 +1298,31 @@ def check_retention_by_state(
                 f"retention_by_state[{state!r}] must be a timedelta of zero or more"
             )
     return chosen
+
+
+#: The environment variable that turns the store's notifications off (``0``) or on (``1``).
+NOTIFICATIONS_ENV = "CONVEYOR_NOTIFICATIONS"
+_NOTIFICATION_WORDS = {
+    "1": True, "true": True, "yes": True, "on": True,
+    "0": False, "false": False, "no": False, "off": False,
+}  # fmt: skip
+
+
+def notifications_setting(given: bool | None) -> bool:
+    """Whether to listen: as given, else as ``$CONVEYOR_NOTIFICATIONS`` says, else yes."""
+    if given is not None:
+        if not isinstance(given, bool):
+            raise ConfigurationError(f"notifications must be True or False, got {given!r}")
+        return given
+    raw = os.environ.get(NOTIFICATIONS_ENV)
+    if raw is None or not raw.strip():
+        return True
+    try:
+        return _NOTIFICATION_WORDS[raw.strip().lower()]
+    except KeyError:
+        raise ConfigurationError(
+            f"${NOTIFICATIONS_ENV} must be 0 (poll only) or 1 (listen), got {raw!r}"
+        ) from None
 
 
 def check_keep_finished(keep: int | Mapping[str, int] | None) -> int | dict[str, int] | None:

@@ -16,8 +16,16 @@ log = logging.getLogger("conveyor.changes")
 
 
 class ChangeHub:
-    def __init__(self, store: Store) -> None:
+    """The App's change feed: ``add(callback)`` hears ``callback(channel, payload)``.
+
+    With ``listen`` False (an App made with ``notifications=False``) the store
+    is never subscribed to: only this process's own changes are heard, and
+    workers and consumers find the others' work by their poll.
+    """
+
+    def __init__(self, store: Store, listen: bool = True) -> None:
         self._store = store
+        self.listen = listen
         self._listeners: list[ChangeCallback] = []
         self._lock = threading.Lock()
         self._subscription: Subscription | None = None
@@ -25,7 +33,7 @@ class ChangeHub:
     def add(self, listener: ChangeCallback) -> None:
         with self._lock:
             self._listeners.append(listener)
-            if self._subscription is None:
+            if self._subscription is None and self.listen:
                 self._subscription = self._store.subscribe(self.publish)
 
     def remove(self, listener: ChangeCallback) -> None:

@@ -154,7 +154,11 @@ class PostgresStore:
         min_size: int = 1,
         max_size: int = 10,
         connect_timeout: float = 10.0,
+        prepare_threshold: int | None = 5,
     ) -> None:
+        # prepare_threshold: psycopg prepares a statement on a connection after
+        # that many runs; None never prepares, for a pooler in transaction mode
+        # that cannot keep prepared statements (PgBouncer before 1.21).
         self.dsn = dsn
         self.where = _where(dsn)
         self.description = f"PostgreSQL at {self.where}"
@@ -174,6 +178,7 @@ class PostgresStore:
                 "autocommit": True,
                 "options": _session_options(dsn),
                 "connect_timeout": max(1, int(connect_timeout)),
+                "prepare_threshold": prepare_threshold,
             },
             configure=_configure,
             open=False,
