@@ -294,3 +294,61 @@ def test_poll_only_workers_run_behind_pgbouncer_in_transaction_mode(pg_clean_dsn
             break
         assert app.get(late.id).state == JobState.SUCCEEDED
         assert app.stats().queues["pooled"].counts == {"succeeded": 13}
+
+
+# --- capabilities at run time ---------------------------------------------------------
+
+#: The rows of the store table in docs/getting-started.md, and the capability each shows.
+TABLE_ROWS = {
+    "enqueue in your own transaction": "caller_transactions",
+    "wake-ups across processes": "notifications",
+    "rate and concurrency limits": "limits",
+    "workers on several machines": "several_machines",
+    "the Spark data source": "spark",
+    "operators' listings and counts": "operations",
+    "worker, `consume`, CLI, dashboard": "jobs",
+}
+COLUMNS = {"sqlite": 1, "postgres": 2, "redis": 3}
+
+
+def documented_capabilities(backend: str) -> dict[str, bool]:
+    page = (Path(__file__).parent.parent / "docs" / "getting-started.md").read_text()
+    found: dict[str, bool] = {}
+    for line in page.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        for start, name in TABLE_ROWS.items():
+            if cells and cells[0].startswith(start):
+                found[name] = not cells[COLUMNS[backend]].startswith("no")
+    assert set(found) == set(TABLE_ROWS.values()), "the store table of getting-started.md changed"
+    return found
+
+
+def test_capabilities_answer_as_the_documented_table(dsn: str) -> None:
+    backend = next(name for name in COLUMNS if dsn.startswith(name[:5]))
+    with App(dsn) as app:
+        told = app.capabilities()
+        documented = documented_capabilities(backend)
+        assert {name: getattr(told, name) for name in documented} == documented
+        assert told.durability_report is (backend == "redis")
+        assert told.insight and told.store == app.store.description
+        assert told.as_dict()["spark"] is (backend != "redis")
+    with App(dsn, notifications=False) as quiet:
+        assert quiet.capabilities().notifications is False
+
+
+def test_capabilities_come_from_the_protocols_a_store_implements(tmp_path: Path) -> None:
+    from conveyor.store.dsn import open_store
+    from test_capabilities import CoreOnly
+
+    inner = open_store(f"sqlite:///{tmp_path / 'jobs.db'}")
+    try:
+        with App(store=CoreOnly(inner)) as app:
+            told = app.capabilities()
+            assert told.jobs and told.notifications
+            assert not (told.operations or told.insight or told.limits or told.spark)
+            assert not (told.caller_transactions or told.durability_report)
+            # A file of this machine is not the LocalFileStore it cannot see: the
+            # answer follows the protocols, not the class behind them.
+            assert told.several_machines
+    finally:
+        inner.close()

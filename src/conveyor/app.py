@@ -63,6 +63,7 @@ from conveyor.store.base import (
     WorkerInfo,
     require,
 )
+from conveyor.store.capabilities import Capabilities, store_capabilities
 from conveyor.store.dsn import open_store
 from conveyor.task import EnqueueOptions, Task
 from conveyor.worker.changes import ChangeHub
@@ -657,6 +658,16 @@ class App:
         """
         return self.store.batch_status(validate_name("batch", batch) or batch)
 
+    def capabilities(self) -> Capabilities:
+        """What this App's store supports, read off the protocols it implements.
+
+        ``app.capabilities().caller_transactions`` says whether
+        ``enqueue(..., connection=conn)`` works; ``.limits``, ``.spark``,
+        ``.operations``, ``.several_machines``, ``.notifications`` (listening,
+        unless the App runs poll-only) the rest; ``.as_dict()`` all of it.
+        """
+        return store_capabilities(self.store, self.notifications)
+
     def health(self) -> dict[str, Any]:
         """Whether the store answers, how fast, and its schema version. Never raises.
 
@@ -1167,6 +1178,7 @@ class App:
     astats = async_twin(stats)
     abatch_status = async_twin(batch_status)
     ahealth = async_twin(health)
+    acapabilities = async_twin(capabilities)
     acancel = async_twin(cancel)
     aretry = async_twin(retry)
     aretry_failed = async_twin(retry_failed)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 from conveyor.errors import ConfigurationError
@@ -680,6 +681,22 @@ class DurabilityReport(Protocol):
     def durability(self) -> tuple[str, str | None]:
         """What persists the data, and a warning when it may lose acknowledged jobs."""
         ...
+
+
+@runtime_checkable
+class SqlStore(Protocol):
+    """A store on an SQL database, whose tables other layers build on (the Spark data source)."""
+
+    #: "sqlite" or "postgresql".
+    sql_dialect: str
+
+
+@runtime_checkable
+class LocalFileStore(Protocol):
+    """A store in one file on this machine: every process that shares it runs on this machine."""
+
+    @property
+    def database_file(self) -> Path: ...
 
 
 @runtime_checkable

@@ -145,6 +145,8 @@ def _missing_table(exc: BaseException) -> bool:
 class PostgresStore:
     #: TransactionalStore: enqueue inside the caller's transaction on this connection.
     transaction_connection = "a psycopg Connection"
+    #: SqlStore: the Spark data source builds its tables beside the jobs'.
+    sql_dialect = "postgresql"
 
     def __init__(
         self,

@@ -128,6 +128,14 @@ class SQLiteStore:
     #: TransactionalStore: enqueue inside the caller's transaction on this connection.
     transaction_connection = "a sqlite3 Connection"
 
+    #: SqlStore: the Spark data source builds its tables beside the jobs'.
+    sql_dialect = "sqlite"
+
+    @property
+    def database_file(self) -> Path:
+        """LocalFileStore: the one file every process of this store opens."""
+        return self.path
+
     def __init__(
         self, path: str | Path, *, migrate: bool = True, busy_timeout: float = BUSY_TIMEOUT_SECONDS
     ) -> None:
