@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from conveyor import App, ConfigurationError, Context, Fail, JobState, Retry
+from conveyor import App, ConfigurationError, Context, Fail, JobState, Keep, Retry
 from conveyor.errors import StoreUnavailableError
 from conveyor.job import utcnow
 from conveyor.store.postgres import listener as pg_listener
@@ -352,3 +352,100 @@ def test_capabilities_come_from_the_protocols_a_store_implements(tmp_path: Path)
             assert told.several_machines
     finally:
         inner.close()
+
+
+# --- housekeeping wherever jobs are consumed -------------------------------------------
+
+
+def finish_jobs(app: App, queue: str, outcomes: list[str]) -> list[int]:
+    """Enqueue and end one job per outcome ("complete", "fail", "cancel"), in order."""
+    ids = []
+    for n, outcome in enumerate(outcomes):
+        job = app.enqueue("t", [n], queue=queue, max_attempts=1)
+        ids.append(job.id)
+        if outcome == "cancel":
+            app.cancel(job.id)
+            continue
+        for held in app.consume([queue], lease=5, idle_timeout=0):
+            if outcome == "complete":
+                held.complete(n)
+            else:
+                held.fail_for_good(f"broken {n}")
+            break
+    return ids
+
+
+def test_trim_keeps_the_newest_finished_jobs_per_state_on_demand(app: App) -> None:
+    ids = finish_jobs(app, "q", ["fail", "complete", "fail", "cancel", "fail", "complete"])
+    app.enqueue("t", [99], queue="q")  # queued: never trimmed
+    app.enqueue("t", [98], queue="other")
+    assert app.trim("q", keep=1, states=["failed"]) == 2  # the two older failed jobs
+    left = {job.id: job.state for job in app.jobs(queue="q", limit=20)}
+    assert ids[0] not in left and ids[2] not in left and left[ids[4]] == JobState.FAILED
+    assert left[ids[1]] == left[ids[5]] == JobState.SUCCEEDED and ids[3] in left
+    assert app.trim("q", keep=1, states=["failed"]) == 0
+    assert app.trim("q", keep=2) == 2  # of the four finished jobs left, all states together
+    counts = app.count_jobs(queue="q")
+    assert counts == {"ready": 1, "failed": 1, "succeeded": 1}
+    assert app.stats().count("succeeded", "q") == 1  # the overview's counts follow
+    with pytest.raises(ConfigurationError, match="only finished jobs"):
+        app.trim("q", keep=1, states=["queued"])
+    with pytest.raises(ConfigurationError, match="keep_finished must be a number"):
+        app.trim("q", keep=-1)
+
+
+def test_a_consume_only_service_applies_retention_per_state(dsn: str) -> None:
+    rules = {"failed": Keep(count=1), "succeeded": Keep(age=timedelta(0))}
+    with App(dsn, retention_by_state=rules) as app:
+        app.migrate()
+        app.count_retention_every = 0  # every round, not once a minute
+        ids = finish_jobs(app, "q", ["fail", "fail", "complete", "fail", "cancel"])
+        nxt = app.enqueue("t", [9], queue="q")
+        seen = 0
+        # No Worker anywhere: the consumer's own housekeeping prunes.
+        consumer = app.consume(["q"], lease=1, poll_interval=0.1, idle_timeout=3)
+        for held in consumer:
+            held.complete()
+            seen += 1
+
+            def pruned() -> bool:
+                return app.count_jobs(queue="q") == {"failed": 1, "cancelled": 1}
+
+            deadline = time.monotonic() + DEADLINE
+            while not pruned() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            break
+        consumer.close()
+        assert seen == 1
+        assert app.count_jobs(queue="q") == {"failed": 1, "cancelled": 1}
+        left = {job.id for job in app.jobs(queue="q", limit=20)}
+        assert left == {ids[3], ids[4]}  # the newest failed job, and the cancelled one
+        assert nxt.id not in left  # succeeded, past its age of 0
+
+
+def test_retention_rules_are_checked(tmp_path: Path) -> None:
+    dsn = f"sqlite:///{tmp_path / 'jobs.db'}"
+    with pytest.raises(ConfigurationError, match="Keep's count must be a number"):
+        App(dsn, retention_by_state={"failed": Keep(count=-1)})
+    with pytest.raises(ConfigurationError, match="or a Keep"):
+        App(dsn, retention_by_state={"failed": Keep(age=3)})  # type: ignore[arg-type]
+
+
+def test_conveyor_trim_on_the_command_line(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from conveyor.cli import cli
+
+    dsn = f"sqlite:///{tmp_path / 'jobs.db'}"
+    with App(dsn) as app:
+        app.migrate()
+        finish_jobs(app, "mail", ["fail", "fail", "fail", "complete"])
+    result = CliRunner().invoke(
+        cli, ["trim", "mail", "--keep", "1", "--state", "failed", "--yes", "--dsn", dsn]
+    )
+    assert result.exit_code == 0, result.output
+    assert "trimmed 2 failed job(s) of queue mail (kept the 1 newest)" in result.stdout
+    with App(dsn) as app:
+        assert app.count_jobs(queue="mail") == {"failed": 1, "succeeded": 1}
+    refused = CliRunner().invoke(cli, ["trim", "mail", "--dsn", dsn])
+    assert refused.exit_code != 0 and "--keep" in refused.stderr

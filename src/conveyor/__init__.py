@@ -1,6 +1,6 @@
 """conveyor: a durable job queue for Python on SQLite, PostgreSQL and Redis."""
 
-from conveyor.app import App
+from conveyor.app import App, Keep
 from conveyor.context import CancelSignal, Context
 from conveyor.errors import (
     ConfigurationError,
@@ -42,6 +42,7 @@ __all__ = [
     "JobNotFoundError",
     "JobState",
     "JobStateError",
+    "Keep",
     "LeaseLostError",
     "LimitStatus",
     "Middleware",

@@ -162,7 +162,7 @@ class App:
         store: JobStore | None = None,
         retention: timedelta | None = None,
         inline: bool = False,
-        retention_by_state: Mapping[str, timedelta] | None = None,
+        retention_by_state: Mapping[str, timedelta | Keep] | None = None,
         keep_finished: int | Mapping[str, int] | None = None,
         middleware: Sequence[Middleware] | None = None,
         notifications: bool | None = None,
@@ -183,10 +183,13 @@ class App:
         #: Finished jobs older than this are purged by the workers' maintenance (off when None).
         self.retention = retention
         #: Per final state (succeeded, failed, cancelled), a retention time of its own.
-        self.retention_by_state = check_retention_by_state(retention_by_state)
+        self.retention_by_state, self.keep_by_state = check_retention_by_state(retention_by_state)
         #: At most this many finished jobs per queue (an int for every queue, or per queue).
         self.keep_finished = check_keep_finished(keep_finished)
         self._next_count_retention = 0.0
+        #: Seconds between two rounds of the count rules (``keep_finished``, a Keep's
+        #: count): each counts finished jobs. ``app.trim`` applies one at once.
+        self.count_retention_every = COUNT_RETENTION_EVERY
         #: Changes seen by this process: local enqueues and completions, and the database's feed.
         #: Whether this App listens to the store's notifications (LISTEN on
         #: PostgreSQL, pub/sub on Redis, the file's data_version on SQLite); off,
@@ -1090,6 +1093,7 @@ class App:
         """
         deleted = 0
         by_state = self.retention_by_state
+        keep_by_state = self.keep_by_state
         if self.retention is not None:
             rest = [s for s in FINAL_STATES if s not in by_state]
             if not by_state:
@@ -1098,15 +1102,62 @@ class App:
                 deleted += self.store.job_purge_where(now - self.retention, rest, None)
         for state, age in by_state.items():
             deleted += self.store.job_purge_where(now - age, [state], None)
-        if self.keep_finished is not None and time.monotonic() >= self._next_count_retention:
-            self._next_count_retention = time.monotonic() + COUNT_RETENTION_EVERY
+        counting = self.keep_finished is not None or keep_by_state
+        if counting and time.monotonic() >= self._next_count_retention:
+            self._next_count_retention = time.monotonic() + self.count_retention_every
+            names = self.store.queue_names()
             if isinstance(self.keep_finished, int):
-                keeps = dict.fromkeys(self.store.queue_names(), self.keep_finished)
+                keeps = dict.fromkeys(names, self.keep_finished)
             else:
-                keeps = dict(self.keep_finished)
+                keeps = dict(self.keep_finished or {})
             for queue, keep in keeps.items():
                 deleted += self.store.job_purge_beyond(queue, keep)
+            for state, keep in keep_by_state.items():
+                for queue in names:  # per queue, as removeOnFail's count is per queue
+                    deleted += self.store.job_purge_beyond_in_states(queue, keep, [state])
         return deleted
+
+    @property
+    def has_retention(self) -> bool:
+        """Whether any retention rule is set (the housekeeping of workers and consumers)."""
+        return bool(
+            self.retention is not None
+            or self.retention_by_state
+            or self.keep_by_state
+            or self.keep_finished is not None
+        )
+
+    @needs(OperatorStore, "trim queues")
+    def trim(
+        self,
+        queue: str,
+        *,
+        keep: int,
+        states: Sequence[str] | None = None,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> int:
+        """Delete a queue's finished jobs beyond its ``keep`` newest, now; return how many.
+
+        ``states`` narrows it to some final states (succeeded, failed,
+        cancelled), counted together: ``app.trim("mail", keep=100,
+        states=["failed"])`` keeps the 100 newest failed jobs of ``mail``.
+        Newest is by id, the order the jobs were enqueued. Deletes in batches,
+        one transaction each, calling ``on_batch(count)`` after each.
+        """
+        validate_name("queue", queue)
+        check_keep_finished(keep)
+        chosen = check_final_states(states)
+        total = 0
+        while True:
+            if states is None:
+                deleted = self.store.job_purge_beyond(queue, keep)
+            else:
+                deleted = self.store.job_purge_beyond_in_states(queue, keep, chosen)
+            total += deleted
+            if deleted == 0:
+                return total
+            if on_batch is not None:
+                on_batch(deleted)
 
     # --- flow control: rate and concurrency limits ----------------------------------
 
@@ -1184,6 +1235,7 @@ class App:
     aretry_failed = async_twin(retry_failed)
     apurge = async_twin(purge)
     apurge_count = async_twin(purge_count)
+    atrim = async_twin(trim)
     apause = async_twin(pause)
     aresume = async_twin(resume)
     acount_jobs = async_twin(count_jobs)
@@ -1299,17 +1351,45 @@ def check_final_states(states: Sequence[str] | None) -> list[str]:
     return list(dict.fromkeys(states))
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Keep:
+    """How long, and how many, finished jobs of one final state are kept (``retention_by_state``).
+
+    ``Keep(age=timedelta(days=7), count=1000)`` for failed jobs is BullMQ's
+    ``removeOnFail: {age, count}``: a failed job goes once it is older than a
+    week, or once a queue has 1,000 newer failed jobs, whichever comes first.
+    Either may be None (no rule of that kind); ``count`` applies per queue.
+    """
+
+    age: timedelta | None = None
+    count: int | None = None
+
+
 def check_retention_by_state(
-    by_state: Mapping[str, timedelta] | None,
-) -> dict[str, timedelta]:
+    by_state: Mapping[str, timedelta | Keep] | None,
+) -> tuple[dict[str, timedelta], dict[str, int]]:
+    """The age and count rules of ``retention_by_state``, each checked."""
     chosen = dict(by_state or {})
     check_final_states(list(chosen) or None)
-    for state, age in chosen.items():
-        if not isinstance(age, timedelta) or age < timedelta(0):
-            raise ConfigurationError(
-                f"retention_by_state[{state!r}] must be a timedelta of zero or more"
-            )
-    return chosen
+    ages: dict[str, timedelta] = {}
+    counts: dict[str, int] = {}
+    for state, rule in chosen.items():
+        age, count = (rule.age, rule.count) if isinstance(rule, Keep) else (rule, None)
+        if age is not None:
+            if not isinstance(age, timedelta) or age < timedelta(0):
+                raise ConfigurationError(
+                    f"retention_by_state[{state!r}] must be a timedelta of zero or more, "
+                    "or a Keep(age=..., count=...)"
+                )
+            ages[state] = age
+        if count is not None:
+            if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+                raise ConfigurationError(
+                    f"retention_by_state[{state!r}]: Keep's count must be a number of jobs "
+                    f"(0 or more), got {count!r}"
+                )
+            counts[state] = count
+    return ages, counts
 
 
 #: The environment variable that turns the store's notifications off (``0``) or on (``1``).

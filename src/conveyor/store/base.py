@@ -585,6 +585,13 @@ class OperatorStore(Protocol):
         """Forget a queue's settings (its pause); its jobs are deleted apart."""
         ...
 
+    def job_purge_beyond_in_states(
+        self, queue: str, keep: int, states: Sequence[str], limit: int = 10_000
+    ) -> int:
+        """Delete up to ``limit`` jobs of ``queue`` in ``states`` (final ones) beyond the
+        ``keep`` newest of them: retention by count per final state."""
+        ...
+
 
 @runtime_checkable
 class InsightStore(Protocol):

@@ -383,7 +383,9 @@ class _Loop:
             )  # fmt: skip
             self._keeper.start()
         if self._rescuer is None:
-            self._rescuer = Rescuer(self.app, self.lease.total_seconds(), self._rescued)
+            self._rescuer = Rescuer(
+                self.app, self.lease.total_seconds(), self._rescued, holder=self.id
+            )
             self._rescuer.start()
 
     def _stop_threads(self) -> None:

@@ -62,6 +62,8 @@ from conveyor.store.sql import Migration, load_migrations, load_queries
 log = logging.getLogger("conveyor.postgres")
 
 _Q = load_queries("conveyor.store.postgres")
+#: Retention per final state, holding jobs back, outcome readers.
+_S = load_queries("conveyor.store.postgres", "seeds.sql")
 _MIGRATIONS = load_migrations("conveyor.store.postgres")
 #: Claims retried after a group race (see job_claim in queries.sql).
 _CLAIM_ATTEMPTS = 5
@@ -821,6 +823,15 @@ class PostgresStore:
     def job_purge_beyond(self, queue: str, keep: int, limit: int = 10_000) -> int:
         params = {"queue": queue, "keep": keep, "limit": limit}
         (count,) = self._delete("job_purge_beyond", params)
+        return int(count)
+
+    def job_purge_beyond_in_states(
+        self, queue: str, keep: int, states: Sequence[str], limit: int = 10_000
+    ) -> int:
+        params = {"queue": queue, "keep": keep, "limit": limit, "states": list(states)}
+        with self._tx() as conn:
+            conn.execute(_Q["finished_counts_lock"])
+            (count,) = conn.execute(_S["job_purge_beyond_in_states"], params).fetchone() or (0,)
         return int(count)
 
     def queue_delete(self, queue: str) -> None:

@@ -1021,6 +1021,22 @@ class RedisStore:
         far_future = datetime(9999, 12, 31, tzinfo=UTC)
         return len(self._delete(ids, far_future, TERMINAL, queue))
 
+    def job_purge_beyond_in_states(
+        self, queue: str, keep: int, states: Sequence[str], limit: int = 10_000
+    ) -> int:
+        chosen = [state for state in TERMINAL if state in states]
+
+        def read() -> list[int]:
+            pipe = self._client.pipeline(transaction=False)
+            for state in chosen:
+                pipe.zrange(self._k("qs", _nm(queue), state), 0, -1)
+            return sorted((int(i) for ids in pipe.execute() for i in ids), reverse=True)
+
+        ids = self._do(read)[keep : keep + limit]
+        far_future = datetime(9999, 12, 31, tzinfo=UTC)
+        # job_delete checks each job's state again: one retried meanwhile stays.
+        return len(self._delete(ids, far_future, chosen, queue))
+
     def queue_delete(self, queue: str) -> None:
         self._do(lambda: self._client.srem(self._k("paused"), queue))
 

@@ -55,6 +55,8 @@ from conveyor.store.sql import Migration, load_migrations, load_queries
 from conveyor.store.sqlite.watcher import DataVersionWatcher
 
 _Q = load_queries("conveyor.store.sqlite")
+#: Retention per final state, holding jobs back, outcome readers.
+_S = load_queries("conveyor.store.sqlite", "seeds.sql")
 _MIGRATIONS = load_migrations("conveyor.store.sqlite")
 _PRAGMAS = (
     "PRAGMA journal_mode = WAL",
@@ -817,6 +819,15 @@ class SQLiteStore:
         params = {"queue": queue, "keep": keep, "limit": limit}
         with self._write() as conn:
             ids = [r[0] for r in conn.execute(_Q["job_purge_beyond_select"], params)]
+            self._delete_jobs(conn, ids)
+        return len(ids)
+
+    def job_purge_beyond_in_states(
+        self, queue: str, keep: int, states: Sequence[str], limit: int = 10_000
+    ) -> int:
+        params = {"queue": queue, "keep": keep, "limit": limit, "states": json.dumps(list(states))}
+        with self._write() as conn:
+            ids = [r[0] for r in conn.execute(_S["job_purge_beyond_in_states"], params)]
             self._delete_jobs(conn, ids)
         return len(ids)
 
