@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from conveyor import App, ConfigurationError, Context, Fail, JobState, Keep, Retry
-from conveyor.errors import StoreUnavailableError
+from conveyor.errors import JobNotFoundError, StoreUnavailableError
 from conveyor.job import utcnow
 from conveyor.store.postgres import listener as pg_listener
 
@@ -449,3 +449,57 @@ def test_conveyor_trim_on_the_command_line(tmp_path: Path) -> None:
         assert app.count_jobs(queue="mail") == {"failed": 1, "succeeded": 1}
     refused = CliRunner().invoke(cli, ["trim", "mail", "--dsn", dsn])
     assert refused.exit_code != 0 and "--keep" in refused.stderr
+
+
+# --- outcome readers ------------------------------------------------------------------
+
+
+def test_an_outcome_reader_marks_each_finished_job_processed_once(app: App) -> None:
+    ids = finish_jobs(app, "q", ["complete", "fail", "cancel"])
+    waiting = app.enqueue("t", [9], queue="q")
+    found = app.unprocessed("q")
+    assert [job.id for job in found] == ids  # oldest finish first; the queued one is not
+    assert found[0].result == 0 and "broken 1" in (found[1].error or "")
+    assert [j.id for j in app.unprocessed(states=["failed", "cancelled"])] == ids[1:]
+
+    # Several readers race for one job: exactly one wins the compare-and-set.
+    wins: list[bool] = []
+    start = threading.Barrier(6)
+
+    def reader() -> None:
+        start.wait()
+        wins.append(app.mark_processed(ids[0]))
+
+    threads = [threading.Thread(target=reader) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(wins) == [False] * 5 + [True]
+    assert app.mark_processed(ids[0]) is False
+    assert [job.id for job in app.unprocessed("q")] == ids[1:]
+    assert app.mark_processed(waiting.id) is False  # not finished: nothing to mark
+    with pytest.raises(JobNotFoundError):
+        app.mark_processed(10**9)
+
+    # Run again and finished anew: unprocessed again, for the new outcome.
+    assert app.mark_processed(ids[1]) is True
+    app.retry(ids[1])
+    for held in app.consume(["q"], lease=5, idle_timeout=0):
+        if held.id == ids[1]:
+            held.complete("second time")
+            break
+        held.release()
+    again = [job for job in app.unprocessed("q") if job.id == ids[1]]
+    assert len(again) == 1 and again[0].result == "second time"
+    assert app.mark_processed(ids[1]) is True
+
+
+def test_the_grace_rule_leaves_old_unmarked_outcomes_out(app: App) -> None:
+    (old,) = finish_jobs(app, "q", ["complete"])
+    time.sleep(0.05)
+    assert [j.id for j in app.unprocessed("q", grace=timedelta(seconds=30))] == [old]
+    assert app.unprocessed("q", grace=timedelta(seconds=0.01)) == []
+    assert app.mark_processed(old) is True  # marking still works past the grace
+    with pytest.raises(ConfigurationError, match="limit must be a whole number"):
+        app.unprocessed(limit=0)

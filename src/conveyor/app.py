@@ -57,6 +57,7 @@ from conveyor.store.base import (
     JobStore,
     LimitStatus,
     OperatorStore,
+    OutcomeStore,
     Stats,
     Store,
     TransactionalStore,
@@ -90,6 +91,8 @@ KNOWN_TASKS_READ = 5_000
 #: Longest a wait goes without reading the job again, should a signal be missed.
 WAIT_FALLBACK_POLL = 0.5
 DEFAULT_MAX_ATTEMPTS = 3
+#: How long a finished job without a processed mark counts as unprocessed (``unprocessed``).
+OUTCOME_GRACE = timedelta(days=7)
 #: "Not given" for arguments where None means something (``app.limit(queue, None)`` clears).
 _UNSET: Any = object()
 
@@ -1159,6 +1162,50 @@ class App:
             if on_batch is not None:
                 on_batch(deleted)
 
+    # --- outcome readers ---------------------------------------------------------------
+
+    @needs(OutcomeStore, "read unprocessed outcomes")
+    def unprocessed(
+        self,
+        queue: str | None = None,
+        *,
+        states: Sequence[str] | None = None,
+        limit: int = 100,
+        grace: timedelta = OUTCOME_GRACE,
+    ) -> list[Job]:
+        """Finished jobs whose outcome no reader has marked processed yet, oldest finish first.
+
+        For a service that acts on results (stores them, tells a user): read,
+        act, then ``mark_processed(job.id)``. ``states`` narrows it to some
+        final states. The grace rule: a finished job without a mark is
+        unprocessed for ``grace`` (7 days) after it finished; past that it is no
+        longer listed (taken as abandoned), so a reader that starts on years of
+        history, or comes back after a long outage, is not flooded. A job run
+        again (retried) and finished anew is unprocessed again.
+        """
+        if queue is not None:
+            validate_name("queue", queue)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+            raise ConfigurationError("limit must be a whole number from 1 to 10,000")
+        since = utcnow() - check_age(grace)
+        readers = cast(OutcomeStore, self.store)
+        ids = readers.job_unprocessed(queue, check_final_states(states), since, limit)
+        found = {job.id: job for job in self.store.job_get_many(ids)}
+        return [self._attach(found[i]) for i in ids if i in found]
+
+    @needs(OutcomeStore, "mark outcomes processed")
+    def mark_processed(self, job_id: int) -> bool:
+        """Mark a finished job's outcome processed: True for exactly one caller, once.
+
+        A compare-and-set: of several readers marking the same job, one gets
+        True (and acts), the others False. False too for a job that is not
+        finished (raises JobNotFoundError for one that does not exist).
+        """
+        if cast(OutcomeStore, self.store).job_mark_processed(job_id):
+            return True
+        self.get(job_id)  # JobNotFoundError names a job that is not there
+        return False
+
     # --- flow control: rate and concurrency limits ----------------------------------
 
     @needs(FlowControlStore, "set limits")
@@ -1236,6 +1283,8 @@ class App:
     apurge = async_twin(purge)
     apurge_count = async_twin(purge_count)
     atrim = async_twin(trim)
+    aunprocessed = async_twin(unprocessed)
+    amark_processed = async_twin(mark_processed)
     apause = async_twin(pause)
     aresume = async_twin(resume)
     acount_jobs = async_twin(count_jobs)

@@ -691,6 +691,23 @@ class DurabilityReport(Protocol):
 
 
 @runtime_checkable
+class OutcomeStore(Protocol):
+    """Outcome readers: finished jobs whose result is not yet processed, marked once each."""
+
+    def job_unprocessed(
+        self, queue: str | None, states: Sequence[str], since: datetime, limit: int
+    ) -> list[int]:
+        """Ids of jobs in ``states`` (final ones) finished at ``since`` or later whose
+        outcome has no processed mark for that finish; oldest finish first."""
+        ...
+
+    def job_mark_processed(self, job_id: int) -> bool:
+        """Mark a finished job's outcome processed: True for exactly one caller per finish
+        (a compare-and-set); False when marked already, or when the job is not finished."""
+        ...
+
+
+@runtime_checkable
 class SqlStore(Protocol):
     """A store on an SQL database, whose tables other layers build on (the Spark data source)."""
 

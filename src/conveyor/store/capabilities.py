@@ -17,6 +17,7 @@ from conveyor.store.base import (
     JobStore,
     LocalFileStore,
     OperatorStore,
+    OutcomeStore,
     SqlStore,
     TransactionalStore,
 )
@@ -30,6 +31,7 @@ PROTOCOLS: dict[str, type] = {
     "caller_transactions": TransactionalStore,
     "spark": SqlStore,
     "durability_report": DurabilityReport,
+    "outcome_readers": OutcomeStore,
 }
 
 
@@ -54,6 +56,8 @@ class Capabilities:
     spark: bool
     #: ``app.health()`` reports what persists the data (DurabilityReport: Redis).
     durability_report: bool
+    #: ``app.unprocessed()`` and ``app.mark_processed()`` (OutcomeStore).
+    outcome_readers: bool
     #: Workers on several machines: every store but one file on this machine (LocalFileStore).
     several_machines: bool
     #: Other processes' changes wake this App's workers, consumers and waiters at

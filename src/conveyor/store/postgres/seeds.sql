@@ -19,3 +19,21 @@ WITH doomed AS MATERIALIZED (
 ),
 {{conveyor.store.postgres/queries.sql:finished_counts_forget}}
 SELECT count(*) FROM gone
+
+-- name: job_unprocessed
+-- Finished jobs whose outcome no reader has marked processed for this finish,
+-- finished at since or later, oldest finish first (jobs_finished's order).
+SELECT id FROM jobs
+WHERE finished_at >= %(since)s
+  AND state = ANY(%(states)s::text[])
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND processed_mark IS DISTINCT FROM finished_at
+ORDER BY finished_at, id
+LIMIT %(limit)s
+
+-- name: job_mark_processed
+-- The compare-and-set of an outcome reader: true for exactly one caller per finish.
+UPDATE jobs SET processed_mark = finished_at
+WHERE id = %(id)s
+  AND state IN ('succeeded', 'failed', 'cancelled')
+  AND processed_mark IS DISTINCT FROM finished_at

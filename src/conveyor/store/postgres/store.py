@@ -834,6 +834,17 @@ class PostgresStore:
             (count,) = conn.execute(_S["job_purge_beyond_in_states"], params).fetchone() or (0,)
         return int(count)
 
+    def job_unprocessed(
+        self, queue: str | None, states: Sequence[str], since: datetime, limit: int
+    ) -> list[int]:
+        params = {"queue": queue, "states": list(states), "since": since, "limit": limit}
+        with self._conn() as conn:
+            return [r[0] for r in conn.execute(_S["job_unprocessed"], params)]
+
+    def job_mark_processed(self, job_id: int) -> bool:
+        with self._conn() as conn:
+            return conn.execute(_S["job_mark_processed"], {"id": job_id}).rowcount == 1
+
     def queue_delete(self, queue: str) -> None:
         self._change_none("queue_delete", {"name": queue})
 

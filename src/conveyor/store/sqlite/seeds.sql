@@ -8,3 +8,21 @@ SELECT id FROM jobs
 WHERE queue = :queue AND state IN (SELECT value FROM json_each(:states))
 ORDER BY id DESC
 LIMIT :limit OFFSET :keep
+
+-- name: job_unprocessed
+-- Finished jobs whose outcome no reader has marked processed for this finish,
+-- finished at :since or later, oldest finish first (jobs_finished's order).
+SELECT id FROM jobs
+WHERE finished_at >= :since
+  AND state IN (SELECT value FROM json_each(:states))
+  AND (:queue IS NULL OR queue = :queue)
+  AND (processed_mark IS NULL OR processed_mark <> finished_at)
+ORDER BY finished_at, id
+LIMIT :limit
+
+-- name: job_mark_processed
+-- The compare-and-set of an outcome reader: true for exactly one caller per finish.
+UPDATE jobs SET processed_mark = finished_at
+WHERE id = :id
+  AND state IN ('succeeded', 'failed', 'cancelled')
+  AND (processed_mark IS NULL OR processed_mark <> finished_at)

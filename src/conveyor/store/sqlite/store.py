@@ -831,6 +831,19 @@ class SQLiteStore:
             self._delete_jobs(conn, ids)
         return len(ids)
 
+    def job_unprocessed(
+        self, queue: str | None, states: Sequence[str], since: datetime, limit: int
+    ) -> list[int]:
+        params = {
+            "queue": queue, "states": json.dumps(list(states)), "since": _ts(since),
+            "limit": limit,
+        }  # fmt: skip
+        return [r[0] for r in self._conn().execute(_S["job_unprocessed"], params)]
+
+    def job_mark_processed(self, job_id: int) -> bool:
+        with self._write() as conn:
+            return conn.execute(_S["job_mark_processed"], {"id": job_id}).rowcount == 1
+
     def queue_delete(self, queue: str) -> None:
         with self._write() as conn:
             conn.execute(_Q["queue_delete"], {"name": queue})
