@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from conveyor import App, ConfigurationError, Context, Fail, JobState, Keep, Retry
-from conveyor.errors import JobNotFoundError, StoreUnavailableError
+from conveyor.errors import JobNotFoundError, JobStateError, StoreUnavailableError
 from conveyor.job import utcnow
 from conveyor.store.postgres import listener as pg_listener
 
@@ -503,3 +503,110 @@ def test_the_grace_rule_leaves_old_unmarked_outcomes_out(app: App) -> None:
     assert app.mark_processed(old) is True  # marking still works past the grace
     with pytest.raises(ConfigurationError, match="limit must be a whole number"):
         app.unprocessed(limit=0)
+
+
+# --- holding a single job --------------------------------------------------------------
+
+LEASE = timedelta(seconds=30)
+
+
+def test_a_held_job_is_never_claimed_until_it_is_let_go(app: App) -> None:
+    held = app.enqueue("t", [1], queue="q")
+    other = app.enqueue("t", [2], queue="q")
+    later = app.enqueue("t", [3], queue="q", delay=3600)
+    due_later = app.get(later.id).run_at
+    assert app.hold(held.id).held and app.hold(later.id).held
+    assert app.hold(held.id).held  # holding a held job changes nothing
+    assert not app.get(other.id).held
+    # Neither a claim, a worker's nor a consumer's, takes it.
+    (claimed,) = app.store.job_claim(["q"], 10, "w", LEASE)
+    assert claimed.id == other.id
+    for job in app.consume(["q"], lease=5, idle_timeout=0.2):
+        raise AssertionError(f"a held job was handed out: {job}")
+    assert [j.id for j in app.held_jobs()] == [later.id, held.id]
+    assert [j.id for j in app.held_jobs("q", before_id=later.id)] == [held.id]
+    assert app.held_jobs("elsewhere") == []
+    assert "held" in [e.kind for e in app.events(held.id)]
+    assert app.count_jobs(queue="q") == {"scheduled": 2, "running": 1}
+
+    let_go = app.unhold(held.id)
+    assert not let_go.held and let_go.detailed_state() == "ready"
+    assert app.unhold(later.id).run_at == due_later  # the time it had
+    assert [e.kind for e in app.events(held.id)][-1] == "unheld"
+    (again,) = app.store.job_claim(["q"], 10, "w", LEASE)
+    assert again.id == held.id
+    assert app.held_jobs() == []
+
+
+def test_holding_never_touches_a_running_or_finished_job(app: App) -> None:
+    job = app.enqueue("t", [1], queue="q")
+    (running,) = app.store.job_claim(["q"], 1, "w", LEASE)
+    with pytest.raises(JobStateError, match="only a queued job can be held; cancel it"):
+        app.hold(job.id)
+    after = app.get(job.id)
+    assert (after.state, after.lease_token, after.run_at) == (
+        JobState.RUNNING, running.lease_token, running.run_at,
+    )  # fmt: skip
+    assert app.hold_jobs(queue="q") == 0
+    with pytest.raises(JobStateError, match="not held: nothing to let go"):
+        app.unhold(job.id)
+    (done,) = finish_jobs(app, "p", ["complete"])
+    with pytest.raises(JobStateError, match="retry it first"):
+        app.hold(done)
+    with pytest.raises(JobNotFoundError):
+        app.hold(10**9)
+
+
+def test_a_held_head_of_a_group_holds_the_group_behind_it(app: App) -> None:
+    first = app.enqueue("t", [1], queue="chat", group="g")
+    app.enqueue("t", [2], queue="chat", group="g")
+    app.hold(first.id)
+    assert app.store.job_claim(["chat"], 10, "w", LEASE) == []  # in order, or not at all
+    assert app.hold_jobs(group="g") == 1  # the second one, held too
+    assert app.unhold_jobs(group="g") == 2
+    (claimed,) = app.store.job_claim(["chat"], 10, "w", LEASE)
+    assert claimed.id == first.id
+
+
+def test_hold_at_the_command_line_and_in_the_dashboard(tmp_path: Path) -> None:
+    import re
+
+    from click.testing import CliRunner
+    from starlette.testclient import TestClient
+
+    from conveyor.cli import cli
+    from conveyor.web import create_app
+
+    dsn = f"sqlite:///{tmp_path / 'jobs.db'}"
+    with App(dsn) as app:
+        app.migrate()
+        job = app.enqueue("t", [1], queue="q")
+
+    def run(*args: str) -> str:
+        result = CliRunner().invoke(cli, [*args, "--dsn", dsn])
+        assert result.exit_code == 0, (result.output, result.exception)
+        return result.stdout
+
+    assert f"job {job.id} held" in run("jobs", "hold", str(job.id))
+    assert re.search(r"state\s+held", run("jobs", "show", str(job.id)))
+    assert '"held": true' in run("jobs", "show", str(job.id), "--json")
+    assert f"job {job.id} let go" in run("jobs", "unhold", str(job.id))
+
+    with App(dsn) as app, TestClient(create_app(app), base_url="http://127.0.0.1") as client:
+        page = client.get(f"/jobs/{job.id}").text
+        token = re.search(r'name="csrf_token" value="([^"]+)"', page)
+        assert token and f'action="/jobs/{job.id}/hold"' in page
+        form = {"csrf_token": token.group(1)}
+        response = client.post(f"/jobs/{job.id}/hold", data=form, follow_redirects=False)
+        assert response.headers["location"] == f"/jobs/{job.id}?notice=held"
+        page = client.get(f"/jobs/{job.id}").text
+        assert 'class="badge state-held">held' in page and "Held: no worker claims it" in page
+        assert 'class="badge state-held">held' in client.get("/jobs?queue=q").text
+        assert app.get(job.id).held
+        response = client.post(f"/jobs/{job.id}/unhold", data=form, follow_redirects=False)
+        assert response.headers["location"] == f"/jobs/{job.id}?notice=unheld"
+        assert not app.get(job.id).held
+        (claimed,) = app.store.job_claim(["q"], 1, "w", LEASE)
+        refused = client.post(f"/jobs/{job.id}/hold", data=form, follow_redirects=False)
+        assert refused.status_code == 409 and "only a queued job can be held" in refused.text
+        assert app.get(job.id).lease_token == claimed.lease_token

@@ -52,6 +52,7 @@ from conveyor.store.base import (
     BatchStatus,
     DurabilityReport,
     FlowControlStore,
+    HoldStore,
     JobFilter,
     JobSelection,
     JobStore,
@@ -1162,6 +1163,88 @@ class App:
             if on_batch is not None:
                 on_batch(deleted)
 
+    # --- holding single jobs back -------------------------------------------------------
+
+    @needs(HoldStore, "hold jobs")
+    def hold(self, job_id: int) -> Job:
+        """Hold a queued job back: no worker or consumer claims it until ``unhold``.
+
+        Its place is kept (its key, its group: a held job at the head of a group
+        holds the group behind it); ``job.held`` says so. Only a queued job can be
+        held: holding never touches a running job (JobStateError says what to do
+        instead). Holding a held job changes nothing.
+        """
+        self._hold(job_id, holding=True)
+        return self.get(job_id)
+
+    @needs(HoldStore, "let held jobs go")
+    def unhold(self, job_id: int) -> Job:
+        """Let a held job go: due again at the run_at it had (now, if that has passed)."""
+        self._hold(job_id, holding=False)
+        return self.get(job_id)
+
+    def _hold(self, job_id: int, holding: bool) -> None:
+        store = cast(HoldStore, self.store)
+        act = store.job_hold if holding else store.job_unhold
+        if act([job_id], utcnow()):
+            if not holding:
+                self.changes.publish("jobs", self.get(job_id).queue)
+            return
+        job = self.get(job_id)  # JobNotFoundError for one that is not there
+        if holding and job.held:
+            return  # held already: nothing to do
+        if holding:
+            advice = (
+                "cancel it (it stops at its next check) or take it back"
+                if job.state == JobState.RUNNING
+                else "retry it first, then hold it"
+            )
+            raise JobStateError(
+                f"job {job_id} is {job.state}: only a queued job can be held; {advice}"
+            )
+        raise JobStateError(f"job {job_id} is {job.state}, not held: nothing to let go")
+
+    @needs(HoldStore, "hold jobs")
+    def hold_jobs(
+        self,
+        /,
+        ids: Sequence[int] | None = None,
+        *,
+        on_batch: Callable[[int], None] | None = None,
+        **filters: str | None,
+    ) -> int:
+        """Hold the queued jobs among those named (ids and/or filters); returns how many."""
+        store = cast(HoldStore, self.store)
+        return self._bulk(
+            job_selection(ids, **filters), BULK_ACTIONS["hold"], store.job_hold, on_batch
+        )
+
+    @needs(HoldStore, "let held jobs go")
+    def unhold_jobs(
+        self,
+        /,
+        ids: Sequence[int] | None = None,
+        *,
+        on_batch: Callable[[int], None] | None = None,
+        **filters: str | None,
+    ) -> int:
+        """Let the held jobs among those named go; returns how many."""
+        store = cast(HoldStore, self.store)
+        return self._bulk(
+            job_selection(ids, **filters), BULK_ACTIONS["unhold"], store.job_unhold, on_batch
+        )
+
+    @needs(HoldStore, "list held jobs")
+    def held_jobs(
+        self, queue: str | None = None, *, limit: int = 100, before_id: int | None = None
+    ) -> list[Job]:
+        """Held jobs (of ``queue``, or of all), newest first; page with ``before_id``."""
+        if queue is not None:
+            validate_name("queue", queue)
+        ids = cast(HoldStore, self.store).job_held(queue, before_id, limit)
+        found = {job.id: job for job in self.store.job_get_many(ids)}
+        return [self._attach(found[i]) for i in ids if i in found]
+
     # --- outcome readers ---------------------------------------------------------------
 
     @needs(OutcomeStore, "read unprocessed outcomes")
@@ -1284,6 +1367,11 @@ class App:
     apurge_count = async_twin(purge_count)
     atrim = async_twin(trim)
     aunprocessed = async_twin(unprocessed)
+    ahold = async_twin(hold)
+    aunhold = async_twin(unhold)
+    ahold_jobs = async_twin(hold_jobs)
+    aunhold_jobs = async_twin(unhold_jobs)
+    aheld_jobs = async_twin(held_jobs)
     amark_processed = async_twin(mark_processed)
     apause = async_twin(pause)
     aresume = async_twin(resume)
@@ -1312,6 +1400,8 @@ BULK_ACTIONS: dict[str, tuple[str, ...]] = {
     "delete": ("queued", "succeeded", "failed", "cancelled"),
     "run_now": ("scheduled", "retrying"),
     "take_back": ("running",),
+    "hold": ("queued",),
+    "unhold": ("scheduled",),
 }
 SELECTION_FILTERS = (
     "state", "queue", "task", "group", "batch", "error", "worker", "key", "limit_key", "args",

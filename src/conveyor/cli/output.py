@@ -92,6 +92,7 @@ def job_dict(job: Job) -> dict[str, Any]:
         "task": job.task,
         "state": str(job.state),
         "detailed_state": job.detailed_state(),
+        "held": job.held,
         "args": _decoded(job.args_json),
         "kwargs": _decoded(job.kwargs_json),
         "headers": _decoded(job.headers_json) or {},
@@ -566,7 +567,10 @@ def job_view(job: Job, events: Sequence[Event]) -> RenderableType:
         elif name == "state":
             state = job.detailed_state(now)
             value = Text(state, style=STATE_STYLE[state])
-            if state != str(job.state):
+            if job.held:
+                value = Text("held", style="bold yellow")
+                value.append(" (queued; no worker claims it until `conveyor jobs unhold`)")
+            elif state != str(job.state):
                 value.append(f" (queued, due {relative(job.run_at, now)})", style="dim")
         elif name in times:
             stamp = getattr(job, name)

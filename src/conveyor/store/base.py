@@ -691,6 +691,23 @@ class DurabilityReport(Protocol):
 
 
 @runtime_checkable
+class HoldStore(Protocol):
+    """Holding single queued jobs back, so that no worker claims them, and letting them go."""
+
+    def job_hold(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        """Hold the queued jobs among ``job_ids`` (not running or finished ones); the ids held."""
+        ...
+
+    def job_unhold(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        """Let the held jobs among ``job_ids`` go, due at the run_at they had (or now)."""
+        ...
+
+    def job_held(self, queue: str | None, before_id: int | None, limit: int) -> list[int]:
+        """Ids of held jobs (of ``queue``, or of all), newest first, below ``before_id``."""
+        ...
+
+
+@runtime_checkable
 class OutcomeStore(Protocol):
     """Outcome readers: finished jobs whose result is not yet processed, marked once each."""
 

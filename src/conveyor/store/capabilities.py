@@ -13,6 +13,7 @@ from typing import Any
 from conveyor.store.base import (
     DurabilityReport,
     FlowControlStore,
+    HoldStore,
     InsightStore,
     JobStore,
     LocalFileStore,
@@ -32,6 +33,7 @@ PROTOCOLS: dict[str, type] = {
     "spark": SqlStore,
     "durability_report": DurabilityReport,
     "outcome_readers": OutcomeStore,
+    "hold": HoldStore,
 }
 
 
@@ -58,6 +60,8 @@ class Capabilities:
     durability_report: bool
     #: ``app.unprocessed()`` and ``app.mark_processed()`` (OutcomeStore).
     outcome_readers: bool
+    #: ``app.hold()`` and ``app.unhold()``: single queued jobs held back (HoldStore).
+    hold: bool
     #: Workers on several machines: every store but one file on this machine (LocalFileStore).
     several_machines: bool
     #: Other processes' changes wake this App's workers, consumers and waiters at

@@ -29,7 +29,7 @@ from conveyor.errors import (
     SchemaMissingError,
     StoreUnavailableError,
 )
-from conveyor.job import Event, Job, JobState, NewJob
+from conveyor.job import HOLD_AT, Event, Job, JobState, NewJob
 from conveyor.limits import Limit, QueueLimits
 from conveyor.store.base import (
     LEASE_EXPIRED_ERROR,
@@ -54,7 +54,7 @@ from conveyor.store.boundary import translate_missing_schema
 from conveyor.store.counting import assemble_stats
 from conveyor.store.keys import key_pairs, new_job_record, plan_insert, resolve_plan
 from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of_row
-from conveyor.store.listing import job_list_queries, newest_first
+from conveyor.store.listing import NO_ID_BOUND, job_list_queries, newest_first
 from conveyor.store.postgres.listener import Listener
 from conveyor.store.selection import count_query, keep_state, select_queries
 from conveyor.store.sql import Migration, load_migrations, load_queries
@@ -833,6 +833,27 @@ class PostgresStore:
             conn.execute(_Q["finished_counts_lock"])
             (count,) = conn.execute(_S["job_purge_beyond_in_states"], params).fetchone() or (0,)
         return int(count)
+
+    def job_hold(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        return self._hold("job_hold", job_ids, now)
+
+    def job_unhold(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        return self._hold("job_unhold", job_ids, now)
+
+    def _hold(self, name: str, job_ids: Sequence[int], now: datetime) -> list[int]:
+        if not job_ids:
+            return []
+        params = {"ids": list(job_ids), "now": now, "hold_at": HOLD_AT}
+        with self._conn() as conn:
+            return sorted(r[0] for r in conn.execute(_S[name], params).fetchall())
+
+    def job_held(self, queue: str | None, before_id: int | None, limit: int) -> list[int]:
+        params = {
+            "queue": queue, "hold_at": HOLD_AT, "limit": limit,
+            "before_id": before_id if before_id is not None else NO_ID_BOUND,
+        }  # fmt: skip
+        with self._conn() as conn:
+            return [r[0] for r in conn.execute(_S["job_held"], params)]
 
     def job_unprocessed(
         self, queue: str | None, states: Sequence[str], since: datetime, limit: int

@@ -35,7 +35,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from conveyor.errors import ConfigurationError, StoreUnavailableError
-from conveyor.job import Event, Job, JobState, NewJob
+from conveyor.job import HOLD_AT, Event, Job, JobState, NewJob
 from conveyor.limits import Limit, QueueLimits
 from conveyor.store.base import (
     LEASE_EXPIRED_ERROR,
@@ -1036,6 +1036,31 @@ class RedisStore:
         far_future = datetime(9999, 12, 31, tzinfo=UTC)
         # job_delete checks each job's state again: one retried meanwhile stays.
         return len(self._delete(ids, far_future, chosen, queue))
+
+    def job_hold(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        return self._hold("job_hold", job_ids, now)
+
+    def job_unhold(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        return self._hold("job_unhold", job_ids, now)
+
+    def _hold(self, name: str, job_ids: Sequence[int], now: datetime) -> list[int]:
+        if not job_ids:
+            return []
+        ordered = json.dumps([str(i) for i in sorted(set(job_ids))])
+        changed = self._run(name, _ts(now), ordered, _ts(HOLD_AT))
+        return sorted(int(i) for i in changed)
+
+    def job_held(self, queue: str | None, before_id: int | None, limit: int) -> list[int]:
+        names = [queue] if queue is not None else self.queue_names()
+
+        def read() -> list[int]:
+            pipe = self._client.pipeline(transaction=False)
+            for name in names:  # held: due at the hold moment, in the due index
+                pipe.zrangebyscore(self._k("due", _nm(name)), _ts(HOLD_AT), "+inf")
+            return [int(i) for ids in pipe.execute() for i in ids]
+
+        bound = before_id if before_id is not None else NO_ID_BOUND
+        return sorted((i for i in self._do(read) if i < bound), reverse=True)[:limit]
 
     def job_unprocessed(
         self, queue: str | None, states: Sequence[str], since: datetime, limit: int

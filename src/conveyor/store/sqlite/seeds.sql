@@ -26,3 +26,27 @@ UPDATE jobs SET processed_mark = finished_at
 WHERE id = :id
   AND state IN ('succeeded', 'failed', 'cancelled')
   AND (processed_mark IS NULL OR processed_mark <> finished_at)
+
+-- name: job_hold
+-- Queued jobs of :ids not held yet are parked at :hold_at (see migration 014);
+-- running and finished jobs are left alone. The events: event_insert_for_jobs.
+UPDATE jobs
+SET held_run_at = run_at, run_at = :hold_at
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'queued' AND run_at < :hold_at
+RETURNING id
+
+-- name: job_unhold
+-- Held jobs of :ids get their run_at back (due now if it has passed).
+UPDATE jobs
+SET run_at = coalesce(held_run_at, :now), held_run_at = NULL
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'queued' AND run_at >= :hold_at
+RETURNING id
+
+-- name: job_held
+-- Held jobs (of :queue, or of all), newest first, below :before_id.
+SELECT id FROM jobs
+WHERE state = 'queued' AND run_at >= :hold_at
+  AND (:queue IS NULL OR queue = :queue)
+  AND id < :before_id
+ORDER BY id DESC
+LIMIT :limit

@@ -23,7 +23,7 @@ from conveyor.errors import (
     SchemaMissingError,
     StoreUnavailableError,
 )
-from conveyor.job import Event, Job, JobState, NewJob, utcnow
+from conveyor.job import HOLD_AT, Event, Job, JobState, NewJob, utcnow
 from conveyor.limits import Limit, QueueLimits
 from conveyor.store.base import (
     LEASE_EXPIRED_ERROR,
@@ -49,7 +49,7 @@ from conveyor.store.counting import assemble_stats
 from conveyor.store.event_kinds import EVENT_KINDS
 from conveyor.store.keys import key_pairs, new_job_record, plan_insert, resolve_plan
 from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of_row
-from conveyor.store.listing import job_list_queries, newest_first
+from conveyor.store.listing import NO_ID_BOUND, job_list_queries, newest_first
 from conveyor.store.selection import count_query, keep_state, select_queries
 from conveyor.store.sql import Migration, load_migrations, load_queries
 from conveyor.store.sqlite.watcher import DataVersionWatcher
@@ -830,6 +830,29 @@ class SQLiteStore:
             ids = [r[0] for r in conn.execute(_S["job_purge_beyond_in_states"], params)]
             self._delete_jobs(conn, ids)
         return len(ids)
+
+    def job_hold(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        return self._hold("job_hold", "hold", job_ids, now)
+
+    def job_unhold(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        return self._hold("job_unhold", "unhold", job_ids, now)
+
+    def _hold(self, name: str, action: str, job_ids: Sequence[int], now: datetime) -> list[int]:
+        if not job_ids:
+            return []
+        now_ts = _ts(now)
+        params = {"ids": json.dumps(list(job_ids)), "now": now_ts, "hold_at": _ts(HOLD_AT)}
+        with self._write() as conn:
+            ids = sorted(r[0] for r in conn.execute(_S[name], params))
+            self._record(conn, action, ids, now_ts)
+        return ids
+
+    def job_held(self, queue: str | None, before_id: int | None, limit: int) -> list[int]:
+        params = {
+            "queue": queue, "hold_at": _ts(HOLD_AT), "limit": limit,
+            "before_id": before_id if before_id is not None else NO_ID_BOUND,
+        }  # fmt: skip
+        return [r[0] for r in self._conn().execute(_S["job_held"], params)]
 
     def job_unprocessed(
         self, queue: str | None, states: Sequence[str], since: datetime, limit: int
