@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from conveyor import App, ConfigurationError, Context, Fail, JobState, Keep, Retry
+from conveyor import App, Change, ConfigurationError, Context, Fail, JobState, Keep, Retry
 from conveyor.errors import JobNotFoundError, JobStateError, StoreUnavailableError
 from conveyor.job import utcnow
 from conveyor.store.postgres import listener as pg_listener
@@ -610,3 +610,135 @@ def test_hold_at_the_command_line_and_in_the_dashboard(tmp_path: Path) -> None:
         refused = client.post(f"/jobs/{job.id}/hold", data=form, follow_redirects=False)
         assert refused.status_code == 409 and "only a queued job can be held" in refused.text
         assert app.get(job.id).lease_token == claimed.lease_token
+
+
+# --- one server, several applications: Redis's prefix, PostgreSQL's search_path -----------
+
+
+def test_redis_prefixes_keep_two_applications_apart(redis_clean_dsn: str) -> None:
+    import redis
+
+    with (
+        App(redis_clean_dsn, prefix="{billing}:") as billing,
+        App(redis_clean_dsn, prefix="{mail}:") as mail,
+    ):
+        billing.migrate()
+        mail.migrate()
+        assert "prefix {billing}:" in billing.store.description
+
+        @mail.task(queue="default")
+        def send(to: str) -> str:
+            return f"sent to {to}"
+
+        invoice = billing.enqueue("charge", [1])
+        letter = send.enqueue("ada")
+        with mail.worker(concurrency=1, poll_interval=0.1, lease=3):
+            assert letter.wait(timeout=DEADLINE) == "sent to ada"
+        # The mail worker never saw billing's job, nor do mail's listings.
+        assert billing.get(invoice.id).state == JobState.QUEUED
+        assert [j.task for j in mail.jobs()] == ["send"]
+        assert [j.task for j in billing.jobs()] == ["charge"]
+        assert billing.stats().count("queued") == 1 and mail.stats().count("queued") == 0
+        client = redis.Redis.from_url(redis_clean_dsn, decode_responses=True)
+        try:
+            keys = list(client.scan_iter(count=1000))
+        finally:
+            client.close()
+        assert keys and all(k.startswith(("{billing}:", "{mail}:")) for k in keys), keys
+    with pytest.raises(ConfigurationError, match="prefix must be 1 to 100 characters"):
+        App(redis_clean_dsn, prefix="")
+    # In the DSN, for every command that takes only --dsn: the same keys.
+    from click.testing import CliRunner
+
+    from conveyor.cli import cli
+
+    in_dsn = f"{redis_clean_dsn}{'&' if '?' in redis_clean_dsn else '?'}prefix=%7Bbilling%7D:"
+    with App(in_dsn) as billing:
+        assert [j.task for j in billing.jobs()] == ["charge"]
+    listed = CliRunner().invoke(cli, ["jobs", "list", "--json", "--dsn", in_dsn])
+    assert listed.exit_code == 0, listed.output
+    assert '"task": "charge"' in listed.stdout and '"task": "send"' not in listed.stdout
+    with pytest.raises(ConfigurationError, match="two prefixes"):
+        App(in_dsn, prefix="{mail}:")
+
+
+def test_a_postgres_schema_per_application_through_the_dsn(pg_clean_dsn: str) -> None:
+    import psycopg
+
+    with psycopg.connect(pg_clean_dsn, autocommit=True) as admin:
+        admin.execute("CREATE SCHEMA billing")
+        admin.execute("CREATE SCHEMA mail")
+
+    def in_schema(schema: str) -> str:
+        # options=-csearch_path=<schema>, URL-encoded: every connection of the App
+        # (its pool and its LISTEN connection) makes and finds its tables there.
+        joiner = "&" if "?" in pg_clean_dsn else "?"
+        return f"{pg_clean_dsn}{joiner}options=-csearch_path%3D{schema}"
+
+    with App(in_schema("billing")) as billing, App(in_schema("mail")) as mail:
+        billing.migrate()
+        mail.migrate()
+
+        @mail.task
+        def send(to: str) -> str:
+            return f"sent to {to}"
+
+        invoice = billing.enqueue("charge", [1])
+        letter = send.enqueue("ada")
+        with mail.worker(concurrency=1, poll_interval=0.1, lease=3):
+            assert letter.wait(timeout=DEADLINE) == "sent to ada"
+        assert billing.get(invoice.id).state == JobState.QUEUED
+        assert invoice.id == letter.id == 1  # each schema numbers its own jobs
+        assert [j.task for j in billing.jobs()] == ["charge"]
+        assert [j.task for j in mail.jobs()] == ["send"]
+    with psycopg.connect(pg_clean_dsn) as conn:
+        tables = conn.execute(
+            "SELECT table_schema FROM information_schema.tables WHERE table_name = 'jobs' "
+            "ORDER BY 1"
+        ).fetchall()
+    assert tables == [("billing",), ("mail",)]  # nothing in public
+
+
+# --- being told that something changed ----------------------------------------------------
+
+
+def test_on_change_tells_of_other_processes_and_of_this_one(dsn: str) -> None:
+    heard: list[Change] = []
+    lock = threading.Lock()
+
+    def hear(change: Change) -> None:
+        with lock:
+            heard.append(change)
+
+    def seen(test: Any) -> bool:
+        deadline = time.monotonic() + DEADLINE
+        while time.monotonic() < deadline:
+            with lock:
+                if any(test(c) for c in heard):
+                    return True
+            time.sleep(0.02)
+        return False
+
+    with App(dsn) as watcher, App(dsn) as producer:
+        watcher.migrate()
+        with watcher.on_change(hear):
+            if not dsn.startswith("sqlite"):
+                # The feed says "reconnected" once it listens (and after any outage).
+                assert seen(lambda c: c.kind == "reconnected")
+            other = producer.enqueue("t", [1], queue="feed")  # another App: through the store
+            if dsn.startswith("sqlite"):
+                assert seen(lambda c: c.kind == "any")  # the file changed: it cannot say what
+            else:
+                assert seen(lambda c: c.kind == "jobs" and c.queue == "feed")
+            mine = watcher.enqueue("t", [2], queue="mine")
+            assert seen(lambda c: c.kind == "jobs" and c.queue == "mine")  # this process
+            for held in watcher.consume(["feed"], lease=5, idle_timeout=0):
+                held.complete()
+                break
+            assert seen(lambda c: c.kind == "done" and other.id in c.job_ids)
+        with lock:
+            heard.clear()
+        watcher.cancel(mine.id)  # closed: nothing more is heard
+        time.sleep(0.3)
+        with lock:
+            assert heard == []

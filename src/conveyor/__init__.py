@@ -23,11 +23,13 @@ from conveyor.retry import ExponentialBackoff, FixedBackoff
 from conveyor.store.base import BatchStatus, LimitStatus, Stats
 from conveyor.task import Task
 from conveyor.version import __version__
+from conveyor.worker.changes import Change
 
 __all__ = [
     "App",
     "BatchStatus",
     "CancelSignal",
+    "Change",
     "ConfigurationError",
     "Context",
     "ConveyorError",

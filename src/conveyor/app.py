@@ -68,7 +68,7 @@ from conveyor.store.base import (
 from conveyor.store.capabilities import Capabilities, store_capabilities
 from conveyor.store.dsn import open_store
 from conveyor.task import EnqueueOptions, Task
-from conveyor.worker.changes import ChangeHub
+from conveyor.worker.changes import Change, ChangeHub, ChangeListener
 
 if TYPE_CHECKING:
     from conveyor.worker import Worker
@@ -664,6 +664,21 @@ class App:
         running. Purged jobs are no longer counted.
         """
         return self.store.batch_status(validate_name("batch", batch) or batch)
+
+    def on_change(self, callback: Callable[[Change], None]) -> ChangeListener:
+        """Be told when something changes: ``callback(change)`` for each ``Change``.
+
+        The App's own feed, which wakes its workers and waiters: this process's
+        enqueues, outcomes, cancels and progress at once, and other processes'
+        through the store's notifications (LISTEN/NOTIFY, pub/sub, SQLite's file
+        watch; not when the App runs with ``notifications=False``). Called from a
+        background thread: keep it short (hand the change to a queue of yours);
+        an exception it raises is logged and the feed goes on. A hint, not a
+        log: changes may come merged, twice, or (after "reconnected") not at
+        all, so read the store again for the truth. ``close()`` on the returned
+        listener (or ``with``) stops it.
+        """
+        return ChangeListener(self.changes, callback)
 
     def capabilities(self) -> Capabilities:
         """What this App's store supports, read off the protocols it implements.

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from importlib import resources
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
 from redis.backoff import NoBackoff
@@ -201,6 +201,19 @@ def _new_job_json(job: NewJob) -> list[str | None]:
     ]
 
 
+def split_prefix(dsn: str) -> tuple[str, str | None]:
+    """A Redis DSN without its ``prefix`` query parameter, and that prefix (None: none)."""
+    parts = urlsplit(dsn)
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    prefixes = [value for name, value in pairs if name == "prefix"]
+    if not prefixes:
+        return dsn, None
+    if len(prefixes) > 1:
+        raise ConfigurationError("the Redis DSN gives prefix= twice: keep one")
+    rest = urlencode([(name, value) for name, value in pairs if name != "prefix"])
+    return urlunsplit(parts._replace(query=rest)), prefixes[0]
+
+
 def redis_where(dsn: str) -> str:
     """host:port (or the socket path) of a Redis DSN, for messages; never the password."""
     parts = urlsplit(dsn)
@@ -239,11 +252,30 @@ class RedisStore:
         migrate: bool = False,
         connect_timeout: float = 10.0,
         socket_timeout: float = 30.0,
-        prefix: str = DEFAULT_PREFIX,
+        prefix: str | None = None,
     ) -> None:
+        # The prefix may be in the DSN (?prefix=...), so that every command that
+        # takes only --dsn reaches the same application's keys.
+        dsn, in_dsn = split_prefix(dsn)
+        if prefix is not None and in_dsn is not None and prefix != in_dsn:
+            raise ConfigurationError(
+                f"two prefixes: {in_dsn!r} in the DSN and {prefix!r} given: keep one"
+            )
+        prefix = prefix if prefix is not None else in_dsn or DEFAULT_PREFIX
+        if (
+            not isinstance(prefix, str)
+            or not 0 < len(prefix) <= 100
+            or any(c.isspace() for c in prefix)
+        ):
+            raise ConfigurationError(
+                f"prefix must be 1 to 100 characters without spaces, such as '{{myapp}}:' "
+                f"(the braces keep an App's keys in one cluster slot), got {prefix!r}"
+            )
         self.dsn = dsn
         self.where = redis_where(dsn)
         self.description = f"Redis at {self.where}"
+        if prefix != DEFAULT_PREFIX:
+            self.description += f" (prefix {prefix})"
         self.prefix = prefix
         try:
             # Any: redis-py's replies are typed loosely (bytes | str | ...); with
