@@ -33,6 +33,7 @@ PUBLIC = [
     "Retry",
     "SchemaMissingError",
     "Stats",
+    "Step",
     "StoreUnavailableError",
     "Task",
     "UnknownTaskError",

@@ -20,6 +20,7 @@ from conveyor.store.base import (
     OperatorStore,
     OutcomeStore,
     SqlStore,
+    StepStore,
     TransactionalStore,
 )
 
@@ -34,6 +35,7 @@ PROTOCOLS: dict[str, type] = {
     "durability_report": DurabilityReport,
     "outcome_readers": OutcomeStore,
     "hold": HoldStore,
+    "steps": StepStore,
 }
 
 
@@ -62,6 +64,8 @@ class Capabilities:
     outcome_readers: bool
     #: ``app.hold()`` and ``app.unhold()``: single queued jobs held back (HoldStore).
     hold: bool
+    #: A job's durable steps, kept across its attempts (StepStore).
+    steps: bool
     #: Workers on several machines: every store but one file on this machine (LocalFileStore).
     several_machines: bool
     #: Other processes' changes wake this App's workers, consumers and waiters at

@@ -39,7 +39,7 @@ WHERE id = %(id)s
   AND processed_mark IS DISTINCT FROM finished_at
 
 -- name: job_hold
--- Queued jobs of ids not held yet are parked at hold_at (see migration 014);
+-- Queued jobs of ids not held yet are parked at hold_at (see the migration held_jobs);
 -- running and finished jobs are left alone. Each gets its held event.
 WITH changed AS (
     UPDATE jobs

@@ -28,7 +28,7 @@ WHERE id = :id
   AND (processed_mark IS NULL OR processed_mark <> finished_at)
 
 -- name: job_hold
--- Queued jobs of :ids not held yet are parked at :hold_at (see migration 014);
+-- Queued jobs of :ids not held yet are parked at :hold_at (see the migration held_jobs);
 -- running and finished jobs are left alone. The events: event_insert_for_jobs.
 UPDATE jobs
 SET held_run_at = run_at, run_at = :hold_at

@@ -25,6 +25,8 @@
 --   gq:<g>, grun             queued jobs of a group (by id) / running jobs per group
 --   group:<g>, batch:<b>     every job of a group, of a batch; bcount:<b> state -> n
 --   key:<q>:<k>              every job holding an idempotency key
+--   steps:<id>               hash step name -> JSON [result, attempt, started_at,
+--                            finished_at]: a job's durable steps, deleted with it
 --   finished, leases         terminal jobs by finished_at / running ones by lease expiry
 --   limited, limit:<q>       queues with limits, and their limits (hash)
 --   starts:<q>, kstarts:<q>:<k>, krun:<q>, kq:<q>:<k>, kqkeys:<q>, kthrottle:<q>
