@@ -590,6 +590,7 @@ def test_hold_at_the_command_line_and_in_the_dashboard(tmp_path: Path) -> None:
     assert f"job {job.id} held" in run("jobs", "hold", str(job.id))
     assert re.search(r"state\s+held", run("jobs", "show", str(job.id)))
     assert '"held": true' in run("jobs", "show", str(job.id), "--json")
+    assert re.search(rf"^\s*{job.id}\s.*\bheld\b", run("jobs", "list", "--queue", "q"), re.M)
     assert f"job {job.id} let go" in run("jobs", "unhold", str(job.id))
 
     with App(dsn) as app, TestClient(create_app(app), base_url="http://127.0.0.1") as client:

@@ -187,6 +187,7 @@ STATE_STYLE = {
     "succeeded": "green",
     "failed": "red",
     "cancelled": "magenta",
+    "held": "bold yellow",  # a queued job an operator holds back (job.held)
 }
 #: From this width on, tables show every column.
 WIDE = 110
@@ -489,7 +490,8 @@ def jobs_table(jobs: Sequence[Job]) -> Table:
             shown_at = job.run_at
         elif job.state == JobState.RUNNING:
             shown_at = job.started_at
-        rows.append((job, job.detailed_state(now), short_when(shown_at)))
+        state = "held" if job.held else job.detailed_state(now)
+        rows.append((job, state, short_when(shown_at)))
     table_columns = [
         Col("id", justify="right"),
         Col("queue", ratio=1, min_width=5),
