@@ -1094,12 +1094,15 @@ class App:
 
     @needs(OperatorStore, "apply retention")
     def apply_retention(self, now: datetime) -> int:
-        """One round of retention, run by the workers' maintenance; returns the jobs deleted.
+        """One round of retention, run by the leader of retention among the workers'
+        maintenance and the consumers; returns the jobs deleted.
 
         ``retention`` applies to the final states ``retention_by_state`` does not
-        name; ``keep_finished`` trims each queue to its newest finished jobs (at
-        most once a minute: it counts a queue's finished jobs to do so). Each round
-        deletes at most 10,000 jobs per rule, so a big backlog goes over a few rounds.
+        name; ``keep_finished`` trims each queue to its newest finished jobs, and a
+        ``Keep``'s count each queue to its newest jobs of that state (at most every
+        ``count_retention_every`` seconds, a minute: they count finished jobs to do
+        so). Each round deletes at most 10,000 jobs per rule, so a big backlog goes
+        over a few rounds.
         """
         deleted = 0
         by_state = self.retention_by_state
