@@ -10,6 +10,7 @@ PUBLIC = [
     "App",
     "BatchStatus",
     "CancelSignal",
+    "Change",
     "ConfigurationError",
     "Context",
     "ConveyorError",
@@ -24,6 +25,7 @@ PUBLIC = [
     "JobNotFoundError",
     "JobState",
     "JobStateError",
+    "Keep",
     "LeaseLostError",
     "LimitStatus",
     "Middleware",
@@ -76,6 +78,7 @@ NO_TWIN = {
     "check_schema": "called once at start by the worker, the CLI and the dashboard",
     "apply_retention": "maintenance runs it in its own thread",
     "middleware_chain": "a lookup in this process, no I/O",
+    "on_change": "registers a callback in this process, no I/O",
 }
 
 

@@ -1,6 +1,6 @@
 """conveyor: a durable job queue for Python on SQLite, PostgreSQL and Redis."""
 
-from conveyor.app import App
+from conveyor.app import App, Keep
 from conveyor.context import CancelSignal, Context
 from conveyor.errors import (
     ConfigurationError,
@@ -23,11 +23,13 @@ from conveyor.retry import ExponentialBackoff, FixedBackoff
 from conveyor.store.base import BatchStatus, LimitStatus, Stats, Step
 from conveyor.task import Task
 from conveyor.version import __version__
+from conveyor.worker.changes import Change
 
 __all__ = [
     "App",
     "BatchStatus",
     "CancelSignal",
+    "Change",
     "ConfigurationError",
     "Context",
     "ConveyorError",
@@ -42,6 +44,7 @@ __all__ = [
     "JobNotFoundError",
     "JobState",
     "JobStateError",
+    "Keep",
     "LeaseLostError",
     "LimitStatus",
     "Middleware",

@@ -15,7 +15,7 @@ import click
 from conveyor.cli.group import ConveyorGroup, LazyCommand
 from conveyor.cli.jobs import enqueue, jobs
 from conveyor.cli.limits import limit, limits
-from conveyor.cli.queues import delete_queue, pause, purge, resume, stats
+from conveyor.cli.queues import delete_queue, pause, purge, resume, stats, trim
 from conveyor.cli.worker import HANDLER_THREAD_PREFIX, load_app, migrate, worker
 from conveyor.errors import ConfigurationError
 from conveyor.store.dsn import DSN_ENV
@@ -90,7 +90,7 @@ cli.help = (
     f"{REDIS_LAYOUT}): `conveyor migrate` brings a store to it."
 )
 
-for _command in (migrate, worker, enqueue, jobs, stats, purge, pause, resume, delete_queue):
+for _command in (migrate, worker, enqueue, jobs, stats, purge, trim, pause, resume, delete_queue):
     cli.add_command(_command)
 for _command in (limit, limits):
     cli.add_command(_command)

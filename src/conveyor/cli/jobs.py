@@ -390,6 +390,20 @@ BULK = {
             "Run scheduled or retrying jobs now instead of at their time.",
         ),
         BulkAction(
+            "hold",
+            "hold_jobs",
+            WAITING_STATES,
+            "held",
+            "Hold queued jobs back: no worker claims them until unhold (running ones stay).",
+        ),
+        BulkAction(
+            "unhold",
+            "unhold_jobs",
+            ("scheduled",),
+            "let go",
+            "Let held jobs go: due again at the time they had (or now).",
+        ),
+        BulkAction(
             "take-back",
             "take_back",
             ("running",),
@@ -450,6 +464,12 @@ def _act_on_one(app: App, action: BulkAction, job_id: int) -> str:
         if job.cancel_requested and job.state == JobState.RUNNING:
             return f"job {job.id} is running: its worker was asked to stop it"
         raise ConveyorError(f"job {job.id} is already {job.state}; nothing to cancel")
+    if action.name in ("hold", "unhold"):
+        # JobStateError says why a job cannot be held (or is not held).
+        job = app.hold(job_id) if action.name == "hold" else app.unhold(job_id)
+        if job.held:
+            return f"job {job.id} held: no worker claims it until `conveyor jobs unhold {job.id}`"
+        return f"job {job.id} let go: due {job.run_at:%Y-%m-%d %H:%M:%S} UTC"
     state = app.get(job_id).detailed_state()
     if state not in action.applies_to:
         raise JobStateError(

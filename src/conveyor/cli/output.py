@@ -92,6 +92,7 @@ def job_dict(job: Job) -> dict[str, Any]:
         "task": job.task,
         "state": str(job.state),
         "detailed_state": job.detailed_state(),
+        "held": job.held,
         "args": _decoded(job.args_json),
         "kwargs": _decoded(job.kwargs_json),
         "headers": _decoded(job.headers_json) or {},
@@ -186,6 +187,7 @@ STATE_STYLE = {
     "succeeded": "green",
     "failed": "red",
     "cancelled": "magenta",
+    "held": "bold yellow",  # a queued job an operator holds back (job.held)
 }
 #: From this width on, tables show every column.
 WIDE = 110
@@ -488,7 +490,8 @@ def jobs_table(jobs: Sequence[Job]) -> Table:
             shown_at = job.run_at
         elif job.state == JobState.RUNNING:
             shown_at = job.started_at
-        rows.append((job, job.detailed_state(now), short_when(shown_at)))
+        state = "held" if job.held else job.detailed_state(now)
+        rows.append((job, state, short_when(shown_at)))
     table_columns = [
         Col("id", justify="right"),
         Col("queue", ratio=1, min_width=5),
@@ -576,7 +579,10 @@ def job_view(job: Job, events: Sequence[Event], steps: Sequence[Step] = ()) -> R
         elif name == "state":
             state = job.detailed_state(now)
             value = Text(state, style=STATE_STYLE[state])
-            if state != str(job.state):
+            if job.held:
+                value = Text("held", style="bold yellow")
+                value.append(" (queued; no worker claims it until `conveyor jobs unhold`)")
+            elif state != str(job.state):
                 value.append(f" (queued, due {relative(job.run_at, now)})", style="dim")
         elif name in times:
             stamp = getattr(job, name)

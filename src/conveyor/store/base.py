@@ -17,6 +17,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 from conveyor.errors import ConfigurationError
@@ -572,6 +573,13 @@ class OperatorStore(Protocol):
         """Forget a queue's settings (its pause); its jobs are deleted apart."""
         ...
 
+    def job_purge_beyond_in_states(
+        self, queue: str, keep: int, states: Sequence[str], limit: int = 10_000
+    ) -> int:
+        """Delete up to ``limit`` jobs of ``queue`` in ``states`` (final ones) beyond the
+        ``keep`` newest of them: retention by count per final state."""
+        ...
+
 
 @runtime_checkable
 class InsightStore(Protocol):
@@ -668,6 +676,56 @@ class DurabilityReport(Protocol):
     def durability(self) -> tuple[str, str | None]:
         """What persists the data, and a warning when it may lose acknowledged jobs."""
         ...
+
+
+@runtime_checkable
+class HoldStore(Protocol):
+    """Holding single queued jobs back, so that no worker claims them, and letting them go."""
+
+    def job_hold(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        """Hold the queued jobs among ``job_ids`` (not running or finished ones); the ids held."""
+        ...
+
+    def job_unhold(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        """Let the held jobs among ``job_ids`` go, due at the run_at they had (or now)."""
+        ...
+
+    def job_held(self, queue: str | None, before_id: int | None, limit: int) -> list[int]:
+        """Ids of held jobs (of ``queue``, or of all), newest first, below ``before_id``."""
+        ...
+
+
+@runtime_checkable
+class OutcomeStore(Protocol):
+    """Outcome readers: finished jobs whose result is not yet processed, marked once each."""
+
+    def job_unprocessed(
+        self, queue: str | None, states: Sequence[str], since: datetime, limit: int
+    ) -> list[int]:
+        """Ids of jobs in ``states`` (final ones) finished at ``since`` or later whose
+        outcome has no processed mark for that finish; oldest finish first."""
+        ...
+
+    def job_mark_processed(self, job_id: int) -> bool:
+        """Mark a finished job's outcome processed: True for exactly one caller per finish
+        (a compare-and-set); False when marked already, or when the job is not finished."""
+        ...
+
+
+@runtime_checkable
+class SqlStore(Protocol):
+    """A store on an SQL database, whose tables other layers build on (the Spark data source)."""
+
+    #: "sqlite" or "postgresql".
+    sql_dialect: str
+
+
+@runtime_checkable
+class LocalFileStore(Protocol):
+    """A store in one file on this machine: every process that shares it runs on this machine."""
+
+    @property
+    def database_file(self) -> Path: ...
 
 
 @runtime_checkable

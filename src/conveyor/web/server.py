@@ -90,6 +90,8 @@ NOTICES = {
     "cancelled": "Job cancelled.",
     "cancel_requested": "Cancel requested: the worker running it will stop it.",
     "run_now": "Job made due now: the next free worker takes it.",
+    "held": "Job held: no worker claims it until it is let go.",
+    "unheld": "Job let go: it runs at its time (now, if that has passed).",
     "deleted": "Job deleted with its history.",
     "taken_back": "Job taken back from its worker and queued again.",
     "taken_back_failed": "Job taken back from its worker; out of attempts, it failed.",

@@ -64,6 +64,11 @@ class Completer:
         return written
 
     def _write(self, settle: Sequence[Settlement]) -> set[int]:
+        for running, _ in settle:
+            # Progress waiting for its turn (written at most once a second) goes
+            # first, under the lease it still holds: a job ends showing the last
+            # progress it reported, not one from up to a second before.
+            running.context.flush_progress()
         finishes = [outcome.finish(running.id, running.token) for running, outcome in settle]
         written = set(self._store.job_finish(finishes))
         if len(written) < len(settle):

@@ -29,7 +29,7 @@ from conveyor.errors import (
     SchemaMissingError,
     StoreUnavailableError,
 )
-from conveyor.job import Event, Job, JobState, NewJob
+from conveyor.job import HOLD_AT, Event, Job, JobState, NewJob
 from conveyor.limits import Limit, QueueLimits
 from conveyor.store.base import (
     LEASE_EXPIRED_ERROR,
@@ -56,6 +56,7 @@ from conveyor.store.keys import key_pairs, new_job_record, plan_insert, resolve_
 from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of_row
 from conveyor.store.postgres.listener import Listener
 from conveyor.store.selection import (
+    NO_ID_BOUND,
     count_query,
     driven,
     keep_state,
@@ -67,6 +68,8 @@ from conveyor.store.sql import Migration, load_migrations, load_queries
 log = logging.getLogger("conveyor.postgres")
 
 _Q = load_queries("conveyor.store.postgres")
+#: Retention per final state, holding jobs back, outcome readers.
+_S = load_queries("conveyor.store.postgres", "seeds.sql")
 _MIGRATIONS = load_migrations("conveyor.store.postgres")
 _E = load_queries("conveyor.store.postgres", "steps.sql")
 #: Claims retried after a group race (see job_claim in queries.sql).
@@ -155,6 +158,8 @@ def _missing_table(exc: BaseException) -> bool:
 class PostgresStore:
     #: TransactionalStore: enqueue inside the caller's transaction on this connection.
     transaction_connection = "a psycopg Connection"
+    #: SqlStore: the Spark data source builds its tables beside the jobs'.
+    sql_dialect = "postgresql"
 
     def __init__(
         self,
@@ -164,7 +169,11 @@ class PostgresStore:
         min_size: int = 1,
         max_size: int = 10,
         connect_timeout: float = 10.0,
+        prepare_threshold: int | None = 5,
     ) -> None:
+        # prepare_threshold: psycopg prepares a statement on a connection after
+        # that many runs; None never prepares, for a pooler in transaction mode
+        # that cannot keep prepared statements (PgBouncer before 1.21).
         self.dsn = dsn
         self.where = _where(dsn)
         self.description = f"PostgreSQL at {self.where}"
@@ -184,6 +193,7 @@ class PostgresStore:
                 "autocommit": True,
                 "options": _session_options(dsn),
                 "connect_timeout": max(1, int(connect_timeout)),
+                "prepare_threshold": prepare_threshold,
             },
             configure=_configure,
             open=False,
@@ -808,6 +818,47 @@ class PostgresStore:
         params = {"queue": queue, "keep": keep, "limit": limit}
         (count,) = self._delete("job_purge_beyond", params)
         return int(count)
+
+    def job_purge_beyond_in_states(
+        self, queue: str, keep: int, states: Sequence[str], limit: int = 10_000
+    ) -> int:
+        params = {"queue": queue, "keep": keep, "limit": limit, "states": list(states)}
+        with self._tx() as conn:
+            conn.execute(_Q["finished_counts_lock"])
+            (count,) = conn.execute(_S["job_purge_beyond_in_states"], params).fetchone() or (0,)
+        return int(count)
+
+    def job_hold(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        return self._hold("job_hold", job_ids, now)
+
+    def job_unhold(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        return self._hold("job_unhold", job_ids, now)
+
+    def _hold(self, name: str, job_ids: Sequence[int], now: datetime) -> list[int]:
+        if not job_ids:
+            return []
+        params = {"ids": list(job_ids), "now": now, "hold_at": HOLD_AT}
+        with self._conn() as conn:
+            return sorted(r[0] for r in conn.execute(_S[name], params).fetchall())
+
+    def job_held(self, queue: str | None, before_id: int | None, limit: int) -> list[int]:
+        params = {
+            "queue": queue, "hold_at": HOLD_AT, "limit": limit,
+            "before_id": before_id if before_id is not None else NO_ID_BOUND,
+        }  # fmt: skip
+        with self._conn() as conn:
+            return [r[0] for r in conn.execute(_S["job_held"], params)]
+
+    def job_unprocessed(
+        self, queue: str | None, states: Sequence[str], since: datetime, limit: int
+    ) -> list[int]:
+        params = {"queue": queue, "states": list(states), "since": since, "limit": limit}
+        with self._conn() as conn:
+            return [r[0] for r in conn.execute(_S["job_unprocessed"], params)]
+
+    def job_mark_processed(self, job_id: int) -> bool:
+        with self._conn() as conn:
+            return conn.execute(_S["job_mark_processed"], {"id": job_id}).rowcount == 1
 
     def queue_delete(self, queue: str) -> None:
         self._change_none("queue_delete", {"name": queue})

@@ -28,14 +28,14 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from importlib import resources
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from conveyor.errors import ConfigurationError, StoreUnavailableError
-from conveyor.job import Event, Job, JobState, NewJob
+from conveyor.job import HOLD_AT, Event, Job, JobState, NewJob
 from conveyor.limits import Limit, QueueLimits
 from conveyor.store.base import (
     LEASE_EXPIRED_ERROR,
@@ -206,6 +206,19 @@ def _new_job_json(job: NewJob) -> list[str | None]:
     ]
 
 
+def split_prefix(dsn: str) -> tuple[str, str | None]:
+    """A Redis DSN without its ``prefix`` query parameter, and that prefix (None: none)."""
+    parts = urlsplit(dsn)
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    prefixes = [value for name, value in pairs if name == "prefix"]
+    if not prefixes:
+        return dsn, None
+    if len(prefixes) > 1:
+        raise ConfigurationError("the Redis DSN gives prefix= twice: keep one")
+    rest = urlencode([(name, value) for name, value in pairs if name != "prefix"])
+    return urlunsplit(parts._replace(query=rest)), prefixes[0]
+
+
 def redis_where(dsn: str) -> str:
     """host:port (or the socket path) of a Redis DSN, for messages; never the password."""
     parts = urlsplit(dsn)
@@ -244,11 +257,30 @@ class RedisStore:
         migrate: bool = False,
         connect_timeout: float = 10.0,
         socket_timeout: float = 30.0,
-        prefix: str = DEFAULT_PREFIX,
+        prefix: str | None = None,
     ) -> None:
+        # The prefix may be in the DSN (?prefix=...), so that every command that
+        # takes only --dsn reaches the same application's keys.
+        dsn, in_dsn = split_prefix(dsn)
+        if prefix is not None and in_dsn is not None and prefix != in_dsn:
+            raise ConfigurationError(
+                f"two prefixes: {in_dsn!r} in the DSN and {prefix!r} given: keep one"
+            )
+        prefix = prefix if prefix is not None else in_dsn or DEFAULT_PREFIX
+        if (
+            not isinstance(prefix, str)
+            or not 0 < len(prefix) <= 100
+            or any(c.isspace() for c in prefix)
+        ):
+            raise ConfigurationError(
+                f"prefix must be 1 to 100 characters without spaces, such as '{{myapp}}:' "
+                f"(the braces keep an App's keys in one cluster slot), got {prefix!r}"
+            )
         self.dsn = dsn
         self.where = redis_where(dsn)
         self.description = f"Redis at {self.where}"
+        if prefix != DEFAULT_PREFIX:
+            self.description += f" (prefix {prefix})"
         self.prefix = prefix
         try:
             # Any: redis-py's replies are typed loosely (bytes | str | ...); with
@@ -1013,6 +1045,83 @@ class RedisStore:
         ids = self._do(read)[keep : keep + limit]
         far_future = datetime(9999, 12, 31, tzinfo=UTC)
         return len(self._delete(ids, far_future, TERMINAL, queue))
+
+    def job_purge_beyond_in_states(
+        self, queue: str, keep: int, states: Sequence[str], limit: int = 10_000
+    ) -> int:
+        chosen = [state for state in TERMINAL if state in states]
+
+        def read() -> list[int]:
+            pipe = self._client.pipeline(transaction=False)
+            for state in chosen:
+                pipe.zrange(self._k("qs", _nm(queue), state), 0, -1)
+            return sorted((int(i) for ids in pipe.execute() for i in ids), reverse=True)
+
+        ids = self._do(read)[keep : keep + limit]
+        far_future = datetime(9999, 12, 31, tzinfo=UTC)
+        # job_delete checks each job's state again: one retried meanwhile stays.
+        return len(self._delete(ids, far_future, chosen, queue))
+
+    def job_hold(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        return self._hold("job_hold", job_ids, now)
+
+    def job_unhold(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        return self._hold("job_unhold", job_ids, now)
+
+    def _hold(self, name: str, job_ids: Sequence[int], now: datetime) -> list[int]:
+        if not job_ids:
+            return []
+        ordered = json.dumps([str(i) for i in sorted(set(job_ids))])
+        changed = self._run(name, _ts(now), ordered, _ts(HOLD_AT))
+        return sorted(int(i) for i in changed)
+
+    def job_held(self, queue: str | None, before_id: int | None, limit: int) -> list[int]:
+        names = [queue] if queue is not None else self.queue_names()
+
+        def read() -> list[int]:
+            pipe = self._client.pipeline(transaction=False)
+            for name in names:  # held: due at the hold moment, in the due index
+                pipe.zrangebyscore(self._k("due", _nm(name)), _ts(HOLD_AT), "+inf")
+            return [int(i) for ids in pipe.execute() for i in ids]
+
+        bound = before_id if before_id is not None else NO_ID_BOUND
+        return sorted((i for i in self._do(read) if i < bound), reverse=True)[:limit]
+
+    def job_unprocessed(
+        self, queue: str | None, states: Sequence[str], since: datetime, limit: int
+    ) -> list[int]:
+        wanted = set(states)
+        found: list[int] = []
+        offset, chunk = 0, max(limit, 500)
+        while len(found) < limit:
+            # The finished index, oldest finish first, a chunk at a time.
+            def chunk_of(start: int = offset) -> list[str]:
+                return list(
+                    self._client.zrangebyscore(
+                        self._k("finished"), _ts(since), "+inf", start=start, num=chunk
+                    )
+                )
+
+            ids = self._do(chunk_of)
+            if not ids:
+                break
+            offset += len(ids)
+
+            def read(batch: list[str] = ids) -> list[list[str | None]]:
+                pipe = self._client.pipeline(transaction=False)
+                for job_id in batch:
+                    pipe.hmget(
+                        self._k("job", job_id), "queue", "state", "finished_at", "processed_mark"
+                    )
+                return list(pipe.execute())
+
+            for job_id, (q, state, finished, mark) in zip(ids, self._do(read), strict=True):
+                if state in wanted and (queue is None or q == queue) and mark != finished:
+                    found.append(int(job_id))
+        return found[:limit]
+
+    def job_mark_processed(self, job_id: int) -> bool:
+        return bool(self._run("job_mark_processed", str(job_id)))
 
     def queue_delete(self, queue: str) -> None:
         self._do(lambda: self._client.srem(self._k("paused"), queue))

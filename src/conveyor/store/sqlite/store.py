@@ -23,7 +23,7 @@ from conveyor.errors import (
     SchemaMissingError,
     StoreUnavailableError,
 )
-from conveyor.job import Event, Job, JobState, NewJob, utcnow
+from conveyor.job import HOLD_AT, Event, Job, JobState, NewJob, utcnow
 from conveyor.limits import Limit, QueueLimits
 from conveyor.store.base import (
     LEASE_EXPIRED_ERROR,
@@ -50,6 +50,7 @@ from conveyor.store.event_kinds import EVENT_KINDS
 from conveyor.store.keys import key_pairs, new_job_record, plan_insert, resolve_plan
 from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of_row
 from conveyor.store.selection import (
+    NO_ID_BOUND,
     count_query,
     driven,
     keep_state,
@@ -62,6 +63,8 @@ from conveyor.store.sqlite.watcher import DataVersionWatcher
 _Q = load_queries("conveyor.store.sqlite")
 #: A count no claim reaches (SQLite's 32-bit "no limit").
 _NO_LIMIT = 2**31 - 1
+#: Retention per final state, holding jobs back, outcome readers.
+_S = load_queries("conveyor.store.sqlite", "seeds.sql")
 _MIGRATIONS = load_migrations("conveyor.store.sqlite")
 _E = load_queries("conveyor.store.sqlite", "steps.sql")
 _PRAGMAS = (
@@ -155,6 +158,14 @@ def _missing_table(exc: BaseException) -> bool:
 class SQLiteStore:
     #: TransactionalStore: enqueue inside the caller's transaction on this connection.
     transaction_connection = "a sqlite3 Connection"
+
+    #: SqlStore: the Spark data source builds its tables beside the jobs'.
+    sql_dialect = "sqlite"
+
+    @property
+    def database_file(self) -> Path:
+        """LocalFileStore: the one file every process of this store opens."""
+        return self.path
 
     def __init__(
         self, path: str | Path, *, migrate: bool = True, busy_timeout: float = BUSY_TIMEOUT_SECONDS
@@ -817,6 +828,51 @@ class SQLiteStore:
             ids = [r[0] for r in conn.execute(_Q["job_purge_beyond_select"], params)]
             self._delete_jobs(conn, ids)
         return len(ids)
+
+    def job_purge_beyond_in_states(
+        self, queue: str, keep: int, states: Sequence[str], limit: int = 10_000
+    ) -> int:
+        params = {"queue": queue, "keep": keep, "limit": limit, "states": json.dumps(list(states))}
+        with self._write() as conn:
+            ids = [r[0] for r in conn.execute(_S["job_purge_beyond_in_states"], params)]
+            self._delete_jobs(conn, ids)
+        return len(ids)
+
+    def job_hold(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        return self._hold("job_hold", "hold", job_ids, now)
+
+    def job_unhold(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        return self._hold("job_unhold", "unhold", job_ids, now)
+
+    def _hold(self, name: str, action: str, job_ids: Sequence[int], now: datetime) -> list[int]:
+        if not job_ids:
+            return []
+        now_ts = _ts(now)
+        params = {"ids": json.dumps(list(job_ids)), "now": now_ts, "hold_at": _ts(HOLD_AT)}
+        with self._write() as conn:
+            ids = sorted(r[0] for r in conn.execute(_S[name], params))
+            self._record(conn, action, ids, now_ts)
+        return ids
+
+    def job_held(self, queue: str | None, before_id: int | None, limit: int) -> list[int]:
+        params = {
+            "queue": queue, "hold_at": _ts(HOLD_AT), "limit": limit,
+            "before_id": before_id if before_id is not None else NO_ID_BOUND,
+        }  # fmt: skip
+        return [r[0] for r in self._conn().execute(_S["job_held"], params)]
+
+    def job_unprocessed(
+        self, queue: str | None, states: Sequence[str], since: datetime, limit: int
+    ) -> list[int]:
+        params = {
+            "queue": queue, "states": json.dumps(list(states)), "since": _ts(since),
+            "limit": limit,
+        }  # fmt: skip
+        return [r[0] for r in self._conn().execute(_S["job_unprocessed"], params)]
+
+    def job_mark_processed(self, job_id: int) -> bool:
+        with self._write() as conn:
+            return conn.execute(_S["job_mark_processed"], {"id": job_id}).rowcount == 1
 
     def queue_delete(self, queue: str) -> None:
         with self._write() as conn:
