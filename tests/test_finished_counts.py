@@ -205,7 +205,7 @@ class CountsMachine(RuleBasedStateMachine):
 
     @rule(queue=st.sampled_from(QUEUES), keep=st.integers(0, 3))
     def keep_finished(self, queue: str, keep: int) -> None:
-        self.store.job_purge_beyond(queue, keep, 10)
+        self.store.job_purge_beyond(queue, keep, ("succeeded", "failed", "cancelled"), 10)
 
     @rule(ids=st.lists(st.integers(1, 40), max_size=5))
     def delete_many(self, ids: list[int]) -> None:

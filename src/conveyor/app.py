@@ -1122,10 +1122,10 @@ class App:
             else:
                 keeps = dict(self.keep_finished or {})
             for queue, keep in keeps.items():
-                deleted += self.store.job_purge_beyond(queue, keep)
+                deleted += self.store.job_purge_beyond(queue, keep, FINAL_STATES)
             for state, keep in keep_by_state.items():
                 for queue in names:  # per queue, as removeOnFail's count is per queue
-                    deleted += self.store.job_purge_beyond_in_states(queue, keep, [state])
+                    deleted += self.store.job_purge_beyond(queue, keep, [state])
         return deleted
 
     @property
@@ -1160,10 +1160,7 @@ class App:
         chosen = check_final_states(states)
         total = 0
         while True:
-            if states is None:
-                deleted = self.store.job_purge_beyond(queue, keep)
-            else:
-                deleted = self.store.job_purge_beyond_in_states(queue, keep, chosen)
+            deleted = self.store.job_purge_beyond(queue, keep, chosen)
             total += deleted
             if deleted == 0:
                 return total

@@ -565,19 +565,15 @@ class OperatorStore(Protocol):
         """How many jobs ``job_purge_where`` would delete in all (a dry run)."""
         ...
 
-    def job_purge_beyond(self, queue: str, keep: int, limit: int = 10_000) -> int:
-        """Delete up to ``limit`` finished jobs of ``queue`` beyond its ``keep`` newest ones."""
+    def job_purge_beyond(
+        self, queue: str, keep: int, states: Sequence[str], limit: int = 10_000
+    ) -> int:
+        """Delete up to ``limit`` jobs of ``queue`` in ``states`` (final ones) beyond the
+        ``keep`` newest of them (by id): retention by count, of all final states or per state."""
         ...
 
     def queue_delete(self, queue: str) -> None:
         """Forget a queue's settings (its pause); its jobs are deleted apart."""
-        ...
-
-    def job_purge_beyond_in_states(
-        self, queue: str, keep: int, states: Sequence[str], limit: int = 10_000
-    ) -> int:
-        """Delete up to ``limit`` jobs of ``queue`` in ``states`` (final ones) beyond the
-        ``keep`` newest of them: retention by count per final state."""
         ...
 
 

@@ -588,12 +588,13 @@ WHERE finished_at < %(before)s
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
 
 -- name: job_purge_beyond
--- The finished jobs of a queue past its keep newest (by id, the order they were
--- enqueued), up to limit of them. Not locked while chosen (FOR UPDATE would lock
--- the kept rows the offset passes over): delete_doomed checks the state again.
+-- The jobs of a queue in the final states given past its keep newest of them
+-- (by id, the order they were enqueued), up to limit of them. Not locked while
+-- chosen (FOR UPDATE would lock the kept rows the offset passes over):
+-- delete_doomed checks the state again.
 WITH doomed AS MATERIALIZED (
     SELECT id, state FROM jobs
-    WHERE queue = %(queue)s AND state IN ('succeeded', 'failed', 'cancelled')
+    WHERE queue = %(queue)s AND state = ANY(%(states)s::text[])
     ORDER BY id DESC
     OFFSET %(keep)s
     LIMIT %(limit)s

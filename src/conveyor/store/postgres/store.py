@@ -814,18 +814,11 @@ class PostgresStore:
             row = conn.execute(_Q["job_purge_count"], params).fetchone()
         return int(row[0]) if row else 0
 
-    def job_purge_beyond(self, queue: str, keep: int, limit: int = 10_000) -> int:
-        params = {"queue": queue, "keep": keep, "limit": limit}
-        (count,) = self._delete("job_purge_beyond", params)
-        return int(count)
-
-    def job_purge_beyond_in_states(
+    def job_purge_beyond(
         self, queue: str, keep: int, states: Sequence[str], limit: int = 10_000
     ) -> int:
         params = {"queue": queue, "keep": keep, "limit": limit, "states": list(states)}
-        with self._tx() as conn:
-            conn.execute(_Q["finished_counts_lock"])
-            (count,) = conn.execute(_S["job_purge_beyond_in_states"], params).fetchone() or (0,)
+        (count,) = self._delete("job_purge_beyond", params)
         return int(count)
 
     def job_hold(self, job_ids: Sequence[int], now: datetime) -> list[int]:

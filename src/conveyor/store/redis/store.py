@@ -1035,18 +1035,7 @@ class RedisStore:
     ) -> int:
         return sum(1 for _ in self._purgeable(finished_before, states, queue))
 
-    def job_purge_beyond(self, queue: str, keep: int, limit: int = 10_000) -> int:
-        def read() -> list[int]:
-            pipe = self._client.pipeline(transaction=False)
-            for state in TERMINAL:
-                pipe.zrange(self._k("qs", _nm(queue), state), 0, -1)
-            return sorted((int(i) for ids in pipe.execute() for i in ids), reverse=True)
-
-        ids = self._do(read)[keep : keep + limit]
-        far_future = datetime(9999, 12, 31, tzinfo=UTC)
-        return len(self._delete(ids, far_future, TERMINAL, queue))
-
-    def job_purge_beyond_in_states(
+    def job_purge_beyond(
         self, queue: str, keep: int, states: Sequence[str], limit: int = 10_000
     ) -> int:
         chosen = [state for state in TERMINAL if state in states]

@@ -460,10 +460,10 @@ WHERE finished_at < :before
   AND (:queue IS NULL OR queue = :queue)
 
 -- name: job_purge_beyond_select
--- The finished jobs of a queue past its :keep newest (by id, the order they were
--- enqueued), up to :limit of them.
+-- The jobs of a queue in :states (final states, as JSON) past its :keep newest
+-- of them (by id, the order they were enqueued), up to :limit of them.
 SELECT id FROM jobs
-WHERE queue = :queue AND (state = 'succeeded' OR state = 'failed' OR state = 'cancelled')
+WHERE queue = :queue AND state IN (SELECT value FROM json_each(:states))
 ORDER BY id DESC
 LIMIT :limit OFFSET :keep
 

@@ -822,19 +822,12 @@ class SQLiteStore:
         count: int = self._conn().execute(_Q["job_purge_count"], params).fetchone()[0]
         return count
 
-    def job_purge_beyond(self, queue: str, keep: int, limit: int = 10_000) -> int:
-        params = {"queue": queue, "keep": keep, "limit": limit}
-        with self._write() as conn:
-            ids = [r[0] for r in conn.execute(_Q["job_purge_beyond_select"], params)]
-            self._delete_jobs(conn, ids)
-        return len(ids)
-
-    def job_purge_beyond_in_states(
+    def job_purge_beyond(
         self, queue: str, keep: int, states: Sequence[str], limit: int = 10_000
     ) -> int:
         params = {"queue": queue, "keep": keep, "limit": limit, "states": json.dumps(list(states))}
         with self._write() as conn:
-            ids = [r[0] for r in conn.execute(_S["job_purge_beyond_in_states"], params)]
+            ids = [r[0] for r in conn.execute(_Q["job_purge_beyond_select"], params)]
             self._delete_jobs(conn, ids)
         return len(ids)
 
