@@ -133,6 +133,8 @@ def measure(
             proc.terminate()
         proc.wait(timeout=60)
     steady_jobs = marks["end_done"] - marks["start_done"]
+    if not steady_jobs or marks["end"] == marks["start"]:
+        raise SystemExit(f"{name}: 5% to 95% of the jobs went by in one count: give more --jobs")
     rate = steady_jobs / (marks["end"] - marks["start"])
     steady_cpu = (marks["end_cpu"] - marks["start_cpu"]) / steady_jobs
     return Result(name, backend, rate, cpu / jobs * 1e6, steady_cpu * 1e6)

@@ -16,6 +16,7 @@ bytes by relation and record kind.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -73,10 +74,15 @@ class Window:
         self.conn = psycopg.connect(dsn, autocommit=True)
         backend = self.conn.execute("SELECT pg_backend_pid()").fetchone()
         self.postmaster: int | None = None
-        if backend and Path(f"/proc/{backend[0]}").exists():
-            self.postmaster = int(_stat(int(backend[0]))[1])
-        row = self.conn.execute("SHOW data_directory").fetchone()
-        self.wal_dir = Path(row[0]) / "pg_wal" if row else None
+        # Our session's server process, if it runs on this machine (a remote
+        # server's pid may name some other local process: check its name).
+        proc = Path(f"/proc/{backend[0]}") if backend else None
+        if proc and proc.exists() and "postgres" in (proc / "cmdline").read_text():
+            self.postmaster = int(_stat(int(proc.name))[1])
+        self.wal_dir: Path | None = None
+        with contextlib.suppress(psycopg.Error):  # reading it needs pg_read_all_settings
+            row = self.conn.execute("SHOW data_directory").fetchone()
+            self.wal_dir = Path(row[0]) / "pg_wal" if row else None
         self._start: tuple[str, float | None] = ("", None)
 
     def _cpu(self) -> float | None:
@@ -89,7 +95,14 @@ class Window:
 
     def begin(self) -> None:
         self.settle()
-        self.conn.execute("CHECKPOINT")
+        try:
+            self.conn.execute("CHECKPOINT")
+        except psycopg.errors.InsufficientPrivilege:
+            raise SystemExit(
+                "the cost figures start each side with a CHECKPOINT, which this role may not "
+                "run: connect as a superuser or a member of pg_checkpoint (--pg-dsn), or leave "
+                "--pg-dsn out to use a throwaway server"
+            ) from None
         self._start = (self._lsn(), self._cpu())
 
     def settle(self, timeout: float = 30.0) -> None:
