@@ -31,16 +31,9 @@ end
 
 -- Manual retry: queued again, attempts reset.
 local function requeue_manually(j, now_s)
-    leave(j)
-    j.state = 'queued'
-    j.attempts = '0'
-    j.run_at = now_s
-    j.cancel_requested = '0'
-    j.worker, j.result, j.error, j.progress, j.progress_message = nil, nil, nil, nil, nil
-    j.started_at, j.finished_at = nil, nil
-    save(j, {'state', 'attempts', 'run_at', 'cancel_requested', 'worker', 'result', 'error',
-             'progress', 'progress_message', 'started_at', 'finished_at'})
-    enter(j)
+    move(j, 'queued', 'attempts', '0', 'run_at', now_s, 'cancel_requested', false, 'worker', false,
+         'result', false, 'error', false, 'progress', false, 'progress_message', false,
+         'started_at', false, 'finished_at', false)
     publish('jobs', j.queue)
 end
 
@@ -109,7 +102,7 @@ end
 -- head of gq:<group>), idempotency key. What is left of its hash (nothing when
 -- deleted or evicted) names more. At once it leaves the index of its state and
 -- those that decide what runs next: ready:/wait:/due:/retrying:, its limit
--- key's line (kq:, found among kqkeys:), leases, its group's running count
+-- key's line (kq:, found among kqkeys:), its group's running count
 -- (its group found among grun's) and line (gq:, when its group is known; the
 -- next head goes up), its key's running count (krun: counted again), finished,
 -- and its queue's count. The indexes only listings and batch counts read
@@ -133,14 +126,7 @@ drop = function(id, seen)
     -- The entry it was met in goes in any case: nobody meets it there again.
     if seen.member then redis.call('ZREM', qk('ready', q), seen.member) end
     if seen.key then redis.call('ZREM', kk('key', q, seen.key), id) end
-    local found, state = nil, nil
-    if seen.state ~= 'running' then
-        found, state = leave_state_index(id, q, seen.state)
-    elseif redis.call('ZREM', P .. 'leases', id) == 1 or q then
-        -- (A running job is in leases: one that is not was dropped already, or
-        -- ended and was purged, and is looked for no further.)
-        found, state = leave_state_index(id, q, 'running')
-    end
+    local found, state = leave_state_index(id, q, seen.state)
     q = found or q
     local was_head = false
     if group and (state == 'queued' or seen.state == 'queued') then
@@ -162,7 +148,6 @@ drop = function(id, seen)
             end
         end
     elseif state == 'running' then
-        redis.call('ZREM', P .. 'leases', id)
         group = group or group_running(id)
         if group then decr(P .. 'grun', group) end
         if rest.limit_key then
