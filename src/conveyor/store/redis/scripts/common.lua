@@ -39,6 +39,36 @@ local function kk(what, q, key) return qk(what, q) .. ':' .. key end
 -- qs:<q>:<state>: a queue's jobs in one state (scored by id; running ones by lease expiry).
 local function state_key(q, state) return qk('qs', q) .. ':' .. state end
 
+-- Writes to the sorted sets a job moves through (qs:, ready:, wait:, due:,
+-- retrying:, finished, key:, group:, batch:) are gathered per key and sent as
+-- one variadic ZADD or ZREM: one call and one append-only entry for a batch of
+-- jobs. Writes to other members commute with them; whatever reads those sets
+-- (or needs a ZREM's answer) calls zflush() first, and done() sends the rest.
+local zbuf, zkeys = {}, {}
+local function zsend(key, buf)
+    for i = 1, #buf.args, 4000 do
+        redis.call(buf.op, key, unpack(buf.args, i, math.min(i + 3999, #buf.args)))
+    end
+end
+local function zflush()
+    for _, key in ipairs(zkeys) do zsend(key, zbuf[key]) end
+    zbuf, zkeys = {}, {}
+end
+local function zwrite(op, key, a, b)
+    local buf = zbuf[key]
+    if buf and buf.op ~= op then -- a ZREM after a ZADD (or back) of the key: in order
+        zsend(key, buf)
+        buf.op, buf.args = op, {}
+    elseif not buf then
+        buf = {op = op, args = {}}
+        zbuf[key], zkeys[#zkeys + 1] = buf, key
+    end
+    buf.args[#buf.args + 1] = a
+    if b then buf.args[#buf.args + 1] = b end
+end
+local function zadd(key, score, member) zwrite('ZADD', key, score, member) end
+local function zrem(key, member) zwrite('ZREM', key, member) end
+
 -- Jobs per queue, changed by this script: written once, by done().
 local queue_delta = {}
 local function count_queue(q, delta) queue_delta[q] = (queue_delta[q] or 0) + delta end
@@ -144,6 +174,7 @@ local function done(result)
         -- A dropped job (see upkeep.lua) keeps its history here, its hash gone.
         if j.dropped then redis.call('HSET', P .. 'dropped', j.id, j.events) end
     end
+    zflush()
     for _, j in ipairs(to_write) do
         if not gone[j] then
             local set, del = {}, {}
@@ -200,9 +231,9 @@ end
 -- A queued job in the claim's indexes: ready:<q> when due, else wait:<q>.
 local function make_claimable(id, q, run_at, priority)
     if NOW and tonumber(run_at) <= NOW then
-        redis.call('ZADD', qk('ready', q), 0, ready_member({priority = priority, id = id}))
+        zadd(qk('ready', q), 0, ready_member({priority = priority, id = id}))
     else
-        redis.call('ZADD', qk('wait', q), run_at, id)
+        zadd(qk('wait', q), run_at, id)
     end
 end
 
@@ -230,6 +261,7 @@ local function promote_head(g)
     local head = group_head(g)
     local f = head and job_fields(head, 'queue', 'run_at', 'priority')
     if not f then return end
+    zflush()
     if not (f[1] and f[2] and f[3]) then
         drop(head, {state = 'queued', group = g})
     elseif not redis.call('ZSCORE', qk('wait', f[1]), head) then
@@ -248,13 +280,13 @@ end
 -- Take a job out of the indexes of the state it is in (before it changes).
 local function leave(j)
     local id, q = j.id, j.queue
-    redis.call('ZREM', state_key(q, j.state), id)
+    zrem(state_key(q, j.state), id)
     if j.batch then decr(P .. 'bcount:' .. j.batch, j.state) end
     if j.state == 'queued' then
-        redis.call('ZREM', qk('ready', q), ready_member(j))
-        redis.call('ZREM', qk('wait', q), id)
-        redis.call('ZREM', qk('due', q), id)
-        if j.error then redis.call('ZREM', qk('retrying', q), id) end
+        zrem(qk('ready', q), ready_member(j))
+        zrem(qk('wait', q), id)
+        zrem(qk('due', q), id)
+        if j.error then zrem(qk('retrying', q), id) end
         if j.group_key then
             redis.call('ZREM', P .. 'gq:' .. j.group_key, id)
             promote_head(j.group_key)
@@ -264,7 +296,7 @@ local function leave(j)
         if j.group_key then decr(P .. 'grun', j.group_key) end
         if j.limit_key then decr(qk('krun', q), j.limit_key) end
     else
-        redis.call('ZREM', P .. 'finished', id)
+        zrem(P .. 'finished', id)
     end
 end
 
@@ -273,15 +305,15 @@ local function enter(j)
     local id, q = j.id, j.queue
     if j.batch then redis.call('HINCRBY', P .. 'bcount:' .. j.batch, j.state, 1) end
     if j.state == 'queued' then
-        redis.call('ZADD', state_key(q, 'queued'), id, id)
+        zadd(state_key(q, 'queued'), id, id)
         if j.group_key then redis.call('ZADD', P .. 'gq:' .. j.group_key, id, id) end
         if not j.group_key or group_head(j.group_key) == id then
             make_claimable(id, q, j.run_at, j.priority)
         end
-        redis.call('ZADD', qk('due', q), j.run_at, id)
+        zadd(qk('due', q), j.run_at, id)
         -- Retrying: queued again after a failed attempt.
         if j.error and tonumber(j.attempts) > 0 then
-            redis.call('ZADD', qk('retrying', q), j.run_at, id)
+            zadd(qk('retrying', q), j.run_at, id)
         end
         if j.limit_key then
             redis.call('ZADD', kk('kq', q, j.limit_key), id, id)
@@ -289,12 +321,12 @@ local function enter(j)
         end
     elseif j.state == 'running' then
         -- By lease expiry: the rescue's range (and ZCARD the count).
-        redis.call('ZADD', state_key(q, 'running'), j.lease_expires_at, id)
+        zadd(state_key(q, 'running'), j.lease_expires_at, id)
         if j.group_key then redis.call('HINCRBY', P .. 'grun', j.group_key, 1) end
         if j.limit_key then redis.call('HINCRBY', qk('krun', q), j.limit_key, 1) end
     else
-        redis.call('ZADD', state_key(q, j.state), id, id)
-        redis.call('ZADD', P .. 'finished', j.finished_at, id)
+        zadd(state_key(q, j.state), id, id)
+        zadd(P .. 'finished', j.finished_at, id)
     end
 end
 
@@ -342,6 +374,7 @@ end
 -- a live one, or with unique "forever" the newest. A holder that cannot be read
 -- holds nothing: dropped.
 local function find_key(q, key, unique)
+    zflush()
     local newest = nil
     for _, id in ipairs(redis.call('ZREVRANGE', kk('key', q, key), 0, -1)) do
         local state = job_fields(id, 'state')[1]
@@ -372,9 +405,9 @@ local function insert(n, now_s, id)
     cache[id], held[j] = j, {}
     save(j, JOB_FIELDS)
     count_queue(j.queue, 1)
-    if j.key then redis.call('ZADD', kk('key', j.queue, j.key), id, id) end
-    if j.group_key then redis.call('ZADD', P .. 'group:' .. j.group_key, id, id) end
-    if j.batch then redis.call('ZADD', P .. 'batch:' .. j.batch, id, id) end
+    if j.key then zadd(kk('key', j.queue, j.key), id, id) end
+    if j.group_key then zadd(P .. 'group:' .. j.group_key, id, id) end
+    if j.batch then zadd(P .. 'batch:' .. j.batch, id, id) end
     enter(j)
     event(j, 'enqueued', 0, now_s, nil)
     publish('jobs', j.queue)
@@ -466,6 +499,7 @@ end
 -- the queue's own limit (scope '') or one limit key's (scope 'key_', key given):
 -- none while throttled, else what its concurrency and its rate window leave.
 local function room(q, l, scope, key, want, now)
+    zflush()
     local throttled = l.throttled_until
     local running, starts = state_key(q, 'running'), qk('starts', q)
     if scope == 'key_' then
@@ -527,6 +561,7 @@ end
 -- ``limit``: queued jobs that may start, of queues not paused, within each
 -- queue's own room.
 local function candidates(queues, limit, now, group)
+    zflush()
     local found, seen_queue, taken_group = {}, {}, {}
     for _, q in ipairs(queues) do
         if not seen_queue[q] and redis.call('SISMEMBER', P .. 'paused', q) == 0 then

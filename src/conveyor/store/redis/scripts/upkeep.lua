@@ -20,9 +20,9 @@ local function delete(j)
     leave(j)
     local id = j.id
     count_queue(j.queue, -1)
-    if j.key then redis.call('ZREM', kk('key', j.queue, j.key), id) end
-    if j.group_key then redis.call('ZREM', P .. 'group:' .. j.group_key, id) end
-    if j.batch then redis.call('ZREM', P .. 'batch:' .. j.batch, id) end
+    if j.key then zrem(kk('key', j.queue, j.key), id) end
+    if j.group_key then zrem(P .. 'group:' .. j.group_key, id) end
+    if j.batch then zrem(P .. 'batch:' .. j.batch, id) end
     delete_events(j.events)
     redis.call('DEL', jkey(id))
     gone[j], cache[id] = true, nil
@@ -88,6 +88,7 @@ end
 -- krun:<q> counted again from the queue's running jobs that can be read (when
 -- a dropped job's limit key is unknown).
 local function recount_key_running(q)
+    zflush()
     local counts = {}
     for _, id in ipairs(redis.call('ZRANGE', state_key(q, 'running'), 0, -1)) do
         local key = job_fields(id, 'limit_key')[1]
@@ -115,6 +116,7 @@ end
 drop = function(id, seen)
     id = tostring(id)
     if load(id) then return false end
+    zflush()
     local rest, missing = {}, {}
     local flat = redis.call('HGETALL', jkey(id))
     for i = 1, #flat, 2 do rest[flat[i]] = flat[i + 1] end
