@@ -34,10 +34,27 @@ local function clock(arg)
 end
 
 local function jkey(id) return P .. 'job:' .. id end
-local function qk(what, q) return P .. what .. ':' .. nm(q) end
+-- A queue's keys, each made once per script (a job moved needs several, and
+-- each concatenation makes and interns a new string): <what>:<q>, or with a
+-- state qs:<q>:<state> (no state is named like an index).
+local keys_of = {}
+local function queue_key(q, what, state)
+    local of_queue = keys_of[q]
+    if not of_queue then
+        of_queue = {}
+        keys_of[q] = of_queue
+    end
+    local key = of_queue[state or what]
+    if not key then
+        key = P .. what .. ':' .. nm(q) .. (state and ':' .. state or '')
+        of_queue[state or what] = key
+    end
+    return key
+end
+local function qk(what, q) return queue_key(q, what, nil) end
 local function kk(what, q, key) return qk(what, q) .. ':' .. key end
--- qs:<q>:<state>: a queue's jobs in one state (scored by id; running ones by lease expiry).
-local function state_key(q, state) return qk('qs', q) .. ':' .. state end
+-- a queue's jobs in one state (scored by id; running ones by lease expiry)
+local function state_key(q, state) return queue_key(q, 'qs', state) end
 
 -- Writes to the sorted sets a job moves through (qs:, ready:, wait:, due:,
 -- retrying:, finished, key:, group:, batch:) are gathered per key and sent as
@@ -80,12 +97,17 @@ local JOB_FIELDS = {
     'started_at', 'finished_at', 'limit_key', 'headers',
 }
 -- Besides these a job's hash holds "events", the seqs of its events joined by commas.
+-- A hash without one of these cannot be read (store.py's _REQUIRED says the same):
+local REQUIRED = {
+    'id', 'queue', 'task', 'state', 'args', 'kwargs', 'priority', 'run_at', 'attempts',
+    'max_attempts', 'created_at',
+}
 
 -- A job's changes reach Redis once, by done(): one HSET of the fields the script
 -- saved (an HDEL for those it cleared that Redis holds). Until then every read
 -- of a job goes through load() or job_fields(), which see the script's changes.
 local cache = {}    -- id -> job, read or made by this script
-local held = {}     -- job -> the names of its fields as Redis holds them
+local held = {}     -- job -> its fields as Redis holds them: HGETALL's flat reply
 local changed = {}  -- job -> names saved since (a list, and a set)
 local to_write = {} -- jobs with changes, in the order they were first saved
 local gone = {}     -- jobs deleted by this script
@@ -99,16 +121,11 @@ local function load(id)
     if j then return j end
     local flat = redis.call('HGETALL', jkey(id))
     j = {}
-    local names = {}
-    for i = 1, #flat, 2 do
-        j[flat[i]] = flat[i + 1]
-        names[flat[i]] = true
+    for i = 1, #flat, 2 do j[flat[i]] = flat[i + 1] end
+    for _, name in ipairs(REQUIRED) do
+        if not j[name] then return nil end
     end
-    if not (j.id and j.queue and j.task and j.state and j.args and j.kwargs and j.priority
-            and j.run_at and j.attempts and j.max_attempts and j.created_at) then
-        return nil
-    end
-    cache[id], held[j] = j, names
+    cache[id], held[j] = j, flat
     return j
 end
 
@@ -182,8 +199,10 @@ local function done(result)
                 if j[name] ~= nil then
                     set[#set + 1] = name
                     set[#set + 1] = j[name]
-                elseif held[j] and held[j][name] then
-                    del[#del + 1] = name
+                else
+                    for i = 1, #held[j], 2 do -- only a field Redis holds is deleted
+                        if held[j][i] == name then del[#del + 1] = name end
+                    end
                 end
             end
             if #set > 0 then redis.call('HSET', jkey(j.id), unpack(set)) end
@@ -219,9 +238,11 @@ local function publish(channel, payload)
     redis.call('PUBLISH', P .. channel, payload)
 end
 
--- Claim order inside ready:<q>: higher priority first, then lower id.
+-- Claim order inside ready:<q>: higher priority first, then lower id (made once a job).
 local function ready_member(j)
-    return string.format('%010d:%016d', 2147483647 - tonumber(j.priority), tonumber(j.id))
+    j.member = j.member
+        or string.format('%010d:%016d', 2147483647 - tonumber(j.priority), tonumber(j.id))
+    return j.member
 end
 
 local function decr(key, field)
@@ -456,10 +477,10 @@ local function finish_all(items, now_n, now_s)
             move(j, state, unpack(fields))
             if state == 'queued' then publish('jobs', j.queue) else ended[#ended + 1] = j.id end
             wake_freed(j)
-            done_jobs[#done_jobs + 1] = {j, kind}
+            done_jobs[#done_jobs + 1] = {j, kind, tonumber(j.id)}
         end
     end
-    table.sort(done_jobs, function(a, b) return tonumber(a[1].id) < tonumber(b[1].id) end)
+    table.sort(done_jobs, function(a, b) return a[3] < b[3] end)
     local ids, seconds = {}, {}
     for _, pair in ipairs(done_jobs) do
         local j, kind = pair[1], pair[2]
@@ -579,6 +600,7 @@ local function candidates(queues, limit, now, group)
                 start, chunk = start + chunk, math.min(chunk * 2, 1000)
                 for _, m in ipairs(members) do
                     local j = load(tonumber(string.sub(m, 12)))
+                    if j then j.member = m end
                     if not j then
                         unread[#unread + 1] = m
                     elseif may_start(j, q, l, now, group, rooms, taken_group, limit) then

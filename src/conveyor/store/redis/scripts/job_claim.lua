@@ -22,12 +22,12 @@ for _, c in ipairs(candidates(cjson.decode(ARGV[1]), tonumber(ARGV[2]), now_n, v
             redis.call('SADD', qk('kstartkeys', q), j.limit_key)
         end
     end
-    claimed[#claimed + 1] = j
+    claimed[#claimed + 1] = c
     out[#out + 1] = flat(j)
 end
 for q, l in pairs(limited) do
     if l then prune_starts(q, l, now_n, tonumber(ARGV[8])) end
 end
-table.sort(claimed, function(a, b) return tonumber(a.id) < tonumber(b.id) end)
-for _, j in ipairs(claimed) do event(j, 'claimed', tonumber(j.attempts), now_s, nil) end
+table.sort(claimed, function(a, b) return a[1] < b[1] end)
+for _, c in ipairs(claimed) do event(c[4], 'claimed', tonumber(c[4].attempts), now_s, nil) end
 return done({out, unreadable})

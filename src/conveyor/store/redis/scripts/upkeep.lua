@@ -49,11 +49,6 @@ end
 -- without this file common.lua's drop hands the job back, and the store drops
 -- it by job_drop.
 
--- The fields every job has (load() in common.lua checks the same).
-local REQUIRED = {
-    'id', 'queue', 'task', 'state', 'args', 'kwargs', 'priority', 'run_at', 'attempts',
-    'max_attempts', 'created_at',
-}
 local DATA_MISSING = 'job data missing (deleted or evicted)'
 local STATES = {'queued', 'running', 'succeeded', 'failed', 'cancelled'}
 local FINISHED = {'succeeded', 'failed', 'cancelled'}
