@@ -150,6 +150,18 @@ local function flat(j)
     return out
 end
 
+-- A job as a flat list of fields, as the script leaves it: those Redis holds, then
+-- those the script changed (a later name wins; false for one it cleared). No pass
+-- over every field: the claim's answer.
+local function reply_of(j)
+    local out = {unpack(held[j])}
+    for _, name in ipairs(changed[j] or {}) do
+        out[#out + 1] = name
+        out[#out + 1] = j[name] or false
+    end
+    return out
+end
+
 -- Mark the named fields of j as changed (nil ones are deleted); written by done().
 local function save(j, names)
     local marks = changed[j]

@@ -10,8 +10,11 @@ local out, claimed, limited = {}, {}, {}
 for _, c in ipairs(candidates(cjson.decode(ARGV[1]), tonumber(ARGV[2]), now_n, v(ARGV[7] ~= '' and ARGV[7]))) do
     local j, q = c[4], c[3]
     move(j, 'running', 'attempts', tostring(tonumber(j.attempts) + 1), 'worker', ARGV[3],
-         'lease_token', ARGV[4], 'lease_expires_at', expires, 'started_at', now_s,
-         'progress', false, 'progress_message', false)
+         'lease_token', ARGV[4], 'lease_expires_at', expires, 'started_at', now_s)
+    if j.progress or j.progress_message then -- an earlier attempt's
+        j.progress, j.progress_message = nil, nil
+        save(j, {'progress', 'progress_message'})
+    end
     if limited[q] == nil then limited[q] = limits_of(q) or false end
     local l = limited[q]
     if l and (l.rate or l.key_rate) then
@@ -23,7 +26,7 @@ for _, c in ipairs(candidates(cjson.decode(ARGV[1]), tonumber(ARGV[2]), now_n, v
         end
     end
     claimed[#claimed + 1] = c
-    out[#out + 1] = flat(j)
+    out[#out + 1] = reply_of(j)
 end
 for q, l in pairs(limited) do
     if l then prune_starts(q, l, now_n, tonumber(ARGV[8])) end
