@@ -44,7 +44,7 @@ end
 -- such an id would hold what it held forever: its group (a running job, or a
 -- head nobody can claim), its limit key's room, its queue's counts. So whoever
 -- meets one in an index drops it: the claim (ready:, wait:), a finish (the job
--- it ends), rescue (leases), a group's next head, an enqueue's key holders,
+-- it ends), rescue (the running sets), a group's next head, an enqueue's key holders,
 -- purge (finished), and the Python reads that walk indexes. In the scripts
 -- without this file common.lua's drop hands the job back, and the store drops
 -- it by job_drop.
