@@ -111,6 +111,7 @@ local held = {}     -- job -> its fields as Redis holds them: HGETALL's flat rep
 local changed = {}  -- job -> names saved since (a list, and a set)
 local to_write = {} -- jobs with changes, in the order they were first saved
 local gone = {}     -- jobs deleted by this script
+local FRESH = {}    -- held by the jobs this script made: written whole
 
 -- A job as this script sees it; nil when its hash is gone (deleted by hand,
 -- evicted) or lacks a field every job has: the callers that meet such a job in
@@ -182,6 +183,7 @@ end
 -- ended, in one "done" message.
 local pending_events = {}
 local ended = {}
+local EVENTS = {'events'}
 
 -- Every script that changes jobs returns through done(): the queues' counts, the
 -- events (entry id "<seq>-0", seqs taken in one INCRBY; each job's new seqs join
@@ -199,13 +201,17 @@ local function done(result)
         local j, s = e[1], string.format('%d', seq)
         redis.call('XADD', P .. 'events', s .. '-0', 'e', e[2])
         j.events = j.events and (j.events .. ',' .. s) or s
-        save(j, {'events'})
+        save(j, EVENTS)
         -- A dropped job (see upkeep.lua) keeps its history here, its hash gone.
         if j.dropped then redis.call('HSET', P .. 'dropped', j.id, j.events) end
     end
     zflush()
     for _, j in ipairs(to_write) do
-        if not gone[j] then
+        if not gone[j] and held[j] == FRESH then -- a new job: every field it has
+            local set = flat(j)
+            set[#set + 1], set[#set + 2] = 'events', j.events
+            redis.call('HSET', jkey(j.id), unpack(set))
+        elseif not gone[j] then
             local set, del = {}, {}
             for _, name in ipairs(changed[j]) do
                 if j[name] ~= nil then
@@ -242,11 +248,10 @@ end
 local function live(state) return state == 'queued' or state == 'running' end
 
 -- Wake-ups: published once per script and channel payload.
-local published = {}
+local published = {jobs = {}, cancel = {}}
 local function publish(channel, payload)
-    local mark = channel .. '\0' .. payload
-    if published[mark] then return end
-    published[mark] = true
+    if published[channel][payload] then return end
+    published[channel][payload] = true
     redis.call('PUBLISH', P .. channel, payload)
 end
 
@@ -262,9 +267,9 @@ local function decr(key, field)
 end
 
 -- A queued job in the claim's indexes: ready:<q> when due, else wait:<q>.
-local function make_claimable(id, q, run_at, priority)
+local function make_claimable(id, q, run_at, priority, j)
     if NOW and tonumber(run_at) <= NOW then
-        zadd(qk('ready', q), 0, ready_member({priority = priority, id = id}))
+        zadd(qk('ready', q), 0, ready_member(j or {priority = priority, id = id}))
     else
         zadd(qk('wait', q), run_at, id)
     end
@@ -341,7 +346,7 @@ local function enter(j)
         zadd(state_key(q, 'queued'), id, id)
         if j.group_key then redis.call('ZADD', P .. 'gq:' .. j.group_key, id, id) end
         if not j.group_key or group_head(j.group_key) == id then
-            make_claimable(id, q, j.run_at, j.priority)
+            make_claimable(id, q, j.run_at, j.priority, j)
         end
         zadd(qk('due', q), j.run_at, id)
         -- Retrying: queued again after a failed attempt.
@@ -435,8 +440,8 @@ local function insert(n, now_s, id)
         group_key = v(n[10]), batch = v(n[11]), created_at = now_s, limit_key = v(n[12]),
         headers = v(n[13]),
     }
-    cache[id], held[j] = j, {}
-    save(j, JOB_FIELDS)
+    cache[id], held[j] = j, FRESH
+    save(j, {})
     count_queue(j.queue, 1)
     if j.key then zadd(kk('key', j.queue, j.key), id, id) end
     if j.group_key then zadd(P .. 'group:' .. j.group_key, id, id) end
@@ -450,6 +455,10 @@ end
 -- ---------------------------------------------------------------------------
 -- Ending running jobs: the finish rule (see FinishKind in store/base.py).
 
+-- The fields a finish changes: of a job that ended, of one queued again.
+local ENDED = {'state', 'finished_at', 'result', 'error'}
+local REQUEUED = {'state', 'finished_at', 'run_at', 'error'}
+local ATTEMPTS = {'attempts'}
 -- The event a finish of each kind records when it queues the job again.
 local REQUEUED_AS = {retry = 'retried', snooze = 'snoozed', release = 'released'}
 
@@ -476,17 +485,22 @@ local function finish_all(items, now_n, now_s)
             elseif j.cancel_requested == '1' or kind == 'cancelled' then
                 state = 'cancelled'
             end
-            -- Only what changed is written. The lease's fields stay: a token is only
-            -- ever checked together with state running.
-            local fields = {'finished_at', now_s}
+            -- The lease's fields stay: a token is only ever checked with state running.
+            leave(j)
+            local names = ENDED
+            j.state, j.finished_at = state, now_s
             if state == 'queued' then
-                local again_at = (kind == 'rescue' or kind == 'take_back') and now_s
-                fields = {'finished_at', false, 'run_at', v(f[6]) or again_at or j.run_at}
+                names, j.finished_at = REQUEUED, nil
+                j.run_at = v(f[6]) or ((kind == 'rescue' or kind == 'take_back') and now_s) or j.run_at
             end
-            if paused then fields[#fields + 1], fields[#fields + 2] = 'attempts', tostring(attempts - 1) end
-            if kind == 'complete' and v(f[4]) then fields[#fields + 1], fields[#fields + 2] = 'result', f[4] end
-            if v(f[5]) then fields[#fields + 1], fields[#fields + 2] = 'error', f[5] end
-            move(j, state, unpack(fields))
+            if kind == 'complete' then j.result = v(f[4]) end
+            j.error = v(f[5]) or j.error
+            save(j, names)
+            if paused then
+                j.attempts = tostring(attempts - 1)
+                save(j, ATTEMPTS)
+            end
+            enter(j)
             if state == 'queued' then publish('jobs', j.queue) else ended[#ended + 1] = j.id end
             wake_freed(j)
             done_jobs[#done_jobs + 1] = {j, kind, tonumber(j.id)}
@@ -629,10 +643,12 @@ local function candidates(queues, limit, now, group)
             end
         end
     end
-    table.sort(found, function(a, b)
-        if a[2] ~= b[2] then return a[2] > b[2] end
-        return a[1] < b[1]
-    end)
+    if #queues > 1 then -- one queue's walk is in claim order already
+        table.sort(found, function(a, b)
+            if a[2] ~= b[2] then return a[2] > b[2] end
+            return a[1] < b[1]
+        end)
+    end
     while #found > limit do table.remove(found) end
     return found
 end

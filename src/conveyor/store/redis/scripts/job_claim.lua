@@ -7,10 +7,14 @@
 local now_n, now_s = clock(ARGV[6])
 local expires = fmt(now_n + tonumber(ARGV[5]))
 local out, claimed, limited = {}, {}, {}
+local CLAIMED = {'state', 'attempts', 'worker', 'lease_token', 'lease_expires_at', 'started_at'}
 for _, c in ipairs(candidates(cjson.decode(ARGV[1]), tonumber(ARGV[2]), now_n, v(ARGV[7] ~= '' and ARGV[7]))) do
     local j, q = c[4], c[3]
-    move(j, 'running', 'attempts', tostring(tonumber(j.attempts) + 1), 'worker', ARGV[3],
-         'lease_token', ARGV[4], 'lease_expires_at', expires, 'started_at', now_s)
+    leave(j)
+    j.state, j.attempts, j.worker = 'running', tostring(tonumber(j.attempts) + 1), ARGV[3]
+    j.lease_token, j.lease_expires_at, j.started_at = ARGV[4], expires, now_s
+    save(j, CLAIMED)
+    enter(j)
     if j.progress or j.progress_message then -- an earlier attempt's
         j.progress, j.progress_message = nil, nil
         save(j, {'progress', 'progress_message'})
