@@ -183,7 +183,8 @@ end
 -- ended, in one "done" message.
 local pending_events = {}
 local ended = {}
-local EVENTS = {'events'}
+local EVENTS, EVENTS_KEY = {'events'}, P .. 'events'
+
 
 -- Every script that changes jobs returns through done(): the queues' counts, the
 -- events (entry id "<seq>-0", seqs taken in one INCRBY; each job's new seqs join
@@ -199,7 +200,7 @@ local function done(result)
     for _, e in ipairs(pending_events) do
         seq = seq + 1
         local j, s = e[1], string.format('%d', seq)
-        redis.call('XADD', P .. 'events', s .. '-0', 'e', e[2])
+        redis.call('XADD', EVENTS_KEY, s .. '-0', 'e', e[2])
         j.events = j.events and (j.events .. ',' .. s) or s
         save(j, EVENTS)
         -- A dropped job (see upkeep.lua) keeps its history here, its hash gone.
@@ -234,11 +235,26 @@ end
 -- One event, appended by done(): a JSON array [job id, queue, task, kind, attempt,
 -- at, worker, error] in the entry's one field "e", the trailing nulls left out
 -- (store.py's _event_of reads it, and the named fields of older entries).
+-- (Written by hand: the strings a script repeats, encoded once.)
+local encoded = {}
+local function enc(x)
+    if x == nil then return 'null' end
+    local e = encoded[x]
+    if not e then
+        e = cjson.encode(x)
+        encoded[x] = e
+    end
+    return e
+end
 local function event(j, kind, attempt, at, err)
-    local e = {tonumber(j.id), j.queue, j.task, kind, attempt, at}
-    if j.worker or err then e[7] = j.worker or NULL end
-    if err then e[8] = err end
-    pending_events[#pending_events + 1] = {j, cjson.encode(e)}
+    local tail = ']'
+    if err then
+        tail = ',' .. enc(j.worker) .. ',' .. cjson.encode(err) .. ']'
+    elseif j.worker then
+        tail = ',' .. enc(j.worker) .. ']'
+    end
+    pending_events[#pending_events + 1] = {j, '[' .. j.id .. ',' .. enc(j.queue) .. ',' .. enc(j.task)
+        .. ',"' .. kind .. '",' .. string.format('%d', attempt) .. ',"' .. at .. '"' .. tail}
 end
 
 local function terminal(state)
