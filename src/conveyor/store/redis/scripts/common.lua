@@ -472,7 +472,8 @@ end
 -- Ending running jobs: the finish rule (see FinishKind in store/base.py).
 
 -- The fields a finish changes: of a job that ended, of one queued again.
-local ENDED = {'state', 'finished_at', 'result', 'error'}
+-- (A running job has no result, and keeps an earlier attempt's error unless given one.)
+local COMPLETED, ENDED = {'state', 'finished_at', 'result'}, {'state', 'finished_at', 'error'}
 local REQUEUED = {'state', 'finished_at', 'run_at', 'error'}
 local ATTEMPTS = {'attempts'}
 -- The event a finish of each kind records when it queues the job again.
@@ -503,7 +504,7 @@ local function finish_all(items, now_n, now_s)
             end
             -- The lease's fields stay: a token is only ever checked with state running.
             leave(j)
-            local names = ENDED
+            local names = kind == 'complete' and COMPLETED or ENDED
             j.state, j.finished_at = state, now_s
             if state == 'queued' then
                 names, j.finished_at = REQUEUED, nil
