@@ -357,6 +357,12 @@ CELERY_APP = textwrap.dedent(
 )
 
 
+def quiet(command: list[str]) -> list[str]:
+    """The command with its output (banners, a log line per start and stop) sent nowhere;
+    exec keeps its pid, whose CPU time is read."""
+    return ["sh", "-c", 'exec "$0" "$@" >/dev/null 2>&1', *command]
+
+
 def celery_side(dsn: str, jobs: int, folder: Path) -> Row:
     """Celery 5: Redis broker and result backend, acks_late, a pool of 100 threads."""
     import redis
@@ -383,7 +389,7 @@ def celery_side(dsn: str, jobs: int, folder: Path) -> Row:
                "--without-mingle"]  # fmt: skip
     row = Row(f"Celery 5.5, threads {IN_FLIGHT}, acks_late", "celery")
     try:
-        return timed(dsn, row, jobs, remaining, command, env)
+        return timed(dsn, row, jobs, remaining, quiet(command), env)
     finally:
         connection.close()
 
@@ -427,7 +433,7 @@ def dramatiq_side(dsn: str, jobs: int, folder: Path) -> Row:
                "--threads", str(IN_FLIGHT), "--queues", "peers"]  # fmt: skip
     row = Row(f"Dramatiq 2, {IN_FLIGHT} threads", "dramatiq")
     try:  # its worker is a child process: counted once waited for, with no steady figure
-        return timed(dsn, row, jobs, remaining, command, env, with_children=True)
+        return timed(dsn, row, jobs, remaining, quiet(command), env, with_children=True)
     finally:
         connection.close()
 
