@@ -31,6 +31,7 @@ PUBLIC = [
     "Retry",
     "SchemaMissingError",
     "Stats",
+    "Step",
     "StoreUnavailableError",
     "Task",
     "UnknownTaskError",

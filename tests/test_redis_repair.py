@@ -30,12 +30,13 @@ from conveyor.cli import cli
 from conveyor.errors import JobNotFoundError
 from conveyor.job import Event, NewJob, utcnow
 from conveyor.limits import Limit
-from conveyor.store.base import Finish, Job, JobFilter, Lease
+from conveyor.store.base import Finish, Job, Lease
 from conveyor.store.dsn import open_store
 from conveyor.store.event_kinds import DROPPED_INCOMPLETE, DROPPED_MISSING
 from conveyor.store.redis import RedisStore
 from conveyor.store.redis import store as redis_store
 from conveyor.web import create_app
+from outcomes import listed, purge
 from waiting import wait_until
 
 pytestmark = pytest.mark.redis
@@ -368,8 +369,8 @@ def test_listings_and_charts_skip_and_drop_the_jobs_they_cannot_read(
     client.delete(*(f"{P}job:{j.id}" for j in (jobs[0], jobs[3])))
     assert store.batch_status("b").counts == {"queued": 1, "succeeded": 3}
 
-    listed = store.job_list(JobFilter(queue="q"))
-    assert sorted(j.id for j in listed) == [jobs[1].id, jobs[2].id]
+    page = listed(store, queue="q")
+    assert sorted(j.id for j in page) == [jobs[1].id, jobs[2].id]
     assert counts(store) == {"succeeded": 2}  # the listing dropped what it met
     assert sorted(e.job_id for e in dropped_events(store)) == [jobs[0].id, jobs[3].id]
     # The batch's counts follow once the sweep has found the batch.
@@ -383,7 +384,7 @@ def test_listings_and_charts_skip_and_drop_the_jobs_they_cannot_read(
     assert len(dropped_events(store)) == 3
     # Retention purges the finished job left, and the histories of the dropped ones
     # (what a hash that is gone listed of its events cannot be found: those stay).
-    assert store.job_purge(utcnow() + timedelta(seconds=1)) == 1
+    assert purge(store, utcnow() + timedelta(seconds=1)) == 1
     assert counts(store) == {}
     assert dropped_events(store) == []
     assert client.exists(P + "dropped", P + "dropped:at") == 0
@@ -397,8 +398,8 @@ def test_a_purge_drops_the_finished_jobs_it_cannot_read(store: RedisStore, clien
     for job in claim(store):
         complete(store, job)
     client.delete(f"{P}job:{jobs[1].id}")
-    assert store.job_purge(utcnow() - timedelta(seconds=1)) == 0  # none finished so early
-    assert store.job_purge(utcnow() + timedelta(seconds=1)) == 2
+    assert purge(store, utcnow() - timedelta(seconds=1)) == 0  # none finished so early
+    assert purge(store, utcnow() + timedelta(seconds=1)) == 2
     assert counts(store) == {}
     assert index_problems(client) == []
     # Dropped at that purge, before its moment: its history went with it.
@@ -565,7 +566,7 @@ def test_hashes_deleted_at_random_leave_every_index_right_once_met(
     while claimed := store.job_claim(["q", "api"], 50, "w", LEASE, now=at):
         store.job_finish([Finish.complete(j.id, j.lease_token or "", None) for j in claimed], at)
         if len(claimed) < 50:
-            store.job_list(JobFilter(limit=10_000))
+            listed(store, limit=10_000)
             sweep_everything(store, client, at)
     assert index_problems(client) == []
     left = len(list(client.scan_iter(match=P + "job:*")))

@@ -40,9 +40,9 @@ from psycopg import sql
 
 from conveyor.errors import JobStateError
 from conveyor.job import Job, JobState, NewJob
-from conveyor.store.base import Finish, JobFilter, Lease, Store
+from conveyor.store.base import Finish, Lease, Store
 from conveyor.store.dsn import open_store
-from outcomes import Failure, cancel_one, cancelled, released, retry_one
+from outcomes import Failure, cancel_one, cancelled, listed, purge, released, retry_one
 
 START = datetime(2030, 1, 1, tzinfo=UTC)
 LEASE = timedelta(seconds=20.5)
@@ -198,7 +198,7 @@ class StoreMachine(RuleBasedStateMachine):
 
     @initialize(specs=st.lists(JOB_SPECS, min_size=3, max_size=8))
     def start(self, specs: list[JobSpec]) -> None:
-        assert self.store.job_list(JobFilter(limit=10)) == []
+        assert listed(self.store, limit=10) == []
         self._enqueue(specs)
 
     @rule(specs=st.lists(JOB_SPECS, min_size=1, max_size=3))
@@ -506,7 +506,7 @@ class StoreMachine(RuleBasedStateMachine):
             for j in self.model.jobs.values()
             if j.state in TERMINAL and j.finished_at is not None and j.finished_at < before
         ]
-        assert self.store.job_purge(before) == len(doomed)
+        assert purge(self.store, before) == len(doomed)
         for job_id in doomed:
             del self.model.jobs[job_id]
 
@@ -527,7 +527,7 @@ class StoreMachine(RuleBasedStateMachine):
 
     @invariant()
     def store_matches_model(self) -> None:
-        jobs = self.store.job_list(JobFilter(limit=10_000))
+        jobs = listed(self.store, limit=10_000)
         model = self.model.jobs
         assert sorted(j.id for j in jobs) == sorted(model)
         for job in jobs:

@@ -20,7 +20,7 @@ from conveyor.errors import (
 from conveyor.job import Event, Job, JobState, NewJob
 from conveyor.middleware import Middleware
 from conveyor.retry import ExponentialBackoff, FixedBackoff
-from conveyor.store.base import BatchStatus, LimitStatus, Stats
+from conveyor.store.base import BatchStatus, LimitStatus, Stats, Step
 from conveyor.task import Task
 from conveyor.version import __version__
 
@@ -49,6 +49,7 @@ __all__ = [
     "Retry",
     "SchemaMissingError",
     "Stats",
+    "Step",
     "StoreUnavailableError",
     "Task",
     "UnknownTaskError",

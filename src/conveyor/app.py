@@ -51,12 +51,13 @@ from conveyor.store.base import (
     BatchStatus,
     DurabilityReport,
     FlowControlStore,
-    JobFilter,
     JobSelection,
     JobStore,
     LimitStatus,
     OperatorStore,
     Stats,
+    Step,
+    StepStore,
     Store,
     TransactionalStore,
     WorkerInfo,
@@ -558,24 +559,12 @@ class App:
         limit counts under it; ``args`` the jobs whose arguments (as JSON) contain
         that text, among the newest ARGS_SEARCH_SPAN jobs only.
         """
-        narrowed = (group, worker, key, limit_key, args)
-        if any(v is not None for v in narrowed) or state in WAITING_STATES:
-            selection = job_selection(
-                state=state, queue=queue, task=task, group=group, batch=batch, error=error,
-                worker=worker, key=key, limit_key=limit_key, args=args,
-            )  # fmt: skip
-            found = self.store.job_select(selection, utcnow(), before_id, limit)
-            return [self._attach(job) for job in found]
-        job_filter = JobFilter(
-            state=JobState(state) if state is not None else None,
-            queue=queue,
-            task=task,
-            batch=batch,
-            error=error,
-            before_id=before_id,
-            limit=limit,
-        )
-        return [self._attach(job) for job in self.store.job_list(job_filter)]
+        selection = job_selection(
+            state=None if state is None else str(state), queue=queue, task=task, group=group,
+            batch=batch, error=error, worker=worker, key=key, limit_key=limit_key, args=args,
+        )  # fmt: skip
+        found = self.store.job_select(selection, utcnow(), before_id, limit)
+        return [self._attach(job) for job in found]
 
     def workers(self) -> list[WorkerStatus]:
         """The registered workers, each with the running jobs the store says it holds.
@@ -612,6 +601,11 @@ class App:
     def events(self, job_id: int) -> list[Any]:
         """The job's history, oldest first."""
         return list(self.store.event_list(job_id))
+
+    @needs(StepStore, "read a job's durable steps")
+    def steps(self, job_id: int) -> list[Step]:
+        """The job's durable steps (``ctx.step``), in the order they finished."""
+        return cast(StepStore, self.store).step_list(job_id)
 
     @needs(OperatorStore, "count jobs")
     def stats(self) -> Stats:
@@ -731,10 +725,7 @@ class App:
             validate_name("queue", queue)
         total = 0
         while True:
-            if states is None and queue is None:
-                deleted = self.store.job_purge(cutoff)
-            else:
-                deleted = self.store.job_purge_where(cutoff, chosen, queue)
+            deleted = self.store.job_purge_where(cutoff, chosen, queue)
             total += deleted
             if deleted == 0:
                 return total
@@ -1051,9 +1042,7 @@ class App:
         by_state = self.retention_by_state
         if self.retention is not None:
             rest = [s for s in FINAL_STATES if s not in by_state]
-            if not by_state:
-                deleted += self.store.job_purge(now - self.retention)
-            elif rest:
+            if rest:
                 deleted += self.store.job_purge_where(now - self.retention, rest, None)
         for state, age in by_state.items():
             deleted += self.store.job_purge_where(now - age, [state], None)
@@ -1134,6 +1123,7 @@ class App:
     aworkers = async_twin(workers)
     aknown_tasks = async_twin(known_tasks)
     aevents = async_twin(events)
+    asteps = async_twin(steps)
     astats = async_twin(stats)
     abatch_status = async_twin(batch_status)
     ahealth = async_twin(health)

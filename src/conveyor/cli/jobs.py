@@ -35,6 +35,7 @@ from conveyor.cli.output import (
     jobs_table,
     print_json,
     progress,
+    step_dict,
     when,
 )
 from conveyor.errors import ConveyorError, JobStateError
@@ -48,6 +49,7 @@ from conveyor.job import (
     validate_max_attempts,
     validate_priority,
 )
+from conveyor.store.base import StepStore
 from conveyor.store.dsn import DSN_ENV, default_dsn, sqlite_path
 from conveyor.task import EnqueueOptions, Task
 
@@ -322,14 +324,21 @@ def count_jobs(dsn: str | None, as_json: bool, **filters: str | None) -> None:
 @dsn_option
 @json_option
 def show_job(job_id: int, dsn: str | None, as_json: bool) -> None:
-    """A job: payload, result, error with traceback, and its event timeline."""
+    """A job: payload, result, error with traceback, its event timeline and durable steps."""
     with open_app(dsn) as app:
         job = app.get(job_id)
         events = app.events(job_id)
+        steps = app.steps(job_id) if isinstance(app.store, StepStore) else []
     if as_json:
-        print_json({**job_dict(job), "events": [event_dict(e) for e in events]})
+        print_json(
+            {
+                **job_dict(job),
+                "events": [event_dict(e) for e in events],
+                "steps": [step_dict(s) for s in steps],
+            }
+        )
         return
-    console().print(job_view(job, events))
+    console().print(job_view(job, events, steps))
 
 
 # --- acting on jobs, one or many -----------------------------------------------------------

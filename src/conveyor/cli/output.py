@@ -22,7 +22,7 @@ from rich.text import Text
 
 from conveyor.app import WorkerStatus
 from conveyor.job import DETAILED_STATES, FILTER_STATES, Event, Job, JobState, utcnow
-from conveyor.store.base import QueueStats, Stats
+from conveyor.store.base import QueueStats, Stats, Step
 
 STATES = [str(s) for s in JobState]
 #: What --state accepts: a state, or ready, scheduled or retrying (kinds of queued job).
@@ -124,6 +124,16 @@ def event_dict(event: Event) -> dict[str, Any]:
         "worker": event.worker,
         "at": _iso(event.at),
         "error": event.error,
+    }
+
+
+def step_dict(step: Step) -> dict[str, Any]:
+    return {
+        "name": step.name,
+        "attempt": step.attempt,
+        "started_at": _iso(step.started_at),
+        "finished_at": _iso(step.finished_at),
+        "result": _decoded(step.result_json),
     }
 
 
@@ -543,7 +553,7 @@ def counts_view(counts: dict[str, int]) -> Table:
     return fitted_table([Col("state"), Col("jobs", justify="right")], rows)
 
 
-def job_view(job: Job, events: Sequence[Event]) -> RenderableType:
+def job_view(job: Job, events: Sequence[Event], steps: Sequence[Step] = ()) -> RenderableType:
     now = utcnow()
     fields = Table.grid(padding=(0, 2))
     fields.add_column(style="bold", no_wrap=True)
@@ -606,12 +616,36 @@ def job_view(job: Job, events: Sequence[Event]) -> RenderableType:
         for event in events
     ]
     parts.extend([Text(""), fitted_table(columns, rows, title="Events")])
+    if steps:
+        parts.extend([Text(""), steps_table(steps)])
     if not running and (job.progress is not None or job.progress_message):
         last = " ".join(
             str(part) for part in (_percent(job.progress), job.progress_message) if part
         )
         parts.append(Text(f"last progress reported while it ran: {last}", style="dim"))
     return Group(*parts)
+
+
+def steps_table(steps: Sequence[Step]) -> RenderableType:
+    """A job's durable steps: name, the attempt that ran it, when, how long, its result."""
+    columns = [
+        Col("step", ratio=1, min_width=6),
+        Col("attempt", justify="right"),
+        Col("finished (UTC)"),
+        Col("took", justify="right"),
+        Col("result", ratio=2, min_width=12, cut=True),
+    ]
+    rows: list[list[str | Text]] = [
+        [
+            step.name,
+            str(step.attempt),
+            step.finished_at.strftime("%m-%d %H:%M:%S.%f")[:-3],
+            f"{(step.finished_at - step.started_at).total_seconds() * 1000:.0f} ms",
+            step.result_json[:200],  # one line: JSON text escapes its newlines
+        ]
+        for step in steps
+    ]
+    return fitted_table(columns, rows, title="Steps")
 
 
 def _percent(value: Any) -> str:

@@ -13,6 +13,7 @@ same methods.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
@@ -116,19 +117,6 @@ class LeaseStatus:
 
     id: int
     cancel_requested: bool
-
-
-@dataclass(frozen=True, slots=True)
-class JobFilter:
-    state: JobState | None = None
-    queue: str | None = None
-    task: str | None = None
-    batch: str | None = None
-    #: Only jobs whose last error contains this text (case-insensitive for ASCII).
-    error: str | None = None
-    #: Keyset pagination: only jobs with id below this one (newest first).
-    before_id: int | None = None
-    limit: int = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -470,10 +458,6 @@ class JobStore(Protocol):
 class OperatorStore(Protocol):
     """Operator actions and listings: what the CLI, the dashboard and the App's operations need."""
 
-    def job_list(self, filter: JobFilter) -> list[Job]:
-        """Jobs matching the filter, newest first."""
-        ...
-
     def event_list(self, job_id: int) -> list[Event]:
         """A job's history, oldest first."""
         ...
@@ -482,10 +466,6 @@ class OperatorStore(Protocol):
 
     def batch_status(self, batch: str) -> BatchStatus:
         """The jobs of a batch counted by state (purged jobs are no longer counted)."""
-        ...
-
-    def job_purge(self, finished_before: datetime, limit: int = 10_000) -> int:
-        """Delete up to ``limit`` terminal jobs (and their events) finished before the time."""
         ...
 
     def job_retry_failed(
@@ -516,11 +496,16 @@ class OperatorStore(Protocol):
     def worker_list(self) -> list[WorkerInfo]: ...
 
     def job_select(
-        self, selection: JobSelection, now: datetime, before_id: int | None, limit: int
+        self,
+        selection: JobSelection,
+        now: datetime,
+        before_id: int | None = None,
+        limit: int = 100,
     ) -> list[Job]:
         """Jobs matching the selection, newest first, below ``before_id`` (keyset pages).
 
-        ``now`` tells ready, scheduled and retrying jobs apart.
+        The one way jobs are listed. ``now`` tells ready, scheduled and retrying
+        jobs apart.
         """
         ...
 
@@ -567,7 +552,10 @@ class OperatorStore(Protocol):
         queue: str | None,
         limit: int = 10_000,
     ) -> int:
-        """Delete up to ``limit`` jobs in ``states`` (terminal ones) finished before the time."""
+        """Delete up to ``limit`` jobs in ``states`` (final ones) finished before the time.
+
+        Oldest first, with their events; ``queue`` None means every queue.
+        """
         ...
 
     def job_purge_count(
@@ -732,3 +720,67 @@ class JobSelection:
     def empty(self) -> bool:
         """Selects every job."""
         return all(getattr(self, f.name) is None for f in fields(self))
+
+
+# --- exactly-once effects -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """A durable step of a job (``ctx.step``): its name, result and when it ran."""
+
+    name: str
+    #: The step's result as JSON text (decoded by ``result``).
+    result_json: str
+    #: The attempt that ran it.
+    attempt: int
+    started_at: datetime
+    finished_at: datetime
+
+    @property
+    def result(self) -> Any:
+        return json.loads(self.result_json)
+
+
+@runtime_checkable
+class StepStore(Protocol):
+    """A job's durable steps: recorded under the attempt's lease, read by any later attempt."""
+
+    def step_list(self, job_id: int) -> list[Step]:
+        """The steps the job recorded, in the order they finished (none for an unknown job)."""
+        ...
+
+    def step_record(
+        self,
+        lease: Lease,
+        name: str,
+        result_json: str,
+        started_at: datetime,
+        now: datetime | None = None,
+    ) -> Step | None:
+        """Record a step's result while ``lease`` holds; the step as recorded.
+
+        A step of that name recorded already is kept and returned (one name,
+        one result, whichever attempt recorded it first). None when the lease
+        no longer holds: nothing is written.
+        """
+        ...
+
+
+@runtime_checkable
+class TransactionalCompletion(Protocol):
+    """Complete a running job inside the caller's open transaction (``ctx.complete(conn)``)."""
+
+    #: What the caller's connection must be, for messages ("a psycopg Connection").
+    transaction_connection: str
+
+    def job_complete_in(
+        self, lease: Lease, result_json: str, connection: Any, now: datetime | None = None
+    ) -> bool:
+        """Record the job's success on ``connection``, in its open transaction, not committed.
+
+        Fenced by the lease: False when it no longer holds (nothing written).
+        The job's outcome, its event and notifications become durable (and
+        visible) when the caller commits, and vanish if it rolls back.
+        """
+        ...

@@ -36,6 +36,7 @@ from conveyor.errors import (
     SchemaMissingError,
 )
 from conveyor.job import DETAILED_STATES, FILTER_STATES, JobState, utcnow
+from conveyor.store.base import StepStore
 from conveyor.store.selection import ARGS_SEARCH_SPAN
 from conveyor.web import charts, views
 from conveyor.web.format import FILTERS
@@ -411,7 +412,8 @@ class Dashboard:
             job = self.app.get(job_id)
         except JobNotFoundError as exc:
             return self.problem(request, str(exc), 404)
-        context = {"job": job, "events": self.app.events(job_id), "now": utcnow()}
+        steps = self.app.steps(job_id) if isinstance(self.app.store, StepStore) else []
+        context = {"job": job, "events": self.app.events(job_id), "steps": steps, "now": utcnow()}
         name = "_job_live.html" if self.live(request) else "job.html"
         return self.render(request, name, context)
 

@@ -40,13 +40,13 @@ from conveyor.store.base import (
     EventOffset,
     Finish,
     FinishedCount,
-    JobFilter,
     JobSelection,
     Lease,
     LeaseStatus,
     LimitStatus,
     RunTimeBucket,
     Stats,
+    Step,
     Subscription,
     WorkerInfo,
 )
@@ -54,15 +54,21 @@ from conveyor.store.boundary import translate_missing_schema
 from conveyor.store.counting import assemble_stats
 from conveyor.store.keys import key_pairs, new_job_record, plan_insert, resolve_plan
 from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of_row
-from conveyor.store.listing import job_list_queries, newest_first
 from conveyor.store.postgres.listener import Listener
-from conveyor.store.selection import count_query, keep_state, select_queries
+from conveyor.store.selection import (
+    count_query,
+    driven,
+    keep_state,
+    newest_first,
+    select_queries,
+)
 from conveyor.store.sql import Migration, load_migrations, load_queries
 
 log = logging.getLogger("conveyor.postgres")
 
 _Q = load_queries("conveyor.store.postgres")
 _MIGRATIONS = load_migrations("conveyor.store.postgres")
+_E = load_queries("conveyor.store.postgres", "steps.sql")
 #: Claims retried after a group race (see job_claim in queries.sql).
 _CLAIM_ATTEMPTS = 5
 #: Inserts of one batch retried when keys change hands under it (see job_insert_many).
@@ -91,6 +97,10 @@ def _row_to_job(row: Sequence[Any]) -> Job:
 
 def _row_to_event(row: Sequence[Any]) -> Event:
     return Event(*row[:9])
+
+
+def _row_to_step(row: Sequence[Any]) -> Step:
+    return Step(*row[:5])
 
 
 def _where(dsn: str) -> str:
@@ -368,19 +378,6 @@ class PostgresStore:
         by_id = {j.id: j for j in self._fetch_jobs("job_get_many", {"ids": list(job_ids)})}
         return [by_id[i] for i in job_ids if i in by_id]
 
-    def job_list(self, filter: JobFilter) -> list[Job]:
-        with self._tx() as conn:
-            conn.execute(_Q["plan_for_values"])
-
-            def queue_names() -> list[str]:
-                return [row[0] for row in conn.execute(_Q["queue_names"]).fetchall()]
-
-            pages = [
-                [_row_to_job(r) for r in conn.execute(_Q[name], params).fetchall()]
-                for name, params in job_list_queries(filter, queue_names)
-            ]
-        return newest_first(pages, filter.limit)
-
     def event_list(self, job_id: int) -> list[Event]:
         with self._conn() as conn:
             return [_row_to_event(r) for r in conn.execute(_Q["event_list"], {"job_id": job_id})]
@@ -457,7 +454,8 @@ class PostgresStore:
         self, queues: Sequence[str], now: datetime | None = None, group: str | None = None
     ) -> float | None:
         names = tuple(dict.fromkeys(queues))
-        params = {"queues": list(names), "now": now, "group": group}
+        # limit 1: next_run_in_limited asks whether one job could start.
+        params = {"queues": list(names), "now": now, "group": group, "limit": 1}
         limited = self._has_limits(names)
         with self._conn() as conn:
             row = conn.execute(_Q["next_run_in_limited" if limited else "next_run_in"], params)
@@ -539,16 +537,7 @@ class PostgresStore:
     def job_finish(self, finishes: Sequence[Finish], now: datetime | None = None) -> list[int]:
         if not finishes:
             return []
-        params = {
-            "ids": [f.id for f in finishes],
-            "tokens": [f.token for f in finishes],
-            "kinds": [f.kind for f in finishes],
-            "results": [f.result_json for f in finishes],
-            "errors": [f.error for f in finishes],
-            "run_ats": [f.run_at for f in finishes],
-            "now": now,
-        }
-        return self._change("job_finish", params)
+        return self._change("job_finish", _finish_params(finishes, now))
 
     def job_progress(
         self, lease: Lease, fraction: float | None, message: str | None, now: datetime
@@ -597,10 +586,6 @@ class PostgresStore:
                 # try sees it and leaves that job failed.
                 continue
         return []
-
-    def job_purge(self, finished_before: datetime, limit: int = 10_000) -> int:
-        (count,) = self._delete("job_purge", {"before": finished_before, "limit": limit})
-        return int(count)
 
     def job_delete_terminal(self, job_ids: Sequence[int], finished_before: datetime) -> list[int]:
         if not job_ids:
@@ -728,7 +713,11 @@ class PostgresStore:
         return _MIGRATIONS[-1].version
 
     def job_select(
-        self, selection: JobSelection, now: datetime, before_id: int | None, limit: int
+        self,
+        selection: JobSelection,
+        now: datetime,
+        before_id: int | None = None,
+        limit: int = 100,
     ) -> list[Job]:
         with self._tx() as conn:
             conn.execute(_Q["plan_for_values"])
@@ -741,8 +730,11 @@ class PostgresStore:
                 return int(row[0]) if row else 0
 
             pages = [
-                [_row_to_job(r) for r in conn.execute(_Q[name], {**params, "now": now}).fetchall()]
-                for name, params in select_queries(
+                [
+                    _row_to_job(r)
+                    for r in conn.execute(driven(_Q, "job_select", driver), {**params, "now": now})
+                ]
+                for driver, params in select_queries(
                     selection, before_id, limit, queue_names, newest_id
                 )
             ]
@@ -755,9 +747,10 @@ class PostgresStore:
                 row = conn.execute(_Q["job_newest_id"]).fetchone()
                 return int(row[0]) if row else 0
 
-            name, params = count_query(selection, newest_id)
+            driver, params = count_query(selection, newest_id)
             conn.execute(_Q["plan_for_values"])
-            rows = conn.execute(_Q[name], {**params, "now": now}).fetchall()
+            statement = driven(_Q, "job_count", driver)
+            rows = conn.execute(statement, {**params, "now": now}).fetchall()
         return keep_state({state: int(n) for state, n in rows}, selection.state)
 
     def _change_ids(self, name: str, job_ids: Sequence[int], now: datetime) -> list[int]:
@@ -905,6 +898,72 @@ class PostgresStore:
             conn.execute(_Q["limit_prune_all_starts"], params)
             conn.execute(_Q["limit_prune_throttles"], params)
             conn.execute(_Q["limit_prune_rows"], params)
+
+    # --- exactly-once effects (docs/effects.md) -----------------------------------
+
+    def job_complete_in(
+        self, lease: Lease, result_json: str, connection: Any, now: datetime | None = None
+    ) -> bool:
+        if not isinstance(connection, psycopg.Connection):
+            raise ConfigurationError(
+                "ctx.complete needs a psycopg Connection to the queue's database, "
+                f"got {type(connection).__name__}"
+            )
+        status = connection.info.transaction_status
+        # In a transaction block, or one that this statement opens (not autocommit).
+        open_one = status == psycopg.pq.TransactionStatus.INTRANS or (
+            status == psycopg.pq.TransactionStatus.IDLE and not connection.autocommit
+        )
+        if not open_one:
+            raise ConfigurationError(
+                "ctx.complete needs an open transaction on the connection (not autocommit, "
+                "not failed): call it inside `with conn.transaction():` or before conn.commit()"
+            )
+        # The worker's own finish of a success, in the caller's transaction.
+        params = _finish_params([Finish.complete(lease.id, lease.token, result_json)], now)
+        with _own_cursor(connection) as cur:
+            return cur.execute(_Q["job_finish"], params).fetchone() is not None
+
+    def step_list(self, job_id: int) -> list[Step]:
+        with self._conn() as conn:
+            rows = conn.execute(_E["step_list"], {"job_id": job_id}).fetchall()
+        return [_row_to_step(r) for r in rows]
+
+    def step_record(
+        self,
+        lease: Lease,
+        name: str,
+        result_json: str,
+        started_at: datetime,
+        now: datetime | None = None,
+    ) -> Step | None:
+        params = {
+            "id": lease.id,
+            "token": lease.token,
+            "name": name,
+            "result": result_json,
+            "started_at": started_at,
+            "now": now,
+        }
+        with self._conn() as conn:
+            row = conn.execute(_E["step_record"], params).fetchone()
+            if row is None:
+                # Recorded already (kept), or the lease is gone (None).
+                row = conn.execute(_E["step_get"], {"job_id": lease.id, "name": name}).fetchone()
+        return None if row is None else _row_to_step(row)
+
+
+def _finish_params(finishes: Sequence[Finish], now: datetime | None) -> dict[str, Any]:
+    """job_finish's parameters: one array per field of the outcomes."""
+    return {
+        "ids": [f.id for f in finishes],
+        "tokens": [f.token for f in finishes],
+        "kinds": [f.kind for f in finishes],
+        "results": [f.result_json for f in finishes],
+        "errors": [f.error for f in finishes],
+        "run_ats": [f.run_at for f in finishes],
+        "now": now,
+    }
 
 
 def _same(value: datetime | None) -> datetime | None:

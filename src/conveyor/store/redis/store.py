@@ -46,7 +46,6 @@ from conveyor.store.base import (
     EventOffset,
     Finish,
     FinishedCount,
-    JobFilter,
     JobSelection,
     Lease,
     LeaseStatus,
@@ -54,14 +53,14 @@ from conveyor.store.base import (
     QueueStats,
     RunTimeBucket,
     Stats,
+    Step,
     Subscription,
     WorkerInfo,
 )
 from conveyor.store.keys import new_job_record
 from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of_row
-from conveyor.store.listing import NO_ID_BOUND
 from conveyor.store.redis.listener import RedisListener
-from conveyor.store.selection import args_floor
+from conveyor.store.selection import NO_ID_BOUND, args_floor
 
 #: The layout of keys this code reads and writes (``schema_version`` on Redis). 2: a
 #: queue's running set scored by lease expiry (no ``leases`` set); events in one field.
@@ -165,6 +164,12 @@ def job_of(fields: dict[str, str]) -> Job:
         limit_key=fields.get("limit_key"),
         headers_json=fields.get("headers"),
     )
+
+
+def _step_of(name: str, value: str) -> Step:
+    """A step as step_record.lua keeps it: JSON [result, attempt, started_at, finished_at]."""
+    result, attempt, started_at, finished_at = json.loads(value)
+    return Step(name, result, int(attempt), _dt(started_at), _dt(finished_at))
 
 
 def _readable(fields: dict[str, str]) -> bool:
@@ -514,17 +519,6 @@ class RedisStore:
         states = [state] if state is not None else list(_STATES)
         return [(self._k("qs", _nm(q), s), (q, s)) for q in queues for s in states]
 
-    def job_list(self, filter: JobFilter) -> list[Job]:
-        state = None if filter.state is None else str(filter.state)
-        selection = JobSelection(
-            state=state,
-            queue=filter.queue,
-            task=filter.task,
-            batch=filter.batch,
-            error=filter.error or None,
-        )
-        return self.job_select(selection, datetime.now(UTC), filter.before_id, filter.limit)
-
     def event_list(self, job_id: int) -> list[Event]:
         def read() -> list[Event]:
             # The job's "events" field: the seqs of its events, comma-separated; those
@@ -721,11 +715,6 @@ class RedisStore:
             done += [int(i) for i in changed]
         return done
 
-    def job_purge(self, finished_before: datetime, limit: int = 10_000) -> int:
-        deleted = int(self._run("job_purge", _ts(finished_before), str(limit)))
-        self._forget_dropped(finished_before, limit)
-        return deleted
-
     def _forget_dropped(self, before: datetime, limit: int) -> None:
         """The histories of jobs dropped before ``before`` (job_forget_dropped.lua): kept
         as long as a failed job's, so they go with the purges of failed jobs."""
@@ -919,7 +908,11 @@ class RedisStore:
         return int(self._do(lambda: self._client.get(self._k("ids"))) or 0)
 
     def job_select(
-        self, selection: JobSelection, now: datetime, before_id: int | None, limit: int
+        self,
+        selection: JobSelection,
+        now: datetime,
+        before_id: int | None = None,
+        limit: int = 100,
     ) -> list[Job]:
         out: list[Job] = []
         if limit <= 0:
@@ -1105,6 +1098,25 @@ class RedisStore:
 
     def limit_prune(self, now: datetime) -> None:
         self._run("limit_prune", _ts(now), str(LIMIT_SLACK_SECONDS))
+
+    # --- durable steps (docs/effects.md) --------------------------------------------
+
+    def step_list(self, job_id: int) -> list[Step]:
+        found = self._do(lambda: self._client.hgetall(self._k("steps", str(job_id))))
+        steps = [_step_of(str(name), value) for name, value in found.items()]
+        return sorted(steps, key=lambda step: (step.finished_at, step.name))
+
+    def step_record(
+        self,
+        lease: Lease,
+        name: str,
+        result_json: str,
+        started_at: datetime,
+        now: datetime | None = None,
+    ) -> Step | None:
+        step = json.dumps([result_json, None, _ts(started_at), _now_arg(now)])
+        recorded = self._run("step_record", str(lease.id), lease.token, name, step)
+        return None if recorded is None else _step_of(name, recorded)
 
 
 #: Filters the per-queue counters cannot answer: a count with one of them reads the jobs.

@@ -24,7 +24,7 @@ local function delete(j)
     if j.group_key then zrem(P .. 'group:' .. j.group_key, id) end
     if j.batch then zrem(P .. 'batch:' .. j.batch, id) end
     delete_events(j.events)
-    redis.call('DEL', jkey(id))
+    redis.call('DEL', jkey(id), P .. 'steps:' .. id)
     gone[j], cache[id] = true, nil
     if j.state == 'queued' then wake_group(j) end
 end
@@ -167,6 +167,7 @@ drop = function(id, seen)
     local dropped = state ~= nil or #flat > 0
     if dropped then
         if #flat > 0 then redis.call('DEL', jkey(id)) end
+        redis.call('DEL', P .. 'steps:' .. id)
         if not NOW then clock('') end
         local reason = DATA_MISSING
         if #flat > 0 then
