@@ -203,6 +203,22 @@ def test_a_running_job_deleted_by_hand_frees_its_group_at_rescue(
     assert len(dropped_events(store)) == 1
 
 
+def test_a_running_job_whose_hash_lost_its_queue_is_not_renewed_and_is_dropped(
+    store: RedisStore, client: Any
+) -> None:
+    (job,) = store.job_insert_many([new_job()], utcnow())
+    (running,) = claim(store)
+    client.hdel(f"{P}job:{job.id}", "queue")
+    # Its heartbeat does not hold: the worker takes the lease as lost.
+    assert store.job_heartbeat([Lease(job.id, running.lease_token or "")], LEASE) == []
+    # Still in its queue's running set, by its lease: the rescue meets it there.
+    assert store.job_rescue_expired(utcnow() + AFTER_THE_LEASE) == []
+    (event,) = dropped_events(store)
+    assert (event.job_id, event.queue, event.error) == (job.id, "q", DROPPED_INCOMPLETE + "queue)")
+    assert counts(store) == {}
+    assert index_problems(client) == []
+
+
 def test_a_running_job_deleted_by_hand_frees_its_group_when_its_worker_finishes(
     store: RedisStore, client: Any
 ) -> None:

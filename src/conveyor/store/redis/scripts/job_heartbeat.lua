@@ -6,7 +6,7 @@ local expires = fmt(now_n + tonumber(ARGV[2]))
 local out = {}
 for _, lease in ipairs(cjson.decode(ARGV[1])) do
     local f = redis.call('HMGET', jkey(lease[1]), 'state', 'lease_token', 'cancel_requested', 'queue')
-    if f[1] == 'running' and f[2] == lease[2] then
+    if f[1] == 'running' and f[2] == lease[2] and f[4] then -- (no queue: a hash to drop)
         redis.call('HSET', jkey(lease[1]), 'lease_expires_at', expires)
         redis.call('ZADD', state_key(f[4], 'running'), expires, lease[1])
         out[#out + 1] = {tonumber(lease[1]), f[3] == '1' and 1 or 0}
