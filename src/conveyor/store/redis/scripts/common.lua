@@ -57,10 +57,13 @@ local function kk(what, q, key) return qk(what, q) .. ':' .. key end
 local function state_key(q, state) return queue_key(q, 'qs', state) end
 
 -- Writes to the sorted sets a job moves through (qs:, ready:, wait:, due:,
--- retrying:, finished, key:, group:, batch:) are gathered per key and sent as
--- one variadic ZADD or ZREM: one call and one append-only entry for a batch of
--- jobs. Writes to other members commute with them; whatever reads those sets
--- (or needs a ZREM's answer) calls zflush() first, and done() sends the rest.
+-- retrying:, finished, key:, group:, batch:) go through zadd and zrem. In the
+-- scripts that set ``gather`` (the claim, finish and enqueue) they are gathered
+-- per key and sent as one variadic ZADD or ZREM: one call and one append-only
+-- entry for a batch of jobs. Writes to other members commute with them; what
+-- reads those sets (or needs a ZREM's answer) in such a script calls zflush()
+-- first, and done() sends the rest. Other scripts write at once.
+local gather = false
 local zbuf, zkeys = {}, {}
 local function zsend(key, buf)
     for i = 1, #buf.args, 4000 do
@@ -72,6 +75,10 @@ local function zflush()
     zbuf, zkeys = {}, {}
 end
 local function zwrite(op, key, a, b)
+    if not gather then
+        if b then return redis.call(op, key, a, b) end
+        return redis.call(op, key, a)
+    end
     local buf = zbuf[key]
     if buf and buf.op ~= op then -- a ZREM after a ZADD (or back) of the key: in order
         zsend(key, buf)

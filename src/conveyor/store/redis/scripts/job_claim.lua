@@ -4,6 +4,7 @@
 -- Moves up to :limit jobs that may start (see candidates in common.lua) to
 -- running under a fresh lease token; a limited queue records its starts for
 -- the rates. Returns {the jobs, in claim order, the jobs it could not read}.
+gather = true -- the sorted-set writes sent at done() (see zwrite)
 local now_n, now_s = clock(ARGV[6])
 local expires = fmt(now_n + tonumber(ARGV[5]))
 local out, claimed, limited = {}, {}, {}

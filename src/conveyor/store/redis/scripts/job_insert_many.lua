@@ -6,6 +6,7 @@
 -- so does the first job of the batch with the same key. Returns, per job in
 -- order: {0, id} inserted now, or {1, id, fields...} an existing job; and the
 -- jobs it could not read (unreadable).
+gather = true -- the sorted-set writes sent at done() (see zwrite)
 local now_n, now_s = clock(ARGV[1])
 local jobs, plan, first, count = cjson.decode(ARGV[2]), {}, {}, 0
 -- First what becomes of each job ('new', the id of a job holding its key, or
