@@ -95,15 +95,14 @@ def index_problems(client: Any) -> list[str]:
 
     Every id in an index is a job that can be read, in the index of its state;
     every count (jobs per queue, running per group and limit key, a batch's
-    jobs per state, leases) is what the hashes say.
+    jobs per state, running jobs by lease) is what the hashes say.
     """
     jobs: dict[str, dict[str, str]] = {}
     for key in client.scan_iter(match=P + "job:*", count=1000):
         fields = client.hgetall(key)
         jobs[fields["id"]] = fields
     problems: list[str] = []
-    id_sets = ("qs", "due", "wait", "retrying", "gq", "group", "batch", "key", "kq", "leases",
-               "finished")  # fmt: skip
+    id_sets = ("qs", "due", "wait", "retrying", "gq", "group", "batch", "key", "kq", "finished")
     for key in client.scan_iter(match=P + "*", count=1000):
         kind = key[len(P) :].split(":", 1)[0]
         if kind in id_sets:
@@ -119,8 +118,10 @@ def index_problems(client: Any) -> list[str]:
     if held != dict(per_queue):
         problems.append(f"jobs per queue {held} != {dict(per_queue)}")
     running = [job for job in jobs.values() if job["state"] == "running"]
-    if set(client.zrange(P + "leases", 0, -1)) != {job["id"] for job in running}:
-        problems.append("leases are not the running jobs")
+    for job in running:  # a running set is scored by lease expiry: the rescue's range
+        score = client.zscore(f"{P}qs:{nm(job['queue'])}:running", job["id"])
+        if score is None or abs(score - float(job["lease_expires_at"])) > 1e-3:
+            problems.append(f"job {job['id']} is not in its running set by its lease")
     per_group = Counter(job["group_key"] for job in running if "group_key" in job)
     held = {g: int(n) for g, n in client.hgetall(P + "grun").items()}
     if held != dict(per_group):
@@ -200,6 +201,22 @@ def test_a_running_job_deleted_by_hand_frees_its_group_at_rescue(
     assert nxt.id == second.id  # the group goes on
     assert index_problems(client) == []  # its group was found among those running a job
     assert len(dropped_events(store)) == 1
+
+
+def test_a_running_job_whose_hash_lost_its_queue_is_not_renewed_and_is_dropped(
+    store: RedisStore, client: Any
+) -> None:
+    (job,) = store.job_insert_many([new_job()], utcnow())
+    (running,) = claim(store)
+    client.hdel(f"{P}job:{job.id}", "queue")
+    # Its heartbeat does not hold: the worker takes the lease as lost.
+    assert store.job_heartbeat([Lease(job.id, running.lease_token or "")], LEASE) == []
+    # Still in its queue's running set, by its lease: the rescue meets it there.
+    assert store.job_rescue_expired(utcnow() + AFTER_THE_LEASE) == []
+    (event,) = dropped_events(store)
+    assert (event.job_id, event.queue, event.error) == (job.id, "q", DROPPED_INCOMPLETE + "queue)")
+    assert counts(store) == {}
+    assert index_problems(client) == []
 
 
 def test_a_running_job_deleted_by_hand_frees_its_group_when_its_worker_finishes(

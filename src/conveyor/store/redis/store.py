@@ -62,8 +62,9 @@ from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of
 from conveyor.store.redis.listener import RedisListener
 from conveyor.store.selection import NO_ID_BOUND, args_floor
 
-#: The layout of keys this code reads and writes (``schema_version`` on Redis).
-LAYOUT_VERSION = 1
+#: The layout of keys this code reads and writes (``schema_version`` on Redis). 2: a
+#: queue's running set scored by lease expiry (no ``leases`` set); events in one field.
+LAYOUT_VERSION = 2
 DEFAULT_PREFIX = "{conveyor}:"
 TERMINAL = ("succeeded", "failed", "cancelled")
 _STATES = ("queued", "running", *TERMINAL)
@@ -132,6 +133,9 @@ def _pairs(flat: Sequence[Any]) -> dict[str, str]:
 
 def job_of(fields: dict[str, str]) -> Job:
     progress = fields.get("progress")
+    # The hash keeps its last lease after the attempt ends (fewer writes): a lease
+    # is only ever shown, and checked, while the job runs.
+    leased = fields["state"] == "running"
     return Job(
         id=int(fields["id"]),
         queue=fields["queue"],
@@ -148,8 +152,8 @@ def job_of(fields: dict[str, str]) -> Job:
         group=fields.get("group_key"),
         batch=fields.get("batch"),
         worker=fields.get("worker"),
-        lease_token=fields.get("lease_token"),
-        lease_expires_at=_odt(fields.get("lease_expires_at")),
+        lease_token=fields.get("lease_token") if leased else None,
+        lease_expires_at=_odt(fields.get("lease_expires_at")) if leased else None,
         cancel_requested=fields.get("cancel_requested") == "1",
         result_json=fields.get("result"),
         error=fields.get("error"),
@@ -174,9 +178,16 @@ def _readable(fields: dict[str, str]) -> bool:
 
 
 def _event_of(entry: tuple[str, dict[str, str]]) -> Event:
+    """A stream entry: one field "e", the JSON array [job id, queue, task, kind, attempt,
+    at, worker, error] without its trailing nulls (common.lua's event); entries of the
+    first layout name each field."""
     entry_id, f = entry
+    seq = int(entry_id.split("-", 1)[0])
+    if "e" in f:
+        e = [*json.loads(f["e"]), None, None]
+        return Event(seq, int(e[0]), e[1], e[2], e[3], int(e[4]), e[6], _dt(e[5]), e[7])
     return Event(
-        seq=int(entry_id.split("-", 1)[0]),
+        seq=seq,
         job_id=int(f["job_id"]),
         queue=f["queue"],
         task=f["task"],
@@ -411,6 +422,8 @@ class RedisStore:
                 f"Redis at {self.where} holds key layout {current}, newer than this "
                 f"conveyor's ({LAYOUT_VERSION}): upgrade conveyor"
             )
+        if current == 1:
+            self._run("layout_2")
         self._do(lambda: self._client.hset(self._k("meta"), "layout", str(LAYOUT_VERSION)))
         return LAYOUT_VERSION
 
@@ -491,7 +504,16 @@ class RedisStore:
             self._run("job_drop", "", json.dumps(seen))
 
     def _ids_of(self, index: str, before_id: int | None) -> Iterator[int]:
-        """The ids in a sorted set of ids (score = id), newest first, below ``before_id``."""
+        """The ids in a sorted set of ids (score = id), newest first, below ``before_id``.
+
+        A queue's running set is scored by lease expiry: it holds the jobs in hand
+        (a fleet's concurrency at most), read whole and sorted.
+        """
+        if index.startswith(self._k("qs")) and index.endswith(":running"):
+            below = NO_ID_BOUND if before_id is None else before_id
+            held = self._do(lambda: self._client.zrange(index, 0, -1))
+            yield from sorted((i for i in map(int, held) if i < below), reverse=True)
+            return
         bound = f"({NO_ID_BOUND if before_id is None else before_id}"
         while True:
             with self._guard():
@@ -850,9 +872,10 @@ class RedisStore:
                 entries = self._client.xrange(self._k("events"), f"({last}-0", "+", count=5000)
             if not entries:
                 break
-            for entry_id, f in entries:
-                counts[(f["queue"], f["kind"])] = counts.get((f["queue"], f["kind"]), 0) + 1
-                last = int(entry_id.split("-", 1)[0])
+            for entry in entries:
+                e = _event_of(entry)
+                counts[(e.queue, e.kind)] = counts.get((e.queue, e.kind), 0) + 1
+                last = e.seq
         return EventCounts(counts=counts, offset=(0, last))
 
     def queue_names(self) -> list[str]:
@@ -1168,66 +1191,8 @@ class RedisStore:
         limits = self.limit_get(queue)
         if limits is None:
             limits = QueueLimits(queue=queue, limit=None, key_limit=None, throttled_until=None)
-        q = _nm(queue)
-        now_n = now.timestamp()
-
-        def window(limit: Limit | None) -> str:
-            per = limit.rate.per if limit is not None and limit.rate is not None else 0.0
-            return f"({now_n - per:.6f}"
-
-        def read() -> list[Any]:
-            pipe = self._client.pipeline(transaction=True)
-            pipe.zcard(self._k("qs", q, "running"))
-            pipe.zcount(self._k("starts", q), window(limits.limit), "+inf")
-            pipe.zcount(self._k("due", q), "-inf", _ts(now))
-            pipe.hgetall(self._k("kthrottle", q))
-            pipe.hgetall(self._k("krun", q))
-            pipe.smembers(self._k("kqkeys", q))
-            return list(pipe.execute())
-
-        running, started, ready, throttles, key_running, keys = self._do(read)
-        if limits.limit is None or limits.limit.rate is None:
-            started = 0
-        throttled = {k for k, until in throttles.items() if float(until) > now_n}
-        keys_full = held = 0
-        key_limit = limits.key_limit
-        keys = sorted(keys)
-
-        def read_keys() -> tuple[list[list[str]], list[int]]:
-            pipe = self._client.pipeline(transaction=False)
-            for key in keys:
-                pipe.zrange(self._k("kq", q, key), 0, -1)
-                pipe.zcount(self._k("kstarts", q, key), window(key_limit), "+inf")
-            replies = pipe.execute()
-            return replies[0::2], [int(n) for n in replies[1::2]]
-
-        def due_scores(ids: list[str]) -> list[float | None]:
-            pipe = self._client.pipeline(transaction=False)
-            for job_id in ids:
-                pipe.zscore(self._k("due", q), job_id)
-            return list(pipe.execute())
-
-        queued, key_starts = self._do(read_keys)
-        for key, ids, starts in zip(keys, queued, key_starts, strict=True):
-            # The key's ready jobs: its queued ones whose run_at has come.
-            with self._guard():
-                scores = due_scores(ids)
-            key_ready = sum(1 for at in scores if at is not None and at <= now_n)
-            if not key_ready:
-                continue
-            room = 2**31 - 1
-            if key in throttled:
-                room = 0
-            if key_limit is not None and key_limit.concurrency is not None:
-                room = min(room, key_limit.concurrency - int(key_running.get(key, 0)))
-            if key_limit is not None and key_limit.rate is not None:
-                room = min(room, key_limit.rate.count - starts)
-            if room <= 0:
-                keys_full += 1
-            held += max(key_ready - max(room, 0), 0)
-        return limit_status(
-            limits, now, int(running), int(started), int(ready), keys_full, held, len(throttled)
-        )
+        usage = [int(n) for n in self._run("limit_usage", queue, _ts(now))]
+        return limit_status(limits, now, *usage)
 
     def limit_prune(self, now: datetime) -> None:
         self._run("limit_prune", _ts(now), str(LIMIT_SLACK_SECONDS))

@@ -6,41 +6,29 @@
 -- so does the first job of the batch with the same key. Returns, per job in
 -- order: {0, id} inserted now, or {1, id, fields...} an existing job; and the
 -- jobs it could not read (unreadable).
+gather = true -- the sorted-set writes sent at done() (see zwrite)
 local now_n, now_s = clock(ARGV[1])
-local jobs = cjson.decode(ARGV[2])
--- First what becomes of each job, then one range of ids for those inserted.
-local plan, first_of_key, count = {}, {}, 0
-for position, n in ipairs(jobs) do
-    local key = v(n[8])
-    local pair = key and (nm(n[1]) .. ':' .. key)
-    if pair and first_of_key[pair] then
-        plan[position] = {'same', first_of_key[pair]}
-    else
-        local found = key and find_key(n[1], key, n[9])
-        if found then
-            plan[position] = {'old', found}
-            if pair then first_of_key[pair] = position end
-        else
-            count = count + 1
-            plan[position] = {'new'}
-            if pair then first_of_key[pair] = position end
-        end
-    end
+local jobs, plan, first, count = cjson.decode(ARGV[2]), {}, {}, 0
+-- First what becomes of each job ('new', the id of a job holding its key, or
+-- minus the position of the first job of the batch with its key), then one
+-- range of ids for those inserted.
+for i, n in ipairs(jobs) do
+    local pair = v(n[8]) and nm(n[1]) .. ':' .. n[8]
+    local same = pair and first[pair]
+    plan[i] = same and -same or (pair and find_key(n[1], n[8], n[9])) or 'new'
+    if pair and not same then first[pair] = i end
+    if plan[i] == 'new' then count = count + 1 end
 end
-local next_id = redis.call('INCRBY', P .. 'ids', count) - count
-local out = {}
-for position, n in ipairs(jobs) do
-    local what = plan[position]
-    if what[1] == 'new' then
-        next_id = next_id + 1
-        insert(n, now_s, tostring(next_id))
-        out[position] = {0, next_id}
-    elseif what[1] == 'same' then
-        out[position] = out[what[2]]
+local id, out = redis.call('INCRBY', P .. 'ids', count) - count, {}
+for i, n in ipairs(jobs) do
+    if plan[i] == 'new' then
+        id = id + 1
+        insert(n, now_s, tostring(id))
+        out[i] = {0, id}
+    elseif type(plan[i]) == 'number' then
+        out[i] = out[-plan[i]]
     else
-        local answer = {1, tonumber(what[2])}
-        for _, x in ipairs(flat(load(what[2]))) do answer[#answer + 1] = x end
-        out[position] = answer
+        out[i] = {1, tonumber(plan[i]), unpack(flat(load(plan[i])))}
     end
 end
 return done({out, unreadable})
