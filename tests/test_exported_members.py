@@ -34,7 +34,13 @@ PUBLIC = [
     "StoreUnavailableError",
     "Task",
     "UnknownTaskError",
+    "Workflow",
+    "WorkflowRun",
+    "WorkflowStatus",
     "__version__",
+    "chain",
+    "chord",
+    "group",
 ]
 
 

@@ -122,6 +122,36 @@ def retry_cancelled(bench: Bench) -> Job:
     return job
 
 
+def waiting_child(bench: Bench, on_failure: str = "cancel") -> tuple[Job, Job]:
+    """A claimed parent, and a child waiting for it (enqueued with ``after``)."""
+    parent = bench.claim(bench.enqueue())
+    new = NewJob(parent.queue, "t", "[]", "{}", NOW, after=(parent.id,), after_failure=on_failure)  # type: ignore[arg-type]
+    (child,) = bench.store.job_insert_many([new], NOW)
+    assert child.state == JobState.WAITING
+    return parent, child
+
+
+def parent_ends(kind: str, on_failure: str = "cancel") -> Callable[[Bench], Job]:
+    def run(bench: Bench) -> Job:
+        parent, child = waiting_child(bench, on_failure)
+        assert parent.lease_token is not None
+        outcome = {
+            "complete": Finish.complete(parent.id, parent.lease_token, "null"),
+            "fail": Finish.fail(parent.id, parent.lease_token, "boom"),
+            "cancelled": Finish.cancelled(parent.id, parent.lease_token),
+        }[kind]
+        assert bench.store.job_finish([outcome], NOW) == [parent.id]
+        return child
+
+    return run
+
+
+def cancel_waiting(bench: Bench) -> Job:
+    _, child = waiting_child(bench)
+    cancel_one(bench.store, child.id, NOW)
+    return child
+
+
 #: (from, action) -> what performs it, returning the job it acted on.
 ACTIONS: dict[tuple[str, str], Callable[[Bench], Job]] = {
     ("queued", "claim"): claim,
@@ -142,6 +172,11 @@ ACTIONS: dict[tuple[str, str], Callable[[Bench], Job]] = {
     ("running", "cancel"): cancel_running,
     ("failed", "retry"): retry_failed,
     ("cancelled", "retry"): retry_cancelled,
+    ("waiting", "last parent succeeds"): parent_ends("complete"),
+    ("waiting", "a parent fails"): parent_ends("fail"),
+    ("waiting", "a parent fails, runs anyway, last parent"): parent_ends("fail", "run"),
+    ("waiting", "a parent is cancelled"): parent_ends("cancelled"),
+    ("waiting", "cancel"): cancel_waiting,
 }
 
 

@@ -23,6 +23,7 @@ from conveyor.retry import ExponentialBackoff, FixedBackoff
 from conveyor.store.base import BatchStatus, LimitStatus, Stats
 from conveyor.task import Task
 from conveyor.version import __version__
+from conveyor.workflow import Workflow, WorkflowRun, WorkflowStatus, chain, chord, group
 
 __all__ = [
     "App",
@@ -52,5 +53,11 @@ __all__ = [
     "StoreUnavailableError",
     "Task",
     "UnknownTaskError",
+    "Workflow",
+    "WorkflowRun",
+    "WorkflowStatus",
     "__version__",
+    "chain",
+    "chord",
+    "group",
 ]

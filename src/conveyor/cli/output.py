@@ -168,6 +168,7 @@ def stats_dict(stats: Stats, workers: Sequence[WorkerStatus]) -> dict[str, Any]:
 # is stacked, one short block per queue, when its table does not fit whole.
 
 STATE_STYLE = {
+    "waiting": "grey62",
     "queued": "cyan",
     "ready": "cyan",
     "scheduled": "blue",
@@ -181,6 +182,7 @@ STATE_STYLE = {
 WIDE = 110
 #: Short headers of the detailed states, for the queue overview.
 SHORT = {
+    "waiting": "wait",
     "ready": "ready",
     "scheduled": "sched",
     "retrying": "retry",

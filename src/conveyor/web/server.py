@@ -56,6 +56,7 @@ from conveyor.web.security import CSRF_FIELD, CsrfTokens, Guard, foreign_origin
 #: The headers of the overview's counts: short, so the queue table fits 1024 px
 #: (each with its full name as a tooltip; a queue's card on a phone says it whole).
 SHORT_STATES = {
+    "waiting": "wait",
     "ready": "ready",
     "scheduled": "sched.",
     "retrying": "retry",

@@ -625,6 +625,10 @@ class Worker:
         """``ctx.throttle()``: hold the job's limit key (or queue) back, for every worker."""
         return throttle_job(self.app, job, seconds, whole_queue)
 
+    def parents(self, job: Job) -> list[Job]:
+        """``ctx.upstream``: the jobs this one waited for."""
+        return self.app.parents(job.id)
+
     def _start(self, runnings: list[Running]) -> None:
         """Hand attempts to the executor as slots allow; the rest wait, held, in order."""
         self._waiting.extend(runnings)

@@ -259,6 +259,7 @@ LIMIT %(limit)s
 WITH doomed AS MATERIALIZED (
     SELECT id FROM jobs
     WHERE finished_at < %(before)s AND state IN ('succeeded', 'failed', 'cancelled')
+      AND {{conveyor.store.postgres/workflows.sql:flow_still_needed}}
     ORDER BY finished_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -614,6 +615,7 @@ WITH doomed AS MATERIALIZED (
     WHERE id = ANY(%(ids)b::bigint[])
       AND state IN ('succeeded', 'failed', 'cancelled')
       AND finished_at < %(before)s
+      AND {{conveyor.store.postgres/workflows.sql:flow_still_needed}}
     ORDER BY id
     FOR UPDATE
 ), gone_events AS (
@@ -871,6 +873,7 @@ WITH doomed AS MATERIALIZED (
     WHERE finished_at < %(before)s
       AND state = ANY(%(states)s::text[])
       AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+      AND {{conveyor.store.postgres/workflows.sql:flow_still_needed}}
     ORDER BY finished_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -896,6 +899,7 @@ WHERE finished_at < %(before)s
 WITH doomed AS MATERIALIZED (
     SELECT id FROM jobs
     WHERE queue = %(queue)s AND state IN ('succeeded', 'failed', 'cancelled')
+      AND {{conveyor.store.postgres/workflows.sql:flow_still_needed}}
     ORDER BY id DESC
     OFFSET %(keep)s
     LIMIT %(limit)s

@@ -258,7 +258,9 @@ local function terminal(state)
     return state == 'succeeded' or state == 'failed' or state == 'cancelled'
 end
 
-local function live(state) return state == 'queued' or state == 'running' end
+local function live(state)
+    return state == 'queued' or state == 'running' or state == 'waiting'
+end
 
 -- Claim order inside ready:<q>: higher priority first, then lower id.
 local function ready_member(j)

@@ -23,6 +23,10 @@ for _, id in ipairs(cjson.decode(ARGV[2])) do
         event(j, 'cancel_requested', tonumber(j.attempts), now_s, nil)
         publish('cancel', j.id)
         changed[#changed + 1] = tonumber(j.id)
+    elseif j and j.state == 'waiting' then
+        flow_cancel_waiting(j, now_s)
+        changed[#changed + 1] = tonumber(j.id)
     end
 end
+flow_release(changed, now_s) -- jobs waiting for those cancelled (flows.lua)
 return done(changed)

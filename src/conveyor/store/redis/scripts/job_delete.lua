@@ -16,6 +16,7 @@ for _, id in ipairs(cjson.decode(ARGV[1])) do
     local ok = j ~= nil
     if ok and before then
         ok = terminal(j.state) and tonumber(j.finished_at) < before
+        ok = ok and not flow_needed(j) -- a parent of jobs yet to run stays (flows.lua)
     elseif ok then
         ok = j.state ~= 'running'
     end

@@ -1,4 +1,5 @@
 -- name: job_insert_many
+-- uses flows.lua
 -- ARGV: now, jobs (JSON [[queue, task, args, kwargs, priority, run_at,
 -- max_attempts, key, unique, group, batch, limit_key, headers], ...]).
 -- A job with a key that a live job of its queue holds (or, unique "forever",
@@ -8,6 +9,17 @@
 -- jobs it could not read (unreadable).
 local now_n, now_s = clock(ARGV[1])
 local jobs = cjson.decode(ARGV[2])
+-- Workflows (flows.lua): ARGV[3], per job, null or {after ids, after positions
+-- (0-based, of earlier jobs of this insert), on_failure}; ARGV[4] a workflow id.
+-- ARGV[5] the workflow's name: a workflow whose id is taken returns its jobs.
+local links = ARGV[3] and cjson.decode(ARGV[3]) or {}
+local workflow = ARGV[4] and ARGV[4] ~= '' and ARGV[4] or nil
+if workflow then
+    local stored = flow_workflow_ids(workflow)
+    if stored then return {'workflow', stored} end
+end
+local missing = flow_missing_parent(links)
+if missing then return {'missing', missing} end
 -- First what becomes of each job, then one range of ids for those inserted.
 local plan, first_of_key, count = {}, {}, 0
 for position, n in ipairs(jobs) do
@@ -33,8 +45,16 @@ for position, n in ipairs(jobs) do
     local what = plan[position]
     if what[1] == 'new' then
         next_id = next_id + 1
-        insert(n, now_s, tostring(next_id))
+        local j = insert(n, now_s, tostring(next_id))
         out[position] = {0, next_id}
+        local l = v(links[position])
+        if l then
+            local parents = {}
+            for _, p in ipairs(l[1]) do parents[#parents + 1] = tostring(p) end
+            for _, at in ipairs(l[2]) do parents[#parents + 1] = tostring(out[at + 1][2]) end
+            flow_link(j, parents, l[3], workflow, now_s)
+            out[position] = {0, next_id, j.state, j.error}
+        end
     elseif what[1] == 'same' then
         out[position] = out[what[2]]
     else
@@ -43,4 +63,5 @@ for position, n in ipairs(jobs) do
         out[position] = answer
     end
 end
+if workflow then flow_workflow_record(workflow, ARGV[5], #jobs, now_s) end
 return done({out, unreadable})

@@ -8,7 +8,8 @@ local ids = redis.call('ZRANGEBYSCORE', P .. 'finished', '-inf', '(' .. ARGV[1],
 local deleted = 0
 for _, id in ipairs(ids) do
     local j = load(id)
-    if j then
+    if j and flow_needed(j) then -- a parent of jobs yet to run stays (flows.lua)
+    elseif j then
         delete(j)
         deleted = deleted + 1
     else

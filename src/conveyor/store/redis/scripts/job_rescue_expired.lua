@@ -17,4 +17,6 @@ for _, id in ipairs(ids) do
         drop(id, {state = 'running'})
     end
 end
-return done(finish_all(items, now_n, now_s))
+local rescued = finish_all(items, now_n, now_s)
+flow_release(rescued, now_s) -- jobs waiting for those that ended (flows.lua)
+return done(rescued)
