@@ -326,10 +326,12 @@ def show_job(job_id: int, dsn: str | None, as_json: bool) -> None:
     with open_app(dsn) as app:
         job = app.get(job_id)
         events = app.events(job_id)
+        parents, children = app.parents(job_id), app.children(job_id)
     if as_json:
-        print_json({**job_dict(job), "events": [event_dict(e) for e in events]})
+        relatives = {"after": [p.id for p in parents], "children": [c.id for c in children]}
+        print_json({**job_dict(job), **relatives, "events": [event_dict(e) for e in events]})
         return
-    console().print(job_view(job, events))
+    console().print(job_view(job, events, parents, children))
 
 
 # --- acting on jobs, one or many -----------------------------------------------------------

@@ -545,7 +545,24 @@ def counts_view(counts: dict[str, int]) -> Table:
     return fitted_table([Col("state"), Col("jobs", justify="right")], rows)
 
 
-def job_view(job: Job, events: Sequence[Event]) -> RenderableType:
+def relatives_text(jobs: Sequence[Job], now: datetime) -> Text:
+    """Jobs as "12 succeeded, 13 running": a job's parents or children."""
+    text = Text()
+    for job in jobs:
+        if text:
+            text.append(", ")
+        state = job.detailed_state(now)
+        text.append(f"{job.id} ")
+        text.append(state, style=STATE_STYLE[state])
+    return text
+
+
+def job_view(
+    job: Job,
+    events: Sequence[Event],
+    parents: Sequence[Job] = (),
+    children: Sequence[Job] = (),
+) -> RenderableType:
     now = utcnow()
     fields = Table.grid(padding=(0, 2))
     fields.add_column(style="bold", no_wrap=True)
@@ -575,6 +592,11 @@ def job_view(job: Job, events: Sequence[Event]) -> RenderableType:
             value = f"{when(stamp)} ({relative(stamp, now)})"
         label = "next run" if name == "run_at" and job.state == JobState.QUEUED else name
         fields.add_row(label, value if isinstance(value, Text) else Text(str(value)))
+    if parents:
+        fields.add_row("waits for" if job.state == JobState.WAITING else "waited for",
+                       relatives_text(parents, now))  # fmt: skip
+    if children:
+        fields.add_row("waited for by", relatives_text(children, now))
     parts: list[RenderableType] = [fields, Text("")]
     parts.append(Text("args:   ", style="bold") + Text(json.dumps(data["args"])))
     parts.append(Text("kwargs: ", style="bold") + Text(json.dumps(data["kwargs"])))

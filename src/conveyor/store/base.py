@@ -720,6 +720,10 @@ class WorkflowStore(Protocol):
         """The jobs that wait for ``job_id``, by id."""
         ...
 
+    def job_workflow(self, job_id: int) -> str | None:
+        """The id of the declared workflow a job belongs to, if any."""
+        ...
+
     def workflow_insert(
         self, workflow_id: str, name: str, jobs: Sequence[NewJob], now: datetime
     ) -> tuple[list[Job], bool]:

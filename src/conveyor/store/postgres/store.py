@@ -864,6 +864,11 @@ class PostgresStore:
             rows = pg_flows.relatives(conn, job_id, children=True)
         return [Relative(_row_to_job(r), r[-1]) for r in rows]
 
+    def job_workflow(self, job_id: int) -> str | None:
+        with self._conn() as conn:
+            row = conn.execute(pg_flows.Q["job_workflow"], {"id": job_id}).fetchone()
+        return None if row is None else row[0]
+
     def workflow_insert(
         self, workflow_id: str, name: str, jobs: Sequence[NewJob], now: datetime
     ) -> tuple[list[Job], bool]:

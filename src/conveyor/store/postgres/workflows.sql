@@ -132,3 +132,6 @@ SELECT e.child, e.parent, e.resolved
 FROM job_flows AS f JOIN job_edges AS e ON e.child = f.job_id
 WHERE f.workflow = %(id)s
 ORDER BY e.child, e.parent
+
+-- name: job_workflow
+SELECT workflow FROM job_flows WHERE job_id = %(id)s

@@ -468,6 +468,12 @@ class RedisStore:
             Relative(job, edges[str(job.id)] or None) for job in self._load(ids) if job is not None
         ]
 
+    def job_workflow(self, job_id: int) -> str | None:
+        found: str | None = self._do(
+            lambda: self._client.hget(self._k("job", str(job_id)), "workflow")
+        )
+        return found
+
     def workflow_insert(
         self, workflow_id: str, name: str, jobs: Sequence[NewJob], now: datetime
     ) -> tuple[list[Job], bool]:

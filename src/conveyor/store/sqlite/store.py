@@ -850,6 +850,10 @@ class SQLiteStore:
         rows = sqlite_flows.relatives(self._conn(), job_id, children=True)
         return [Relative(_row_to_job(r), r[-1]) for r in rows]  # type: ignore[arg-type]
 
+    def job_workflow(self, job_id: int) -> str | None:
+        row = self._conn().execute(sqlite_flows.Q["job_workflow"], {"id": job_id}).fetchone()
+        return None if row is None else row[0]
+
     def workflow_insert(
         self, workflow_id: str, name: str, jobs: Sequence[NewJob], now: datetime
     ) -> tuple[list[Job], bool]:
