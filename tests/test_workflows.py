@@ -343,3 +343,59 @@ def test_a_graph_inserted_at_once_links_by_position(app: App) -> None:
     assert app.get(jobs[3].id).result == 2
     with pytest.raises(InvalidJobError, match="can only wait for jobs before it"):
         app.store.job_insert_many([node("total", (0,))], datetime.now(UTC))
+
+
+def test_a_readied_job_keeps_its_priority(app: App) -> None:
+    t = tasks(app)
+    a = t["value"].enqueue(1)
+    urgent = t["total"].options(after=[a], priority=10).enqueue()
+    store = app.store
+    (parent,) = store.job_claim(["default"], 1, "w", LEASE, T0)
+    older = t["value"].enqueue(2)  # queued before the child is ready, at a lower priority
+    store.job_finish([Finish.complete(parent.id, parent.lease_token or "", "1")], T0)
+    (first,) = store.job_claim(["default"], 1, "w", LEASE, T0)
+    assert first.id == urgent.id and older.id > a.id
+
+
+def test_limits_apply_once_a_job_is_ready(app: App) -> None:
+    t = tasks(app)
+    app.limit("default", concurrency=1)
+    parents = t["value"].enqueue_many([((n,), {}) for n in range(3)])
+    child = t["total"].options(after=parents).enqueue()
+    store = app.store
+    (first,) = store.job_claim(["default"], 10, "w", LEASE)  # the limit lets one through
+    assert store.job_claim(["default"], 10, "w", LEASE) == []
+    store.job_finish([Finish.complete(first.id, first.lease_token or "", "0")])
+    assert drain(app) == {"succeeded": 3}  # the two other parents, then the child
+    assert app.get(child.id).result == 0 + 1 + 2
+
+
+def test_a_parent_that_times_out_cancels_its_children(app: App) -> None:
+    import asyncio
+
+    @app.task(timeout=0.2, max_attempts=1)
+    async def slow() -> None:
+        await asyncio.sleep(5)
+
+    t = tasks(app)
+    a = slow.enqueue()
+    child = t["total"].options(after=[a]).enqueue()
+    assert app.run_worker(burst=True, concurrency=2, lease=5) == 0
+    assert "TimeoutError" in (app.get(a.id).error or "")
+    assert app.get(child.id).error == f"job {a.id}, which this job waits for, failed"
+
+
+def test_consume_hands_out_a_child_once_its_parents_are_done(app: App) -> None:
+    t = tasks(app)
+    a = t["value"].enqueue(4)
+    b = t["value"].enqueue(5)
+    child = t["total"].options(after=[a, b]).enqueue()
+    seen = []
+    for job in app.consume(["default"], poll_interval=0.05, idle_timeout=0.5):
+        seen.append(job.job.id)
+        if job.job.id == child.id:
+            job.complete(sum(job.upstream.values()))
+        else:
+            job.complete(job.job.args[0])
+    assert seen == [a.id, b.id, child.id]
+    assert app.get(child.id).result == 9

@@ -154,3 +154,16 @@ def test_a_wide_fan_in_and_a_big_graph(app: App) -> None:
     assert app.get(run.jobs[-1].id).state == JobState.QUEUED
     assert drain(app) == {"succeeded": 1}
     assert app.get(run.jobs[-1].id).result == 1000
+
+
+def test_inline_mode_runs_a_whole_workflow_before_enqueue_returns(app: App) -> None:
+    from conveyor.testing import inline
+
+    t = tasks(app)
+    with inline(app):
+        run = chain(t["value"].step(1), t["add"].step(extra=1), t["add"].step(extra=1)).enqueue()
+    assert [(j.state, j.result) for j in run.jobs] == [
+        (JobState.SUCCEEDED, 1),
+        (JobState.SUCCEEDED, 2),
+        (JobState.SUCCEEDED, 3),
+    ]
