@@ -13,7 +13,8 @@ Each round, on a fresh queue of the same database, in turns:
 - fan-in: ``--width * 10`` parents and one child after all of them, the parents
   run by the same loop; the child's readiness is checked.
 
-Reported: microseconds per job to enqueue and to run, each kind beside plain,
+Each round starts with another of the three kinds (the database grows as the
+rounds go on). Reported: microseconds per job to enqueue and to run, each kind beside plain,
 and what an edge adds (the difference over the edges), medians of the rounds.
 """
 
@@ -134,10 +135,17 @@ def per_job_us(rounds: list[Round], part: str) -> float:
 def bench(backend: str, args: argparse.Namespace) -> None:
     results: dict[str, list[Round]] = {"plain": [], "graph": [], "fan-in": []}
     with database(backend, args.pg_dsn, args.redis_dsn) as store:
+        kinds = {
+            "plain": lambda q: plain(store, q, args.jobs),
+            "graph": lambda q: graph(store, q, args.jobs, args.width, args.fan),
+            "fan-in": lambda q: fan_in(store, q, args.width * 10),
+        }
+        order = list(kinds)
         for n in range(args.rounds):
-            results["plain"].append(plain(store, f"plain{n}", args.jobs))
-            results["graph"].append(graph(store, f"graph{n}", args.jobs, args.width, args.fan))
-            results["fan-in"].append(fan_in(store, f"fanin{n}", args.width * 10))
+            # Each round starts with another kind: the database grows as rounds go
+            # on, and no kind should always run on the bigger one.
+            for kind in order[n % 3 :] + order[: n % 3]:
+                results[kind].append(kinds[kind](f"{kind}{n}"))
     base_enqueue, base_run = (
         per_job_us(results["plain"], "enqueue_s"),
         per_job_us(results["plain"], "run_s"),

@@ -323,8 +323,20 @@ def test_retention_keeps_a_parent_whose_children_still_wait(app: App) -> None:
 
     app.cancel(later.id)
     assert app.get(child.id).state == JobState.CANCELLED
+    assert edge_rows(app) == 2
     assert app.store.job_purge(future) == 3
     assert app.jobs() == []
+    assert edge_rows(app) == 0  # the edges went with their jobs
+
+
+def edge_rows(app: App) -> int:
+    """Edges the store holds, counted behind its back (rows, or Redis's wp: fields)."""
+    store: Any = app.store
+    if hasattr(store, "_client"):  # Redis
+        client = store._client
+        return sum(client.hlen(k) for k in client.scan_iter(match=f"{store.prefix}wp:*"))
+    with store._conn() as conn:
+        return int(conn.execute("SELECT count(*) FROM job_edges").fetchone()[0])
 
 
 def test_a_graph_inserted_at_once_links_by_position(app: App) -> None:
