@@ -411,3 +411,20 @@ def test_consume_hands_out_a_child_once_its_parents_are_done(app: App) -> None:
             job.complete(job.job.args[0])
     assert seen == [a.id, b.id, child.id]
     assert app.get(child.id).result == 9
+
+
+def test_deleting_a_parent_before_it_ended_lets_its_children_go_on(app: App) -> None:
+    t = tasks(app)
+    a = t["value"].options(delay=3600).enqueue(1)
+    ok = t["value"].enqueue(2)
+    child = t["total"].options(after=[a, ok]).enqueue()
+    grandchild = t["total"].options(after=[child]).enqueue()
+    anyway = t["report"].options(after=[a, ok], after_failure="run").enqueue()
+
+    assert app.delete_jobs(ids=[a.id]) == 1
+
+    assert app.get(child.id).error == f"job {a.id}, which this job waits for, was deleted"
+    assert app.get(grandchild.id).state == JobState.CANCELLED
+    assert app.get(anyway.id).state == JobState.WAITING  # still waits for ok
+    assert drain(app) == {"succeeded": 2}
+    assert app.get(anyway.id).result == {"ok": [ok.id], "errors": []}

@@ -22,14 +22,17 @@ from conveyor.job import Job, JobState, NewJob
 
 #: Parent states in which an edge resolves without the child running
 #: (unless it runs anyway).
-PARENT_LOST = frozenset({JobState.FAILED.value, JobState.CANCELLED.value})
-ENDED = frozenset({JobState.SUCCEEDED.value, *PARENT_LOST})
+#: An edge resolved by its parent's deletion (an operator's delete before it ended).
+DELETED = "deleted"
+PARENT_LOST = frozenset({JobState.FAILED.value, JobState.CANCELLED.value, DELETED})
+ENDED = frozenset({JobState.SUCCEEDED.value, JobState.FAILED.value, JobState.CANCELLED.value})
+_HOW = {JobState.FAILED.value: "failed", JobState.CANCELLED.value: "was cancelled",
+        DELETED: "was deleted"}  # fmt: skip
 
 
 def lost_parent_error(parent: int, state: str) -> str:
     """The error of a job cancelled because a job it waits for did not succeed."""
-    how = "failed" if state == JobState.FAILED else "was cancelled"
-    return f"job {parent}, which this job waits for, {how}"
+    return f"job {parent}, which this job waits for, {_HOW[state]}"
 
 
 @dataclass(frozen=True, slots=True)

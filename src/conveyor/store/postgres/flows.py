@@ -67,17 +67,29 @@ def release(conn: Any, ids: Sequence[int], now: datetime | None) -> None:
     frontier = list(ids)
     while frontier:
         rows = conn.execute(_F["flow_resolve"], {"ids": frontier}).fetchall()
-        if not rows:
-            return
-        plan = plan_release(rows)
-        down = sorted(plan.count_down.items())
-        counted = conn.execute(
-            _F["flow_count_down"], {"jobs": [j for j, _ in down], "counts": [n for _, n in down]}
-        ).fetchall()
-        ready, cancel = after_counted(plan, counted)
-        if ready:
-            conn.execute(_F["flow_ready"], {"ids": ready, "now": now}).fetchall()
-        frontier = _cancel(conn, cancel, now, "waiting") if cancel else []
+        frontier = _settle(conn, rows, now)
+
+
+def orphan(conn: Any, ids: Sequence[int], now: datetime | None) -> None:
+    """Jobs about to be deleted before they ended: the jobs waiting for them go on."""
+    rows = conn.execute(_F["flow_orphan"], {"ids": list(ids)}).fetchall()
+    release(conn, _settle(conn, rows, now), now)
+
+
+def _settle(conn: Any, rows: list[Any], now: datetime | None) -> list[int]:
+    """Count down the children of edges resolved now (rows: child, parent, resolution);
+    queue those with no parent left, cancel those a lost parent ends. Returns those cancelled."""
+    if not rows:
+        return []
+    plan = plan_release(rows)
+    down = sorted(plan.count_down.items())
+    counted = conn.execute(
+        _F["flow_count_down"], {"jobs": [j for j, _ in down], "counts": [n for _, n in down]}
+    ).fetchall()
+    ready, cancel = after_counted(plan, counted)
+    if ready:
+        conn.execute(_F["flow_ready"], {"ids": ready, "now": now}).fetchall()
+    return _cancel(conn, cancel, now, "waiting") if cancel else []
 
 
 def cancel_waiting(conn: Any, ids: Sequence[int], now: datetime) -> list[int]:

@@ -814,7 +814,11 @@ class PostgresStore:
     def job_delete_many(self, job_ids: Sequence[int]) -> list[int]:
         if not job_ids:
             return []
-        return sorted(self._delete("job_delete_many", {"ids": list(job_ids)}))
+        with self._tx() as conn:
+            conn.execute(_Q["finished_counts_lock"])  # first, as every delete takes it
+            pg_flows.orphan(conn, job_ids, None)  # the jobs waiting for them go on
+            deleted = [r[0] for r in conn.execute(_Q["job_delete_many"], {"ids": list(job_ids)})]
+        return sorted(deleted)
 
     def job_run_now(self, job_ids: Sequence[int], now: datetime) -> list[int]:
         return self._change_ids("job_run_now", job_ids, now)

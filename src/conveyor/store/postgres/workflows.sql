@@ -135,3 +135,17 @@ ORDER BY e.child, e.parent
 
 -- name: job_workflow
 SELECT workflow FROM job_flows WHERE job_id = %(id)s
+
+-- name: flow_orphan
+-- Jobs an operator deletes before they ended (running ones are not deleted,
+-- and are left alone here): their unresolved edges resolve as 'deleted', so
+-- that no job waits for them forever. The jobs are locked first, in id order,
+-- as the delete that follows locks them: a claim passes them by meanwhile.
+WITH doomed AS (
+    SELECT id FROM jobs WHERE id = ANY(%(ids)s::bigint[]) AND state <> 'running'
+    ORDER BY id FOR UPDATE
+)
+UPDATE job_edges SET resolved = 'deleted'
+FROM doomed
+WHERE job_edges.parent = doomed.id AND job_edges.resolved IS NULL
+RETURNING job_edges.child, job_edges.parent, job_edges.resolved

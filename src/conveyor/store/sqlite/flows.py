@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
+from typing import Any
 
 from conveyor.job import EventKind, NewJob
 from conveyor.store.flows import (
@@ -56,20 +57,33 @@ def release(conn: sqlite3.Connection, ids: Sequence[int], now_ts: float) -> None
     frontier = list(ids)
     while frontier:
         rows = conn.execute(_F["flow_resolve"], {"ids": json.dumps(frontier)}).fetchall()
-        if not rows:
-            return
-        plan = plan_release(rows)
-        items = json.dumps(sorted(plan.count_down.items()))
-        counted = conn.execute(_F["flow_count_down"], {"items": items}).fetchall()
-        ready, cancel = after_counted(plan, counted)
-        if ready:
-            made = [r[0] for r in conn.execute(_F["flow_ready"], {"ids": json.dumps(ready)})]
-            _events(conn, EventKind.READY, made, now_ts)
-        frontier = []
-        if cancel:
-            params = {"items": json.dumps(cancel), "now": now_ts}
-            frontier = [r[0] for r in conn.execute(_F["flow_cancel"], params)]
-            _events(conn, EventKind.CANCELLED, frontier, now_ts)
+        frontier = _settle(conn, rows, now_ts)
+
+
+def orphan(conn: sqlite3.Connection, ids: Sequence[int], now_ts: float) -> None:
+    """Jobs about to be deleted before they ended: the jobs waiting for them go on."""
+    rows = conn.execute(_F["flow_orphan"], {"ids": json.dumps(list(ids))}).fetchall()
+    release(conn, _settle(conn, rows, now_ts), now_ts)
+
+
+def _settle(conn: sqlite3.Connection, rows: list[Any], now_ts: float) -> list[int]:
+    """Count down the children of edges resolved now (rows: child, parent, resolution);
+    queue those with no parent left, cancel those a lost parent ends. Returns those cancelled."""
+    if not rows:
+        return []
+    plan = plan_release(rows)
+    items = json.dumps(sorted(plan.count_down.items()))
+    counted = conn.execute(_F["flow_count_down"], {"items": items}).fetchall()
+    ready, cancel = after_counted(plan, counted)
+    if ready:
+        made = [r[0] for r in conn.execute(_F["flow_ready"], {"ids": json.dumps(ready)})]
+        _events(conn, EventKind.READY, made, now_ts)
+    if not cancel:
+        return []
+    params = {"items": json.dumps(cancel), "now": now_ts}
+    gone = [r[0] for r in conn.execute(_F["flow_cancel"], params)]
+    _events(conn, EventKind.CANCELLED, gone, now_ts)
+    return gone
 
 
 def cancel_waiting(conn: sqlite3.Connection, ids: Sequence[int], now_ts: float) -> list[int]:

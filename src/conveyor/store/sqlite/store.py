@@ -786,6 +786,7 @@ class SQLiteStore:
         with self._write() as conn:
             params = {"ids": json.dumps(list(job_ids))}
             ids = sorted(r[0] for r in conn.execute(_Q["job_delete_many_select"], params))
+            sqlite_flows.orphan(conn, ids, _ts(utcnow()))  # the jobs waiting for them go on
             self._delete_jobs(conn, ids)
         return ids
 

@@ -137,3 +137,15 @@ ORDER BY e.child, e.parent
 
 -- name: job_workflow
 SELECT workflow FROM job_flows WHERE job_id = :id
+
+-- name: flow_orphan
+-- Jobs an operator deletes before they ended (running ones are not deleted):
+-- their unresolved edges resolve as 'deleted', so that no job waits for them
+-- forever.
+UPDATE job_edges SET resolved = 'deleted'
+FROM jobs AS p
+WHERE job_edges.parent IN (SELECT value FROM json_each(:ids))
+  AND job_edges.resolved IS NULL
+  AND p.id = job_edges.parent
+  AND p.state <> 'running'
+RETURNING job_edges.child, job_edges.parent, job_edges.resolved

@@ -15,9 +15,9 @@
 
 local function wkey(what, id) return P .. what .. ':' .. id end
 
+local LOST_HOW = {failed = 'failed', cancelled = 'was cancelled', deleted = 'was deleted'}
 local function flow_lost_error(parent, state)
-    local how = state == 'failed' and 'failed' or 'was cancelled'
-    return 'job ' .. parent .. ', which this job waits for, ' .. how
+    return 'job ' .. parent .. ', which this job waits for, ' .. LOST_HOW[state]
 end
 
 -- In and out of waiting (enter and leave in common.lua know the other states).
@@ -84,6 +84,53 @@ local function flow_link(j, parents, on_failure, workflow, now_s)
     end
 end
 
+-- The edges onto parent ``pid`` (which ended in ``state``) resolve: each child
+-- counts down, and is noted in ``touched`` (once, in ``seen``) with, for a lost
+-- parent, the error that would cancel it (``lost_of``).
+local function flow_count_down(pid, state, touched, lost_of, seen)
+    for _, cid in ipairs(redis.call('ZRANGE', wkey('wc', pid), 0, -1)) do
+        local key = wkey('wp', cid)
+        if redis.call('HGET', key, pid) == '' then
+            redis.call('HSET', key, pid, state)
+            local c = load(cid)
+            if c then
+                c.pending = tostring((tonumber(c.pending) or 1) - 1)
+                save(c, {'pending'})
+                if state ~= 'succeeded' and not lost_of[cid] then
+                    lost_of[cid] = flow_lost_error(pid, state)
+                end
+                if not seen[cid] then
+                    seen[cid] = true
+                    touched[#touched + 1] = c
+                end
+            end
+        end
+    end
+end
+
+-- The touched children that still wait: the last parent queues one, a lost one
+-- cancels it (unless it runs anyway). Returns the ids cancelled.
+local function flow_settle(touched, lost_of, now_s)
+    table.sort(touched, function(a, b) return tonumber(a.id) < tonumber(b.id) end)
+    local cancelled = {}
+    for _, c in ipairs(touched) do
+        if c.state == 'waiting' then
+            if lost_of[c.id] and c.on_failure ~= 'run' then
+                flow_cancel(c, lost_of[c.id], now_s)
+                cancelled[#cancelled + 1] = c.id
+            elseif tonumber(c.pending) <= 0 then
+                leave_waiting(c)
+                c.state = 'queued'
+                save(c, {'state'})
+                enter(c)
+                event(c, 'ready', tonumber(c.attempts), now_s, nil)
+                publish('jobs', c.queue)
+            end
+        end
+    end
+    return cancelled
+end
+
 -- The jobs of ``ids`` that ended resolve their edges: each child counts down;
 -- the last parent queues it, a lost one cancels it (unless it runs anyway),
 -- and a cancelled child's own children are resolved in turn.
@@ -94,45 +141,18 @@ local function flow_release(ids, now_s)
         for _, pid in ipairs(frontier) do
             pid = tostring(pid)
             local state = job_fields(pid, 'state')[1]
-            if terminal(state) then
-                for _, cid in ipairs(redis.call('ZRANGE', wkey('wc', pid), 0, -1)) do
-                    local key = wkey('wp', cid)
-                    if redis.call('HGET', key, pid) == '' then
-                        redis.call('HSET', key, pid, state)
-                        local c = load(cid)
-                        if c then
-                            c.pending = tostring((tonumber(c.pending) or 1) - 1)
-                            save(c, {'pending'})
-                            if state ~= 'succeeded' and not lost_of[cid] then
-                                lost_of[cid] = flow_lost_error(pid, state)
-                            end
-                            if not seen[cid] then
-                                seen[cid] = true
-                                touched[#touched + 1] = c
-                            end
-                        end
-                    end
-                end
-            end
+            if terminal(state) then flow_count_down(pid, state, touched, lost_of, seen) end
         end
-        table.sort(touched, function(a, b) return tonumber(a.id) < tonumber(b.id) end)
-        frontier = {}
-        for _, c in ipairs(touched) do
-            if c.state == 'waiting' then
-                if lost_of[c.id] and c.on_failure ~= 'run' then
-                    flow_cancel(c, lost_of[c.id], now_s)
-                    frontier[#frontier + 1] = c.id
-                elseif tonumber(c.pending) <= 0 then
-                    leave_waiting(c)
-                    c.state = 'queued'
-                    save(c, {'state'})
-                    enter(c)
-                    event(c, 'ready', tonumber(c.attempts), now_s, nil)
-                    publish('jobs', c.queue)
-                end
-            end
-        end
+        frontier = flow_settle(touched, lost_of, now_s)
     end
+end
+
+-- A job an operator deletes before it ended: the jobs waiting for it resolve it
+-- as deleted (cancelled, unless they run anyway), so that none waits forever.
+local function flow_orphan(j, now_s)
+    local touched, lost_of, seen = {}, {}, {}
+    flow_count_down(j.id, 'deleted', touched, lost_of, seen)
+    flow_release(flow_settle(touched, lost_of, now_s), now_s)
 end
 
 -- An operator's cancel of a waiting job.

@@ -11,6 +11,7 @@ if states then
     for _, s in ipairs(states) do allowed[s] = true end
 end
 local deleted = {}
+local now_s = nil
 for _, id in ipairs(cjson.decode(ARGV[1])) do
     local j = load(id)
     local ok = j ~= nil
@@ -23,6 +24,10 @@ for _, id in ipairs(cjson.decode(ARGV[1])) do
     if ok and allowed then ok = allowed[j.state] == true end
     if ok and ARGV[4] ~= '' then ok = j.queue == ARGV[4] end
     if ok then
+        if j.state ~= 'running' then -- the jobs waiting for it (flows.lua)
+            now_s = now_s or select(2, clock(''))
+            flow_orphan(j, now_s)
+        end
         delete(j)
         deleted[#deleted + 1] = tonumber(j.id)
     end
