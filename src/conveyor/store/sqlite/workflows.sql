@@ -24,13 +24,14 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'queued'
 
 -- name: flow_resolve
 -- The edges onto jobs of :ids that ended (and were not resolved before): each
--- resolved once, with the state its parent ended in.
-UPDATE job_edges SET resolved = p.state
-FROM jobs AS p
+-- resolved once, with the state its parent ended in. The edges are searched
+-- first (job_edges_parent), and a parent's row read only for an edge found:
+-- the finish of jobs that nothing waits for costs an index probe per job.
+UPDATE job_edges SET resolved = (SELECT p.state FROM jobs AS p WHERE p.id = job_edges.parent)
 WHERE job_edges.parent IN (SELECT value FROM json_each(:ids))
   AND job_edges.resolved IS NULL
-  AND p.id = job_edges.parent
-  AND p.state IN ('succeeded', 'failed', 'cancelled')
+  AND (SELECT p.state FROM jobs AS p WHERE p.id = job_edges.parent)
+      IN ('succeeded', 'failed', 'cancelled')
 RETURNING job_edges.child, job_edges.parent, job_edges.resolved
 
 -- name: flow_count_down
