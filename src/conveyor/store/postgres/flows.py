@@ -66,8 +66,18 @@ def release(conn: Any, ids: Sequence[int], now: datetime | None) -> None:
     """Resolve the edges onto the jobs of ``ids`` that ended, level by level of the graph."""
     frontier = list(ids)
     while frontier:
-        rows = conn.execute(_F["flow_resolve"], {"ids": frontier}).fetchall()
-        frontier = _settle(conn, rows, now)
+        frontier = _settle(conn, resolve(conn, frontier).fetchall(), now)
+
+
+def resolve(conn: Any, ids: Sequence[int]) -> Any:
+    """Resolve the edges onto the jobs of ``ids`` that ended; the cursor of their rows
+    (child, parent, resolution), to read when the caller's pipeline allows."""
+    return conn.execute(_F["flow_resolve"], {"ids": list(ids)})
+
+
+def release_resolved(conn: Any, rows: list[Any], now: datetime | None) -> None:
+    """Go on from edges ``resolve`` resolved: their children, and theirs in turn."""
+    release(conn, _settle(conn, rows, now), now)
 
 
 def orphan(conn: Any, ids: Sequence[int], now: datetime | None) -> None:
