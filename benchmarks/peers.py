@@ -1,30 +1,47 @@
-"""conveyor beside the Python peers, in one run, on the same databases.
+"""conveyor beside the Python peers, in one run, on the same databases: speed and cost.
 
-    pip install -r benchmarks/requirements-peers.txt     # PgQueuer, Huey (benchmark only)
-    python benchmarks/peers.py                           # starts a throwaway PostgreSQL
-    python benchmarks/peers.py --jobs 50000 --pg-dsn postgresql://user@host/db
+    pip install -r benchmarks/requirements-peers.txt   # PgQueuer, Procrastinate, Huey
+    python benchmarks/peers.py                         # starts a throwaway PostgreSQL
+    python benchmarks/peers.py --jobs 50000 --backend postgres --pg-dsn postgresql://u@host/db
 
-No-op jobs, one worker process each, at most 100 jobs in flight on every side:
+No-op jobs (10,000 unless ``--jobs``), one worker process each, at most 100 jobs
+in flight on every side, every side on the same server in the same run:
 
 - PostgreSQL: conveyor (``conveyor worker --concurrency 100``, sync and async
-  handlers, at the worker's default concurrency, and at the default
-  concurrency with ``--prefetch`` making up the 100 in hand) beside PgQueuer
-  (``QueueManager.run(batch_size=100)``, asyncpg, its best here).
+  handlers), PgQueuer (``QueueManager.run(batch_size=100)``, asyncpg),
+  Procrastinate (``run_worker(concurrency=100)``, an async handler, finished
+  jobs kept as it does by default), and the floor of a lease queue in raw SQL
+  (raw_lease.py: claim 100 with SKIP LOCKED, finish by id and lease token), once
+  without events and once with one event row per attempt's end.
 - SQLite (WAL, one file): conveyor (sync and async) beside Huey
   (``SqliteHuey``, a consumer of 4 threads, its best here).
 
-Every side runs the same way: N jobs are enqueued, one worker process starts,
-and this process counts the jobs left every 20 ms. The rate is taken between
-the moments 5% and 95% of the jobs are done, so start-up and the last stragglers
-weigh the same for everyone. The worker process's CPU time (user + system, from
-/proc) over the whole run, divided by N, is its cost per job; "steady" is the
-CPU time between the 5% and 95% marks divided by the jobs done between them
-(start-up, imports and connecting left out).
+Every side runs the same way: its tables are made, N jobs are enqueued by this
+process, one worker process starts, and this process counts the jobs left every
+20 ms. The rate is taken between the moments 5% and 95% of the jobs are done,
+so start-up and the last stragglers weigh the same for everyone. The worker
+process's CPU time (user + system, from /proc) over the whole run, divided by N,
+is its cost per job; "steady" is the CPU time between the 5% and 95% marks
+divided by the jobs done between them (start-up, imports and connecting left out).
+
+On PostgreSQL each side also gets what the database paid over each job's whole
+life, enqueue, claim and finish (pg_cost.py). A CHECKPOINT is taken before each
+side, so that full-page images weigh the same for every side (the throwaway
+server runs with full_page_writes off: there are none there). From just before
+the enqueue to the moment the worker and its sessions are gone, the WAL written
+(``pg_current_wal_lsn()`` before and after) and the server's CPU time (user +
+system of the postmaster and every process below it, ended ones included, from
+/proc) are each divided by N. The counting every 20 ms is inside every window.
+A VACUUM after each side, outside the windows, keeps one side's dead rows from
+being cleaned in another's window, so the figures leave that cleaning out. When
+the WAL files are readable here, pg_waldump sums each window's WAL by relation
+and record kind, printed after the tables: where the bytes of a job go.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import os
 import sqlite3
@@ -35,13 +52,19 @@ import textwrap
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
+
+import psycopg
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests"))  # pg_server, for pg.py and pg_waldump
 
+import raw_lease  # noqa: E402
 from conveyor.worker.worker import WorkerOptions  # noqa: E402
 from pg import postgres  # noqa: E402
+from pg_cost import Cost, Window  # noqa: E402
 
 IN_FLIGHT = 100
 DEFAULT_CONCURRENCY = WorkerOptions.concurrency  # the dataclass default
@@ -55,6 +78,9 @@ class Result:
     cpu_per_job_us: float
     #: CPU per job between the 5% and 95% marks: the work itself, without start-up.
     steady_cpu_us: float
+    jobs: int = 0
+    #: What the database paid (PostgreSQL only).
+    cost: Cost | None = None
 
 
 def cpu_seconds(pid: int) -> float:
@@ -107,9 +133,38 @@ def measure(
             proc.terminate()
         proc.wait(timeout=60)
     steady_jobs = marks["end_done"] - marks["start_done"]
+    if not steady_jobs or marks["end"] == marks["start"]:
+        raise SystemExit(f"{name}: 5% to 95% of the jobs went by in one count: give more --jobs")
     rate = steady_jobs / (marks["end"] - marks["start"])
     steady_cpu = (marks["end_cpu"] - marks["start_cpu"]) / steady_jobs
     return Result(name, backend, rate, cpu / jobs * 1e6, steady_cpu * 1e6)
+
+
+# --- a PostgreSQL side: enqueue and drain inside one cost window ---------------------
+
+
+def pg_side(
+    name: str,
+    dsn: str,
+    jobs: int,
+    window: Window,
+    enqueue: Callable[[], None],
+    count_sql: str,
+    command: list[str],
+    env: dict[str, str] | None = None,
+) -> Result:
+    """Enqueue and drain ``jobs`` with the side's tables already made; its cost."""
+    window.begin()
+    enqueue()
+    with psycopg.connect(dsn, autocommit=True) as counter:
+
+        def remaining() -> int:
+            row = counter.execute(count_sql).fetchone()
+            return int(row[0]) if row else 0
+
+        result = measure(name, "postgres", jobs, remaining, command, env)
+    result.cost = window.end()
+    return result
 
 
 # --- conveyor ---------------------------------------------------------------------
@@ -132,16 +187,56 @@ APP = textwrap.dedent(
 )
 
 
-def conveyor_remaining(dsn: str, queue: str) -> Callable[[], int]:
+def conveyor_command(queue: str, concurrency: int, prefetch: int = 0) -> list[str]:
+    command = [sys.executable, "-m", "conveyor", "worker", "peers_app:app", "--queues", queue,
+               "--burst", "--log-level", "WARNING", "--concurrency", str(concurrency)]  # fmt: skip
+    return command + (["--prefetch", str(prefetch)] if prefetch else [])
+
+
+def conveyor_enqueue(dsn: str, jobs: int, task: str, queue: str) -> None:
+    from conveyor import App
+    from conveyor.task import EnqueueOptions
+
+    with App(dsn) as app:
+        for start in range(0, jobs, 1000):
+            calls = [((), {})] * min(1000, jobs - start)
+            app.enqueue_calls(task, calls, EnqueueOptions(queue=queue))
+
+
+def conveyor_side(
+    dsn: str,
+    jobs: int,
+    kind: str,
+    concurrency: int,
+    folder: Path,
+    window: Window | None,
+    prefetch: int = 0,
+) -> Result:
+    """One conveyor worker process on PostgreSQL (with ``window``) or SQLite."""
     from conveyor import App
 
-    app = App(dsn)
+    (folder / "peers_app.py").write_text(APP)
+    task, queue = ("noop", "peers") if kind == "sync" else ("anoop", "peers_async")
+    with App(dsn) as app:
+        app.migrate()
+    label = f"conveyor {kind}, concurrency {concurrency}"
+    label += f", prefetch {prefetch}" if prefetch else ""
+    command = conveyor_command(queue, concurrency, prefetch)
+    env = {"CONVEYOR_DSN": dsn, "PYTHONPATH": str(folder)}
+    if window is not None:
+        count = (
+            f"SELECT count(*) FROM jobs WHERE queue = '{queue}' AND state IN ('queued', 'running')"
+        )
+        enqueue = lambda: conveyor_enqueue(dsn, jobs, task, queue)  # noqa: E731
+        return pg_side(label, dsn, jobs, window, enqueue, count, command, env)
+    conveyor_enqueue(dsn, jobs, task, queue)
+    with App(dsn) as counter:
 
-    def remaining() -> int:
-        counts = app.count_jobs(queue=queue)
-        return sum(counts.get(s, 0) for s in ("ready", "scheduled", "retrying", "running"))
+        def remaining() -> int:
+            counts = counter.count_jobs(queue=queue)
+            return sum(counts.get(s, 0) for s in ("ready", "scheduled", "retrying", "running"))
 
-    return remaining
+        return measure(label, "sqlite", jobs, remaining, command, env)
 
 
 # --- PgQueuer ---------------------------------------------------------------------------
@@ -169,39 +264,91 @@ PGQ_WORKER = textwrap.dedent(
 )
 
 
-def pgqueuer_side(dsn: str, jobs: int, folder: Path) -> Result:
-    import asyncio
-
+def pgqueuer_side(dsn: str, jobs: int, folder: Path, window: Window) -> Result:
     import asyncpg
     from pgqueuer import AsyncpgDriver, Queries
 
-    async def prepare() -> None:
+    async def install() -> None:
         conn = await asyncpg.connect(dsn)
         queries = Queries(AsyncpgDriver(conn))
         with contextlib.suppress(Exception):
             await queries.uninstall()
         await queries.install()
+        await conn.close()
+
+    async def enqueue() -> None:
+        conn = await asyncpg.connect(dsn)
+        queries = Queries(AsyncpgDriver(conn))
         for start in range(0, jobs, 1000):
             count = min(1000, jobs - start)
             await queries.enqueue(["noop"] * count, [None] * count, [0] * count)
         await conn.close()
 
-    asyncio.run(prepare())
+    asyncio.run(install())
     script = folder / "pgq_worker.py"
     script.write_text(PGQ_WORKER)
-    import psycopg
+    label = f"PgQueuer {version('pgqueuer')}, batch 100"
+    return pg_side(label, dsn, jobs, window, lambda: asyncio.run(enqueue()),
+                   "SELECT count(*) FROM pgqueuer", [sys.executable, str(script), dsn])  # fmt: skip
 
-    counter = psycopg.connect(dsn, autocommit=True)
 
-    def remaining() -> int:
-        row = counter.execute("SELECT count(*) FROM pgqueuer").fetchone()
-        return int(row[0]) if row else 0
+# --- Procrastinate ------------------------------------------------------------------------
 
-    try:
-        return measure("PgQueuer 1.6, batch 100", "postgres", jobs, remaining,
-                       [sys.executable, str(script), dsn])  # fmt: skip
-    finally:
-        counter.close()
+
+PROCRASTINATE_WORKER = textwrap.dedent(
+    """
+    import asyncio, sys
+    import procrastinate
+
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=sys.argv[1]))
+
+    @app.task(name="noop", queue="peers")
+    async def noop():
+        return None
+
+    async def main():
+        async with app.open_async():
+            await app.run_worker_async(queues=["peers"], concurrency=100, wait=False,
+                                       install_signal_handlers=False)
+
+    asyncio.run(main())
+    """
+)
+
+
+def procrastinate_side(dsn: str, jobs: int, folder: Path, window: Window) -> Result:
+    import procrastinate
+
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn))
+
+    async def install() -> None:
+        async with app.open_async():
+            await app.schema_manager.apply_schema_async()
+
+    async def enqueue() -> None:
+        task = app.configure_task("noop", queue="peers")
+        async with app.open_async():
+            for start in range(0, jobs, 1000):
+                await task.batch_defer_async(*[{}] * min(1000, jobs - start))
+
+    asyncio.run(install())
+    script = folder / "procrastinate_worker.py"
+    script.write_text(PROCRASTINATE_WORKER)
+    label = f"Procrastinate {version('procrastinate')}, concurrency 100"
+    count = "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')"
+    return pg_side(label, dsn, jobs, window, lambda: asyncio.run(enqueue()), count,
+                   [sys.executable, str(script), dsn])  # fmt: skip
+
+
+# --- the floor: a lease queue in raw SQL ----------------------------------------------------
+
+
+def raw_side(dsn: str, jobs: int, window: Window, events: bool) -> Result:
+    raw_lease.prepare(dsn)
+    label = "raw SQL lease queue, claim 100" + (", an event per attempt" if events else "")
+    command = [sys.executable, str(HERE / "raw_lease.py"), dsn, "events" if events else "plain"]
+    return pg_side(label, dsn, jobs, window, lambda: raw_lease.enqueue(dsn, jobs),
+                   raw_lease.remaining_sql(), command)  # fmt: skip
 
 
 # --- Huey ---------------------------------------------------------------------------
@@ -240,52 +387,105 @@ def huey_side(jobs: int, folder: Path) -> Result:
     command = [sys.executable, "-m", "huey.bin.huey_consumer", "huey_app.huey",
                "-w", "4", "-k", "thread", "-q"]  # fmt: skip
     try:
-        return measure("Huey 3.5, 4 threads", "sqlite", jobs, remaining, command, env)
+        label = f"Huey {version('huey')}, 4 threads"
+        return measure(label, "sqlite", jobs, remaining, command, env)
     finally:
         reader.close()
 
 
-# --- the table ----------------------------------------------------------------------------
+# --- the tables ----------------------------------------------------------------------------
 
 
-def conveyor_run(
-    dsn: str,
-    backend: str,
-    jobs: int,
-    kind: str,
-    concurrency: int | None,
-    folder: Path,
-    prefetch: int = 0,
-) -> Result:
-    """One conveyor worker process; ``concurrency`` None runs it at its default."""
-    from conveyor import App
-    from conveyor.task import EnqueueOptions
+def ratio(ours: float | None, theirs: float | None) -> str:
+    return f"{ours / theirs:.2f}x" if ours is not None and theirs else "-"
 
-    (folder / "peers_app.py").write_text(APP)
-    task, queue = ("noop", "peers") if kind == "sync" else ("anoop", "peers_async")
-    with App(dsn) as app:
-        app.migrate()
-        for start in range(0, jobs, 1000):
-            calls = [((), {})] * min(1000, jobs - start)
-            app.enqueue_calls(task, calls, EnqueueOptions(queue=queue))
-    remaining = conveyor_remaining(dsn, queue)
-    command = [sys.executable, "-m", "conveyor", "worker", "peers_app:app",
-               "--queues", queue, "--burst", "--log-level", "WARNING"]  # fmt: skip
-    if concurrency is None:
-        label = f"conveyor {kind}, default concurrency ({DEFAULT_CONCURRENCY})"
-    else:
-        command += ["--concurrency", str(concurrency)]
-        label = f"conveyor {kind}, concurrency {concurrency}"
-    if prefetch:
-        command += ["--prefetch", str(prefetch)]
-        label += f", prefetch {prefetch}"
-    env = {"CONVEYOR_DSN": dsn, "PYTHONPATH": str(folder)}
-    return measure(label, backend, jobs, remaining, command, env)
+
+def print_postgres(rows: list[Result]) -> None:
+    print("PostgreSQL, per job over its whole life (enqueue, claim, finish):")
+    print()
+    print("| side | jobs/s | worker CPU µs/job (whole / steady) | WAL B/job | server CPU µs/job |")
+    print("|---|---:|---:|---:|---:|")
+    for r in rows:
+        wal = f"{r.cost.wal_bytes / r.jobs:,.0f}" if r.cost else "-"
+        cpu = r.cost.server_cpu if r.cost else None
+        server = f"{cpu / r.jobs * 1e6:,.0f}" if cpu is not None else "-"
+        worker = f"{r.cpu_per_job_us:.0f} / {r.steady_cpu_us:.0f}"
+        print(f"| {r.name} | {r.rate:,.0f} | {worker} | {wal} | {server} |")
+    peer = next((r for r in rows if r.name.startswith("PgQueuer")), None)
+    ours = [r for r in rows if r.name.startswith("conveyor")]
+    if peer is None or peer.cost is None or not ours:
+        return
+    print()
+    print("| conveyor / PgQueuer | jobs/s | WAL | server CPU |")
+    print("|---|---:|---:|---:|")
+    for r in ours:
+        assert r.cost is not None
+        wal = ratio(r.cost.wal_bytes, peer.cost.wal_bytes)
+        cpu = ratio(r.cost.server_cpu, peer.cost.server_cpu)
+        print(f"| {r.name} | {ratio(r.rate, peer.rate)} | {wal} | {cpu} |")
+
+
+def print_breakdown(r: Result, smallest: float = 1.0) -> None:
+    """Where a side's WAL went: bytes per job by relation and record kind (pg_waldump)."""
+    if r.cost is None or not r.cost.records:
+        return
+    records = r.cost.records
+    total = sum(size for _, size in records.values())
+    print()
+    print(f"WAL of {r.name}: {r.cost.wal_bytes / r.jobs:,.0f} B/job ({r.cost.start_lsn} to "
+          f"{r.cost.end_lsn}), {total / r.jobs:,.0f} B/job in records:")  # fmt: skip
+    print()
+    print("| relation | record | records/job | B/job |")
+    print("|---|---|---:|---:|")
+    rest = [0, 0]
+    for (relation, kind), (n, size) in sorted(records.items(), key=lambda kv: -kv[1][1]):
+        if size / r.jobs < smallest:
+            rest[0] += n
+            rest[1] += size
+            continue
+        print(f"| {relation} | {kind} | {n / r.jobs:.2f} | {size / r.jobs:,.1f} |")
+    if rest[0]:
+        print(f"| (the rest) | | {rest[0] / r.jobs:.2f} | {rest[1] / r.jobs:,.1f} |")
+    padding = r.cost.wal_bytes - total
+    print(f"| (page headers, alignment) | | | {padding / r.jobs:,.1f} |")
+
+
+def print_sqlite(rows: list[Result]) -> None:
+    print("SQLite:")
+    print()
+    print("| side | jobs/s | vs Huey | worker CPU µs/job (whole / steady) |")
+    print("|---|---:|---:|---:|")
+    peer = next((r for r in rows if r.name.startswith("Huey")), None)
+    for r in rows:
+        vs = "" if r is peer or peer is None else ratio(r.rate, peer.rate)
+        worker = f"{r.cpu_per_job_us:.0f} / {r.steady_cpu_us:.0f}"
+        print(f"| {r.name} | {r.rate:,.0f} | {vs} | {worker} |")
+
+
+def run_postgres(
+    dsn: str, jobs: int, folder: Path, extra: list[int], prefetch: int
+) -> list[Result]:
+    window = Window(dsn)
+    try:
+        results = [pgqueuer_side(dsn, jobs, folder, window)]
+        for kind in ("sync", "async"):
+            results.append(conveyor_side(dsn, jobs, kind, IN_FLIGHT, folder, window))
+        results.append(procrastinate_side(dsn, jobs, folder, window))
+        results.append(raw_side(dsn, jobs, window, events=False))
+        results.append(raw_side(dsn, jobs, window, events=True))
+        for concurrency in extra:
+            results.append(conveyor_side(dsn, jobs, "sync", concurrency, folder, window))
+        if prefetch:
+            concurrency = DEFAULT_CONCURRENCY
+            results.append(conveyor_side(dsn, jobs, "sync", concurrency, folder, window, prefetch))
+    finally:
+        window.close()
+    return results
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--pg-dsn", help="use this PostgreSQL database (it gets tables)")
     parser.add_argument("--backend", choices=["sqlite", "postgres", "all"], default="all")
     parser.add_argument(
@@ -296,45 +496,36 @@ def main() -> None:
     parser.add_argument(
         "--prefetch",
         type=int,
-        default=IN_FLIGHT - DEFAULT_CONCURRENCY,
-        help="a PostgreSQL run at the default concurrency with this prefetch (0: none)",
+        default=0,
+        help="a PostgreSQL run of conveyor (sync) at its default concurrency with this prefetch",
     )
     args = parser.parse_args()
+    if args.jobs < 100:
+        raise SystemExit(f"--jobs {args.jobs}: give at least 100 jobs, so that 5% is a job")
     results: list[Result] = []
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         if args.backend in ("postgres", "all"):
+            extra = [int(c) for c in args.concurrency.split(",") if c.strip()]
             with postgres(args.pg_dsn) as dsn:
-                results.append(pgqueuer_side(dsn, args.jobs, folder))
-                extra = [int(c) for c in args.concurrency.split(",") if c.strip()]
-                runs: list[tuple[str, int | None]] = [
-                    ("sync", IN_FLIGHT), ("async", IN_FLIGHT), ("sync", None), ("async", None),
-                    *(("sync", c) for c in extra),
-                ]  # fmt: skip
-                for kind, concurrency in runs:
-                    results.append(
-                        conveyor_run(dsn, "postgres", args.jobs, kind, concurrency, folder)
-                    )
-                if args.prefetch:
-                    results.append(conveyor_run(dsn, "postgres", args.jobs, "sync", None,
-                                                folder, args.prefetch))  # fmt: skip
+                results += run_postgres(dsn, args.jobs, folder, extra, args.prefetch)
         if args.backend in ("sqlite", "all"):
             results.append(huey_side(args.jobs, folder))
             for kind in ("sync", "async"):
                 dsn = f"sqlite:///{folder / f'conveyor-{kind}.db'}"
-                results.append(conveyor_run(dsn, "sqlite", args.jobs, kind, IN_FLIGHT, folder))
+                results.append(conveyor_side(dsn, args.jobs, kind, IN_FLIGHT, folder, None))
+    for r in results:
+        r.jobs = args.jobs
+    postgres_rows = [r for r in results if r.backend == "postgres"]
+    sqlite_rows = [r for r in results if r.backend == "sqlite"]
     print()
-    print("| backend | side | jobs/s | vs peer | worker CPU per job (µs): whole run / steady |")
-    print("|---|---|---:|---:|---:|")
-    for backend in ("postgres", "sqlite"):
-        rows = [r for r in results if r.backend == backend]
-        if not rows:
-            continue
-        peer = rows[0]
-        for r in rows:
-            ratio = "" if r is peer else f"{r.rate / peer.rate:.2f}x"
-            cpu = f"{r.cpu_per_job_us:.0f} / {r.steady_cpu_us:.0f}"
-            print(f"| {backend} | {r.name} | {r.rate:,.0f} | {ratio} | {cpu} |")
+    if postgres_rows:
+        print_postgres(postgres_rows)
+        for r in postgres_rows:
+            print_breakdown(r)
+        print()
+    if sqlite_rows:
+        print_sqlite(sqlite_rows)
 
 
 if __name__ == "__main__":

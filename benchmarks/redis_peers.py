@@ -1,6 +1,7 @@
-"""conveyor beside RQ and arq, in one run, on the same throwaway Redis.
+"""conveyor beside BullMQ, Celery, Dramatiq, arq and RQ, in one run, on one throwaway Redis.
 
-    pip install -r benchmarks/requirements-peers.txt    # RQ, arq, redis-py (benchmark only)
+    pip install -r benchmarks/requirements-peers.txt    # the Python peers (benchmark only)
+    (cd benchmarks && npm install)                         # BullMQ, as package.json pins it
     python benchmarks/redis_peers.py                    # starts a throwaway redis-server
     python benchmarks/redis_peers.py --jobs 2000 --sides rq,rq-fork   # RQ's two workers
     PYTHONPATH=../other/src python benchmarks/redis_peers.py   # another checkout's conveyor
@@ -9,6 +10,12 @@ One run starts ``redis-server`` on a free loopback port with its data in a
 temporary directory (``--appendonly yes``, ``appendfsync everysec``, ``--save ""``)
 and stops it at the end, also on error. The sides then run one after another on
 that server, with FLUSHALL between them. No-op jobs, one worker process each:
+
+- BullMQ 5 (Node, ``bullmq_peer.mjs``): ``addBulk`` 1,000 a call, then a
+  ``Worker`` of concurrency 100 that keeps completed jobs (its default).
+- Celery 5: Redis broker and result backend, ``acks_late``, ``--pool threads
+  --concurrency 100``, prefetch multiplier 1.
+- Dramatiq 2: its ``RedisBroker``, one process of 100 threads.
 
 - RQ 2.x: ``SimpleWorker`` (runs each job in the worker process, its best here)
   in burst mode; ``rq-fork`` is the default forking ``Worker`` (one child per
@@ -31,7 +38,10 @@ starting the worker process to the moment no job is left (counted every 20 ms);
 the rate between 5% and 95% done and the worker's CPU time per job (user +
 system, from /proc; "steady": between the 5% and 95% marks, start-up left out)
 are measured as in ``peers.py``, whose helpers this uses.
-redis-server's CPU time per job over the same span is shown beside it.
+Beside it, what each job's whole life (enqueue, claim, finish) cost redis-server,
+from before the enqueue to the last job done: CPU (``INFO cpu``, user + system)
+and append-only-file bytes (``INFO persistence``, ``aof_current_size``; automatic
+rewrites are off on this server) per job.
 """
 
 from __future__ import annotations
@@ -57,22 +67,25 @@ from types import FrameType
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from peers import APP, IN_FLIGHT, cpu_seconds, measure  # noqa: E402
+from peers import APP, IN_FLIGHT, measure  # noqa: E402
 
-SIDES = ("rq", "rq-fork", "arq", "conveyor-sync", "conveyor-async")
-DEFAULT_SIDES = "rq,arq,conveyor-sync,conveyor-async"
+SIDES = (
+    "conveyor-sync", "conveyor-async", "bullmq", "celery", "dramatiq", "arq", "rq", "rq-fork"
+)  # fmt: skip
+DEFAULT_SIDES = "conveyor-sync,conveyor-async,bullmq,celery,dramatiq,arq,rq"
 BATCH = 1000
 
 
 @dataclass
 class Row:
     name: str
-    peer: str  # "rq", "arq" or "conveyor": what the ratios compare
+    peer: str  # "conveyor" or the peer's name: what the ratios compare
     rate: float = 0.0  # worker start to all done
     rate_5_95: float = 0.0
     cpu_per_job_us: float = 0.0
     steady_cpu_us: float | None = None  # between the 5% and 95% marks: without start-up
-    redis_cpu_per_job_us: float = 0.0
+    redis_cpu_per_job_us: float = 0.0  # each job's whole life: enqueue, run, finish
+    aof_bytes_per_job: float = 0.0  # the same span
     error: str = ""
 
 
@@ -100,7 +113,8 @@ def redis_server() -> Iterator[str]:
     with tempfile.TemporaryDirectory(prefix="redis-peers-") as tmp:
         port = free_port()
         command = [binary, "--bind", "127.0.0.1", "--port", str(port), "--dir", tmp,
-                   "--appendonly", "yes", "--save", "", "--daemonize", "no",
+                   "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
+                   "--auto-aof-rewrite-percentage", "0", "--daemonize", "no",
                    "--logfile", str(Path(tmp) / "redis.log")]  # fmt: skip
         proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         try:
@@ -143,11 +157,14 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def redis_pid(dsn: str) -> int:
+def server_costs(dsn: str) -> tuple[float, int]:
+    """redis-server's CPU seconds (INFO cpu: user + system) and its append-only file's size."""
     import redis
 
     with redis.Redis.from_url(dsn) as client:
-        return int(client.info("server")["process_id"])
+        cpu = client.info("cpu")
+        aof = client.info("persistence")
+    return cpu["used_cpu_user"] + cpu["used_cpu_sys"], int(aof["aof_current_size"])
 
 
 def timed(
@@ -159,11 +176,7 @@ def timed(
     env: dict[str, str],
     with_children: bool = False,
 ) -> Row:
-    """peers.measure, plus the time from starting the worker to the moment no job is left.
-
-    Also the CPU time redis-server spent meanwhile, per job: where a queue runs
-    its logic in Lua, that is work the worker's own figure does not show.
-    """
+    """peers.measure, plus the time from starting the worker to the moment no job is left."""
     done_at: list[float] = []
 
     def watched() -> int:
@@ -172,15 +185,13 @@ def timed(
             done_at.append(time.perf_counter())
         return left
 
-    server = redis_pid(dsn)
-    before, server_before = children_cpu(), cpu_seconds(server)
+    before = children_cpu()
     started = time.perf_counter()
     result = measure(row.name, "redis", jobs, watched, command, env)
     row.rate = jobs / (done_at[0] - started)
     row.rate_5_95 = result.rate
     row.cpu_per_job_us = result.cpu_per_job_us
     row.steady_cpu_us = None if with_children else result.steady_cpu_us
-    row.redis_cpu_per_job_us = (cpu_seconds(server) - server_before) / jobs * 1e6
     if with_children:  # the worker has been waited for: its forked job children count too;
         # they cannot be read between the marks, so this row has no steady figure
         row.cpu_per_job_us = (children_cpu() - before) / jobs * 1e6
@@ -296,6 +307,137 @@ def arq_side(dsn: str, jobs: int, folder: Path, poll_delay: float, keep_results:
         connection.close()
 
 
+# --- BullMQ (Node) -------------------------------------------------------------------------
+
+
+def bullmq_side(dsn: str, jobs: int) -> Row:
+    """BullMQ 5 as benchmarks/package.json pins it (``npm ci`` in benchmarks/ first)."""
+    import redis
+
+    row = Row(f"BullMQ 5 (Node), concurrency {IN_FLIGHT}", "bullmq")
+    node = shutil.which("node")
+    if node is None or not (HERE / "node_modules" / "bullmq").is_dir():
+        row.error = "not available: needs node, and `npm install` in benchmarks/"
+        return row
+    script = str(HERE / "bullmq_peer.mjs")
+    subprocess.run([node, script, "add", dsn, str(jobs)], check=True)
+    connection = redis.Redis.from_url(dsn)
+
+    def remaining() -> int:  # waiting (plain or by priority), and taken but not finished
+        with connection.pipeline(transaction=False) as pipe:
+            pipe.llen("bull:peers:wait")
+            pipe.zcard("bull:peers:prioritized")
+            pipe.llen("bull:peers:active")
+            return sum(int(n) for n in pipe.execute())
+
+    if remaining() != jobs:
+        raise SystemExit(f"BullMQ: {remaining()} jobs queued, {jobs} expected")
+    try:
+        return timed(dsn, row, jobs, remaining, [node, script, "work", dsn, str(IN_FLIGHT)], {})
+    finally:
+        connection.close()
+
+
+# --- Celery ---------------------------------------------------------------------------------
+
+
+CELERY_APP = textwrap.dedent(
+    """
+    import os
+    from celery import Celery
+
+    app = Celery("celery_peer", broker=os.environ["PEER_DSN"], backend=os.environ["PEER_DSN"])
+    app.conf.update(task_acks_late=True, worker_prefetch_multiplier=1,
+                    task_default_queue="peers", worker_hijack_root_logger=False)
+
+    @app.task
+    def noop():
+        return None
+    """
+)
+
+
+def quiet(command: list[str]) -> list[str]:
+    """The command with its output (banners, a log line per start and stop) sent nowhere;
+    exec keeps its pid, whose CPU time is read."""
+    return ["sh", "-c", 'exec "$0" "$@" >/dev/null 2>&1', *command]
+
+
+def celery_side(dsn: str, jobs: int, folder: Path) -> Row:
+    """Celery 5: Redis broker and result backend, acks_late, a pool of 100 threads."""
+    import redis
+
+    (folder / "celery_peer.py").write_text(CELERY_APP)
+    env = {"PEER_DSN": dsn, "PYTHONPATH": str(folder)}
+    os.environ.update(env)
+    sys.path.insert(0, str(folder))
+    import celery_peer  # type: ignore[import-not-found]
+
+    for _ in range(jobs):
+        celery_peer.noop.apply_async()
+    connection = redis.Redis.from_url(dsn)
+
+    def remaining() -> int:  # the queue's list, and those delivered but not acknowledged
+        with connection.pipeline(transaction=False) as pipe:
+            pipe.llen("peers")
+            pipe.hlen("unacked")
+            return sum(int(n) for n in pipe.execute())
+
+    command = [sys.executable, "-m", "celery", "-A", "celery_peer", "worker", "--pool",
+               "threads", "--concurrency", str(IN_FLIGHT), "--queues", "peers",
+               "--loglevel", "WARNING", "--without-heartbeat", "--without-gossip",
+               "--without-mingle"]  # fmt: skip
+    row = Row(f"Celery 5.5, threads {IN_FLIGHT}, acks_late", "celery")
+    try:
+        return timed(dsn, row, jobs, remaining, quiet(command), env)
+    finally:
+        connection.close()
+
+
+# --- Dramatiq -------------------------------------------------------------------------------
+
+
+DRAMATIQ_APP = textwrap.dedent(
+    """
+    import os
+    import dramatiq
+    from dramatiq.brokers.redis import RedisBroker
+
+    dramatiq.set_broker(RedisBroker(url=os.environ["PEER_DSN"]))
+
+    @dramatiq.actor(queue_name="peers", max_retries=0)
+    def noop():
+        return None
+    """
+)
+
+
+def dramatiq_side(dsn: str, jobs: int, folder: Path) -> Row:
+    """Dramatiq 2: its Redis broker, one process of 100 threads."""
+    import redis
+
+    (folder / "dramatiq_peer.py").write_text(DRAMATIQ_APP)
+    env = {"PEER_DSN": dsn, "PYTHONPATH": str(folder)}
+    os.environ.update(env)
+    sys.path.insert(0, str(folder))
+    import dramatiq_peer  # type: ignore[import-not-found]
+
+    for _ in range(jobs):
+        dramatiq_peer.noop.send()
+    connection = redis.Redis.from_url(dsn)
+
+    def remaining() -> int:  # a message's body stays in .msgs until it is acknowledged
+        return int(connection.hlen("dramatiq:peers.msgs"))
+
+    command = [sys.executable, "-m", "dramatiq", "dramatiq_peer", "--processes", "1",
+               "--threads", str(IN_FLIGHT), "--queues", "peers"]  # fmt: skip
+    row = Row(f"Dramatiq 2, {IN_FLIGHT} threads", "dramatiq")
+    try:  # its worker is a child process: counted once waited for, with no steady figure
+        return timed(dsn, row, jobs, remaining, quiet(command), env, with_children=True)
+    finally:
+        connection.close()
+
+
 # --- conveyor -------------------------------------------------------------------------------
 
 
@@ -351,29 +493,21 @@ def conveyor_side(dsn: str, jobs: int, folder: Path, kind: str) -> Row:
 # --- the table ----------------------------------------------------------------------------
 
 
-def ratio(row: Row, peers: list[Row]) -> str:
-    if row.peer != "conveyor" or row.error or not peers:
-        return ""
-    best = max(peers, key=lambda r: r.rate)
-    return f"{row.rate / best.rate:.1f}x"
-
-
 def print_table(rows: list[Row]) -> None:
-    done = [r for r in rows if not r.error]
-    rq = [r for r in done if r.peer == "rq"]
-    arq = [r for r in done if r.peer == "arq"]
+    bullmq = next((r for r in rows if r.peer == "bullmq" and not r.error), None)
     print()
     print("| side | jobs/s | jobs/s 5-95% | worker CPU per job (µs) | steady (µs) | "
-          "Redis CPU per job (µs) | vs arq (target 5x) | vs RQ (target 20x) |")  # fmt: skip
+          "Redis CPU per job (µs) | AOF bytes per job | jobs/s vs BullMQ |")  # fmt: skip
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         if r.error:
             print(f"| {r.name} | {r.error} | | | | | | |")
             continue
         steady = "" if r.steady_cpu_us is None else f"{r.steady_cpu_us:.0f}"
+        versus = f"{r.rate / bullmq.rate:.2f}x" if bullmq and r is not bullmq else ""
         print(f"| {r.name} | {r.rate:,.0f} | {r.rate_5_95:,.0f} | {r.cpu_per_job_us:.0f} "
-              f"| {steady} | {r.redis_cpu_per_job_us:.0f} "
-              f"| {ratio(r, arq)} | {ratio(r, rq)} |")  # fmt: skip
+              f"| {steady} | {r.redis_cpu_per_job_us:.0f} | {r.aof_bytes_per_job:,.0f} "
+              f"| {versus} |")  # fmt: skip
 
 
 def stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
@@ -382,7 +516,7 @@ def stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument(
         "--sides",
         default=DEFAULT_SIDES,
@@ -404,12 +538,24 @@ def main() -> None:
         folder = Path(tmp)
         for side in sides:
             flushall(dsn)
+            cpu, aof = server_costs(dsn)  # from before the enqueue: each job's whole life
             if side in ("rq", "rq-fork"):
-                rows.append(rq_side(dsn, args.jobs, folder, side == "rq-fork", keep))
+                row = rq_side(dsn, args.jobs, folder, side == "rq-fork", keep)
             elif side == "arq":
-                rows.append(arq_side(dsn, args.jobs, folder, args.arq_poll_delay, keep))
+                row = arq_side(dsn, args.jobs, folder, args.arq_poll_delay, keep)
+            elif side == "bullmq":
+                row = bullmq_side(dsn, args.jobs)
+            elif side == "celery":
+                row = celery_side(dsn, args.jobs, folder)
+            elif side == "dramatiq":
+                row = dramatiq_side(dsn, args.jobs, folder)
             else:
-                rows.append(conveyor_side(dsn, args.jobs, folder, side.split("-")[1]))
+                row = conveyor_side(dsn, args.jobs, folder, side.split("-")[1])
+            cpu_after, aof_after = server_costs(dsn)
+            row.redis_cpu_per_job_us = (cpu_after - cpu) / args.jobs * 1e6
+            row.aof_bytes_per_job = (aof_after - aof) / args.jobs
+            rows.append(row)
+            print(f"{row.name}: {row.error or f'{row.rate:,.0f} jobs/s'}", flush=True)
     print_table(rows)
 
 

@@ -17,6 +17,18 @@ For each backend, on fresh databases:
 - plain read: ``SELECT *`` of the same jobs on one connection, every row
   fetched into Python.
 
+On PostgreSQL, Spark's own JDBC data source beside it, on the same server in
+the same session (PostgreSQL's JDBC driver: Debian's libpostgresql-jdbc-java,
+which ``scripts/ensure-pg-jdbc.sh`` installs; skipped with a note without it):
+
+- JDBC write: the same rows, shaped as jobs (queue, task, state, kwargs as
+  JSON, run_at, key, ...), with ``df.write.jdbc`` in append mode into
+  ``CREATE TABLE jdbc_jobs (LIKE jobs INCLUDING ALL)``: the same columns,
+  defaults, constraints and indexes as ``jobs``, batched INSERTs, each
+  partition committing on its own (not atomic, no events, no key rule);
+- JDBC read: ``jobs`` with ``spark.read.jdbc``, split by id into as many
+  partitions as the conveyor read, into the ``noop`` sink.
+
 And what bounds those figures on this machine, measured in the same run:
 
 - the atomic write's two phases run by hand in this process (no Spark): the
@@ -58,6 +70,8 @@ from pg import postgres
 
 HERE = Path(__file__).resolve().parent
 STORE_BATCH = 10_000
+#: PostgreSQL's JDBC driver as Debian installs it (scripts/ensure-pg-jdbc.sh).
+PG_JDBC_JAR = Path("/usr/share/java/postgresql.jar")
 
 
 @dataclass
@@ -131,6 +145,7 @@ def spark_session() -> Any:
             "spark.ui.enabled": "false",
             "spark.ui.showConsoleProgress": "false",
             "spark.driver.memory": "3g",
+            **({"spark.jars": str(PG_JDBC_JAR)} if PG_JDBC_JAR.is_file() else {}),
         },
     )
     spark.sparkContext.setLogLevel("ERROR")
@@ -300,6 +315,90 @@ def plain_read(dsn: str) -> int:
     return rows
 
 
+def jdbc_url(dsn: str) -> tuple[str, dict[str, str]]:
+    """A JDBC URL and connection properties for a libpq DSN (postgresql://user@host:port/db).
+
+    ``stringtype=unspecified``: Spark sends strings as text, and the server casts
+    them to the column's type (json) as it does for conveyor's COPY.
+    """
+    from urllib.parse import unquote, urlsplit
+
+    parts = urlsplit(dsn)
+    properties = {"driver": "org.postgresql.Driver", "stringtype": "unspecified"}
+    if parts.username:
+        properties["user"] = unquote(parts.username)
+    if parts.password:
+        properties["password"] = unquote(parts.password)
+    host = parts.hostname or "localhost"
+    query = dict(p.split("=", 1) for p in parts.query.split("&") if "=" in p)
+    if "host" in query and query["host"].startswith("/"):
+        raise SystemExit("the JDBC sides need a TCP PostgreSQL DSN (host:port), not a socket")
+    return f"jdbc:postgresql://{host}:{parts.port or 5432}{parts.path}", properties
+
+
+def jdbc_enqueue(spark: Any, dsn: str, rows: int) -> int:
+    """Spark's JDBC writer: the same rows as jobs, into a table made LIKE jobs INCLUDING ALL."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as pg:
+        pg.execute("DROP TABLE IF EXISTS jdbc_jobs")
+        pg.execute("CREATE TABLE jdbc_jobs (LIKE jobs INCLUDING ALL)")
+    url, properties = jdbc_url(dsn)
+    jobs = frame(spark, rows).selectExpr(
+        "'default' AS queue",
+        "'resize' AS task",
+        "'queued' AS state",
+        "'[]' AS args",
+        "to_json(named_struct('path', path, 'size', size)) AS kwargs",
+        "0 AS priority",
+        "current_timestamp() AS run_at",
+        "0 AS attempts",
+        "3 AS max_attempts",
+        "cast(id AS string) AS key",
+        "false AS cancel_requested",
+        "current_timestamp() AS created_at",
+    )
+    jobs.write.jdbc(url, "jdbc_jobs", mode="append", properties=properties)
+    with psycopg.connect(dsn) as pg:
+        row = pg.execute("SELECT count(*) FROM jdbc_jobs").fetchone()
+    return int(row[0]) if row else 0
+
+
+def jdbc_read(spark: Any, dsn: str) -> int:
+    """Spark's JDBC reader: every column of jobs, split by id like the conveyor read."""
+    import psycopg
+
+    with psycopg.connect(dsn) as pg:
+        low, high = pg.execute("SELECT min(id), max(id) FROM jobs").fetchone() or (1, 1)
+    url, properties = jdbc_url(dsn)
+    partitions = max(1, -(-(high - low + 1) // ROWS_PER_PARTITION))
+    jobs = spark.read.jdbc(
+        url,
+        "jobs",
+        column="id",
+        lowerBound=low,
+        upperBound=high + 1,
+        numPartitions=partitions,
+        properties={**properties, "fetchsize": "10000"},
+    )
+    jobs.write.format("noop").mode("overwrite").save()
+    return count_jobs(dsn)
+
+
+def jdbc_results(spark: Any, base: str, folder: Path, rows: int, read_dsn: str) -> list[Result]:
+    if not PG_JDBC_JAR.is_file():
+        print(f"no {PG_JDBC_JAR}: run scripts/ensure-pg-jdbc.sh for the JDBC sides")
+        return []
+    results = []
+    jdbc_dsn = fresh_database("postgres", base, folder, "bench_jdbc")
+    jdbc_enqueue(spark, jdbc_dsn, 1_000)  # warm: the driver's classes load once
+    done, seconds = timed(lambda: jdbc_enqueue(spark, jdbc_dsn, rows))
+    results.append(Result("postgres", "JDBC write into LIKE jobs INCLUDING ALL", done, seconds))
+    done, seconds = timed(lambda: jdbc_read(spark, read_dsn))
+    results.append(Result("postgres", "JDBC read, all columns", done, seconds))
+    return results
+
+
 def bench_backend(spark: Any, backend: str, base: str, folder: Path, rows: int) -> list[Result]:
     warm = fresh_database(backend, base, folder, "bench_warm")
     spark_enqueue(spark, warm, 1_000)
@@ -320,6 +419,8 @@ def bench_backend(spark: Any, backend: str, base: str, folder: Path, rows: int) 
     results.append(Result(backend, "Spark read, all columns", done, seconds))
     done, seconds = timed(lambda: spark_intake(spark, spark_dsn, rows))
     results.append(Result(backend, "bound: Spark intake, one batch over and over", done, seconds))
+    if backend == "postgres":
+        results += jdbc_results(spark, base, folder, rows, spark_dsn)
     results += write_phases(fresh_database(backend, base, folder, "bench_phases"), rows)
     for result in results:
         # The intake yields whole batches: it may hand out a few rows less.

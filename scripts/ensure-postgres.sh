@@ -23,6 +23,18 @@ find_initdb() {
     return 1
 }
 
+# PgBouncer, which the poll-only test puts in front of the server in transaction
+# mode (tests/pgbouncer.py starts its own; the package's system service is not needed).
+if command -v pgbouncer >/dev/null 2>&1 || [[ -x /usr/sbin/pgbouncer ]]; then
+    echo "ensure-postgres: found pgbouncer"
+else
+    echo "ensure-postgres: pgbouncer not found"
+    "$(dirname "$0")/apt-install.sh" ensure-postgres "PgBouncer (pgbouncer)" pgbouncer
+    if command -v systemctl >/dev/null 2>&1; then
+        systemctl disable --now pgbouncer >/dev/null 2>&1 || true
+    fi
+fi
+
 if [[ -n "${CONVEYOR_TEST_PG_DSN:-}" ]]; then
     echo "ensure-postgres: CONVEYOR_TEST_PG_DSN is set; using that server"
     exit 0

@@ -7,7 +7,9 @@ on connections of their own, so the tests can see what ran where and when:
 
 - ``done(job_id, worker_pid)``: one row per run of ``record``;
 - ``runs(job_id, name, phase, at)``: ``sleepy`` at its start and end;
-- ``group_runs(grp, seq, started, ended, pid)``: one row per run of ``in_group``.
+- ``group_runs(grp, seq, started, ended, pid)``: one row per run of ``in_group``;
+- ``effects(job_id, attempt, pid)``: the effect of ``effect`` and ``frozen_effect``,
+  written in the transaction that completes the job (``ctx.complete``; SQL stores).
 
 On Redis, which has no tables, the traces go to a SQLite file named after the
 Redis server's port (``trace_dsn``), which every process of the test finds.
@@ -23,6 +25,8 @@ import sqlite3
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -30,6 +34,7 @@ from urllib.parse import urlsplit
 import psycopg
 
 from conveyor import App, Context, FixedBackoff, Retry
+from conveyor.errors import LeaseLostError
 from conveyor.store.dsn import sqlite_path
 
 TABLES = (
@@ -40,6 +45,8 @@ TABLES = (
     "CREATE TABLE IF NOT EXISTS group_runs ("
     " grp text NOT NULL, seq integer NOT NULL, started double precision NOT NULL,"
     " ended double precision NOT NULL, pid integer NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS effects ("
+    " job_id bigint NOT NULL, attempt integer NOT NULL, pid integer NOT NULL)",
 )
 #: How long a handler keeps trying to write its trace while the database is away.
 WRITE_DEADLINE = 60.0
@@ -215,8 +222,109 @@ def register(app: App) -> App:
     return app
 
 
+def _effect_connection() -> Any:
+    """This handler thread's connection to the job's own database, for transactions."""
+    conn = getattr(_local, "effect_conn", None)
+    if conn is None:
+        dsn = os.environ["CONVEYOR_DSN"]
+        if dsn.startswith("sqlite:"):
+            conn = sqlite3.connect(sqlite_path(dsn), timeout=30, isolation_level=None)
+        else:
+            conn = psycopg.connect(dsn, connect_timeout=5)
+        _local.effect_conn = conn
+    return conn
+
+
+@contextmanager
+def _transaction(conn: Any) -> Iterator[None]:
+    """A transaction on ``conn``: committed at the end, rolled back on an exception."""
+    if isinstance(conn, psycopg.Connection):
+        with conn.transaction():
+            yield
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _write_effect(conn: Any, ctx: Context) -> None:
+    sql = "INSERT INTO effects (job_id, attempt, pid) VALUES (%s, %s, %s)"
+    if not isinstance(conn, psycopg.Connection):
+        sql = sql.replace("%s", "?")
+    conn.execute(sql, (ctx.job_id, ctx.attempt, os.getpid()))
+
+
+def register_effects(app: App) -> App:
+    """Handlers with exactly-once effects (ctx.complete) and durable steps (ctx.step)."""
+
+    @app.task(max_attempts=20)
+    def effect(ctx: Context, pause: float) -> int:
+        """One effect row, committed with the job's success (its result: this pid)."""
+        time.sleep(pause)
+        conn = _effect_connection()
+        with _transaction(conn):
+            _write_effect(conn, ctx)
+            if isinstance(conn, psycopg.Connection):
+                # A wide window for a kill between the effect and its commit (on
+                # SQLite this would hold every other writer back meanwhile).
+                time.sleep(pause)
+            ctx.complete(conn, result=os.getpid())
+        return -1  # not recorded: the job succeeded in the transaction above
+
+    @app.task(max_attempts=5)
+    def frozen_effect(ctx: Context, hold: float, inside: bool = False) -> int:
+        """Its first attempt waits ``hold`` seconds (to be frozen): before its transaction,
+        or ``inside`` it, between the effect and ``ctx.complete`` (PostgreSQL: on SQLite
+        that would hold every other writer back)."""
+
+        def wait_to_be_frozen() -> None:
+            if ctx.attempt == 1:
+                _write(
+                    "INSERT INTO runs (job_id, name, phase, at) VALUES (%s, %s, %s, %s)",
+                    (ctx.job_id, worker_name(), "start", time.monotonic()),
+                )
+                sleep_until(time.monotonic() + hold)
+
+        if not inside:
+            wait_to_be_frozen()
+        conn = _effect_connection()
+        try:
+            with _transaction(conn):
+                _write_effect(conn, ctx)
+                if inside:
+                    wait_to_be_frozen()
+                ctx.complete(conn, result=ctx.attempt)
+        except LeaseLostError:
+            _write(
+                "INSERT INTO runs (job_id, name, phase, at) VALUES (%s, %s, %s, %s)",
+                (ctx.job_id, worker_name(), "lease lost", time.monotonic()),
+            )
+            raise
+        return -1
+
+    @app.task(max_attempts=20)
+    def stepped(ctx: Context, steps: int, pause: float) -> int:
+        """``steps`` durable steps of ``pause`` seconds; each run of one leaves a row in runs."""
+
+        def one(i: int) -> int:
+            _write(
+                "INSERT INTO runs (job_id, name, phase, at) VALUES (%s, %s, %s, %s)",
+                (ctx.job_id, f"s{i}", str(ctx.attempt), time.monotonic()),
+            )
+            time.sleep(pause)
+            return i * 10
+
+        return sum(int(ctx.step(f"s{i}", one, i)) for i in range(steps))
+
+    return app
+
+
 def build(dsn: str | None = None, **options: Any) -> App:
-    return register(App(dsn, **options))
+    return register_effects(register(App(dsn, **options)))
 
 
 _app: App | None = None

@@ -1,12 +1,13 @@
-"""Shorthands for tests: ending jobs through ``Store.job_finish``, recording periodic ticks."""
+"""Shorthands for tests: ending jobs through ``Store.job_finish``, ticks, listing jobs."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
+from typing import Any
 
-from conveyor.job import Job, NewJob, retry_refusal
-from conveyor.store.base import Finish, Lease, Store
+from conveyor.job import Job, NewJob, retry_refusal, utcnow
+from conveyor.store.base import Finish, JobSelection, Lease, Store
 
 
 def Failure(  # named like the record it builds
@@ -44,3 +45,15 @@ def retry_one(store: Store, job_id: int, now: datetime) -> Job | None:
     if job is not None and not changed:
         raise retry_refusal(job)
     return job
+
+
+def listed(
+    store: Store, *, before_id: int | None = None, limit: int = 100, **filters: Any
+) -> list[Job]:
+    """A page of jobs newest first, the way the App lists them (``job_select``)."""
+    return store.job_select(JobSelection(**filters), utcnow(), before_id, limit)
+
+
+def purge(store: Store, finished_before: datetime, limit: int = 10_000) -> int:
+    """Delete up to ``limit`` jobs in any final state finished before the time."""
+    return store.job_purge_where(finished_before, ("succeeded", "failed", "cancelled"), None, limit)

@@ -8,12 +8,13 @@ from typing import Any
 import psycopg
 from pyspark.sql import DataFrame, SparkSession
 
-from conveyor.store.base import JobFilter, Store
+from conveyor.store.base import Store
 from conveyor.store.dsn import sqlite_path
+from outcomes import listed
 
 
 def all_jobs(store: Store) -> list[Any]:
-    return store.job_list(JobFilter(limit=100_000))
+    return listed(store, limit=100_000)
 
 
 def leftovers(dsn: str) -> tuple[list[str], int]:

@@ -28,8 +28,8 @@ import pytest
 
 import crash_app
 from conveyor import App, Job, JobState
-from conveyor.store.base import JobFilter
 from conveyor.store.dsn import sqlite_path
+from outcomes import listed
 from pg_server import PgServer
 from waiting import wait_until
 
@@ -143,7 +143,7 @@ def counts(app: App) -> Counter[str]:
 
 
 def all_jobs(app: App) -> list[Job]:
-    return app.store.job_list(JobFilter(limit=1_000_000))
+    return listed(app.store, limit=1_000_000)
 
 
 def running_on(app: App, job_id: int, proc: subprocess.Popen[bytes]) -> Job | None:

@@ -209,3 +209,51 @@ def test_spark_pipeline_runs(tmp_path: Path) -> None:
     assert "job 1: images/1-256px.png" in out
     with App(dsn) as app:
         assert app.count_jobs(batch="thumbnails") == {"succeeded": 200}
+
+
+def test_effects_psycopg_pool_runs(tmp_path: Path, pg_clean_dsn: str) -> None:
+    _, out = run_example("effects_psycopg_pool", tmp_path, CONVEYOR_DSN=pg_clean_dsn)
+    assert "result: {'order': 7, 'auth': 'auth-7-1250'}" in out
+    # The step ran once, on the first attempt; the second got its result back.
+    assert "provider calls: authorize 7\n" in out
+    assert "steps: authorize (attempt 1)" in out
+    assert "history: enqueued, claimed, retried, claimed, succeeded" in out
+    assert "payments: [(7, 'auth-7-1250')]" in out
+    with App(pg_clean_dsn) as app:
+        (job,) = app.jobs(limit=10)
+        assert (job.state, job.attempts) == ("succeeded", 2)
+
+
+def example_dsn(request: pytest.FixtureRequest, database: str, tmp_path: Path) -> str:
+    """The DSN an example of both SQL databases runs on (as run_example names SQLite's)."""
+    if database == "sqlite":
+        return f"sqlite:///{tmp_path / 'jobs.db'}"
+    pg_dsn: str = request.getfixturevalue("pg_clean_dsn")
+    return pg_dsn
+
+
+@pytest.mark.parametrize("database", ["sqlite", "postgres"])
+def test_effects_sqlalchemy_runs(
+    tmp_path: Path, request: pytest.FixtureRequest, database: str
+) -> None:
+    dsn = example_dsn(request, database, tmp_path)
+    _, out = run_example("effects_sqlalchemy", tmp_path, CONVEYOR_DSN=dsn)
+    assert "result: invoice for order 1\nresult: invoice for order 2\n" in out
+    assert "history: enqueued, claimed, succeeded" in out
+    assert "invoices: [(1, 'Ada'), (2, 'Grace')]" in out
+    with App(dsn) as app:
+        assert sorted(str(job.result) for job in app.jobs(limit=10)) == [
+            "invoice for order 1",
+            "invoice for order 2",
+        ]
+
+
+@pytest.mark.parametrize("database", ["sqlite", "postgres"])
+def test_effects_django_runs(tmp_path: Path, request: pytest.FixtureRequest, database: str) -> None:
+    dsn = example_dsn(request, database, tmp_path)
+    _, out = run_example("effects_django", tmp_path, CONVEYOR_DSN=dsn)
+    assert "result: welcomed ada\nresult: welcomed grace\n" in out
+    assert "history: enqueued, claimed, succeeded" in out
+    assert "welcomed: ['ada', 'grace']" in out
+    with App(dsn) as app:
+        assert {job.state for job in app.jobs(limit=10)} == {"succeeded"}

@@ -10,6 +10,7 @@ PUBLIC = [
     "App",
     "BatchStatus",
     "CancelSignal",
+    "Change",
     "ConfigurationError",
     "Context",
     "ConveyorError",
@@ -24,6 +25,7 @@ PUBLIC = [
     "JobNotFoundError",
     "JobState",
     "JobStateError",
+    "Keep",
     "LeaseLostError",
     "LimitStatus",
     "Middleware",
@@ -31,6 +33,7 @@ PUBLIC = [
     "Retry",
     "SchemaMissingError",
     "Stats",
+    "Step",
     "StoreUnavailableError",
     "Task",
     "UnknownTaskError",
@@ -81,6 +84,7 @@ NO_TWIN = {
     "check_schema": "called once at start by the worker, the CLI and the dashboard",
     "apply_retention": "maintenance runs it in its own thread",
     "middleware_chain": "a lookup in this process, no I/O",
+    "on_change": "registers a callback in this process, no I/O",
 }
 
 

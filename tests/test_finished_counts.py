@@ -36,7 +36,7 @@ from conveyor.job import NewJob
 from conveyor.store.base import Finish, Store
 from conveyor.store.dsn import open_store
 from conveyor.store.sql import load_migrations, load_queries
-from outcomes import cancel_one, retry_one
+from outcomes import cancel_one, purge, retry_one
 
 START = datetime(2030, 1, 1, tzinfo=UTC)
 LEASE = timedelta(seconds=20.5)
@@ -194,7 +194,7 @@ class CountsMachine(RuleBasedStateMachine):
 
     @rule(limit=st.integers(1, 5))
     def purge(self, limit: int) -> None:
-        self.store.job_purge(self.now + timedelta(seconds=1), limit)
+        purge(self.store, self.now + timedelta(seconds=1), limit)
 
     @rule(
         states=st.sampled_from([["failed"], ["succeeded", "cancelled"]]),
@@ -205,7 +205,7 @@ class CountsMachine(RuleBasedStateMachine):
 
     @rule(queue=st.sampled_from(QUEUES), keep=st.integers(0, 3))
     def keep_finished(self, queue: str, keep: int) -> None:
-        self.store.job_purge_beyond(queue, keep, 10)
+        self.store.job_purge_beyond(queue, keep, ("succeeded", "failed", "cancelled"), 10)
 
     @rule(ids=st.lists(st.integers(1, 40), max_size=5))
     def delete_many(self, ids: list[int]) -> None:
@@ -351,7 +351,7 @@ def test_postgres_purge_while_a_finish_is_uncommitted(pg_store: tuple[Store, str
         store.job_finish([Finish.complete(i, t, None) for i, t in done])
         now = datetime.now(UTC)
         stats_counts(store, now)  # folds nothing past the open transaction
-        assert store.job_purge(now + timedelta(seconds=1), limit=2) == 2
+        assert purge(store, now + timedelta(seconds=1), limit=2) == 2
         assert stats_counts(store, now) == {("q", "running"): 1, ("q", "succeeded"): 1}
         holder.commit()
     assert (
@@ -388,7 +388,7 @@ def test_postgres_stores_folding_at_once_never_count_twice(pg_store: tuple[Store
             if rng.random() < 0.3:
                 store.job_retry_failed(None, datetime.now(UTC), datetime.now(UTC), limit=3)
             if rng.random() < 0.3:
-                store.job_purge(datetime.now(UTC), limit=4)
+                purge(store, datetime.now(UTC), limit=4)
     finally:
         stop.set()
         for thread in threads:

@@ -18,10 +18,11 @@ import pytest
 
 from conveyor import App, Context, InvalidJobError
 from conveyor.job import MAX_HEADERS_BYTES, NewJob
-from conveyor.store.base import JobFilter, Store
+from conveyor.store.base import Store
 from conveyor.store.dsn import open_store
 from conveyor.store.sql import load_migrations, load_queries
 from conveyor.testing import drain
+from outcomes import listed
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
@@ -38,10 +39,10 @@ def test_headers_come_back_from_every_read(store: Store) -> None:
     assert without.headers == {} and without.headers_json is None
     assert store.job_get(with_headers.id).headers == {**TRACE, "é": "ü"}  # type: ignore[union-attr]
     assert store.job_get(without.id).headers == {}  # type: ignore[union-attr]
-    listed = {job.id: job.headers for job in store.job_list(JobFilter(queue="q"))}
-    assert listed == {with_headers.id: {**TRACE, "é": "ü"}, without.id: {}}
+    shown = {job.id: job.headers for job in listed(store, queue="q")}
+    assert shown == {with_headers.id: {**TRACE, "é": "ü"}, without.id: {}}
     claimed = store.job_claim(["q"], 2, "w", LEASE, NOW)
-    assert {job.id: job.headers for job in claimed} == listed
+    assert {job.id: job.headers for job in claimed} == shown
 
 
 def test_a_key_answers_with_the_headers_of_the_job_that_holds_it(store: Store) -> None:
@@ -131,7 +132,7 @@ def test_a_postgres_database_before_headers_migrates_with_its_jobs(pg_clean_dsn:
 def check_migrated_forward(store: Store) -> None:
     try:
         assert store.migrate() == store.schema_latest() >= 12
-        (old,) = store.job_list(JobFilter(queue="q"))
+        (old,) = listed(store, queue="q")
         assert old.headers == {} and old.headers_json is None
         (fresh,) = store.job_insert_many([new(TRACE)], NOW)
         assert store.job_get(fresh.id).headers == TRACE  # type: ignore[union-attr]

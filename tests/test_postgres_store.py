@@ -26,14 +26,13 @@ from conveyor.job import Event, Job, JobState, NewJob
 from conveyor.store.base import (
     DurabilityReport,
     Finish,
-    JobFilter,
     Lease,
     Store,
     TransactionalStore,
 )
 from conveyor.store.postgres import PostgresStore
 from conveyor.store.sqlite import SQLiteStore
-from outcomes import Failure, cancel_one, cancelled, released, retry_one
+from outcomes import Failure, cancel_one, cancelled, listed, purge, released, retry_one
 
 T0 = datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
@@ -290,21 +289,21 @@ def scenario(store: Store) -> list[tuple[str, Any]]:
     note("insert k2 live", store.job_insert_many([new(key="k2")], at(505)))
 
     # Lists, events, stats, purge.
-    note("list all", store.job_list(JobFilter(limit=1000)))
-    note("list failed", store.job_list(JobFilter(state=JobState.FAILED)))
-    note("list batch", store.job_list(JobFilter(batch="b1")))
-    note("list other", store.job_list(JobFilter(queue="other", task="work")))
-    note("list page", store.job_list(JobFilter(before_id=ids[5], limit=2)))
+    note("list all", listed(store, limit=1000))
+    note("list failed", listed(store, state=JobState.FAILED))
+    note("list batch", listed(store, batch="b1"))
+    note("list other", listed(store, queue="other", task="work"))
+    note("list page", listed(store, before_id=ids[5], limit=2))
     for job_id in ids:
         note(f"events {job_id}", store.event_list(job_id))
     note("events since", store.event_since(0, 1000))
     note("events since page", store.event_since(5, 3))
     note("stats late", store.stats(at(530)))
     note("stats later", store.stats(at(5000)))
-    note("purge none", store.job_purge(at(0)))
-    note("purge 2", store.job_purge(at(10_000), limit=2))
-    note("purge rest", store.job_purge(at(10_000)))
-    note("after purge", store.job_list(JobFilter(limit=1000)))
+    note("purge none", purge(store, at(0)))
+    note("purge 2", purge(store, at(10_000), limit=2))
+    note("purge rest", purge(store, at(10_000)))
+    note("after purge", listed(store, limit=1000))
     note("events after purge", store.event_since(0, 1000))
     note("insert k2 after purge", store.job_insert_many([new(key="k2", unique="forever")], at(600)))
 

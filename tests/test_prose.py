@@ -21,7 +21,8 @@ def texts() -> list[Path]:
             found.append(path)
         elif path.is_dir():
             found += [p for p in path.rglob("*") if p.suffix in SUFFIXES and p.is_file()]
-    return found
+    # The benchmarks' Node packages (npm install) are not the project's prose.
+    return [p for p in found if "node_modules" not in p.parts]
 
 
 def exists(cited: str, where: Path) -> bool:

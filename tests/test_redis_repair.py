@@ -30,12 +30,13 @@ from conveyor.cli import cli
 from conveyor.errors import JobNotFoundError
 from conveyor.job import Event, NewJob, utcnow
 from conveyor.limits import Limit
-from conveyor.store.base import Finish, Job, JobFilter, Lease
+from conveyor.store.base import Finish, Job, Lease
 from conveyor.store.dsn import open_store
 from conveyor.store.event_kinds import DROPPED_INCOMPLETE, DROPPED_MISSING
 from conveyor.store.redis import RedisStore
 from conveyor.store.redis import store as redis_store
 from conveyor.web import create_app
+from outcomes import listed, purge
 from waiting import wait_until
 
 pytestmark = pytest.mark.redis
@@ -94,15 +95,14 @@ def index_problems(client: Any) -> list[str]:
 
     Every id in an index is a job that can be read, in the index of its state;
     every count (jobs per queue, running per group and limit key, a batch's
-    jobs per state, leases) is what the hashes say.
+    jobs per state, running jobs by lease) is what the hashes say.
     """
     jobs: dict[str, dict[str, str]] = {}
     for key in client.scan_iter(match=P + "job:*", count=1000):
         fields = client.hgetall(key)
         jobs[fields["id"]] = fields
     problems: list[str] = []
-    id_sets = ("qs", "due", "wait", "retrying", "gq", "group", "batch", "key", "kq", "leases",
-               "finished")  # fmt: skip
+    id_sets = ("qs", "due", "wait", "retrying", "gq", "group", "batch", "key", "kq", "finished")
     for key in client.scan_iter(match=P + "*", count=1000):
         kind = key[len(P) :].split(":", 1)[0]
         if kind in id_sets:
@@ -118,8 +118,10 @@ def index_problems(client: Any) -> list[str]:
     if held != dict(per_queue):
         problems.append(f"jobs per queue {held} != {dict(per_queue)}")
     running = [job for job in jobs.values() if job["state"] == "running"]
-    if set(client.zrange(P + "leases", 0, -1)) != {job["id"] for job in running}:
-        problems.append("leases are not the running jobs")
+    for job in running:  # a running set is scored by lease expiry: the rescue's range
+        score = client.zscore(f"{P}qs:{nm(job['queue'])}:running", job["id"])
+        if score is None or abs(score - float(job["lease_expires_at"])) > 1e-3:
+            problems.append(f"job {job['id']} is not in its running set by its lease")
     per_group = Counter(job["group_key"] for job in running if "group_key" in job)
     held = {g: int(n) for g, n in client.hgetall(P + "grun").items()}
     if held != dict(per_group):
@@ -201,6 +203,22 @@ def test_a_running_job_deleted_by_hand_frees_its_group_at_rescue(
     assert nxt.id == second.id  # the group goes on
     assert index_problems(client) == []  # its group was found among those running a job
     assert len(dropped_events(store)) == 1
+
+
+def test_a_running_job_whose_hash_lost_its_queue_is_not_renewed_and_is_dropped(
+    store: RedisStore, client: Any
+) -> None:
+    (job,) = store.job_insert_many([new_job()], utcnow())
+    (running,) = claim(store)
+    client.hdel(f"{P}job:{job.id}", "queue")
+    # Its heartbeat does not hold: the worker takes the lease as lost.
+    assert store.job_heartbeat([Lease(job.id, running.lease_token or "")], LEASE) == []
+    # Still in its queue's running set, by its lease: the rescue meets it there.
+    assert store.job_rescue_expired(utcnow() + AFTER_THE_LEASE) == []
+    (event,) = dropped_events(store)
+    assert (event.job_id, event.queue, event.error) == (job.id, "q", DROPPED_INCOMPLETE + "queue)")
+    assert counts(store) == {}
+    assert index_problems(client) == []
 
 
 def test_a_running_job_deleted_by_hand_frees_its_group_when_its_worker_finishes(
@@ -369,8 +387,8 @@ def test_listings_and_charts_skip_and_drop_the_jobs_they_cannot_read(
     client.delete(*(f"{P}job:{j.id}" for j in (jobs[0], jobs[3])))
     assert store.batch_status("b").counts == {"queued": 1, "succeeded": 3}
 
-    listed = store.job_list(JobFilter(queue="q"))
-    assert sorted(j.id for j in listed) == [jobs[1].id, jobs[2].id]
+    page = listed(store, queue="q")
+    assert sorted(j.id for j in page) == [jobs[1].id, jobs[2].id]
     assert counts(store) == {"succeeded": 2}  # the listing dropped what it met
     assert sorted(e.job_id for e in dropped_events(store)) == [jobs[0].id, jobs[3].id]
     # The batch's counts follow once the sweep has found the batch.
@@ -384,7 +402,7 @@ def test_listings_and_charts_skip_and_drop_the_jobs_they_cannot_read(
     assert len(dropped_events(store)) == 3
     # Retention purges the finished job left, and the histories of the dropped ones
     # (what a hash that is gone listed of its events cannot be found: those stay).
-    assert store.job_purge(utcnow() + timedelta(seconds=1)) == 1
+    assert purge(store, utcnow() + timedelta(seconds=1)) == 1
     assert counts(store) == {}
     assert dropped_events(store) == []
     assert client.exists(P + "dropped", P + "dropped:at") == 0
@@ -398,8 +416,8 @@ def test_a_purge_drops_the_finished_jobs_it_cannot_read(store: RedisStore, clien
     for job in claim(store):
         complete(store, job)
     client.delete(f"{P}job:{jobs[1].id}")
-    assert store.job_purge(utcnow() - timedelta(seconds=1)) == 0  # none finished so early
-    assert store.job_purge(utcnow() + timedelta(seconds=1)) == 2
+    assert purge(store, utcnow() - timedelta(seconds=1)) == 0  # none finished so early
+    assert purge(store, utcnow() + timedelta(seconds=1)) == 2
     assert counts(store) == {}
     assert index_problems(client) == []
     # Dropped at that purge, before its moment: its history went with it.
@@ -566,7 +584,7 @@ def test_hashes_deleted_at_random_leave_every_index_right_once_met(
     while claimed := store.job_claim(["q", "api"], 50, "w", LEASE, now=at):
         store.job_finish([Finish.complete(j.id, j.lease_token or "", None) for j in claimed], at)
         if len(claimed) < 50:
-            store.job_list(JobFilter(limit=10_000))
+            listed(store, limit=10_000)
             sweep_everything(store, client, at)
     assert index_problems(client) == []
     left = len(list(client.scan_iter(match=P + "job:*")))

@@ -165,14 +165,45 @@ def test_schema_version_is_the_stored_layout(redis_clean_dsn: str) -> None:
     store = open_store(redis_clean_dsn)
     try:
         assert store.schema_version() == 0
-        assert store.migrate() == store.schema_latest() == 1
-        assert store.schema_version() == 1
+        assert store.migrate() == store.schema_latest() == 2
+        assert store.schema_version() == 2
         client = redis.Redis.from_url(redis_clean_dsn)
         client.hset("{conveyor}:meta", "layout", "99")
         client.close()
         with pytest.raises(ConfigurationError, match="upgrade conveyor"):
             store.migrate()
     finally:
+        store.close()
+
+
+def test_layout_1_migrates_forward_with_its_running_jobs_and_history(redis_clean_dsn: str) -> None:
+    """Layout 1 kept running jobs by id with a separate leases set, and named each event's
+    fields: migrate() scores the running sets by lease, and the old events still read."""
+    store = open_store(redis_clean_dsn)
+    client = redis.Redis.from_url(redis_clean_dsn, decode_responses=True)
+    try:
+        store.migrate()
+        (job,) = store.job_insert_many([new_job()], utcnow())
+        (claimed,) = store.job_claim(["default"], 1, "w", timedelta(seconds=1))
+        running, events = "{conveyor}:qs:7.default:running", "{conveyor}:events"
+        # What layout 1 held: the running set by id, the leases set, named event fields.
+        client.zadd(running, {str(job.id): job.id})
+        client.zadd("{conveyor}:leases", {str(job.id): 1.0})
+        seq = client.incr("{conveyor}:seq")
+        old_fields = {"job_id": job.id, "queue": "default", "task": "t", "kind": "old",
+                      "attempt": 1, "at": "1.5", "worker": "w"}  # fmt: skip
+        client.xadd(events, old_fields, id=f"{seq}-0")
+        client.hset("{conveyor}:meta", "layout", "1")
+        assert store.migrate() == 2
+        assert client.exists("{conveyor}:leases") == 0
+        assert claimed.lease_expires_at is not None
+        assert client.zscore(running, str(job.id)) == claimed.lease_expires_at.timestamp()
+        old = store.event_since(0, 10)[-1]
+        assert (old.kind, old.attempt, old.worker, old.error) == ("old", 1, "w", None)
+        assert [e.kind for e in store.event_list(job.id)] == ["enqueued", "claimed"]
+        assert store.job_rescue_expired(now=utcnow() + timedelta(seconds=30)) == [job.id]
+    finally:
+        client.close()
         store.close()
 
 

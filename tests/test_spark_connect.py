@@ -51,9 +51,11 @@ def test_sql_table_under_connect(connect: Any, dsn: str, store: Store) -> None:
     )
     try:
         connect.sql(f"INSERT INTO {name} VALUES (1), (2)")
+        connect.sql(f"INSERT INTO {name} SELECT CAST(id AS INT) AS n FROM range(3, 5)")
+        connect.sql(f"INSERT INTO {name} BY NAME SELECT 5 AS n")
     finally:
         connect.sql(f"DROP TABLE IF EXISTS {name}")
-    assert sorted(j.kwargs["n"] for j in all_jobs(store)) == [1, 2]
+    assert sorted(j.kwargs["n"] for j in all_jobs(store)) == [1, 2, 3, 4, 5]
 
 
 def test_event_stream_under_connect(connect: Any, dsn: str, store: Store, tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
 from conveyor.errors import ConfigurationError
-from conveyor.spark.options import Options, names_for
+from conveyor.spark.options import Options, ddl_with_options, names_for
 from conveyor.store.base import Store
 from spark_helpers import all_jobs, items, leftovers, spark_tables, writer
 
@@ -37,9 +37,10 @@ pytestmark = pytest.mark.sql_only
 )
 def test_an_unknown_write_option_names_the_closest(typed: str, meant: str) -> None:
     with pytest.raises(ConfigurationError) as caught:
-        Options({"dsn": "sqlite:///x.db", typed.lower(): "id"}, "write")
+        Options({"dsn": "sqlite:///x.db", typed: "id"}, "write")
     message = str(caught.value)
-    assert f'unknown option "{typed.lower()}" for a conveyor write' in message
+    # Quoted as typed (what conveyor.spark.enqueue passes; PySpark's .option() lowercases).
+    assert f'unknown option "{typed}" for a conveyor write' in message
     assert f'Did you mean "{meant}"?' in message
     # And the rest of the set, so the user sees what there is.
     for name in ("dsn", "task", "keyColumn", "atomic", "writeId", "excludeColumns"):
@@ -181,3 +182,17 @@ def test_on_redis_the_data_source_refuses_saying_what_it_needs(
             query.processAllAvailable()
         finally:
             query.stop()
+
+
+def test_a_write_table_keeps_its_options_and_names_its_columns_in_disguise() -> None:
+    ddl = ddl_with_options(
+        "image_id BIGINT NOT NULL, `odd ``name``` MAP<STRING, INT>, size: INT",
+        {"dsn": "sqlite:///q.db", "task": "it's"},
+    )
+    first, rest = ddl.split(" COMMENT ", 1)
+    assert first == "`iMaGe_Id` BIGINT NOT NULL"
+    assert rest.endswith("', `oDd ``NaMe``` MAP<STRING, INT>, `sIzE`: INT")
+    assert "it\\'s" in rest and '"@columns": ["image_id", "odd `name`", "size"]' in rest
+    assert ddl_with_options("n INT", {}).startswith("`N` INT COMMENT")
+    with pytest.raises(ConfigurationError, match="empty column"):
+        ddl_with_options("a INT,, b INT", {})

@@ -371,6 +371,55 @@ def test_sql_tables_read_jobs_and_enqueue(spark: SparkSession, dsn: str, store: 
     assert [(j.queue, j.max_attempts, j.kwargs) for j in mail] == [("mail", 5, {"user": "ann"})]
 
 
+def test_every_documented_insert_into_a_sql_table_enqueues(
+    spark: SparkSession, dsn: str, store: Store
+) -> None:
+    name = f"i{abs(hash(dsn)) % 10**8}"
+    spark.sql(f"DROP TABLE IF EXISTS {name}")
+    spark.sql(
+        f"CREATE TABLE {name} USING conveyor OPTIONS (dsn '{dsn}', task 'resize', "
+        f"keyColumn 'image_id', schema 'image_id BIGINT, size INT')"
+    )
+    # A source whose column names and types are the table's: Spark adds no cast or
+    # alias of its own here (the case that used to lose the table's options).
+    spark.createDataFrame(
+        [(k, k * 10) for k in (1, 2, 3)], "image_id bigint, size int"
+    ).createOrReplaceTempView(f"{name}_images")
+    try:
+        spark.sql(f"INSERT INTO {name} SELECT image_id, size FROM {name}_images WHERE size < 30")
+        spark.sql(f"INSERT INTO {name} SELECT * FROM {name}_images WHERE image_id = 3")
+        spark.sql(f"INSERT INTO {name} BY NAME SELECT 40 AS size, 4L AS image_id")
+        spark.sql(f"INSERT INTO {name} VALUES (5, 50)")
+        spark.sql(f"INSERT INTO {name} (size, image_id) VALUES (60, 6)")
+        # Spark shows the names in disguise; the handler gets them as the option gave them.
+        assert spark.table(name).schema.names == ["iMaGe_Id", "sIzE"]
+    finally:
+        spark.sql(f"DROP TABLE IF EXISTS {name}")
+    jobs = sorted(all_jobs(store), key=lambda j: int(j.key or 0))
+    assert [(j.task, j.key, j.kwargs) for j in jobs] == [
+        ("resize", str(k), {"image_id": k, "size": k * 10}) for k in range(1, 7)
+    ]
+    assert leftovers(dsn) == ([], 0)
+
+
+def test_create_table_as_select_says_what_to_write_instead(
+    spark: SparkSession, sqlite_store: tuple[str, Store]
+) -> None:
+    # Spark hands a Python data source none of the OPTIONS of CREATE TABLE ... AS
+    # SELECT: the write fails before anything is enqueued, saying what works.
+    dsn, store = sqlite_store
+    spark.sql("DROP TABLE IF EXISTS ctas_resize")
+    try:
+        with pytest.raises(AnalysisException, match=r"and no AS SELECT.*INSERT INTO it"):
+            spark.sql(
+                f"CREATE TABLE ctas_resize USING conveyor OPTIONS (dsn '{dsn}', task 'resize') "
+                "AS SELECT 1L AS image_id, 10 AS size"
+            )
+    finally:
+        spark.sql("DROP TABLE IF EXISTS ctas_resize")
+    assert all_jobs(store) == []
+
+
 def test_a_sql_table_with_a_column_list_says_how_to_define_it(
     spark: SparkSession, sqlite_store: tuple[str, Store]
 ) -> None:

@@ -61,7 +61,7 @@ def test_a_block_includes_a_block_of_another_file(tmp_path: Path) -> None:
 def test_job_insert_and_the_staged_move_share_the_rules_of_an_enqueue() -> None:
     """The Spark layer's move of staged rows includes the store's rules, not a copy."""
     queries = load_queries("conveyor.store.postgres")
-    rules = queries["job_insert_rules"]
+    rules = uncommented(queries["job_insert_rules"])
     assert "ON CONFLICT (queue, key)" in rules and "pg_notify('conveyor_jobs'" in rules
     assert rules in queries["job_insert"]
     assert "{{" not in queries["job_insert"]
@@ -75,8 +75,11 @@ def test_job_insert_and_the_staged_move_share_the_rules_of_an_enqueue() -> None:
         load_queries("conveyor.store.sqlite"),
         load_queries("conveyor.spark.storage", "sqlite.sql"),
     )
-    assert lite["job_take_ids"] in lite_spark["spark_take_ids"]
-    assert lite["event_insert_enqueued"] in lite_spark["spark_insert_enqueued_events"]
+    for store_block, spark_block in [
+        ("job_take_ids", "spark_take_ids"),
+        ("event_insert_enqueued", "spark_insert_enqueued_events"),
+    ]:
+        assert uncommented(lite[store_block]) in lite_spark[spark_block]
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
@@ -91,3 +94,45 @@ def test_the_store_holds_nothing_of_spark(backend: str) -> None:
     package = resources.files(f"conveyor.store.{backend}")
     assert not package.joinpath("bulk.py").is_file()
     assert not resources.files("conveyor.store").joinpath("bulk.py").is_file()
+
+
+def test_an_included_block_comes_without_its_leading_comment() -> None:
+    """The comment explains a block where it is written; in place, only its SQL."""
+    queries = parse_queries(
+        "-- name: now\n-- The clock.\ncoalesce(:now, 0)\n"
+        "-- name: due\nSELECT 1 WHERE run_at <= {{now}} -- kept\n"
+    )
+    assert queries["due"] == "SELECT 1 WHERE run_at <= coalesce(:now, 0) -- kept"
+    assert queries["now"] == "-- The clock.\ncoalesce(:now, 0)"
+
+
+def uncommented(block: str) -> str:
+    """A block as an include puts it in place: without its leading comment lines."""
+    return "\n".join(line for line in block.split("\n") if not line.startswith("--")).strip()
+
+
+def test_a_file_starts_from_another_files_blocks(tmp_path: Path) -> None:
+    """``-- with:`` reads a shared file's blocks as this file's; pyformat turns :name."""
+    package = tmp_path / "sqlwith_demo"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "shared.sql").write_text(
+        "-- name: due\n-- Comments keep :words.\nrun_at <= {{now}} AND id = :id AND x::text = 'a'\n"
+    )
+    (package / "pg.sql").write_text(
+        "-- The dialect.\n-- with: sqlwith_demo/shared.sql as pyformat\n\n"
+        "-- name: now\ncoalesce(%(now)s, now())\n-- name: pick\nSELECT 1 WHERE {{due}}\n"
+    )
+    (package / "twice.sql").write_text("-- with: sqlwith_demo/shared.sql\n-- name: due\nSELECT 2\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        queries = load_queries("sqlwith_demo", "pg.sql")
+        assert queries["pick"] == (
+            "SELECT 1 WHERE run_at <= coalesce(%(now)s, now()) AND id = %(id)s AND x::text = 'a'"
+        )
+        assert "-- Comments keep :words." in queries["due"]
+        with pytest.raises(ValueError, match="defines 'due' twice"):
+            load_queries("sqlwith_demo", "twice.sql")
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("sqlwith_demo", None)

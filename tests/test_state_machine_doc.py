@@ -13,9 +13,10 @@ import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import cast
 
 from conveyor.job import Job, JobState, NewJob
-from conveyor.store.base import Finish, Store
+from conveyor.store.base import Finish, HoldStore, Store
 from outcomes import cancel_one, retry_one
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "architecture.md"
@@ -152,6 +153,30 @@ def cancel_waiting(bench: Bench) -> Job:
     return child
 
 
+def hold_queued(bench: Bench) -> Job:
+    job = bench.enqueue()
+    assert cast(HoldStore, bench.store).job_hold([job.id], NOW) == [job.id]
+    (held,) = bench.store.job_get_many([job.id])
+    assert held.held and bench.store.job_claim([job.queue], 1, "w", LEASE, now=NOW) == []
+    return job
+
+
+def hold_running(bench: Bench) -> Job:
+    job = bench.claim(bench.enqueue())
+    assert cast(HoldStore, bench.store).job_hold([job.id], NOW) == []
+    (after,) = bench.store.job_get_many([job.id])
+    assert after.lease_token == job.lease_token and not after.held
+    return job
+
+
+def unhold(bench: Bench) -> Job:
+    job = hold_queued(bench)
+    assert cast(HoldStore, bench.store).job_unhold([job.id], NOW) == [job.id]
+    claimed = bench.claim(job)  # claimable again; handed back to end where the row says
+    bench.store.job_finish([Finish.release(job.id, claimed.lease_token or "")], NOW)
+    return job
+
+
 #: (from, action) -> what performs it, returning the job it acted on.
 ACTIONS: dict[tuple[str, str], Callable[[Bench], Job]] = {
     ("queued", "claim"): claim,
@@ -177,6 +202,9 @@ ACTIONS: dict[tuple[str, str], Callable[[Bench], Job]] = {
     ("waiting", "a parent fails, runs anyway, last parent"): parent_ends("fail", "run"),
     ("waiting", "a parent is cancelled"): parent_ends("cancelled"),
     ("waiting", "cancel"): cancel_waiting,
+    ("queued", "hold"): hold_queued,
+    ("running", "hold"): hold_running,
+    ("queued", "unhold"): unhold,
 }
 
 

@@ -23,8 +23,9 @@ from typing import Any
 import pytest
 
 from conveyor.job import Job, JobState, NewJob, utcnow
-from conveyor.store.base import Finish, JobFilter, Store
+from conveyor.store.base import Finish, Store
 from conveyor.store.dsn import open_store
+from outcomes import listed
 
 THREADS = 8
 LEASE = timedelta(minutes=5)
@@ -77,7 +78,7 @@ def _all_jobs(store: Store) -> list[Job]:
     jobs: list[Job] = []
     before: int | None = None
     while True:
-        page = store.job_list(JobFilter(before_id=before, limit=1000))
+        page = listed(store, before_id=before, limit=1000)
         if not page:
             return jobs
         jobs.extend(page)

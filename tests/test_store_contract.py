@@ -22,8 +22,8 @@ import pytest
 
 from conveyor.errors import JobStateError
 from conveyor.job import Job, JobState, NewJob, Unique, encode_json, encode_payload
-from conveyor.store.base import Finish, JobFilter, Lease, LeaseStatus, Store
-from outcomes import Failure, cancel_one, cancelled, released, retry_one
+from conveyor.store.base import Finish, Lease, LeaseStatus, Store
+from outcomes import Failure, cancel_one, cancelled, listed, purge, released, retry_one
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
@@ -212,7 +212,7 @@ def test_insert_records_enqueued_event_with_attempt_zero(store: Store) -> None:
 
 def test_insert_of_nothing_returns_nothing(store: Store) -> None:
     assert store.job_insert_many([], T0) == []
-    assert store.job_list(JobFilter()) == []
+    assert listed(store) == []
 
 
 def test_insert_with_key_of_queued_job_returns_it(store: Store) -> None:
@@ -221,7 +221,7 @@ def test_insert_with_key_of_queued_job_returns_it(store: Store) -> None:
     assert again.id == first.id
     assert again.state == QUEUED
     assert again.args == [1]
-    assert [j.id for j in store.job_list(JobFilter())] == [first.id]
+    assert [j.id for j in listed(store)] == [first.id]
     assert kinds(store, first.id) == ["enqueued"]
 
 
@@ -230,7 +230,7 @@ def test_insert_with_key_of_running_job_returns_it(store: Store) -> None:
     again = enqueue_one(store, now=at(1), key="k")
     assert again.id == first.id
     assert again.state == RUNNING
-    assert len(store.job_list(JobFilter())) == 1
+    assert len(listed(store)) == 1
 
 
 @pytest.mark.parametrize("ending", ["succeeded", "failed", "cancelled"])
@@ -255,7 +255,7 @@ def test_insert_forever_key_returns_the_finished_job(store: Store) -> None:
     assert again.id == first.id
     assert again.state == SUCCEEDED
     assert again.result == {"done": True}
-    assert len(store.job_list(JobFilter())) == 1
+    assert len(listed(store)) == 1
 
 
 def test_insert_forever_key_returns_the_live_job(store: Store) -> None:
@@ -273,7 +273,7 @@ def test_insert_forever_key_without_previous_job_inserts(store: Store) -> None:
 def test_insert_forever_key_after_purge_inserts_a_new_job(store: Store) -> None:
     first = running(store, key="k")
     complete(store, first, now=at(1))
-    assert store.job_purge(at(2)) == 1
+    assert purge(store, at(2)) == 1
     again = enqueue_one(store, now=at(3), key="k", unique="forever")
     assert again.id > first.id
     assert again.state == QUEUED
@@ -284,14 +284,14 @@ def test_keys_are_per_queue(store: Store) -> None:
     assert a.id != b.id
     (c,) = enqueue(store, new_job(queue="b", key="k"))
     assert c.id == b.id
-    assert {j.queue for j in store.job_list(JobFilter())} == {"a", "b"}
+    assert {j.queue for j in listed(store)} == {"a", "b"}
 
 
 def test_same_key_twice_in_one_batch_gives_one_job(store: Store) -> None:
     jobs = enqueue(store, new_job("x", key="k"), new_job("y", key="k"))
     assert jobs[0].id == jobs[1].id
     assert jobs[1].task == "x"
-    assert [j.id for j in store.job_list(JobFilter())] == [jobs[0].id]
+    assert [j.id for j in listed(store)] == [jobs[0].id]
     assert kinds(store, jobs[0].id) == ["enqueued"]
 
 
@@ -301,7 +301,7 @@ def test_batch_mixing_existing_and_new_keys_keeps_input_order(store: Store) -> N
     assert jobs[1].id == old.id
     assert old.id < jobs[0].id < jobs[2].id
     assert [jobs[0].task, jobs[2].task] == ["a", "c"]
-    assert len(store.job_list(JobFilter())) == 3
+    assert len(listed(store)) == 3
 
 
 # --- reading jobs -------------------------------------------------------------
@@ -1045,18 +1045,18 @@ def test_purge_deletes_terminal_jobs_finished_before_the_cutoff(store: Store) ->
     store.job_finish(cancelled([lease_of(jobs[cancelled_job.id])]), at(30))
     complete(store, jobs[recent.id], now=at(100))
     claim(store, limit=1, now=at(100))  # busy is running, queued stays queued
-    assert store.job_purge(at(50)) == 3
+    assert purge(store, at(50)) == 3
     for gone in (succeeded, failed, cancelled_job):
         assert store.job_get(gone.id) is None
         assert store.event_list(gone.id) == []
-    assert {j.id for j in store.job_list(JobFilter())} == {recent.id, queued.id, busy.id}
+    assert {j.id for j in listed(store)} == {recent.id, queued.id, busy.id}
     assert {e.job_id for e in store.event_since(0, 1000)} == {recent.id, queued.id, busy.id}
 
 
 def test_purge_keeps_live_jobs_whatever_the_cutoff(store: Store) -> None:
     queued = enqueue_one(store, queue="q")
     busy = running(store)
-    assert store.job_purge(at(10_000)) == 0
+    assert purge(store, at(10_000)) == 0
     assert get(store, queued.id).state == QUEUED
     assert get(store, busy.id).state == RUNNING
 
@@ -1065,10 +1065,10 @@ def test_purge_respects_limit(store: Store) -> None:
     jobs = enqueue(store, new_job(), new_job(), new_job())
     for job in jobs:
         cancel_one(store, job.id, at(1))
-    assert store.job_purge(at(2), limit=2) == 2
-    assert len(store.job_list(JobFilter())) == 1
-    assert store.job_purge(at(2), limit=2) == 1
-    assert store.job_purge(at(2), limit=2) == 0
+    assert purge(store, at(2), limit=2) == 2
+    assert len(listed(store)) == 1
+    assert purge(store, at(2), limit=2) == 1
+    assert purge(store, at(2), limit=2) == 0
 
 
 # --- stats ---------------------------------------------------------------------
@@ -1179,10 +1179,10 @@ def test_next_run_in_of_an_empty_store_is_none(store: Store) -> None:
     assert store.next_run_in(["default"], T0) is None
 
 
-# --- job_list ------------------------------------------------------------------
+# --- listing ------------------------------------------------------------------
 
 
-def test_job_list_filters_by_state_queue_task_and_batch(store: Store) -> None:
+def test_listing_filters_by_state_queue_task_and_batch(store: Store) -> None:
     a, b, c, d = enqueue(
         store,
         new_job("t1", queue="q1", batch="b1"),
@@ -1193,7 +1193,7 @@ def test_job_list_filters_by_state_queue_task_and_batch(store: Store) -> None:
     claim_one(store, ("q2",))  # c runs
 
     def ids(**fields: Any) -> list[int]:
-        return [j.id for j in store.job_list(JobFilter(**fields))]
+        return [j.id for j in listed(store, **fields)]
 
     assert ids(state=RUNNING) == [c.id]
     assert ids(state=QUEUED) == [d.id, b.id, a.id]
@@ -1204,16 +1204,16 @@ def test_job_list_filters_by_state_queue_task_and_batch(store: Store) -> None:
     assert ids(state=SUCCEEDED) == []
 
 
-def test_job_list_is_newest_first_with_keyset_pagination(store: Store) -> None:
+def test_listing_is_newest_first_with_keyset_pagination(store: Store) -> None:
     jobs = enqueue(store, *(new_job() for _ in range(5)))
     ids = [j.id for j in reversed(jobs)]
-    page1 = store.job_list(JobFilter(limit=2))
+    page1 = listed(store, limit=2)
     assert [j.id for j in page1] == ids[:2]
-    page2 = store.job_list(JobFilter(limit=2, before_id=page1[-1].id))
+    page2 = listed(store, limit=2, before_id=page1[-1].id)
     assert [j.id for j in page2] == ids[2:4]
-    page3 = store.job_list(JobFilter(limit=2, before_id=page2[-1].id))
+    page3 = listed(store, limit=2, before_id=page2[-1].id)
     assert [j.id for j in page3] == ids[4:]
-    assert store.job_list(JobFilter(limit=2, before_id=page3[-1].id)) == []
+    assert listed(store, limit=2, before_id=page3[-1].id) == []
 
 
 # --- event_since -------------------------------------------------------------------
@@ -1380,7 +1380,7 @@ def test_unicode_names_round_trip(store: Store) -> None:
         "партия",
     )
     assert [j.id for j in claim(store, ("files-ü",), group="群")] == [job.id]
-    assert [j.id for j in store.job_list(JobFilter(batch="партия"))] == [job.id]
+    assert [j.id for j in listed(store, batch="партия")] == [job.id]
 
 
 # --- times --------------------------------------------------------------------------

@@ -15,10 +15,11 @@ import pytest
 from psycopg import sql as pgsql
 
 from conveyor.job import EventKind, Job, JobState, NewJob, encode_payload
-from conveyor.store.base import Finish, JobFilter, Store
+from conveyor.store.base import Finish, Store
 from conveyor.store.dsn import open_store
+from conveyor.store.selection import driven
 from conveyor.store.sql import load_queries
-from outcomes import Failure
+from outcomes import Failure, listed
 from store_fixtures import event_committed_late
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -63,10 +64,10 @@ def complete(store: Store, job: Job, now: datetime) -> None:
     assert store.job_finish([Finish.complete(job.id, job.lease_token or "", None)], now) == [job.id]
 
 
-# --- job_list: error text and the index-driven statements ------------------------------
+# --- listing: error text and the index-driven statements ------------------------------
 
 
-def test_job_list_filters_by_text_in_the_error(store: Store) -> None:
+def test_listing_filters_by_text_in_the_error(store: Store) -> None:
     jobs = store.job_insert_many(
         [new_job(queue="mail"), new_job(queue="mail"), new_job(queue="web", batch="b1")], T0
     )
@@ -80,7 +81,7 @@ def test_job_list_filters_by_text_in_the_error(store: Store) -> None:
         fail(store, job, errors[job.id], at(2 + n))
 
     def ids(**filters: Any) -> list[int]:
-        return [j.id for j in store.job_list(JobFilter(**filters))]
+        return [j.id for j in listed(store, **filters)]
 
     assert ids(error="SMTP") == [jobs[2].id, jobs[0].id]  # case-insensitive, newest first
     assert ids(error="smtp", state=JobState.FAILED, queue="mail") == [jobs[0].id]
@@ -104,7 +105,7 @@ def test_job_list_filters_by_text_in_the_error(store: Store) -> None:
     ],
     ids=repr,
 )
-def test_job_list_pages_cover_every_match_once(store: Store, filters: dict[str, Any]) -> None:
+def test_listing_pages_cover_every_match_once(store: Store, filters: dict[str, Any]) -> None:
     store.job_insert_many(
         [
             new_job(f"t{n % 3}", queue="ab"[n % 2], batch="x" if n % 4 == 0 else None)
@@ -114,7 +115,7 @@ def test_job_list_pages_cover_every_match_once(store: Store, filters: dict[str, 
     )
     for job in store.job_claim(["b"], 8, "w1", LEASE, at(1)):
         complete(store, job, at(2))
-    everything = store.job_list(JobFilter(limit=1000))
+    everything = listed(store, limit=1000)
     expected = [
         j.id
         for j in everything
@@ -125,7 +126,7 @@ def test_job_list_pages_cover_every_match_once(store: Store, filters: dict[str, 
     seen: list[int] = []
     before: int | None = None
     while True:
-        page = store.job_list(JobFilter(**filters, before_id=before, limit=7))
+        page = listed(store, **filters, before_id=before, limit=7)
         seen += [j.id for j in page]
         if len(page) < 7:
             break
@@ -217,8 +218,8 @@ def test_run_time_histogram_buckets_the_last_attempt(store: Store) -> None:
 
 #: The statements that must walk an index, and the indexes each may use.
 PLANNED = {
-    "job_list_by_queue_state": ("jobs_queue_state",),
-    "job_list_by_batch": ("jobs_batch",),
+    "job_select/queue_state": ("jobs_queue_state",),
+    "job_select/batch": ("jobs_batch",),
     "stats_finished_per_slot": ("jobs_finished",),
     "queue_names": ("jobs_queue_state",),
 }
@@ -233,8 +234,15 @@ PG_PLANNED = {
 }
 SQLITE_PARAMS: dict[str, Any] = {
     "state": "failed",
+    "base_state": "failed",
     "queue": "q",
     "task": None,
+    "group": None,
+    "worker": None,
+    "key": None,
+    "limit_key": None,
+    "args": None,
+    "args_floor": 0,
     "batch": "b",
     "error": "timeout",
     "before_id": 2**63 - 1,
@@ -255,14 +263,15 @@ def test_sqlite_list_queries_walk_indexes(tmp_path: Any) -> None:
     conn = sqlite3.connect(path)
     try:
         for name, indexes in SQLITE_PLANNED.items():
-            sql = queries[name]
-            params = {k: v for k, v in SQLITE_PARAMS.items() if f":{k}" in sql}
+            sql = statement(queries, name)
+            params = {**SQLITE_PARAMS, **alone(name)}
+            params = {k: v for k, v in params.items() if f":{k}" in sql}
             plan = " | ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
             assert any(re.search(rf"USING (COVERING )?INDEX {i}\b", plan) for i in indexes), (
                 name,
                 plan,
             )
-            if name.startswith("job_list"):  # the index gives the order
+            if name.startswith("job_select"):  # the index gives the order
                 assert "USE TEMP B-TREE FOR ORDER BY" not in plan, (name, plan)
     finally:
         conn.close()
@@ -290,23 +299,21 @@ def test_postgres_list_queries_walk_indexes(pg_clean_dsn: str) -> None:
             """
         )
         conn.execute("ANALYZE jobs")
-        # job_list plans for the values given (plan_for_values); the others run
+        # job_select plans for the values given (plan_for_values); the others run
         # with the store sessions' generic plans.
         recent = datetime.now(UTC) - timedelta(hours=1)
         values_of = {**SQLITE_PARAMS, "since": recent, "now": recent}
         for name, indexes in PG_PLANNED.items():
-            mode = "force_custom_plan" if name.startswith("job_list") else "force_generic_plan"
+            mode = "force_custom_plan" if name.startswith("job_select") else "force_generic_plan"
             conn.execute(pgsql.SQL("SET plan_cache_mode = {}").format(pgsql.SQL(mode)))
-            sql, names = positional(queries[name])
-            alone = (
-                {"batch": None} if name.startswith("job_list_by_") and "batch" not in name else {}
-            )
-            values = [{**values_of, **alone}[n] for n in names]
+            sql, names = positional(statement(queries, name))
+            values = [{**values_of, **alone(name)}[n] for n in names]
             types = f"({', '.join(PG_TYPES[n] for n in names)})" if names else ""
-            conn.execute(f"PREPARE p_{name} {types} AS {sql}")
+            prepared = "p_" + name.replace("/", "_")
+            conn.execute(f"PREPARE {prepared} {types} AS {sql}")
             args = pgsql.SQL(", ").join(map(pgsql.Literal, values))
             explain = pgsql.SQL("EXPLAIN EXECUTE {}{}").format(
-                pgsql.Identifier(f"p_{name}"), pgsql.SQL("({})").format(args) if values else args
+                pgsql.Identifier(prepared), pgsql.SQL("({})").format(args) if values else args
             )
             rows = conn.execute(explain).fetchall()
             plan = " | ".join(r[0] for r in rows)
@@ -314,14 +321,36 @@ def test_postgres_list_queries_walk_indexes(pg_clean_dsn: str) -> None:
                 name,
                 plan,
             )
-            if name.startswith("job_list_by_queue"):
+            if name == "job_select/queue_state":
                 assert "Sort" not in plan, (name, plan)  # the index gives the order
+
+
+def statement(queries: dict[str, str], name: str) -> str:
+    """A named statement, or ``job_select/<driver>``: job_select as that driver drives it."""
+    base, _, driver = name.partition("/")
+    return driven(queries, base, driver) if driver else queries[base]
+
+
+def alone(name: str) -> dict[str, Any]:
+    """The filters a driven statement leaves unset: the driver's column filters alone."""
+    if name == "job_select/queue_state":
+        return {"batch": None}
+    if name == "job_select/batch":
+        return {"queue": None, "state": None}
+    return {}
 
 
 PG_TYPES = {
     "state": "text",
+    "base_state": "text",
     "queue": "text",
     "task": "text",
+    "group": "text",
+    "worker": "text",
+    "key": "text",
+    "limit_key": "text",
+    "args": "text",
+    "args_floor": "bigint",
     "batch": "text",
     "error": "text",
     "before_id": "bigint",

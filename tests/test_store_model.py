@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import psycopg
 import pytest
@@ -39,10 +39,10 @@ from hypothesis.stateful import (
 from psycopg import sql
 
 from conveyor.errors import JobStateError
-from conveyor.job import Job, JobState, NewJob
-from conveyor.store.base import Finish, JobFilter, Lease, Store
+from conveyor.job import HOLD_AT, Job, JobState, NewJob
+from conveyor.store.base import Finish, HoldStore, Lease, Store
 from conveyor.store.dsn import open_store
-from outcomes import Failure, cancel_one, cancelled, released, retry_one
+from outcomes import Failure, cancel_one, cancelled, listed, purge, released, retry_one
 
 START = datetime(2030, 1, 1, tzinfo=UTC)
 LEASE = timedelta(seconds=20.5)
@@ -96,6 +96,8 @@ class ModelJob:
     error: str | None = None
     #: (kind, attempt) of each event, oldest first.
     events: list[tuple[str, int]] = field(default_factory=list)
+    #: While held (run_at parked at HOLD_AT): the run_at it had.
+    held_run_at: datetime | None = None
 
     @property
     def live(self) -> bool:
@@ -198,7 +200,7 @@ class StoreMachine(RuleBasedStateMachine):
 
     @initialize(specs=st.lists(JOB_SPECS, min_size=3, max_size=8))
     def start(self, specs: list[JobSpec]) -> None:
-        assert self.store.job_list(JobFilter(limit=10)) == []
+        assert listed(self.store, limit=10) == []
         self._enqueue(specs)
 
     @rule(specs=st.lists(JOB_SPECS, min_size=1, max_size=3))
@@ -506,9 +508,35 @@ class StoreMachine(RuleBasedStateMachine):
             for j in self.model.jobs.values()
             if j.state in TERMINAL and j.finished_at is not None and j.finished_at < before
         ]
-        assert self.store.job_purge(before) == len(doomed)
+        assert purge(self.store, before) == len(doomed)
         for job_id in doomed:
             del self.model.jobs[job_id]
+
+    @rule(data=st.data())
+    def hold(self, data: st.DataObject) -> None:
+        """An operator holds a job: only a queued one that is not held yet changes."""
+        job_id = self._pick_job_id(data, QUEUED)
+        got = cast(HoldStore, self.store).job_hold([job_id], self.model.now)
+        job = self.model.jobs.get(job_id)
+        if job is None or job.state != QUEUED or job.run_at >= HOLD_AT:
+            assert got == []
+            return
+        assert got == [job_id]
+        job.held_run_at, job.run_at = job.run_at, HOLD_AT
+        job.events.append(("held", job.attempts))
+
+    @rule(data=st.data())
+    def unhold(self, data: st.DataObject) -> None:
+        """An operator lets a held job go: due at the run_at it had."""
+        job_id = self._pick_job_id(data, QUEUED)
+        got = cast(HoldStore, self.store).job_unhold([job_id], self.model.now)
+        job = self.model.jobs.get(job_id)
+        if job is None or job.state != QUEUED or job.run_at < HOLD_AT:
+            assert got == []
+            return
+        assert got == [job_id]
+        job.run_at, job.held_run_at = job.held_run_at or self.model.now, None
+        job.events.append(("unheld", job.attempts))
 
     @rule(queue=st.sampled_from(QUEUES), paused=st.sampled_from([False, False, True]))
     def pause_or_resume(self, queue: str, paused: bool) -> None:
@@ -527,7 +555,7 @@ class StoreMachine(RuleBasedStateMachine):
 
     @invariant()
     def store_matches_model(self) -> None:
-        jobs = self.store.job_list(JobFilter(limit=10_000))
+        jobs = listed(self.store, limit=10_000)
         model = self.model.jobs
         assert sorted(j.id for j in jobs) == sorted(model)
         for job in jobs:

@@ -72,6 +72,7 @@ def test_the_search_of_arguments_is_a_range_of_the_primary_key(tmp_path: Path) -
     import sqlite3
 
     from conveyor.store.dsn import open_store, sqlite_path
+    from conveyor.store.selection import driven
     from conveyor.store.sql import load_queries
 
     dsn = f"sqlite:///{tmp_path / 'plan.db'}"
@@ -86,7 +87,8 @@ def test_the_search_of_arguments_is_a_range_of_the_primary_key(tmp_path: Path) -
     try:
         for name in ("job_select", "job_count"):
             plan = " | ".join(
-                r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + queries[name], params)
+                r[3]
+                for r in conn.execute("EXPLAIN QUERY PLAN " + driven(queries, name, "all"), params)
             )
             assert "USING INTEGER PRIMARY KEY (rowid>?" in plan, (name, plan)
     finally:

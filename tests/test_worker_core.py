@@ -25,6 +25,7 @@ from conveyor.job import MAX_JSON_DEPTH, NewJob, utcnow
 from conveyor.schedule import Every
 from conveyor.store.postgres import listener as pg_listener
 from conveyor.worker.maintenance import Maintenance
+from outcomes import purge
 from waiting import wait_until
 
 DEADLINE = 10.0
@@ -393,7 +394,7 @@ def test_a_periodic_tick_runs_once_across_purges_restarts_and_leaders(app: App) 
     assert job.run_at == datetime(2026, 3, 1, 10, tzinfo=UTC)
     claimed = app.store.job_claim(["default"], 1, "w", timedelta(seconds=30), now)
     app.store.job_finish([_complete(claimed[0])], now)
-    assert app.store.job_purge(now + timedelta(days=8)) == 1  # retention took it
+    assert purge(app.store, now + timedelta(days=8)) == 1  # retention took it
     # A restart, then another leader, within the same tick: nothing new.
     Maintenance(app, "leader-1", lease=5).run_once(now + timedelta(minutes=5))
     app.store.leader_release("maintenance", "leader-1")

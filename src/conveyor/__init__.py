@@ -1,6 +1,6 @@
 """conveyor: a durable job queue for Python on SQLite, PostgreSQL and Redis."""
 
-from conveyor.app import App
+from conveyor.app import App, Keep
 from conveyor.context import CancelSignal, Context
 from conveyor.errors import (
     ConfigurationError,
@@ -20,15 +20,17 @@ from conveyor.errors import (
 from conveyor.job import Event, Job, JobState, NewJob
 from conveyor.middleware import Middleware
 from conveyor.retry import ExponentialBackoff, FixedBackoff
-from conveyor.store.base import BatchStatus, LimitStatus, Stats
+from conveyor.store.base import BatchStatus, LimitStatus, Stats, Step
 from conveyor.task import Task
 from conveyor.version import __version__
+from conveyor.worker.changes import Change
 from conveyor.workflow import Workflow, WorkflowRun, WorkflowStatus, chain, chord, group
 
 __all__ = [
     "App",
     "BatchStatus",
     "CancelSignal",
+    "Change",
     "ConfigurationError",
     "Context",
     "ConveyorError",
@@ -43,6 +45,7 @@ __all__ = [
     "JobNotFoundError",
     "JobState",
     "JobStateError",
+    "Keep",
     "LeaseLostError",
     "LimitStatus",
     "Middleware",
@@ -50,6 +53,7 @@ __all__ = [
     "Retry",
     "SchemaMissingError",
     "Stats",
+    "Step",
     "StoreUnavailableError",
     "Task",
     "UnknownTaskError",

@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import functools
 import math
+import os
 import threading
 import time
 import weakref
@@ -51,12 +52,15 @@ from conveyor.store.base import (
     BatchStatus,
     DurabilityReport,
     FlowControlStore,
-    JobFilter,
+    HoldStore,
     JobSelection,
     JobStore,
     LimitStatus,
     OperatorStore,
+    OutcomeStore,
     Stats,
+    Step,
+    StepStore,
     Store,
     TransactionalStore,
     WorkerInfo,
@@ -64,9 +68,10 @@ from conveyor.store.base import (
     WorkflowStore,
     require,
 )
+from conveyor.store.capabilities import Capabilities, store_capabilities
 from conveyor.store.dsn import open_store
 from conveyor.task import EnqueueOptions, Task
-from conveyor.worker.changes import ChangeHub
+from conveyor.worker.changes import Change, ChangeHub, ChangeListener
 from conveyor.workflow import Workflow, WorkflowRun, WorkflowStatus, check_workflow
 
 if TYPE_CHECKING:
@@ -91,6 +96,8 @@ KNOWN_TASKS_READ = 5_000
 #: Longest a wait goes without reading the job again, should a signal be missed.
 WAIT_FALLBACK_POLL = 0.5
 DEFAULT_MAX_ATTEMPTS = 3
+#: How long a finished job without a processed mark counts as unprocessed (``unprocessed``).
+OUTCOME_GRACE = timedelta(days=7)
 #: "Not given" for arguments where None means something (``app.limit(queue, None)`` clears).
 _UNSET: Any = object()
 
@@ -150,7 +157,10 @@ class App:
     ``store_options`` go to the backend (for PostgreSQL: ``min_size``, ``max_size``,
     ``connect_timeout``; for Redis: ``connect_timeout``, ``socket_timeout``).
     ``middleware`` wraps every enqueue and every attempt, in order (see
-    ``conveyor.middleware``).
+    ``conveyor.middleware``). ``notifications=False`` (or ``CONVEYOR_NOTIFICATIONS=0``
+    in the environment) runs poll-only: nothing listens to the store (behind a
+    pooler in transaction mode, where LISTEN cannot work), and work enqueued by
+    other processes is found within a ``poll_interval``.
     """
 
     def __init__(
@@ -160,13 +170,15 @@ class App:
         store: JobStore | None = None,
         retention: timedelta | None = None,
         inline: bool = False,
-        retention_by_state: Mapping[str, timedelta] | None = None,
+        retention_by_state: Mapping[str, timedelta | Keep] | None = None,
         keep_finished: int | Mapping[str, int] | None = None,
         middleware: Sequence[Middleware] | None = None,
+        notifications: bool | None = None,
         **store_options: Any,
     ):
         if store is not None and dsn is not None:
             raise ConfigurationError("give App a dsn or a store, not both")
+        listen = notifications_setting(notifications)  # checked before the store opens
         #: This App's middleware, after the globally installed ones (``middleware_chain``).
         self.middleware = check_middleware(middleware)
         # A store may have only the core (JobStore): workers and consumers need no
@@ -179,12 +191,19 @@ class App:
         #: Finished jobs older than this are purged by the workers' maintenance (off when None).
         self.retention = retention
         #: Per final state (succeeded, failed, cancelled), a retention time of its own.
-        self.retention_by_state = check_retention_by_state(retention_by_state)
+        self.retention_by_state, self.keep_by_state = check_retention_by_state(retention_by_state)
         #: At most this many finished jobs per queue (an int for every queue, or per queue).
         self.keep_finished = check_keep_finished(keep_finished)
         self._next_count_retention = 0.0
+        #: Seconds between two rounds of the count rules (``keep_finished``, a Keep's
+        #: count): each counts finished jobs. ``app.trim`` applies one at once.
+        self.count_retention_every = COUNT_RETENTION_EVERY
         #: Changes seen by this process: local enqueues and completions, and the database's feed.
-        self.changes = ChangeHub(self.store)
+        #: Whether this App listens to the store's notifications (LISTEN on
+        #: PostgreSQL, pub/sub on Redis, the file's data_version on SQLite); off,
+        #: workers and consumers find other processes' work by their poll only.
+        self.notifications = listen
+        self.changes = ChangeHub(self.store, listen=self.notifications)
         #: Inline mode (for tests): every enqueue runs its jobs before it returns.
         self.inline = inline
         self._inline_with_scheduled = True
@@ -360,18 +379,32 @@ class App:
         poll_interval: float = 1.0,
         *,
         idle_timeout: float | None = None,
+        batch_size: int = 1,
+        backoff_first: float = 0.05,
+        backoff_max: float = 2.0,
     ) -> Consumer:
-        """Claim jobs one at a time and yield them to a loop you own.
+        """Claim jobs and yield them, one at a time, to a loop you own.
 
-        End each with ``job.complete(result)``, ``job.fail(error)`` or
-        ``job.release()``, or use ``with job:`` (complete on exit, fail on an
-        exception). Stopping the iteration releases a job still held;
-        ``consumer.stop()`` ends the loop from another thread, and
+        End each with ``job.complete(result)``, ``job.fail(error)`` (retried while
+        attempts remain), ``job.fail(error, final=True)`` (failed for good) or
+        ``job.release()``, or use ``with job:`` (complete on exit; an exception is
+        judged as a handler's: ``Fail`` fails for good, ``Retry`` runs it again
+        later, anything else fails the attempt). Stopping the iteration releases a
+        job still held; ``consumer.stop()`` ends the loop from another thread, and
         ``idle_timeout`` ends it after that many seconds without a job.
-        """
-        from conveyor.worker.consume import Consumer
 
-        return Consumer(self, queues, group, lease, poll_interval, idle_timeout)
+        ``batch_size`` claims up to that many jobs in one call, each held and
+        renewed under its own lease until it is handed out and ended. When nothing
+        is ready the loop sleeps until a wake-up, the next due job, or at most
+        ``poll_interval`` seconds; after a store error it waits ``backoff_first``
+        seconds, doubling up to ``backoff_max``, before it claims again.
+        """
+        from conveyor.worker.consume import ConsumeOptions, Consumer
+
+        options = ConsumeOptions(
+            lease, poll_interval, idle_timeout, batch_size, backoff_first, backoff_max
+        )
+        return Consumer(self, queues, group, options)
 
     def aconsume(
         self,
@@ -381,11 +414,17 @@ class App:
         poll_interval: float = 1.0,
         *,
         idle_timeout: float | None = None,
+        batch_size: int = 1,
+        backoff_first: float = 0.05,
+        backoff_max: float = 2.0,
     ) -> AsyncIterator[ConsumedJob]:
         """``consume`` for async code: ``async for job in app.aconsume([...])``."""
-        from conveyor.worker.consume import aconsume
+        from conveyor.worker.consume import ConsumeOptions, aconsume
 
-        return aconsume(self, queues, group, lease, poll_interval, idle_timeout)
+        options = ConsumeOptions(
+            lease, poll_interval, idle_timeout, batch_size, backoff_first, backoff_max
+        )
+        return aconsume(self, queues, group, options)
 
     def get_task(self, name: str) -> Task[Any, Any]:
         """The registered task of that name; UnknownTaskError lists the known ones."""
@@ -669,24 +708,12 @@ class App:
         limit counts under it; ``args`` the jobs whose arguments (as JSON) contain
         that text, among the newest ARGS_SEARCH_SPAN jobs only.
         """
-        narrowed = (group, worker, key, limit_key, args)
-        if any(v is not None for v in narrowed) or state in WAITING_STATES:
-            selection = job_selection(
-                state=state, queue=queue, task=task, group=group, batch=batch, error=error,
-                worker=worker, key=key, limit_key=limit_key, args=args,
-            )  # fmt: skip
-            found = self.store.job_select(selection, utcnow(), before_id, limit)
-            return [self._attach(job) for job in found]
-        job_filter = JobFilter(
-            state=JobState(state) if state is not None else None,
-            queue=queue,
-            task=task,
-            batch=batch,
-            error=error,
-            before_id=before_id,
-            limit=limit,
-        )
-        return [self._attach(job) for job in self.store.job_list(job_filter)]
+        selection = job_selection(
+            state=None if state is None else str(state), queue=queue, task=task, group=group,
+            batch=batch, error=error, worker=worker, key=key, limit_key=limit_key, args=args,
+        )  # fmt: skip
+        found = self.store.job_select(selection, utcnow(), before_id, limit)
+        return [self._attach(job) for job in found]
 
     def workers(self) -> list[WorkerStatus]:
         """The registered workers, each with the running jobs the store says it holds.
@@ -724,6 +751,11 @@ class App:
         """The job's history, oldest first."""
         return list(self.store.event_list(job_id))
 
+    @needs(StepStore, "read a job's durable steps")
+    def steps(self, job_id: int) -> list[Step]:
+        """The job's durable steps (``ctx.step``), in the order they finished."""
+        return cast(StepStore, self.store).step_list(job_id)
+
     @needs(OperatorStore, "count jobs")
     def stats(self) -> Stats:
         """Counts per queue and state, oldest ready age, jobs finished in the last minute."""
@@ -737,6 +769,31 @@ class App:
         running. Purged jobs are no longer counted.
         """
         return self.store.batch_status(validate_name("batch", batch) or batch)
+
+    def on_change(self, callback: Callable[[Change], None]) -> ChangeListener:
+        """Be told when something changes: ``callback(change)`` for each ``Change``.
+
+        The App's own feed, which wakes its workers and waiters: this process's
+        enqueues, outcomes, cancels and progress at once, and other processes'
+        through the store's notifications (LISTEN/NOTIFY, pub/sub, SQLite's file
+        watch; not when the App runs with ``notifications=False``). Called from a
+        background thread: keep it short (hand the change to a queue of yours);
+        an exception it raises is logged and the feed goes on. A hint, not a
+        log: changes may come merged, twice, or (after "reconnected") not at
+        all, so read the store again for the truth. ``close()`` on the returned
+        listener (or ``with``) stops it.
+        """
+        return ChangeListener(self.changes, callback)
+
+    def capabilities(self) -> Capabilities:
+        """What this App's store supports, read off the protocols it implements.
+
+        ``app.capabilities().caller_transactions`` says whether
+        ``enqueue(..., connection=conn)`` works; ``.limits``, ``.spark``,
+        ``.operations``, ``.several_machines``, ``.notifications`` (listening,
+        unless the App runs poll-only) the rest; ``.as_dict()`` all of it.
+        """
+        return store_capabilities(self.store, self.notifications)
 
     def health(self) -> dict[str, Any]:
         """Whether the store answers, how fast, and its schema version. Never raises.
@@ -842,10 +899,7 @@ class App:
             validate_name("queue", queue)
         total = 0
         while True:
-            if states is None and queue is None:
-                deleted = self.store.job_purge(cutoff)
-            else:
-                deleted = self.store.job_purge_where(cutoff, chosen, queue)
+            deleted = self.store.job_purge_where(cutoff, chosen, queue)
             total += deleted
             if deleted == 0:
                 return total
@@ -1151,32 +1205,204 @@ class App:
 
     @needs(OperatorStore, "apply retention")
     def apply_retention(self, now: datetime) -> int:
-        """One round of retention, run by the workers' maintenance; returns the jobs deleted.
+        """One round of retention, run by the leader of retention among the workers'
+        maintenance and the consumers; returns the jobs deleted.
 
         ``retention`` applies to the final states ``retention_by_state`` does not
-        name; ``keep_finished`` trims each queue to its newest finished jobs (at
-        most once a minute: it counts a queue's finished jobs to do so). Each round
-        deletes at most 10,000 jobs per rule, so a big backlog goes over a few rounds.
+        name; ``keep_finished`` trims each queue to its newest finished jobs, and a
+        ``Keep``'s count each queue to its newest jobs of that state (at most every
+        ``count_retention_every`` seconds, a minute: they count finished jobs to do
+        so). Each round deletes at most 10,000 jobs per rule, so a big backlog goes
+        over a few rounds.
         """
         deleted = 0
         by_state = self.retention_by_state
+        keep_by_state = self.keep_by_state
         if self.retention is not None:
             rest = [s for s in FINAL_STATES if s not in by_state]
-            if not by_state:
-                deleted += self.store.job_purge(now - self.retention)
-            elif rest:
+            if rest:
                 deleted += self.store.job_purge_where(now - self.retention, rest, None)
         for state, age in by_state.items():
             deleted += self.store.job_purge_where(now - age, [state], None)
-        if self.keep_finished is not None and time.monotonic() >= self._next_count_retention:
-            self._next_count_retention = time.monotonic() + COUNT_RETENTION_EVERY
+        counting = self.keep_finished is not None or keep_by_state
+        if counting and time.monotonic() >= self._next_count_retention:
+            self._next_count_retention = time.monotonic() + self.count_retention_every
+            names = self.store.queue_names()
             if isinstance(self.keep_finished, int):
-                keeps = dict.fromkeys(self.store.queue_names(), self.keep_finished)
+                keeps = dict.fromkeys(names, self.keep_finished)
             else:
-                keeps = dict(self.keep_finished)
+                keeps = dict(self.keep_finished or {})
             for queue, keep in keeps.items():
-                deleted += self.store.job_purge_beyond(queue, keep)
+                deleted += self.store.job_purge_beyond(queue, keep, FINAL_STATES)
+            for state, keep in keep_by_state.items():
+                for queue in names:  # per queue, as removeOnFail's count is per queue
+                    deleted += self.store.job_purge_beyond(queue, keep, [state])
         return deleted
+
+    @property
+    def has_retention(self) -> bool:
+        """Whether any retention rule is set (the housekeeping of workers and consumers)."""
+        return bool(
+            self.retention is not None
+            or self.retention_by_state
+            or self.keep_by_state
+            or self.keep_finished is not None
+        )
+
+    @needs(OperatorStore, "trim queues")
+    def trim(
+        self,
+        queue: str,
+        *,
+        keep: int,
+        states: Sequence[str] | None = None,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> int:
+        """Delete a queue's finished jobs beyond its ``keep`` newest, now; return how many.
+
+        ``states`` narrows it to some final states (succeeded, failed,
+        cancelled), counted together: ``app.trim("mail", keep=100,
+        states=["failed"])`` keeps the 100 newest failed jobs of ``mail``.
+        Newest is by id, the order the jobs were enqueued. Deletes in batches,
+        one transaction each, calling ``on_batch(count)`` after each.
+        """
+        validate_name("queue", queue)
+        check_keep_finished(keep)
+        chosen = check_final_states(states)
+        total = 0
+        while True:
+            deleted = self.store.job_purge_beyond(queue, keep, chosen)
+            total += deleted
+            if deleted == 0:
+                return total
+            if on_batch is not None:
+                on_batch(deleted)
+
+    # --- holding single jobs back -------------------------------------------------------
+
+    @needs(HoldStore, "hold jobs")
+    def hold(self, job_id: int) -> Job:
+        """Hold a queued job back: no worker or consumer claims it until ``unhold``.
+
+        Its place is kept (its key, its group: a held job at the head of a group
+        holds the group behind it); ``job.held`` says so. Only a queued job can be
+        held: holding never touches a running job (JobStateError says what to do
+        instead). Holding a held job changes nothing.
+        """
+        self._hold(job_id, holding=True)
+        return self.get(job_id)
+
+    @needs(HoldStore, "let held jobs go")
+    def unhold(self, job_id: int) -> Job:
+        """Let a held job go: due again at the run_at it had (now, if that has passed)."""
+        self._hold(job_id, holding=False)
+        return self.get(job_id)
+
+    def _hold(self, job_id: int, holding: bool) -> None:
+        store = cast(HoldStore, self.store)
+        act = store.job_hold if holding else store.job_unhold
+        if act([job_id], utcnow()):
+            if not holding:
+                self.changes.publish("jobs", self.get(job_id).queue)
+            return
+        job = self.get(job_id)  # JobNotFoundError for one that is not there
+        if holding and job.held:
+            return  # held already: nothing to do
+        if holding:
+            advice = (
+                "cancel it (it stops at its next check) or take it back"
+                if job.state == JobState.RUNNING
+                else "retry it first, then hold it"
+            )
+            raise JobStateError(
+                f"job {job_id} is {job.state}: only a queued job can be held; {advice}"
+            )
+        raise JobStateError(f"job {job_id} is {job.state}, not held: nothing to let go")
+
+    @needs(HoldStore, "hold jobs")
+    def hold_jobs(
+        self,
+        /,
+        ids: Sequence[int] | None = None,
+        *,
+        on_batch: Callable[[int], None] | None = None,
+        **filters: str | None,
+    ) -> int:
+        """Hold the queued jobs among those named (ids and/or filters); returns how many."""
+        store = cast(HoldStore, self.store)
+        return self._bulk(
+            job_selection(ids, **filters), BULK_ACTIONS["hold"], store.job_hold, on_batch
+        )
+
+    @needs(HoldStore, "let held jobs go")
+    def unhold_jobs(
+        self,
+        /,
+        ids: Sequence[int] | None = None,
+        *,
+        on_batch: Callable[[int], None] | None = None,
+        **filters: str | None,
+    ) -> int:
+        """Let the held jobs among those named go; returns how many."""
+        store = cast(HoldStore, self.store)
+        return self._bulk(
+            job_selection(ids, **filters), BULK_ACTIONS["unhold"], store.job_unhold, on_batch
+        )
+
+    @needs(HoldStore, "list held jobs")
+    def held_jobs(
+        self, queue: str | None = None, *, limit: int = 100, before_id: int | None = None
+    ) -> list[Job]:
+        """Held jobs (of ``queue``, or of all), newest first; page with ``before_id``."""
+        if queue is not None:
+            validate_name("queue", queue)
+        ids = cast(HoldStore, self.store).job_held(queue, before_id, limit)
+        found = {job.id: job for job in self.store.job_get_many(ids)}
+        return [self._attach(found[i]) for i in ids if i in found]
+
+    # --- outcome readers ---------------------------------------------------------------
+
+    @needs(OutcomeStore, "read unprocessed outcomes")
+    def unprocessed(
+        self,
+        queue: str | None = None,
+        *,
+        states: Sequence[str] | None = None,
+        limit: int = 100,
+        grace: timedelta = OUTCOME_GRACE,
+    ) -> list[Job]:
+        """Finished jobs whose outcome no reader has marked processed yet, oldest finish first.
+
+        For a service that acts on results (stores them, tells a user): read,
+        act, then ``mark_processed(job.id)``. ``states`` narrows it to some
+        final states. The grace rule: a finished job without a mark is
+        unprocessed for ``grace`` (7 days) after it finished; past that it is no
+        longer listed (taken as abandoned), so a reader that starts on years of
+        history, or comes back after a long outage, is not flooded. A job run
+        again (retried) and finished anew is unprocessed again.
+        """
+        if queue is not None:
+            validate_name("queue", queue)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+            raise ConfigurationError("limit must be a whole number from 1 to 10,000")
+        since = utcnow() - check_age(grace)
+        readers = cast(OutcomeStore, self.store)
+        ids = readers.job_unprocessed(queue, check_final_states(states), since, limit)
+        found = {job.id: job for job in self.store.job_get_many(ids)}
+        return [self._attach(found[i]) for i in ids if i in found]
+
+    @needs(OutcomeStore, "mark outcomes processed")
+    def mark_processed(self, job_id: int) -> bool:
+        """Mark a finished job's outcome processed: True for exactly one caller, once.
+
+        A compare-and-set: of several readers marking the same job, one gets
+        True (and acts), the others False. False too for a job that is not
+        finished (raises JobNotFoundError for one that does not exist).
+        """
+        if cast(OutcomeStore, self.store).job_mark_processed(job_id):
+            return True
+        self.get(job_id)  # JobNotFoundError names a job that is not there
+        return False
 
     # --- flow control: rate and concurrency limits ----------------------------------
 
@@ -1245,14 +1471,24 @@ class App:
     aworkers = async_twin(workers)
     aknown_tasks = async_twin(known_tasks)
     aevents = async_twin(events)
+    asteps = async_twin(steps)
     astats = async_twin(stats)
     abatch_status = async_twin(batch_status)
     ahealth = async_twin(health)
+    acapabilities = async_twin(capabilities)
     acancel = async_twin(cancel)
     aretry = async_twin(retry)
     aretry_failed = async_twin(retry_failed)
     apurge = async_twin(purge)
     apurge_count = async_twin(purge_count)
+    atrim = async_twin(trim)
+    aunprocessed = async_twin(unprocessed)
+    ahold = async_twin(hold)
+    aunhold = async_twin(unhold)
+    ahold_jobs = async_twin(hold_jobs)
+    aunhold_jobs = async_twin(unhold_jobs)
+    aheld_jobs = async_twin(held_jobs)
+    amark_processed = async_twin(mark_processed)
     apause = async_twin(pause)
     aresume = async_twin(resume)
     acount_jobs = async_twin(count_jobs)
@@ -1287,6 +1523,8 @@ BULK_ACTIONS: dict[str, tuple[str, ...]] = {
     "delete": ("waiting", "queued", "succeeded", "failed", "cancelled"),
     "run_now": ("scheduled", "retrying"),
     "take_back": ("running",),
+    "hold": ("queued",),
+    "unhold": ("scheduled",),
 }
 SELECTION_FILTERS = (
     "state", "queue", "task", "group", "batch", "error", "worker", "key", "limit_key", "args",
@@ -1398,17 +1636,70 @@ def check_final_states(states: Sequence[str] | None) -> list[str]:
     return list(dict.fromkeys(states))
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Keep:
+    """How long, and how many, finished jobs of one final state are kept (``retention_by_state``).
+
+    ``Keep(age=timedelta(days=7), count=1000)`` for failed jobs is BullMQ's
+    ``removeOnFail: {age, count}``: a failed job goes once it is older than a
+    week, or once a queue has 1,000 newer failed jobs, whichever comes first.
+    Either may be None (no rule of that kind); ``count`` applies per queue.
+    """
+
+    age: timedelta | None = None
+    count: int | None = None
+
+
 def check_retention_by_state(
-    by_state: Mapping[str, timedelta] | None,
-) -> dict[str, timedelta]:
+    by_state: Mapping[str, timedelta | Keep] | None,
+) -> tuple[dict[str, timedelta], dict[str, int]]:
+    """The age and count rules of ``retention_by_state``, each checked."""
     chosen = dict(by_state or {})
     check_final_states(list(chosen) or None)
-    for state, age in chosen.items():
-        if not isinstance(age, timedelta) or age < timedelta(0):
-            raise ConfigurationError(
-                f"retention_by_state[{state!r}] must be a timedelta of zero or more"
-            )
-    return chosen
+    ages: dict[str, timedelta] = {}
+    counts: dict[str, int] = {}
+    for state, rule in chosen.items():
+        age, count = (rule.age, rule.count) if isinstance(rule, Keep) else (rule, None)
+        if age is not None:
+            if not isinstance(age, timedelta) or age < timedelta(0):
+                raise ConfigurationError(
+                    f"retention_by_state[{state!r}] must be a timedelta of zero or more, "
+                    "or a Keep(age=..., count=...)"
+                )
+            ages[state] = age
+        if count is not None:
+            if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+                raise ConfigurationError(
+                    f"retention_by_state[{state!r}]: Keep's count must be a number of jobs "
+                    f"(0 or more), got {count!r}"
+                )
+            counts[state] = count
+    return ages, counts
+
+
+#: The environment variable that turns the store's notifications off (``0``) or on (``1``).
+NOTIFICATIONS_ENV = "CONVEYOR_NOTIFICATIONS"
+_NOTIFICATION_WORDS = {
+    "1": True, "true": True, "yes": True, "on": True,
+    "0": False, "false": False, "no": False, "off": False,
+}  # fmt: skip
+
+
+def notifications_setting(given: bool | None) -> bool:
+    """Whether to listen: as given, else as ``$CONVEYOR_NOTIFICATIONS`` says, else yes."""
+    if given is not None:
+        if not isinstance(given, bool):
+            raise ConfigurationError(f"notifications must be True or False, got {given!r}")
+        return given
+    raw = os.environ.get(NOTIFICATIONS_ENV)
+    if raw is None or not raw.strip():
+        return True
+    try:
+        return _NOTIFICATION_WORDS[raw.strip().lower()]
+    except KeyError:
+        raise ConfigurationError(
+            f"${NOTIFICATIONS_ENV} must be 0 (poll only) or 1 (listen), got {raw!r}"
+        ) from None
 
 
 def check_keep_finished(keep: int | Mapping[str, int] | None) -> int | dict[str, int] | None:

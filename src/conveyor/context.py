@@ -1,20 +1,34 @@
-"""What a handler sees of its job: ids, progress, the cancel signal, a manual heartbeat."""
+"""What a handler sees of its job: ids, progress, the cancel signal, a manual heartbeat,
+durable steps, and completing the job in the handler's own transaction."""
 
 from __future__ import annotations
 
 import asyncio
+import inspect
+import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from conveyor.errors import Retry, StoreUnavailableError
-from conveyor.job import Job, JobState, storable_text
+from conveyor.errors import (
+    ConfigurationError,
+    Fail,
+    InvalidJobError,
+    LeaseLostError,
+    Retry,
+    StoreUnavailableError,
+)
+from conveyor.job import Job, JobState, encode_json, storable_text, utcnow, validate_name
 from conveyor.limits import throttle_seconds
 from conveyor.logs import job_fields
 from conveyor.pacing import DutyBackoff
+
+if TYPE_CHECKING:
+    from conveyor.store.base import Step
 
 log = logging.getLogger("conveyor.worker")
 #: Failed telemetry writes (progress, a handler's heartbeat) of every job, logged
@@ -120,6 +134,20 @@ class Hooks(Protocol):
         """The jobs ``job`` waited for (``after=``), as stored now."""
         ...
 
+    def steps(self, job: Job) -> list[Step]:
+        """The durable steps the job recorded (in any attempt)."""
+        ...
+
+    def record_step(
+        self, job: Job, name: str, result_json: str, started_at: datetime
+    ) -> Step | None:
+        """Record a step under the job's lease; the step as recorded, None if the lease is lost."""
+        ...
+
+    def complete_in(self, job: Job, connection: Any, result_json: str) -> bool:
+        """Record the job's success in the caller's transaction; False when the lease is lost."""
+        ...
+
 
 @dataclass(slots=True)
 class Context:
@@ -132,6 +160,12 @@ class Context:
     _progress_pending: tuple[float | None, str | None] | None = field(default=None, repr=False)
     _progress_written_at: float = field(default=-PROGRESS_WRITE_INTERVAL, repr=False)
     _parents: list[Job] | None = field(default=None, repr=False)
+    #: The job's recorded steps by name, read at the first step; names used in this attempt.
+    _steps: dict[str, Step] | None = field(default=None, repr=False)
+    _steps_run: set[str] | None = field(default=None, repr=False)
+    #: ctx.complete wrote the job's success in the caller's transaction (which the
+    #: caller may still roll back): the worker expects its own finish to find it done.
+    completed_in_transaction: bool = field(default=False, repr=False)
 
     @property
     def job_id(self) -> int:
@@ -264,3 +298,118 @@ class Context:
                     self.job.id, length, exc, extra=job_fields(self.job),
                 )  # fmt: skip
         return Retry(delay=length, reason=f"throttled for {length:g}s")
+
+    # --- exactly-once effects (docs/effects.md) ------------------------------------
+
+    def step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` as the durable step ``name`` of this job.
+
+        Its result is recorded under the job's lease before it is returned; a
+        later attempt of the same job (after an exception, a timeout, a crash)
+        returns the recorded result instead of calling ``fn`` again. Names must
+        be the same on every attempt and used once per attempt; results follow
+        the rules of a job's result (JSON) and come back as JSON gives them (a
+        tuple as a list), on the first attempt too. An exception of ``fn`` is
+        not recorded: it reaches the handler, and a later attempt calls ``fn``
+        again. In an async handler, ``await ctx.astep(...)``.
+        """
+        recorded = self._step_begin(name)
+        if recorded is not None:
+            return recorded.result
+        started = utcnow()
+        value = fn(*args, **kwargs)
+        if inspect.isawaitable(value):
+            if inspect.iscoroutine(value):
+                value.close()  # never awaited: no "was never awaited" warning
+            # Not retried: every attempt would do the same.
+            raise Fail(
+                f"step {name!r}: {getattr(fn, '__name__', fn)!r} returned an awaitable; "
+                "in an async handler use `await ctx.astep(...)`"
+            )
+        return self._step_end(name, value, started)
+
+    async def astep(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """``ctx.step`` for async handlers: ``fn`` may be a coroutine function (it is awaited).
+
+        The store is read and written on a thread, so the event loop goes on
+        running other handlers meanwhile.
+        """
+        recorded = await asyncio.to_thread(self._step_begin, name)
+        if recorded is not None:
+            return recorded.result
+        started = utcnow()
+        value = fn(*args, **kwargs)
+        if inspect.isawaitable(value):
+            value = await value
+        return await asyncio.to_thread(self._step_end, name, value, started)
+
+    def _step_begin(self, name: str) -> Step | None:
+        """Check the name; the step as recorded by an earlier attempt, or None to run it."""
+        try:
+            validate_name("step name", name)
+        except InvalidJobError as exc:
+            raise Fail(str(exc)) from None
+        if self._steps_run is None:
+            self._steps_run = set()
+        if name in self._steps_run:
+            raise Fail(
+                f"step {name!r} ran twice in one attempt: give each step of a handler its "
+                "own name, the same on every attempt (e.g. f'charge-{item_id}')"
+            )
+        if self._steps is None:
+            found = self._hooks.steps(self.job) if self._hooks is not None else []
+            self._steps = {step.name: step for step in found}
+        recorded = self._steps.get(name)
+        if recorded is not None:
+            self._steps_run.add(name)
+        return recorded
+
+    def _step_end(self, name: str, value: Any, started: datetime) -> Any:
+        """Record the step's result; what the step returns (as JSON gives it back)."""
+        try:
+            result_json = encode_json(f"the result of step {name!r}", value)
+        except InvalidJobError as exc:
+            # Not retried: the step would run again and return the same kind of value.
+            raise Fail(str(exc)) from None
+        assert self._steps is not None and self._steps_run is not None
+        # An exception of fn left the name free: the handler may call the step again.
+        self._steps_run.add(name)
+        if self._hooks is None:  # a Context made by hand: nothing to record into
+            return json.loads(result_json)
+        step = self._hooks.record_step(self.job, name, result_json, started)
+        if step is None:
+            raise LeaseLostError(
+                f"job {self.job.id}: its lease was lost (another worker may run it now); "
+                f"step {name!r} ran but was not recorded"
+            )
+        self._steps[name] = step
+        return step.result
+
+    def complete(self, connection: Any, result: Any = None) -> None:
+        """Record this job's success in ``connection``'s open transaction, with your writes.
+
+        ``connection`` is a connection to the queue's own database with an open
+        transaction (a psycopg Connection on PostgreSQL, a sqlite3 Connection on
+        SQLite). Commit it, and your writes and the job's success are durable
+        together; roll it back, and neither is (the handler's outcome is then
+        recorded as usual). Fenced by the attempt's lease: when the attempt no
+        longer holds the job, raises ``LeaseLostError`` and writes nothing, so
+        that your transaction rolls back. Call it last, just before the commit:
+        the job's row stays locked until then. What the handler returns
+        afterwards is not recorded.
+        """
+        try:
+            result_json = encode_json("the result given to ctx.complete", result)
+        except InvalidJobError as exc:
+            raise Fail(str(exc)) from None
+        if self._hooks is None:
+            raise ConfigurationError(
+                "ctx.complete needs a job run by a worker, by App(inline=True) or by "
+                "conveyor.testing.drain: this Context was made by hand"
+            )
+        if not self._hooks.complete_in(self.job, connection, result_json):
+            raise LeaseLostError(
+                f"job {self.job.id}: its lease was lost (another worker may run it now); "
+                "its success was not written: roll your transaction back"
+            )
+        self.completed_in_transaction = True

@@ -33,6 +33,9 @@ MAX_ATTEMPTS_LIMIT = 2**31 - 1
 #: No job may be due later than this: times up to the end of year 9999 are all
 #: that Python's datetime (and so every reader of the store) can represent.
 MAX_RUN_AT = datetime(9999, 1, 1, tzinfo=UTC)
+#: Where a held job's run_at is parked: no job may otherwise be due then, and a
+#: claim takes due jobs only, so no worker starts a held job.
+HOLD_AT = MAX_RUN_AT
 
 Unique = Literal["live", "forever"]
 AfterFailure = Literal["cancel", "run"]
@@ -70,6 +73,8 @@ class EventKind(enum.StrEnum):
     RELEASED = "released"  # handed back on shutdown; does not use up an attempt
     MANUAL_RETRY = "manual_retry"
     RUN_NOW = "run_now"  # a scheduled or retrying job made due now by hand
+    HELD = "held"  # a queued job held back by an operator: no worker claims it
+    UNHELD = "unheld"  # a held job let go: due at the run_at it had (or now)
     # Redis only: the job's data was gone (its hash deleted or evicted) or incomplete,
     # and its index entries were dropped; the job is in no state any more.
     DROPPED = "dropped"
@@ -215,6 +220,11 @@ class Job:
     @property
     def terminal(self) -> bool:
         return self.state.terminal
+
+    @property
+    def held(self) -> bool:
+        """Held back by an operator (``app.hold``): queued, and no worker claims it."""
+        return self.state == JobState.QUEUED and self.run_at >= HOLD_AT
 
     def detailed_state(self, now: datetime | None = None) -> str:
         """The state as an operator reads it: a queued job is ready, scheduled or retrying."""

@@ -28,11 +28,14 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from conveyor.job import Job, JobState
-from conveyor.store.base import JobFilter
+from conveyor.job import Job, JobState, utcnow
+from conveyor.store.base import JobSelection
 from conveyor.task import Task
 from conveyor.worker.inline import DEFAULT_LIMIT, run_job
 from conveyor.worker.inline import drain as _drain
+
+#: Jobs read per page by enqueued_jobs.
+PAGE = 1000
 
 if TYPE_CHECKING:
     from conveyor.app import App
@@ -117,31 +120,20 @@ def enqueued_jobs(
     ``args`` must equal the job's arguments; ``kwargs`` must be contained in the
     job's keyword arguments (the job may have more).
     """
-    job_filter = JobFilter(
-        state=JobState(state) if state is not None else None,
+    selection = JobSelection(
+        state=None if state is None else str(JobState(state)),
         queue=queue,
         task=_task_name(task) if task is not None else None,
-        limit=1000,
     )
     found: list[Job] = []
-    page = app.store.job_list(job_filter)
+    page = app.store.job_select(selection, utcnow(), None, PAGE)
     while page:
         found.extend(page)
-        if len(page) < job_filter.limit:
+        if len(page) < PAGE:
             break
-        page = app.store.job_list(_next_page(job_filter, page[-1].id))
+        page = app.store.job_select(selection, utcnow(), page[-1].id, PAGE)
     # Attached to the App, so that job.wait() and job.refresh() work as on enqueue's Jobs.
     return [app._attach(job) for job in reversed(found) if _matches(job, args, kwargs)]
-
-
-def _next_page(job_filter: JobFilter, before_id: int) -> JobFilter:
-    return JobFilter(
-        state=job_filter.state,
-        queue=job_filter.queue,
-        task=job_filter.task,
-        before_id=before_id,
-        limit=job_filter.limit,
-    )
 
 
 def _matches(job: Job, args: Sequence[Any] | None, kwargs: dict[str, Any] | None) -> bool:

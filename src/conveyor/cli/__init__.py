@@ -15,7 +15,7 @@ import click
 from conveyor.cli.group import ConveyorGroup, LazyCommand
 from conveyor.cli.jobs import enqueue, jobs
 from conveyor.cli.limits import limit, limits
-from conveyor.cli.queues import delete_queue, pause, purge, resume, stats
+from conveyor.cli.queues import delete_queue, pause, purge, resume, stats, trim
 from conveyor.cli.worker import HANDLER_THREAD_PREFIX, load_app, migrate, worker
 from conveyor.cli.workflows import workflows
 from conveyor.errors import ConfigurationError
@@ -47,6 +47,12 @@ LAZY_COMMANDS = {
         requires=_SPARK,
         short_help="Archive finished jobs to Parquet with Spark, then purge them.",
     ),
+    "spark": LazyCommand(
+        "conveyor.spark.write_commands:spark",
+        extra="spark",
+        requires=("pyspark", "pyarrow"),
+        short_help="Spark's writes into the store: list them, clean up after dead drivers.",
+    ),
     "demo": LazyCommand(
         "conveyor.cli.demo:demo",
         extra="cli",
@@ -76,7 +82,7 @@ def cli(debug: bool, dsn: str | None) -> None:
 #: The schema version this code's migrations reach on the SQL stores, and Redis's key layout
 #: (conveyor.store.redis.store.LAYOUT_VERSION, not imported here: redis-py is optional).
 SCHEMA_VERSION = len(load_migrations("conveyor.store.sqlite"))
-REDIS_LAYOUT = 1
+REDIS_LAYOUT = 2
 cli.help = (
     "conveyor: a durable job queue on SQLite, PostgreSQL or Redis.\n\n"
     "The store is named by --dsn (default $CONVEYOR_DSN, else ./conveyor.db): "
@@ -85,7 +91,7 @@ cli.help = (
     f"{REDIS_LAYOUT}): `conveyor migrate` brings a store to it."
 )
 
-for _command in (migrate, worker, enqueue, jobs, stats, purge, pause, resume, delete_queue):
+for _command in (migrate, worker, enqueue, jobs, stats, purge, trim, pause, resume, delete_queue):
     cli.add_command(_command)
 for _command in (limit, limits, workflows):
     cli.add_command(_command)

@@ -35,6 +35,7 @@ from conveyor.cli.output import (
     jobs_table,
     print_json,
     progress,
+    step_dict,
     when,
 )
 from conveyor.errors import ConveyorError, JobStateError
@@ -48,6 +49,7 @@ from conveyor.job import (
     validate_max_attempts,
     validate_priority,
 )
+from conveyor.store.base import StepStore
 from conveyor.store.dsn import DSN_ENV, default_dsn, sqlite_path
 from conveyor.task import EnqueueOptions, Task
 
@@ -322,16 +324,24 @@ def count_jobs(dsn: str | None, as_json: bool, **filters: str | None) -> None:
 @dsn_option
 @json_option
 def show_job(job_id: int, dsn: str | None, as_json: bool) -> None:
-    """A job: payload, result, error with traceback, and its event timeline."""
+    """A job: payload, result, error with traceback, its event timeline and durable steps."""
     with open_app(dsn) as app:
         job = app.get(job_id)
         events = app.events(job_id)
         parents, children = app.parents(job_id), app.children(job_id)
+        steps = app.steps(job_id) if isinstance(app.store, StepStore) else []
     if as_json:
-        relatives = {"after": [p.id for p in parents], "children": [c.id for c in children]}
-        print_json({**job_dict(job), **relatives, "events": [event_dict(e) for e in events]})
+        print_json(
+            {
+                **job_dict(job),
+                "after": [p.id for p in parents],
+                "children": [c.id for c in children],
+                "events": [event_dict(e) for e in events],
+                "steps": [step_dict(s) for s in steps],
+            }
+        )
         return
-    console().print(job_view(job, events, parents, children))
+    console().print(job_view(job, events, steps, parents, children))
 
 
 # --- acting on jobs, one or many -----------------------------------------------------------
@@ -381,6 +391,20 @@ BULK = {
             ("scheduled", "retrying"),
             "made due now",
             "Run scheduled or retrying jobs now instead of at their time.",
+        ),
+        BulkAction(
+            "hold",
+            "hold_jobs",
+            WAITING_STATES,
+            "held",
+            "Hold queued jobs back: no worker claims them until unhold (running ones stay).",
+        ),
+        BulkAction(
+            "unhold",
+            "unhold_jobs",
+            ("scheduled",),
+            "let go",
+            "Let held jobs go: due again at the time they had (or now).",
         ),
         BulkAction(
             "take-back",
@@ -443,6 +467,12 @@ def _act_on_one(app: App, action: BulkAction, job_id: int) -> str:
         if job.cancel_requested and job.state == JobState.RUNNING:
             return f"job {job.id} is running: its worker was asked to stop it"
         raise ConveyorError(f"job {job.id} is already {job.state}; nothing to cancel")
+    if action.name in ("hold", "unhold"):
+        # JobStateError says why a job cannot be held (or is not held).
+        job = app.hold(job_id) if action.name == "hold" else app.unhold(job_id)
+        if job.held:
+            return f"job {job.id} held: no worker claims it until `conveyor jobs unhold {job.id}`"
+        return f"job {job.id} let go: due {job.run_at:%Y-%m-%d %H:%M:%S} UTC"
     state = app.get(job_id).detailed_state()
     if state not in action.applies_to:
         raise JobStateError(

@@ -22,7 +22,7 @@ from rich.text import Text
 
 from conveyor.app import WorkerStatus
 from conveyor.job import DETAILED_STATES, FILTER_STATES, Event, Job, JobState, utcnow
-from conveyor.store.base import QueueStats, Stats
+from conveyor.store.base import QueueStats, Stats, Step
 
 STATES = [str(s) for s in JobState]
 #: What --state accepts: a state, or ready, scheduled or retrying (kinds of queued job).
@@ -92,6 +92,7 @@ def job_dict(job: Job) -> dict[str, Any]:
         "task": job.task,
         "state": str(job.state),
         "detailed_state": job.detailed_state(),
+        "held": job.held,
         "args": _decoded(job.args_json),
         "kwargs": _decoded(job.kwargs_json),
         "headers": _decoded(job.headers_json) or {},
@@ -124,6 +125,16 @@ def event_dict(event: Event) -> dict[str, Any]:
         "worker": event.worker,
         "at": _iso(event.at),
         "error": event.error,
+    }
+
+
+def step_dict(step: Step) -> dict[str, Any]:
+    return {
+        "name": step.name,
+        "attempt": step.attempt,
+        "started_at": _iso(step.started_at),
+        "finished_at": _iso(step.finished_at),
+        "result": _decoded(step.result_json),
     }
 
 
@@ -177,6 +188,7 @@ STATE_STYLE = {
     "succeeded": "green",
     "failed": "red",
     "cancelled": "magenta",
+    "held": "bold yellow",  # a queued job an operator holds back (job.held)
 }
 #: From this width on, tables show every column.
 WIDE = 110
@@ -480,7 +492,8 @@ def jobs_table(jobs: Sequence[Job]) -> Table:
             shown_at = job.run_at
         elif job.state == JobState.RUNNING:
             shown_at = job.started_at
-        rows.append((job, job.detailed_state(now), short_when(shown_at)))
+        state = "held" if job.held else job.detailed_state(now)
+        rows.append((job, state, short_when(shown_at)))
     table_columns = [
         Col("id", justify="right"),
         Col("queue", ratio=1, min_width=5),
@@ -560,6 +573,7 @@ def relatives_text(jobs: Sequence[Job], now: datetime) -> Text:
 def job_view(
     job: Job,
     events: Sequence[Event],
+    steps: Sequence[Step] = (),
     parents: Sequence[Job] = (),
     children: Sequence[Job] = (),
 ) -> RenderableType:
@@ -585,7 +599,10 @@ def job_view(
         elif name == "state":
             state = job.detailed_state(now)
             value = Text(state, style=STATE_STYLE[state])
-            if state != str(job.state):
+            if job.held:
+                value = Text("held", style="bold yellow")
+                value.append(" (queued; no worker claims it until `conveyor jobs unhold`)")
+            elif state != str(job.state):
                 value.append(f" (queued, due {relative(job.run_at, now)})", style="dim")
         elif name in times:
             stamp = getattr(job, name)
@@ -630,12 +647,36 @@ def job_view(
         for event in events
     ]
     parts.extend([Text(""), fitted_table(columns, rows, title="Events")])
+    if steps:
+        parts.extend([Text(""), steps_table(steps)])
     if not running and (job.progress is not None or job.progress_message):
         last = " ".join(
             str(part) for part in (_percent(job.progress), job.progress_message) if part
         )
         parts.append(Text(f"last progress reported while it ran: {last}", style="dim"))
     return Group(*parts)
+
+
+def steps_table(steps: Sequence[Step]) -> RenderableType:
+    """A job's durable steps: name, the attempt that ran it, when, how long, its result."""
+    columns = [
+        Col("step", ratio=1, min_width=6),
+        Col("attempt", justify="right"),
+        Col("finished (UTC)"),
+        Col("took", justify="right"),
+        Col("result", ratio=2, min_width=12, cut=True),
+    ]
+    rows: list[list[str | Text]] = [
+        [
+            step.name,
+            str(step.attempt),
+            step.finished_at.strftime("%m-%d %H:%M:%S.%f")[:-3],
+            f"{(step.finished_at - step.started_at).total_seconds() * 1000:.0f} ms",
+            step.result_json[:200],  # one line: JSON text escapes its newlines
+        ]
+        for step in steps
+    ]
+    return fitted_table(columns, rows, title="Steps")
 
 
 def _percent(value: Any) -> str:

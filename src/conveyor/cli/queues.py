@@ -1,4 +1,5 @@
-"""Looking after queues: ``conveyor stats``, ``pause``, ``resume``, ``delete-queue``, ``purge``."""
+"""Looking after queues: ``conveyor stats``, ``pause``, ``resume``, ``delete-queue``, ``purge``,
+``trim``."""
 
 from __future__ import annotations
 
@@ -110,6 +111,38 @@ def purge(
         with progress("purging", count) as advance:
             deleted = app.purge(older_than, states=chosen, queue=queue, on_batch=advance)
     click.echo(f"purged {deleted:,} {what}")
+
+
+@click.command()
+@click.argument("queue")
+@click.option(
+    "--keep",
+    type=click.IntRange(0, 1_000_000_000),
+    required=True,
+    help="How many of the newest finished jobs to keep (0: none).",
+)
+@click.option(
+    "--state",
+    "states",
+    type=click.Choice(FINAL_STATES),
+    multiple=True,
+    help="Only jobs that ended so, counted together (repeat for several; default: all three).",
+)
+@click.option("--yes", "-y", is_flag=True, help="Delete without asking.")
+@dsn_option
+def trim(queue: str, keep: int, states: tuple[str, ...], yes: bool, dsn: str | None) -> None:
+    """Delete QUEUE's finished jobs beyond its --keep newest (and their events), now.
+
+    What retention by count does on its own schedule, on demand: `conveyor trim
+    mail --keep 100 --state failed` keeps the 100 newest failed jobs of mail.
+    """
+    what = f"{'/'.join(states or FINAL_STATES)} job(s)"
+    with open_app(dsn) as app:
+        _warn_if_unknown(app, queue)
+        if not yes:
+            _confirm(f"delete the {what} of queue {queue} beyond its {keep:,} newest?")
+        deleted = app.trim(queue, keep=keep, states=list(states) or None)
+    click.echo(f"trimmed {deleted:,} {what} of queue {queue} (kept the {keep:,} newest)")
 
 
 def _confirm(question: str) -> None:

@@ -40,13 +40,16 @@ __all__ = [
     "WriteResult",
     "archive",
     "batch_results",
+    "cleanup",
     "enqueue",
     "read_archive",
     "read_table",
     "register",
     "report",
+    "schedule_cleanup",
     "session",
     "write_result",
+    "writes",
 ]
 
 # Filter pushdown of Python data sources is off by default in Spark, and a
@@ -105,6 +108,11 @@ def enqueue(frame: DataFrame, dsn: str, **options: Any) -> WriteResult:
     Returns the counts the store recorded: rows given, jobs enqueued, rows
     skipped as duplicates.
     """
+    from conveyor.spark.options import Options
+
+    # Checked here as typed: PySpark lowercases option names before the data source
+    # sees them, and a misspelt keyColum is best quoted as the caller wrote it.
+    Options({name: _option_text(value) for name, value in options.items()}, "write")
     names = {name.lower(): name for name in options}
     write_id = str(options[names["writeid"]]) if "writeid" in names else secrets.token_hex(8)
     before = write_result(dsn, write_id) if "writeid" in names else None
@@ -196,3 +204,4 @@ def read_table(
 from conveyor.spark.analytics import report  # noqa: E402
 from conveyor.spark.archiving import archive, read_archive  # noqa: E402
 from conveyor.spark.fanin import batch_results  # noqa: E402
+from conveyor.spark.housekeeping import cleanup, schedule_cleanup, writes  # noqa: E402

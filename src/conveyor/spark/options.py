@@ -11,13 +11,25 @@ options to ``schema()`` once, when the table is created, and (Spark 4.3) never
 again to the reads and writes of the table. ``schema()`` therefore keeps them
 in the table's schema, as metadata of its first column, and reads and writes
 take them back from there (see ``from_table_schema``).
+
+Spark passes a write the table's schema (with that metadata) only when it
+rewrites the inserted columns to the table's: when names or types differ.
+``INSERT INTO t SELECT a, b FROM s`` whose columns already match the table's
+reaches the writer with the query's own schema, bare of metadata, and the
+options would be lost. A write table's column names are therefore kept in an
+unusual letter case (``iMaGe_Id``): Spark compares names exactly there, so it
+always rewrites the columns, carrying the metadata, while ``BY NAME`` and
+column lists match names case-insensitively as ever. The names as given in
+option ``schema`` are kept beside the options, and the writer puts them back.
 """
 
 from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -95,6 +107,8 @@ _CATALOG_KEYS = frozenset({"owner", "provider"})
 METADATA_KEY = "conveyor.options"
 #: How a write table's first column comment starts when it keeps the options.
 COMMENT_PREFIX = "conveyor:"
+#: The key, beside the options in that comment, of the columns' names as given.
+COLUMNS_KEY = "@columns"
 
 
 def names_for(use: Use) -> list[str]:
@@ -128,10 +142,15 @@ class Options:
                 continue
             name = canonical.get(typed)
             if name is None:
-                raise ConfigurationError(self._unknown(typed, allowed))
+                raise ConfigurationError(self._unknown(typed, allowed, str(key)))
             self.values[name] = str(value)
 
-    def _unknown(self, typed: str, allowed: list[str]) -> str:
+    def _unknown(self, typed: str, allowed: list[str], shown: str) -> str:
+        """Why an option is refused, quoting it as given (``shown``; ``typed`` is lowercased).
+
+        PySpark lowercases the names of ``.option()`` before a data source sees
+        them; ``conveyor.spark.enqueue`` checks its options as typed beforehand.
+        """
         known_elsewhere = {n.lower(): n for n in _OPTIONS}.get(typed)
         if known_elsewhere is not None:
             uses = ", ".join(_WHAT[u] for u in _OPTIONS[known_elsewhere])
@@ -142,7 +161,7 @@ class Options:
         closest = _closest(typed, allowed)
         hint = f' Did you mean "{closest}"?' if closest else ""
         return (
-            f'unknown option "{typed}" for {self.what}.{hint} '
+            f'unknown option "{shown}" for {self.what}.{hint} '
             f"The options of {self.what} are: {', '.join(allowed)}"
         )
 
@@ -238,25 +257,38 @@ def definition_options(raw: Mapping[str, str]) -> dict[str, str]:
     }
 
 
-def from_table_schema(raw: Mapping[str, str], schema: object) -> tuple[Mapping[str, str], bool]:
-    """The options of a read or write: its own, or (a SQL table) those its schema keeps.
+@dataclass(frozen=True, slots=True)
+class Found:
+    """The options of a read or write, and what a SQL table's schema said besides."""
 
-    Returns the options and whether they came from a table definition.
-    """
+    options: Mapping[str, str]
+    #: They came from a table definition.
+    from_table: bool = False
+    #: A write table's column names as given in its option schema, by position.
+    columns: tuple[str, ...] | None = None
+
+
+def from_table_schema(raw: Mapping[str, str], schema: object) -> Found:
+    """The options of a read or write: its own, or (a SQL table) those its schema keeps."""
     if any(str(k).lower() == "dsn" for k in raw):
-        return raw, False
+        return Found(raw)
     fields = getattr(schema, "fields", None) or []
     if not fields:
-        return raw, False
+        return Found(raw)
     metadata = getattr(fields[0], "metadata", None) or {}
     kept = metadata.get(METADATA_KEY)
     comment = metadata.get("comment")
     if kept is None and isinstance(comment, str) and comment.startswith(COMMENT_PREFIX):
         kept = comment[len(COMMENT_PREFIX) :]
     if kept is None:
-        return raw, False
+        return Found(raw)
     options = json.loads(kept) if isinstance(kept, str) else dict(kept)
-    return {**options, **{str(k).lower(): str(v) for k, v in raw.items()}}, True
+    names = options.pop(COLUMNS_KEY, None)
+    columns = tuple(str(n) for n in names) if isinstance(names, list) else None
+    if columns is not None and len(columns) != len(fields):
+        columns = None  # not this table's columns: leave the names as Spark gave them
+    merged = {**options, **{str(k).lower(): str(v) for k, v in raw.items()}}
+    return Found(merged, True, columns)
 
 
 def ddl_with_options(ddl: str, options: Mapping[str, str]) -> str:
@@ -264,21 +296,69 @@ def ddl_with_options(ddl: str, options: Mapping[str, str]) -> str:
 
     The comment is a Spark SQL string literal: backslashes and quotes escaped.
     """
-    first, rest = _split_first_column(ddl)
-    if " comment " in f" {first.lower()} ":
+    columns = _split_columns(ddl)
+    if " comment " in f" {columns[0].lower()} ":
         raise ConfigurationError(
             "option schema: the first column of a conveyor table cannot have a COMMENT "
             "(conveyor keeps the table's options there)"
         )
-    text = COMMENT_PREFIX + json.dumps(dict(options), sort_keys=True)
+    named = [_column_name(column) for column in columns]
+    kept = {**options, COLUMNS_KEY: [name for name, _ in named]}
+    text = COMMENT_PREFIX + json.dumps(kept, sort_keys=True)
     literal = text.replace("\\", "\\\\").replace("'", "\\'")
-    return f"{first} COMMENT '{literal}'{rest}"
+    defined = [f"{_quoted(disguise(name))}{rest}" for name, rest in named]
+    defined[0] = f"{defined[0]} COMMENT '{literal}'"
+    return ", ".join(defined)
 
 
-def _split_first_column(ddl: str) -> tuple[str, str]:
-    """``"a int, b map<string,int>"`` -> ``("a int", ", b map<string,int>")``."""
+def disguise(name: str) -> str:
+    """``image_id`` -> ``iMaGe_Id``: the name in a letter case no query's columns have.
+
+    Never the name as given (``n`` -> ``N``), the case a source's columns have most.
+    """
+    out = []
+    upper = False
+    for char in name:
+        if char.isalpha():
+            out.append(char.upper() if upper else char.lower())
+            upper = not upper
+        else:
+            out.append(char)
+    disguised = "".join(out)
+    return disguised.swapcase() if disguised == name else disguised
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _column_name(column: str) -> tuple[str, str]:
+    """``"`a b` INT NOT NULL"`` -> ``("a b", " INT NOT NULL")``."""
+    if column.startswith("`"):
+        index = 1
+        name = []
+        while index < len(column):
+            if column[index] == "`":
+                if column[index + 1 : index + 2] == "`":
+                    name.append("`")
+                    index += 2
+                    continue
+                return "".join(name), column[index + 1 :]
+            name.append(column[index])
+            index += 1
+        raise ConfigurationError(f"option schema: unclosed ` in column {column!r}")
+    head = re.match(r"[^\s:]+", column)
+    if head is None:
+        raise ConfigurationError(f"option schema: no column name in {column!r}")
+    return head[0], column[head.end() :]
+
+
+def _split_columns(ddl: str) -> list[str]:
+    """``"a int, b map<string,int>"`` -> ``["a int", "b map<string,int>"]``."""
     depth = 0
     quote: str | None = None
+    columns = []
+    start = 0
     for index, char in enumerate(ddl):
         if quote:
             if char == quote:
@@ -290,9 +370,13 @@ def _split_first_column(ddl: str) -> tuple[str, str]:
         elif char in ">)":
             depth -= 1
         elif char == "," and depth == 0:
-            return ddl[:index].strip(), ddl[index:]
-    if not ddl.strip():
+            columns.append(ddl[start:index].strip())
+            start = index + 1
+    columns.append(ddl[start:].strip())
+    if not any(columns):
         raise ConfigurationError(
             "option schema is empty: name the table's columns, e.g. 'id BIGINT'"
         )
-    return ddl.strip(), ""
+    if not all(columns):
+        raise ConfigurationError(f"option schema has an empty column: {ddl!r}")
+    return columns

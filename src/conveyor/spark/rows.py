@@ -73,6 +73,8 @@ _COLUMN_OPTIONS = {
 #: keyword arguments, when the handler takes a parameter of the column's name
 #: (or always, when the handler is not known), unless excludeColumns names them.
 _DATA_FIELDS = ("key", "group", "batch", "priority", "run_at")
+#: Options that change how a write runs, not what it enqueues (left out of ``described``).
+_NOT_DESCRIBED = frozenset({"dsn", "writeId", "batchSize", "abandonedAfterHours", "atomic"})
 #: The kwarg_columns entry of tasks the write has no declaration for.
 ANY_TASK = ""
 
@@ -105,6 +107,12 @@ class WritePlan:
     tasks: dict[str, TaskDeclaration] = field(default_factory=dict)
     #: Check each row's call against its task's signature (shapes vary by row).
     check_calls: bool = False
+    #: A SQL table's column names as its option schema gave them, by position: the
+    #: batches arrive with Spark's (disguised) names and are renamed to these.
+    renamed: tuple[str, ...] | None = None
+    #: The options that decide what the write enqueues, as JSON: kept with its result,
+    #: so that a rerun under the same writeId with other options is refused.
+    described: str = "{}"
 
     @classmethod
     def from_options(
@@ -116,6 +124,12 @@ class WritePlan:
         stream: bool = False,
     ) -> WritePlan:
         tasks = dict(tasks or {})
+        if not schema.fields:
+            raise ConfigurationError(
+                "the DataFrame has no columns, so its rows carry nothing to enqueue (and Spark "
+                "hands a writer no rows without columns): give it at least one column, e.g. "
+                ".withColumn('n', F.lit(1)) with excludeColumns 'n' for jobs without arguments"
+            )
         fields = {f.name: f.dataType for f in schema.fields}
         lowered = {name.lower(): name for name in fields}
 
@@ -192,6 +206,10 @@ class WritePlan:
             write_id=write_id,
             tasks=tasks,
             check_calls=check_calls,
+            described=json.dumps(
+                {k: v for k, v in options.values.items() if k not in _NOT_DESCRIBED},
+                sort_keys=True,
+            ),
         )
 
 

@@ -164,9 +164,11 @@ def columns_for_schema(table: str, schema: StructType) -> tuple[Column, ...]:
 
 
 _NO_DSN = (
-    "the store (sqlite:///path.db or postgresql://user@host/db). A Spark SQL table created "
-    "with a column list loses its options (Spark does not pass them on): create it without "
-    "one, and for a table that enqueues name its columns in OPTIONS (schema '...')"
+    "the store (sqlite:///path.db or postgresql://user@host/db). Spark SQL hands a Python data "
+    "source a table's OPTIONS only when CREATE TABLE t USING conveyor OPTIONS (...) has no "
+    "column list and no AS SELECT: conveyor then keeps them in the table's schema. Create a "
+    "table that enqueues that way, naming its columns in OPTIONS (schema '...'), and INSERT "
+    "INTO it"
 )
 
 
@@ -210,8 +212,8 @@ class ConveyorDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         from conveyor.spark.reader import ConveyorReader
 
-        raw, from_table = from_table_schema(self.options, schema)
-        options = Options(raw, "table" if from_table else "read")
+        found = from_table_schema(self.options, schema)
+        options = Options(found.options, "table" if found.from_table else "read")
         if _enqueues(options):
             raise ConfigurationError(
                 "this conveyor table enqueues jobs (it has option task or taskColumn): INSERT "
@@ -234,20 +236,28 @@ class ConveyorDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from conveyor.spark.writer import ConveyorWriter
 
-        raw, from_table = from_table_schema(self.options, schema)
-        options = Options(raw, "table" if from_table else "write")
+        found = from_table_schema(self.options, schema)
+        options = Options(found.options, "table" if found.from_table else "write")
         if overwrite:
             raise ConfigurationError(
                 'writing to conveyor enqueues jobs: use mode("append") (INSERT INTO, not '
                 "INSERT OVERWRITE); overwrite would mean deleting the queue"
             )
-        if from_table and not _enqueues(options):
+        if found.from_table and not _enqueues(options):
             raise ConfigurationError(
                 "this conveyor table reads jobs or events; to enqueue from SQL define a table "
                 "with OPTIONS (dsn '...', task '...', schema '<its columns>')"
             )
         dsn = _dsn(options)
-        return ConveyorWriter(dsn, _plan(schema, options, dsn, stream=False))
+        if found.columns is None:
+            return ConveyorWriter(dsn, _plan(schema, options, dsn, stream=False))
+        # A SQL table's columns, named in disguise (see conveyor.spark.options): by the
+        # names its option schema gave them, in the plan and in every batch.
+        named = StructType(
+            [replace_name(f, name) for f, name in zip(schema.fields, found.columns, strict=True)]
+        )
+        plan = replace(_plan(named, options, dsn, stream=False), renamed=found.columns)
+        return ConveyorWriter(dsn, plan)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from conveyor.spark.writer import ConveyorStreamWriter
@@ -259,6 +269,10 @@ class ConveyorDataSource(DataSource):
             )
         dsn = _dsn(options)
         return ConveyorStreamWriter(dsn, _plan(schema, options, dsn, stream=True))
+
+
+def replace_name(field: StructField, name: str) -> StructField:
+    return StructField(name, field.dataType, field.nullable, field.metadata)
 
 
 def _plan(schema: StructType, options: Options, dsn: str, *, stream: bool) -> WritePlan:

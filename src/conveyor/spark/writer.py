@@ -34,6 +34,7 @@ are written to the driver's log and recorded in the store, where
 from __future__ import annotations
 
 import io
+import json
 import logging
 import secrets
 import sys
@@ -49,6 +50,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+from conveyor.errors import ConfigurationError
 from conveyor.spark.rows import JobColumns, Where, WritePlan, prepare
 from conveyor.spark.storage import (
     Progress,
@@ -116,11 +118,17 @@ def _task_context() -> tuple[int, int, Any]:
     return context.partitionId(), context.taskAttemptId(), context
 
 
-def _rebatch(iterator: Iterator[pa.RecordBatch], size: int) -> Iterator[pa.RecordBatch]:
-    """Record batches of ``size`` rows (the last one smaller), whatever Spark sends."""
+def _rebatch(
+    iterator: Iterator[pa.RecordBatch], size: int, names: tuple[str, ...] | None = None
+) -> Iterator[pa.RecordBatch]:
+    """Record batches of ``size`` rows (the last one smaller), whatever Spark sends.
+
+    With ``names``, the columns are renamed to them (a SQL table's, see WritePlan.renamed).
+    """
     pending: list[pa.RecordBatch] = []
     count = 0
-    for batch in iterator:
+    for given in iterator:
+        batch = given.rename_columns(list(names)) if names else given
         pending.append(batch)
         count += batch.num_rows
         while count >= size:
@@ -170,9 +178,15 @@ class ConveyorWriter(_Staging, DataSourceArrowWriter):
             store.spark_migrate()
             if plan.write_id is not None:
                 self.done_before = store.bulk_write_result(plan.write_id)
+                if self.done_before is not None:
+                    _check_same_options(
+                        plan.write_id, store.bulk_write_options(plan.write_id), plan.described
+                    )
             if self.done_before is None:
                 now = datetime.now(UTC)
-                cleared = store.bulk_write_open(self.write_id, now, now - plan.abandoned_after)
+                cleared = store.bulk_write_open(
+                    self.write_id, now, now - plan.abandoned_after, self.result_id
+                )
                 for write_id in cleared:
                     log.warning("cleared Spark write %s, abandoned by its driver", write_id)
         finally:
@@ -205,6 +219,9 @@ class ConveyorWriter(_Staging, DataSourceArrowWriter):
                 )
             else:
                 result = store.bulk_write_finish(self.write_id, datetime.now(UTC), self.result_id)
+            # After the commit, in a transaction of its own: a driver that dies in
+            # between leaves a result without options, which a rerun does not check.
+            store.bulk_write_describe(self.result_id, self.plan.described)
         finally:
             store.close()
         if result.new:
@@ -236,7 +253,7 @@ class ConveyorWriter(_Staging, DataSourceArrowWriter):
             for _batch in iterator:  # read to the end: Spark's side expects its input taken
                 pass
             return StagedPart(partition, None, 0)
-        batches = _rebatch(iterator, self.plan.batch_size)
+        batches = _rebatch(iterator, self.plan.batch_size, self.plan.renamed)
         store = open_storage(self.dsn)
         try:
             if not self.plan.atomic:
@@ -287,6 +304,28 @@ class ConveyorWriter(_Staging, DataSourceArrowWriter):
                 "deterministic; use an atomic write"
             )
         return seen
+
+
+def _check_same_options(write_id: str, kept: str | None, given: str) -> None:
+    """A rerun under a committed writeId must be the same write: refuse other options."""
+    if kept is None:
+        return  # committed before options were kept
+    before, now = json.loads(kept), json.loads(given)
+    changes = [
+        f"{name} was {_shown(before.get(name))}, now {_shown(now.get(name))}"
+        for name in sorted(set(before) | set(now), key=str.lower)
+        if before.get(name) != now.get(name)
+    ]
+    if changes:
+        raise ConfigurationError(
+            f"writeId {write_id!r} was committed before with other options ({'; '.join(changes)})"
+            ": a rerun under a writeId must be the same write. Give this write a new writeId, "
+            "or the options of the first to rerun it (it then enqueues nothing)"
+        )
+
+
+def _shown(value: str | None) -> str:
+    return "not given" if value is None else repr(value)
 
 
 def _signed(value: int) -> int:

@@ -13,9 +13,11 @@ same methods.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 from conveyor.errors import ConfigurationError
@@ -116,19 +118,6 @@ class LeaseStatus:
 
     id: int
     cancel_requested: bool
-
-
-@dataclass(frozen=True, slots=True)
-class JobFilter:
-    state: JobState | None = None
-    queue: str | None = None
-    task: str | None = None
-    batch: str | None = None
-    #: Only jobs whose last error contains this text (case-insensitive for ASCII).
-    error: str | None = None
-    #: Keyset pagination: only jobs with id below this one (newest first).
-    before_id: int | None = None
-    limit: int = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -475,10 +464,6 @@ class JobStore(Protocol):
 class OperatorStore(Protocol):
     """Operator actions and listings: what the CLI, the dashboard and the App's operations need."""
 
-    def job_list(self, filter: JobFilter) -> list[Job]:
-        """Jobs matching the filter, newest first."""
-        ...
-
     def event_list(self, job_id: int) -> list[Event]:
         """A job's history, oldest first."""
         ...
@@ -487,10 +472,6 @@ class OperatorStore(Protocol):
 
     def batch_status(self, batch: str) -> BatchStatus:
         """The jobs of a batch counted by state (purged jobs are no longer counted)."""
-        ...
-
-    def job_purge(self, finished_before: datetime, limit: int = 10_000) -> int:
-        """Delete up to ``limit`` terminal jobs (and their events) finished before the time."""
         ...
 
     def job_retry_failed(
@@ -521,11 +502,16 @@ class OperatorStore(Protocol):
     def worker_list(self) -> list[WorkerInfo]: ...
 
     def job_select(
-        self, selection: JobSelection, now: datetime, before_id: int | None, limit: int
+        self,
+        selection: JobSelection,
+        now: datetime,
+        before_id: int | None = None,
+        limit: int = 100,
     ) -> list[Job]:
         """Jobs matching the selection, newest first, below ``before_id`` (keyset pages).
 
-        ``now`` tells ready, scheduled and retrying jobs apart.
+        The one way jobs are listed. ``now`` tells ready, scheduled and retrying
+        jobs apart.
         """
         ...
 
@@ -572,7 +558,10 @@ class OperatorStore(Protocol):
         queue: str | None,
         limit: int = 10_000,
     ) -> int:
-        """Delete up to ``limit`` jobs in ``states`` (terminal ones) finished before the time."""
+        """Delete up to ``limit`` jobs in ``states`` (final ones) finished before the time.
+
+        Oldest first, with their events; ``queue`` None means every queue.
+        """
         ...
 
     def job_purge_count(
@@ -581,8 +570,11 @@ class OperatorStore(Protocol):
         """How many jobs ``job_purge_where`` would delete in all (a dry run)."""
         ...
 
-    def job_purge_beyond(self, queue: str, keep: int, limit: int = 10_000) -> int:
-        """Delete up to ``limit`` finished jobs of ``queue`` beyond its ``keep`` newest ones."""
+    def job_purge_beyond(
+        self, queue: str, keep: int, states: Sequence[str], limit: int = 10_000
+    ) -> int:
+        """Delete up to ``limit`` jobs of ``queue`` in ``states`` (final ones) beyond the
+        ``keep`` newest of them (by id): retention by count, of all final states or per state."""
         ...
 
     def queue_delete(self, queue: str) -> None:
@@ -755,6 +747,56 @@ class WorkflowStore(Protocol):
 
 
 @runtime_checkable
+class HoldStore(Protocol):
+    """Holding single queued jobs back, so that no worker claims them, and letting them go."""
+
+    def job_hold(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        """Hold the queued jobs among ``job_ids`` (not running or finished ones); the ids held."""
+        ...
+
+    def job_unhold(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        """Let the held jobs among ``job_ids`` go, due at the run_at they had (or now)."""
+        ...
+
+    def job_held(self, queue: str | None, before_id: int | None, limit: int) -> list[int]:
+        """Ids of held jobs (of ``queue``, or of all), newest first, below ``before_id``."""
+        ...
+
+
+@runtime_checkable
+class OutcomeStore(Protocol):
+    """Outcome readers: finished jobs whose result is not yet processed, marked once each."""
+
+    def job_unprocessed(
+        self, queue: str | None, states: Sequence[str], since: datetime, limit: int
+    ) -> list[int]:
+        """Ids of jobs in ``states`` (final ones) finished at ``since`` or later whose
+        outcome has no processed mark for that finish; oldest finish first."""
+        ...
+
+    def job_mark_processed(self, job_id: int) -> bool:
+        """Mark a finished job's outcome processed: True for exactly one caller per finish
+        (a compare-and-set); False when marked already, or when the job is not finished."""
+        ...
+
+
+@runtime_checkable
+class SqlStore(Protocol):
+    """A store on an SQL database, whose tables other layers build on (the Spark data source)."""
+
+    #: "sqlite" or "postgresql".
+    sql_dialect: str
+
+
+@runtime_checkable
+class LocalFileStore(Protocol):
+    """A store in one file on this machine: every process that shares it runs on this machine."""
+
+    @property
+    def database_file(self) -> Path: ...
+
+
+@runtime_checkable
 class Store(JobStore, OperatorStore, InsightStore, FlowControlStore, WorkflowStore, Protocol):
     """A store with every capability but the optional ones above: what the three stores are."""
 
@@ -804,3 +846,67 @@ class JobSelection:
     def empty(self) -> bool:
         """Selects every job."""
         return all(getattr(self, f.name) is None for f in fields(self))
+
+
+# --- exactly-once effects -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """A durable step of a job (``ctx.step``): its name, result and when it ran."""
+
+    name: str
+    #: The step's result as JSON text (decoded by ``result``).
+    result_json: str
+    #: The attempt that ran it.
+    attempt: int
+    started_at: datetime
+    finished_at: datetime
+
+    @property
+    def result(self) -> Any:
+        return json.loads(self.result_json)
+
+
+@runtime_checkable
+class StepStore(Protocol):
+    """A job's durable steps: recorded under the attempt's lease, read by any later attempt."""
+
+    def step_list(self, job_id: int) -> list[Step]:
+        """The steps the job recorded, in the order they finished (none for an unknown job)."""
+        ...
+
+    def step_record(
+        self,
+        lease: Lease,
+        name: str,
+        result_json: str,
+        started_at: datetime,
+        now: datetime | None = None,
+    ) -> Step | None:
+        """Record a step's result while ``lease`` holds; the step as recorded.
+
+        A step of that name recorded already is kept and returned (one name,
+        one result, whichever attempt recorded it first). None when the lease
+        no longer holds: nothing is written.
+        """
+        ...
+
+
+@runtime_checkable
+class TransactionalCompletion(Protocol):
+    """Complete a running job inside the caller's open transaction (``ctx.complete(conn)``)."""
+
+    #: What the caller's connection must be, for messages ("a psycopg Connection").
+    transaction_connection: str
+
+    def job_complete_in(
+        self, lease: Lease, result_json: str, connection: Any, now: datetime | None = None
+    ) -> bool:
+        """Record the job's success on ``connection``, in its open transaction, not committed.
+
+        Fenced by the lease: False when it no longer holds (nothing written).
+        The job's outcome, its event and notifications become durable (and
+        visible) when the caller commits, and vanish if it rolls back.
+        """
+        ...

@@ -16,6 +16,8 @@ EVENT_KINDS: dict[str, dict[str, str]] = {
     },
     "retry": {JobState.QUEUED: EventKind.MANUAL_RETRY},
     "run_now": {JobState.QUEUED: EventKind.RUN_NOW},
+    "hold": {JobState.QUEUED: EventKind.HELD},
+    "unhold": {JobState.QUEUED: EventKind.UNHELD},
 }
 
 # A job whose data cannot be read leaves the store with one event of kind

@@ -5,11 +5,22 @@ the text up to the next such line is the statement. Keeping SQL in files (not
 assembled from strings in Python) lets the two backends be read side by side.
 
 A block may include another as ``{{name}}``: the other block's text takes its
-place when the file is read. That is how one rule is written once and used by
+place when the file is read (without its leading and trailing comment lines,
+which explain the block where it is written). That is how one rule is written once and used by
 two statements. A block of another file is included as
 ``{{package/file.sql:name}}`` (``{{conveyor.store.postgres/queries.sql:job_insert_rules}}``):
 a layer above the store writes its own statements in its own files and still
 follows the store's rules, such as the rules of an enqueue, without a copy.
+An include in such a block that its own file does not define is filled from
+the including file.
+
+A file may start from another's blocks with a line ``-- with: package/file.sql``
+(``-- with: conveyor.store/shared.sql as pyformat``): that file's blocks are
+read as if written in this one, so the statements and rules that read the same
+in both SQL dialects are written once, in ``conveyor.store/shared.sql``, with
+``:name`` placeholders (``as pyformat`` turns them into psycopg's
+``%(name)s``), and each dialect supplies what differs, such as its ``{{now}}``.
+A block both files define is refused.
 """
 
 from __future__ import annotations
@@ -22,26 +33,41 @@ _NAME_LINE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 _MIGRATION_FILE = re.compile(r"^(\d{3})_(\w+)\.sql$")
 # {{name}}, or {{package/file.sql:name}} for a block of another file.
 _INCLUDE = re.compile(r"\{\{(?:([\w.]+)/([\w.-]+):)?(\w+)\}\}")
+_WITH = re.compile(r"^--\s*with:\s*([\w.]+)/([\w.-]+)(\s+as\s+pyformat)?\s*$", re.MULTILINE)
+# A :name placeholder, not part of a ::cast.
+_NAMED = re.compile(r"(?<![:\w]):(\w+)")
 
 #: Files being read, so that two files that include each other are refused, not recursed.
 _reading: set[tuple[str, str]] = set()
 
 
-def load_queries(package: str, file: str = "queries.sql") -> dict[str, str]:
-    """Parse ``package/file`` (``queries.sql`` unless named) into {name: statement}."""
+def load_queries(package: str, file: str = "queries.sql", *, strict: bool = True) -> dict[str, str]:
+    """Parse ``package/file`` (``queries.sql`` unless named) into {name: statement}.
+
+    Not ``strict``: an include the file does not define is left in place, for
+    the file that includes the block to fill.
+    """
     source = (package, file)
     if source in _reading:
         raise ValueError(f"{package}/{file} includes blocks of itself through another file")
     text = resources.files(package).joinpath(file).read_text(encoding="utf-8")
+    start = _NAME_LINE.search(text)
+    preamble, rest = (text[: start.start()], text[start.start() :]) if start else (text, "")
+    for base_package, base_file, pyformat in _WITH.findall(preamble):
+        base = resources.files(base_package).joinpath(base_file).read_text(encoding="utf-8")
+        if pyformat:
+            base = "\n".join(map(_pyformat, base.split("\n")))
+        # The base's blocks after this file's preamble, before its own blocks.
+        text = preamble + base + "\n" + rest
     _reading.add(source)
     try:
-        return parse_queries(text, where=f"{package}/{file}")
+        return parse_queries(text, where=f"{package}/{file}", strict=strict)
     finally:
         _reading.discard(source)
 
 
-def parse_queries(text: str, where: str = "SQL text") -> dict[str, str]:
-    """Split text of ``-- name: x`` blocks into {name: statement}."""
+def parse_queries(text: str, where: str = "SQL text", *, strict: bool = True) -> dict[str, str]:
+    """Split text of ``-- name: x`` blocks into {name: statement} (see load_queries)."""
     parts = _NAME_LINE.split(text)
     # parts = [preamble, name1, body1, name2, body2, ...]
     queries: dict[str, str] = {}
@@ -50,7 +76,7 @@ def parse_queries(text: str, where: str = "SQL text") -> dict[str, str]:
             raise ValueError(f"{where} defines {name!r} twice")
         queries[name] = body.strip().rstrip(";")
     others: dict[tuple[str, str], dict[str, str]] = {}
-    return {name: _expand(name, queries, where, (), others) for name in queries}
+    return {name: _expand(name, queries, where, (), others, strict) for name in queries}
 
 
 def _expand(
@@ -59,6 +85,7 @@ def _expand(
     where: str,
     seen: tuple[str, ...],
     others: dict[tuple[str, str], dict[str, str]],
+    strict: bool,
 ) -> str:
     """A block with every ``{{other}}`` replaced by that block's (expanded) text."""
     if name in seen:
@@ -69,19 +96,41 @@ def _expand(
         if package is not None:
             # Another file's block, as that file reads it (its own includes expanded).
             if (package, file) not in others:
-                others[package, file] = load_queries(package, file)
+                others[package, file] = load_queries(package, file, strict=False)
             blocks = others[package, file]
             if other not in blocks:
                 raise ValueError(
                     f"{where}: {name} includes {other!r} of {package}/{file}, "
                     "which that file does not define"
                 )
-            return blocks[other]
+            # What that file left open (such as {{now}}) is this file's to fill.
+            return _INCLUDE.sub(include, _uncommented(blocks[other]))
         if other not in queries:
+            if not strict:
+                return match.group(0)
             raise ValueError(f"{where}: {name} includes {other!r}, which is not defined")
-        return _expand(other, queries, where, (*seen, name), others)
+        return _uncommented(_expand(other, queries, where, (*seen, name), others, strict))
 
     return _INCLUDE.sub(include, queries[name])
+
+
+def _pyformat(line: str) -> str:
+    """A line with its ``:name`` placeholders as ``%(name)s`` (its comment left as it is)."""
+    code, dashes, comment = line.partition("--")
+    return _NAMED.sub(r"%(\1)s", code) + dashes + comment
+
+
+def _uncommented(block: str) -> str:
+    """A block without its leading and trailing comment lines: what an include puts in place.
+
+    (Trailing ones are the heading of the next section of the file.)
+    """
+    lines = block.split("\n")
+    while lines and lines[0].lstrip().startswith("--"):
+        lines.pop(0)
+    while lines and (not lines[-1].strip() or lines[-1].lstrip().startswith("--")):
+        lines.pop()
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True, slots=True)

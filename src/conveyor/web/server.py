@@ -36,6 +36,7 @@ from conveyor.errors import (
     SchemaMissingError,
 )
 from conveyor.job import DETAILED_STATES, FILTER_STATES, JobState, utcnow
+from conveyor.store.base import StepStore
 from conveyor.store.selection import ARGS_SEARCH_SPAN
 from conveyor.web import charts, graph, views
 from conveyor.web.format import FILTERS
@@ -90,6 +91,8 @@ NOTICES = {
     "cancelled": "Job cancelled.",
     "cancel_requested": "Cancel requested: the worker running it will stop it.",
     "run_now": "Job made due now: the next free worker takes it.",
+    "held": "Job held: no worker claims it until it is let go.",
+    "unheld": "Job let go: it runs at its time (now, if that has passed).",
     "deleted": "Job deleted with its history.",
     "taken_back": "Job taken back from its worker and queued again.",
     "taken_back_failed": "Job taken back from its worker; out of attempts, it failed.",
@@ -416,9 +419,11 @@ class Dashboard:
             job = self.app.get(job_id)
         except JobNotFoundError as exc:
             return self.problem(request, str(exc), 404)
+        steps = self.app.steps(job_id) if isinstance(self.app.store, StepStore) else []
         context = {
             "job": job,
             "events": self.app.events(job_id),
+            "steps": steps,
             "now": utcnow(),
             "parents": self.app.parents(job_id),
             "children": self.app.children(job_id),

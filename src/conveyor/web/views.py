@@ -58,7 +58,7 @@ BULK_ACTIONS = {
     )
 }
 #: The buttons of a job's page, by the path segment of their POST.
-JOB_ACTIONS = ("retry", "cancel", "run-now", "delete", "take-back")
+JOB_ACTIONS = ("retry", "cancel", "run-now", "delete", "take-back", "hold", "unhold")
 
 
 def act_on_job(app: App, name: str, job_id: int) -> str:
@@ -69,6 +69,12 @@ def act_on_job(app: App, name: str, job_id: int) -> str:
     if name == "cancel":
         job = app.cancel(job_id)
         return "cancel_requested" if job.state == JobState.RUNNING else "cancelled"
+    if name == "hold":
+        app.hold(job_id)  # JobStateError says why a job that is not queued cannot be held
+        return "held"
+    if name == "unhold":
+        app.unhold(job_id)
+        return "unheld"
     job = app.get(job_id)
     state = job.detailed_state()
     if name == "run-now":

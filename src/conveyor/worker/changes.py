@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from conveyor.store.base import ChangeCallback, Store, Subscription
 
@@ -16,8 +18,16 @@ log = logging.getLogger("conveyor.changes")
 
 
 class ChangeHub:
-    def __init__(self, store: Store) -> None:
+    """The App's change feed: ``add(callback)`` hears ``callback(channel, payload)``.
+
+    With ``listen`` False (an App made with ``notifications=False``) the store
+    is never subscribed to: only this process's own changes are heard, and
+    workers and consumers find the others' work by their poll.
+    """
+
+    def __init__(self, store: Store, listen: bool = True) -> None:
         self._store = store
+        self.listen = listen
         self._listeners: list[ChangeCallback] = []
         self._lock = threading.Lock()
         self._subscription: Subscription | None = None
@@ -25,7 +35,7 @@ class ChangeHub:
     def add(self, listener: ChangeCallback) -> None:
         with self._lock:
             self._listeners.append(listener)
-            if self._subscription is None:
+            if self._subscription is None and self.listen:
                 self._subscription = self._store.subscribe(self.publish)
 
     def remove(self, listener: ChangeCallback) -> None:
@@ -47,3 +57,64 @@ class ChangeHub:
             self._listeners.clear()
         if subscription is not None:
             subscription.close()
+
+
+#: What ``app.on_change`` tells: the kinds of change, and what each carries.
+CHANGE_KINDS = ("jobs", "done", "cancel", "progress", "any", "reconnected")
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """Something changed in the store (``app.on_change``).
+
+    ``kind``: "jobs" (``queue`` has new ready work: an enqueue, a retry, a job
+    let go), "done" (``job_ids`` ended: succeeded, failed, cancelled, or
+    retried, snoozed, released), "cancel" (the cancel of running ``job_ids``
+    was requested), "progress" (``job_ids`` reported progress, in this process
+    only), "any" (something changed that the store cannot name: SQLite's file
+    watch), "reconnected" (the feed listens from now on: it says so when it
+    starts, and after an outage, when changes may have been missed; look at
+    everything again).
+    """
+
+    kind: str
+    queue: str | None = None
+    job_ids: tuple[int, ...] = ()
+
+
+def change_of(channel: str, payload: str) -> Change | None:
+    """The public form of one message of the hub (None: not one of CHANGE_KINDS)."""
+    if channel not in CHANGE_KINDS:
+        return None
+    if channel == "jobs":
+        return Change("jobs", queue=payload or None)
+    if channel in ("done", "cancel", "progress"):
+        first = payload.partition("\t")[0] if channel == "progress" else payload
+        if channel == "cancel":
+            first = first.partition(":")[0]  # the lease token stays inside
+        ids = tuple(int(i) for i in first.split(",") if i.strip().isdigit())
+        return Change(channel, job_ids=ids)
+    return Change(channel)
+
+
+class ChangeListener:
+    """What ``app.on_change`` returns: ``close()`` stops the calls."""
+
+    def __init__(self, hub: ChangeHub, callback: Callable[[Change], None]) -> None:
+        self._hub = hub
+        self._callback = callback
+        hub.add(self._hear)
+
+    def _hear(self, channel: str, payload: str) -> None:
+        change = change_of(channel, payload)
+        if change is not None:
+            self._callback(change)
+
+    def close(self) -> None:
+        self._hub.remove(self._hear)
+
+    def __enter__(self) -> ChangeListener:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

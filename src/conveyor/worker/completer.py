@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from conveyor.errors import StoreUnavailableError
+from conveyor.job import JobState
 from conveyor.logs import job_fields
 from conveyor.pacing import DutyBackoff
 from conveyor.store.base import Store
@@ -63,11 +64,43 @@ class Completer:
         return written
 
     def _write(self, settle: Sequence[Settlement]) -> set[int]:
+        for running, _ in settle:
+            # Progress waiting for its turn (written at most once a second) goes
+            # first, under the lease it still holds: a job ends showing the last
+            # progress it reported, not one from up to a second before.
+            running.context.flush_progress()
         finishes = [outcome.finish(running.id, running.token) for running, outcome in settle]
         written = set(self._store.job_finish(finishes))
+        if len(written) < len(settle):
+            written |= self._completed_in_transaction(settle, written)
         if written:  # wakes waiters in this process at once
             self._changes.publish("done", ",".join(map(str, sorted(written))))
         return written
+
+    def _completed_in_transaction(
+        self, settle: Sequence[Settlement], written: set[int]
+    ) -> set[int]:
+        """The attempts, among those the finish refused, that succeeded by ``ctx.complete``.
+
+        The handler's transaction committed the job's success, so the finish
+        found the job no longer running: nothing more is recorded, and the
+        attempt counts as succeeded (not as a lost lease). Told apart from a
+        lost lease by the job itself: succeeded, and by no later attempt.
+        """
+        asked = {
+            running.id: running
+            for running, _ in settle
+            if running.id not in written and running.context.completed_in_transaction
+        }
+        if not asked:
+            return set()
+        done: set[int] = set()
+        for job in self._store.job_get_many(list(asked)):
+            running = asked[job.id]
+            if job.state == JobState.SUCCEEDED and job.attempts == running.job.attempts:
+                running.recorded = Outcome("complete", result_json=job.result)
+                done.add(job.id)
+        return done
 
     def _write_fallback(self, settlement: Settlement, refused: Exception) -> set[int]:
         running, outcome = settlement

@@ -1,4 +1,4 @@
-"""The pull API: claim jobs one at a time in a loop the caller owns.
+"""The pull API: claim jobs (one at a time, or a batch) in a loop the caller owns.
 
 For code that must own its loop, such as a conversation that consumes its own
 messages strictly in order (``group=``). While the caller holds a job, the
@@ -13,6 +13,13 @@ service needs no Worker for that; database errors are retried with the
 backoff every duty uses; ``stop()`` ends the loop from another thread; ``idle_timeout`` ends
 it after a quiet spell; ``app.close()`` releases what it holds; a job whose
 payload cannot be decoded fails at once instead of being handed out.
+
+An exception leaving ``with job:`` is judged by the worker's rule for a
+handler's: ``Fail`` fails the job for good, ``Retry`` runs it again later
+without using up an attempt, anything else is a failed attempt (retried while
+attempts remain). ``batch_size`` claims several jobs in one call; each is
+renewed and ended under its own lease, and those not yet handed out go back
+when the loop ends.
 """
 
 from __future__ import annotations
@@ -26,12 +33,19 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Generator, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from conveyor.context import CancelSignal, Context
-from conveyor.errors import ConfigurationError, LeaseLostError, StoreUnavailableError
+from conveyor.errors import (
+    ConfigurationError,
+    Fail,
+    LeaseLostError,
+    Retry,
+    StoreUnavailableError,
+)
 from conveyor.job import Job, JobState, encode_json, utcnow
 from conveyor.limits import throttle_seconds
 from conveyor.logs import job_fields
@@ -56,6 +70,40 @@ if TYPE_CHECKING:
     from conveyor.app import App
 
 log = logging.getLogger("conveyor.consume")
+
+#: The most jobs one claim of ``consume`` takes.
+MAX_BATCH_SIZE = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumeOptions:
+    """How a consume loop paces itself (see ``App.consume``)."""
+
+    lease: float = 30.0
+    #: Longest sleep without looking for work when no wake-up comes.
+    poll_interval: float = 1.0
+    idle_timeout: float | None = None
+    #: Jobs claimed at once; each is held under its own lease until handed out and ended.
+    batch_size: int = 1
+    #: After a store error, the loop waits ``backoff_first`` seconds, doubling up to
+    #: ``backoff_max``, before it claims again.
+    backoff_first: float = 0.05
+    backoff_max: float = 2.0
+
+    def __post_init__(self) -> None:
+        for name in ("lease", "poll_interval", "backoff_first", "backoff_max"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise ConfigurationError(f"consume: {name} must be a positive number of seconds")
+        if self.backoff_first > self.backoff_max:
+            raise ConfigurationError("consume: backoff_first must not exceed backoff_max")
+        if self.idle_timeout is not None and not self.idle_timeout >= 0:
+            raise ConfigurationError("consume: idle_timeout must be 0 or more seconds (or None)")
+        size = self.batch_size
+        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_BATCH_SIZE:
+            raise ConfigurationError(
+                f"consume: batch_size must be a whole number from 1 to {MAX_BATCH_SIZE}"
+            )
 
 
 class ConsumedJob:
@@ -157,15 +205,34 @@ class ConsumedJob:
             Outcome("complete", result_json=encode_json("result", result)), "completed", result
         )
 
-    def fail(self, error: str | BaseException, retry_in: float | None = None) -> None:
-        """Fail this attempt: retried after ``retry_in`` seconds (the task's backoff if None)."""
+    def fail(
+        self, error: str | BaseException, retry_in: float | None = None, *, final: bool = False
+    ) -> None:
+        """Fail this attempt: retried after ``retry_in`` seconds (the task's backoff if None).
+
+        ``final=True``, or a ``Fail`` exception as ``error``, fails the job for
+        good: no further attempt, whatever attempts remain (as ``raise Fail`` in
+        a worker's handler).
+        """
         text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+        exception = error if isinstance(error, BaseException) else None
+        if final or isinstance(error, Fail):
+            self._end(Outcome("fail", error=text), "failed", None, exception)
+            return
         task = self.app.tasks.get(self.job.task)
         if retry_in is None:
             retry_in = task.backoff.delay(self.job.attempts) if task else 0.0
         run_at = run_again_at(utcnow(), retry_in, "retry_in")
-        exception = error if isinstance(error, BaseException) else None
         self._end(Outcome("retry", error=text, run_at=run_at), "failed", None, exception)
+
+    def fail_for_good(self, error: str | BaseException) -> None:
+        """Fail the job with no further attempt: ``fail(error, final=True)``."""
+        self.fail(error, final=True)
+
+    def retry_later(self, delay: float | timedelta = 0.0, exception: Retry | None = None) -> None:
+        """Queue the job again after ``delay`` without using up an attempt (``raise Retry``)."""
+        run_at = run_again_at(utcnow(), delay, "Retry delay")
+        self._end(Outcome("snooze", run_at=run_at), "snoozed", None, exception)
 
     def release(self) -> None:
         """Hand the job back to the queue without using up an attempt."""
@@ -187,17 +254,28 @@ class ConsumedJob:
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> None:
+    ) -> bool:
+        """End the job by how the block ended; ``Fail`` and ``Retry`` are handled, not raised.
+
+        Any other exception is recorded as a failed attempt and goes on up.
+        """
         if self.ended:
-            return
+            return False
         if self.cancelled.reason == "cancel":
             # As a worker does for a handler it asked to stop: whatever the body
             # did after the request, the job ends cancelled.
             self._end(Outcome("cancelled"), "cancelled", None, exc)
         elif exc is None:
             self.complete()
+        elif isinstance(exc, Retry):
+            self.retry_later(exc.delay, exc)
+            return True
+        elif isinstance(exc, Fail):
+            self.fail(exc)  # for good, as in a worker's handler
+            return True
         else:
             self.fail(exc)
+        return False
 
 
 class Consumer:
@@ -212,16 +290,14 @@ class Consumer:
         app: App,
         queues: Sequence[str],
         group: str | None = None,
-        lease: float = 30.0,
-        poll_interval: float = 1.0,
-        idle_timeout: float | None = None,
+        options: ConsumeOptions | None = None,
     ) -> None:
         if not queues:
             raise ConfigurationError("consume needs at least one queue")
         # The loop's state lives apart from this object, so that nothing but this
         # object holds the generator: dropping it closes the generator at once
         # (and releases what it holds), without waiting for the cycle collector.
-        self._loop = _Loop(app, list(queues), group, lease, poll_interval, idle_timeout)
+        self._loop = _Loop(app, list(queues), group, options or ConsumeOptions())
         self._jobs = self._loop.run()
         app._consumers.add(self)
 
@@ -242,7 +318,7 @@ class Consumer:
         self._loop.stop()
 
     def close(self) -> None:
-        """Stop, and release a job still held."""
+        """Stop, and release a job still held (and those of its batch not yet handed out)."""
         self._loop.stop()
         # Iterated in another thread right now (ValueError): stop() ends it there.
         with contextlib.suppress(ValueError):
@@ -252,22 +328,20 @@ class Consumer:
 
 class _Loop:
     def __init__(
-        self,
-        app: App,
-        queues: list[str],
-        group: str | None,
-        lease: float,
-        poll_interval: float,
-        idle_timeout: float | None,
+        self, app: App, queues: list[str], group: str | None, options: ConsumeOptions
     ) -> None:
         self.app = app
         self.queues = queues
         self.group = group
-        self.lease = timedelta(seconds=lease)
-        self.poll_interval = poll_interval
-        self.idle_timeout = idle_timeout
+        self.options = options
+        self.lease = timedelta(seconds=options.lease)
+        self.poll_interval = options.poll_interval
+        self.idle_timeout = options.idle_timeout
         self.id = f"{socket.gethostname()}:{os.getpid()}:consume-{uuid.uuid4().hex[:8]}"
         self.held: ConsumedJob | None = None
+        #: Jobs of the last claim not yet handed out: held, renewed, released at the end.
+        self.waiting: list[ConsumedJob] = []
+        self._waiting_lock = threading.Lock()
         self._stop = threading.Event()
         self._wake = Wakeup()
         self._keeper: LeaseKeeper | None = None
@@ -279,13 +353,20 @@ class _Loop:
 
     def _held_now(self) -> Sequence[Running]:
         held = self.held
-        return (held.running,) if held is not None and not held.ended else ()
+        with self._waiting_lock:
+            jobs = [held, *self.waiting] if held is not None else list(self.waiting)
+        return [job.running for job in jobs if not job.ended]
 
     def _renewed(self, renewed: Sequence[Running], statuses: dict[int, LeaseStatus]) -> None:
         """From the lease keeper's thread: a lost lease or a cancel request reaches the job."""
         held = self.held
+        with self._waiting_lock:
+            mine = {job.running.id: job for job in self.waiting}
+        if held is not None:
+            mine[held.running.id] = held
         for running in renewed:
-            if held is None or held.running is not running or held.ended:
+            job = mine.get(running.id)
+            if job is None or job.running is not running or job.ended:
                 continue  # ended while the renewal was on its way: nothing was lost
             status = statuses.get(running.id)
             if status is None:
@@ -308,7 +389,9 @@ class _Loop:
             )  # fmt: skip
             self._keeper.start()
         if self._rescuer is None:
-            self._rescuer = Rescuer(self.app, self.lease.total_seconds(), self._rescued)
+            self._rescuer = Rescuer(
+                self.app, self.lease.total_seconds(), self._rescued, holder=self.id
+            )
             self._rescuer.start()
 
     def _stop_threads(self) -> None:
@@ -321,7 +404,13 @@ class _Loop:
         self._wake.set("rescued")  # a rescued job may be ours to take
 
     def release_held(self) -> None:
+        with self._waiting_lock:
+            waiting, self.waiting = self.waiting, []
         held, self.held = self.held, None
+        for job in [held, *waiting]:
+            self._release(job)
+
+    def _release(self, held: ConsumedJob | None) -> None:
         if held is not None and not held.ended:
             try:
                 held.release()
@@ -342,53 +431,77 @@ class _Loop:
             if held is not None and token and job_id == str(held.job.id):
                 if token == held.job.lease_token:  # app.cancel in this process
                     held.cancelled.set("cancel")
-            elif held is not None:
+            elif held is not None or self.waiting:
                 self._keeper.renew_soon()  # the renewal says whether it is ours
 
     def run(self) -> Generator[ConsumedJob, None, None]:
         self.app.changes.add(self._listener)
         self._start_threads()
         idle_since = time.monotonic()
-        backoff = DutyBackoff("consume: claiming", log, ceiling=2.0)
+        backoff = DutyBackoff(
+            "consume: claiming",
+            log,
+            first=self.options.backoff_first,
+            ceiling=self.options.backoff_max,
+        )
         try:
             while not self._stop.is_set():
-                try:
-                    job = self._claim_one()
-                    backoff.succeeded()
-                except StoreUnavailableError as exc:
-                    self._wake.wait(backoff.failed(exc))
-                    continue
+                job = self._next_waiting()
                 if job is None:
-                    idle = time.monotonic() - idle_since
-                    if self.idle_timeout is not None and idle >= self.idle_timeout:
-                        return
-                    self._wait_for_work(idle_since)
+                    try:
+                        claimed = self._claim()
+                        backoff.succeeded()
+                    except StoreUnavailableError as exc:
+                        self._wake.wait(backoff.failed(exc))
+                        continue
+                    if not claimed:
+                        idle = time.monotonic() - idle_since
+                        if self.idle_timeout is not None and idle >= self.idle_timeout:
+                            return
+                        self._wait_for_work(idle_since)
+                        continue
+                    with self._waiting_lock:
+                        self.waiting = [ConsumedJob(self.app, j, self.lease) for j in claimed]
                     continue
-                self.held = ConsumedJob(self.app, job, self.lease)
-                yield self.held
+                self.held = job
+                yield job
                 # A job the loop body moved on from without ending it goes back.
-                self.release_held()
+                held, self.held = self.held, None
+                self._release(held)
                 idle_since = time.monotonic()
         finally:
             self.app.changes.remove(self._listener)
             self.release_held()
             self._stop_threads()
 
-    def _claim_one(self) -> Job | None:
+    def _next_waiting(self) -> ConsumedJob | None:
+        """The next job of the last claim still held (a lost lease drops it unhanded)."""
+        with self._waiting_lock:
+            while self.waiting:
+                job = self.waiting.pop(0)
+                if job.cancelled.reason != "lease lost":
+                    return job
+        return None
+
+    def _claim(self) -> list[Job]:
+        """Claim up to a batch; jobs that can never run fail at once and are left out."""
         store = self.app.store
+        size = self.options.batch_size
         while True:
-            claimed = store.job_claim(self.queues, 1, self.id, self.lease, group=self.group)
-            if not claimed:
-                return None
-            job = claimed[0]
-            job._app = self.app
-            poison = _payload_check(job)
-            if poison is None:
-                return job
-            # Never handed out: it would fail the same way every time, and block its group.
-            log.error("job %s failed at once: %s", job.id, poison.error, extra=job_fields(job))
-            running = Running(job=job, task=None, context=Context(job))
-            Completer(store, self.app.changes).record([(running, poison)])
+            claimed = store.job_claim(self.queues, size, self.id, self.lease, group=self.group)
+            good: list[Job] = []
+            for job in claimed:
+                job._app = self.app
+                poison = _payload_check(job)
+                if poison is None:
+                    good.append(job)
+                    continue
+                # Never handed out: it would fail the same way every time, and block its group.
+                log.error("job %s failed at once: %s", job.id, poison.error, extra=job_fields(job))
+                running = Running(job=job, task=None, context=Context(job))
+                Completer(store, self.app.changes).record([(running, poison)])
+            if good or not claimed:
+                return good
 
     def _wait_for_work(self, idle_since: float) -> None:
         store = self.app.store
@@ -417,12 +530,10 @@ async def aconsume(
     app: App,
     queues: Sequence[str],
     group: str | None = None,
-    lease: float = 30.0,
-    poll_interval: float = 1.0,
-    idle_timeout: float | None = None,
+    options: ConsumeOptions | None = None,
 ) -> AsyncIterator[ConsumedJob]:
     """The async twin: the blocking claims and waits run in a thread."""
-    consumer = Consumer(app, queues, group, lease, poll_interval, idle_timeout)
+    consumer = Consumer(app, queues, group, options)
     sentinel = object()
     stepping = threading.Lock()
 

@@ -14,11 +14,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from conveyor.context import Context
 from conveyor.job import Job, JobState, utcnow
-from conveyor.store.base import Lease
+from conveyor.store.base import Lease, Step
+from conveyor.worker import effects
 from conveyor.worker.completer import Completer
 from conveyor.worker.executor import Running, poison_outcome, run_inline
 from conveyor.worker.throttle import throttle_job
@@ -119,3 +120,14 @@ class InlineHooks:
 
     def parents(self, job: Job) -> list[Job]:
         return self.app.parents(job.id)
+
+    def steps(self, job: Job) -> list[Step]:
+        return effects.steps(self.app.store, job)
+
+    def record_step(
+        self, job: Job, name: str, result_json: str, started_at: datetime
+    ) -> Step | None:
+        return effects.record_step(self.app.store, job, name, result_json, started_at)
+
+    def complete_in(self, job: Job, connection: Any, result_json: str) -> bool:
+        return effects.complete_in(self.app.store, job, connection, result_json)

@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("conveyor.maintenance")
 
 LEADER_NAME = "maintenance"
+#: Retention has a leader of its own: every process that consumes (a worker's
+#: maintenance, a consumer's rescuer) runs for it, and one of them acts.
+RETENTION_LEADER = "retention"
 
 
 def round_interval(lease: float) -> float:
@@ -67,9 +70,11 @@ class Maintenance(_Background):
         self.ttl = timedelta(seconds=max(self.interval * 3, 1.0))
         super().__init__("conveyor-maintenance")
         self.is_leader = False
+        self._retention = Housekeeping(app, holder, self.ttl)
 
     def stop(self) -> None:
         super().stop()
+        self._retention.release()
         if self.is_leader:
             try:
                 self.app.store.leader_release(LEADER_NAME, self.holder)
@@ -103,8 +108,8 @@ class Maintenance(_Background):
             ("periodic tasks", lambda: self._enqueue_periodic(wall)),
         ]
         # Capabilities beyond the core: a store without them has nothing to do here.
-        if isinstance(store, OperatorStore):
-            actions.append(("retention", lambda: self._purge(wall)))
+        if isinstance(store, OperatorStore) and self.app.has_retention:
+            actions.append(("retention", lambda: self._retention.run(wall)))
         if isinstance(store, FlowControlStore):
             # Claims prune the starts of the queues they claim; this, the rest.
             actions.append(("limits", lambda: store.limit_prune(wall)))
@@ -120,9 +125,6 @@ class Maintenance(_Background):
     def _rescue(self, now: datetime | None) -> None:
         rescued = self.app.store.job_rescue_expired(now)
         log_rescued(log, self.app.store, rescued, "worker")
-
-    def _purge(self, now: datetime) -> None:
-        self.app.apply_retention(now)
 
     def _enqueue_periodic(self, now: datetime) -> None:
         for periodic in self.app.periodic_tasks:
@@ -149,6 +151,38 @@ class Maintenance(_Background):
                 log.exception("could not enqueue periodic task %s", periodic.task)
 
 
+class Housekeeping:
+    """Retention (``App(retention=..., retention_by_state=..., keep_finished=...)``), led.
+
+    Run by every worker's maintenance and every consumer's rescuer, so that a
+    consume-only service prunes as a worker does; the holder of the retention
+    lease acts, the others skip their turn. A deletion is safe to run twice.
+    """
+
+    def __init__(self, app: App, holder: str, ttl: timedelta) -> None:
+        self.app = app
+        self.holder = holder
+        self.ttl = ttl
+        self.is_leader = False
+
+    def run(self, now: datetime | None = None) -> int:
+        """One round of retention if this process leads it; the jobs deleted."""
+        store = self.app.store
+        if not isinstance(store, OperatorStore) or not self.app.has_retention:
+            return 0
+        wall = now or utcnow()
+        self.is_leader = store.leader_acquire(RETENTION_LEADER, self.holder, self.ttl, wall)
+        return self.app.apply_retention(wall) if self.is_leader else 0
+
+    def release(self) -> None:
+        if self.is_leader:
+            try:
+                self.app.store.leader_release(RETENTION_LEADER, self.holder)
+            except Exception:
+                log.exception("could not release the retention lease")
+            self.is_leader = False
+
+
 class Rescuer(_Background):
     """Takes back expired leases for a consume-only service, on a timer, busy or idle.
 
@@ -158,11 +192,19 @@ class Rescuer(_Background):
     compare-and-set, so several at once are safe.
     """
 
-    def __init__(self, app: App, lease: float, rescued: Callable[[], None]) -> None:
+    def __init__(
+        self, app: App, lease: float, rescued: Callable[[], None], holder: str = "consumer"
+    ) -> None:
         self._app = app
         self.interval = round_interval(lease)  # as often as maintenance
         self._rescued = rescued
+        ttl = timedelta(seconds=max(self.interval * 3, 1.0))
+        self._housekeeping = Housekeeping(app, holder, ttl)
         super().__init__("conveyor-rescue")
+
+    def stop(self) -> None:
+        super().stop()
+        self._housekeeping.release()
 
     def _run(self) -> None:
         backoff = DutyBackoff("consume: rescuing expired leases", log, ceiling=self.interval * 8)
@@ -177,4 +219,8 @@ class Rescuer(_Background):
             if rescued:
                 log_rescued(log, self._app.store, rescued, "worker or consumer")
                 self._rescued()
+            try:
+                self._housekeeping.run()
+            except Exception as exc:  # on its own: a failed round never stops the rescues
+                log.warning("consume: retention failed: %s", exc)
             self._stop.wait(pause)

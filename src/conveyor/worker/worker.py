@@ -45,7 +45,8 @@ from conveyor.errors import ConfigurationError
 from conveyor.job import Job, utcnow
 from conveyor.logs import job_fields
 from conveyor.pacing import DutyBackoff
-from conveyor.store.base import Lease, LeaseStatus
+from conveyor.store.base import Lease, LeaseStatus, Step
+from conveyor.worker import effects
 from conveyor.worker.completer import Completer, CompleterThread, Settlement
 from conveyor.worker.executor import (
     EventLoopThread,
@@ -415,6 +416,8 @@ class Worker:
                 attempt = self._held.get(lease.id)
                 if attempt is None or attempt.token != lease.token or attempt.recorded:
                     continue  # another attempt by now, or already being recorded
+                if status is None and attempt.context.completed_in_transaction:
+                    continue  # succeeded in the handler's own transaction (ctx.complete)
                 if status is None:
                     self._abort(attempt, "lease lost")
                 elif status.cancel_requested:
@@ -628,6 +631,17 @@ class Worker:
     def parents(self, job: Job) -> list[Job]:
         """``ctx.upstream``: the jobs this one waited for."""
         return self.app.parents(job.id)
+
+    def steps(self, job: Job) -> list[Step]:
+        return effects.steps(self.store, job)
+
+    def record_step(
+        self, job: Job, name: str, result_json: str, started_at: datetime
+    ) -> Step | None:
+        return effects.record_step(self.store, job, name, result_json, started_at)
+
+    def complete_in(self, job: Job, connection: Any, result_json: str) -> bool:
+        return effects.complete_in(self.store, job, connection, result_json)
 
     def _start(self, runnings: list[Running]) -> None:
         """Hand attempts to the executor as slots allow; the rest wait, held, in order."""

@@ -46,6 +46,7 @@ __all__ = [
     "REDIS_REFUSAL",
     "SCAN_ID_COLUMN",
     "TIME_COLUMNS",
+    "Cleanup",
     "InsertCounts",
     "Progress",
     "Scan",
@@ -56,6 +57,7 @@ __all__ = [
     "WriteConflictError",
     "WriteEndedError",
     "WriteResult",
+    "WriteRow",
     "backend_of",
     "check_columns",
     "no_core_tables",
@@ -119,6 +121,30 @@ class WriteResult:
 
 
 @dataclass(frozen=True, slots=True)
+class WriteRow:
+    """One write as ``conveyor spark writes`` lists it."""
+
+    id: str
+    #: "committed", "running" (open) or "abandoned" (open longer than allowed).
+    state: str
+    #: When it committed, or (open) when it started.
+    at: datetime
+    rows: int | None
+    enqueued: int | None
+    skipped: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Cleanup:
+    """What ``bulk_write_cleanup`` did."""
+
+    #: Writes cleared as abandoned (their staged rows dropped; none became jobs).
+    cleared: list[str]
+    #: Results of past writes purged.
+    purged: int
+
+
+@dataclass(frozen=True, slots=True)
 class Progress:
     """How far one partition of a non-atomic write has got."""
 
@@ -161,9 +187,37 @@ class SparkStorage(Protocol):
     def close(self) -> None: ...
 
     def bulk_write_open(
-        self, write_id: str, now: datetime, abandoned_before: datetime
+        self,
+        write_id: str,
+        now: datetime,
+        abandoned_before: datetime,
+        result_id: str | None = None,
     ) -> list[str]:
-        """Open a write; first clear writes opened before ``abandoned_before`` (returned)."""
+        """Open a write; first clear writes opened before ``abandoned_before`` (their ids).
+
+        ``result_id``: the caller's id of the write, shown while it is open.
+        """
+        ...
+
+    def bulk_write_list(self, limit: int, abandoned_before: datetime) -> list[WriteRow]:
+        """Past and open writes, newest first; open before ``abandoned_before``: abandoned."""
+        ...
+
+    def bulk_write_cleanup(
+        self, abandoned_before: datetime, results_before: datetime | None
+    ) -> Cleanup:
+        """Clear writes opened before ``abandoned_before``; purge results older than the other.
+
+        Writes are named by the caller's writeId, else the id of the run.
+        """
+        ...
+
+    def bulk_write_describe(self, result_id: str, options: str) -> None:
+        """Keep the options a committed write was made with (the first commit's stay)."""
+        ...
+
+    def bulk_write_options(self, result_id: str) -> str | None:
+        """The options kept for a committed write (None: none kept, or no such write)."""
         ...
 
     def bulk_write_touch(self, write_id: str, now: datetime) -> None:

@@ -25,6 +25,7 @@ from conveyor.errors import ConfigurationError, SchemaMissingError
 from conveyor.spark.storage import (
     SCAN_ID_COLUMN,
     TIME_COLUMNS,
+    Cleanup,
     InsertCounts,
     Progress,
     Scan,
@@ -33,6 +34,7 @@ from conveyor.spark.storage import (
     WriteConflictError,
     WriteEndedError,
     WriteResult,
+    WriteRow,
     check_columns,
     no_core_tables,
     quote_ident,
@@ -44,6 +46,8 @@ from conveyor.store.postgres.store import PostgresStore
 from conveyor.store.sql import load_migrations, load_queries
 
 _Q = load_queries("conveyor.spark.storage", "postgres.sql")
+#: What an operator does with Spark's writes: list, clean up, purge.
+_OPS = load_queries("conveyor.spark.storage", "operations_postgres.sql")
 _MIGRATIONS = load_migrations("conveyor.spark.storage", "migrations/postgres")
 #: The temporary table a non-atomic write stages each batch in (one per connection).
 _DIRECT = "spark_direct"
@@ -97,12 +101,18 @@ class PostgresSparkStorage(PostgresStore):
     # --- writes -----------------------------------------------------------------
 
     def bulk_write_open(
-        self, write_id: str, now: datetime, abandoned_before: datetime
+        self,
+        write_id: str,
+        now: datetime,
+        abandoned_before: datetime,
+        result_id: str | None = None,
     ) -> list[str]:
         with self._tx() as conn:
             cleared = self._clear_abandoned(conn, abandoned_before)
             try:
-                conn.execute(_Q["spark_write_open"], {"id": write_id, "now": now})
+                conn.execute(
+                    _Q["spark_write_open"], {"id": write_id, "now": now, "result_id": result_id}
+                )
             except pg_errors.UniqueViolation:
                 raise ConfigurationError(_running(write_id)) from None
         return cleared
@@ -242,12 +252,42 @@ class PostgresSparkStorage(PostgresStore):
     def _clear_abandoned(self, conn: Connection, before: datetime) -> list[str]:
         """Close writes whose driver died, and drop what they staged: none of it became jobs."""
         rows = conn.execute(_Q["spark_write_abandoned"], {"before": before}).fetchall()
-        ids = [row[0] for row in rows]
-        for write_id in ids:
+        for write_id, _ in rows:
             conn.execute(_Q["spark_write_close"], {"id": write_id})
             conn.execute(_Q["spark_progress_delete"], {"write_id": write_id})
             _drop_stages(conn, write_id)
-        return ids
+        return [str(shown) for _, shown in rows]
+
+    # --- what an operator does (conveyor spark writes / cleanup) -------------------
+
+    def bulk_write_list(self, limit: int, abandoned_before: datetime) -> list[WriteRow]:
+        params = {"limit": limit, "abandoned_before": (abandoned_before)}
+        with self._conn() as conn:
+            rows = conn.execute(_OPS["spark_write_list"], params).fetchall()
+        return [
+            WriteRow(id_, state, at, count, enqueued, skipped)
+            for id_, state, at, count, enqueued, skipped in rows
+        ]
+
+    def bulk_write_cleanup(
+        self, abandoned_before: datetime, results_before: datetime | None
+    ) -> Cleanup:
+        with self._tx() as conn:
+            cleared = self._clear_abandoned(conn, abandoned_before)
+            purged = 0
+            if results_before is not None:
+                params = {"before": (results_before)}
+                purged = conn.execute(_OPS["spark_write_results_purge"], params).rowcount
+        return Cleanup(cleared, max(purged, 0))
+
+    def bulk_write_describe(self, result_id: str, options: str) -> None:
+        with self._tx() as conn:
+            conn.execute(_OPS["spark_write_describe"], {"id": result_id, "options": options})
+
+    def bulk_write_options(self, result_id: str) -> str | None:
+        with self._conn() as conn:
+            row = conn.execute(_OPS["spark_write_options"], {"id": result_id}).fetchone()
+        return None if row is None or row[0] is None else str(row[0])
 
     # --- reads ------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from conveyor.errors import ConfigurationError, SchemaMissingError
 from conveyor.spark.storage import (
     SCAN_ID_COLUMN,
+    Cleanup,
     InsertCounts,
     Progress,
     Scan,
@@ -27,6 +28,7 @@ from conveyor.spark.storage import (
     WriteConflictError,
     WriteEndedError,
     WriteResult,
+    WriteRow,
     check_columns,
     no_core_tables,
     quote_ident,
@@ -38,6 +40,8 @@ from conveyor.store.sql import load_migrations, load_queries
 from conveyor.store.sqlite.store import EVENT_COLUMNS, JOB_COLUMNS, SQLiteStore
 
 _Q = load_queries("conveyor.spark.storage", "sqlite.sql")
+#: What an operator does with Spark's writes: list, clean up, purge.
+_OPS = load_queries("conveyor.spark.storage", "operations_sqlite.sql")
 _MIGRATIONS = load_migrations("conveyor.spark.storage", "migrations/sqlite")
 #: The temporary table a non-atomic write stages each batch in (one per connection).
 _DIRECT = "spark_direct"
@@ -76,12 +80,19 @@ class SQLiteSparkStorage(SQLiteStore):
     # --- writes -----------------------------------------------------------------
 
     def bulk_write_open(
-        self, write_id: str, now: datetime, abandoned_before: datetime
+        self,
+        write_id: str,
+        now: datetime,
+        abandoned_before: datetime,
+        result_id: str | None = None,
     ) -> list[str]:
         with self._write() as conn:
             cleared = self._clear_abandoned(conn, abandoned_before)
             try:
-                conn.execute(_Q["spark_write_open"], {"id": write_id, "now": _ts(now)})
+                conn.execute(
+                    _Q["spark_write_open"],
+                    {"id": write_id, "now": _ts(now), "result_id": result_id},
+                )
             except sqlite3.IntegrityError:
                 raise ConfigurationError(_running(write_id)) from None
         return cleared
@@ -209,12 +220,41 @@ class SQLiteSparkStorage(SQLiteStore):
     def _clear_abandoned(self, conn: sqlite3.Connection, before: datetime) -> list[str]:
         """Close writes whose driver died, and drop what they staged: none of it became jobs."""
         params = {"before": _ts(before)}
-        ids = [row[0] for row in conn.execute(_Q["spark_write_abandoned"], params).fetchall()]
-        for write_id in ids:
+        rows = conn.execute(_Q["spark_write_abandoned"], params).fetchall()
+        for write_id, _ in rows:
             conn.execute(_Q["spark_write_close"], {"id": write_id})
             conn.execute(_Q["spark_progress_delete"], {"write_id": write_id})
             _drop_stages(conn, write_id)
-        return ids
+        return [str(shown) for _, shown in rows]
+
+    # --- what an operator does (conveyor spark writes / cleanup) -------------------
+
+    def bulk_write_list(self, limit: int, abandoned_before: datetime) -> list[WriteRow]:
+        params = {"limit": limit, "abandoned_before": _ts(abandoned_before)}
+        rows = self._conn().execute(_OPS["spark_write_list"], params).fetchall()
+        return [
+            WriteRow(id_, state, datetime.fromtimestamp(at, UTC), count, enqueued, skipped)
+            for id_, state, at, count, enqueued, skipped in rows
+        ]
+
+    def bulk_write_cleanup(
+        self, abandoned_before: datetime, results_before: datetime | None
+    ) -> Cleanup:
+        with self._write() as conn:
+            cleared = self._clear_abandoned(conn, abandoned_before)
+            purged = 0
+            if results_before is not None:
+                params = {"before": _ts(results_before)}
+                purged = conn.execute(_OPS["spark_write_results_purge"], params).rowcount
+        return Cleanup(cleared, max(purged, 0))
+
+    def bulk_write_describe(self, result_id: str, options: str) -> None:
+        with self._write() as conn:
+            conn.execute(_OPS["spark_write_describe"], {"id": result_id, "options": options})
+
+    def bulk_write_options(self, result_id: str) -> str | None:
+        row = self._conn().execute(_OPS["spark_write_options"], {"id": result_id}).fetchone()
+        return None if row is None or row[0] is None else str(row[0])
 
     # --- reads ------------------------------------------------------------------
 

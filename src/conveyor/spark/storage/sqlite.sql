@@ -38,7 +38,8 @@ INSERT INTO spark_schema_migrations (version, name, applied_at) VALUES (:version
 
 -- name: spark_write_open
 -- A write in progress. Its tasks stage rows only while this row exists.
-INSERT INTO spark_writes (id, started_at) VALUES (:id, :now)
+-- result_id: the caller's writeId (what `conveyor spark writes` shows).
+INSERT INTO spark_writes (id, started_at, result_id) VALUES (:id, :now, :result_id)
 
 -- name: spark_write_touch
 -- A streaming micro-batch is opened by its own tasks (the sink has no hook before
@@ -55,7 +56,8 @@ DELETE FROM spark_writes WHERE id = :id
 -- name: spark_write_abandoned
 -- Writes opened before :before and never ended: their driver died between
 -- opening the write and its commit or abort.
-SELECT id FROM spark_writes WHERE started_at < :before
+-- Returns each one's id and the caller's id of it (else its own).
+SELECT id, coalesce(result_id, id) FROM spark_writes WHERE started_at < :before
 
 -- name: spark_stage_tables
 -- Every staging table of a write, including those of failed or duplicate task

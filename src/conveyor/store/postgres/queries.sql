@@ -14,6 +14,8 @@
 -- Pooled connections run in autocommit: each statement here is a transaction of
 -- its own, which is why every change carries its events and notifications.
 
+-- with: conveyor.store/shared.sql as pyformat
+
 -- name: migrations_table
 CREATE TABLE IF NOT EXISTS schema_migrations (
     version    integer PRIMARY KEY,
@@ -27,12 +29,6 @@ SELECT pg_advisory_xact_lock(7245018)
 
 -- name: migrations_exist
 SELECT to_regclass('schema_migrations') IS NOT NULL
-
--- name: schema_version
-SELECT coalesce(max(version), 0) FROM schema_migrations
-
--- name: migration_record
-INSERT INTO schema_migrations (version, name, applied_at) VALUES (%(version)s, %(name)s, %(now)s)
 
 -- name: job_insert
 -- One row per input, in input order: (id, inserted). The insert itself, its
@@ -65,34 +61,13 @@ WHERE key IS NOT NULL
   AND (queue, key) IN (SELECT * FROM unnest(%(queues)s::text[], %(keys)s::text[]))
 ORDER BY id DESC
 
--- name: job_get
-SELECT * FROM jobs WHERE id = %(id)s
-
 -- name: job_get_many
 SELECT * FROM jobs WHERE id = ANY(%(ids)s::bigint[])
 
--- name: job_list
-SELECT * FROM jobs
-WHERE (%(state)s::text IS NULL OR state = %(state)s)
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
-  AND (%(task)s::text IS NULL OR task = %(task)s)
-  AND (%(batch)s::text IS NULL OR batch = %(batch)s)
-  AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s)) > 0)
-  AND id < %(before_id)s
-ORDER BY id DESC
-LIMIT %(limit)s
-
 -- name: job_claim
--- Each queue is searched on its own (the LATERAL subquery walks one queue's
--- jobs_queued index in claim order and stops at the limit); the best of those
--- candidates win. SKIP LOCKED lets concurrent claimers pass each other.
---
--- A job in a group is claimable only when it is its group's oldest queued job
--- and no job of the group is running. Those checks read this statement's
--- snapshot: a claimer that started before another claimer's commit can still
--- see the group idle and pick its next job. The unique index
--- jobs_group_running turns that into a unique violation, and the store
--- retries the claim with a fresh snapshot.
+-- Each queue is searched on its own (claim_search walks one queue's jobs_queued
+-- index in claim order and stops at the limit); the best of those candidates
+-- win. SKIP LOCKED lets concurrent claimers pass each other.
 --
 -- A queue with a row in limits (a rate, a concurrency, a throttle) is passed
 -- by: job_claim_limited (see the flow control section at the end) claims those.
@@ -105,29 +80,11 @@ LIMIT %(limit)s
 -- whether the queues have limits: a queue passed by is claimed a moment later,
 -- never past its limits.
 --
--- %(now)s NULL means the server's clock (now()): leases are judged on one
--- clock, whatever the clocks of the worker machines say.
---
 -- MATERIALIZED: the locking candidate search must run exactly once.
 WITH candidates AS MATERIALIZED (
     SELECT c.id
     FROM unnest(%(queues)s::text[]) AS q(name)
-    CROSS JOIN LATERAL (
-        SELECT j.id, j.priority FROM jobs AS j
-        WHERE j.state = 'queued'
-          AND j.queue = q.name
-          AND j.run_at <= coalesce(%(now)s::timestamptz, now())
-          AND (%(group)s::text IS NULL OR j.group_key = %(group)s)
-          AND (j.group_key IS NULL OR (
-              NOT EXISTS (SELECT 1 FROM jobs AS r
-                          WHERE r.group_key = j.group_key AND r.state = 'running')
-              AND NOT EXISTS (SELECT 1 FROM jobs AS o
-                              WHERE o.group_key = j.group_key AND o.state = 'queued'
-                                AND o.id < j.id)))
-        ORDER BY j.priority DESC, j.id
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
-    ) AS c
+    CROSS JOIN LATERAL ({{claim_search}} LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS c
     -- Not paused, and no limits (one test: two let the planner check each
     -- candidate job for its queue's pause).
     WHERE NOT EXISTS (SELECT 1 FROM queues AS p WHERE p.name = q.name AND p.paused
@@ -135,24 +92,59 @@ WITH candidates AS MATERIALIZED (
                       SELECT 1 FROM limits AS l WHERE l.queue = q.name)
     ORDER BY c.priority DESC, c.id
     LIMIT %(limit)s
-), claimed AS (
+),
+{{claim_apply}}
+SELECT * FROM claimed
+
+-- name: now
+-- The moment a statement judges by: %(now)s, or the server's clock when it is
+-- NULL, so that leases are judged on one clock whatever the clocks of the
+-- worker machines say.
+coalesce(%(now)s::timestamptz, now())
+
+-- name: claimable
+-- Whether queued job j may be claimed now: it is due, of the group asked for
+-- (if one is), and its group's head: the group's oldest queued job, while no
+-- job of the group runs. These checks read the statement's snapshot: a claimer
+-- that started before another claimer's commit can still see the group idle
+-- and pick its next job. The unique index jobs_group_running turns that into a
+-- unique violation, and the store claims again with a fresh snapshot.
+j.state = 'queued'
+AND j.run_at <= {{now}}
+AND (%(group)s::text IS NULL OR j.group_key = %(group)s)
+AND (j.group_key IS NULL OR (
+    NOT EXISTS (SELECT 1 FROM jobs AS r
+                WHERE r.group_key = j.group_key AND r.state = 'running')
+    AND NOT EXISTS (SELECT 1 FROM jobs AS o
+                    WHERE o.group_key = j.group_key AND o.state = 'queued' AND o.id < j.id)))
+
+-- name: claim_search
+-- The claimable jobs of queue q.name in claim order (the caller limits and locks).
+SELECT j.id, j.priority FROM jobs AS j
+WHERE j.queue = q.name AND {{claimable}}
+ORDER BY j.priority DESC, j.id
+
+-- name: claim_apply
+-- After a CTE named candidates (the ids a claim chose, locked): start them under
+-- the claim's lease, each with its claimed event. Ends in a CTE named claimed.
+claimed AS (
     UPDATE jobs
     SET state = 'running',
         attempts = jobs.attempts + 1,
         worker = %(worker)s,
         lease_token = %(token)s,
-        lease_expires_at = coalesce(%(now)s::timestamptz, now()) + %(lease)s::interval,
-        started_at = coalesce(%(now)s::timestamptz, now()),
+        lease_expires_at = {{now}} + %(lease)s::interval,
+        started_at = {{now}},
         progress = NULL,
         progress_message = NULL
-    FROM candidates
-    WHERE jobs.id = candidates.id
+    -- An array, so that the update finds its rows by primary key (from a join
+    -- with job_claim_limited's candidates, the planner chose to hash the whole table).
+    WHERE jobs.id = ANY(ARRAY(SELECT id FROM candidates))
     RETURNING jobs.*
 ), claimed_events AS (
     INSERT INTO events (job_id, queue, task, kind, attempt, worker, at)
-    SELECT id, queue, task, 'claimed', attempts, worker, coalesce(%(now)s::timestamptz, now()) FROM claimed ORDER BY id
+    SELECT id, queue, task, 'claimed', attempts, worker, {{now}} FROM claimed ORDER BY id
 )
-SELECT * FROM claimed
 
 -- name: job_heartbeat
 UPDATE jobs
@@ -163,46 +155,18 @@ RETURNING jobs.id, jobs.cancel_requested
 
 -- name: job_finish
 -- The one statement that ends running jobs, for every kind of outcome (see
--- FinishKind in store/base.py), with their events and notifications. Each item
--- names the lease it was claimed under, and a stale token changes nothing:
--- that is the fence against a worker that lost its lease. A rescue also needs
--- the lease to have run out (a worker that renewed it meanwhile keeps its
--- job). A job whose cancel was requested ends cancelled, whatever the
--- outcome, unless it succeeded. Snooze and release give the attempt back.
---
--- The new state is decided in the SET expressions from the row being updated,
--- not in a CTE: a cancel committed while this statement waited for the row
--- lock is seen (PostgreSQL re-reads the newest row version there).
+-- FinishKind in store/base.py), with their events and notifications: which
+-- jobs it may end is finish_fence, what becomes of them finish_set (both in
+-- shared.sql). The new state is decided in the SET expressions from the row
+-- being updated, not in a CTE: a cancel committed while this statement waited
+-- for the row lock is seen (PostgreSQL re-reads the newest row version there).
 WITH changed AS (
     UPDATE jobs
-    SET state = CASE
-            WHEN f.kind = 'complete' THEN 'succeeded'
-            WHEN NOT jobs.cancel_requested AND (f.kind IN ('snooze', 'release')
-                 OR (f.kind IN ('retry', 'rescue', 'take_back') AND jobs.attempts < jobs.max_attempts))
-            THEN 'queued'
-            WHEN jobs.cancel_requested OR f.kind = 'cancelled' THEN 'cancelled'
-            ELSE 'failed' END,
-        run_at = CASE
-            WHEN NOT jobs.cancel_requested AND (f.kind IN ('snooze', 'release')
-                 OR (f.kind IN ('retry', 'rescue', 'take_back') AND jobs.attempts < jobs.max_attempts))
-            THEN coalesce(f.run_at, CASE WHEN f.kind IN ('rescue', 'take_back') THEN coalesce(%(now)s::timestamptz, now()) END, jobs.run_at)
-            ELSE jobs.run_at END,
-        finished_at = CASE
-            WHEN NOT jobs.cancel_requested AND (f.kind IN ('snooze', 'release')
-                 OR (f.kind IN ('retry', 'rescue', 'take_back') AND jobs.attempts < jobs.max_attempts))
-            THEN NULL ELSE coalesce(%(now)s::timestamptz, now()) END,
-        attempts = jobs.attempts - CASE WHEN f.kind IN ('snooze', 'release') THEN 1 ELSE 0 END,
-        result = CASE WHEN f.kind = 'complete' THEN f.result ELSE jobs.result END,
-        error = coalesce(f.error, jobs.error),
-        lease_token = NULL,
-        lease_expires_at = NULL
+    SET {{finish_set}}
     FROM unnest(%(ids)b::bigint[], %(tokens)b::text[], %(kinds)b::text[], %(results)b::json[],
                 %(errors)b::text[], %(run_ats)b::timestamptz[])
          AS f(id, token, kind, result, error, run_at)
-    WHERE jobs.id = f.id
-      AND jobs.lease_token = f.token
-      AND jobs.state = 'running'
-      AND (f.kind <> 'rescue' OR jobs.lease_expires_at < coalesce(%(now)s::timestamptz, now()))
+    WHERE {{finish_fence}}
     RETURNING jobs.id, jobs.queue, jobs.task, jobs.state, jobs.attempts, jobs.worker,
               jobs.error, jobs.group_key, f.kind
 ), changed_events AS (
@@ -210,20 +174,16 @@ WITH changed AS (
     -- queue the job again also records how it ended, after all the "rescued"
     -- events. Snooze and release gave the attempt back: their events add one.
     INSERT INTO events (job_id, queue, task, kind, attempt, worker, at, error)
-    SELECT id, queue, task,
-           CASE WHEN e.ordinal = 2 THEN state
-                WHEN changed.kind IN ('rescue', 'take_back') THEN 'rescued'
-                WHEN state <> 'queued' THEN state
-                WHEN changed.kind = 'retry' THEN 'retried'
-                WHEN changed.kind = 'snooze' THEN 'snoozed'
-                ELSE 'released' END,
-           attempts + CASE WHEN changed.kind IN ('snooze', 'release') THEN 1 ELSE 0 END,
-           worker, coalesce(%(now)s::timestamptz, now()),
-           CASE WHEN changed.kind IN ('retry', 'fail', 'rescue', 'take_back') THEN error END
-    FROM changed
+    SELECT id, queue, task, {{finish_event_kind}},
+           attempts + CASE WHEN f.kind IN ('snooze', 'release') THEN 1 ELSE 0 END,
+           worker, {{now}},
+           CASE WHEN f.kind IN ('retry', 'fail', 'rescue', 'take_back') THEN error END
+    FROM changed AS f
     CROSS JOIN LATERAL (VALUES (1), (2)) AS e(ordinal)
-    WHERE e.ordinal = 1 OR (changed.kind IN ('rescue', 'take_back') AND state <> 'queued')
+    WHERE e.ordinal = 1 OR (f.kind IN ('rescue', 'take_back') AND state <> 'queued')
     ORDER BY e.ordinal, id
+), ended AS (
+    SELECT id FROM changed WHERE state <> 'queued'
 )
 -- Waiters hear of jobs that ended; workers hear of queues with a job queued
 -- again, of queues where a group may now let its next job through, and of
@@ -231,9 +191,7 @@ WITH changed AS (
 -- was freed: a worker held back by it claims at once.
 SELECT changed.id
 FROM changed,
-     (SELECT count(pg_notify('conveyor_done', d.ids))
-      FROM (SELECT string_agg(id::text, ',') AS ids FROM changed
-            WHERE state <> 'queued' GROUP BY id / 400) AS d) AS done,
+     ({{notify_done}}) AS done,
      (SELECT count(pg_notify('conveyor_jobs', q.queue))
       FROM (SELECT DISTINCT queue FROM changed
             WHERE state = 'queued' OR group_key IS NOT NULL
@@ -241,10 +199,11 @@ FROM changed,
                             WHERE l.concurrency IS NOT NULL
                                OR l.key_concurrency IS NOT NULL)) AS q) AS ready
 
--- name: job_progress
-UPDATE jobs
-SET progress = coalesce(%(fraction)s, progress), progress_message = %(message)s
-WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running'
+-- name: notify_done
+-- Tells waiters that the jobs of a CTE named ended (id) ended, 400 ids to a
+-- notification (the payload limit is 8000 bytes).
+SELECT count(pg_notify('conveyor_done', d.ids))
+FROM (SELECT string_agg(id::text, ',') AS ids FROM ended GROUP BY id / 400) AS d
 
 -- name: job_expired_leases
 -- Running jobs whose lease ran out (on the server's clock unless %(now)s is
@@ -254,22 +213,6 @@ SELECT id, lease_token FROM jobs
 WHERE state = 'running' AND lease_expires_at < coalesce(%(now)s::timestamptz, now())
 ORDER BY lease_expires_at, id
 LIMIT %(limit)s
-
--- name: job_purge
-WITH doomed AS MATERIALIZED (
-    SELECT id FROM jobs
-    WHERE finished_at < %(before)s AND state IN ('succeeded', 'failed', 'cancelled')
-      AND {{conveyor.store.postgres/workflows.sql:flow_still_needed}}
-    ORDER BY finished_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-), gone_events AS (
-    DELETE FROM events WHERE job_id IN (SELECT id FROM doomed) RETURNING queue, kind, xid, seq
-), gone AS (
-    DELETE FROM jobs WHERE id IN (SELECT id FROM doomed) RETURNING id, queue, state
-),
-{{finished_counts_forget}}
-SELECT count(*) FROM gone
 
 -- name: event_list
 SELECT seq, job_id, queue, task, kind, attempt, worker, at, error
@@ -344,10 +287,6 @@ WITH counted AS MATERIALIZED (
 )
 UPDATE finished_counts_folded SET xid = newest.xid, seq = newest.seq FROM newest
 
--- name: finished_counts_prune
--- Queues whose finished jobs are all gone leave a zero behind: forget it.
-DELETE FROM finished_counts WHERE jobs = 0
-
 -- name: finished_counts_lock
 -- A delete's lock on the offset, taken first in its transaction: while it is
 -- held no fold moves the offset, so the delete and the folds agree on which of
@@ -386,9 +325,6 @@ uncounted AS (
     ON CONFLICT (queue, state) DO UPDATE SET jobs = finished_counts.jobs + excluded.jobs
 )
 
--- name: stats_finished_since
-SELECT count(*) FROM jobs WHERE finished_at >= %(since)s
-
 -- name: next_run_in
 -- Seconds until the next queued job of the queues that is not due yet becomes
 -- due, on the server's clock. Jobs already due are left out: if they were not
@@ -404,20 +340,6 @@ WHERE state = 'queued'
   AND queue = ANY(%(queues)s::text[])
   AND NOT EXISTS (SELECT 1 FROM queues AS p WHERE p.name = jobs.queue AND p.paused)
 
--- name: periodic_tick_take
--- Record %(tick)s as the last enqueued tick of periodic task %(name)s, unless it
--- (or a later one) already is: one row comes back when this caller takes the tick.
-INSERT INTO periodic_ticks (name, last_tick, updated_at) VALUES (%(name)s, %(tick)s, %(now)s)
-ON CONFLICT (name) DO UPDATE SET last_tick = excluded.last_tick, updated_at = excluded.updated_at
-WHERE periodic_ticks.last_tick < excluded.last_tick
-RETURNING name
-
--- name: periodic_tick_job
-UPDATE periodic_ticks SET job_id = %(job_id)s WHERE name = %(name)s
-
--- name: periodic_last_ticks
-SELECT name, last_tick FROM periodic_ticks
-
 -- name: queue_set_paused
 WITH changed AS (
     INSERT INTO queues (name, paused, updated_at) VALUES (%(name)s, %(paused)s, %(now)s)
@@ -426,112 +348,48 @@ WITH changed AS (
 )
 SELECT name, CASE WHEN NOT paused THEN pg_notify('conveyor_jobs', name) END FROM changed
 
--- name: queue_list
-SELECT name, paused FROM queues
-
--- name: worker_register
-INSERT INTO workers (id, host, pid, queues, concurrency, jobs_in_hand, started_at, last_seen_at)
-VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s, %(concurrency)s, 0, %(now)s, %(now)s)
-ON CONFLICT (id) DO UPDATE SET last_seen_at = excluded.last_seen_at
-
--- name: worker_beat
-UPDATE workers SET last_seen_at = %(now)s, jobs_in_hand = %(jobs_in_hand)s WHERE id = %(id)s
-
--- name: worker_unregister
-DELETE FROM workers WHERE id = %(id)s
-
--- name: worker_list
-SELECT id, host, pid, queues::text, concurrency, jobs_in_hand, started_at, last_seen_at
-FROM workers ORDER BY started_at, id
-
--- name: worker_prune
-DELETE FROM workers WHERE last_seen_at < %(before)s
-
--- name: leader_acquire
--- Take the lease when it is free or expired, or renew it when it is ours.
-INSERT INTO leaders (name, holder, expires_at) VALUES (%(name)s, %(holder)s, %(expires_at)s)
-ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
-WHERE leaders.holder = excluded.holder OR leaders.expires_at < %(now)s
-RETURNING holder
-
--- name: leader_release
-DELETE FROM leaders WHERE name = %(name)s AND holder = %(holder)s
-
 -- name: job_retry_failed
 -- Bulk manual retry: up to %(limit)s failed jobs of %(queue)s (all queues when
 -- NULL) that failed at or before %(before)s. The cutoff is the start of the whole
 -- operation, so a job that fails again while a long retry runs is not picked up
--- a second time. A keyed job goes back only when it is the newest job of its key
--- and no live job holds the key: two retried jobs of one key would both be live.
+-- a second time.
 WITH picked AS (
-    SELECT j.id FROM jobs AS j
+    SELECT j.id, j.state FROM jobs AS j
     WHERE j.state = 'failed' AND j.finished_at <= %(before)s
       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
-      AND (j.key IS NULL OR (
-          j.id = (SELECT max(o.id) FROM jobs AS o WHERE o.queue = j.queue AND o.key = j.key)
-          AND NOT EXISTS (
-              SELECT 1 FROM jobs AS other
-              WHERE other.queue = j.queue AND other.key = j.key
-                AND other.state IN ('queued', 'running'))))
+      AND {{retry_key_rule}}
     ORDER BY j.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-), changed AS (
-    UPDATE jobs
-    SET state = 'queued',
-        attempts = 0,
-        run_at = %(now)s,
-        cancel_requested = false,
-        worker = NULL,
-        result = NULL,
-        error = NULL,
-        progress = NULL,
-        progress_message = NULL,
-        started_at = NULL,
-        finished_at = NULL
+),
+{{manual_retry}}
+
+-- name: manual_retry
+-- After a CTE named picked (id, state of the finished jobs a manual retry took,
+-- locked): each goes back to the queue as new, with its manual_retry event; it
+-- leaves its final state's count, and workers of its queue are woken.
+changed AS (
+    UPDATE jobs SET {{manual_requeue}}
     FROM picked
-    WHERE jobs.id = picked.id AND jobs.state = 'failed'
-    RETURNING jobs.id, jobs.queue, jobs.task, jobs.attempts, 'failed'::text AS was
+    WHERE jobs.id = picked.id AND jobs.state = picked.state
+    RETURNING jobs.id, jobs.queue, jobs.task, jobs.attempts, picked.state AS was
 ), changed_events AS (
     INSERT INTO events (job_id, queue, task, kind, attempt, at)
-    SELECT id, queue, task, 'manual_retry', attempts, %(now)s FROM changed
+    SELECT id, queue, task, 'manual_retry', attempts, %(now)s FROM changed ORDER BY id
 ),
 {{finished_counts_retried}},
 notified AS (
-    -- One notification per queue, not per job: a batch is a thousand rows.
-    SELECT pg_notify('conveyor_jobs', queue) FROM (SELECT DISTINCT queue FROM changed) AS q
+    {{notify_queues}}
 )
 SELECT changed.id FROM changed, (SELECT count(*) FROM notified) AS n
 
+-- name: notify_queues
+-- Wakes the workers of each queue of a CTE named changed: one notification per
+-- queue, not per job (a batch is a thousand rows).
+SELECT pg_notify('conveyor_jobs', queue) FROM (SELECT DISTINCT queue FROM changed) AS q
+
 -- ---------------------------------------------------------------------------
 -- The dashboard and /metrics.
-
--- name: job_list_by_queue_state
--- job_list when a queue or a state is given: walks jobs_queue_state from the id
--- bound down, so a page costs the same at the first page and the ten-thousandth.
--- A queue without a state runs it once per state, a state without a queue once
--- per queue, and keeps the newest (see job_list_queries). The other filters
--- (and the error text, a substring match) only skip rows.
-SELECT * FROM jobs
-WHERE queue = %(queue)s
-  AND state = %(state)s
-  AND (%(task)s::text IS NULL OR task = %(task)s)
-  AND (%(batch)s::text IS NULL OR batch = %(batch)s)
-  AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s)) > 0)
-  AND id < %(before_id)s
-ORDER BY id DESC
-LIMIT %(limit)s
-
--- name: job_list_by_batch
--- job_list when only a batch (and perhaps a task) is given: reads the batch's
--- rows from jobs_batch and sorts them (a batch is bounded by what one fan-out made).
-SELECT * FROM jobs
-WHERE batch = %(batch)s
-  AND (%(task)s::text IS NULL OR task = %(task)s)
-  AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s)) > 0)
-  AND id < %(before_id)s
-ORDER BY id DESC
-LIMIT %(limit)s
 
 -- name: stats_finished_per_slot
 -- Jobs that reached a terminal state since since, per queue, state and slot of
@@ -587,60 +445,33 @@ GROUP BY queue, bucket
 -- jobs_queue_state, a common one may as well walk the primary key.
 SET LOCAL plan_cache_mode = force_custom_plan
 
--- name: queue_names
--- Every queue that has jobs or a pause setting. A loose index scan: each step
--- seeks the next name in jobs_queue_state, so twenty queues cost twenty seeks
--- however many jobs they hold (DISTINCT would read every entry).
-WITH RECURSIVE names (name) AS (
-    SELECT min(queue) FROM jobs
-    UNION ALL
-    SELECT (SELECT min(queue) FROM jobs WHERE queue > names.name)
-    FROM names WHERE names.name IS NOT NULL
-)
-SELECT name FROM names WHERE name IS NOT NULL
-UNION
-SELECT name FROM queues
-ORDER BY 1
-
--- name: batch_counts
-SELECT state, count(*) FROM jobs WHERE batch = %(batch)s GROUP BY state
-
 -- name: job_delete_terminal
 -- The archive names the jobs it wrote; only those still terminal and finished
 -- before its cutoff go (a job retried since then is live again, or newer).
--- Rows are locked in id order so that two archive runs never deadlock, and a
--- row a manual retry changed meanwhile is checked again after the lock.
+-- Rows are locked in id order so that two archive runs never deadlock.
 WITH doomed AS MATERIALIZED (
-    SELECT id FROM jobs
+    SELECT id, state FROM jobs
     WHERE id = ANY(%(ids)b::bigint[])
       AND state IN ('succeeded', 'failed', 'cancelled')
       AND finished_at < %(before)s
       AND {{conveyor.store.postgres/workflows.sql:flow_still_needed}}
     ORDER BY id
     FOR UPDATE
-), gone_events AS (
-    DELETE FROM events WHERE job_id IN (SELECT id FROM doomed) RETURNING queue, kind, xid, seq
-), gone AS (
-    DELETE FROM jobs WHERE id IN (SELECT id FROM doomed) RETURNING id, queue, state
 ),
-{{finished_counts_forget}}
+{{delete_doomed}}
 SELECT id FROM gone
 
 -- ---------------------------------------------------------------------------
 -- Operating in bulk, groups, retention and the operator's views.
 --
--- A selection (JobSelection) filters on every field that is set. Its
--- statements come in variants that differ only in the column that drives the
--- search (ids, a group, a queue and state, a batch, or none), so each can walk
--- an index; the other filters only skip rows (and the store plans them for their
--- values, as job_list, so a filter left NULL drops out of the plan). The
+-- A selection (JobSelection) filters on every field that is set. job_select and
+-- job_count take the column that drives the search (ids, a group, a queue and
+-- state, a batch, or none) from a drive_* block, so each can walk an index; the
+-- other filters only skip rows (and the store plans them for their values
+-- (plan_for_values), so a filter left NULL drops out of the plan). The
 -- "detailed state" tells queued jobs apart: due now is ready; due later after an
 -- attempt that left an error is retrying; due later otherwise is scheduled (the
 -- same rule as job.detailed_state).
-
--- name: job_newest_id
--- The newest job's id, from the primary key's end: where a search of arguments starts.
-SELECT coalesce(max(id), 0) FROM jobs
 
 -- name: selection_filters
 -- The filters of a selection that only skip rows: included by every job_select
@@ -660,148 +491,24 @@ id > %(args_floor)s
   AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s::text)) > 0)
   AND (%(args)s::text IS NULL OR (strpos(lower(args::text || ' ' || kwargs::text), lower(%(args)s::text)) > 0))
 
--- name: selection_state
--- A selection's state: a stored state, or one of the kinds of queued job.
-(%(state)s::text IS NULL OR state = %(state)s::text
-       OR (state = 'queued' AND %(state)s::text = CASE
-             WHEN run_at <= %(now)s THEN 'ready'
-             WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
-             ELSE 'scheduled' END))
+-- name: drive_all
+true
 
--- name: selection_shown
--- The detailed state a count groups by.
-CASE WHEN state <> 'queued' THEN state
-            WHEN run_at <= %(now)s THEN 'ready'
-            WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
-            ELSE 'scheduled' END
-
--- name: job_select
-SELECT * FROM jobs
-WHERE id < %(before_id)s
-  AND {{selection_filters}}
-  AND {{selection_state}}
-ORDER BY id DESC
-LIMIT %(limit)s
-
--- name: job_select_by_ids
-SELECT * FROM jobs
-WHERE id = ANY(%(ids)s::bigint[])
-  AND id < %(before_id)s
-  AND {{selection_filters}}
-  AND {{selection_state}}
-ORDER BY id DESC
-LIMIT %(limit)s
-
--- name: job_select_by_group
--- Walks jobs_group (migration 006) from the id bound down.
-SELECT * FROM jobs
-WHERE group_key = %(group)s::text
-  AND id < %(before_id)s
-  AND {{selection_filters}}
-  AND {{selection_state}}
-ORDER BY id DESC
-LIMIT %(limit)s
-
--- name: job_select_by_queue_state
--- Walks jobs_queue_state for one queue and stored state (base_state: queued for
--- ready, scheduled and retrying), as job_list_by_queue_state does.
-SELECT * FROM jobs
-WHERE queue = %(queue)s::text
-  AND state = %(base_state)s::text
-  AND id < %(before_id)s
-  AND {{selection_filters}}
-  AND {{selection_state}}
-ORDER BY id DESC
-LIMIT %(limit)s
-
--- name: job_select_by_batch
-SELECT * FROM jobs
-WHERE batch = %(batch)s::text
-  AND id < %(before_id)s
-  AND {{selection_filters}}
-  AND {{selection_state}}
-ORDER BY id DESC
-LIMIT %(limit)s
-
--- name: job_count
-SELECT {{selection_shown}} AS shown,
-       count(*)
-FROM jobs
-WHERE {{selection_filters}}
-GROUP BY shown
-
--- name: job_count_by_ids
-SELECT {{selection_shown}} AS shown,
-       count(*)
-FROM jobs
-WHERE id = ANY(%(ids)s::bigint[])
-  AND {{selection_filters}}
-GROUP BY shown
-
--- name: job_count_by_group
-SELECT {{selection_shown}} AS shown,
-       count(*)
-FROM jobs
-WHERE group_key = %(group)s::text
-  AND {{selection_filters}}
-GROUP BY shown
-
--- name: job_count_by_queue
-SELECT {{selection_shown}} AS shown,
-       count(*)
-FROM jobs
-WHERE queue = %(queue)s::text
-  AND {{selection_filters}}
-GROUP BY shown
-
--- name: job_count_by_batch
-SELECT {{selection_shown}} AS shown,
-       count(*)
-FROM jobs
-WHERE batch = %(batch)s::text
-  AND {{selection_filters}}
-GROUP BY shown
+-- name: drive_ids
+id = ANY(%(ids)s::bigint[])
 
 -- name: job_retry_many
--- Manual retry of the failed or cancelled jobs among ids, with job_retry_failed's
--- rule for keys: only the newest job of a key, and only while no live job holds it.
+-- Manual retry of the failed or cancelled jobs among ids, with the rule for keys
+-- of job_retry_failed (retry_key_rule).
 WITH picked AS (
     SELECT j.id, j.state FROM jobs AS j
     WHERE j.id = ANY(%(ids)s::bigint[])
       AND j.state IN ('failed', 'cancelled')
-      AND (j.key IS NULL OR (
-          j.id = (SELECT max(o.id) FROM jobs AS o WHERE o.queue = j.queue AND o.key = j.key)
-          AND NOT EXISTS (
-              SELECT 1 FROM jobs AS other
-              WHERE other.queue = j.queue AND other.key = j.key
-                AND other.state IN ('queued', 'running'))))
+      AND {{retry_key_rule}}
     ORDER BY j.id
     FOR UPDATE SKIP LOCKED
-), changed AS (
-    UPDATE jobs
-    SET state = 'queued',
-        attempts = 0,
-        run_at = %(now)s,
-        cancel_requested = false,
-        worker = NULL,
-        result = NULL,
-        error = NULL,
-        progress = NULL,
-        progress_message = NULL,
-        started_at = NULL,
-        finished_at = NULL
-    FROM picked
-    WHERE jobs.id = picked.id AND jobs.state IN ('failed', 'cancelled')
-    RETURNING jobs.id, jobs.queue, jobs.task, jobs.attempts, picked.state AS was
-), changed_events AS (
-    INSERT INTO events (job_id, queue, task, kind, attempt, at)
-    SELECT id, queue, task, 'manual_retry', attempts, %(now)s FROM changed ORDER BY id
 ),
-{{finished_counts_retried}},
-notified AS (
-    SELECT pg_notify('conveyor_jobs', queue) FROM (SELECT DISTINCT queue FROM changed) AS q
-)
-SELECT changed.id FROM changed, (SELECT count(*) FROM notified) AS n
+{{manual_retry}}
 
 -- name: job_cancel_many
 -- Queued: cancelled at once. Running: flagged, and its worker told. Others untouched.
@@ -819,31 +526,26 @@ WITH changed AS (
            CASE state WHEN 'running' THEN 'cancel_requested' ELSE 'cancelled' END,
            attempts, worker, %(now)s
     FROM changed ORDER BY id
+), ended AS (
+    SELECT id FROM changed WHERE state = 'cancelled'
 )
 SELECT changed.id
 FROM changed,
      (SELECT count(pg_notify('conveyor_cancel', d.ids))
       FROM (SELECT string_agg(id::text, ',') AS ids FROM changed
             WHERE state = 'running' GROUP BY id / 400) AS d) AS asked,
-     (SELECT count(pg_notify('conveyor_done', d.ids))
-      FROM (SELECT string_agg(id::text, ',') AS ids FROM changed
-            WHERE state = 'cancelled' GROUP BY id / 400) AS d) AS done
+     ({{notify_done}}) AS done
 
 -- name: job_delete_many
 -- A running job is left alone: its worker holds it (cancel it first). Rows are
 -- locked in id order, so two deletes never deadlock.
 WITH doomed AS MATERIALIZED (
-    SELECT id FROM jobs
+    SELECT id, state FROM jobs
     WHERE id = ANY(%(ids)s::bigint[]) AND state <> 'running'
     ORDER BY id
     FOR UPDATE
-), gone_events AS (
-    DELETE FROM events WHERE job_id IN (SELECT id FROM doomed) RETURNING queue, kind, xid, seq
-), gone AS (
-    DELETE FROM jobs WHERE id IN (SELECT id FROM doomed) AND state <> 'running'
-    RETURNING id, queue, state
 ),
-{{finished_counts_forget}}
+{{delete_doomed}}
 SELECT id FROM gone
 
 -- name: job_run_now
@@ -856,7 +558,7 @@ WITH changed AS (
     INSERT INTO events (job_id, queue, task, kind, attempt, at)
     SELECT id, queue, task, 'run_now', attempts, %(now)s FROM changed ORDER BY id
 ), notified AS (
-    SELECT pg_notify('conveyor_jobs', queue) FROM (SELECT DISTINCT queue FROM changed) AS q
+    {{notify_queues}}
 )
 SELECT changed.id FROM changed, (SELECT count(*) FROM notified) AS n
 
@@ -869,7 +571,7 @@ SELECT id, lease_token FROM jobs WHERE id = ANY(%(ids)s::bigint[]) AND state = '
 -- Finished jobs of the given states (and queue) that ended before the time,
 -- oldest first along jobs_finished.
 WITH doomed AS MATERIALIZED (
-    SELECT id FROM jobs
+    SELECT id, state FROM jobs
     WHERE finished_at < %(before)s
       AND state = ANY(%(states)s::text[])
       AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
@@ -877,12 +579,8 @@ WITH doomed AS MATERIALIZED (
     ORDER BY finished_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-), gone_events AS (
-    DELETE FROM events WHERE job_id IN (SELECT id FROM doomed) RETURNING queue, kind, xid, seq
-), gone AS (
-    DELETE FROM jobs WHERE id IN (SELECT id FROM doomed) RETURNING id, queue, state
 ),
-{{finished_counts_forget}}
+{{delete_doomed}}
 SELECT count(*) FROM gone
 
 -- name: job_purge_count
@@ -892,31 +590,33 @@ WHERE finished_at < %(before)s
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
 
 -- name: job_purge_beyond
--- The finished jobs of a queue past its keep newest (by id, the order they were
--- enqueued), up to limit of them. Not locked while chosen (FOR UPDATE would lock
--- the kept rows the offset passes over): the delete checks the state again, and
--- only the jobs it deleted lose their events.
+-- The jobs of a queue in the final states given past its keep newest of them
+-- (by id, the order they were enqueued), up to limit of them. Not locked while
+-- chosen (FOR UPDATE would lock the kept rows the offset passes over):
+-- delete_doomed checks the state again.
 WITH doomed AS MATERIALIZED (
-    SELECT id FROM jobs
-    WHERE queue = %(queue)s AND state IN ('succeeded', 'failed', 'cancelled')
+    SELECT id, state FROM jobs
+    WHERE queue = %(queue)s AND state = ANY(%(states)s::text[])
       AND {{conveyor.store.postgres/workflows.sql:flow_still_needed}}
     ORDER BY id DESC
     OFFSET %(keep)s
     LIMIT %(limit)s
-), gone AS (
-    DELETE FROM jobs
-    WHERE id IN (SELECT id FROM doomed) AND state IN ('succeeded', 'failed', 'cancelled')
+),
+{{delete_doomed}}
+SELECT count(*) FROM gone
+
+-- name: delete_doomed
+-- After a CTE named doomed (id, state of the jobs to delete): each job still in
+-- the state it was chosen in goes, with its events, and finished_counts stays
+-- true (finished_counts_forget; run with finished_counts_lock held). Ends in a
+-- CTE named gone (the jobs deleted).
+gone AS (
+    DELETE FROM jobs WHERE (id, state) IN (SELECT id, state FROM doomed)
     RETURNING id, queue, state
 ), gone_events AS (
     DELETE FROM events WHERE job_id IN (SELECT id FROM gone) RETURNING queue, kind, xid, seq
 ),
 {{finished_counts_forget}}
-SELECT count(*) FROM gone
-
--- name: queue_delete
-DELETE FROM queues WHERE name = %(name)s
-
--- The rules of an enqueue: one block, included by every statement that enqueues.
 
 -- name: job_insert_rules
 -- What every enqueue does with its rows, given a CTE named input (id, queue, task,
@@ -960,24 +660,18 @@ new AS (
 
 -- name: job_claim_limited
 -- job_claim, for queues of which some have limits: the same search for the
--- queues without, and for a limited queue a search of its own that starts only
--- as many jobs as its limits leave room for.
+-- queues without, and for a limited queue a search of its own
+-- (claim_search_limited) that starts only as many jobs as its limits leave
+-- room for (limit_use, queue_allow).
 --
--- A limited queue may start only as many jobs as its throttle, concurrency and
--- rate leave room for; a job with a limit key is claimable only when it is one
--- of its key's oldest ready jobs, as many as its key has room for (the rooms of
--- the keys in use are read once, as a JSON map). Room is counted from running
--- jobs and from limit_starts, which this statement's snapshot may show as they
--- were before another claim of the queue committed. So a claim of a limited
--- queue first locks the queue's limits row (SKIP LOCKED: one claim of a queue at
--- a time; the others pass it by) and compares the version it locked, the
--- newest, with the version its snapshot reads: every claim that starts jobs of
--- the queue bumps it, so equal versions mean the counts are current. A queue
--- whose row was locked or had changed is left for the next claim (next_run_in
--- then answers "now").
---
--- %(now)s NULL means the server's clock (now()): leases are judged on one
--- clock, whatever the clocks of the worker machines say.
+-- Room is counted from running jobs and from limit_starts, which this
+-- statement's snapshot may show as they were before another claim of the queue
+-- committed. So a claim of a limited queue first locks the queue's limits row
+-- (SKIP LOCKED: one claim of a queue at a time; the others pass it by) and
+-- compares the version it locked, the newest, with the version its snapshot
+-- reads: every claim that starts jobs of the queue bumps it, so equal versions
+-- mean the counts are current. A queue whose row was locked or had changed is
+-- left for the next claim (next_run_in then answers "now").
 --
 -- MATERIALIZED: the locking searches must run exactly once.
 WITH lim AS MATERIALIZED (
@@ -986,43 +680,12 @@ WITH lim AS MATERIALIZED (
     ORDER BY l.queue
     FOR UPDATE SKIP LOCKED
 ), allowed AS MATERIALIZED (
-    SELECT lim.queue, lim.rate, lim.per, lim.key_rate, lim.key_per, lim.key_concurrency,
-           least(%(limit)s,
-                 CASE WHEN lim.throttled_until > coalesce(%(now)s::timestamptz, now()) THEN 0 END,
-                 lim.concurrency - (SELECT count(*) FROM jobs AS r
-                                    WHERE r.queue = lim.queue AND r.state = 'running'),
-                 lim.rate - (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
-                             WHERE s.queue = lim.queue
-                               AND s.at > coalesce(%(now)s::timestamptz, now())
-                                          - make_interval(secs => lim.per)))::integer AS allow,
-           -- The room of each limit key in use (running, started in the key rate's
-           -- window, or throttled), read once per claim: {"customer-42": 0, ...}.
-           -- A key not in it has all its room.
-           (SELECT jsonb_object_agg(k.limit_key, k.room) FROM (
-                SELECT u.limit_key,
-                       least(CASE WHEN bool_or(u.throttled) THEN 0 END,
-                             lim.key_concurrency - sum(u.running),
-                             lim.key_rate - sum(u.started)) AS room
-                FROM (
-                    SELECT r.limit_key, 1 AS running, 0 AS started, false AS throttled
-                    FROM jobs AS r
-                    WHERE r.queue = lim.queue AND r.state = 'running'
-                      AND r.limit_key IS NOT NULL
-                    UNION ALL
-                    SELECT s.limit_key, 0, s.jobs, false FROM limit_starts AS s
-                    WHERE s.queue = lim.queue AND s.limit_key IS NOT NULL
-                      AND s.at > coalesce(%(now)s::timestamptz, now())
-                                 - make_interval(secs => lim.key_per)
-                    UNION ALL
-                    SELECT t.limit_key, 0, 0, true FROM limit_throttles AS t
-                    WHERE t.queue = lim.queue
-                      AND t.until > coalesce(%(now)s::timestamptz, now())
-                ) AS u
-                GROUP BY u.limit_key
-            ) AS k) AS key_rooms
-    FROM lim
-    JOIN limits AS seen ON seen.queue = lim.queue AND seen.version = lim.version
-    WHERE NOT EXISTS (SELECT 1 FROM queues AS p WHERE p.name = lim.queue AND p.paused)
+    SELECT u.*, {{queue_allow}} AS allow
+    FROM (SELECT {{limit_use}}
+          FROM lim AS l
+          JOIN limits AS seen ON seen.queue = l.queue AND seen.version = l.version
+          WHERE NOT EXISTS (SELECT 1 FROM queues AS p WHERE p.name = l.queue AND p.paused)
+    ) AS u
 ), plain AS MATERIALIZED (
     -- The queues without limits, searched as job_claim does.
     SELECT q.name FROM unnest(%(queues)s::text[]) AS q(name)
@@ -1032,86 +695,24 @@ WITH lim AS MATERIALIZED (
     SELECT both_kinds.id FROM (
         SELECT c.id, c.priority
         FROM plain AS q
-        CROSS JOIN LATERAL (
-            SELECT j.id, j.priority FROM jobs AS j
-            WHERE j.state = 'queued'
-              AND j.queue = q.name
-              AND j.run_at <= coalesce(%(now)s::timestamptz, now())
-              AND (%(group)s::text IS NULL OR j.group_key = %(group)s)
-              AND (j.group_key IS NULL OR (
-                  NOT EXISTS (SELECT 1 FROM jobs AS r
-                              WHERE r.group_key = j.group_key AND r.state = 'running')
-                  AND NOT EXISTS (SELECT 1 FROM jobs AS o
-                                  WHERE o.group_key = j.group_key AND o.state = 'queued'
-                                    AND o.id < j.id)))
-            ORDER BY j.priority DESC, j.id
-            LIMIT %(limit)s
-            FOR UPDATE SKIP LOCKED
-        ) AS c
+        CROSS JOIN LATERAL ({{claim_search}} LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS c
         UNION ALL
-        -- Limited queues: the queue's room, each key within its own (the rule of
-        -- a key's oldest ready jobs below).
         SELECT c.id, c.priority
         FROM allowed AS a
         CROSS JOIN LATERAL (
-            SELECT j.id, j.priority FROM jobs AS j
-            CROSS JOIN LATERAL (
-                SELECT CASE WHEN j.limit_key IS NOT NULL
-                            THEN coalesce((a.key_rooms ->> j.limit_key)::bigint,
-                                          least(a.key_concurrency, a.key_rate))
-                       END AS key_room
-                OFFSET 0  -- computed once per job (inlined, it ran once per use)
-            ) AS kr
-            WHERE j.state = 'queued'
-              AND j.queue = a.queue
-              AND j.run_at <= coalesce(%(now)s::timestamptz, now())
-              AND (%(group)s::text IS NULL OR j.group_key = %(group)s)
-              AND (j.group_key IS NULL OR (
-                  NOT EXISTS (SELECT 1 FROM jobs AS r
-                              WHERE r.group_key = j.group_key AND r.state = 'running')
-                  AND NOT EXISTS (SELECT 1 FROM jobs AS o
-                                  WHERE o.group_key = j.group_key AND o.state = 'queued'
-                                    AND o.id < j.id)))
-              -- Only a key's oldest ready jobs, as many as it has room for: a
-              -- key with a long backlog is passed over, like a busy group.
-              AND (kr.key_room IS NULL OR (
-                  kr.key_room > 0
-                  AND (SELECT count(*) FROM (
-                          SELECT 1 FROM jobs AS o
-                          WHERE o.queue = j.queue AND o.limit_key = j.limit_key
-                            AND o.state = 'queued' AND o.id < j.id
-                            AND o.run_at <= coalesce(%(now)s::timestamptz, now())
-                          LIMIT kr.key_room) AS older) < kr.key_room))
-            ORDER BY j.priority DESC, j.id
-            LIMIT a.allow
-            FOR UPDATE OF j SKIP LOCKED
+            {{claim_search_limited}} LIMIT a.allow FOR UPDATE OF j SKIP LOCKED
         ) AS c
         WHERE a.allow > 0
     ) AS both_kinds
     ORDER BY both_kinds.priority DESC, both_kinds.id
     LIMIT %(limit)s
-), claimed AS (
-    UPDATE jobs
-    SET state = 'running',
-        attempts = jobs.attempts + 1,
-        worker = %(worker)s,
-        lease_token = %(token)s,
-        lease_expires_at = coalesce(%(now)s::timestamptz, now()) + %(lease)s::interval,
-        started_at = coalesce(%(now)s::timestamptz, now()),
-        progress = NULL,
-        progress_message = NULL
-    -- An array, so that the update finds its rows by primary key (from a join
-    -- with this plan's candidates, the planner chose to hash the whole table).
-    WHERE jobs.id = ANY(ARRAY(SELECT id FROM candidates))
-    RETURNING jobs.*
-), claimed_events AS (
-    INSERT INTO events (job_id, queue, task, kind, attempt, worker, at)
-    SELECT id, queue, task, 'claimed', attempts, worker, coalesce(%(now)s::timestamptz, now()) FROM claimed ORDER BY id
-), started AS (
+),
+{{claim_apply}},
+started AS (
     -- The starts of this claim, for the rates that count them: one row per queue
     -- and limit key, with the number of its jobs this claim started.
     INSERT INTO limit_starts (queue, limit_key, at, jobs)
-    SELECT c.queue, c.limit_key, coalesce(%(now)s::timestamptz, now()), count(*)
+    SELECT c.queue, c.limit_key, {{now}}, count(*)
     FROM claimed AS c JOIN allowed AS a ON a.queue = c.queue
     WHERE a.rate IS NOT NULL OR a.key_rate IS NOT NULL
     GROUP BY c.queue, c.limit_key
@@ -1121,8 +722,7 @@ WITH lim AS MATERIALIZED (
     DELETE FROM limit_starts AS s
     USING allowed AS a
     WHERE s.queue = a.queue
-      AND s.at < coalesce(%(now)s::timestamptz, now())
-                 - make_interval(secs => %(slack)s::float8 + greatest(a.per, a.key_per))
+      AND s.at < {{now}} - make_interval(secs => %(slack)s::float8 + greatest(a.per, a.key_per))
 ), bumped AS (
     UPDATE limits SET version = limits.version + 1
     WHERE limits.queue IN (SELECT a.queue FROM allowed AS a)
@@ -1134,79 +734,109 @@ FROM (SELECT EXISTS (SELECT 1 FROM limits WHERE queue = ANY(%(queues)s::text[]))
      AS seen
 LEFT JOIN claimed ON true
 
+-- name: limit_use
+-- How full limits row l is: its running jobs, its starts in the queue rate's
+-- window, and key_rooms, the room each limit key in use has left (running,
+-- started in the key rate's window, or throttled) as one JSON map read once per
+-- claim ({"customer-42": 0, ...}). A key not in it has all its room (key_room).
+l.*,
+(SELECT count(*) FROM jobs AS r WHERE r.queue = l.queue AND r.state = 'running') AS running,
+(SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
+ WHERE s.queue = l.queue AND s.at > {{now}} - make_interval(secs => l.per)) AS started,
+(SELECT jsonb_object_agg(k.limit_key, k.room) FROM (
+     SELECT x.limit_key,
+            least(CASE WHEN bool_or(x.throttled) THEN 0 END,
+                  l.key_concurrency - sum(x.running),
+                  l.key_rate - sum(x.started)) AS room
+     FROM (
+         SELECT r.limit_key, 1 AS running, 0 AS started, false AS throttled
+         FROM jobs AS r
+         WHERE r.queue = l.queue AND r.state = 'running' AND r.limit_key IS NOT NULL
+         UNION ALL
+         SELECT s.limit_key, 0, s.jobs, false FROM limit_starts AS s
+         WHERE s.queue = l.queue AND s.limit_key IS NOT NULL
+           AND s.at > {{now}} - make_interval(secs => l.key_per)
+         UNION ALL
+         SELECT t.limit_key, 0, 0, true FROM limit_throttles AS t
+         WHERE t.queue = l.queue AND t.until > {{now}}
+     ) AS x
+     GROUP BY x.limit_key
+ ) AS k) AS key_rooms
+
+-- name: queue_allow
+-- How many jobs of the queue of u (a row of limit_use) may start now: at most
+-- %(limit)s, none while the queue is throttled, else what its concurrency and
+-- rate leave.
+least(%(limit)s,
+      CASE WHEN u.throttled_until > {{now}} THEN 0 END,
+      u.concurrency - u.running,
+      u.rate - u.started)::integer
+
+-- name: key_room
+-- The room left to the limit key of job j under a (a row of limit_use); NULL
+-- when the job has no key, or its key no limit of its own.
+CASE WHEN j.limit_key IS NOT NULL
+     THEN coalesce((a.key_rooms ->> j.limit_key)::bigint, least(a.key_concurrency, a.key_rate))
+END
+
+-- name: claim_search_limited
+-- The claimable jobs of limited queue a.queue (a a row of limit_use) in claim
+-- order, each key within its room: a job with a limit key only when it is one
+-- of its key's oldest ready jobs, as many as the key has room for, so a key
+-- with a long backlog is passed over, like a busy group.
+SELECT j.id, j.priority FROM jobs AS j
+CROSS JOIN LATERAL (
+    SELECT {{key_room}} AS key_room
+    OFFSET 0  -- computed once per job (inlined, it ran once per use)
+) AS kr
+WHERE j.queue = a.queue
+  AND {{claimable}}
+  AND (kr.key_room IS NULL OR (
+      kr.key_room > 0
+      AND (SELECT count(*) FROM (
+              SELECT 1 FROM jobs AS o
+              WHERE o.queue = j.queue AND o.limit_key = j.limit_key
+                AND o.state = 'queued' AND o.id < j.id AND o.run_at <= {{now}}
+              LIMIT kr.key_room) AS older) < kr.key_room))
+ORDER BY j.priority DESC, j.id
+
 -- name: next_run_in_limited
 -- next_run_in, for queues of which some have limits. Seconds until a claim on
--- the queues could start a job that it cannot now, on the server's clock: when the next queued job that is not due yet becomes
--- due, or, for a queue with limits, when a throttle ends or a full rate window lets the next job through. 0 when a
--- limited queue would let a ready job through already (a claim that ran while
--- another held the limit took none). Jobs already due are otherwise left out:
--- if they were not claimed, a busy group, a pause or a full concurrency limit
--- holds them, a timer set to their (past) run_at would claim in a loop, and
--- what frees them (a job that ends, a resume) notifies the workers. A spent
--- moment (a window that slides while no job waits) costs one empty claim,
--- never a loop.
-WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS now
-), asked AS (
+-- the queues could start a job that it cannot now, on the server's clock: when
+-- the next queued job that is not due yet becomes due, or, for a queue with
+-- limits, when a throttle ends or a full rate window lets the next job through.
+-- 0 when a limited queue would let a ready job through already (a claim that
+-- ran while another held the limit took none). Jobs already due are otherwise
+-- left out: if they were not claimed, a busy group, a pause or a full
+-- concurrency limit holds them, a timer set to their (past) run_at would claim
+-- in a loop, and what frees them (a job that ends, a resume) notifies the
+-- workers. A spent moment (a window that slides while no job waits) costs one
+-- empty claim, never a loop. %(limit)s is 1: whether one job could start.
+WITH asked AS (
     SELECT q.name AS queue FROM unnest(%(queues)s::text[]) AS q(name)
     WHERE NOT EXISTS (SELECT 1 FROM queues AS p WHERE p.name = q.name AND p.paused)
 ), lim AS (
-    SELECT l.*,
-           least(CASE WHEN l.throttled_until > clock.now THEN 0 ELSE 1 END,
-                 l.concurrency - (SELECT count(*) FROM jobs AS r
-                                  WHERE r.queue = l.queue AND r.state = 'running'),
-                 l.rate - (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
-                           WHERE s.queue = l.queue
-                             AND s.at > clock.now - make_interval(secs => l.per))) AS allow
-    FROM limits AS l, clock
-    WHERE l.queue IN (SELECT queue FROM asked)
+    SELECT u.*, {{queue_allow}} AS allow
+    FROM (SELECT {{limit_use}} FROM limits AS l
+          WHERE l.queue IN (SELECT queue FROM asked)) AS u
 ), open_lim AS (
     -- While a queue's throttle lasts, its end is the only moment that counts.
-    SELECT lim.* FROM lim, clock
-    WHERE lim.throttled_until IS NULL OR lim.throttled_until <= clock.now
+    SELECT lim.* FROM lim
+    WHERE lim.throttled_until IS NULL OR lim.throttled_until <= {{now}}
 ), moments (at) AS (
-    SELECT min(run_at) FROM jobs, clock
+    SELECT min(run_at) FROM jobs
     WHERE state = 'queued'
-      AND run_at > clock.now
+      AND run_at > {{now}}
       AND queue IN (SELECT queue FROM asked)
     UNION ALL
-    -- A ready job a claim would take now: job_claim_limited's tests, job by job.
-    SELECT clock.now FROM lim AS a, clock
-    WHERE a.allow > 0
-      AND EXISTS (
-          SELECT 1 FROM jobs AS j
-          WHERE j.state = 'queued'
-            AND j.queue = a.queue
-            AND j.run_at <= clock.now
-            AND (%(group)s::text IS NULL OR j.group_key = %(group)s)
-            AND (j.group_key IS NULL OR (
-                NOT EXISTS (SELECT 1 FROM jobs AS r
-                            WHERE r.group_key = j.group_key AND r.state = 'running')
-                AND NOT EXISTS (SELECT 1 FROM jobs AS o
-                                WHERE o.group_key = j.group_key AND o.state = 'queued'
-                                  AND o.id < j.id)))
-            AND (j.limit_key IS NULL OR (
-                NOT EXISTS (SELECT 1 FROM limit_throttles AS t
-                            WHERE t.queue = j.queue AND t.limit_key = j.limit_key
-                              AND t.until > clock.now)
-                AND (a.key_concurrency IS NULL
-                     OR (SELECT count(*) FROM jobs AS r
-                         WHERE r.queue = j.queue AND r.limit_key = j.limit_key
-                           AND r.state = 'running') < a.key_concurrency)
-                AND (a.key_rate IS NULL
-                     OR (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
-                         WHERE s.queue = j.queue AND s.limit_key = j.limit_key
-                           AND s.at > clock.now - make_interval(secs => a.key_per))
-                        < a.key_rate)
-                AND NOT EXISTS (SELECT 1 FROM jobs AS o
-                                WHERE o.queue = j.queue AND o.limit_key = j.limit_key
-                                  AND o.state = 'queued' AND o.id < j.id
-                                  AND o.run_at <= clock.now))))
+    -- A ready job a claim would take now: job_claim_limited's own search.
+    SELECT {{now}} FROM lim AS a
+    WHERE a.allow > 0 AND EXISTS ({{claim_search_limited}})
     UNION ALL
-    SELECT lim.throttled_until FROM lim, clock WHERE lim.throttled_until > clock.now
+    SELECT lim.throttled_until FROM lim WHERE lim.throttled_until > {{now}}
     UNION ALL
-    SELECT t.until FROM limit_throttles AS t JOIN open_lim AS lim ON lim.queue = t.queue, clock
-    WHERE t.until > clock.now
+    SELECT t.until FROM limit_throttles AS t JOIN open_lim AS lim ON lim.queue = t.queue
+    WHERE t.until > {{now}}
     UNION ALL
     -- A full window lets one more job start when the start that filled it leaves
     -- it: counting back from the newest, the row whose jobs reach the rate.
@@ -1214,8 +844,8 @@ WITH clock AS (
         SELECT s.at, s.jobs, lim.per, lim.rate,
                sum(s.jobs) OVER (PARTITION BY s.queue ORDER BY s.at DESC
                                  ROWS UNBOUNDED PRECEDING) AS newer
-        FROM limit_starts AS s JOIN open_lim AS lim ON lim.queue = s.queue, clock
-        WHERE lim.rate IS NOT NULL AND s.at > clock.now - make_interval(secs => lim.per)
+        FROM limit_starts AS s JOIN open_lim AS lim ON lim.queue = s.queue
+        WHERE lim.rate IS NOT NULL AND s.at > {{now}} - make_interval(secs => lim.per)
     ) AS w
     WHERE w.newer >= w.rate AND w.newer - w.jobs < w.rate
     UNION ALL
@@ -1223,16 +853,15 @@ WITH clock AS (
         SELECT s.at, s.jobs, lim.key_per, lim.key_rate,
                sum(s.jobs) OVER (PARTITION BY s.queue, s.limit_key ORDER BY s.at DESC
                                  ROWS UNBOUNDED PRECEDING) AS newer
-        FROM limit_starts AS s JOIN open_lim AS lim ON lim.queue = s.queue, clock
+        FROM limit_starts AS s JOIN open_lim AS lim ON lim.queue = s.queue
         WHERE lim.key_rate IS NOT NULL AND s.limit_key IS NOT NULL
-          AND s.at > clock.now - make_interval(secs => lim.key_per)
+          AND s.at > {{now}} - make_interval(secs => lim.key_per)
     ) AS w
     WHERE w.newer >= w.key_rate AND w.newer - w.jobs < w.key_rate
 )
-SELECT extract(epoch FROM min(moments.at) - clock.now)::float8,
+SELECT extract(epoch FROM min(moments.at) - {{now}})::float8,
        EXISTS (SELECT 1 FROM limits WHERE queue = ANY(%(queues)s::text[]))
-FROM moments, clock
-GROUP BY clock.now
+FROM moments
 
 -- name: limit_any
 SELECT EXISTS (SELECT 1 FROM limits WHERE queue = ANY(%(queues)s::text[]))
@@ -1315,51 +944,35 @@ WITH lifted AS (
 )
 SELECT coalesce(%(now)s::timestamptz, now()), pg_notify('conveyor_jobs', %(queue)s)
 
--- name: limit_get
-SELECT queue, rate, per, concurrency, key_rate, key_per, key_concurrency, throttled_until
-FROM limits WHERE queue = %(queue)s
-
 -- name: limit_usage
--- Every limit and how full it is: running jobs, starts in the queue rate's
--- window, ready jobs, and of the keys with ready jobs those that are held back
--- (no room left: throttled, or at their rate or concurrency) and the ready
+-- Every limit and how full it is (limit_use): running jobs, starts in the queue
+-- rate's window, ready jobs, and of the keys with ready jobs those that are held
+-- back (no room left: throttled, or at their rate or concurrency) and the ready
 -- jobs beyond their keys' room. Reads every ready job with a limit key of a
 -- limited queue: a view for operators, not a path of the claim.
-WITH per_key AS (
-    -- Grouped by the limits row's key, so its columns may be read as they are.
-    SELECT l.queue, j.limit_key, count(*) AS ready, least(
-        CASE WHEN EXISTS (SELECT 1 FROM limit_throttles AS t
-                          WHERE t.queue = l.queue AND t.limit_key = j.limit_key
-                            AND t.until > %(now)s) THEN 0 END,
-        l.key_concurrency - (SELECT count(*) FROM jobs AS r
-                             WHERE r.queue = l.queue AND r.limit_key = j.limit_key
-                               AND r.state = 'running'),
-        l.key_rate - (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
-                      WHERE s.queue = l.queue AND s.limit_key = j.limit_key
-                        AND s.at > %(now)s - make_interval(secs => l.key_per))
-    ) AS room
-    FROM jobs AS j JOIN limits AS l ON l.queue = j.queue
-    WHERE j.limit_key IS NOT NULL AND j.state = 'queued' AND j.run_at <= %(now)s
-    GROUP BY l.queue, j.limit_key
+WITH used AS (
+    SELECT {{limit_use}} FROM limits AS l
+), per_key AS (
+    SELECT queue, limit_key, count(*) AS ready, min(room) AS room
+    FROM (SELECT a.queue, j.limit_key, {{key_room}} AS room
+          FROM jobs AS j JOIN used AS a ON a.queue = j.queue
+          WHERE j.limit_key IS NOT NULL AND j.state = 'queued' AND j.run_at <= {{now}}
+    ) AS ready_keys
+    GROUP BY queue, limit_key
 )
-SELECT l.queue, l.rate, l.per, l.concurrency, l.key_rate, l.key_per, l.key_concurrency,
-       l.throttled_until,
-       (SELECT count(*) FROM jobs AS r WHERE r.queue = l.queue AND r.state = 'running'),
-       CASE WHEN l.rate IS NULL THEN 0 ELSE (
-           SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
-           WHERE s.queue = l.queue AND s.at > %(now)s - make_interval(secs => l.per))
-       END,
+SELECT u.queue, u.rate, u.per, u.concurrency, u.key_rate, u.key_per, u.key_concurrency,
+       u.throttled_until, u.running, CASE WHEN u.rate IS NULL THEN 0 ELSE u.started END,
        (SELECT count(*) FROM jobs AS q
-        WHERE q.queue = l.queue AND q.state = 'queued' AND q.run_at <= %(now)s),
-       (SELECT count(*) FROM per_key AS k WHERE k.queue = l.queue AND k.room <= 0),
+        WHERE q.queue = u.queue AND q.state = 'queued' AND q.run_at <= {{now}}),
+       (SELECT count(*) FROM per_key AS k WHERE k.queue = u.queue AND k.room <= 0),
        -- room NULL: the key has no limit of its own (greatest() would read NULL as 0).
        (SELECT coalesce(sum(CASE WHEN k.room IS NULL THEN 0
                                  ELSE greatest(k.ready - greatest(k.room, 0), 0) END), 0)
         FROM per_key AS k
-        WHERE k.queue = l.queue),
-       (SELECT count(*) FROM limit_throttles AS t WHERE t.queue = l.queue AND t.until > %(now)s)
-FROM limits AS l
-ORDER BY l.queue
+        WHERE k.queue = u.queue),
+       (SELECT count(*) FROM limit_throttles AS t WHERE t.queue = u.queue AND t.until > {{now}})
+FROM used AS u
+ORDER BY u.queue
 
 -- name: limit_prune_all_starts
 -- Maintenance: starts that left every window of their queue (or whose queue has
@@ -1369,12 +982,3 @@ WHERE at < %(now)s - make_interval(secs => %(slack)s::float8 + coalesce(
           (SELECT greatest(l.per, l.key_per) FROM limits AS l WHERE l.queue = limit_starts.queue),
           0))
 
--- name: limit_prune_throttles
-DELETE FROM limit_throttles WHERE until <= %(now)s
-
--- name: limit_prune_rows
--- Maintenance: queues whose last throttle ended and that have no limit.
-DELETE FROM limits
-WHERE rate IS NULL AND concurrency IS NULL AND key_rate IS NULL AND key_concurrency IS NULL
-  AND (throttled_until IS NULL OR throttled_until <= %(now)s)
-  AND NOT EXISTS (SELECT 1 FROM limit_throttles AS t WHERE t.queue = limits.queue)

@@ -29,7 +29,7 @@ from conveyor.errors import (
     SchemaMissingError,
     StoreUnavailableError,
 )
-from conveyor.job import Event, Job, JobState, NewJob
+from conveyor.job import HOLD_AT, Event, Job, JobState, NewJob
 from conveyor.limits import Limit, QueueLimits
 from conveyor.store.base import (
     LEASE_EXPIRED_ERROR,
@@ -40,7 +40,6 @@ from conveyor.store.base import (
     EventOffset,
     Finish,
     FinishedCount,
-    JobFilter,
     JobSelection,
     Lease,
     LeaseStatus,
@@ -48,6 +47,7 @@ from conveyor.store.base import (
     Relative,
     RunTimeBucket,
     Stats,
+    Step,
     Subscription,
     WorkerInfo,
     WorkflowInfo,
@@ -57,16 +57,25 @@ from conveyor.store.counting import assemble_stats
 from conveyor.store.flows import first_states
 from conveyor.store.keys import key_pairs, new_job_record, plan_insert, resolve_plan
 from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of_row
-from conveyor.store.listing import job_list_queries, newest_first
 from conveyor.store.postgres import flows as pg_flows
 from conveyor.store.postgres.listener import Listener
-from conveyor.store.selection import count_query, keep_state, select_queries
+from conveyor.store.selection import (
+    NO_ID_BOUND,
+    count_query,
+    driven,
+    keep_state,
+    newest_first,
+    select_queries,
+)
 from conveyor.store.sql import Migration, load_migrations, load_queries
 
 log = logging.getLogger("conveyor.postgres")
 
 _Q = load_queries("conveyor.store.postgres")
+#: Retention per final state, holding jobs back, outcome readers.
+_S = load_queries("conveyor.store.postgres", "seeds.sql")
 _MIGRATIONS = load_migrations("conveyor.store.postgres")
+_E = load_queries("conveyor.store.postgres", "steps.sql")
 #: Claims retried after a group race (see job_claim in queries.sql).
 _CLAIM_ATTEMPTS = 5
 #: Inserts of one batch retried when keys change hands under it (see job_insert_many).
@@ -95,6 +104,10 @@ def _row_to_job(row: Sequence[Any]) -> Job:
 
 def _row_to_event(row: Sequence[Any]) -> Event:
     return Event(*row[:9])
+
+
+def _row_to_step(row: Sequence[Any]) -> Step:
+    return Step(*row[:5])
 
 
 def _where(dsn: str) -> str:
@@ -149,6 +162,8 @@ def _missing_table(exc: BaseException) -> bool:
 class PostgresStore:
     #: TransactionalStore: enqueue inside the caller's transaction on this connection.
     transaction_connection = "a psycopg Connection"
+    #: SqlStore: the Spark data source builds its tables beside the jobs'.
+    sql_dialect = "postgresql"
 
     def __init__(
         self,
@@ -158,7 +173,11 @@ class PostgresStore:
         min_size: int = 1,
         max_size: int = 10,
         connect_timeout: float = 10.0,
+        prepare_threshold: int | None = 5,
     ) -> None:
+        # prepare_threshold: psycopg prepares a statement on a connection after
+        # that many runs; None never prepares, for a pooler in transaction mode
+        # that cannot keep prepared statements (PgBouncer before 1.21).
         self.dsn = dsn
         self.where = _where(dsn)
         self.description = f"PostgreSQL at {self.where}"
@@ -178,6 +197,7 @@ class PostgresStore:
                 "autocommit": True,
                 "options": _session_options(dsn),
                 "connect_timeout": max(1, int(connect_timeout)),
+                "prepare_threshold": prepare_threshold,
             },
             configure=_configure,
             open=False,
@@ -388,19 +408,6 @@ class PostgresStore:
         by_id = {j.id: j for j in self._fetch_jobs("job_get_many", {"ids": list(job_ids)})}
         return [by_id[i] for i in job_ids if i in by_id]
 
-    def job_list(self, filter: JobFilter) -> list[Job]:
-        with self._tx() as conn:
-            conn.execute(_Q["plan_for_values"])
-
-            def queue_names() -> list[str]:
-                return [row[0] for row in conn.execute(_Q["queue_names"]).fetchall()]
-
-            pages = [
-                [_row_to_job(r) for r in conn.execute(_Q[name], params).fetchall()]
-                for name, params in job_list_queries(filter, queue_names)
-            ]
-        return newest_first(pages, filter.limit)
-
     def event_list(self, job_id: int) -> list[Event]:
         with self._conn() as conn:
             return [_row_to_event(r) for r in conn.execute(_Q["event_list"], {"job_id": job_id})]
@@ -478,7 +485,8 @@ class PostgresStore:
         self, queues: Sequence[str], now: datetime | None = None, group: str | None = None
     ) -> float | None:
         names = tuple(dict.fromkeys(queues))
-        params = {"queues": list(names), "now": now, "group": group}
+        # limit 1: next_run_in_limited asks whether one job could start.
+        params = {"queues": list(names), "now": now, "group": group, "limit": 1}
         limited = self._has_limits(names)
         with self._conn() as conn:
             row = conn.execute(_Q["next_run_in_limited" if limited else "next_run_in"], params)
@@ -560,22 +568,13 @@ class PostgresStore:
     def job_finish(self, finishes: Sequence[Finish], now: datetime | None = None) -> list[int]:
         if not finishes:
             return []
-        params = {
-            "ids": [f.id for f in finishes],
-            "tokens": [f.token for f in finishes],
-            "kinds": [f.kind for f in finishes],
-            "results": [f.result_json for f in finishes],
-            "errors": [f.error for f in finishes],
-            "run_ats": [f.run_at for f in finishes],
-            "now": now,
-        }
         # One transaction with the jobs waiting for these (pg_flows.release). The
         # finish and the search for edges onto the jobs it names travel together
         # (a pipeline): jobs nothing waits for pay the transaction's begin and
         # commit, not a round trip more (see BENCHMARKS.md, workflows).
         with self._tx() as conn:
             with conn.pipeline():
-                finished = conn.execute(_Q["job_finish"], params)
+                finished = conn.execute(_Q["job_finish"], _finish_params(finishes, now))
                 resolved = pg_flows.resolve(conn, [f.id for f in finishes])
             ids = [r[0] for r in finished.fetchall()]
             pg_flows.release_resolved(conn, resolved.fetchall(), now)
@@ -628,10 +627,6 @@ class PostgresStore:
                 # try sees it and leaves that job failed.
                 continue
         return []
-
-    def job_purge(self, finished_before: datetime, limit: int = 10_000) -> int:
-        (count,) = self._delete("job_purge", {"before": finished_before, "limit": limit})
-        return int(count)
 
     def job_delete_terminal(self, job_ids: Sequence[int], finished_before: datetime) -> list[int]:
         if not job_ids:
@@ -759,7 +754,11 @@ class PostgresStore:
         return _MIGRATIONS[-1].version
 
     def job_select(
-        self, selection: JobSelection, now: datetime, before_id: int | None, limit: int
+        self,
+        selection: JobSelection,
+        now: datetime,
+        before_id: int | None = None,
+        limit: int = 100,
     ) -> list[Job]:
         with self._tx() as conn:
             conn.execute(_Q["plan_for_values"])
@@ -772,8 +771,11 @@ class PostgresStore:
                 return int(row[0]) if row else 0
 
             pages = [
-                [_row_to_job(r) for r in conn.execute(_Q[name], {**params, "now": now}).fetchall()]
-                for name, params in select_queries(
+                [
+                    _row_to_job(r)
+                    for r in conn.execute(driven(_Q, "job_select", driver), {**params, "now": now})
+                ]
+                for driver, params in select_queries(
                     selection, before_id, limit, queue_names, newest_id
                 )
             ]
@@ -786,9 +788,10 @@ class PostgresStore:
                 row = conn.execute(_Q["job_newest_id"]).fetchone()
                 return int(row[0]) if row else 0
 
-            name, params = count_query(selection, newest_id)
+            driver, params = count_query(selection, newest_id)
             conn.execute(_Q["plan_for_values"])
-            rows = conn.execute(_Q[name], {**params, "now": now}).fetchall()
+            statement = driven(_Q, "job_count", driver)
+            rows = conn.execute(statement, {**params, "now": now}).fetchall()
         return keep_state({state: int(n) for state, n in rows}, selection.state)
 
     def _change_ids(self, name: str, job_ids: Sequence[int], now: datetime) -> list[int]:
@@ -854,10 +857,44 @@ class PostgresStore:
             row = conn.execute(_Q["job_purge_count"], params).fetchone()
         return int(row[0]) if row else 0
 
-    def job_purge_beyond(self, queue: str, keep: int, limit: int = 10_000) -> int:
-        params = {"queue": queue, "keep": keep, "limit": limit}
+    def job_purge_beyond(
+        self, queue: str, keep: int, states: Sequence[str], limit: int = 10_000
+    ) -> int:
+        params = {"queue": queue, "keep": keep, "limit": limit, "states": list(states)}
         (count,) = self._delete("job_purge_beyond", params)
         return int(count)
+
+    def job_hold(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        return self._hold("job_hold", job_ids, now)
+
+    def job_unhold(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        return self._hold("job_unhold", job_ids, now)
+
+    def _hold(self, name: str, job_ids: Sequence[int], now: datetime) -> list[int]:
+        if not job_ids:
+            return []
+        params = {"ids": list(job_ids), "now": now, "hold_at": HOLD_AT}
+        with self._conn() as conn:
+            return sorted(r[0] for r in conn.execute(_S[name], params).fetchall())
+
+    def job_held(self, queue: str | None, before_id: int | None, limit: int) -> list[int]:
+        params = {
+            "queue": queue, "hold_at": HOLD_AT, "limit": limit,
+            "before_id": before_id if before_id is not None else NO_ID_BOUND,
+        }  # fmt: skip
+        with self._conn() as conn:
+            return [r[0] for r in conn.execute(_S["job_held"], params)]
+
+    def job_unprocessed(
+        self, queue: str | None, states: Sequence[str], since: datetime, limit: int
+    ) -> list[int]:
+        params = {"queue": queue, "states": list(states), "since": since, "limit": limit}
+        with self._conn() as conn:
+            return [r[0] for r in conn.execute(_S["job_unprocessed"], params)]
+
+    def job_mark_processed(self, job_id: int) -> bool:
+        with self._conn() as conn:
+            return conn.execute(_S["job_mark_processed"], {"id": job_id}).rowcount == 1
 
     def queue_delete(self, queue: str) -> None:
         self._change_none("queue_delete", {"name": queue})
@@ -1002,6 +1039,76 @@ class PostgresStore:
             conn.execute(_Q["limit_prune_all_starts"], params)
             conn.execute(_Q["limit_prune_throttles"], params)
             conn.execute(_Q["limit_prune_rows"], params)
+
+    # --- exactly-once effects (docs/effects.md) -----------------------------------
+
+    def job_complete_in(
+        self, lease: Lease, result_json: str, connection: Any, now: datetime | None = None
+    ) -> bool:
+        if not isinstance(connection, psycopg.Connection):
+            raise ConfigurationError(
+                "ctx.complete needs a psycopg Connection to the queue's database, "
+                f"got {type(connection).__name__}"
+            )
+        status = connection.info.transaction_status
+        # In a transaction block, or one that this statement opens (not autocommit).
+        open_one = status == psycopg.pq.TransactionStatus.INTRANS or (
+            status == psycopg.pq.TransactionStatus.IDLE and not connection.autocommit
+        )
+        if not open_one:
+            raise ConfigurationError(
+                "ctx.complete needs an open transaction on the connection (not autocommit, "
+                "not failed): call it inside `with conn.transaction():` or before conn.commit()"
+            )
+        # The worker's own finish of a success, in the caller's transaction.
+        params = _finish_params([Finish.complete(lease.id, lease.token, result_json)], now)
+        with _own_cursor(connection) as cur:
+            if cur.execute(_Q["job_finish"], params).fetchone() is None:
+                return False
+            # The jobs waiting for this one go on in the same transaction.
+            pg_flows.release(cur, [lease.id], now)
+            return True
+
+    def step_list(self, job_id: int) -> list[Step]:
+        with self._conn() as conn:
+            rows = conn.execute(_E["step_list"], {"job_id": job_id}).fetchall()
+        return [_row_to_step(r) for r in rows]
+
+    def step_record(
+        self,
+        lease: Lease,
+        name: str,
+        result_json: str,
+        started_at: datetime,
+        now: datetime | None = None,
+    ) -> Step | None:
+        params = {
+            "id": lease.id,
+            "token": lease.token,
+            "name": name,
+            "result": result_json,
+            "started_at": started_at,
+            "now": now,
+        }
+        with self._conn() as conn:
+            row = conn.execute(_E["step_record"], params).fetchone()
+            if row is None:
+                # Recorded already (kept), or the lease is gone (None).
+                row = conn.execute(_E["step_get"], {"job_id": lease.id, "name": name}).fetchone()
+        return None if row is None else _row_to_step(row)
+
+
+def _finish_params(finishes: Sequence[Finish], now: datetime | None) -> dict[str, Any]:
+    """job_finish's parameters: one array per field of the outcomes."""
+    return {
+        "ids": [f.id for f in finishes],
+        "tokens": [f.token for f in finishes],
+        "kinds": [f.kind for f in finishes],
+        "results": [f.result_json for f in finishes],
+        "errors": [f.error for f in finishes],
+        "run_ats": [f.run_at for f in finishes],
+        "now": now,
+    }
 
 
 def _same(value: datetime | None) -> datetime | None:

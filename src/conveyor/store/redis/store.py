@@ -28,14 +28,14 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from importlib import resources
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from conveyor.errors import ConfigurationError, InvalidJobError, StoreUnavailableError
-from conveyor.job import Event, Job, JobState, NewJob
+from conveyor.job import HOLD_AT, Event, Job, JobState, NewJob
 from conveyor.limits import Limit, QueueLimits
 from conveyor.store.base import (
     LEASE_EXPIRED_ERROR,
@@ -46,7 +46,6 @@ from conveyor.store.base import (
     EventOffset,
     Finish,
     FinishedCount,
-    JobFilter,
     JobSelection,
     Lease,
     LeaseStatus,
@@ -55,6 +54,7 @@ from conveyor.store.base import (
     Relative,
     RunTimeBucket,
     Stats,
+    Step,
     Subscription,
     WorkerInfo,
     WorkflowInfo,
@@ -62,12 +62,12 @@ from conveyor.store.base import (
 from conveyor.store.flows import check_order
 from conveyor.store.keys import new_job_record
 from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of_row
-from conveyor.store.listing import NO_ID_BOUND
 from conveyor.store.redis.listener import RedisListener
-from conveyor.store.selection import args_floor
+from conveyor.store.selection import NO_ID_BOUND, args_floor
 
-#: The layout of keys this code reads and writes (``schema_version`` on Redis).
-LAYOUT_VERSION = 1
+#: The layout of keys this code reads and writes (``schema_version`` on Redis). 2: a
+#: queue's running set scored by lease expiry (no ``leases`` set); events in one field.
+LAYOUT_VERSION = 2
 DEFAULT_PREFIX = "{conveyor}:"
 TERMINAL = ("succeeded", "failed", "cancelled")
 _STATES = ("waiting", "queued", "running", *TERMINAL)
@@ -148,6 +148,9 @@ def _pairs(flat: Sequence[Any]) -> dict[str, str]:
 
 def job_of(fields: dict[str, str]) -> Job:
     progress = fields.get("progress")
+    # The hash keeps its last lease after the attempt ends (fewer writes): a lease
+    # is only ever shown, and checked, while the job runs.
+    leased = fields["state"] == "running"
     return Job(
         id=int(fields["id"]),
         queue=fields["queue"],
@@ -164,8 +167,8 @@ def job_of(fields: dict[str, str]) -> Job:
         group=fields.get("group_key"),
         batch=fields.get("batch"),
         worker=fields.get("worker"),
-        lease_token=fields.get("lease_token"),
-        lease_expires_at=_odt(fields.get("lease_expires_at")),
+        lease_token=fields.get("lease_token") if leased else None,
+        lease_expires_at=_odt(fields.get("lease_expires_at")) if leased else None,
         cancel_requested=fields.get("cancel_requested") == "1",
         result_json=fields.get("result"),
         error=fields.get("error"),
@@ -178,15 +181,28 @@ def job_of(fields: dict[str, str]) -> Job:
     )
 
 
+def _step_of(name: str, value: str) -> Step:
+    """A step as step_record.lua keeps it: JSON [result, attempt, started_at, finished_at]."""
+    result, attempt, started_at, finished_at = json.loads(value)
+    return Step(name, result, int(attempt), _dt(started_at), _dt(finished_at))
+
+
 def _readable(fields: dict[str, str]) -> bool:
     """Whether a job's hash holds every field a job has (an empty one: deleted or evicted)."""
     return all(name in fields for name in _REQUIRED)
 
 
 def _event_of(entry: tuple[str, dict[str, str]]) -> Event:
+    """A stream entry: one field "e", the JSON array [job id, queue, task, kind, attempt,
+    at, worker, error] without its trailing nulls (common.lua's event); entries of the
+    first layout name each field."""
     entry_id, f = entry
+    seq = int(entry_id.split("-", 1)[0])
+    if "e" in f:
+        e = [*json.loads(f["e"]), None, None]
+        return Event(seq, int(e[0]), e[1], e[2], e[3], int(e[4]), e[6], _dt(e[5]), e[7])
     return Event(
-        seq=int(entry_id.split("-", 1)[0]),
+        seq=seq,
         job_id=int(f["job_id"]),
         queue=f["queue"],
         task=f["task"],
@@ -231,6 +247,19 @@ def flow_link_json(job: NewJob, workflow: str) -> list[Any] | None:
     return [[str(p) for p in job.after], list(job.after_new), job.after_failure]
 
 
+def split_prefix(dsn: str) -> tuple[str, str | None]:
+    """A Redis DSN without its ``prefix`` query parameter, and that prefix (None: none)."""
+    parts = urlsplit(dsn)
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    prefixes = [value for name, value in pairs if name == "prefix"]
+    if not prefixes:
+        return dsn, None
+    if len(prefixes) > 1:
+        raise ConfigurationError("the Redis DSN gives prefix= twice: keep one")
+    rest = urlencode([(name, value) for name, value in pairs if name != "prefix"])
+    return urlunsplit(parts._replace(query=rest)), prefixes[0]
+
+
 def redis_where(dsn: str) -> str:
     """host:port (or the socket path) of a Redis DSN, for messages; never the password."""
     parts = urlsplit(dsn)
@@ -269,11 +298,30 @@ class RedisStore:
         migrate: bool = False,
         connect_timeout: float = 10.0,
         socket_timeout: float = 30.0,
-        prefix: str = DEFAULT_PREFIX,
+        prefix: str | None = None,
     ) -> None:
+        # The prefix may be in the DSN (?prefix=...), so that every command that
+        # takes only --dsn reaches the same application's keys.
+        dsn, in_dsn = split_prefix(dsn)
+        if prefix is not None and in_dsn is not None and prefix != in_dsn:
+            raise ConfigurationError(
+                f"two prefixes: {in_dsn!r} in the DSN and {prefix!r} given: keep one"
+            )
+        prefix = prefix if prefix is not None else in_dsn or DEFAULT_PREFIX
+        if (
+            not isinstance(prefix, str)
+            or not 0 < len(prefix) <= 100
+            or any(c.isspace() for c in prefix)
+        ):
+            raise ConfigurationError(
+                f"prefix must be 1 to 100 characters without spaces, such as '{{myapp}}:' "
+                f"(the braces keep an App's keys in one cluster slot), got {prefix!r}"
+            )
         self.dsn = dsn
         self.where = redis_where(dsn)
         self.description = f"Redis at {self.where}"
+        if prefix != DEFAULT_PREFIX:
+            self.description += f" (prefix {prefix})"
         self.prefix = prefix
         try:
             # Any: redis-py's replies are typed loosely (bytes | str | ...); with
@@ -404,6 +452,8 @@ class RedisStore:
                 f"Redis at {self.where} holds key layout {current}, newer than this "
                 f"conveyor's ({LAYOUT_VERSION}): upgrade conveyor"
             )
+        if current == 1:
+            self._run("layout_2")
         self._do(lambda: self._client.hset(self._k("meta"), "layout", str(LAYOUT_VERSION)))
         return LAYOUT_VERSION
 
@@ -600,7 +650,16 @@ class RedisStore:
             self._run("job_drop", "", json.dumps(seen))
 
     def _ids_of(self, index: str, before_id: int | None) -> Iterator[int]:
-        """The ids in a sorted set of ids (score = id), newest first, below ``before_id``."""
+        """The ids in a sorted set of ids (score = id), newest first, below ``before_id``.
+
+        A queue's running set is scored by lease expiry: it holds the jobs in hand
+        (a fleet's concurrency at most), read whole and sorted.
+        """
+        if index.startswith(self._k("qs")) and index.endswith(":running"):
+            below = NO_ID_BOUND if before_id is None else before_id
+            held = self._do(lambda: self._client.zrange(index, 0, -1))
+            yield from sorted((i for i in map(int, held) if i < below), reverse=True)
+            return
         bound = f"({NO_ID_BOUND if before_id is None else before_id}"
         while True:
             with self._guard():
@@ -637,17 +696,6 @@ class RedisStore:
         queues = [queue] if queue is not None else self.queue_names()
         states = [state] if state is not None else list(_STATES)
         return [(self._k("qs", _nm(q), s), (q, s)) for q in queues for s in states]
-
-    def job_list(self, filter: JobFilter) -> list[Job]:
-        state = None if filter.state is None else str(filter.state)
-        selection = JobSelection(
-            state=state,
-            queue=filter.queue,
-            task=filter.task,
-            batch=filter.batch,
-            error=filter.error or None,
-        )
-        return self.job_select(selection, datetime.now(UTC), filter.before_id, filter.limit)
 
     def event_list(self, job_id: int) -> list[Event]:
         def read() -> list[Event]:
@@ -845,11 +893,6 @@ class RedisStore:
             done += [int(i) for i in changed]
         return done
 
-    def job_purge(self, finished_before: datetime, limit: int = 10_000) -> int:
-        deleted = int(self._run("job_purge", _ts(finished_before), str(limit)))
-        self._forget_dropped(finished_before, limit)
-        return deleted
-
     def _forget_dropped(self, before: datetime, limit: int) -> None:
         """The histories of jobs dropped before ``before`` (job_forget_dropped.lua): kept
         as long as a failed job's, so they go with the purges of failed jobs."""
@@ -975,9 +1018,10 @@ class RedisStore:
                 entries = self._client.xrange(self._k("events"), f"({last}-0", "+", count=5000)
             if not entries:
                 break
-            for entry_id, f in entries:
-                counts[(f["queue"], f["kind"])] = counts.get((f["queue"], f["kind"]), 0) + 1
-                last = int(entry_id.split("-", 1)[0])
+            for entry in entries:
+                e = _event_of(entry)
+                counts[(e.queue, e.kind)] = counts.get((e.queue, e.kind), 0) + 1
+                last = e.seq
         return EventCounts(counts=counts, offset=(0, last))
 
     def queue_names(self) -> list[str]:
@@ -1042,7 +1086,11 @@ class RedisStore:
         return int(self._do(lambda: self._client.get(self._k("ids"))) or 0)
 
     def job_select(
-        self, selection: JobSelection, now: datetime, before_id: int | None, limit: int
+        self,
+        selection: JobSelection,
+        now: datetime,
+        before_id: int | None = None,
+        limit: int = 100,
     ) -> list[Job]:
         out: list[Job] = []
         if limit <= 0:
@@ -1156,16 +1204,82 @@ class RedisStore:
     ) -> int:
         return sum(1 for _ in self._purgeable(finished_before, states, queue))
 
-    def job_purge_beyond(self, queue: str, keep: int, limit: int = 10_000) -> int:
+    def job_purge_beyond(
+        self, queue: str, keep: int, states: Sequence[str], limit: int = 10_000
+    ) -> int:
+        chosen = [state for state in TERMINAL if state in states]
+
         def read() -> list[int]:
             pipe = self._client.pipeline(transaction=False)
-            for state in TERMINAL:
+            for state in chosen:
                 pipe.zrange(self._k("qs", _nm(queue), state), 0, -1)
             return sorted((int(i) for ids in pipe.execute() for i in ids), reverse=True)
 
         ids = self._do(read)[keep : keep + limit]
         far_future = datetime(9999, 12, 31, tzinfo=UTC)
-        return len(self._delete(ids, far_future, TERMINAL, queue))
+        # job_delete checks each job's state again: one retried meanwhile stays.
+        return len(self._delete(ids, far_future, chosen, queue))
+
+    def job_hold(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        return self._hold("job_hold", job_ids, now)
+
+    def job_unhold(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        return self._hold("job_unhold", job_ids, now)
+
+    def _hold(self, name: str, job_ids: Sequence[int], now: datetime) -> list[int]:
+        if not job_ids:
+            return []
+        ordered = json.dumps([str(i) for i in sorted(set(job_ids))])
+        changed = self._run(name, _ts(now), ordered, _ts(HOLD_AT))
+        return sorted(int(i) for i in changed)
+
+    def job_held(self, queue: str | None, before_id: int | None, limit: int) -> list[int]:
+        names = [queue] if queue is not None else self.queue_names()
+
+        def read() -> list[int]:
+            pipe = self._client.pipeline(transaction=False)
+            for name in names:  # held: due at the hold moment, in the due index
+                pipe.zrangebyscore(self._k("due", _nm(name)), _ts(HOLD_AT), "+inf")
+            return [int(i) for ids in pipe.execute() for i in ids]
+
+        bound = before_id if before_id is not None else NO_ID_BOUND
+        return sorted((i for i in self._do(read) if i < bound), reverse=True)[:limit]
+
+    def job_unprocessed(
+        self, queue: str | None, states: Sequence[str], since: datetime, limit: int
+    ) -> list[int]:
+        wanted = set(states)
+        found: list[int] = []
+        offset, chunk = 0, max(limit, 500)
+        while len(found) < limit:
+            # The finished index, oldest finish first, a chunk at a time.
+            def chunk_of(start: int = offset) -> list[str]:
+                return list(
+                    self._client.zrangebyscore(
+                        self._k("finished"), _ts(since), "+inf", start=start, num=chunk
+                    )
+                )
+
+            ids = self._do(chunk_of)
+            if not ids:
+                break
+            offset += len(ids)
+
+            def read(batch: list[str] = ids) -> list[list[str | None]]:
+                pipe = self._client.pipeline(transaction=False)
+                for job_id in batch:
+                    pipe.hmget(
+                        self._k("job", job_id), "queue", "state", "finished_at", "processed_mark"
+                    )
+                return list(pipe.execute())
+
+            for job_id, (q, state, finished, mark) in zip(ids, self._do(read), strict=True):
+                if state in wanted and (queue is None or q == queue) and mark != finished:
+                    found.append(int(job_id))
+        return found[:limit]
+
+    def job_mark_processed(self, job_id: int) -> bool:
+        return bool(self._run("job_mark_processed", str(job_id)))
 
     def queue_delete(self, queue: str) -> None:
         self._do(lambda: self._client.srem(self._k("paused"), queue))
@@ -1223,69 +1337,30 @@ class RedisStore:
         limits = self.limit_get(queue)
         if limits is None:
             limits = QueueLimits(queue=queue, limit=None, key_limit=None, throttled_until=None)
-        q = _nm(queue)
-        now_n = now.timestamp()
-
-        def window(limit: Limit | None) -> str:
-            per = limit.rate.per if limit is not None and limit.rate is not None else 0.0
-            return f"({now_n - per:.6f}"
-
-        def read() -> list[Any]:
-            pipe = self._client.pipeline(transaction=True)
-            pipe.zcard(self._k("qs", q, "running"))
-            pipe.zcount(self._k("starts", q), window(limits.limit), "+inf")
-            pipe.zcount(self._k("due", q), "-inf", _ts(now))
-            pipe.hgetall(self._k("kthrottle", q))
-            pipe.hgetall(self._k("krun", q))
-            pipe.smembers(self._k("kqkeys", q))
-            return list(pipe.execute())
-
-        running, started, ready, throttles, key_running, keys = self._do(read)
-        if limits.limit is None or limits.limit.rate is None:
-            started = 0
-        throttled = {k for k, until in throttles.items() if float(until) > now_n}
-        keys_full = held = 0
-        key_limit = limits.key_limit
-        keys = sorted(keys)
-
-        def read_keys() -> tuple[list[list[str]], list[int]]:
-            pipe = self._client.pipeline(transaction=False)
-            for key in keys:
-                pipe.zrange(self._k("kq", q, key), 0, -1)
-                pipe.zcount(self._k("kstarts", q, key), window(key_limit), "+inf")
-            replies = pipe.execute()
-            return replies[0::2], [int(n) for n in replies[1::2]]
-
-        def due_scores(ids: list[str]) -> list[float | None]:
-            pipe = self._client.pipeline(transaction=False)
-            for job_id in ids:
-                pipe.zscore(self._k("due", q), job_id)
-            return list(pipe.execute())
-
-        queued, key_starts = self._do(read_keys)
-        for key, ids, starts in zip(keys, queued, key_starts, strict=True):
-            # The key's ready jobs: its queued ones whose run_at has come.
-            with self._guard():
-                scores = due_scores(ids)
-            key_ready = sum(1 for at in scores if at is not None and at <= now_n)
-            if not key_ready:
-                continue
-            room = 2**31 - 1
-            if key in throttled:
-                room = 0
-            if key_limit is not None and key_limit.concurrency is not None:
-                room = min(room, key_limit.concurrency - int(key_running.get(key, 0)))
-            if key_limit is not None and key_limit.rate is not None:
-                room = min(room, key_limit.rate.count - starts)
-            if room <= 0:
-                keys_full += 1
-            held += max(key_ready - max(room, 0), 0)
-        return limit_status(
-            limits, now, int(running), int(started), int(ready), keys_full, held, len(throttled)
-        )
+        usage = [int(n) for n in self._run("limit_usage", queue, _ts(now))]
+        return limit_status(limits, now, *usage)
 
     def limit_prune(self, now: datetime) -> None:
         self._run("limit_prune", _ts(now), str(LIMIT_SLACK_SECONDS))
+
+    # --- durable steps (docs/effects.md) --------------------------------------------
+
+    def step_list(self, job_id: int) -> list[Step]:
+        found = self._do(lambda: self._client.hgetall(self._k("steps", str(job_id))))
+        steps = [_step_of(str(name), value) for name, value in found.items()]
+        return sorted(steps, key=lambda step: (step.finished_at, step.name))
+
+    def step_record(
+        self,
+        lease: Lease,
+        name: str,
+        result_json: str,
+        started_at: datetime,
+        now: datetime | None = None,
+    ) -> Step | None:
+        step = json.dumps([result_json, None, _ts(started_at), _now_arg(now)])
+        recorded = self._run("step_record", str(lease.id), lease.token, name, step)
+        return None if recorded is None else _step_of(name, recorded)
 
 
 #: Filters the per-queue counters cannot answer: a count with one of them reads the jobs.

@@ -6,18 +6,14 @@
 -- runs inside BEGIN IMMEDIATE, so SQLite's single writer makes each
 -- read-then-write atomic without row locks.
 
+-- with: conveyor.store/shared.sql
+
 -- name: migrations_table
 CREATE TABLE IF NOT EXISTS schema_migrations (
     version    INTEGER PRIMARY KEY,
     name       TEXT NOT NULL,
     applied_at REAL NOT NULL
 )
-
--- name: schema_version
-SELECT coalesce(max(version), 0) FROM schema_migrations
-
--- name: migration_record
-INSERT INTO schema_migrations (version, name, applied_at) VALUES (:version, :name, :now)
 
 -- name: job_take_ids
 -- Reserve :count ids; returns the last one. Under the write lock, so no one
@@ -40,56 +36,21 @@ WHERE key IS NOT NULL
   AND (queue, key) IN (SELECT value ->> 0, value ->> 1 FROM json_each(:pairs))
 ORDER BY id DESC
 
--- name: job_get
-SELECT * FROM jobs WHERE id = :id
-
 -- name: job_get_many
 SELECT * FROM jobs WHERE id IN (SELECT value FROM json_each(:ids))
-
--- name: job_list
-SELECT * FROM jobs
-WHERE (:state IS NULL OR state = :state)
-  AND (:queue IS NULL OR queue = :queue)
-  AND (:task IS NULL OR task = :task)
-  AND (:batch IS NULL OR batch = :batch)
-  AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
-  AND id < :before_id
-ORDER BY id DESC
-LIMIT :limit
 
 -- name: job_claim
 -- Each queue is searched on its own (the correlated subquery walks the
 -- jobs_queued index of one queue in claim order and stops at :limit); the best
 -- of those candidates win. A single "queue IN (...) ORDER BY" would sort every
 -- queued job on each claim.
---
--- A job in a group is claimable only when it is its group's oldest queued job
--- and no job of the group is running; the unique index jobs_group_running
--- backs this up inside the database.
-UPDATE jobs
-SET state = 'running',
-    attempts = attempts + 1,
-    worker = :worker,
-    lease_token = :token,
-    lease_expires_at = :lease_expires_at,
-    started_at = :now,
-    progress = NULL,
-    progress_message = NULL
+UPDATE jobs SET {{claim_set}}
 WHERE id IN (
     SELECT c.id
     FROM json_each(:queues) AS q
     JOIN jobs AS c ON c.id IN (
         SELECT j.id FROM jobs AS j
-        WHERE j.state = 'queued'
-          AND j.queue = q.value
-          AND j.run_at <= :now
-          AND (:group IS NULL OR j.group_key = :group)
-          AND (j.group_key IS NULL OR (
-              NOT EXISTS (SELECT 1 FROM jobs AS r
-                          WHERE r.group_key = j.group_key AND r.state = 'running')
-              AND NOT EXISTS (SELECT 1 FROM jobs AS o
-                              WHERE o.group_key = j.group_key AND o.state = 'queued'
-                                AND o.id < j.id)))
+        WHERE j.queue = q.value AND {{claimable}}
         ORDER BY j.priority DESC, j.id
         LIMIT :limit)
     WHERE q.value NOT IN (SELECT name FROM queues WHERE paused)
@@ -97,6 +58,35 @@ WHERE id IN (
     LIMIT :limit
 )
 RETURNING *
+
+-- name: now
+-- The moment a statement judges by, as the blocks of shared.sql name it.
+:now
+
+-- name: claimable
+-- Whether queued job j may be claimed now: it is due, of the group asked for
+-- (if one is), and its group's head: the group's oldest queued job, while no
+-- job of the group runs (the unique index jobs_group_running backs this up
+-- inside the database).
+j.state = 'queued'
+AND j.run_at <= :now
+AND (:group IS NULL OR j.group_key = :group)
+AND (j.group_key IS NULL OR (
+    NOT EXISTS (SELECT 1 FROM jobs AS r
+                WHERE r.group_key = j.group_key AND r.state = 'running')
+    AND NOT EXISTS (SELECT 1 FROM jobs AS o
+                    WHERE o.group_key = j.group_key AND o.state = 'queued' AND o.id < j.id)))
+
+-- name: claim_set
+-- What a claim sets on the jobs it starts under its lease.
+state = 'running',
+attempts = attempts + 1,
+worker = :worker,
+lease_token = :token,
+lease_expires_at = :lease_expires_at,
+started_at = :now,
+progress = NULL,
+progress_message = NULL
 
 -- name: event_insert_for_jobs
 -- One event for each job of :ids (claim, cancel, retry). :kinds maps the state
@@ -121,58 +111,25 @@ RETURNING jobs.id, jobs.cancel_requested
 
 -- name: job_finish
 -- The one statement that ends running jobs, for every kind of outcome (see
--- FinishKind in store/base.py). :items is [[id, token, kind, result, error,
--- run_at], ...]. Each item names the lease it was claimed under, and a stale
--- token changes nothing: that is the fence against a worker that lost its
--- lease. A rescue also needs the lease to have run out by :now (a worker that
--- renewed it meanwhile keeps its job). A job whose cancel was requested ends
--- cancelled, whatever the outcome, unless it succeeded. Snooze and release
--- give the attempt back.
+-- FinishKind in store/base.py): which jobs it may end is finish_fence, what
+-- becomes of them finish_set (both in shared.sql). :items is [[id, token,
+-- kind, result, error, run_at], ...]; event_insert_finished records the events.
 UPDATE jobs
-SET state = CASE
-        WHEN f.kind = 'complete' THEN 'succeeded'
-        WHEN NOT jobs.cancel_requested AND (f.kind IN ('snooze', 'release')
-             OR (f.kind IN ('retry', 'rescue', 'take_back') AND jobs.attempts < jobs.max_attempts))
-        THEN 'queued'
-        WHEN jobs.cancel_requested OR f.kind = 'cancelled' THEN 'cancelled'
-        ELSE 'failed' END,
-    run_at = CASE
-        WHEN NOT jobs.cancel_requested AND (f.kind IN ('snooze', 'release')
-             OR (f.kind IN ('retry', 'rescue', 'take_back') AND jobs.attempts < jobs.max_attempts))
-        THEN coalesce(f.run_at, CASE WHEN f.kind IN ('rescue', 'take_back') THEN :now END, jobs.run_at)
-        ELSE jobs.run_at END,
-    finished_at = CASE
-        WHEN NOT jobs.cancel_requested AND (f.kind IN ('snooze', 'release')
-             OR (f.kind IN ('retry', 'rescue', 'take_back') AND jobs.attempts < jobs.max_attempts))
-        THEN NULL ELSE :now END,
-    attempts = jobs.attempts - (f.kind IN ('snooze', 'release')),
-    result = CASE WHEN f.kind = 'complete' THEN f.result ELSE jobs.result END,
-    error = coalesce(f.error, jobs.error),
-    lease_token = NULL,
-    lease_expires_at = NULL
+SET {{finish_set}}
 FROM (SELECT value ->> 0 AS id, value ->> 1 AS token, value ->> 2 AS kind,
              value ->> 3 AS result, value ->> 4 AS error, value ->> 5 AS run_at
       FROM json_each(:items)) AS f
-WHERE jobs.id = f.id
-  AND jobs.lease_token = f.token
-  AND jobs.state = 'running'
-  AND (f.kind <> 'rescue' OR jobs.lease_expires_at < :now)
+WHERE {{finish_fence}}
 RETURNING jobs.id
 
 -- name: event_insert_finished
 -- The events of the jobs job_finish just changed (same transaction). :items is
--- [[id, kind], ...]. Each job gets one event named after what became of it; a
--- rescue that did not queue the job again also records how it ended, after
--- all the "rescued" events. Snooze and release gave the attempt back, so
--- their events add one to name the attempt that ran.
+-- [[id, kind], ...]. Each job gets one event named after what became of it
+-- (finish_event_kind); a rescue that did not queue the job again also records
+-- how it ended, after all the "rescued" events. Snooze and release gave the
+-- attempt back, so their events add one to name the attempt that ran.
 INSERT INTO events (job_id, queue, task, kind, attempt, worker, at, error)
-SELECT jobs.id, queue, task,
-       CASE WHEN o.ordinal = 2 THEN jobs.state
-            WHEN f.kind IN ('rescue', 'take_back') THEN 'rescued'
-            WHEN jobs.state <> 'queued' THEN jobs.state
-            WHEN f.kind = 'retry' THEN 'retried'
-            WHEN f.kind = 'snooze' THEN 'snoozed'
-            ELSE 'released' END,
+SELECT jobs.id, queue, task, {{finish_event_kind}},
        attempts + (f.kind IN ('snooze', 'release')), worker, :now,
        CASE WHEN f.kind IN ('retry', 'fail', 'rescue', 'take_back') THEN error END
 FROM (SELECT value ->> 0 AS id, value ->> 1 AS kind FROM json_each(:items)) AS f
@@ -181,23 +138,12 @@ JOIN (SELECT 1 AS ordinal UNION ALL SELECT 2) AS o
   ON o.ordinal = 1 OR (f.kind IN ('rescue', 'take_back') AND jobs.state <> 'queued')
 ORDER BY o.ordinal, jobs.id
 
--- name: job_progress
-UPDATE jobs
-SET progress = coalesce(:fraction, progress), progress_message = :message
-WHERE id = :id AND lease_token = :token AND state = 'running'
-
 -- name: job_expired_leases
 -- Running jobs whose lease ran out, with the lease they were claimed under:
 -- the store ends them with job_finish (kind rescue), which checks both again.
 SELECT id, lease_token FROM jobs
 WHERE state = 'running' AND lease_expires_at < :now
 ORDER BY lease_expires_at, id
-LIMIT :limit
-
--- name: job_purge_select
-SELECT id FROM jobs
-WHERE finished_at < :before AND state IN ('succeeded', 'failed', 'cancelled')
-ORDER BY finished_at
 LIMIT :limit
 
 -- name: event_delete_for_jobs
@@ -265,10 +211,6 @@ ON CONFLICT (queue, state) DO UPDATE SET jobs = jobs + excluded.jobs
 -- name: finished_counts_fold_offset
 UPDATE finished_counts_folded SET seq = :upto WHERE seq < :upto
 
--- name: finished_counts_prune
--- Queues whose finished jobs are all gone leave a zero behind: forget it.
-DELETE FROM finished_counts WHERE jobs = 0
-
 -- name: finished_counts_forget
 -- Before jobs :ids and their events are deleted, in the same transaction: take
 -- each finished one off its state's count, and add back its finishing events
@@ -303,9 +245,6 @@ ON CONFLICT (queue, state) DO UPDATE SET jobs = jobs + excluded.jobs
 -- name: job_states
 SELECT id, queue, state FROM jobs WHERE id IN (SELECT value FROM json_each(:ids))
 
--- name: stats_finished_since
-SELECT count(*) FROM jobs WHERE finished_at >= :since
-
 -- name: next_run_at
 -- The next moment a claim on :queues could start a job that it cannot now:
 -- when the next queued job that is not due yet becomes due, or, for a queue
@@ -316,19 +255,14 @@ SELECT count(*) FROM jobs WHERE finished_at >= :since
 -- claimed, a busy group, a pause or a full concurrency limit holds them, a timer
 -- set to their (past) run_at would claim in a loop, and what frees them (a job
 -- that ends, a resume) wakes the workers. A spent moment (a window that slides
--- while no job waits) costs one empty claim, never a loop.
+-- while no job waits) costs one empty claim, never a loop. :limit is as large
+-- as a claim's can be.
 WITH asked AS (
     SELECT q.value AS queue FROM json_each(:queues) AS q
     WHERE q.value NOT IN (SELECT name FROM queues WHERE paused)
 ), lim AS (
-    SELECT l.*,
-           min(CASE WHEN l.throttled_until > :now THEN 0 ELSE 1 END,
-               coalesce(l.concurrency - (SELECT count(*) FROM jobs AS r
-                                         WHERE r.queue = l.queue AND r.state = 'running'), 1),
-               coalesce(l.rate - (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
-                                  WHERE s.queue = l.queue AND s.at > :now - l.per), 1)) AS allow
-    FROM limits AS l
-    WHERE l.queue IN (SELECT queue FROM asked)
+    SELECT u.*, {{queue_allow}} AS allow
+    FROM (SELECT {{limit_use}} FROM limits AS l WHERE l.queue IN (SELECT queue FROM asked)) AS u
 ), open_lim AS (
     -- While a queue's throttle lasts, its end is the only moment that counts.
     SELECT * FROM lim WHERE throttled_until IS NULL OR throttled_until <= :now
@@ -341,34 +275,8 @@ WITH asked AS (
     -- A ready job a claim would take now: job_claim_limited's tests, job by job.
     SELECT :now FROM lim AS a
     WHERE a.allow > 0
-      AND EXISTS (
-          SELECT 1 FROM jobs AS j
-          WHERE j.state = 'queued'
-            AND j.queue = a.queue
-            AND j.run_at <= :now
-            AND (:group IS NULL OR j.group_key = :group)
-            AND (j.group_key IS NULL OR (
-                NOT EXISTS (SELECT 1 FROM jobs AS r
-                            WHERE r.group_key = j.group_key AND r.state = 'running')
-                AND NOT EXISTS (SELECT 1 FROM jobs AS o
-                                WHERE o.group_key = j.group_key AND o.state = 'queued'
-                                  AND o.id < j.id)))
-            AND (j.limit_key IS NULL OR (
-                NOT EXISTS (SELECT 1 FROM limit_throttles AS t
-                            WHERE t.queue = j.queue AND t.limit_key = j.limit_key
-                              AND t.until > :now)
-                AND (a.key_concurrency IS NULL
-                     OR (SELECT count(*) FROM jobs AS r
-                         WHERE r.queue = j.queue AND r.limit_key = j.limit_key
-                           AND r.state = 'running') < a.key_concurrency)
-                AND (a.key_rate IS NULL
-                     OR (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
-                         WHERE s.queue = j.queue AND s.limit_key = j.limit_key
-                           AND s.at > :now - a.key_per) < a.key_rate)
-                AND NOT EXISTS (SELECT 1 FROM jobs AS o
-                                WHERE o.queue = j.queue AND o.limit_key = j.limit_key
-                                  AND o.state = 'queued' AND o.id < j.id
-                                  AND o.run_at <= :now))))
+      AND EXISTS (SELECT 1 FROM jobs AS j
+                  WHERE j.queue = a.queue AND {{claimable}} AND {{key_within_room}})
     UNION ALL
     SELECT throttled_until FROM lim WHERE throttled_until > :now
     UNION ALL
@@ -395,116 +303,27 @@ WITH asked AS (
 )
 SELECT min(at) FROM moments
 
--- name: periodic_tick_take
--- Record :tick as the last enqueued tick of periodic task :name, unless it (or
--- a later one) already is: one row comes back when this caller takes the tick.
-INSERT INTO periodic_ticks (name, last_tick, updated_at) VALUES (:name, :tick, :now)
-ON CONFLICT (name) DO UPDATE SET last_tick = excluded.last_tick, updated_at = excluded.updated_at
-WHERE periodic_ticks.last_tick < excluded.last_tick
-RETURNING name
-
--- name: periodic_tick_job
-UPDATE periodic_ticks SET job_id = :job_id WHERE name = :name
-
--- name: periodic_last_ticks
-SELECT name, last_tick FROM periodic_ticks
-
 -- name: queue_set_paused
 INSERT INTO queues (name, paused, updated_at) VALUES (:name, :paused, :now)
 ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = excluded.updated_at
-
--- name: queue_list
-SELECT name, paused FROM queues
-
--- name: worker_register
-INSERT INTO workers (id, host, pid, queues, concurrency, jobs_in_hand, started_at, last_seen_at)
-VALUES (:id, :host, :pid, :queues, :concurrency, 0, :now, :now)
-ON CONFLICT (id) DO UPDATE SET last_seen_at = excluded.last_seen_at
-
--- name: worker_beat
-UPDATE workers SET last_seen_at = :now, jobs_in_hand = :jobs_in_hand WHERE id = :id
-
--- name: worker_unregister
-DELETE FROM workers WHERE id = :id
-
--- name: worker_list
-SELECT id, host, pid, queues, concurrency, jobs_in_hand, started_at, last_seen_at
-FROM workers ORDER BY started_at, id
-
--- name: worker_prune
-DELETE FROM workers WHERE last_seen_at < :before
-
--- name: leader_acquire
--- Take the lease when it is free or expired, or renew it when it is ours.
-INSERT INTO leaders (name, holder, expires_at) VALUES (:name, :holder, :expires_at)
-ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
-WHERE leaders.holder = excluded.holder OR leaders.expires_at < :now
-RETURNING holder
-
--- name: leader_release
-DELETE FROM leaders WHERE name = :name AND holder = :holder
 
 -- name: job_retry_failed
 -- Bulk manual retry: up to :limit failed jobs of :queue (all queues when NULL)
 -- that failed at or before :before. The cutoff is the start of the whole
 -- operation, so a job that fails again while a long retry runs is not picked up
--- a second time. A keyed job goes back only when it is the newest job of its key
--- and no live job holds the key: two retried jobs of one key would both be live.
-UPDATE jobs
-SET state = 'queued',
-    attempts = 0,
-    run_at = :now,
-    cancel_requested = 0,
-    worker = NULL,
-    result = NULL,
-    error = NULL,
-    progress = NULL,
-    progress_message = NULL,
-    started_at = NULL,
-    finished_at = NULL
+-- a second time. Keys: retry_key_rule (shared.sql).
+UPDATE jobs SET {{manual_requeue}}
 WHERE id IN (
     SELECT j.id FROM jobs AS j
     WHERE j.state = 'failed' AND j.finished_at <= :before
       AND (:queue IS NULL OR j.queue = :queue)
-      AND (j.key IS NULL OR (
-          j.id = (SELECT max(o.id) FROM jobs AS o WHERE o.queue = j.queue AND o.key = j.key)
-          AND NOT EXISTS (
-              SELECT 1 FROM jobs AS other
-              WHERE other.queue = j.queue AND other.key = j.key
-                AND other.state IN ('queued', 'running'))))
+      AND {{retry_key_rule}}
     ORDER BY j.id
     LIMIT :limit)
 RETURNING id, queue  -- every job retried here was failed
 
 -- ---------------------------------------------------------------------------
 -- The dashboard and /metrics.
-
--- name: job_list_by_queue_state
--- job_list when a queue or a state is given: walks jobs_queue_state from the id
--- bound down, so a page costs the same at the first page and the ten-thousandth.
--- A queue without a state runs it once per state, a state without a queue once
--- per queue, and keeps the newest (see job_list_queries). The other filters
--- (and the error text, a substring match) only skip rows.
-SELECT * FROM jobs
-WHERE queue = :queue
-  AND state = :state
-  AND (:task IS NULL OR task = :task)
-  AND (:batch IS NULL OR batch = :batch)
-  AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
-  AND id < :before_id
-ORDER BY id DESC
-LIMIT :limit
-
--- name: job_list_by_batch
--- job_list when only a batch (and perhaps a task) is given: walks jobs_batch,
--- whose entries end in the rowid, so they come in id order.
-SELECT * FROM jobs
-WHERE batch = :batch
-  AND (:task IS NULL OR task = :task)
-  AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
-  AND id < :before_id
-ORDER BY id DESC
-LIMIT :limit
 
 -- name: stats_finished_per_slot
 -- Jobs that reached a terminal state since :since, per queue, state and slot of
@@ -542,24 +361,6 @@ WHERE finished_at > :after AND finished_at <= :until
   AND state IN ('succeeded', 'failed') AND started_at IS NOT NULL
 GROUP BY queue, bucket
 
--- name: queue_names
--- Every queue that has jobs or a pause setting. A loose index scan: each step
--- seeks the next name in jobs_queue_state, so twenty queues cost twenty seeks
--- however many jobs they hold (DISTINCT would read every entry).
-WITH RECURSIVE names (name) AS (
-    SELECT min(queue) FROM jobs
-    UNION ALL
-    SELECT (SELECT min(queue) FROM jobs WHERE queue > names.name)
-    FROM names WHERE names.name IS NOT NULL
-)
-SELECT name FROM names WHERE name IS NOT NULL
-UNION
-SELECT name FROM queues
-ORDER BY 1
-
--- name: batch_counts
-SELECT state, count(*) FROM jobs WHERE batch = :batch GROUP BY state
-
 -- name: job_delete_terminal_select
 -- The archive names the jobs it wrote; only those still terminal and finished
 -- before its cutoff go (a job retried since then is live again, or newer).
@@ -571,16 +372,12 @@ WHERE id IN (SELECT value FROM json_each(:ids))
 -- ---------------------------------------------------------------------------
 -- Operating in bulk, groups, retention and the operator's views.
 --
--- A selection (JobSelection) filters on every field that is set. Its
--- statements come in variants that differ only in the column that drives the
--- search (ids, a group, a queue and state, a batch, or none), so each can walk
--- an index; the other filters only skip rows. The "detailed state" tells queued
+-- A selection (JobSelection) filters on every field that is set. job_select and
+-- job_count take the column that drives the search (ids, a group, a queue and
+-- state, a queue, a batch, or none) from a drive_* block, so each can walk an
+-- index; the other filters only skip rows. The "detailed state" tells queued
 -- jobs apart: due now is ready; due later after an attempt that left an error is
 -- retrying; due later otherwise is scheduled (the same rule as job.detailed_state).
-
--- name: job_newest_id
--- The newest job's id, from the primary key's end: where a search of arguments starts.
-SELECT coalesce(max(id), 0) FROM jobs
 
 -- name: selection_filters
 -- The filters of a selection that only skip rows: included by every job_select
@@ -600,133 +397,21 @@ id > :args_floor
   AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
   AND (:args IS NULL OR (instr(lower(args || ' ' || kwargs), lower(:args)) > 0))
 
--- name: selection_state
--- A selection's state: a stored state, or one of the kinds of queued job.
-(:state IS NULL OR state = :state
-       OR (state = 'queued' AND :state = CASE
-             WHEN run_at <= :now THEN 'ready'
-             WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
-             ELSE 'scheduled' END))
+-- name: drive_all
+1
 
--- name: selection_shown
--- The detailed state a count groups by.
-CASE WHEN state <> 'queued' THEN state
-            WHEN run_at <= :now THEN 'ready'
-            WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
-            ELSE 'scheduled' END
-
--- name: job_select
-SELECT * FROM jobs
-WHERE id < :before_id
-  AND {{selection_filters}}
-  AND {{selection_state}}
-ORDER BY id DESC
-LIMIT :limit
-
--- name: job_select_by_ids
-SELECT * FROM jobs
-WHERE id IN (SELECT value FROM json_each(:ids))
-  AND id < :before_id
-  AND {{selection_filters}}
-  AND {{selection_state}}
-ORDER BY id DESC
-LIMIT :limit
-
--- name: job_select_by_group
--- Walks jobs_group (migration 006) from the id bound down.
-SELECT * FROM jobs
-WHERE group_key = :group
-  AND id < :before_id
-  AND {{selection_filters}}
-  AND {{selection_state}}
-ORDER BY id DESC
-LIMIT :limit
-
--- name: job_select_by_queue_state
--- Walks jobs_queue_state for one queue and stored state (:base_state: queued for
--- ready, scheduled and retrying), as job_list_by_queue_state does.
-SELECT * FROM jobs
-WHERE queue = :queue
-  AND state = :base_state
-  AND id < :before_id
-  AND {{selection_filters}}
-  AND {{selection_state}}
-ORDER BY id DESC
-LIMIT :limit
-
--- name: job_select_by_batch
-SELECT * FROM jobs
-WHERE batch = :batch
-  AND id < :before_id
-  AND {{selection_filters}}
-  AND {{selection_state}}
-ORDER BY id DESC
-LIMIT :limit
-
--- name: job_count
-SELECT {{selection_shown}} AS shown,
-       count(*)
-FROM jobs
-WHERE {{selection_filters}}
-GROUP BY shown
-
--- name: job_count_by_ids
-SELECT {{selection_shown}} AS shown,
-       count(*)
-FROM jobs
-WHERE id IN (SELECT value FROM json_each(:ids))
-  AND {{selection_filters}}
-GROUP BY shown
-
--- name: job_count_by_group
-SELECT {{selection_shown}} AS shown,
-       count(*)
-FROM jobs
-WHERE group_key = :group
-  AND {{selection_filters}}
-GROUP BY shown
-
--- name: job_count_by_queue
-SELECT {{selection_shown}} AS shown,
-       count(*)
-FROM jobs
-WHERE queue = :queue
-  AND {{selection_filters}}
-GROUP BY shown
-
--- name: job_count_by_batch
-SELECT {{selection_shown}} AS shown,
-       count(*)
-FROM jobs
-WHERE batch = :batch
-  AND {{selection_filters}}
-GROUP BY shown
+-- name: drive_ids
+id IN (SELECT value FROM json_each(:ids))
 
 -- name: job_retry_many
--- Manual retry of the failed or cancelled jobs among :ids, with job_retry_failed's
--- rule for keys: only the newest job of a key, and only while no live job holds it.
-UPDATE jobs
-SET state = 'queued',
-    attempts = 0,
-    run_at = :now,
-    cancel_requested = 0,
-    worker = NULL,
-    result = NULL,
-    error = NULL,
-    progress = NULL,
-    progress_message = NULL,
-    started_at = NULL,
-    finished_at = NULL
+-- Manual retry of the failed or cancelled jobs among :ids, with the rule for
+-- keys of job_retry_failed.
+UPDATE jobs SET {{manual_requeue}}
 WHERE id IN (
     SELECT j.id FROM jobs AS j
     WHERE j.id IN (SELECT value FROM json_each(:ids))
       AND (j.state = 'failed' OR j.state = 'cancelled')
-      AND (j.key IS NULL OR (
-          j.id = (SELECT max(o.id) FROM jobs AS o WHERE o.queue = j.queue AND o.key = j.key)
-          AND NOT EXISTS (
-              SELECT 1 FROM jobs AS other
-              WHERE other.queue = j.queue AND other.key = j.key
-                AND other.state IN ('queued', 'running')))))
+      AND {{retry_key_rule}})
 RETURNING id
 
 -- name: job_cancel_many_queued
@@ -775,15 +460,12 @@ WHERE finished_at < :before
   AND (:queue IS NULL OR queue = :queue)
 
 -- name: job_purge_beyond_select
--- The finished jobs of a queue past its :keep newest (by id, the order they were
--- enqueued), up to :limit of them.
+-- The jobs of a queue in :states (final states, as JSON) past its :keep newest
+-- of them (by id, the order they were enqueued), up to :limit of them.
 SELECT id FROM jobs
-WHERE queue = :queue AND (state = 'succeeded' OR state = 'failed' OR state = 'cancelled')
+WHERE queue = :queue AND state IN (SELECT value FROM json_each(:states))
 ORDER BY id DESC
 LIMIT :limit OFFSET :keep
-
--- name: queue_delete
-DELETE FROM queues WHERE name = :name
 
 -- ---------------------------------------------------------------------------
 -- Flow control: rate and concurrency limits per queue and per limit key.
@@ -801,81 +483,23 @@ SELECT 1 FROM limits WHERE queue IN (SELECT value FROM json_each(:queues)) LIMIT
 
 -- name: job_claim_limited
 -- job_claim, for queues of which some have limits. Each asked queue gets an
--- allowance (:limit without limits; else what its throttle, concurrency and
--- rate leave). A job with a limit key is claimable when it is one of its key's
--- oldest ready jobs, as many as the key has room for, so a key with a long
--- backlog is passed over like a busy group instead of filling the claim's
--- candidates with jobs it may not start. Of the candidates, at most a queue's
--- allowance per queue are taken.
+-- allowance (:limit without limits; else queue_allow), and a job with a limit
+-- key must be within its key's room (key_within_room). Of the candidates, at
+-- most a queue's allowance per queue are taken.
 WITH asked AS (
-    SELECT q.value AS queue,
-           l.queue IS NOT NULL AS limited,
-           l.key_rate, l.key_per, l.key_concurrency,
-           CASE WHEN l.queue IS NULL THEN :limit ELSE min(
-               :limit,
-               CASE WHEN l.throttled_until > :now THEN 0 ELSE :limit END,
-               coalesce(l.concurrency - (SELECT count(*) FROM jobs AS r
-                                         WHERE r.queue = l.queue AND r.state = 'running'),
-                        :limit),
-               coalesce(l.rate - (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
-                                  WHERE s.queue = l.queue AND s.at > :now - l.per),
-                        :limit))
-           END AS allow,
-           -- The room of each limit key in use (running, started in the key rate's
-           -- window, or throttled), read once per claim: {"customer-42": 0, ...}.
-           -- A key not in it has all its room.
-           (SELECT json_group_object(k.limit_key, k.room) FROM (
-                SELECT u.limit_key,
-                       min(CASE WHEN max(u.throttled) THEN 0 ELSE :limit END,
-                           coalesce(l.key_concurrency - sum(u.running), :limit),
-                           coalesce(l.key_rate - sum(u.started), :limit)) AS room
-                FROM (
-                    SELECT r.limit_key, 1 AS running, 0 AS started, 0 AS throttled
-                    FROM jobs AS r
-                    WHERE r.queue = l.queue AND r.state = 'running'
-                      AND r.limit_key IS NOT NULL
-                    UNION ALL
-                    SELECT s.limit_key, 0, s.jobs, 0 FROM limit_starts AS s
-                    WHERE s.queue = l.queue AND s.limit_key IS NOT NULL
-                      AND s.at > :now - l.key_per
-                    UNION ALL
-                    SELECT t.limit_key, 0, 0, 1 FROM limit_throttles AS t
-                    WHERE t.queue = l.queue AND t.until > :now
-                ) AS u
-                GROUP BY u.limit_key
-            ) AS k) AS key_rooms
+    SELECT q.value AS queue, u.*,
+           CASE WHEN u.queue IS NULL THEN :limit ELSE {{queue_allow}} END AS allow
     FROM json_each(:queues) AS q
-    LEFT JOIN limits AS l ON l.queue = q.value
+    LEFT JOIN (SELECT {{limit_use}} FROM limits AS l
+               WHERE l.queue IN (SELECT value FROM json_each(:queues))) AS u
+           ON u.queue = q.value
     WHERE q.value NOT IN (SELECT name FROM queues WHERE paused)
 ), candidates AS (
     SELECT c.id, c.priority, c.queue, a.allow
     FROM asked AS a
     JOIN jobs AS c ON c.id IN (
         SELECT j.id FROM jobs AS j
-        WHERE j.state = 'queued'
-          AND j.queue = a.queue
-          AND j.run_at <= :now
-          AND (:group IS NULL OR j.group_key = :group)
-          AND (j.group_key IS NULL OR (
-              NOT EXISTS (SELECT 1 FROM jobs AS r
-                          WHERE r.group_key = j.group_key AND r.state = 'running')
-              AND NOT EXISTS (SELECT 1 FROM jobs AS o
-                              WHERE o.group_key = j.group_key AND o.state = 'queued'
-                                AND o.id < j.id)))
-          -- A job with a limit key: one of its key's oldest ready jobs, as many as
-          -- the key has room for (what its throttle, concurrency and rate leave;
-          -- the older ones counted up to :limit, all a claim may take).
-          AND (j.limit_key IS NULL OR NOT a.limited OR (
-              SELECT CASE WHEN k.room > 0 THEN (
-                         SELECT count(*) FROM (
-                             SELECT 1 FROM jobs AS o
-                             WHERE o.queue = j.queue AND o.limit_key = j.limit_key
-                               AND o.state = 'queued' AND o.id < j.id AND o.run_at <= :now
-                             LIMIT :limit)) < k.room
-                     ELSE 0 END
-              FROM (SELECT coalesce(a.key_rooms ->> j.limit_key,
-                                    min(coalesce(a.key_concurrency, :limit),
-                                        coalesce(a.key_rate, :limit))) AS room) AS k))
+        WHERE j.queue = a.queue AND {{claimable}} AND {{key_within_room}}
         ORDER BY j.priority DESC, j.id
         LIMIT :limit)
     WHERE a.allow > 0
@@ -890,17 +514,71 @@ WITH asked AS (
     ORDER BY priority DESC, id
     LIMIT :limit
 )
-UPDATE jobs
-SET state = 'running',
-    attempts = attempts + 1,
-    worker = :worker,
-    lease_token = :token,
-    lease_expires_at = :lease_expires_at,
-    started_at = :now,
-    progress = NULL,
-    progress_message = NULL
+UPDATE jobs SET {{claim_set}}
 WHERE id IN (SELECT id FROM chosen)
 RETURNING *
+
+-- name: limit_use
+-- How full limits row l is: its running jobs, its starts in the queue rate's
+-- window, and key_rooms, the room each limit key in use has left (running,
+-- started in the key rate's window, or throttled) as one JSON map read once per
+-- claim ({"customer-42": 0, ...}); NULL in it when the key has no limit of its
+-- own. A key not in it has all its room (key_room).
+l.*,
+(SELECT count(*) FROM jobs AS r WHERE r.queue = l.queue AND r.state = 'running') AS running,
+(SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
+ WHERE s.queue = l.queue AND s.at > :now - l.per) AS started,
+(SELECT json_group_object(k.limit_key, k.room) FROM (
+     SELECT x.limit_key,
+            -- min() of SQLite is NULL when any argument is: "no limit" is the
+            -- largest integer for it, and NULL again after.
+            nullif(min(CASE WHEN max(x.throttled) THEN 0 ELSE 2147483647 END,
+                       coalesce(l.key_concurrency - sum(x.running), 2147483647),
+                       coalesce(l.key_rate - sum(x.started), 2147483647)), 2147483647) AS room
+     FROM (
+         SELECT r.limit_key, 1 AS running, 0 AS started, 0 AS throttled
+         FROM jobs AS r
+         WHERE r.queue = l.queue AND r.state = 'running' AND r.limit_key IS NOT NULL
+         UNION ALL
+         SELECT s.limit_key, 0, s.jobs, 0 FROM limit_starts AS s
+         WHERE s.queue = l.queue AND s.limit_key IS NOT NULL AND s.at > :now - l.key_per
+         UNION ALL
+         SELECT t.limit_key, 0, 0, 1 FROM limit_throttles AS t
+         WHERE t.queue = l.queue AND t.until > :now
+     ) AS x
+     GROUP BY x.limit_key
+ ) AS k) AS key_rooms
+
+-- name: queue_allow
+-- How many jobs of the queue of u (a row of limit_use) may start now: at most
+-- :limit, none while the queue is throttled, else what its concurrency and rate
+-- leave.
+min(:limit,
+    CASE WHEN u.throttled_until > :now THEN 0 ELSE :limit END,
+    coalesce(u.concurrency - u.running, :limit),
+    coalesce(u.rate - u.started, :limit))
+
+-- name: key_room
+-- The room left to the limit key of job j under a (a row of limit_use); NULL
+-- when the job has no key, or its key no limit of its own.
+CASE WHEN j.limit_key IS NOT NULL AND a.queue IS NOT NULL THEN
+    coalesce(a.key_rooms ->> j.limit_key,
+             nullif(min(coalesce(a.key_concurrency, 2147483647),
+                        coalesce(a.key_rate, 2147483647)), 2147483647))
+END
+
+-- name: key_within_room
+-- Whether job j of queue a (a row of limit_use) is within its key's room: a job
+-- with a limit key only when it is one of its key's oldest ready jobs, as many
+-- as the key has room for (the older ones counted up to :limit), so a key with
+-- a long backlog is passed over like a busy group.
+(SELECT k.room IS NULL OR (k.room > 0 AND (
+     SELECT count(*) FROM (
+         SELECT 1 FROM jobs AS o
+         WHERE o.queue = j.queue AND o.limit_key = j.limit_key
+           AND o.state = 'queued' AND o.id < j.id AND o.run_at <= :now
+         LIMIT :limit)) < k.room)
+ FROM (SELECT {{key_room}} AS room) AS k)
 
 -- name: limit_record_starts
 -- The starts of a claim, for the rates that count them (same transaction): one
@@ -978,45 +656,33 @@ UPDATE limits SET throttled_until = NULL, updated_at = :now WHERE queue = :queue
 -- name: limit_lift_key
 DELETE FROM limit_throttles WHERE queue = :queue AND limit_key = :key
 
--- name: limit_get
-SELECT queue, rate, per, concurrency, key_rate, key_per, key_concurrency, throttled_until
-FROM limits WHERE queue = :queue
-
 -- name: limit_usage
--- Every limit and how full it is at :now: running jobs, starts in the queue
--- rate's window, ready jobs, and of the keys with ready jobs those that are
--- held back (no room left: throttled, or at their rate or concurrency) and the
--- ready jobs beyond their keys' room. Reads every ready job with a limit key of
--- a limited queue: a view for operators, not a path of the claim.
-WITH per_key AS (
-    SELECT j.queue, j.limit_key, count(*) AS ready, min(
-        CASE WHEN EXISTS (SELECT 1 FROM limit_throttles AS t
-                          WHERE t.queue = j.queue AND t.limit_key = j.limit_key
-                            AND t.until > :now) THEN 0 ELSE 2147483647 END,
-        coalesce(l.key_concurrency - (SELECT count(*) FROM jobs AS r
-                                      WHERE r.queue = j.queue AND r.limit_key = j.limit_key
-                                        AND r.state = 'running'), 2147483647),
-        coalesce(l.key_rate - (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
-                               WHERE s.queue = j.queue AND s.limit_key = j.limit_key
-                                 AND s.at > :now - l.key_per), 2147483647)) AS room
-    FROM jobs AS j JOIN limits AS l ON l.queue = j.queue
-    WHERE j.limit_key IS NOT NULL AND j.state = 'queued' AND j.run_at <= :now
-    GROUP BY j.queue, j.limit_key
+-- Every limit and how full it is at :now (limit_use): running jobs, starts in
+-- the queue rate's window, ready jobs, and of the keys with ready jobs those
+-- that are held back (no room left: throttled, or at their rate or concurrency)
+-- and the ready jobs beyond their keys' room. Reads every ready job with a
+-- limit key of a limited queue: a view for operators, not a path of the claim.
+WITH used AS (
+    SELECT {{limit_use}} FROM limits AS l
+), per_key AS (
+    SELECT queue, limit_key, count(*) AS ready, min(room) AS room
+    FROM (SELECT a.queue, j.limit_key, {{key_room}} AS room
+          FROM jobs AS j JOIN used AS a ON a.queue = j.queue
+          WHERE j.limit_key IS NOT NULL AND j.state = 'queued' AND j.run_at <= :now)
+    GROUP BY queue, limit_key
 )
-SELECT l.queue, l.rate, l.per, l.concurrency, l.key_rate, l.key_per, l.key_concurrency,
-       l.throttled_until,
-       (SELECT count(*) FROM jobs AS r WHERE r.queue = l.queue AND r.state = 'running'),
-       CASE WHEN l.rate IS NULL THEN 0 ELSE (
-           SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s WHERE s.queue = l.queue AND s.at > :now - l.per)
-       END,
+SELECT u.queue, u.rate, u.per, u.concurrency, u.key_rate, u.key_per, u.key_concurrency,
+       u.throttled_until, u.running, CASE WHEN u.rate IS NULL THEN 0 ELSE u.started END,
        (SELECT count(*) FROM jobs AS q
-        WHERE q.queue = l.queue AND q.state = 'queued' AND q.run_at <= :now),
-       (SELECT count(*) FROM per_key AS k WHERE k.queue = l.queue AND k.room <= 0),
-       (SELECT coalesce(sum(max(k.ready - max(k.room, 0), 0)), 0) FROM per_key AS k
-        WHERE k.queue = l.queue),
-       (SELECT count(*) FROM limit_throttles AS t WHERE t.queue = l.queue AND t.until > :now)
-FROM limits AS l
-ORDER BY l.queue
+        WHERE q.queue = u.queue AND q.state = 'queued' AND q.run_at <= :now),
+       (SELECT count(*) FROM per_key AS k WHERE k.queue = u.queue AND k.room <= 0),
+       -- room NULL: the key has no limit of its own.
+       (SELECT coalesce(sum(CASE WHEN k.room IS NULL THEN 0
+                                 ELSE max(k.ready - max(k.room, 0), 0) END), 0)
+        FROM per_key AS k WHERE k.queue = u.queue),
+       (SELECT count(*) FROM limit_throttles AS t WHERE t.queue = u.queue AND t.until > :now)
+FROM used AS u
+ORDER BY u.queue
 
 -- name: limit_prune_all_starts
 -- Maintenance: starts that left every window of their queue (or whose queue has
@@ -1025,12 +691,3 @@ DELETE FROM limit_starts
 WHERE at < :now - :slack - coalesce((SELECT max(coalesce(per, 0), coalesce(key_per, 0))
                                      FROM limits WHERE limits.queue = limit_starts.queue), 0)
 
--- name: limit_prune_throttles
-DELETE FROM limit_throttles WHERE until <= :now
-
--- name: limit_prune_rows
--- Maintenance: queues whose last throttle ended and that have no limit.
-DELETE FROM limits
-WHERE rate IS NULL AND concurrency IS NULL AND key_rate IS NULL AND key_concurrency IS NULL
-  AND (throttled_until IS NULL OR throttled_until <= :now)
-  AND NOT EXISTS (SELECT 1 FROM limit_throttles AS t WHERE t.queue = limits.queue)

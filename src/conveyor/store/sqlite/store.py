@@ -23,7 +23,7 @@ from conveyor.errors import (
     SchemaMissingError,
     StoreUnavailableError,
 )
-from conveyor.job import Event, Job, JobState, NewJob, utcnow
+from conveyor.job import HOLD_AT, Event, Job, JobState, NewJob, utcnow
 from conveyor.limits import Limit, QueueLimits
 from conveyor.store.base import (
     LEASE_EXPIRED_ERROR,
@@ -34,7 +34,6 @@ from conveyor.store.base import (
     EventOffset,
     Finish,
     FinishedCount,
-    JobFilter,
     JobSelection,
     Lease,
     LeaseStatus,
@@ -42,6 +41,7 @@ from conveyor.store.base import (
     Relative,
     RunTimeBucket,
     Stats,
+    Step,
     Subscription,
     WorkerInfo,
     WorkflowInfo,
@@ -52,14 +52,25 @@ from conveyor.store.event_kinds import EVENT_KINDS
 from conveyor.store.flows import first_states
 from conveyor.store.keys import key_pairs, new_job_record, plan_insert, resolve_plan
 from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of_row
-from conveyor.store.listing import job_list_queries, newest_first
-from conveyor.store.selection import count_query, keep_state, select_queries
+from conveyor.store.selection import (
+    NO_ID_BOUND,
+    count_query,
+    driven,
+    keep_state,
+    newest_first,
+    select_queries,
+)
 from conveyor.store.sql import Migration, load_migrations, load_queries
 from conveyor.store.sqlite import flows as sqlite_flows
 from conveyor.store.sqlite.watcher import DataVersionWatcher
 
 _Q = load_queries("conveyor.store.sqlite")
+#: A count no claim reaches (SQLite's 32-bit "no limit").
+_NO_LIMIT = 2**31 - 1
+#: Retention per final state, holding jobs back, outcome readers.
+_S = load_queries("conveyor.store.sqlite", "seeds.sql")
 _MIGRATIONS = load_migrations("conveyor.store.sqlite")
+_E = load_queries("conveyor.store.sqlite", "steps.sql")
 _PRAGMAS = (
     "PRAGMA journal_mode = WAL",
     # NORMAL in WAL mode survives a process crash; only a power loss can drop
@@ -119,6 +130,28 @@ def _row_to_event(row: tuple[Any, ...]) -> Event:
     return Event(seq, job_id, queue, task, kind, attempt, worker, _dt_required(at), error)
 
 
+def _finish(conn: sqlite3.Connection, finishes: Sequence[Finish], now_ts: float) -> list[int]:
+    """End running jobs with job_finish and record their events, and let the jobs waiting
+    for them go on (workflows), in ``conn``'s transaction."""
+    items = [
+        [f.id, f.token, f.kind, f.result_json, f.error, None if f.run_at is None else _ts(f.run_at)]
+        for f in finishes
+    ]
+    kinds = {f.id: f.kind for f in finishes}
+    params = {"items": json.dumps(items), "now": now_ts}
+    ids = [r[0] for r in conn.execute(_Q["job_finish"], params)]
+    if ids:
+        changed = json.dumps([[i, kinds[i]] for i in ids])
+        conn.execute(_Q["event_insert_finished"], {"items": changed, "now": now_ts})
+        sqlite_flows.release(conn, ids, now_ts)  # jobs waiting for these
+    return ids
+
+
+def _row_to_step(row: tuple[Any, ...]) -> Step:
+    name, result, attempt, started_at, finished_at = row[:5]
+    return Step(name, result, attempt, _dt_required(started_at), _dt_required(finished_at))
+
+
 def _dt_required(value: float) -> datetime:
     return datetime.fromtimestamp(value, UTC)
 
@@ -131,6 +164,14 @@ def _missing_table(exc: BaseException) -> bool:
 class SQLiteStore:
     #: TransactionalStore: enqueue inside the caller's transaction on this connection.
     transaction_connection = "a sqlite3 Connection"
+
+    #: SqlStore: the Spark data source builds its tables beside the jobs'.
+    sql_dialect = "sqlite"
+
+    @property
+    def database_file(self) -> Path:
+        """LocalFileStore: the one file every process of this store opens."""
+        return self.path
 
     def __init__(
         self, path: str | Path, *, migrate: bool = True, busy_timeout: float = BUSY_TIMEOUT_SECONDS
@@ -343,14 +384,6 @@ class SQLiteStore:
         by_id = {job.id: job for job in map(_row_to_job, rows)}
         return [by_id[i] for i in job_ids if i in by_id]
 
-    def job_list(self, filter: JobFilter) -> list[Job]:
-        conn = self._conn()
-        pages = [
-            [_row_to_job(r) for r in conn.execute(_Q[name], params)]
-            for name, params in job_list_queries(filter, self.queue_names)
-        ]
-        return newest_first(pages, filter.limit)
-
     def event_list(self, job_id: int) -> list[Event]:
         rows = self._conn().execute(_Q["event_list"], {"job_id": job_id})
         return [_row_to_event(r) for r in rows]
@@ -437,7 +470,12 @@ class SQLiteStore:
         self, queues: Sequence[str], now: datetime | None = None, group: str | None = None
     ) -> float | None:
         now_ts = _ts(now or utcnow())
-        params = {"queues": json.dumps(list(queues)), "now": now_ts, "group": group}
+        params = {
+            "queues": json.dumps(list(queues)),
+            "now": now_ts,
+            "group": group,
+            "limit": _NO_LIMIT,  # as large as a claim's can be
+        }
         value = self._conn().execute(_Q["next_run_at"], params).fetchone()[0]
         return None if value is None else max(0.0, value - now_ts)
 
@@ -498,27 +536,8 @@ class SQLiteStore:
     def job_finish(self, finishes: Sequence[Finish], now: datetime | None = None) -> list[int]:
         if not finishes:
             return []
-        now_ts = _ts(now or utcnow())
-        items = [
-            [
-                f.id,
-                f.token,
-                f.kind,
-                f.result_json,
-                f.error,
-                None if f.run_at is None else _ts(f.run_at),
-            ]
-            for f in finishes
-        ]
-        kinds = {f.id: f.kind for f in finishes}
         with self._write() as conn:
-            params = {"items": json.dumps(items), "now": now_ts}
-            ids = [r[0] for r in conn.execute(_Q["job_finish"], params)]
-            if ids:
-                changed = json.dumps([[i, kinds[i]] for i in ids])
-                conn.execute(_Q["event_insert_finished"], {"items": changed, "now": now_ts})
-                sqlite_flows.release(conn, ids, now_ts)  # jobs waiting for these
-        return ids
+            return _finish(conn, finishes, _ts(now or utcnow()))
 
     def _record(self, conn: sqlite3.Connection, action: str, ids: list[int], now_ts: float) -> None:
         """Append the events of ``action`` for the jobs it just changed (same transaction)."""
@@ -569,18 +588,6 @@ class SQLiteStore:
             self._uncount(conn, [(queue, JobState.FAILED.value) for _, queue in rows])
             self._record(conn, "retry", ids, now_ts)
         return ids
-
-    def job_purge(self, finished_before: datetime, limit: int = 10_000) -> int:
-        with self._write() as conn:
-            ids = [
-                r[0]
-                for r in conn.execute(
-                    _Q["job_purge_select"], {"before": _ts(finished_before), "limit": limit}
-                )
-            ]
-            ids = sqlite_flows.keep(conn, ids)  # parents of jobs yet to run stay
-            self._delete_jobs(conn, ids)
-        return len(ids)
 
     def job_delete_terminal(self, job_ids: Sequence[int], finished_before: datetime) -> list[int]:
         if not job_ids:
@@ -719,12 +726,21 @@ class SQLiteStore:
         return {**params, "ids": None if ids is None else json.dumps(ids), "now": _ts(now)}
 
     def job_select(
-        self, selection: JobSelection, now: datetime, before_id: int | None, limit: int
+        self,
+        selection: JobSelection,
+        now: datetime,
+        before_id: int | None = None,
+        limit: int = 100,
     ) -> list[Job]:
         conn = self._conn()
         pages = [
-            [_row_to_job(r) for r in conn.execute(_Q[name], self._selection_params(params, now))]
-            for name, params in select_queries(
+            [
+                _row_to_job(r)
+                for r in conn.execute(
+                    driven(_Q, "job_select", driver), self._selection_params(params, now)
+                )
+            ]
+            for driver, params in select_queries(
                 selection, before_id, limit, self.queue_names, self._newest_id
             )
         ]
@@ -735,8 +751,9 @@ class SQLiteStore:
         return newest
 
     def job_count_selected(self, selection: JobSelection, now: datetime) -> dict[str, int]:
-        name, params = count_query(selection, self._newest_id)
-        rows = self._conn().execute(_Q[name], self._selection_params(params, now)).fetchall()
+        driver, params = count_query(selection, self._newest_id)
+        statement = driven(_Q, "job_count", driver)
+        rows = self._conn().execute(statement, self._selection_params(params, now)).fetchall()
         return keep_state(dict(rows), selection.state)
 
     def _change_many(
@@ -829,13 +846,51 @@ class SQLiteStore:
         count: int = self._conn().execute(_Q["job_purge_count"], params).fetchone()[0]
         return count
 
-    def job_purge_beyond(self, queue: str, keep: int, limit: int = 10_000) -> int:
-        params = {"queue": queue, "keep": keep, "limit": limit}
+    def job_purge_beyond(
+        self, queue: str, keep: int, states: Sequence[str], limit: int = 10_000
+    ) -> int:
+        params = {"queue": queue, "keep": keep, "limit": limit, "states": json.dumps(list(states))}
         with self._write() as conn:
             ids = [r[0] for r in conn.execute(_Q["job_purge_beyond_select"], params)]
             ids = sqlite_flows.keep(conn, ids)  # parents of jobs yet to run stay
             self._delete_jobs(conn, ids)
         return len(ids)
+
+    def job_hold(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        return self._hold("job_hold", "hold", job_ids, now)
+
+    def job_unhold(self, job_ids: Sequence[int], now: datetime) -> list[int]:
+        return self._hold("job_unhold", "unhold", job_ids, now)
+
+    def _hold(self, name: str, action: str, job_ids: Sequence[int], now: datetime) -> list[int]:
+        if not job_ids:
+            return []
+        now_ts = _ts(now)
+        params = {"ids": json.dumps(list(job_ids)), "now": now_ts, "hold_at": _ts(HOLD_AT)}
+        with self._write() as conn:
+            ids = sorted(r[0] for r in conn.execute(_S[name], params))
+            self._record(conn, action, ids, now_ts)
+        return ids
+
+    def job_held(self, queue: str | None, before_id: int | None, limit: int) -> list[int]:
+        params = {
+            "queue": queue, "hold_at": _ts(HOLD_AT), "limit": limit,
+            "before_id": before_id if before_id is not None else NO_ID_BOUND,
+        }  # fmt: skip
+        return [r[0] for r in self._conn().execute(_S["job_held"], params)]
+
+    def job_unprocessed(
+        self, queue: str | None, states: Sequence[str], since: datetime, limit: int
+    ) -> list[int]:
+        params = {
+            "queue": queue, "states": json.dumps(list(states)), "since": _ts(since),
+            "limit": limit,
+        }  # fmt: skip
+        return [r[0] for r in self._conn().execute(_S["job_unprocessed"], params)]
+
+    def job_mark_processed(self, job_id: int) -> bool:
+        with self._write() as conn:
+            return conn.execute(_S["job_mark_processed"], {"id": job_id}).rowcount == 1
 
     def queue_delete(self, queue: str) -> None:
         with self._write() as conn:
@@ -961,6 +1016,63 @@ class SQLiteStore:
             conn.execute(_Q["limit_prune_all_starts"], params)
             conn.execute(_Q["limit_prune_throttles"], params)
             conn.execute(_Q["limit_prune_rows"], params)
+
+    # --- exactly-once effects (docs/effects.md) -----------------------------------
+
+    def job_complete_in(
+        self, lease: Lease, result_json: str, connection: Any, now: datetime | None = None
+    ) -> bool:
+        # The worker's own finish of a success, in the caller's transaction.
+        conn = self._caller_transaction(connection)
+        success = Finish.complete(lease.id, lease.token, result_json)
+        return bool(_finish(conn, [success], _ts(now or utcnow())))
+
+    def _caller_transaction(self, connection: Any) -> sqlite3.Connection:
+        """The caller's connection, checked: a sqlite3 one, on this file, in a transaction."""
+        if not isinstance(connection, sqlite3.Connection):
+            raise ConfigurationError(
+                f"ctx.complete needs a sqlite3 Connection to {self.path}, "
+                f"got {type(connection).__name__}"
+            )
+        files = [row[2] for row in connection.execute("PRAGMA database_list") if row[1] == "main"]
+        if not files or not files[0] or Path(files[0]).resolve() != self.path.resolve():
+            raise ConfigurationError(
+                f"ctx.complete needs a connection to {self.path}, the queue's database; "
+                f"this one is connected to {files[0] if files and files[0] else 'memory'}"
+            )
+        if not connection.in_transaction:
+            raise ConfigurationError(
+                "ctx.complete needs an open transaction on the connection: write your "
+                "effect first (or run BEGIN IMMEDIATE), then commit after ctx.complete"
+            )
+        return connection
+
+    def step_list(self, job_id: int) -> list[Step]:
+        rows = self._conn().execute(_E["step_list"], {"job_id": job_id})
+        return [_row_to_step(r) for r in rows]
+
+    def step_record(
+        self,
+        lease: Lease,
+        name: str,
+        result_json: str,
+        started_at: datetime,
+        now: datetime | None = None,
+    ) -> Step | None:
+        params = {
+            "id": lease.id,
+            "token": lease.token,
+            "name": name,
+            "result": result_json,
+            "started_at": _ts(started_at),
+            "now": _ts(now or utcnow()),
+        }
+        with self._write() as conn:
+            row = conn.execute(_E["step_record"], params).fetchone()
+            if row is None:
+                # Recorded already (kept), or the lease is gone (None).
+                row = conn.execute(_E["step_get"], {"job_id": lease.id, "name": name}).fetchone()
+        return None if row is None else _row_to_step(row)
 
 
 @contextmanager

@@ -11,7 +11,8 @@
 --                 'run'), workflow: for the jobs that wait or belong to one
 --   wf:<id>       hash of a declared workflow: name, jobs, created_at
 --   wfj:<id>      zset of the ids of its jobs; workflows: zset of ids by created_at
--- A waiting job is in qs:<q>:waiting and in none of the claim's indexes.
+-- A waiting job is in qs:<q>:waiting and in none of the claim's indexes (common.lua's
+-- leave and enter know the state: every change of state is a move).
 
 local function wkey(what, id) return P .. what .. ':' .. id end
 
@@ -20,24 +21,10 @@ local function flow_lost_error(parent, state)
     return 'job ' .. parent .. ', which this job waits for, ' .. LOST_HOW[state]
 end
 
--- In and out of waiting (enter and leave in common.lua know the other states).
-local function leave_waiting(j)
-    redis.call('ZREM', state_key(j.queue, 'waiting'), j.id)
-    if j.batch then decr(P .. 'bcount:' .. j.batch, 'waiting') end
-end
-
-local function enter_waiting(j)
-    redis.call('ZADD', state_key(j.queue, 'waiting'), j.id, j.id)
-    if j.batch then redis.call('HINCRBY', P .. 'bcount:' .. j.batch, 'waiting', 1) end
-end
-
--- A job that will not run: cancelled, with the error that says why.
+-- A job that will not run: cancelled, with the error that says why (or the one
+-- it had).
 local function flow_cancel(j, err, now_s)
-    if j.state == 'waiting' then leave_waiting(j) else leave(j) end
-    j.state, j.finished_at = 'cancelled', now_s
-    if err then j.error = err end
-    save(j, {'state', 'finished_at', 'error'})
-    enter(j)
+    move(j, 'cancelled', 'finished_at', now_s, 'error', err or j.error or false)
     event(j, 'cancelled', tonumber(j.attempts), now_s, err)
     ended[#ended + 1] = j.id
 end
@@ -77,10 +64,7 @@ local function flow_link(j, parents, on_failure, workflow, now_s)
     if lost and on_failure ~= 'run' then
         flow_cancel(j, lost, now_s)
     elseif pending > 0 then
-        leave(j)
-        j.state = 'waiting'
-        save(j, {'state'})
-        enter_waiting(j)
+        move(j, 'waiting')
     end
 end
 
@@ -119,10 +103,7 @@ local function flow_settle(touched, lost_of, now_s)
                 flow_cancel(c, lost_of[c.id], now_s)
                 cancelled[#cancelled + 1] = c.id
             elseif tonumber(c.pending) <= 0 then
-                leave_waiting(c)
-                c.state = 'queued'
-                save(c, {'state'})
-                enter(c)
+                move(c, 'queued')
                 event(c, 'ready', tonumber(c.attempts), now_s, nil)
                 publish('jobs', c.queue)
             end

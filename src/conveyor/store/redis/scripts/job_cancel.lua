@@ -8,20 +8,19 @@ local now_n, now_s = clock(ARGV[1])
 local changed = {}
 for _, id in ipairs(cjson.decode(ARGV[2])) do
     local j = load(id)
-    if j and j.state == 'queued' then
-        leave(j)
-        j.state, j.finished_at = 'cancelled', now_s
-        save(j, {'state', 'finished_at'})
-        enter(j)
-        event(j, 'cancelled', tonumber(j.attempts), now_s, nil)
+    local kind = j and (j.state == 'queued' and 'cancelled'
+        or (j.state == 'running' and j.cancel_requested ~= '1' and 'cancel_requested'))
+    if kind == 'cancelled' then
+        move(j, 'cancelled', 'finished_at', now_s)
         ended[#ended + 1] = j.id
         wake_group(j)
-        changed[#changed + 1] = tonumber(j.id)
-    elseif j and j.state == 'running' and j.cancel_requested ~= '1' then
+    elseif kind then
         j.cancel_requested = '1'
         save(j, {'cancel_requested'})
-        event(j, 'cancel_requested', tonumber(j.attempts), now_s, nil)
         publish('cancel', j.id)
+    end
+    if kind then
+        event(j, kind, tonumber(j.attempts), now_s, nil)
         changed[#changed + 1] = tonumber(j.id)
     elseif j and j.state == 'waiting' then
         flow_cancel_waiting(j, now_s)

@@ -5,11 +5,11 @@ local now_n = clock(ARGV[3])
 local expires = fmt(now_n + tonumber(ARGV[2]))
 local out = {}
 for _, lease in ipairs(cjson.decode(ARGV[1])) do
-    local f = redis.call('HMGET', jkey(lease[1]), 'state', 'lease_token', 'cancel_requested')
-    if f[1] == 'running' and f[2] == lease[2] then
+    local f = redis.call('HMGET', jkey(lease[1]), 'state', 'lease_token', 'cancel_requested', 'queue')
+    if f[1] == 'running' and f[2] == lease[2] and f[4] then -- (no queue: a hash to drop)
         redis.call('HSET', jkey(lease[1]), 'lease_expires_at', expires)
-        redis.call('ZADD', P .. 'leases', expires, lease[1])
-        out[#out + 1] = {tonumber(lease[1]), tonumber(f[3])}
+        redis.call('ZADD', state_key(f[4], 'running'), expires, lease[1])
+        out[#out + 1] = {tonumber(lease[1]), f[3] == '1' and 1 or 0}
     end
 end
-return done(out)
+return out

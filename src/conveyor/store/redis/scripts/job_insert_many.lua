@@ -7,8 +7,8 @@
 -- so does the first job of the batch with the same key. Returns, per job in
 -- order: {0, id} inserted now, or {1, id, fields...} an existing job; and the
 -- jobs it could not read (unreadable).
+gather = true -- the sorted-set writes sent at done() (see zwrite)
 local now_n, now_s = clock(ARGV[1])
-local jobs = cjson.decode(ARGV[2])
 -- Workflows (flows.lua): ARGV[3], per job, null or {after ids, after positions
 -- (0-based, of earlier jobs of this insert), on_failure}; ARGV[4] a workflow id.
 -- ARGV[5] the workflow's name: a workflow whose id is taken returns its jobs.
@@ -20,47 +20,35 @@ if workflow then
 end
 local missing = flow_missing_parent(links)
 if missing then return {'missing', missing} end
--- First what becomes of each job, then one range of ids for those inserted.
-local plan, first_of_key, count = {}, {}, 0
-for position, n in ipairs(jobs) do
-    local key = v(n[8])
-    local pair = key and (nm(n[1]) .. ':' .. key)
-    if pair and first_of_key[pair] then
-        plan[position] = {'same', first_of_key[pair]}
-    else
-        local found = key and find_key(n[1], key, n[9])
-        if found then
-            plan[position] = {'old', found}
-            if pair then first_of_key[pair] = position end
-        else
-            count = count + 1
-            plan[position] = {'new'}
-            if pair then first_of_key[pair] = position end
-        end
-    end
+local jobs, plan, first, count = cjson.decode(ARGV[2]), {}, {}, 0
+-- First what becomes of each job ('new', the id of a job holding its key, or
+-- minus the position of the first job of the batch with its key), then one
+-- range of ids for those inserted.
+for i, n in ipairs(jobs) do
+    local pair = v(n[8]) and nm(n[1]) .. ':' .. n[8]
+    local same = pair and first[pair]
+    plan[i] = same and -same or (pair and find_key(n[1], n[8], n[9])) or 'new'
+    if pair and not same then first[pair] = i end
+    if plan[i] == 'new' then count = count + 1 end
 end
-local next_id = redis.call('INCRBY', P .. 'ids', count) - count
-local out = {}
-for position, n in ipairs(jobs) do
-    local what = plan[position]
-    if what[1] == 'new' then
-        next_id = next_id + 1
-        local j = insert(n, now_s, tostring(next_id))
-        out[position] = {0, next_id}
-        local l = v(links[position])
+local id, out = redis.call('INCRBY', P .. 'ids', count) - count, {}
+for i, n in ipairs(jobs) do
+    if plan[i] == 'new' then
+        id = id + 1
+        local j = insert(n, now_s, tostring(id))
+        out[i] = {0, id}
+        local l = v(links[i])
         if l then
             local parents = {}
             for _, p in ipairs(l[1]) do parents[#parents + 1] = tostring(p) end
             for _, at in ipairs(l[2]) do parents[#parents + 1] = tostring(out[at + 1][2]) end
             flow_link(j, parents, l[3], workflow, now_s)
-            out[position] = {0, next_id, j.state, j.error}
+            out[i] = {0, id, j.state, j.error}
         end
-    elseif what[1] == 'same' then
-        out[position] = out[what[2]]
+    elseif type(plan[i]) == 'number' then
+        out[i] = out[-plan[i]]
     else
-        local answer = {1, tonumber(what[2])}
-        for _, x in ipairs(flat(load(what[2]))) do answer[#answer + 1] = x end
-        out[position] = answer
+        out[i] = {1, tonumber(plan[i]), unpack(flat(load(plan[i])))}
     end
 end
 if workflow then flow_workflow_record(workflow, ARGV[5], #jobs, now_s) end

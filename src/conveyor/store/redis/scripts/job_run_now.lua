@@ -6,10 +6,7 @@ local changed = {}
 for _, id in ipairs(cjson.decode(ARGV[2])) do
     local j = load(id)
     if j and j.state == 'queued' and tonumber(j.run_at) > now_n then
-        leave(j)
-        j.run_at = now_s
-        save(j, {'run_at'})
-        enter(j)
+        move(j, 'queued', 'run_at', now_s)
         event(j, 'run_now', tonumber(j.attempts), now_s, nil)
         publish('jobs', j.queue)
         changed[#changed + 1] = tonumber(j.id)

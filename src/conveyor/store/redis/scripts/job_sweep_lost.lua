@@ -9,6 +9,7 @@
 -- they were dropped, so a whole walk meets it). A group whose head was one of
 -- them goes on with its next job. Returns 1 while there is more to walk.
 local lot, cursor_key = P .. 'lost:sweeping', P .. 'lost:cursor'
+local SWEPT = {gq = true, group = true, batch = true, key = true}
 
 -- The ids of the lot that an index (a sorted set of ids) holds: the smaller side is read.
 local function lost_in(index, lost, count)
@@ -42,24 +43,17 @@ local function sweep(keys)
     local reply = redis.call('SCAN', cursor, 'MATCH', pattern, 'COUNT', keys, 'TYPE', 'zset')
     for _, index in ipairs(reply[2]) do
         local kind, name = string.match(string.sub(index, #P + 1), '^(%a+):(.*)$')
-        if kind == 'gq' then
-            local ids = lost_in(index, lost, count)
-            if #ids > 0 then
-                local head = redis.call('ZRANGE', index, 0, 0)[1]
-                redis.call('ZREM', index, unpack(ids))
-                if lost[head] then
-                    promote_head(name)
-                    wake_group({group_key = name})
-                end
+        local ids = SWEPT[kind] and lost_in(index, lost, count) or {}
+        if #ids > 0 then
+            local head = kind == 'gq' and group_head(name)
+            redis.call('ZREM', index, unpack(ids))
+            for _, id in ipairs(ids) do
+                if kind == 'batch' then decr(P .. 'bcount:' .. name, lost[id]) end
             end
-        elseif kind == 'batch' then
-            for _, id in ipairs(lost_in(index, lost, count)) do
-                redis.call('ZREM', index, id)
-                decr(P .. 'bcount:' .. name, lost[id])
+            if head and lost[head] then -- the group goes on with its next job
+                promote_head(name)
+                wake_group({group_key = name})
             end
-        elseif kind == 'group' or kind == 'key' then
-            local ids = lost_in(index, lost, count)
-            if #ids > 0 then redis.call('ZREM', index, unpack(ids)) end
         end
     end
     if reply[1] == '0' then

@@ -7,9 +7,7 @@ for _, q in ipairs(redis.call('SMEMBERS', P .. 'limited')) do
     prune_starts(q, l, now_n, tonumber(ARGV[2]))
     local throttles = redis.call('HGETALL', qk('kthrottle', q))
     for i = 1, #throttles, 2 do
-        if tonumber(throttles[i + 1]) <= now_n then
-            redis.call('HDEL', qk('kthrottle', q), throttles[i])
-        end
+        if tonumber(throttles[i + 1]) <= now_n then redis.call('HDEL', qk('kthrottle', q), throttles[i]) end
     end
     if l.throttled_until and l.throttled_until <= now_n then
         redis.call('HDEL', qk('limit', q), 'throttled_until')

@@ -2,12 +2,9 @@
 -- ARGV: queue, scope ('queue' or 'key'), rate, per, concurrency ('' = none), now.
 -- Sets the limit of one scope of a queue; the other scope's and any throttle
 -- stay. Returns the queue's limits hash as it is now (empty: none).
-local q = ARGV[1]
-local prefix = ARGV[2] == 'key' and 'key_' or ''
-local now_n = clock(ARGV[6])
-local values = {rate = ARGV[3], per = ARGV[4], concurrency = ARGV[5]}
+local q, prefix, now_n = ARGV[1], ARGV[2] == 'key' and 'key_' or '', clock(ARGV[6])
 redis.call('SADD', P .. 'limited', q)
-for name, value in pairs(values) do
+for name, value in pairs({rate = ARGV[3], per = ARGV[4], concurrency = ARGV[5]}) do
     if value == '' then
         redis.call('HDEL', qk('limit', q), prefix .. name)
     else

@@ -4,23 +4,18 @@
 -- extended, never shortened, by another; 0 seconds lifts it. Returns its end.
 local q, key = ARGV[1], ARGV[2]
 local now_n, now_s = clock(ARGV[4])
-local seconds = tonumber(ARGV[3])
-if seconds <= 0 then
-    if key == '' then
-        redis.call('HDEL', qk('limit', q), 'throttled_until')
-    else
-        redis.call('HDEL', qk('kthrottle', q), key)
-    end
+local until_ = now_n + tonumber(ARGV[3])
+-- A queue's throttle is a field of its limits; a key's, a field of kthrottle:<q>.
+local hash, field = qk('limit', q), 'throttled_until'
+if key ~= '' then hash, field = qk('kthrottle', q), key end
+if until_ <= now_n then
+    redis.call('HDEL', hash, field)
     forget_if_empty(q, now_n)
     publish('jobs', q)
     return now_s
 end
-local until_ = now_n + seconds
-local field_key, field = qk('limit', q), 'throttled_until'
-if key ~= '' then field_key, field = qk('kthrottle', q), key end
-local old = tonumber(redis.call('HGET', field_key, field))
-local until_s = fmt(until_)
-if old and old >= until_ then until_s = redis.call('HGET', field_key, field) end
-redis.call('HSET', field_key, field, until_s)
+local old = redis.call('HGET', hash, field)
+local until_s = (old and tonumber(old) >= until_) and old or fmt(until_)
+redis.call('HSET', hash, field, until_s)
 redis.call('SADD', P .. 'limited', q)
 return until_s

@@ -20,28 +20,21 @@ local function delete(j)
     leave(j)
     local id = j.id
     count_queue(j.queue, -1)
-    if j.key then redis.call('ZREM', kk('key', j.queue, j.key), id) end
-    if j.group_key then redis.call('ZREM', P .. 'group:' .. j.group_key, id) end
-    if j.batch then redis.call('ZREM', P .. 'batch:' .. j.batch, id) end
+    if j.key then zrem(kk('key', j.queue, j.key), id) end
+    if j.group_key then zrem(P .. 'group:' .. j.group_key, id) end
+    if j.batch then zrem(P .. 'batch:' .. j.batch, id) end
     delete_events(j.events)
     flow_forget(j) -- its edges (flows.lua)
-    redis.call('DEL', jkey(id))
+    redis.call('DEL', jkey(id), P .. 'steps:' .. id)
     gone[j], cache[id] = true, nil
     if j.state == 'queued' then wake_group(j) end
 end
 
 -- Manual retry: queued again, attempts reset.
 local function requeue_manually(j, now_s)
-    leave(j)
-    j.state = 'queued'
-    j.attempts = '0'
-    j.run_at = now_s
-    j.cancel_requested = '0'
-    j.worker, j.result, j.error, j.progress, j.progress_message = nil, nil, nil, nil, nil
-    j.started_at, j.finished_at = nil, nil
-    save(j, {'state', 'attempts', 'run_at', 'cancel_requested', 'worker', 'result', 'error',
-             'progress', 'progress_message', 'started_at', 'finished_at'})
-    enter(j)
+    move(j, 'queued', 'attempts', '0', 'run_at', now_s, 'cancel_requested', false, 'worker', false,
+         'result', false, 'error', false, 'progress', false, 'progress_message', false,
+         'started_at', false, 'finished_at', false)
     publish('jobs', j.queue)
 end
 
@@ -52,16 +45,11 @@ end
 -- such an id would hold what it held forever: its group (a running job, or a
 -- head nobody can claim), its limit key's room, its queue's counts. So whoever
 -- meets one in an index drops it: the claim (ready:, wait:), a finish (the job
--- it ends), rescue (leases), a group's next head, an enqueue's key holders,
+-- it ends), rescue (the running sets), a group's next head, an enqueue's key holders,
 -- purge (finished), and the Python reads that walk indexes. In the scripts
 -- without this file common.lua's drop hands the job back, and the store drops
 -- it by job_drop.
 
--- The fields every job has (load() in common.lua checks the same).
-local REQUIRED = {
-    'id', 'queue', 'task', 'state', 'args', 'kwargs', 'priority', 'run_at', 'attempts',
-    'max_attempts', 'created_at',
-}
 local DATA_MISSING = 'job data missing (deleted or evicted)'
 local STATES = {'queued', 'running', 'succeeded', 'failed', 'cancelled', 'waiting'}
 local FINISHED = {'succeeded', 'failed', 'cancelled'}
@@ -96,6 +84,7 @@ end
 -- krun:<q> counted again from the queue's running jobs that can be read (when
 -- a dropped job's limit key is unknown).
 local function recount_key_running(q)
+    zflush()
     local counts = {}
     for _, id in ipairs(redis.call('ZRANGE', state_key(q, 'running'), 0, -1)) do
         local key = job_fields(id, 'limit_key')[1]
@@ -110,7 +99,7 @@ end
 -- head of gq:<group>), idempotency key. What is left of its hash (nothing when
 -- deleted or evicted) names more. At once it leaves the index of its state and
 -- those that decide what runs next: ready:/wait:/due:/retrying:, its limit
--- key's line (kq:, found among kqkeys:), leases, its group's running count
+-- key's line (kq:, found among kqkeys:), its group's running count
 -- (its group found among grun's) and line (gq:, when its group is known; the
 -- next head goes up), its key's running count (krun: counted again), finished,
 -- and its queue's count. The indexes only listings and batch counts read
@@ -123,6 +112,7 @@ end
 drop = function(id, seen)
     id = tostring(id)
     if load(id) then return false end
+    zflush()
     local rest, missing = {}, {}
     local flat = redis.call('HGETALL', jkey(id))
     for i = 1, #flat, 2 do rest[flat[i]] = flat[i + 1] end
@@ -134,14 +124,7 @@ drop = function(id, seen)
     -- The entry it was met in goes in any case: nobody meets it there again.
     if seen.member then redis.call('ZREM', qk('ready', q), seen.member) end
     if seen.key then redis.call('ZREM', kk('key', q, seen.key), id) end
-    local found, state = nil, nil
-    if seen.state ~= 'running' then
-        found, state = leave_state_index(id, q, seen.state)
-    elseif redis.call('ZREM', P .. 'leases', id) == 1 or q then
-        -- (A running job is in leases: one that is not was dropped already, or
-        -- ended and was purged, and is looked for no further.)
-        found, state = leave_state_index(id, q, 'running')
-    end
+    local found, state = leave_state_index(id, q, seen.state)
     q = found or q
     local was_head = false
     if group and (state == 'queued' or seen.state == 'queued') then
@@ -163,7 +146,6 @@ drop = function(id, seen)
             end
         end
     elseif state == 'running' then
-        redis.call('ZREM', P .. 'leases', id)
         group = group or group_running(id)
         if group then decr(P .. 'grun', group) end
         if rest.limit_key then
@@ -186,6 +168,7 @@ drop = function(id, seen)
     local dropped = state ~= nil or #flat > 0
     if dropped then
         if #flat > 0 then redis.call('DEL', jkey(id)) end
+        redis.call('DEL', P .. 'steps:' .. id)
         if not NOW then clock('') end
         local reason = DATA_MISSING
         if #flat > 0 then

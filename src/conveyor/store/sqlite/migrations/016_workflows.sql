@@ -3,7 +3,7 @@
 --
 -- A new state, waiting: enqueued after jobs that have not all succeeded yet.
 -- SQLite cannot change a CHECK in place, so the table is rebuilt (as in
--- migration 005) and its indexes made again; ids, rows and events are
+-- migration 005) and its indexes and trigger made again; ids, rows and events are
 -- unchanged. A waiting job is in none of the claim's indexes (they hold
 -- queued jobs only), so claims never read it. It holds its key like a queued
 -- one: jobs_live_key counts it live.
@@ -35,7 +35,9 @@ CREATE TABLE jobs_rebuilt (
     started_at       REAL,
     finished_at      REAL,
     limit_key        TEXT,
-    headers          TEXT
+    headers          TEXT,
+    processed_mark   REAL,
+    held_run_at      REAL
 );
 
 INSERT INTO jobs_rebuilt SELECT * FROM jobs;
@@ -58,6 +60,11 @@ CREATE INDEX jobs_group ON jobs (group_key, id) WHERE group_key IS NOT NULL;
 CREATE INDEX jobs_limit_key ON jobs (queue, limit_key, state, id) WHERE limit_key IS NOT NULL;
 CREATE INDEX jobs_limit_queued ON jobs (queue, limit_key, id)
     WHERE state = 'queued' AND limit_key IS NOT NULL;
+-- Dropped with the old table: made again (migration 013).
+CREATE TRIGGER job_steps_gone AFTER DELETE ON jobs
+BEGIN
+    DELETE FROM job_steps WHERE job_id = old.id;
+END;
 
 -- One row per edge: child waits for parent. resolved is NULL until the parent
 -- ends, then the state it ended in; an edge is resolved once, whatever happens

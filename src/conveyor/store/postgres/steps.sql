@@ -1,0 +1,24 @@
+-- A job's durable steps (see docs/effects.md). (A job completed in the caller's
+-- own transaction is job_finish, run on the caller's connection.)
+
+-- name: step_list
+-- The steps a job recorded, in the order they finished.
+SELECT name, result, attempt, started_at, finished_at
+FROM job_steps WHERE job_id = %(job_id)s
+ORDER BY finished_at, name
+
+-- name: step_record
+-- Record a step's result, while the attempt's lease holds. A step of that
+-- name recorded already (by an attempt that lost its lease in the same
+-- moment) is kept: no row then, and the caller reads the one recorded.
+INSERT INTO job_steps (job_id, name, result, attempt, started_at, finished_at)
+SELECT id, %(name)s, %(result)s::json, attempts, %(started_at)s,
+       coalesce(%(now)s::timestamptz, now())
+FROM jobs
+WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running'
+ON CONFLICT (job_id, name) DO NOTHING
+RETURNING name, result, attempt, started_at, finished_at
+
+-- name: step_get
+SELECT name, result, attempt, started_at, finished_at
+FROM job_steps WHERE job_id = %(job_id)s AND name = %(name)s

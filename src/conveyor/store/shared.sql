@@ -1,0 +1,235 @@
+-- The rules and statements that read the same in both SQL dialects, written
+-- once. Each dialect's queries.sql starts from this file (its "-- with:" line,
+-- see conveyor.store.sql) and adds what differs, such as the clock a rule
+-- judges by ({{now}}). Placeholders are :name; PostgreSQL reads them as
+-- psycopg's pyformat. No percent sign in this file: psycopg would read it.
+
+-- name: finish_set
+-- What a finish sets on a running job for outcome f (a row of its items, fenced
+-- by the caller's WHERE): the state it goes to, when it runs again if it is
+-- queued again (a rescue or take-back without a time of its own: now), the
+-- attempt given back by snooze and release, the result of a success, the
+-- error of a failure; the lease is over either way.
+state = CASE
+        WHEN f.kind = 'complete' THEN 'succeeded'
+        WHEN {{finish_requeues}} THEN 'queued'
+        WHEN jobs.cancel_requested OR f.kind = 'cancelled' THEN 'cancelled'
+        ELSE 'failed' END,
+run_at = CASE
+        WHEN {{finish_requeues}}
+        THEN coalesce(f.run_at, CASE WHEN f.kind IN ('rescue', 'take_back') THEN {{now}} END,
+                      jobs.run_at)
+        ELSE jobs.run_at END,
+finished_at = CASE WHEN {{finish_requeues}} THEN NULL ELSE {{now}} END,
+attempts = jobs.attempts - CASE WHEN f.kind IN ('snooze', 'release') THEN 1 ELSE 0 END,
+result = CASE WHEN f.kind = 'complete' THEN f.result ELSE jobs.result END,
+error = coalesce(f.error, jobs.error),
+lease_token = NULL,
+lease_expires_at = NULL
+
+-- name: finish_fence
+-- Which running job outcome f may end: the one it names, still under the lease
+-- it was claimed under (a stale token changes nothing: the fence against a
+-- worker that lost its lease); a rescue also needs the lease to have run out
+-- (a worker that renewed it meanwhile keeps its job).
+jobs.id = f.id
+AND jobs.lease_token = f.token
+AND jobs.state = 'running'
+AND (f.kind <> 'rescue' OR jobs.lease_expires_at < {{now}})
+
+-- name: finish_requeues
+-- Whether an outcome f (a row of a finish's items) puts the running job back
+-- in the queue: snooze and release always (they give the attempt back), a
+-- failed attempt (retry, rescue, take_back) while attempts remain; never a job
+-- whose cancel was requested (it ends cancelled, unless it succeeded).
+NOT jobs.cancel_requested AND (f.kind IN ('snooze', 'release')
+    OR (f.kind IN ('retry', 'rescue', 'take_back') AND jobs.attempts < jobs.max_attempts))
+
+-- name: finish_event_kind
+-- The event a finished job's row gets, for outcome f, by the state the job is
+-- in now (state) and the event's ordinal: a rescue that did not queue the job
+-- again records "rescued" and then (ordinal 2) how the job ended.
+CASE WHEN ordinal = 2 THEN state
+     WHEN f.kind IN ('rescue', 'take_back') THEN 'rescued'
+     WHEN state <> 'queued' THEN state
+     WHEN f.kind = 'retry' THEN 'retried'
+     WHEN f.kind = 'snooze' THEN 'snoozed'
+     ELSE 'released' END
+
+-- name: retry_key_rule
+-- A manual retry takes keyed job j back only when it is the newest job of its
+-- key and no live job holds the key: two retried jobs of one key would both be live.
+(j.key IS NULL OR (
+    j.id = (SELECT max(o.id) FROM jobs AS o WHERE o.queue = j.queue AND o.key = j.key)
+    AND NOT EXISTS (SELECT 1 FROM jobs AS other
+                    WHERE other.queue = j.queue AND other.key = j.key
+                      AND other.state IN ('queued', 'running'))))
+
+-- name: manual_requeue
+-- What a manual retry sets: the job is queued again as new, due now.
+state = 'queued',
+attempts = 0,
+run_at = {{now}},
+cancel_requested = false,
+worker = NULL,
+result = NULL,
+error = NULL,
+progress = NULL,
+progress_message = NULL,
+started_at = NULL,
+finished_at = NULL
+
+-- ---------------------------------------------------------------------------
+-- Statements.
+
+-- name: schema_version
+SELECT coalesce(max(version), 0) FROM schema_migrations
+
+-- name: migration_record
+INSERT INTO schema_migrations (version, name, applied_at) VALUES (:version, :name, :now)
+
+-- name: job_get
+SELECT * FROM jobs WHERE id = :id
+
+-- name: job_progress
+UPDATE jobs
+SET progress = coalesce(:fraction, progress), progress_message = :message
+WHERE id = :id AND lease_token = :token AND state = 'running'
+
+-- name: finished_counts_prune
+-- Queues whose finished jobs are all gone leave a zero behind: forget it.
+DELETE FROM finished_counts WHERE jobs = 0
+
+-- name: stats_finished_since
+SELECT count(*) FROM jobs WHERE finished_at >= :since
+
+-- name: periodic_tick_take
+-- Record :tick as the last enqueued tick of periodic task :name, unless it (or
+-- a later one) already is: one row comes back when this caller takes the tick.
+INSERT INTO periodic_ticks (name, last_tick, updated_at) VALUES (:name, :tick, :now)
+ON CONFLICT (name) DO UPDATE SET last_tick = excluded.last_tick, updated_at = excluded.updated_at
+WHERE periodic_ticks.last_tick < excluded.last_tick
+RETURNING name
+
+-- name: periodic_tick_job
+UPDATE periodic_ticks SET job_id = :job_id WHERE name = :name
+
+-- name: periodic_last_ticks
+SELECT name, last_tick FROM periodic_ticks
+
+-- name: queue_list
+SELECT name, paused FROM queues
+
+-- name: worker_register
+INSERT INTO workers (id, host, pid, queues, concurrency, jobs_in_hand, started_at, last_seen_at)
+VALUES (:id, :host, :pid, :queues, :concurrency, 0, :now, :now)
+ON CONFLICT (id) DO UPDATE SET last_seen_at = excluded.last_seen_at
+
+-- name: worker_beat
+UPDATE workers SET last_seen_at = :now, jobs_in_hand = :jobs_in_hand WHERE id = :id
+
+-- name: worker_unregister
+DELETE FROM workers WHERE id = :id
+
+-- name: worker_list
+SELECT id, host, pid, queues, concurrency, jobs_in_hand, started_at, last_seen_at
+FROM workers ORDER BY started_at, id
+
+-- name: worker_prune
+DELETE FROM workers WHERE last_seen_at < :before
+
+-- name: leader_acquire
+-- Take the lease when it is free or expired, or renew it when it is ours.
+INSERT INTO leaders (name, holder, expires_at) VALUES (:name, :holder, :expires_at)
+ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
+WHERE leaders.holder = excluded.holder OR leaders.expires_at < :now
+RETURNING holder
+
+-- name: leader_release
+DELETE FROM leaders WHERE name = :name AND holder = :holder
+
+-- name: queue_names
+-- Every queue that has jobs or a pause setting. A loose index scan: each step
+-- seeks the next name in jobs_queue_state, so twenty queues cost twenty seeks
+-- however many jobs they hold (DISTINCT would read every entry).
+WITH RECURSIVE names (name) AS (
+    SELECT min(queue) FROM jobs
+    UNION ALL
+    SELECT (SELECT min(queue) FROM jobs WHERE queue > names.name)
+    FROM names WHERE names.name IS NOT NULL
+)
+SELECT name FROM names WHERE name IS NOT NULL
+UNION
+SELECT name FROM queues
+ORDER BY 1
+
+-- name: batch_counts
+SELECT state, count(*) FROM jobs WHERE batch = :batch GROUP BY state
+
+-- name: job_newest_id
+-- The newest job's id, from the primary key's end: where a search of arguments starts.
+SELECT coalesce(max(id), 0) FROM jobs
+
+-- name: selection_state
+-- A selection's state: a stored state, or one of the kinds of queued job (CAST:
+-- PostgreSQL cannot type a parameter it meets first in IS NULL).
+(CAST(:state AS TEXT) IS NULL OR state = :state OR {{selection_shown}} = :state)
+
+-- name: selection_shown
+-- The detailed state a count groups by.
+CASE WHEN state <> 'queued' THEN state
+            WHEN run_at <= :now THEN 'ready'
+            WHEN error IS NOT NULL AND attempts > 0 THEN 'retrying'
+            ELSE 'scheduled' END
+
+-- name: job_select
+-- A page of the jobs a selection names, newest first from :before_id down. The
+-- driver (one of the drive_* blocks, chosen in selection.py) is the condition
+-- whose index walks the page.
+SELECT * FROM jobs
+WHERE {driver}
+  AND id < :before_id
+  AND {{selection_filters}}
+  AND {{selection_state}}
+ORDER BY id DESC
+LIMIT :limit
+
+-- name: job_count
+-- How many jobs a selection names, per detailed state; driven as job_select.
+SELECT {{selection_shown}} AS shown, count(*)
+FROM jobs
+WHERE {driver} AND {{selection_filters}}
+GROUP BY shown
+
+-- name: drive_group
+-- Walks jobs_group (migration 006).
+group_key = :group
+
+-- name: drive_queue
+queue = :queue
+
+-- name: drive_queue_state
+-- Walks jobs_queue_state for one queue and stored state (:base_state: queued for
+-- ready, scheduled and retrying).
+queue = :queue AND state = :base_state
+
+-- name: drive_batch
+-- Walks jobs_batch, whose entries end in the rowid, so they come in id order.
+batch = :batch
+
+-- name: queue_delete
+DELETE FROM queues WHERE name = :name
+
+-- name: limit_get
+SELECT queue, rate, per, concurrency, key_rate, key_per, key_concurrency, throttled_until
+FROM limits WHERE queue = :queue
+
+-- name: limit_prune_throttles
+DELETE FROM limit_throttles WHERE until <= :now
+
+-- name: limit_prune_rows
+-- Maintenance: queues whose last throttle ended and that have no limit.
+DELETE FROM limits
+WHERE rate IS NULL AND concurrency IS NULL AND key_rate IS NULL AND key_concurrency IS NULL
+  AND (throttled_until IS NULL OR throttled_until <= :now)
+  AND NOT EXISTS (SELECT 1 FROM limit_throttles AS t WHERE t.queue = limits.queue)

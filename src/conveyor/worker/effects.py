@@ -1,0 +1,44 @@
+"""What a handler's durable steps and ``ctx.complete`` ask of the store.
+
+Shared by the worker and the inline runner (their Context hooks): each asks
+the store for the capability it needs, and refuses clearly when it has none.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from conveyor.errors import ConfigurationError
+from conveyor.job import Job
+from conveyor.store.base import Lease, Step, StepStore, TransactionalCompletion, require
+
+
+def _lease(job: Job) -> Lease:
+    assert job.lease_token is not None
+    return Lease(job.id, job.lease_token)
+
+
+def steps(store: object, job: Job) -> list[Step]:
+    require(store, StepStore, "record durable steps (ctx.step)")
+    assert isinstance(store, StepStore)
+    return store.step_list(job.id)
+
+
+def record_step(
+    store: object, job: Job, name: str, result_json: str, started_at: datetime
+) -> Step | None:
+    require(store, StepStore, "record durable steps (ctx.step)")
+    assert isinstance(store, StepStore)
+    return store.step_record(_lease(job), name, result_json, started_at)
+
+
+def complete_in(store: object, job: Job, connection: Any, result_json: str) -> bool:
+    if not isinstance(store, TransactionalCompletion):
+        description = getattr(store, "description", type(store).__name__)
+        raise ConfigurationError(
+            f"ctx.complete cannot join a transaction on {description}: only the SQL stores "
+            "(PostgreSQL, SQLite) complete a job in the caller's transaction; return the "
+            "result from the handler instead (and make its effect idempotent)"
+        )
+    return store.job_complete_in(_lease(job), result_json, connection)
