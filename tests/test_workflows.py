@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from conveyor import App, Context, InvalidJobError, JobState
+from conveyor.errors import JobStateError
 from conveyor.job import EventKind, NewJob
 from conveyor.store.base import Finish
 from conveyor.testing import drain
@@ -328,6 +329,18 @@ def test_retention_keeps_a_parent_whose_children_still_wait(app: App) -> None:
     assert app.store.job_purge_where(future, FINAL, None) == 3
     assert app.jobs() == []
     assert edge_rows(app) == 0  # the edges went with their jobs
+
+
+def test_a_waiting_job_cannot_be_held_until_it_is_queued(app: App) -> None:
+    t = tasks(app)
+    later = t["value"].options(delay=3600).enqueue(1)
+    child = t["total"].options(after=[later]).enqueue()
+    with pytest.raises(JobStateError, match="waiting: only a queued job can be held; hold it once"):
+        app.hold(child.id)
+    assert app.hold_jobs([child.id]) == 0
+    assert app.get(child.id).state == JobState.WAITING and not app.get(child.id).held
+    drain(app, with_scheduled=True)
+    assert app.get(child.id).state == JobState.SUCCEEDED
 
 
 #: Every final state: what a purge of all finished jobs names.

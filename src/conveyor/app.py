@@ -1309,11 +1309,12 @@ class App:
         if holding and job.held:
             return  # held already: nothing to do
         if holding:
-            advice = (
-                "cancel it (it stops at its next check) or take it back"
-                if job.state == JobState.RUNNING
-                else "retry it first, then hold it"
-            )
+            if job.state == JobState.RUNNING:
+                advice = "cancel it (it stops at its next check) or take it back"
+            elif job.state == JobState.WAITING:
+                advice = "hold it once the jobs it waits for have ended (it is queued then)"
+            else:
+                advice = "retry it first, then hold it"
             raise JobStateError(
                 f"job {job_id} is {job.state}: only a queued job can be held; {advice}"
             )
