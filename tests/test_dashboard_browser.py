@@ -567,3 +567,56 @@ def test_a_limit_set_and_cleared_in_the_browser_asks_first(
         assert notice_text(browser) == "Limit cleared."
         assert "mail" not in app.limits()
         assert console_errors(browser) == []
+
+
+def test_a_workflow_page_draws_its_graph_on_a_phone_and_in_the_dark(
+    browser: WebDriver, seeded: tuple[App, Seeded], shoot: Callable[[str], Path]
+) -> None:
+    from conveyor import Workflow
+
+    app, _ = seeded
+
+    @app.task(name="build_nightly_report_section")
+    def task() -> None:
+        return None
+
+    wf = Workflow("nightly-report", name="a nightly report with a long name")
+    heads = wf.group(*[task.step() for _ in range(4)])
+    joined = wf.add(task.step(), after=heads)
+    wf.chain(task.step(), task.step(), after=[joined])
+    run = wf.enqueue()
+    try:
+        with serve(app) as base:
+            for width, mobile, scheme in ((1366, False, "light"), (PHONE_WIDTH, True, "dark")):
+                browser.execute_cdp_cmd(
+                    "Emulation.setDeviceMetricsOverride",
+                    {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": mobile},
+                )
+                browser.execute_cdp_cmd(
+                    "Emulation.setEmulatedMedia",
+                    {"features": [{"name": "prefers-color-scheme", "value": scheme}]},
+                )
+                for name, path in (
+                    ("workflow", "/workflows/nightly-report"),
+                    ("workflows", "/workflows"),
+                    ("workflow-job", f"/jobs/{run.jobs[4].id}"),
+                ):
+                    browser.get(base + path)
+                    wait_for(browser, "main .panel")
+                    shoot(f"{name}-{width}-{scheme}")
+                    scroll = browser.execute_script("return document.documentElement.scrollWidth")
+                    assert scroll <= width, (width, path, scroll)
+                    assert browser.execute_script(BROKEN_WORDS) == [], (width, path)
+                browser.get(base + "/workflows/nightly-report")
+                wait_for(browser, "svg.graph")
+                fills = browser.execute_script(
+                    """
+                    return [...document.querySelectorAll("svg.graph rect")]
+                      .map(r => getComputedStyle(r).fill);
+                    """
+                )
+                assert len(fills) == 7 and len(set(fills)) == 2  # queued heads, waiting rest
+            assert console_errors(browser) == []
+    finally:
+        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+        browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})

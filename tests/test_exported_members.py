@@ -37,7 +37,13 @@ PUBLIC = [
     "StoreUnavailableError",
     "Task",
     "UnknownTaskError",
+    "Workflow",
+    "WorkflowRun",
+    "WorkflowStatus",
     "__version__",
+    "chain",
+    "chord",
+    "group",
 ]
 
 

@@ -123,6 +123,36 @@ def retry_cancelled(bench: Bench) -> Job:
     return job
 
 
+def waiting_child(bench: Bench, on_failure: str = "cancel") -> tuple[Job, Job]:
+    """A claimed parent, and a child waiting for it (enqueued with ``after``)."""
+    parent = bench.claim(bench.enqueue())
+    new = NewJob(parent.queue, "t", "[]", "{}", NOW, after=(parent.id,), after_failure=on_failure)  # type: ignore[arg-type]
+    (child,) = bench.store.job_insert_many([new], NOW)
+    assert child.state == JobState.WAITING
+    return parent, child
+
+
+def parent_ends(kind: str, on_failure: str = "cancel") -> Callable[[Bench], Job]:
+    def run(bench: Bench) -> Job:
+        parent, child = waiting_child(bench, on_failure)
+        assert parent.lease_token is not None
+        outcome = {
+            "complete": Finish.complete(parent.id, parent.lease_token, "null"),
+            "fail": Finish.fail(parent.id, parent.lease_token, "boom"),
+            "cancelled": Finish.cancelled(parent.id, parent.lease_token),
+        }[kind]
+        assert bench.store.job_finish([outcome], NOW) == [parent.id]
+        return child
+
+    return run
+
+
+def cancel_waiting(bench: Bench) -> Job:
+    _, child = waiting_child(bench)
+    cancel_one(bench.store, child.id, NOW)
+    return child
+
+
 def hold_queued(bench: Bench) -> Job:
     job = bench.enqueue()
     assert cast(HoldStore, bench.store).job_hold([job.id], NOW) == [job.id]
@@ -167,6 +197,11 @@ ACTIONS: dict[tuple[str, str], Callable[[Bench], Job]] = {
     ("running", "cancel"): cancel_running,
     ("failed", "retry"): retry_failed,
     ("cancelled", "retry"): retry_cancelled,
+    ("waiting", "last parent succeeds"): parent_ends("complete"),
+    ("waiting", "a parent fails"): parent_ends("fail"),
+    ("waiting", "a parent fails, runs anyway, last parent"): parent_ends("fail", "run"),
+    ("waiting", "a parent is cancelled"): parent_ends("cancelled"),
+    ("waiting", "cancel"): cancel_waiting,
     ("queued", "hold"): hold_queued,
     ("running", "hold"): hold_running,
     ("queued", "unhold"): unhold,

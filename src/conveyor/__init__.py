@@ -24,6 +24,7 @@ from conveyor.store.base import BatchStatus, LimitStatus, Stats, Step
 from conveyor.task import Task
 from conveyor.version import __version__
 from conveyor.worker.changes import Change
+from conveyor.workflow import Workflow, WorkflowRun, WorkflowStatus, chain, chord, group
 
 __all__ = [
     "App",
@@ -56,5 +57,11 @@ __all__ = [
     "StoreUnavailableError",
     "Task",
     "UnknownTaskError",
+    "Workflow",
+    "WorkflowRun",
+    "WorkflowStatus",
     "__version__",
+    "chain",
+    "chord",
+    "group",
 ]

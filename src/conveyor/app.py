@@ -64,12 +64,15 @@ from conveyor.store.base import (
     Store,
     TransactionalStore,
     WorkerInfo,
+    WorkflowInfo,
+    WorkflowStore,
     require,
 )
 from conveyor.store.capabilities import Capabilities, store_capabilities
 from conveyor.store.dsn import open_store
 from conveyor.task import EnqueueOptions, Task
 from conveyor.worker.changes import Change, ChangeHub, ChangeListener
+from conveyor.workflow import Workflow, WorkflowRun, WorkflowStatus, check_workflow
 
 if TYPE_CHECKING:
     from conveyor.worker import Worker
@@ -458,6 +461,28 @@ class App:
         opts: EnqueueOptions,
     ) -> list[Job]:
         """Validate and insert calls of one task in one transaction. Nothing is written on error."""
+        new_jobs, now = self._new_jobs(task, calls, opts)
+        queue = new_jobs[0].queue if new_jobs else DEFAULT_QUEUE
+        if opts.connection is not None:
+            require(self.store, TransactionalStore, "enqueue inside a caller's transaction")
+        chain = self.middleware_chain()
+        if chain:
+            jobs = around_enqueue(
+                chain, new_jobs, lambda: self._insert(new_jobs, now, [queue], opts.connection)
+            )
+        else:
+            jobs = self._insert(new_jobs, now, [queue], opts.connection)
+        if self.inline and opts.connection is None:
+            jobs = self._run_inline(jobs)
+        return jobs
+
+    def _new_jobs(
+        self,
+        task: str,
+        calls: Iterable[tuple[Sequence[Any], dict[str, Any]]],
+        opts: EnqueueOptions,
+    ) -> tuple[list[NewJob], datetime]:
+        """The checked records of calls of one task with ``opts``, and the moment they were made."""
         validate_name("task name", task)
         registered = self.tasks.get(task)
         default_queue = registered.queue if registered else DEFAULT_QUEUE
@@ -480,6 +505,13 @@ class App:
         now = utcnow()
         run_at = resolve_run_at(now, opts.delay, opts.run_at)
         headers = check_headers(opts.headers)
+        after = parent_ids(opts.after)
+        if opts.after_failure not in ("cancel", "run"):
+            raise InvalidJobError(
+                f"after_failure must be 'cancel' or 'run', got {opts.after_failure!r}"
+            )
+        if after:
+            require(self.store, WorkflowStore, "make jobs wait for other jobs")
         new_jobs = []
         for args, kwargs in calls:
             args_json, kwargs_json = encode_payload(args, kwargs)
@@ -498,23 +530,14 @@ class App:
                     batch=opts.batch,
                     limit_key=opts.limit_key,
                     headers=dict(headers) if headers else None,
+                    after=after,
+                    after_failure=opts.after_failure,
                 )
             )
         if opts.key is not None and len(new_jobs) > 1:
             # One key for many calls would silently collapse them into one job.
             raise InvalidJobError("key applies to one job; give each call its own key")
-        if opts.connection is not None:
-            require(self.store, TransactionalStore, "enqueue inside a caller's transaction")
-        chain = self.middleware_chain()
-        if chain:
-            jobs = around_enqueue(
-                chain, new_jobs, lambda: self._insert(new_jobs, now, [queue], opts.connection)
-            )
-        else:
-            jobs = self._insert(new_jobs, now, [queue], opts.connection)
-        if self.inline and opts.connection is None:
-            jobs = self._run_inline(jobs)
-        return jobs
+        return new_jobs, now
 
     def _insert(
         self, new_jobs: list[NewJob], now: datetime, queues: Iterable[str], connection: Any = None
@@ -569,6 +592,94 @@ class App:
                     )
             raise JobNotFoundError(f"no job with id {job_id} (never created, or purged)")
         return self._attach(job)
+
+    # --- workflows ------------------------------------------------------------------
+
+    @needs(WorkflowStore, "enqueue workflows")
+    def enqueue_workflow(self, workflow: Workflow) -> WorkflowRun:
+        """Store every job of a declared workflow at once: all of them, or none on error.
+
+        A workflow stored under the same id already is returned instead (its
+        ``existing`` is True), whatever this one holds.
+        """
+        wf = check_workflow(workflow)
+        new_jobs: list[NewJob] = []
+        now = utcnow()
+        for node in wf.nodes:
+            task = node.step.task
+            if task.app is not self:
+                raise ConfigurationError(
+                    f"step {node.step!r} is a task of another App; a workflow is enqueued "
+                    "through the App of its tasks"
+                )
+            (new,), now = self._new_jobs(
+                task.name, [(node.step.args, node.step.kwargs)], node.step.options
+            )
+            new.after = tuple(dict.fromkeys((*new.after, *node.after_jobs)))
+            new.after_new = node.after
+            new.after_failure = node.after_failure
+            new_jobs.append(new)
+
+        def insert() -> list[Job]:
+            jobs, existed[0] = self.store.workflow_insert(wf.id, wf.name, new_jobs, now)
+            for queue in dict.fromkeys(job.queue for job in jobs):
+                self.changes.publish("jobs", queue)
+            return [self._attach(job) for job in jobs]
+
+        existed = [False]
+        chain = self.middleware_chain()
+        jobs = around_enqueue(chain, new_jobs, insert) if chain else insert()
+        run = WorkflowRun(wf.id, wf.name, jobs, existed[0], self)
+        if self.inline:
+            self._run_inline([j for j in jobs if j.state == JobState.QUEUED])
+            run.jobs = [self.get(j.id) for j in jobs]
+        return run
+
+    @needs(WorkflowStore, "read workflows")
+    def workflow(self, workflow_id: str) -> WorkflowRun:
+        """A stored workflow, by id; JobNotFoundError when there is none."""
+        info = self.store.workflow_get(workflow_id)
+        if info is None:
+            raise JobNotFoundError(f"no workflow with id {workflow_id!r}")
+        jobs = [self._attach(j) for j in self.store.workflow_jobs(workflow_id)]
+        return WorkflowRun(info.id, info.name, jobs, True, self)
+
+    @needs(WorkflowStore, "list workflows")
+    def workflows(self, limit: int = 100) -> list[WorkflowInfo]:
+        """The newest workflows first."""
+        return self.store.workflow_list(limit)
+
+    @needs(WorkflowStore, "read workflows")
+    def workflow_status(self, workflow_id: str) -> WorkflowStatus:
+        """A workflow's jobs counted by state, and the first of them that failed."""
+        counts = self.store.workflow_counts(workflow_id)
+        failed = None
+        if counts.get(JobState.FAILED):
+            failed_jobs = [
+                j for j in self.store.workflow_jobs(workflow_id) if j.state == JobState.FAILED
+            ]
+            failed = min(failed_jobs, key=lambda j: (j.finished_at or j.created_at, j.id))
+            self._attach(failed)
+        return WorkflowStatus(workflow_id, counts, failed)
+
+    @needs(WorkflowStore, "cancel workflows")
+    def cancel_workflow(self, workflow_id: str) -> int:
+        """Cancel every job of a workflow that has not ended (running ones: asked to stop).
+
+        Returns how many changed.
+        """
+        live = [j.id for j in self.store.workflow_jobs(workflow_id) if not j.terminal]
+        return self.cancel_jobs(ids=live) if live else 0
+
+    @needs(WorkflowStore, "read the jobs a job waits for")
+    def parents(self, job_id: int) -> list[Job]:
+        """The jobs ``job_id`` waits (or waited) for (``after=``), by id."""
+        return [self._attach(r.job) for r in self.store.job_parents(job_id)]
+
+    @needs(WorkflowStore, "read the jobs waiting for a job")
+    def children(self, job_id: int) -> list[Job]:
+        """The jobs that wait (or waited) for ``job_id``, by id."""
+        return [self._attach(r.job) for r in self.store.job_children(job_id)]
 
     @needs(OperatorStore, "list jobs")
     def jobs(
@@ -1198,11 +1309,12 @@ class App:
         if holding and job.held:
             return  # held already: nothing to do
         if holding:
-            advice = (
-                "cancel it (it stops at its next check) or take it back"
-                if job.state == JobState.RUNNING
-                else "retry it first, then hold it"
-            )
+            if job.state == JobState.RUNNING:
+                advice = "cancel it (it stops at its next check) or take it back"
+            elif job.state == JobState.WAITING:
+                advice = "hold it once the jobs it waits for have ended (it is queued then)"
+            else:
+                advice = "retry it first, then hold it"
             raise JobStateError(
                 f"job {job_id} is {job.state}: only a queued job can be held; {advice}"
             )
@@ -1391,6 +1503,13 @@ class App:
     alimit = async_twin(limit)
     alimits = async_twin(limits)
     athrottle = async_twin(throttle)
+    aenqueue_workflow = async_twin(enqueue_workflow)
+    aworkflow = async_twin(workflow)
+    aworkflows = async_twin(workflows)
+    aworkflow_status = async_twin(workflow_status)
+    acancel_workflow = async_twin(cancel_workflow)
+    aparents = async_twin(parents)
+    achildren = async_twin(children)
 
 
 #: Jobs acted on per transaction by a bulk action.
@@ -1401,8 +1520,8 @@ FINAL_STATES = tuple(str(s) for s in JobState if s in TERMINAL_STATES)
 #: The states each bulk action changes; it leaves jobs in other states alone.
 BULK_ACTIONS: dict[str, tuple[str, ...]] = {
     "retry": ("failed", "cancelled"),
-    "cancel": ("queued", "running"),
-    "delete": ("queued", "succeeded", "failed", "cancelled"),
+    "cancel": ("waiting", "queued", "running"),
+    "delete": ("waiting", "queued", "succeeded", "failed", "cancelled"),
     "run_now": ("scheduled", "retrying"),
     "take_back": ("running",),
     "hold": ("queued",),
@@ -1413,6 +1532,29 @@ SELECTION_FILTERS = (
 )  # fmt: skip
 #: Longest text searched for in errors or arguments.
 MAX_SEARCH_TEXT = 200
+
+
+def parent_ids(after: object) -> tuple[int, ...]:
+    """The ids an ``after=`` option names (Jobs or ids), checked, in order, once each."""
+    if after is None:
+        return ()
+    if isinstance(after, Job | int) and not isinstance(after, bool):
+        after = [after]
+    if not isinstance(after, list | tuple | set | frozenset):
+        raise InvalidJobError(
+            f"after must be a list of Jobs or job ids, got {type(after).__name__}"
+        )
+    ids: list[int] = []
+    for parent in after:
+        if isinstance(parent, Job):
+            ids.append(parent.id)
+        elif isinstance(parent, int) and not isinstance(parent, bool) and parent > 0:
+            ids.append(parent)
+        else:
+            raise InvalidJobError(
+                f"after must name Jobs or job ids (positive integers), got {parent!r}"
+            )
+    return tuple(dict.fromkeys(ids))
 
 
 def job_selection(ids: Sequence[int] | None = None, **filters: str | None) -> JobSelection:

@@ -22,7 +22,7 @@ from conveyor.errors import (
     Retry,
     StoreUnavailableError,
 )
-from conveyor.job import Job, encode_json, storable_text, utcnow, validate_name
+from conveyor.job import Job, JobState, encode_json, storable_text, utcnow, validate_name
 from conveyor.limits import throttle_seconds
 from conveyor.logs import job_fields
 from conveyor.pacing import DutyBackoff
@@ -130,6 +130,10 @@ class Hooks(Protocol):
         """Hold the job's limit key (or queue) back for ``seconds``; when it ends."""
         ...
 
+    def parents(self, job: Job) -> list[Job]:
+        """The jobs ``job`` waited for (``after=``), as stored now."""
+        ...
+
     def steps(self, job: Job) -> list[Step]:
         """The durable steps the job recorded (in any attempt)."""
         ...
@@ -155,6 +159,7 @@ class Context:
     _hooks: Hooks | None = field(default=None, repr=False)
     _progress_pending: tuple[float | None, str | None] | None = field(default=None, repr=False)
     _progress_written_at: float = field(default=-PROGRESS_WRITE_INTERVAL, repr=False)
+    _parents: list[Job] | None = field(default=None, repr=False)
     #: The job's recorded steps by name, read at the first step; names used in this attempt.
     _steps: dict[str, Step] | None = field(default=None, repr=False)
     _steps_run: set[str] | None = field(default=None, repr=False)
@@ -169,6 +174,31 @@ class Context:
     @property
     def attempt(self) -> int:
         return self.job.attempts
+
+    @property
+    def parents(self) -> list[Job]:
+        """The jobs this one waited for (enqueued with ``after=``), read once, by id."""
+        if self._parents is None:
+            self._parents = [] if self._hooks is None else self._hooks.parents(self.job)
+        return self._parents
+
+    @property
+    def upstream(self) -> dict[int, Any]:
+        """The results of the jobs this one waited for that succeeded, by job id.
+
+        A parent that failed or was cancelled (a job enqueued with
+        ``after_failure="run"``) is absent: see ``upstream_errors``.
+        """
+        return {p.id: p.result for p in self.parents if p.state == JobState.SUCCEEDED}
+
+    @property
+    def upstream_errors(self) -> dict[int, str]:
+        """The errors of the jobs this one waited for that failed or were cancelled, by id."""
+        return {
+            p.id: p.error or str(p.state)
+            for p in self.parents
+            if p.state in (JobState.FAILED, JobState.CANCELLED)
+        }
 
     def progress(self, fraction: float | None = None, message: str | None = None) -> bool:
         """Record how far the job is (0.0 to 1.0) and what it does; False if the lease is lost.

@@ -38,9 +38,13 @@ MAX_RUN_AT = datetime(9999, 1, 1, tzinfo=UTC)
 HOLD_AT = MAX_RUN_AT
 
 Unique = Literal["live", "forever"]
+AfterFailure = Literal["cancel", "run"]
 
 
 class JobState(enum.StrEnum):
+    #: Enqueued after other jobs (``after=``) that have not all succeeded yet:
+    #: never claimed; queued by the finish of the last of them.
+    WAITING = "waiting"
     QUEUED = "queued"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
@@ -53,7 +57,7 @@ class JobState(enum.StrEnum):
 
 
 TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
-LIVE_STATES = frozenset({JobState.QUEUED, JobState.RUNNING})
+LIVE_STATES = frozenset({JobState.WAITING, JobState.QUEUED, JobState.RUNNING})
 
 
 class EventKind(enum.StrEnum):
@@ -74,6 +78,8 @@ class EventKind(enum.StrEnum):
     # Redis only: the job's data was gone (its hash deleted or evicted) or incomplete,
     # and its index entries were dropped; the job is in no state any more.
     DROPPED = "dropped"
+    # The last job it waited for succeeded (``after=``): waiting -> queued.
+    READY = "ready"
 
 
 def utcnow() -> datetime:
@@ -99,6 +105,19 @@ class NewJob:
     limit_key: str | None = None
     #: Metadata for the worker side (trace context, a request id): strings by name.
     headers: dict[str, str] | None = None
+    #: Ids of stored jobs this one waits for (see docs/workflows.md).
+    after: tuple[int, ...] = ()
+    #: Positions of earlier jobs of the same insert this one waits for: a graph
+    #: enqueued at once, each node naming only nodes before it (so no cycle).
+    after_new: tuple[int, ...] = ()
+    #: What a parent that fails or is cancelled does to this job: "cancel" it,
+    #: or "run" it anyway once every parent has ended.
+    after_failure: AfterFailure = "cancel"
+
+    @property
+    def waits(self) -> bool:
+        """Whether this job names jobs it waits for."""
+        return bool(self.after or self.after_new)
 
     def headers_text(self) -> str | None:
         """The headers as stored: a JSON object, or None when there are none."""
@@ -496,7 +515,16 @@ RETRYING = "retrying"
 #: The three kinds of queued job.
 WAITING_STATES = (READY, SCHEDULED, RETRYING)
 #: Every state a job is shown in, the queued ones told apart, in the order of a job's life.
-DETAILED_STATES = (READY, SCHEDULED, RETRYING, "running", "succeeded", "failed", "cancelled")
+DETAILED_STATES = (
+    "waiting",
+    READY,
+    SCHEDULED,
+    RETRYING,
+    "running",
+    "succeeded",
+    "failed",
+    "cancelled",
+)
 #: What a filter may name: a state, or one of the kinds of queued job.
 FILTER_STATES = ("queued", *DETAILED_STATES)
 

@@ -12,7 +12,7 @@ from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 from conveyor.context import Context
 from conveyor.errors import ConfigurationError, InvalidJobError
-from conveyor.job import Job, Unique
+from conveyor.job import AfterFailure, Job, Unique
 from conveyor.retry import DEFAULT_BACKOFF, Backoff
 
 P = ParamSpec("P")
@@ -40,6 +40,23 @@ class EnqueueOptions:
     connection: Any = None
     #: Metadata stored with the job for the worker side (``job.headers``): strings by name.
     headers: dict[str, str] | None = None
+    #: Jobs (or ids) this one waits for: it runs once every one of them succeeded.
+    after: Sequence[Job | int] | None = None
+    #: What a parent's failure or cancel does: "cancel" this job, or "run" it anyway.
+    after_failure: AfterFailure = "cancel"
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One job to be in a workflow: a task, its arguments and options (``task.step``)."""
+
+    task: Task[Any, Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    options: EnqueueOptions
+
+    def __repr__(self) -> str:
+        return f"<Step {self.task.name}>"
 
 
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
@@ -182,6 +199,10 @@ class Task(Generic[P, R]):
         """Store a job that calls the handler with these arguments; return it (see ``options``)."""
         return BoundTask(self, EnqueueOptions()).enqueue(*args, **kwargs)
 
+    def step(self, *args: P.args, **kwargs: P.kwargs) -> Step:
+        """This call as a step of a workflow (not enqueued): see ``conveyor.Workflow``."""
+        return BoundTask(self, EnqueueOptions()).step(*args, **kwargs)
+
     async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """``enqueue`` for async code: does not block the event loop."""
         return await BoundTask(self, EnqueueOptions()).aenqueue(*args, **kwargs)
@@ -206,6 +227,11 @@ class BoundTask(Generic[P, R]):
         """Store a job with these options and arguments; return it."""
         return self.enqueue_many([(args, kwargs)])[0]
 
+    def step(self, *args: P.args, **kwargs: P.kwargs) -> Step:
+        """This call with these options, as a step of a workflow (not enqueued)."""
+        self.task.check_arguments(args, kwargs)
+        return Step(self.task, tuple(args), dict(kwargs), self.opts)
+
     async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """``enqueue`` for async code: does not block the event loop."""
         jobs = await asyncio.to_thread(self.enqueue_many, [(args, kwargs)])
@@ -225,6 +251,10 @@ def _make_options(base: EnqueueOptions, given: dict[str, Any]) -> EnqueueOptions
     if unknown:
         raise InvalidJobError(
             f"unknown enqueue option(s) {', '.join(unknown)}; known: {', '.join(allowed)}"
+        )
+    if "after_failure" in given and given["after_failure"] not in ("cancel", "run"):
+        raise InvalidJobError(
+            f"after_failure must be 'cancel' or 'run', got {given['after_failure']!r}"
         )
     if "unique" in given and given["unique"] not in ("live", "forever"):
         raise InvalidJobError(f"unique must be 'live' or 'forever', got {given['unique']!r}")

@@ -17,6 +17,7 @@ from conveyor.cli.jobs import enqueue, jobs
 from conveyor.cli.limits import limit, limits
 from conveyor.cli.queues import delete_queue, pause, purge, resume, stats, trim
 from conveyor.cli.worker import HANDLER_THREAD_PREFIX, load_app, migrate, worker
+from conveyor.cli.workflows import workflows
 from conveyor.errors import ConfigurationError
 from conveyor.store.dsn import DSN_ENV
 from conveyor.store.sql import load_migrations
@@ -92,5 +93,5 @@ cli.help = (
 
 for _command in (migrate, worker, enqueue, jobs, stats, purge, trim, pause, resume, delete_queue):
     cli.add_command(_command)
-for _command in (limit, limits):
+for _command in (limit, limits, workflows):
     cli.add_command(_command)

@@ -328,17 +328,20 @@ def show_job(job_id: int, dsn: str | None, as_json: bool) -> None:
     with open_app(dsn) as app:
         job = app.get(job_id)
         events = app.events(job_id)
+        parents, children = app.parents(job_id), app.children(job_id)
         steps = app.steps(job_id) if isinstance(app.store, StepStore) else []
     if as_json:
         print_json(
             {
                 **job_dict(job),
+                "after": [p.id for p in parents],
+                "children": [c.id for c in children],
                 "events": [event_dict(e) for e in events],
                 "steps": [step_dict(s) for s in steps],
             }
         )
         return
-    console().print(job_view(job, events, steps))
+    console().print(job_view(job, events, steps, parents, children))
 
 
 # --- acting on jobs, one or many -----------------------------------------------------------

@@ -179,6 +179,7 @@ def stats_dict(stats: Stats, workers: Sequence[WorkerStatus]) -> dict[str, Any]:
 # is stacked, one short block per queue, when its table does not fit whole.
 
 STATE_STYLE = {
+    "waiting": "grey62",
     "queued": "cyan",
     "ready": "cyan",
     "scheduled": "blue",
@@ -193,6 +194,7 @@ STATE_STYLE = {
 WIDE = 110
 #: Short headers of the detailed states, for the queue overview.
 SHORT = {
+    "waiting": "wait",
     "ready": "ready",
     "scheduled": "sched",
     "retrying": "retry",
@@ -556,7 +558,25 @@ def counts_view(counts: dict[str, int]) -> Table:
     return fitted_table([Col("state"), Col("jobs", justify="right")], rows)
 
 
-def job_view(job: Job, events: Sequence[Event], steps: Sequence[Step] = ()) -> RenderableType:
+def relatives_text(jobs: Sequence[Job], now: datetime) -> Text:
+    """Jobs as "12 succeeded, 13 running": a job's parents or children."""
+    text = Text()
+    for job in jobs:
+        if text:
+            text.append(", ")
+        state = job.detailed_state(now)
+        text.append(f"{job.id} ")
+        text.append(state, style=STATE_STYLE[state])
+    return text
+
+
+def job_view(
+    job: Job,
+    events: Sequence[Event],
+    steps: Sequence[Step] = (),
+    parents: Sequence[Job] = (),
+    children: Sequence[Job] = (),
+) -> RenderableType:
     now = utcnow()
     fields = Table.grid(padding=(0, 2))
     fields.add_column(style="bold", no_wrap=True)
@@ -589,6 +609,11 @@ def job_view(job: Job, events: Sequence[Event], steps: Sequence[Step] = ()) -> R
             value = f"{when(stamp)} ({relative(stamp, now)})"
         label = "next run" if name == "run_at" and job.state == JobState.QUEUED else name
         fields.add_row(label, value if isinstance(value, Text) else Text(str(value)))
+    if parents:
+        fields.add_row("waits for" if job.state == JobState.WAITING else "waited for",
+                       relatives_text(parents, now))  # fmt: skip
+    if children:
+        fields.add_row("waited for by", relatives_text(children, now))
     parts: list[RenderableType] = [fields, Text("")]
     parts.append(Text("args:   ", style="bold") + Text(json.dumps(data["args"])))
     parts.append(Text("kwargs: ", style="bold") + Text(json.dumps(data["kwargs"])))

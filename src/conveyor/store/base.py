@@ -193,6 +193,11 @@ class BatchStatus:
     counts: dict[str, int] = field(default_factory=dict)
 
     @property
+    def waiting(self) -> int:
+        """Jobs waiting for other jobs (``after=``)."""
+        return self.counts.get(JobState.WAITING, 0)
+
+    @property
     def queued(self) -> int:
         return self.counts.get(JobState.QUEUED, 0)
 
@@ -215,8 +220,8 @@ class BatchStatus:
 
     @property
     def outstanding(self) -> int:
-        """Jobs that may still change: queued (waiting or retrying) or running."""
-        return self.queued + self.running
+        """Jobs that may still change: waiting, queued (due or retrying) or running."""
+        return self.waiting + self.queued + self.running
 
     @property
     def total(self) -> int:
@@ -674,6 +679,73 @@ class DurabilityReport(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class Relative:
+    """A job's parent or child (see ``WorkflowStore``), with the edge between them."""
+
+    job: Job
+    #: The state the parent had ended in when the edge was resolved; None while
+    #: the parent has not ended.
+    resolved: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowInfo:
+    """A stored workflow: its id, name, number of jobs and when it was enqueued."""
+
+    id: str
+    name: str
+    jobs: int
+    created_at: datetime
+
+
+@runtime_checkable
+class WorkflowStore(Protocol):
+    """Jobs that wait for other jobs: their edges read back (the insert and the finish
+    keep them in the core: ``NewJob.after``), and declared workflows."""
+
+    def job_parents(self, job_id: int) -> list[Relative]:
+        """The jobs ``job_id`` waits for, by id."""
+        ...
+
+    def job_children(self, job_id: int) -> list[Relative]:
+        """The jobs that wait for ``job_id``, by id."""
+        ...
+
+    def job_workflow(self, job_id: int) -> str | None:
+        """The id of the declared workflow a job belongs to, if any."""
+        ...
+
+    def workflow_insert(
+        self, workflow_id: str, name: str, jobs: Sequence[NewJob], now: datetime
+    ) -> tuple[list[Job], bool]:
+        """Insert a workflow's jobs (``after_new`` linking them) and its record, atomically.
+
+        When a workflow with this id is stored already, nothing is written: its
+        jobs are returned, and True. Otherwise the new jobs (one per input, as
+        ``job_insert_many``), and False.
+        """
+        ...
+
+    def workflow_get(self, workflow_id: str) -> WorkflowInfo | None: ...
+
+    def workflow_list(self, limit: int = 100) -> list[WorkflowInfo]:
+        """The newest workflows first."""
+        ...
+
+    def workflow_jobs(self, workflow_id: str) -> list[Job]:
+        """The jobs of a workflow, by id."""
+        ...
+
+    def workflow_counts(self, workflow_id: str) -> dict[str, int]:
+        """The jobs of a workflow counted by state."""
+        ...
+
+    def workflow_edges(self, workflow_id: str) -> list[tuple[int, int, str | None]]:
+        """(child, parent, resolved) of every edge onto a job of the workflow."""
+        ...
+
+
 @runtime_checkable
 class HoldStore(Protocol):
     """Holding single queued jobs back, so that no worker claims them, and letting them go."""
@@ -725,7 +797,7 @@ class LocalFileStore(Protocol):
 
 
 @runtime_checkable
-class Store(JobStore, OperatorStore, InsightStore, FlowControlStore, Protocol):
+class Store(JobStore, OperatorStore, InsightStore, FlowControlStore, WorkflowStore, Protocol):
     """A store with every capability but the optional ones above: what the three stores are."""
 
 

@@ -38,7 +38,7 @@ from conveyor.errors import (
 from conveyor.job import DETAILED_STATES, FILTER_STATES, JobState, utcnow
 from conveyor.store.base import StepStore
 from conveyor.store.selection import ARGS_SEARCH_SPAN
-from conveyor.web import charts, views
+from conveyor.web import charts, graph, views
 from conveyor.web.format import FILTERS
 from conveyor.web.hosts import LOOPBACK_NAMES
 from conveyor.web.limits import limit_rows
@@ -57,6 +57,7 @@ from conveyor.web.security import CSRF_FIELD, CsrfTokens, Guard, foreign_origin
 #: The headers of the overview's counts: short, so the queue table fits 1024 px
 #: (each with its full name as a tooltip; a queue's card on a phone says it whole).
 SHORT_STATES = {
+    "waiting": "wait",
     "ready": "ready",
     "scheduled": "sched.",
     "retrying": "retry",
@@ -109,6 +110,7 @@ NOTICES = {
     "limit_set": "Limit set: workers obey it from their next claim.",
     "limit_cleared": "Limit cleared.",
     "throttle_lifted": "Throttle lifted.",
+    "workflow_cancelled": "Jobs of the workflow cancelled or asked to stop: {n}.",
 }
 
 
@@ -225,6 +227,9 @@ class Dashboard:
             Route("/jobs/{job_id:int}", self.page(self.job_page), name="job"),
             Route("/jobs/{job_id:int}/{action}", self.job_action, methods=["POST"]),
             Route("/workers", self.page(self.workers_page), name="workers"),
+            Route("/workflows", self.page(self.workflows_page), name="workflows"),
+            Route("/workflows/{workflow_id:path}/cancel", self.workflow_cancel, methods=["POST"]),
+            Route("/workflows/{workflow_id:path}", self.page(self.workflow_page), name="workflow"),
             Route("/workers/take-back", self.worker_take_back, methods=["POST"]),
             Route("/periodic", self.page(self.periodic_page), name="periodic"),
             Route("/queues/{queue:path}/pause", self.queue_pause, methods=["POST"]),
@@ -415,7 +420,15 @@ class Dashboard:
         except JobNotFoundError as exc:
             return self.problem(request, str(exc), 404)
         steps = self.app.steps(job_id) if isinstance(self.app.store, StepStore) else []
-        context = {"job": job, "events": self.app.events(job_id), "steps": steps, "now": utcnow()}
+        context = {
+            "job": job,
+            "events": self.app.events(job_id),
+            "steps": steps,
+            "now": utcnow(),
+            "parents": self.app.parents(job_id),
+            "children": self.app.children(job_id),
+            "workflow": self.app.store.job_workflow(job_id),
+        }
         name = "_job_live.html" if self.live(request) else "job.html"
         return self.render(request, name, context)
 
@@ -445,6 +458,47 @@ class Dashboard:
         context = {"now": now, "workers": workers, "orphans": views.orphans(self.app, workers)}
         name = "_workers.html" if self.live(request) else "workers.html"
         return self.render(request, name, context)
+
+    def workflows_page(self, request: Request) -> Response:
+        now = utcnow()
+        found = self.app.workflows(limit=PAGE_SIZE)
+        rows = [(w, self.app.workflow_status(w.id).counts) for w in found]
+        name = "_workflows.html" if self.live(request) else "workflows.html"
+        return self.render(request, name, {"now": now, "rows": rows})
+
+    def workflow_page(self, request: Request) -> Response:
+        workflow_id: str = request.path_params["workflow_id"]
+        try:
+            run = self.app.workflow(workflow_id)
+        except JobNotFoundError as exc:
+            return self.problem(request, str(exc), 404)
+        now = utcnow()
+        edges = self.app.store.workflow_edges(workflow_id)
+        parents: dict[int, list[int]] = {}
+        for child, parent, _ in edges:
+            parents.setdefault(child, []).append(parent)
+        drawn = len(run.jobs) <= graph.MAX_DRAWN
+        context = {
+            "now": now,
+            "run": run,
+            "status": self.app.workflow_status(workflow_id),
+            "graph": graph.layout(run.jobs, edges, now) if drawn else None,
+            "box_w": graph.BOX_W,
+            "box_h": graph.BOX_H,
+            "parents": parents,
+            "shown_jobs": run.jobs[: graph.MAX_DRAWN],
+        }
+        name = "_workflow_live.html" if self.live(request) else "workflow.html"
+        return self.render(request, name, context)
+
+    async def workflow_cancel(self, request: Request) -> Response:
+        workflow_id: str = request.path_params["workflow_id"]
+
+        def cancel(form: dict[str, list[str]]) -> str:
+            self.app.workflow(workflow_id)  # an unknown id says so
+            return f"workflow_cancelled:{self.app.cancel_workflow(workflow_id)}"
+
+        return await self.act(request, cancel, f"/workflows/{quote(workflow_id, safe='')}")
 
     def periodic_page(self, request: Request) -> Response:
         now = utcnow()

@@ -46,7 +46,7 @@ from conveyor.errors import (
     Retry,
     StoreUnavailableError,
 )
-from conveyor.job import Job, encode_json, utcnow
+from conveyor.job import Job, JobState, encode_json, utcnow
 from conveyor.limits import throttle_seconds
 from conveyor.logs import job_fields
 from conveyor.middleware import Attempt, Middleware, run_after, run_before
@@ -193,6 +193,12 @@ class ConsumedJob:
                 f"job {self.job.id}: the lease was lost before it could be {what}; "
                 "another worker may have taken it over"
             )
+
+    @property
+    def upstream(self) -> dict[int, Any]:
+        """The results of the jobs this one waited for (``after=``) that succeeded, by id."""
+        parents = self.app.parents(self.job.id)
+        return {p.id: p.result for p in parents if p.state == JobState.SUCCEEDED}
 
     def complete(self, result: Any = None) -> None:
         self._end(

@@ -118,6 +118,9 @@ class InlineHooks:
     def throttle(self, job: Job, seconds: float, whole_queue: bool) -> datetime:
         return throttle_job(self.app, job, seconds, whole_queue)
 
+    def parents(self, job: Job) -> list[Job]:
+        return self.app.parents(job.id)
+
     def steps(self, job: Job) -> list[Step]:
         return effects.steps(self.app.store, job)
 

@@ -628,6 +628,10 @@ class Worker:
         """``ctx.throttle()``: hold the job's limit key (or queue) back, for every worker."""
         return throttle_job(self.app, job, seconds, whole_queue)
 
+    def parents(self, job: Job) -> list[Job]:
+        """``ctx.upstream``: the jobs this one waited for."""
+        return self.app.parents(job.id)
+
     def steps(self, job: Job) -> list[Step]:
         return effects.steps(self.store, job)
 

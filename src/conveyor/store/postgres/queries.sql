@@ -454,6 +454,7 @@ WITH doomed AS MATERIALIZED (
     WHERE id = ANY(%(ids)b::bigint[])
       AND state IN ('succeeded', 'failed', 'cancelled')
       AND finished_at < %(before)s
+      AND {{conveyor.store.postgres/workflows.sql:flow_still_needed}}
     ORDER BY id
     FOR UPDATE
 ),
@@ -574,6 +575,7 @@ WITH doomed AS MATERIALIZED (
     WHERE finished_at < %(before)s
       AND state = ANY(%(states)s::text[])
       AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+      AND {{conveyor.store.postgres/workflows.sql:flow_still_needed}}
     ORDER BY finished_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -595,6 +597,7 @@ WHERE finished_at < %(before)s
 WITH doomed AS MATERIALIZED (
     SELECT id, state FROM jobs
     WHERE queue = %(queue)s AND state = ANY(%(states)s::text[])
+      AND {{conveyor.store.postgres/workflows.sql:flow_still_needed}}
     ORDER BY id DESC
     OFFSET %(keep)s
     LIMIT %(limit)s

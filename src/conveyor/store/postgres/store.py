@@ -44,16 +44,20 @@ from conveyor.store.base import (
     Lease,
     LeaseStatus,
     LimitStatus,
+    Relative,
     RunTimeBucket,
     Stats,
     Step,
     Subscription,
     WorkerInfo,
+    WorkflowInfo,
 )
 from conveyor.store.boundary import translate_missing_schema
 from conveyor.store.counting import assemble_stats
+from conveyor.store.flows import first_states
 from conveyor.store.keys import key_pairs, new_job_record, plan_insert, resolve_plan
 from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of_row
+from conveyor.store.postgres import flows as pg_flows
 from conveyor.store.postgres.listener import Listener
 from conveyor.store.selection import (
     NO_ID_BOUND,
@@ -301,15 +305,25 @@ class PostgresStore:
     # --- producing ------------------------------------------------------------
 
     def job_insert_many(
-        self, jobs: Sequence[NewJob], now: datetime, connection: Any = None
+        self,
+        jobs: Sequence[NewJob],
+        now: datetime,
+        connection: Any = None,
+        *,
+        workflow: str | None = None,
     ) -> list[Job]:
         if not jobs:
             return []
+        if connection is None and any(new.waits for new in jobs):
+            # Jobs that wait are linked to their parents in the insert's transaction.
+            with self._tx() as own:
+                return self.job_insert_many(jobs, now, connection=own)
         with self._conn(connection) as own:
             conn: Connection | Cursor = own if connection is None else _own_cursor(own)
             pairs = key_pairs(jobs)
             plan = plan_insert(jobs, self._find_keys(conn, pairs) if pairs else [])
             inserted: dict[int, Job] = {}
+            answered: set[int] = set()  # positions another producer's job answered
             pending = plan.insert
             for _ in range(_INSERT_ROUNDS):
                 if not pending:
@@ -324,6 +338,7 @@ class PostgresStore:
                 replan = plan_insert(subset, self._find_keys(conn, key_pairs(subset)))
                 for index, existing in replan.existing.items():
                     inserted[lost[index]] = existing
+                    answered.add(lost[index])
                 pending = [lost[index] for index in replan.insert]
             else:
                 if pending:
@@ -332,7 +347,12 @@ class PostgresStore:
                         f"enqueue gave up after {_INSERT_ROUNDS} rounds: the keys of "
                         f"{len(pending)} jobs kept changing hands; try again"
                     )
-        return resolve_plan(plan, len(jobs), inserted)
+            results = resolve_plan(plan, len(jobs), inserted)
+            if workflow is not None or any(new.waits for new in jobs):
+                ids = [job.id for job in results]
+                written = sorted(set(inserted) - answered)
+                first_states(pg_flows.link(conn, jobs, ids, written, now, workflow), results)
+        return results
 
     def _insert_rows(
         self,
@@ -413,6 +433,7 @@ class PostgresStore:
                 )
             offset = {"xid": folded[0], "seq": folded[1]}
             counts = conn.execute(_Q["stats_counts"], offset).fetchall()
+            counts += [(q, "waiting", n) for q, n in pg_flows.waiting_counts(conn)]
             queued = conn.execute(_Q["stats_queued"], {"now": now}).fetchall()
             retrying = dict(conn.execute(_Q["stats_retrying"], {"now": now}).fetchall())
             since = now - timedelta(minutes=1)
@@ -547,7 +568,17 @@ class PostgresStore:
     def job_finish(self, finishes: Sequence[Finish], now: datetime | None = None) -> list[int]:
         if not finishes:
             return []
-        return self._change("job_finish", _finish_params(finishes, now))
+        # One transaction with the jobs waiting for these (pg_flows.release). The
+        # finish and the search for edges onto the jobs it names travel together
+        # (a pipeline): jobs nothing waits for pay the transaction's begin and
+        # commit, not a round trip more (see BENCHMARKS.md, workflows).
+        with self._tx() as conn:
+            with conn.pipeline():
+                finished = conn.execute(_Q["job_finish"], _finish_params(finishes, now))
+                resolved = pg_flows.resolve(conn, [f.id for f in finishes])
+            ids = [r[0] for r in finished.fetchall()]
+            pg_flows.release_resolved(conn, resolved.fetchall(), now)
+        return ids
 
     def job_progress(
         self, lease: Lease, fraction: float | None, message: str | None, now: datetime
@@ -779,12 +810,24 @@ class PostgresStore:
         return []
 
     def job_cancel_many(self, job_ids: Sequence[int], now: datetime) -> list[int]:
-        return self._change_ids("job_cancel_many", job_ids, now)
+        if not job_ids:
+            return []
+        with self._tx() as conn:
+            params = {"ids": list(job_ids), "now": now}
+            ids = [r[0] for r in conn.execute(_Q["job_cancel_many"], params).fetchall()]
+            # Waiting jobs, and the jobs waiting for the jobs cancelled now.
+            ids += pg_flows.cancel_waiting(conn, job_ids, now)
+            pg_flows.release(conn, ids, now)
+        return sorted(ids)
 
     def job_delete_many(self, job_ids: Sequence[int]) -> list[int]:
         if not job_ids:
             return []
-        return sorted(self._delete("job_delete_many", {"ids": list(job_ids)}))
+        with self._tx() as conn:
+            conn.execute(_Q["finished_counts_lock"])  # first, as every delete takes it
+            pg_flows.orphan(conn, job_ids, None)  # the jobs waiting for them go on
+            deleted = [r[0] for r in conn.execute(_Q["job_delete_many"], {"ids": list(job_ids)})]
+        return sorted(deleted)
 
     def job_run_now(self, job_ids: Sequence[int], now: datetime) -> list[int]:
         return self._change_ids("job_run_now", job_ids, now)
@@ -855,6 +898,60 @@ class PostgresStore:
 
     def queue_delete(self, queue: str) -> None:
         self._change_none("queue_delete", {"name": queue})
+
+    # --- workflows: jobs that wait for other jobs -----------------------------------
+
+    def job_parents(self, job_id: int) -> list[Relative]:
+        with self._conn() as conn:
+            rows = pg_flows.relatives(conn, job_id, children=False)
+        return [Relative(_row_to_job(r), r[-1]) for r in rows]
+
+    def job_children(self, job_id: int) -> list[Relative]:
+        with self._conn() as conn:
+            rows = pg_flows.relatives(conn, job_id, children=True)
+        return [Relative(_row_to_job(r), r[-1]) for r in rows]
+
+    def job_workflow(self, job_id: int) -> str | None:
+        with self._conn() as conn:
+            row = conn.execute(pg_flows.Q["job_workflow"], {"id": job_id}).fetchone()
+        return None if row is None else row[0]
+
+    def workflow_insert(
+        self, workflow_id: str, name: str, jobs: Sequence[NewJob], now: datetime
+    ) -> tuple[list[Job], bool]:
+        with self._tx() as conn:
+            params = {"id": workflow_id, "name": name, "jobs": len(jobs), "now": now}
+            if conn.execute(pg_flows.Q["workflow_create"], params).fetchone() is None:
+                return self._workflow_jobs(conn, workflow_id), True
+            return self.job_insert_many(jobs, now, conn, workflow=workflow_id), False
+
+    def _workflow_jobs(self, conn: Connection, workflow_id: str) -> list[Job]:
+        rows = conn.execute(pg_flows.Q["workflow_jobs"], {"id": workflow_id}).fetchall()
+        return [_row_to_job(r) for r in rows]
+
+    def workflow_get(self, workflow_id: str) -> WorkflowInfo | None:
+        with self._conn() as conn:
+            row = conn.execute(pg_flows.Q["workflow_get"], {"id": workflow_id}).fetchone()
+        return None if row is None else WorkflowInfo(*row)
+
+    def workflow_list(self, limit: int = 100) -> list[WorkflowInfo]:
+        with self._conn() as conn:
+            rows = conn.execute(pg_flows.Q["workflow_list"], {"limit": limit}).fetchall()
+        return [WorkflowInfo(*r) for r in rows]
+
+    def workflow_jobs(self, workflow_id: str) -> list[Job]:
+        with self._conn() as conn:
+            return self._workflow_jobs(conn, workflow_id)
+
+    def workflow_counts(self, workflow_id: str) -> dict[str, int]:
+        with self._conn() as conn:
+            rows = conn.execute(pg_flows.Q["workflow_counts"], {"id": workflow_id}).fetchall()
+        return {state: count for state, count in sorted(rows)}
+
+    def workflow_edges(self, workflow_id: str) -> list[tuple[int, int, str | None]]:
+        with self._conn() as conn:
+            rows = conn.execute(pg_flows.Q["workflow_edges"], {"id": workflow_id}).fetchall()
+        return [(child, parent, resolved) for child, parent, resolved in rows]
 
     # --- flow control: rate and concurrency limits --------------------------------
 
@@ -966,7 +1063,11 @@ class PostgresStore:
         # The worker's own finish of a success, in the caller's transaction.
         params = _finish_params([Finish.complete(lease.id, lease.token, result_json)], now)
         with _own_cursor(connection) as cur:
-            return cur.execute(_Q["job_finish"], params).fetchone() is not None
+            if cur.execute(_Q["job_finish"], params).fetchone() is None:
+                return False
+            # The jobs waiting for this one go on in the same transaction.
+            pg_flows.release(cur, [lease.id], now)
+            return True
 
     def step_list(self, job_id: int) -> list[Step]:
         with self._conn() as conn:

@@ -34,7 +34,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from conveyor.errors import ConfigurationError, StoreUnavailableError
+from conveyor.errors import ConfigurationError, InvalidJobError, StoreUnavailableError
 from conveyor.job import HOLD_AT, Event, Job, JobState, NewJob
 from conveyor.limits import Limit, QueueLimits
 from conveyor.store.base import (
@@ -51,12 +51,15 @@ from conveyor.store.base import (
     LeaseStatus,
     LimitStatus,
     QueueStats,
+    Relative,
     RunTimeBucket,
     Stats,
     Step,
     Subscription,
     WorkerInfo,
+    WorkflowInfo,
 )
+from conveyor.store.flows import check_order
 from conveyor.store.keys import new_job_record
 from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of_row
 from conveyor.store.redis.listener import RedisListener
@@ -67,7 +70,7 @@ from conveyor.store.selection import NO_ID_BOUND, args_floor
 LAYOUT_VERSION = 2
 DEFAULT_PREFIX = "{conveyor}:"
 TERMINAL = ("succeeded", "failed", "cancelled")
-_STATES = ("queued", "running", *TERMINAL)
+_STATES = ("waiting", "queued", "running", *TERMINAL)
 #: Keys of one index read per round trip when Python walks it.
 _CHUNK = 500
 #: The fields every job's hash has (REQUIRED in upkeep.lua): one without them cannot be read.
@@ -91,12 +94,24 @@ def _load_scripts() -> dict[str, str]:
     folder = resources.files("conveyor.store.redis").joinpath("scripts")
     common = folder.joinpath("common.lua").read_text(encoding="utf-8")
     upkeep = folder.joinpath("upkeep.lua").read_text(encoding="utf-8")
+    # Workflows' functions: for the scripts that say so, and those with upkeep.lua
+    # (whose delete forgets a job's edges).
+    flows = folder.joinpath("flows.lua").read_text(encoding="utf-8")
     scripts = {}
     for entry in folder.iterdir():
-        if not entry.name.endswith(".lua") or entry.name in ("common.lua", "upkeep.lua"):
+        if not entry.name.endswith(".lua") or entry.name in (
+            "common.lua",
+            "upkeep.lua",
+            "flows.lua",
+        ):
             continue
         text = entry.read_text(encoding="utf-8")
-        parts = [common, upkeep, text] if "\n-- uses upkeep.lua\n" in text else [common, text]
+        if "\n-- uses upkeep.lua\n" in text:
+            parts = [common, flows, upkeep, text]
+        elif "\n-- uses flows.lua\n" in text:
+            parts = [common, flows, text]
+        else:
+            parts = [common, text]
         scripts[entry.name[: -len(".lua")]] = "\n".join(parts)
     return scripts
 
@@ -215,6 +230,21 @@ def _new_job_json(job: NewJob) -> list[str | None]:
         job.limit_key,
         job.headers_text(),
     ]
+
+
+class _WorkflowTaken(Exception):
+    """job_insert_many found the workflow's id taken: the ids of its jobs."""
+
+    def __init__(self, ids: list[int]) -> None:
+        super().__init__(ids)
+        self.ids = ids
+
+
+def flow_link_json(job: NewJob, workflow: str) -> list[Any] | None:
+    """What job_insert_many links a job with (flows.lua): None when it waits for nothing."""
+    if not job.waits and not workflow:
+        return None
+    return [[str(p) for p in job.after], list(job.after_new), job.after_failure]
 
 
 def split_prefix(dsn: str) -> tuple[str, str | None]:
@@ -439,9 +469,25 @@ class RedisStore:
             )
         if not jobs:
             return []
-        answers, unreadable = self._run(
-            "job_insert_many", _ts(now), json.dumps([_new_job_json(j) for j in jobs])
-        )
+        return self._insert(jobs, now)
+
+    def _insert(
+        self, jobs: Sequence[NewJob], now: datetime, workflow: str = "", name: str = ""
+    ) -> list[Job]:
+        """The insert of job_insert_many; the jobs that wait linked in the same script."""
+        args = [_ts(now), json.dumps([_new_job_json(j) for j in jobs])]
+        check_order(jobs)
+        if workflow or any(j.waits for j in jobs):
+            args += [json.dumps([flow_link_json(j, workflow) for j in jobs]), workflow, name]
+        reply = self._run("job_insert_many", *args)
+        if reply[0] == "workflow":
+            raise _WorkflowTaken([int(i) for i in reply[1]])
+        if reply[0] == "missing":
+            raise InvalidJobError(
+                f"after names job {reply[1]}, which does not exist (never created, or purged); "
+                "a job can wait only for stored jobs"
+            )
+        answers, unreadable = reply
         self._drop(unreadable)
         out: list[Job] = []
         made: dict[int, Job] = {}
@@ -450,6 +496,9 @@ class RedisStore:
             if int(answer[0]) == 0:
                 if job_id not in made:
                     made[job_id] = new_job_record(job_id, new, now)
+                    if len(answer) > 2:  # linked to its parents: its first state
+                        made[job_id].state = JobState(answer[2])
+                        made[job_id].error = answer[3] if len(answer) > 3 else None
                 out.append(made[job_id])
             else:
                 out.append(job_of(_pairs(answer[2:])))
@@ -459,6 +508,103 @@ class RedisStore:
 
     def job_get(self, job_id: int) -> Job | None:
         return self._load([job_id])[0]
+
+    # --- workflows: jobs that wait for other jobs (flows.lua) ------------------------
+
+    def job_parents(self, job_id: int) -> list[Relative]:
+        edges: dict[str, str] = self._do(lambda: self._client.hgetall(self._k("wp", str(job_id))))
+        ids = sorted(int(i) for i in edges)
+        return [
+            Relative(job, edges[str(job.id)] or None) for job in self._load(ids) if job is not None
+        ]
+
+    def job_workflow(self, job_id: int) -> str | None:
+        found: str | None = self._do(
+            lambda: self._client.hget(self._k("job", str(job_id)), "workflow")
+        )
+        return found
+
+    def workflow_insert(
+        self, workflow_id: str, name: str, jobs: Sequence[NewJob], now: datetime
+    ) -> tuple[list[Job], bool]:
+        try:
+            return self._insert(jobs, now, workflow_id, name), False
+        except _WorkflowTaken as taken:
+            return [j for j in self._load(taken.ids) if j is not None], True
+
+    def workflow_get(self, workflow_id: str) -> WorkflowInfo | None:
+        fields: dict[str, str] = self._do(lambda: self._client.hgetall(self._k("wf", workflow_id)))
+        if not fields:
+            return None
+        return WorkflowInfo(
+            workflow_id, fields["name"], int(fields["jobs"]), _dt(fields["created_at"])
+        )
+
+    def workflow_list(self, limit: int = 100) -> list[WorkflowInfo]:
+        def read() -> list[tuple[str, dict[str, str]]]:
+            ids = self._client.zrevrange(self._k("workflows"), 0, limit - 1)
+            pipe = self._client.pipeline(transaction=False)
+            for workflow_id in ids:
+                pipe.hgetall(self._k("wf", workflow_id))
+            return list(zip(ids, pipe.execute(), strict=True))
+
+        return [
+            WorkflowInfo(i, f["name"], int(f["jobs"]), _dt(f["created_at"]))
+            for i, f in self._do(read)
+            if f
+        ]
+
+    def _workflow_ids(self, workflow_id: str) -> list[int]:
+        ids = self._do(lambda: self._client.zrange(self._k("wfj", workflow_id), 0, -1))
+        return [int(i) for i in ids]
+
+    def workflow_jobs(self, workflow_id: str) -> list[Job]:
+        return [j for j in self._load(self._workflow_ids(workflow_id)) if j is not None]
+
+    def workflow_counts(self, workflow_id: str) -> dict[str, int]:
+        ids = self._workflow_ids(workflow_id)
+
+        def read() -> list[str | None]:
+            pipe = self._client.pipeline(transaction=False)
+            for job_id in ids:
+                pipe.hget(self._k("job", str(job_id)), "state")
+            return list(pipe.execute())
+
+        counts: dict[str, int] = {}
+        for state in self._do(read):
+            if state is not None:
+                counts[state] = counts.get(state, 0) + 1
+        return dict(sorted(counts.items()))
+
+    def workflow_edges(self, workflow_id: str) -> list[tuple[int, int, str | None]]:
+        ids = self._workflow_ids(workflow_id)
+
+        def read() -> list[dict[str, str]]:
+            pipe = self._client.pipeline(transaction=False)
+            for job_id in ids:
+                pipe.hgetall(self._k("wp", str(job_id)))
+            return list(pipe.execute())
+
+        return [
+            (child, int(parent), resolved or None)
+            for child, edges in zip(ids, self._do(read), strict=True)
+            for parent, resolved in sorted(edges.items(), key=lambda e: int(e[0]))
+        ]
+
+    def job_children(self, job_id: int) -> list[Relative]:
+        def read() -> list[tuple[int, str | None]]:
+            ids = [int(i) for i in self._client.zrange(self._k("wc", str(job_id)), 0, -1)]
+            pipe = self._client.pipeline(transaction=False)
+            for child in ids:
+                pipe.hget(self._k("wp", str(child)), str(job_id))
+            return list(zip(ids, pipe.execute(), strict=True))
+
+        edges = dict(self._do(read))
+        return [
+            Relative(job, edges.get(job.id) or None)
+            for job in self._load(sorted(edges))
+            if job is not None
+        ]
 
     def job_get_many(self, job_ids: Sequence[int]) -> list[Job]:
         return [job for job in self._load(list(job_ids)) if job is not None]

@@ -38,15 +38,18 @@ from conveyor.store.base import (
     Lease,
     LeaseStatus,
     LimitStatus,
+    Relative,
     RunTimeBucket,
     Stats,
     Step,
     Subscription,
     WorkerInfo,
+    WorkflowInfo,
 )
 from conveyor.store.boundary import translate_missing_schema
 from conveyor.store.counting import assemble_stats
 from conveyor.store.event_kinds import EVENT_KINDS
+from conveyor.store.flows import first_states
 from conveyor.store.keys import key_pairs, new_job_record, plan_insert, resolve_plan
 from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of_row
 from conveyor.store.selection import (
@@ -58,6 +61,7 @@ from conveyor.store.selection import (
     select_queries,
 )
 from conveyor.store.sql import Migration, load_migrations, load_queries
+from conveyor.store.sqlite import flows as sqlite_flows
 from conveyor.store.sqlite.watcher import DataVersionWatcher
 
 _Q = load_queries("conveyor.store.sqlite")
@@ -127,7 +131,8 @@ def _row_to_event(row: tuple[Any, ...]) -> Event:
 
 
 def _finish(conn: sqlite3.Connection, finishes: Sequence[Finish], now_ts: float) -> list[int]:
-    """End running jobs with job_finish and record their events, in ``conn``'s transaction."""
+    """End running jobs with job_finish and record their events, and let the jobs waiting
+    for them go on (workflows), in ``conn``'s transaction."""
     items = [
         [f.id, f.token, f.kind, f.result_json, f.error, None if f.run_at is None else _ts(f.run_at)]
         for f in finishes
@@ -138,6 +143,7 @@ def _finish(conn: sqlite3.Connection, finishes: Sequence[Finish], now_ts: float)
     if ids:
         changed = json.dumps([[i, kinds[i]] for i in ids])
         conn.execute(_Q["event_insert_finished"], {"items": changed, "now": now_ts})
+        sqlite_flows.release(conn, ids, now_ts)  # jobs waiting for these
     return ids
 
 
@@ -307,7 +313,12 @@ class SQLiteStore:
     # --- producing ------------------------------------------------------------
 
     def job_insert_many(
-        self, jobs: Sequence[NewJob], now: datetime, connection: Any = None
+        self,
+        jobs: Sequence[NewJob],
+        now: datetime,
+        connection: Any = None,
+        *,
+        workflow: str | None = None,
     ) -> list[Job]:
         if not jobs:
             return []
@@ -355,7 +366,12 @@ class SQLiteStore:
                 conn.execute(
                     _Q["event_insert_enqueued"], {"first": first, "last": first + len(rows) - 1}
                 )
-        return resolve_plan(plan, len(jobs), inserted)
+            results = resolve_plan(plan, len(jobs), inserted)
+            if workflow is not None or any(new.waits for new in jobs):
+                ids = [job.id for job in results]
+                linked = sqlite_flows.link(conn, jobs, ids, plan.insert, now_ts, workflow)
+                first_states(linked, results)
+        return results
 
     # --- reading ------------------------------------------------------------
 
@@ -383,6 +399,7 @@ class SQLiteStore:
         conn.execute("BEGIN")
         try:
             counts = conn.execute(_Q["stats_counts"]).fetchall()
+            counts += [(q, "waiting", n) for q, n in sqlite_flows.waiting_counts(conn)]
             queued = conn.execute(_Q["stats_queued"], {"now": _ts(now)}).fetchall()
             retrying = dict(conn.execute(_Q["stats_retrying"], {"now": _ts(now)}).fetchall())
             since = _ts(now - timedelta(minutes=1))
@@ -429,6 +446,7 @@ class SQLiteStore:
         if not ids:
             return
         encoded = json.dumps(ids)
+        sqlite_flows.forget(conn, encoded)
         conn.execute(_Q["finished_counts_forget"], {"ids": encoded})
         conn.execute(_Q["event_delete_for_jobs"], {"ids": encoded})
         conn.execute(_Q["job_delete"], {"ids": encoded})
@@ -578,6 +596,7 @@ class SQLiteStore:
         with self._write() as conn:
             # Selected under the write lock: no retry can slip in before the delete.
             ids = [r[0] for r in conn.execute(_Q["job_delete_terminal_select"], params)]
+            ids = sqlite_flows.keep(conn, ids)  # parents of jobs yet to run stay
             self._delete_jobs(conn, ids)
         return ids
 
@@ -773,6 +792,9 @@ class SQLiteStore:
             ids += [r[0] for r in conn.execute(_Q["job_cancel_many_running"], params)]
             ids.sort()
             self._record(conn, "cancel", ids, now_ts)
+            # Waiting jobs, and the jobs waiting for the jobs cancelled now.
+            ids = sorted(ids + sqlite_flows.cancel_waiting(conn, job_ids, now_ts))
+            sqlite_flows.release(conn, ids, now_ts)
         return ids
 
     def job_delete_many(self, job_ids: Sequence[int]) -> list[int]:
@@ -781,6 +803,7 @@ class SQLiteStore:
         with self._write() as conn:
             params = {"ids": json.dumps(list(job_ids))}
             ids = sorted(r[0] for r in conn.execute(_Q["job_delete_many_select"], params))
+            sqlite_flows.orphan(conn, ids, _ts(utcnow()))  # the jobs waiting for them go on
             self._delete_jobs(conn, ids)
         return ids
 
@@ -808,6 +831,7 @@ class SQLiteStore:
         }
         with self._write() as conn:
             ids = [r[0] for r in conn.execute(_Q["job_purge_where_select"], params)]
+            ids = sqlite_flows.keep(conn, ids)  # parents of jobs yet to run stay
             self._delete_jobs(conn, ids)
         return len(ids)
 
@@ -828,6 +852,7 @@ class SQLiteStore:
         params = {"queue": queue, "keep": keep, "limit": limit, "states": json.dumps(list(states))}
         with self._write() as conn:
             ids = [r[0] for r in conn.execute(_Q["job_purge_beyond_select"], params)]
+            ids = sqlite_flows.keep(conn, ids)  # parents of jobs yet to run stay
             self._delete_jobs(conn, ids)
         return len(ids)
 
@@ -870,6 +895,52 @@ class SQLiteStore:
     def queue_delete(self, queue: str) -> None:
         with self._write() as conn:
             conn.execute(_Q["queue_delete"], {"name": queue})
+
+    # --- workflows: jobs that wait for other jobs -----------------------------------
+
+    def job_parents(self, job_id: int) -> list[Relative]:
+        rows = sqlite_flows.relatives(self._conn(), job_id, children=False)
+        return [Relative(_row_to_job(r), r[-1]) for r in rows]  # type: ignore[arg-type]
+
+    def job_children(self, job_id: int) -> list[Relative]:
+        rows = sqlite_flows.relatives(self._conn(), job_id, children=True)
+        return [Relative(_row_to_job(r), r[-1]) for r in rows]  # type: ignore[arg-type]
+
+    def job_workflow(self, job_id: int) -> str | None:
+        row = self._conn().execute(sqlite_flows.Q["job_workflow"], {"id": job_id}).fetchone()
+        return None if row is None else row[0]
+
+    def workflow_insert(
+        self, workflow_id: str, name: str, jobs: Sequence[NewJob], now: datetime
+    ) -> tuple[list[Job], bool]:
+        with self._write() as conn:
+            params = {"id": workflow_id, "name": name, "jobs": len(jobs), "now": _ts(now)}
+            if conn.execute(sqlite_flows.Q["workflow_create"], params).fetchone() is None:
+                return self._workflow_jobs(conn, workflow_id), True
+            return self.job_insert_many(jobs, now, conn, workflow=workflow_id), False
+
+    def _workflow_jobs(self, conn: sqlite3.Connection, workflow_id: str) -> list[Job]:
+        rows = conn.execute(sqlite_flows.Q["workflow_jobs"], {"id": workflow_id})
+        return [_row_to_job(r) for r in rows]
+
+    def workflow_get(self, workflow_id: str) -> WorkflowInfo | None:
+        row = self._conn().execute(sqlite_flows.Q["workflow_get"], {"id": workflow_id}).fetchone()
+        return None if row is None else WorkflowInfo(row[0], row[1], row[2], _dt_required(row[3]))
+
+    def workflow_list(self, limit: int = 100) -> list[WorkflowInfo]:
+        rows = self._conn().execute(sqlite_flows.Q["workflow_list"], {"limit": limit})
+        return [WorkflowInfo(r[0], r[1], r[2], _dt_required(r[3])) for r in rows]
+
+    def workflow_jobs(self, workflow_id: str) -> list[Job]:
+        return self._workflow_jobs(self._conn(), workflow_id)
+
+    def workflow_counts(self, workflow_id: str) -> dict[str, int]:
+        rows = self._conn().execute(sqlite_flows.Q["workflow_counts"], {"id": workflow_id})
+        return {state: count for state, count in sorted(rows)}
+
+    def workflow_edges(self, workflow_id: str) -> list[tuple[int, int, str | None]]:
+        rows = self._conn().execute(sqlite_flows.Q["workflow_edges"], {"id": workflow_id})
+        return [(child, parent, resolved) for child, parent, resolved in rows]
 
     # --- flow control: rate and concurrency limits --------------------------------
 

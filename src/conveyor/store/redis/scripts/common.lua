@@ -102,6 +102,8 @@ local JOB_FIELDS = {
     'max_attempts', 'key', 'group_key', 'batch', 'worker', 'lease_token', 'lease_expires_at',
     'cancel_requested', 'result', 'error', 'progress', 'progress_message', 'created_at',
     'started_at', 'finished_at', 'limit_key', 'headers',
+    -- a job that waits for others or belongs to a declared workflow (flows.lua)
+    'pending', 'on_failure', 'workflow',
 }
 -- Besides these a job's hash holds "events", the seqs of its events joined by commas.
 -- A hash without one of these cannot be read (store.py's _REQUIRED says the same):
@@ -268,7 +270,9 @@ local function terminal(state)
     return state == 'succeeded' or state == 'failed' or state == 'cancelled'
 end
 
-local function live(state) return state == 'queued' or state == 'running' end
+local function live(state)
+    return state == 'queued' or state == 'running' or state == 'waiting'
+end
 
 -- Wake-ups: published once per script and channel payload.
 local published = {jobs = {}, cancel = {}}
@@ -356,7 +360,7 @@ local function leave(j)
     elseif j.state == 'running' then
         if j.group_key then decr(P .. 'grun', j.group_key) end
         if j.limit_key then decr(qk('krun', q), j.limit_key) end
-    else
+    elseif j.state ~= 'waiting' then -- a waiting job is in qs:<q>:waiting alone
         zrem(P .. 'finished', id)
     end
 end
@@ -385,6 +389,8 @@ local function enter(j)
         zadd(state_key(q, 'running'), j.lease_expires_at, id)
         if j.group_key then redis.call('HINCRBY', P .. 'grun', j.group_key, 1) end
         if j.limit_key then redis.call('HINCRBY', qk('krun', q), j.limit_key, 1) end
+    elseif j.state == 'waiting' then -- for other jobs (flows.lua): in none of the claim's indexes
+        zadd(state_key(q, 'waiting'), id, id)
     else
         zadd(state_key(q, j.state), id, id)
         zadd(P .. 'finished', j.finished_at, id)

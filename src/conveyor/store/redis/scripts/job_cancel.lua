@@ -22,6 +22,10 @@ for _, id in ipairs(cjson.decode(ARGV[2])) do
     if kind then
         event(j, kind, tonumber(j.attempts), now_s, nil)
         changed[#changed + 1] = tonumber(j.id)
+    elseif j and j.state == 'waiting' then
+        flow_cancel_waiting(j, now_s)
+        changed[#changed + 1] = tonumber(j.id)
     end
 end
+flow_release(changed, now_s) -- jobs waiting for those cancelled (flows.lua)
 return done(changed)

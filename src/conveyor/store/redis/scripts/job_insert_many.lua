@@ -1,4 +1,5 @@
 -- name: job_insert_many
+-- uses flows.lua
 -- ARGV: now, jobs (JSON [[queue, task, args, kwargs, priority, run_at,
 -- max_attempts, key, unique, group, batch, limit_key, headers], ...]).
 -- A job with a key that a live job of its queue holds (or, unique "forever",
@@ -8,6 +9,17 @@
 -- jobs it could not read (unreadable).
 gather = true -- the sorted-set writes sent at done() (see zwrite)
 local now_n, now_s = clock(ARGV[1])
+-- Workflows (flows.lua): ARGV[3], per job, null or {after ids, after positions
+-- (0-based, of earlier jobs of this insert), on_failure}; ARGV[4] a workflow id.
+-- ARGV[5] the workflow's name: a workflow whose id is taken returns its jobs.
+local links = ARGV[3] and cjson.decode(ARGV[3]) or {}
+local workflow = ARGV[4] and ARGV[4] ~= '' and ARGV[4] or nil
+if workflow then
+    local stored = flow_workflow_ids(workflow)
+    if stored then return {'workflow', stored} end
+end
+local missing = flow_missing_parent(links)
+if missing then return {'missing', missing} end
 local jobs, plan, first, count = cjson.decode(ARGV[2]), {}, {}, 0
 -- First what becomes of each job ('new', the id of a job holding its key, or
 -- minus the position of the first job of the batch with its key), then one
@@ -23,12 +35,21 @@ local id, out = redis.call('INCRBY', P .. 'ids', count) - count, {}
 for i, n in ipairs(jobs) do
     if plan[i] == 'new' then
         id = id + 1
-        insert(n, now_s, tostring(id))
+        local j = insert(n, now_s, tostring(id))
         out[i] = {0, id}
+        local l = v(links[i])
+        if l then
+            local parents = {}
+            for _, p in ipairs(l[1]) do parents[#parents + 1] = tostring(p) end
+            for _, at in ipairs(l[2]) do parents[#parents + 1] = tostring(out[at + 1][2]) end
+            flow_link(j, parents, l[3], workflow, now_s)
+            out[i] = {0, id, j.state, j.error}
+        end
     elseif type(plan[i]) == 'number' then
         out[i] = out[-plan[i]]
     else
         out[i] = {1, tonumber(plan[i]), unpack(flat(load(plan[i])))}
     end
 end
+if workflow then flow_workflow_record(workflow, ARGV[5], #jobs, now_s) end
 return done({out, unreadable})

@@ -21,4 +21,6 @@ for _, q in ipairs(redis.call('HKEYS', P .. 'queues')) do
         end
     end
 end
-return done(finish_all(items, now_n, now_s))
+local rescued = finish_all(items, now_n, now_s)
+flow_release(rescued, now_s) -- jobs waiting for those that ended (flows.lua)
+return done(rescued)

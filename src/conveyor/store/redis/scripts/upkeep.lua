@@ -24,6 +24,7 @@ local function delete(j)
     if j.group_key then zrem(P .. 'group:' .. j.group_key, id) end
     if j.batch then zrem(P .. 'batch:' .. j.batch, id) end
     delete_events(j.events)
+    flow_forget(j) -- its edges (flows.lua)
     redis.call('DEL', jkey(id), P .. 'steps:' .. id)
     gone[j], cache[id] = true, nil
     if j.state == 'queued' then wake_group(j) end
@@ -50,7 +51,7 @@ end
 -- it by job_drop.
 
 local DATA_MISSING = 'job data missing (deleted or evicted)'
-local STATES = {'queued', 'running', 'succeeded', 'failed', 'cancelled'}
+local STATES = {'queued', 'running', 'succeeded', 'failed', 'cancelled', 'waiting'}
 local FINISHED = {'succeeded', 'failed', 'cancelled'}
 
 -- Take an id out of the index of its state, qs:<q>:<state>: of the queue given,

@@ -1,0 +1,152 @@
+-- Workflows: jobs that wait for other jobs (see conveyor/store/flows.py for the
+-- rules and docs/workflows.md). Every statement takes its jobs as one JSON
+-- array: one statement per step, however many edges it touches. They run in
+-- the transaction of the insert, finish or cancel they follow.
+
+-- name: flow_parent_states
+-- The state of each named job that exists (the parents of new jobs).
+SELECT id, state FROM jobs WHERE id IN (SELECT value FROM json_each(:ids))
+
+-- name: flow_edges_insert
+-- :items is [[child, parent, resolved], ...]
+INSERT INTO job_edges (child, parent, resolved)
+SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each(:items)
+
+-- name: flow_jobs_insert
+-- :items is [[job, pending, on_failure, workflow], ...]
+INSERT INTO job_flows (job_id, pending, on_failure, workflow)
+SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each(:items)
+
+-- name: flow_wait
+-- New jobs whose parents have not all ended: out of the claim's indexes.
+UPDATE jobs SET state = 'waiting'
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'queued'
+
+-- name: flow_resolve
+-- The edges onto jobs of :ids that ended (and were not resolved before): each
+-- resolved once, with the state its parent ended in. The edges are searched
+-- first (job_edges_parent), and a parent's row read only for an edge found:
+-- the finish of jobs that nothing waits for costs an index probe per job.
+UPDATE job_edges SET resolved = (SELECT p.state FROM jobs AS p WHERE p.id = job_edges.parent)
+WHERE job_edges.parent IN (SELECT value FROM json_each(:ids))
+  AND job_edges.resolved IS NULL
+  AND (SELECT p.state FROM jobs AS p WHERE p.id = job_edges.parent)
+      IN ('succeeded', 'failed', 'cancelled')
+RETURNING job_edges.child, job_edges.parent, job_edges.resolved
+
+-- name: flow_count_down
+-- :items is [[job, edges resolved now], ...]: fewer parents pending.
+UPDATE job_flows SET pending = pending - d.value ->> 1
+FROM json_each(:items) AS d
+WHERE job_flows.job_id = d.value ->> 0
+RETURNING job_flows.job_id, job_flows.pending, job_flows.on_failure
+
+-- name: flow_ready
+-- Waiting jobs whose last parent just ended: claimable from now on.
+UPDATE jobs SET state = 'queued'
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'waiting'
+RETURNING id
+
+-- name: flow_cancel
+-- :items is [[job, error], ...]: waiting jobs a parent's failure or cancel ends.
+UPDATE jobs SET state = 'cancelled', finished_at = :now, error = c.value ->> 1
+FROM json_each(:items) AS c
+WHERE jobs.id = c.value ->> 0 AND jobs.state = 'waiting'
+RETURNING jobs.id
+
+-- name: flow_cancel_new
+-- :items is [[job, error], ...]: new jobs whose parent had already failed.
+UPDATE jobs SET state = 'cancelled', finished_at = :now, error = c.value ->> 1
+FROM json_each(:items) AS c
+WHERE jobs.id = c.value ->> 0 AND jobs.state = 'queued'
+RETURNING jobs.id
+
+-- name: flow_cancel_waiting
+-- An operator's cancel of waiting jobs (job_cancel_many cancels the queued ones).
+UPDATE jobs SET state = 'cancelled', finished_at = :now
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'waiting'
+RETURNING id
+
+-- name: flow_events
+-- :kind for each job of :ids, its error with it (ready, cancelled).
+INSERT INTO events (job_id, queue, task, kind, attempt, worker, at, error)
+SELECT id, queue, task, :kind, attempts, NULL, :now,
+       CASE WHEN :kind = 'cancelled' THEN error END
+FROM jobs
+WHERE id IN (SELECT value FROM json_each(:ids))
+ORDER BY id
+
+-- name: flow_parents
+-- The jobs a job waits for, with the state each edge resolved in.
+SELECT jobs.*, e.resolved FROM job_edges AS e JOIN jobs ON jobs.id = e.parent
+WHERE e.child = :id
+ORDER BY jobs.id
+
+-- name: flow_children
+SELECT jobs.*, e.resolved FROM job_edges AS e JOIN jobs ON jobs.id = e.child
+WHERE e.parent = :id
+ORDER BY jobs.id
+
+-- name: flow_keep
+-- Of :ids (about to be purged), the jobs with children not yet ended: a child
+-- still to run reads its parents' results (ctx.upstream).
+SELECT DISTINCT e.parent FROM job_edges AS e JOIN jobs AS c ON c.id = e.child
+WHERE e.parent IN (SELECT value FROM json_each(:ids))
+  AND c.state IN ('waiting', 'queued', 'running')
+
+-- name: flow_forget
+-- Deleted jobs take their edges and flow rows with them.
+DELETE FROM job_edges
+WHERE child IN (SELECT value FROM json_each(:ids))
+   OR parent IN (SELECT value FROM json_each(:ids))
+
+-- name: flow_forget_jobs
+DELETE FROM job_flows WHERE job_id IN (SELECT value FROM json_each(:ids))
+
+-- name: stats_waiting
+-- Waiting jobs per queue (from jobs_queue_state).
+SELECT queue, count(*) FROM jobs WHERE state = 'waiting' GROUP BY queue
+
+-- name: workflow_create
+-- The workflow's record, unless its id is taken (then nothing: the caller
+-- returns the stored one).
+INSERT INTO workflows (id, name, jobs, created_at) VALUES (:id, :name, :jobs, :now)
+ON CONFLICT (id) DO NOTHING
+RETURNING id
+
+-- name: workflow_get
+SELECT id, name, jobs, created_at FROM workflows WHERE id = :id
+
+-- name: workflow_list
+SELECT id, name, jobs, created_at FROM workflows ORDER BY created_at DESC, id LIMIT :limit
+
+-- name: workflow_jobs
+SELECT jobs.* FROM job_flows AS f JOIN jobs ON jobs.id = f.job_id
+WHERE f.workflow = :id
+ORDER BY jobs.id
+
+-- name: workflow_counts
+SELECT jobs.state, count(*) FROM job_flows AS f JOIN jobs ON jobs.id = f.job_id
+WHERE f.workflow = :id
+GROUP BY jobs.state
+
+-- name: workflow_edges
+SELECT e.child, e.parent, e.resolved
+FROM job_flows AS f JOIN job_edges AS e ON e.child = f.job_id
+WHERE f.workflow = :id
+ORDER BY e.child, e.parent
+
+-- name: job_workflow
+SELECT workflow FROM job_flows WHERE job_id = :id
+
+-- name: flow_orphan
+-- Jobs an operator deletes before they ended (running ones are not deleted):
+-- their unresolved edges resolve as 'deleted', so that no job waits for them
+-- forever.
+UPDATE job_edges SET resolved = 'deleted'
+FROM jobs AS p
+WHERE job_edges.parent IN (SELECT value FROM json_each(:ids))
+  AND job_edges.resolved IS NULL
+  AND p.id = job_edges.parent
+  AND p.state <> 'running'
+RETURNING job_edges.child, job_edges.parent, job_edges.resolved
