@@ -233,3 +233,8 @@ DELETE FROM limits
 WHERE rate IS NULL AND concurrency IS NULL AND key_rate IS NULL AND key_concurrency IS NULL
   AND (throttled_until IS NULL OR throttled_until <= :now)
   AND NOT EXISTS (SELECT 1 FROM limit_throttles AS t WHERE t.queue = limits.queue)
+
+-- name: job_running_leases
+-- The lease of each of these jobs that is running: job_take_back ends them with
+-- job_finish (kind take_back), which fences off a late outcome of the holder.
+SELECT id, lease_token FROM jobs WHERE {{drive_ids}} AND state = 'running'

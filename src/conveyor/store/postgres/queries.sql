@@ -562,11 +562,6 @@ WITH changed AS (
 )
 SELECT changed.id FROM changed, (SELECT count(*) FROM notified) AS n
 
--- name: job_running_leases
--- The lease of each of these jobs that is running: job_take_back ends them with
--- job_finish (kind take_back), which fences off a late outcome of the holder.
-SELECT id, lease_token FROM jobs WHERE id = ANY(%(ids)s::bigint[]) AND state = 'running'
-
 -- name: job_purge_where
 -- Finished jobs of the given states (and queue) that ended before the time,
 -- oldest first along jobs_finished.

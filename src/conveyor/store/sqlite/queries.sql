@@ -437,12 +437,6 @@ SET run_at = :now
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'queued' AND run_at > :now
 RETURNING id
 
--- name: job_running_leases
--- The lease of each of these jobs that is running: job_take_back ends them with
--- job_finish (kind take_back), which fences off a late outcome of the holder.
-SELECT id, lease_token FROM jobs
-WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'running'
-
 -- name: job_purge_where_select
 -- Finished jobs of the given states (and queue) that ended before :before,
 -- oldest first along jobs_finished.
