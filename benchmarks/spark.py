@@ -9,7 +9,9 @@ For each backend, on fresh databases:
 - Spark enqueue: a DataFrame of ``--rows`` rows (an id used as the key column,
   two task arguments; ``excludeColumns`` keeps the key out of the arguments,
   so the jobs are the store enqueue's) written with ``format("conveyor")``,
-  atomic (staged, then moved in one transaction);
+  atomic (staged, then moved: on PostgreSQL in parallel pieces, one per
+  partition, as the test server allows prepared transactions; and again with
+  ``commitPieces=1``, moved in one transaction);
 - store enqueue_many: the same jobs through ``Store.job_insert_many`` in
   batches of 10,000, payloads encoded in the timed loop as a producer would;
 - Spark read: every column of every job, ``format("conveyor")`` into Spark's
@@ -159,7 +161,7 @@ def frame(spark: Any, rows: int) -> Any:
     )
 
 
-def spark_enqueue(spark: Any, dsn: str, rows: int) -> int:
+def spark_enqueue(spark: Any, dsn: str, rows: int, **options: str) -> int:
     (
         frame(spark, rows)
         .write.format("conveyor")
@@ -167,6 +169,7 @@ def spark_enqueue(spark: Any, dsn: str, rows: int) -> int:
         .option("task", "resize")
         .option("keyColumn", "id")
         .option("excludeColumns", "id")
+        .options(**options)
         .mode("append")
         .save()
     )
@@ -412,6 +415,11 @@ def bench_backend(spark: Any, backend: str, base: str, folder: Path, rows: int) 
     spark_dsn = fresh_database(backend, base, folder, "bench_spark")
     done, seconds = timed(lambda: spark_enqueue(spark, spark_dsn, rows))
     results.append(Result(backend, "Spark enqueue (atomic, key column)", done, seconds))
+    if backend == "postgres":
+        # The same write committed in one transaction, not in parallel pieces.
+        single = fresh_database(backend, base, folder, "bench_single")
+        done, seconds = timed(lambda: spark_enqueue(spark, single, rows, commitPieces="1"))
+        results.append(Result(backend, "Spark enqueue, one-transaction commit", done, seconds))
 
     done, seconds = timed(lambda: plain_read(spark_dsn))
     results.append(Result(backend, "plain read, one connection", done, seconds))

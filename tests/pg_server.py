@@ -344,6 +344,8 @@ class PgServer:
             "-c fsync=off",
             "-c full_page_writes=off",
             "-c max_connections=200",
+            # Spark writes commit in parallel pieces only with room for prepared transactions.
+            "-c max_prepared_transactions=64",
             *self.extra_options,
         ]
         return " ".join(options)

@@ -28,8 +28,9 @@ from spark_helpers import all_jobs, spark_tables
 
 pytestmark = pytest.mark.sql_only
 
-SPARK_TABLES = ["spark_schema_migrations", "spark_write_progress", "spark_write_results",
-                "spark_writes"]  # fmt: skip
+_TABLES = ["spark_schema_migrations", "spark_write_progress", "spark_write_results", "spark_writes"]
+# PostgreSQL also keeps the decisions of writes committed in parallel pieces.
+SPARK_TABLES = {"sqlite": _TABLES, "postgres": sorted([*_TABLES, "spark_commits"])}
 
 # The three tables as the store's migrations 004 and 008 made them before the
 # Spark layer had migrations of its own: what a database made then holds.
@@ -107,7 +108,7 @@ def test_a_database_that_never_ran_a_spark_write_has_no_spark_table(dsn: str, st
 
 def test_the_first_write_makes_spark_tables_by_their_own_migrations(dsn: str, store: Store) -> None:
     write = a_writer(dsn)
-    assert spark_tables(dsn) == SPARK_TABLES
+    assert spark_tables(dsn) == SPARK_TABLES[_backend(dsn)]
     write.commit([write.write(iter([BATCH]))])
     assert sorted(j.key for j in all_jobs(store)) == ["1", "2", "3"]
     latest = len(load_migrations("conveyor.spark.storage", f"migrations/{_backend(dsn)}"))
@@ -125,7 +126,7 @@ def test_reading_a_write_result_on_a_new_database_makes_the_tables_and_finds_non
     dsn: str, store: Store
 ) -> None:
     assert write_result(dsn, "nothing-yet") is None
-    assert spark_tables(dsn) == SPARK_TABLES
+    assert spark_tables(dsn) == SPARK_TABLES[_backend(dsn)]
 
 
 def test_a_database_made_before_keeps_its_spark_tables_and_their_rows(
@@ -135,7 +136,7 @@ def test_a_database_made_before_keeps_its_spark_tables_and_their_rows(
     run_sql(dsn, OLD_TABLES[_backend(dsn)])
     old = write_result(dsn, "daily-1")
     assert old is not None and (old.rows, old.enqueued, old.skipped) == (5, 4, 1)
-    assert spark_tables(dsn) == SPARK_TABLES
+    assert spark_tables(dsn) == SPARK_TABLES[_backend(dsn)]
     stream = write_result(dsn, "stream:q1")
     assert stream is not None and stream.batch == 7
     # A rerun of the write committed before the upgrade is still recognised.
@@ -178,14 +179,14 @@ def test_adopted_tables_are_the_tables_spark_makes(dsn: str, store: Store) -> No
     try:
         storage.spark_migrate()
         made = spark_columns(dsn)
-        run_sql(dsn, "DROP TABLE spark_writes; DROP TABLE spark_write_results; "
-                "DROP TABLE spark_write_progress; DROP TABLE spark_schema_migrations;")  # fmt: skip
+        run_sql(dsn, "".join(f"DROP TABLE {table};" for table in spark_tables(dsn)))
         assert spark_tables(dsn) == []
         run_sql(dsn, OLD_TABLES[_backend(dsn)])
         storage.spark_migrate()
     finally:
         storage.close()
-    assert len(made) == 19  # with the options and caller id of 002_operations
+    # With the options and caller id of 002_operations (and 003's decisions on PostgreSQL).
+    assert len(made) == {"sqlite": 19, "postgres": 21}[_backend(dsn)]
     assert spark_columns(dsn) == made
 
 

@@ -68,6 +68,7 @@ _OPTIONS: dict[str, tuple[Use, ...]] = {
     "kwargsColumn": ("write", "stream write", "table"),
     "excludeColumns": ("write", "stream write", "table"),
     "batchSize": ("write", "stream write", "table"),
+    "commitPieces": ("write", "stream write", "table"),
     "abandonedAfterHours": ("write", "stream write", "table"),
     "atomic": ("write", "table"),
     "writeId": ("write", "table"),

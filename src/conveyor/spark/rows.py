@@ -56,6 +56,8 @@ DEFAULT_QUEUE = "default"
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_BATCH_SIZE = 10_000
 DEFAULT_ABANDONED_AFTER_HOURS = 24
+#: At most this many connections move an atomic write's rows at once (PostgreSQL).
+DEFAULT_COMMIT_PIECES = 8
 _INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
 # Options that name a column, by the job field they fill.
 _COLUMN_OPTIONS = {
@@ -74,7 +76,9 @@ _COLUMN_OPTIONS = {
 #: (or always, when the handler is not known), unless excludeColumns names them.
 _DATA_FIELDS = ("key", "group", "batch", "priority", "run_at")
 #: Options that change how a write runs, not what it enqueues (left out of ``described``).
-_NOT_DESCRIBED = frozenset({"dsn", "writeId", "batchSize", "abandonedAfterHours", "atomic"})
+_NOT_DESCRIBED = frozenset(
+    {"dsn", "writeId", "batchSize", "abandonedAfterHours", "atomic", "commitPieces"}
+)
 #: The kwarg_columns entry of tasks the write has no declaration for.
 ANY_TASK = ""
 
@@ -98,6 +102,9 @@ class WritePlan:
     unique: Unique = "live"
     atomic: bool = True
     batch_size: int = DEFAULT_BATCH_SIZE
+    #: How many connections at most commit an atomic write in parallel pieces (1: one
+    #: transaction). PostgreSQL with max_prepared_transactions only; see storage/pieces.py.
+    commit_pieces: int = DEFAULT_COMMIT_PIECES
     #: An atomic write open this long is taken for abandoned (its driver died) and
     #: cleared away by the next write to the store.
     abandoned_after: dt.timedelta = dt.timedelta(hours=DEFAULT_ABANDONED_AFTER_HOURS)
@@ -199,6 +206,8 @@ class WritePlan:
             unique=options.choice("unique", ("live", "forever"), "live"),  # type: ignore[arg-type]
             atomic=True if stream else options.boolean("atomic", True),
             batch_size=options.integer("batchSize", DEFAULT_BATCH_SIZE) or DEFAULT_BATCH_SIZE,
+            commit_pieces=options.integer("commitPieces", DEFAULT_COMMIT_PIECES, maximum=64)
+            or DEFAULT_COMMIT_PIECES,
             abandoned_after=dt.timedelta(
                 hours=options.integer("abandonedAfterHours", DEFAULT_ABANDONED_AFTER_HOURS)
                 or DEFAULT_ABANDONED_AFTER_HOURS

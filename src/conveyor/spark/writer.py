@@ -216,6 +216,7 @@ class ConveyorWriter(_Staging, DataSourceArrowWriter):
                     self.plan.unique,
                     datetime.now(UTC),
                     self.result_id,
+                    pieces=self.plan.commit_pieces,
                 )
             else:
                 result = store.bulk_write_finish(self.write_id, datetime.now(UTC), self.result_id)
@@ -387,7 +388,13 @@ class ConveyorStreamWriter(_Staging, DataSourceStreamArrowWriter):
         store = open_storage(self.dsn)
         try:
             result = store.bulk_write_commit(
-                write_id, stages, self.plan.unique, datetime.now(UTC), f"stream:{query}", batchId
+                write_id,
+                stages,
+                self.plan.unique,
+                datetime.now(UTC),
+                f"stream:{query}",
+                batchId,
+                pieces=self.plan.commit_pieces,
             )
         finally:
             store.close()

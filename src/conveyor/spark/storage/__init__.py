@@ -66,6 +66,7 @@ __all__ = [
     "scan_query",
     "stage_name",
     "stage_prefix",
+    "write_token",
 ]
 
 STAGE_PREFIX = "spark_stage_"
@@ -86,7 +87,12 @@ def stage_prefix(write_id: str) -> str:
     A hash of the write's id: ids may hold any text (a caller's ``writeId``),
     table names may not, and a fixed length means no prefix is another's.
     """
-    return f"{STAGE_PREFIX}{hashlib.sha1(write_id.encode()).hexdigest()[:16]}_"
+    return f"{STAGE_PREFIX}{write_token(write_id)}_"
+
+
+def write_token(write_id: str) -> str:
+    """A write's id as 16 hex digits: its staging tables' and its commit's name."""
+    return hashlib.sha1(write_id.encode()).hexdigest()[:16]
 
 
 def stage_name(write_id: str, partition: int, attempt: int) -> str:
@@ -239,13 +245,16 @@ class SparkStorage(Protocol):
         now: datetime,
         result_id: str,
         batch: int | None = None,
+        pieces: int = 1,
     ) -> WriteResult:
         """Move the staged rows into jobs, record the result, end the write and drop its staging.
 
-        One transaction. When ``result_id`` was recorded before (a rerun with
-        the same write id; with ``batch``, a streaming micro-batch at or below
-        the last one committed), nothing is moved and that result is returned
-        with ``new`` false.
+        All or nothing: one transaction, or on PostgreSQL up to ``pieces``
+        transactions at once, prepared and then committed together (pieces.py).
+        When ``result_id`` was recorded before (a rerun with the same write id;
+        with ``batch``, a streaming micro-batch at or below the last one
+        committed), nothing is moved and that result is returned with ``new``
+        false.
         """
         ...
 

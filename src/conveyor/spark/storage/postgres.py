@@ -24,6 +24,7 @@ from psycopg import errors as pg_errors
 from conveyor.errors import ConfigurationError, SchemaMissingError
 from conveyor.spark.storage import (
     SCAN_ID_COLUMN,
+    STAGE_PREFIX,
     TIME_COLUMNS,
     Cleanup,
     InsertCounts,
@@ -40,9 +41,11 @@ from conveyor.spark.storage import (
     quote_ident,
     scan_query,
     stage_prefix,
+    write_token,
 )
+from conveyor.spark.storage import pieces as parallel
 from conveyor.store.base import EventOffset
-from conveyor.store.postgres.store import PostgresStore
+from conveyor.store.postgres.store import PostgresStore, session_options
 from conveyor.store.sql import load_migrations, load_queries
 
 _Q = load_queries("conveyor.spark.storage", "postgres.sql")
@@ -107,6 +110,7 @@ class PostgresSparkStorage(PostgresStore):
         abandoned_before: datetime,
         result_id: str | None = None,
     ) -> list[str]:
+        self._settle()
         with self._tx() as conn:
             cleared = self._clear_abandoned(conn, abandoned_before)
             try:
@@ -138,44 +142,79 @@ class PostgresSparkStorage(PostgresStore):
         now: datetime,
         result_id: str,
         batch: int | None = None,
+        pieces: int = 1,
     ) -> WriteResult:
         tables = [_stage_table(write_id, s) for s in stages]
+        pieces = min(pieces, len(tables))
+        if pieces > 1:
+            with self._conn() as conn:
+                pieces = min(pieces, parallel.room(conn))
+        if pieces > 1:
+            return self._commit_in_pieces(write_id, tables, unique, now, result_id, batch, pieces)
         with self._tx() as conn:
-            # Deleting the row waits for tasks still staging under FOR SHARE; the
-            # tables listed after it include everything they staged.
-            closed = conn.execute(_Q["spark_write_close"], {"id": write_id}).rowcount == 1
-            # A micro-batch whose tasks had no rows was never opened by them.
-            if not closed and (batch is None or tables):
-                raise WriteEndedError(f"write {write_id} was already committed or aborted")
-            conn.execute(_Q["spark_write_result_lock"], {"id": result_id})
-            done = _result(conn, result_id)
-            if done is not None and (
-                batch is None or (done.batch is not None and done.batch >= batch)
-            ):
-                _drop_stages(conn, write_id)
-                return replace(done, new=False)
+            done = _close_write(conn, write_id, tables, result_id, batch)
+            if done is not None:
+                _drop_stages(conn, stage_prefix(write_id))
+                return done
             given, enqueued = _move(conn, tables, unique, now)
-            conn.execute(
-                _Q["spark_write_result_record"],
-                {
-                    "id": result_id,
-                    "batch": batch,
-                    "now": now,
-                    "row_count": given,
-                    "enqueued": enqueued,
-                    "skipped": given - enqueued,
-                },
-            )
-            _drop_stages(conn, write_id)
+            _record(conn, result_id, batch, now, given, enqueued)
+            _drop_stages(conn, stage_prefix(write_id))
             result = _result(conn, result_id)
         assert result is not None
         return result
 
+    def _commit_in_pieces(
+        self,
+        write_id: str,
+        tables: Sequence[str],
+        unique: Unique,
+        now: datetime,
+        result_id: str,
+        batch: int | None,
+        pieces: int,
+    ) -> WriteResult:
+        """bulk_write_commit, its move done by ``pieces`` connections at once (see pieces.py)."""
+        token = write_token(write_id)
+        with self._conn() as lead, parallel.committing(lead, token):
+            schema = str(_one(lead, _Q["spark_current_schema"]))
+            move = parallel.ParallelMove(
+                self._piece_connection, schema, token, _stage_union(tables), pieces, now
+            )
+            given = _drop_held_keys(lead, tables) if unique == "forever" else None
+            with lead.transaction():
+                done = _close_write(lead, write_id, tables, result_id, batch)
+                if done is None:
+                    enqueued, moved = move.prepare()
+                    try:
+                        lead.execute(_Q["spark_commit_decide"], {"token": token, "now": now})
+                        _record(lead, result_id, batch, now, moved if given is None else given,
+                                enqueued)  # fmt: skip
+                    except BaseException:
+                        move.roll_back()
+                        raise
+            if done is None:
+                move.commit(lead)
+            with lead.transaction():
+                _drop_stages(lead, stage_prefix(write_id))
+                lead.execute(_Q["spark_commit_forget"], {"token": token})
+                result = done or _result(lead, result_id)
+        assert result is not None
+        return result
+
+    def _piece_connection(self) -> Connection:
+        """A connection of its own for a piece of a parallel commit, set as the pool's are."""
+        return psycopg.connect(
+            self.dsn,
+            options=session_options(self.dsn),
+            connect_timeout=max(1, int(self._connect_timeout)),
+        )
+
     def bulk_write_abort(self, write_id: str) -> None:
+        self._settle()  # a commit that failed half-way left pieces: decided ones stay
         with self._tx() as conn:
             conn.execute(_Q["spark_write_close"], {"id": write_id})
             conn.execute(_Q["spark_progress_delete"], {"write_id": write_id})
-            _drop_stages(conn, write_id)
+            _drop_stages(conn, stage_prefix(write_id))
 
     def bulk_progress(self, write_id: str, part: int) -> Progress:
         with self._conn() as conn:
@@ -250,13 +289,21 @@ class PostgresSparkStorage(PostgresStore):
             return _result(conn, result_id)
 
     def _clear_abandoned(self, conn: Connection, before: datetime) -> list[str]:
-        """Close writes whose driver died, and drop what they staged: none of it became jobs."""
+        """Close writes whose driver died, and drop what they staged: none of it became jobs.
+
+        Called after ``_settle``, so that no write it closes has pieces left.
+        """
         rows = conn.execute(_Q["spark_write_abandoned"], {"before": before}).fetchall()
         for write_id, _ in rows:
             conn.execute(_Q["spark_write_close"], {"id": write_id})
             conn.execute(_Q["spark_progress_delete"], {"write_id": write_id})
-            _drop_stages(conn, write_id)
+            _drop_stages(conn, stage_prefix(write_id))
         return [str(shown) for _, shown in rows]
+
+    def _settle(self) -> None:
+        """Finish the parallel commits whose committer died (see pieces.settle)."""
+        with self._conn() as conn:
+            parallel.settle(conn, lambda c, token: _drop_stages(c, f"{STAGE_PREFIX}{token}_"))
 
     # --- what an operator does (conveyor spark writes / cleanup) -------------------
 
@@ -272,6 +319,7 @@ class PostgresSparkStorage(PostgresStore):
     def bulk_write_cleanup(
         self, abandoned_before: datetime, results_before: datetime | None
     ) -> Cleanup:
+        self._settle()
         with self._tx() as conn:
             cleared = self._clear_abandoned(conn, abandoned_before)
             purged = 0
@@ -377,33 +425,80 @@ def _check_open(conn: Connection, write_id: str) -> None:
         raise WriteEndedError(f"write {write_id} was committed or aborted before this task")
 
 
-def _drop_stages(conn: Connection, write_id: str) -> None:
+def _drop_stages(conn: Connection, prefix: str) -> None:
     """Drop every staging table of a write, including those of attempts Spark discarded."""
-    params = {"prefix": stage_prefix(write_id)}
-    for (table,) in conn.execute(_Q["spark_stage_tables"], params).fetchall():
+    for (table,) in conn.execute(_Q["spark_stage_tables"], {"prefix": prefix}).fetchall():
         conn.execute(_Q["spark_stage_drop"].format(stage=quote_ident(table)))
+
+
+def _close_write(
+    conn: Connection, write_id: str, tables: Sequence[str], result_id: str, batch: int | None
+) -> WriteResult | None:
+    """End the write in this transaction; its earlier result if it was committed before.
+
+    Deleting the write's row waits for tasks still staging under FOR SHARE; the
+    tables listed after it include everything they staged. The result's row is
+    locked until the transaction ends: one committer at a time per result.
+    """
+    closed = conn.execute(_Q["spark_write_close"], {"id": write_id}).rowcount == 1
+    # A micro-batch whose tasks had no rows was never opened by them.
+    if not closed and (batch is None or tables):
+        raise WriteEndedError(f"write {write_id} was already committed or aborted")
+    conn.execute(_Q["spark_write_result_lock"], {"id": result_id})
+    done = _result(conn, result_id)
+    if done is not None and (batch is None or (done.batch is not None and done.batch >= batch)):
+        return replace(done, new=False)
+    return None
+
+
+def _record(
+    conn: Connection, result_id: str, batch: int | None, now: datetime, given: int, enqueued: int
+) -> None:
+    params = {
+        "id": result_id,
+        "batch": batch,
+        "now": now,
+        "row_count": given,
+        "enqueued": enqueued,
+        "skipped": given - enqueued,
+    }
+    conn.execute(_Q["spark_write_result_record"], params)
+
+
+def _drop_held_keys(conn: Connection, tables: Sequence[str]) -> int:
+    """unique = 'forever': leave out staged rows whose key a job holds; return the rows given."""
+    given = 0
+    for table in tables:
+        given += int(_one(conn, _Q["spark_stage_count"].format(stage=table)))
+    for table in tables:
+        conn.execute(_Q["spark_stage_drop_held_keys"].format(stage=table))
+    return given
+
+
+def _stage_union(tables: Sequence[str]) -> str:
+    return " UNION ALL ".join(
+        _Q["spark_stage_part"].format(part=index, stage=table) for index, table in enumerate(tables)
+    )
 
 
 def _move(
     conn: Connection, tables: Sequence[str], unique: Unique, now: datetime
 ) -> tuple[int, int]:
-    """Move staged rows into jobs; return (rows given, jobs inserted)."""
+    """Move staged rows into jobs in this transaction; return (rows given, jobs inserted)."""
     if not tables:
         return 0, 0
-    given: int | None = None
-    if unique == "forever":
-        given = 0
-        for table in tables:
-            row = conn.execute(_Q["spark_stage_count"].format(stage=table)).fetchone()
-            given += int(row[0]) if row else 0
-        for table in tables:
-            conn.execute(_Q["spark_stage_drop_held_keys"].format(stage=table))
-    union = " UNION ALL ".join(
-        _Q["spark_stage_part"].format(part=index, stage=table) for index, table in enumerate(tables)
-    )
-    row = conn.execute(_Q["spark_stage_move"].format(stages=union), {"now": now}).fetchone()
+    given = _drop_held_keys(conn, tables) if unique == "forever" else None
+    params = {"now": now, "pieces": 1, "piece": 0}
+    statement = _Q["spark_stage_move"].format(stages=_stage_union(tables))
+    row = conn.execute(statement, params).fetchone()
     inserted, moved = (int(row[0]), int(row[1])) if row else (0, 0)
     return (moved if given is None else given), inserted
+
+
+def _one(conn: Connection, sql: str) -> Any:
+    row = conn.execute(sql).fetchone()
+    assert row is not None
+    return row[0]
 
 
 def _result(conn: Connection, result_id: str) -> WriteResult | None:

@@ -99,18 +99,93 @@ WHERE s.key IS NOT NULL AND j.queue = s.queue AND j.key = s.key
 
 -- name: spark_stage_move
 -- The staged rows into jobs by the rules of every enqueue (the store's
--- job_insert_rules, included).
--- Ids come from the jobs identity sequence in staging order (partition, then
--- row), as job_insert draws them. Returns (jobs inserted, rows given).
-WITH input AS MATERIALIZED (
+-- job_insert_rules, included), in one transaction. Returns (jobs inserted, rows
+-- given).
+WITH {{spark_moved_rows}}
+SELECT (SELECT count(*) FROM new), (SELECT count(*) FROM input) FROM notified
+
+-- name: spark_piece_move
+-- A piece of a parallel commit (conveyor.spark.storage.pieces): its share of the
+-- staged rows into jobs, as spark_stage_move, in a transaction that is then
+-- prepared. A prepared transaction cannot NOTIFY, so notified is not read (and
+-- so not run); the queues of the new jobs come back instead, for a notification
+-- once the piece is committed. Returns (jobs inserted, rows given, queues).
+WITH {{spark_moved_rows}}
+SELECT (SELECT count(*) FROM new), (SELECT count(*) FROM input),
+       (SELECT coalesce(array_agg(DISTINCT queue), ARRAY[]::text[]) FROM new)
+
+-- name: spark_moved_rows
+-- The rows of a move: every staged row when %(pieces)s is 1, else piece
+-- %(piece)s of %(pieces)s, where the rows of one key (queue and key) are always
+-- in the same piece, so that the pieces of a write never wait for each other's
+-- keys, and keyless rows stay with their partition. Ids come from the jobs
+-- identity sequence in staging order (partition, then row) within a piece, as
+-- job_insert draws them.
+input AS MATERIALIZED (
     SELECT nextval((SELECT pg_get_serial_sequence('jobs', 'id'))::regclass) AS id,
            s.queue, s.task, s.args::json AS args, s.kwargs::json AS kwargs, s.priority,
            coalesce(to_timestamp(s.run_at), %(now)s) AS run_at, s.max_attempts, s.key,
            s.group_key, s.batch, NULL::text AS limit_key, NULL::json AS headers
-    FROM (SELECT * FROM ({stages}) AS u ORDER BY part, ord) AS s
+    FROM (SELECT * FROM ({stages}) AS u
+          WHERE %(pieces)s = 1
+             OR (CASE WHEN u.key IS NULL THEN u.part
+                      ELSE hashtext(u.queue || ':' || u.key) & 2147483647
+                 END) %% %(pieces)s = %(piece)s
+          ORDER BY part, ord) AS s
 ),
 {{conveyor.store.postgres/queries.sql:job_insert_rules}}
-SELECT (SELECT count(*) FROM new), (SELECT count(*) FROM input) FROM notified
+
+-- name: spark_prepared_room
+-- How many more transactions the server lets be prepared at once: a parallel
+-- commit needs one per piece (max_prepared_transactions is 0 by default).
+SELECT current_setting('max_prepared_transactions')::int - (SELECT count(*) FROM pg_prepared_xacts)
+
+-- name: spark_prepared_pieces
+-- The pieces prepared and not yet committed or rolled back, of the writes of this
+-- schema, each with its write's token (conveyor.spark.storage.pieces.gid names
+-- them: conveyor_spark:<token>:<piece>:<schema>).
+SELECT p.gid, split_part(p.gid, ':', 2)
+FROM pg_prepared_xacts AS p
+WHERE p.database = current_database()
+  AND starts_with(p.gid, 'conveyor_spark:')
+  AND substr(p.gid, length(split_part(p.gid, ':', 1) || split_part(p.gid, ':', 2)
+                           || split_part(p.gid, ':', 3)) + 4) = current_schema()
+
+-- name: spark_current_schema
+SELECT current_schema()
+
+-- name: spark_piece_lock_timeout
+-- How long a piece waits for a key another transaction holds (its transaction only).
+SELECT set_config('lock_timeout', %(timeout)s, true)
+
+-- name: spark_committer_lock
+-- Held by a parallel commit's committer from before its first piece until its
+-- last is committed or rolled back, on its session: when a settle can take it,
+-- the committer has ended or died, and its leftover pieces are the settle's.
+SELECT pg_advisory_lock(hashtextextended('conveyor_spark:' || current_schema() || ':' || %(token)s, 0))
+
+-- name: spark_committer_try_lock
+SELECT pg_try_advisory_lock(hashtextextended('conveyor_spark:' || current_schema() || ':' || %(token)s, 0))
+
+-- name: spark_committer_unlock
+SELECT pg_advisory_unlock(hashtextextended('conveyor_spark:' || current_schema() || ':' || %(token)s, 0))
+
+-- name: spark_commit_decide
+-- The decision of a parallel commit, in the transaction that closes the write and
+-- records its result: once this row is committed, so is every piece.
+INSERT INTO spark_commits (token, decided_at) VALUES (%(token)s, %(now)s)
+
+-- name: spark_commit_decisions
+SELECT token FROM spark_commits
+
+-- name: spark_commit_forget
+-- Every piece is committed and the staging dropped: the decision is not needed.
+DELETE FROM spark_commits WHERE token = %(token)s
+
+-- name: spark_notify
+-- Wakes the workers of the queues a committed piece added jobs to.
+WITH changed AS (SELECT unnest(%(queues)s::text[]) AS queue)
+{{conveyor.store.postgres/queries.sql:notify_queues}}
 
 -- name: spark_write_result_get
 SELECT id, batch, committed_at, row_count, enqueued, skipped

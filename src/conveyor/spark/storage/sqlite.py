@@ -119,7 +119,9 @@ class SQLiteSparkStorage(SQLiteStore):
         now: datetime,
         result_id: str,
         batch: int | None = None,
+        pieces: int = 1,
     ) -> WriteResult:
+        # pieces: SQLite has one writer, so a move in parallel pieces gains nothing.
         tables = [_stage_table(write_id, s) for s in stages]
         with self._write() as conn:
             closed = conn.execute(_Q["spark_write_close"], {"id": write_id}).rowcount == 1

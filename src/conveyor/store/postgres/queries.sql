@@ -440,7 +440,7 @@ GROUP BY queue, bucket
 
 -- name: plan_for_values
 -- For the rest of this transaction, plan each statement for its parameter values.
--- The sessions plan generically (see _session_options), which suits the claim;
+-- The sessions plan generically (see session_options), which suits the claim;
 -- a job list's best plan depends on the values: a rare queue and state walks
 -- jobs_queue_state, a common one may as well walk the primary key.
 SET LOCAL plan_cache_mode = force_custom_plan

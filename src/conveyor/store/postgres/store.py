@@ -120,7 +120,7 @@ def _where(dsn: str) -> str:
     return f"{host}:{info.get('port') or 5432}/{info.get('dbname') or ''}"
 
 
-def _session_options(dsn: str) -> str:
+def session_options(dsn: str) -> str:
     """Server settings for pooled connections, after any ``options`` the DSN gives.
 
     - timezone=UTC: timestamps come back in UTC.
@@ -195,7 +195,7 @@ class PostgresStore:
                 # COMMIT saves two of three round trips on the claim and ack paths.
                 # The few multi-statement methods open a transaction (_tx).
                 "autocommit": True,
-                "options": _session_options(dsn),
+                "options": session_options(dsn),
                 "connect_timeout": max(1, int(connect_timeout)),
                 "prepare_threshold": prepare_threshold,
             },

@@ -1,0 +1,316 @@
+"""An atomic Spark write committed in parallel pieces on PostgreSQL (docs/pipelines.md).
+
+No Spark session: the write's tasks and driver run in this process (as in
+test_spark_storage.py), each task's partition set by hand. The test server
+allows prepared transactions (tests/pg_server.py); crashes are real: a child
+process that exits at the worst moment, its connections dropped by the server.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+import pytest
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from conveyor.spark import storage as spark_storage
+from conveyor.spark import writer as spark_writer
+from conveyor.spark.options import Options
+from conveyor.spark.rows import WritePlan
+from conveyor.spark.storage import open_storage, pieces
+from conveyor.spark.writer import ConveyorWriter
+from conveyor.store import open_store
+from spark_helpers import leftovers
+
+PARTS = 4
+ROWS = 50  # per partition
+#: Rows 0..ROWS-1 of every partition; keys repeat across partitions (key = row % 60).
+KEY_SPAN = 60
+
+
+@pytest.fixture
+def pg(pg_clean_dsn: str) -> Iterator[str]:
+    store = open_store(pg_clean_dsn)
+    store.migrate()
+    store.close()
+    yield pg_clean_dsn
+    _forget_prepared(pg_clean_dsn)  # the database cannot be dropped while any is left
+
+
+def _forget_prepared(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as pg:
+        for (gid,) in pg.execute(
+            "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()"
+        ).fetchall():
+            pg.tpc_rollback(gid)
+
+
+def _writer(dsn: str, **extra: str) -> ConveyorWriter:
+    fields = [StructField("id", LongType()), StructField("part", LongType()),
+              StructField("path", StringType())]  # fmt: skip
+    options = {"task": "resize", "keycolumn": "id", "excludecolumns": "id", **extra}
+    plan = WritePlan.from_options(StructType(fields), Options(options, "write"))
+    return ConveyorWriter(dsn, plan)
+
+
+def _batch(part: int) -> pa.RecordBatch:
+    rows = range(ROWS)
+    return pa.RecordBatch.from_pydict(
+        {
+            "id": [(part * ROWS + i) % KEY_SPAN for i in rows],
+            "part": [part] * ROWS,
+            "path": [f"p{part}-r{i}" for i in rows],
+        }
+    )
+
+
+def _stage_all(write: ConveyorWriter, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Each partition's task, run here with its partition number."""
+    messages = []
+    for part in range(PARTS):
+        monkeypatch.setattr(spark_writer, "_task_context", lambda p=part: (p, 0, None))
+        messages.append(write.write(iter([_batch(part)])))
+    return messages
+
+
+def _expected() -> dict[str, str]:
+    """Key -> path of the row that wins it: the first in partition, then row, order."""
+    winners: dict[str, str] = {}
+    for part in range(PARTS):
+        for i in range(ROWS):
+            winners.setdefault(str((part * ROWS + i) % KEY_SPAN), f"p{part}-r{i}")
+    return winners
+
+
+def _jobs(dsn: str) -> dict[str, str]:
+    with psycopg.connect(dsn) as pg:
+        rows = pg.execute("SELECT key, kwargs ->> 'path' FROM jobs").fetchall()
+    return {key: path for key, path in rows}
+
+
+def _facts(dsn: str) -> dict[str, Any]:
+    with psycopg.connect(dsn) as pg:
+
+        def one(sql: str) -> Any:
+            row = pg.execute(sql).fetchone()
+            assert row is not None
+            return row[0]
+
+        return {
+            "jobs": one("SELECT count(*) FROM jobs"),
+            "enqueued": one("SELECT count(*) FROM events WHERE kind = 'enqueued'"),
+            "transactions": one("SELECT count(DISTINCT xid) FROM events"),
+            "prepared": one(
+                "SELECT count(*) FROM pg_prepared_xacts WHERE database = current_database()"
+            ),
+            "decisions": one("SELECT count(*) FROM spark_commits"),
+            "results": one("SELECT count(*) FROM spark_write_results"),
+        }
+
+
+def test_a_write_commits_in_pieces_all_its_rows_by_the_rules_of_an_enqueue(
+    pg: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dsn = pg
+    write = _writer(dsn)
+    write.commit(_stage_all(write, monkeypatch))
+    facts = _facts(dsn)
+    # Each piece was its own transaction: four sets of jobs, each with its events.
+    assert facts["transactions"] == PARTS
+    assert facts["jobs"] == facts["enqueued"] == KEY_SPAN
+    # The first row of each key in the write won it, though keys crossed partitions.
+    assert _jobs(dsn) == _expected()
+    assert (facts["prepared"], facts["decisions"], facts["results"]) == (0, 0, 1)
+    assert leftovers(dsn) == ([], 0)
+    result = spark_storage.open_storage(dsn)
+    try:
+        done = result.bulk_write_result(write.result_id)
+    finally:
+        result.close()
+    assert done is not None
+    assert (done.rows, done.enqueued, done.skipped) == (PARTS * ROWS, KEY_SPAN,
+                                                        PARTS * ROWS - KEY_SPAN)  # fmt: skip
+
+
+def test_one_piece_is_one_transaction(pg: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    dsn = pg
+    write = _writer(dsn, commitpieces="1")
+    write.commit(_stage_all(write, monkeypatch))
+    assert _facts(dsn)["transactions"] == 1
+    assert _jobs(dsn) == _expected()
+    # In one transaction, ids follow the DataFrame's order, partition by partition.
+    with psycopg.connect(dsn) as conn:
+        paths = [r[0] for r in conn.execute("SELECT kwargs ->> 'path' FROM jobs ORDER BY id")]
+    assert paths == list(_expected().values())
+
+
+def test_without_room_for_prepared_transactions_a_write_takes_the_room_there_is(
+    pg: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dsn = pg
+    """max_prepared_transactions is 0 by default: a write then commits in one transaction."""
+    with psycopg.connect(dsn) as pg:
+        room = int(pg.execute("SHOW max_prepared_transactions").fetchone()[0])  # type: ignore[index]
+    held = []
+    try:
+        for n in range(room - 2):  # leave room for two pieces
+            other = psycopg.connect(dsn)
+            other.tpc_begin(f"someone_else_{n}")
+            other.execute("SELECT 1")
+            other.tpc_prepare()
+            other.close()
+            held.append(f"someone_else_{n}")
+        write = _writer(dsn)
+        write.commit(_stage_all(write, monkeypatch))
+        assert _facts(dsn)["transactions"] == 2
+        assert _jobs(dsn) == _expected()
+    finally:
+        _forget_prepared(dsn)
+
+
+def test_a_piece_that_cannot_finish_rolls_the_whole_write_back(
+    pg: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dsn = pg
+    """A key held by another transaction past the timeout: nothing of the write is kept."""
+    monkeypatch.setattr(pieces, "PIECE_LOCK_TIMEOUT", "300ms")
+    write = _writer(dsn)
+    messages = _stage_all(write, monkeypatch)
+    holder = psycopg.connect(dsn)
+    try:
+        holder.execute(
+            "INSERT INTO jobs (queue, task, args, kwargs, key, run_at, created_at) "
+            "VALUES ('default', 'other', '[]', '{}', '7', now(), now())"
+        )  # uncommitted: key 7 is locked
+        with pytest.raises(pieces.PieceFailedError, match="waited over 300ms for a key"):
+            write.commit(messages)
+    finally:
+        holder.rollback()
+        holder.close()
+    facts = _facts(dsn)
+    assert (facts["jobs"], facts["prepared"], facts["decisions"], facts["results"]) == (0, 0, 0, 0)
+    # The write is still open, as after any failed commit: Spark's abort ends it.
+    write.abort(messages)
+    assert leftovers(dsn) == ([], 0)
+
+
+_CRASH = """
+import os, sys
+from datetime import UTC, datetime
+from conveyor.spark.storage import open_storage, pieces
+
+dsn, write_id, result_id, moment, *stages = sys.argv[1:]
+original = getattr(pieces.ParallelMove, moment)
+
+def crash(self, *args):
+    if moment == "prepare":
+        original(self, *args)  # every piece prepared, the decision not made
+    os._exit(9)  # commit: the decision is made, no piece committed
+
+setattr(pieces.ParallelMove, moment, crash)
+storage = open_storage(dsn)
+storage.bulk_write_commit(write_id, stages, "live", datetime.now(UTC), result_id, pieces=4)
+"""
+
+
+def _crash_while_committing(
+    dsn: str, monkeypatch: pytest.MonkeyPatch, moment: str
+) -> tuple[ConveyorWriter, list[Any]]:
+    write = _writer(dsn)
+    messages = _stage_all(write, monkeypatch)
+    stages = [m.stage for m in messages]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [sys.executable, "-c", _CRASH, dsn, write.write_id, write.result_id, moment, *stages],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 9, done.stderr
+    return write, messages
+
+
+def test_a_committer_that_dies_after_its_decision_leaves_pieces_the_next_settle_commits(
+    pg: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dsn = pg
+    _crash_while_committing(dsn, monkeypatch, "commit")
+    facts = _facts(dsn)
+    # Decided, recorded, and yet invisible: every row is in a prepared piece.
+    assert (facts["prepared"], facts["decisions"], facts["results"]) == (PARTS, 1, 1)
+    assert facts["jobs"] == 0
+    storage = open_storage(dsn)
+    try:
+        storage.bulk_write_cleanup(datetime.now(UTC) - timedelta(hours=1), None)
+    finally:
+        storage.close()
+    facts = _facts(dsn)
+    assert (facts["prepared"], facts["decisions"], facts["results"]) == (0, 0, 1)
+    assert _jobs(dsn) == _expected()
+    assert facts["transactions"] == PARTS
+    assert leftovers(dsn) == ([], 0)
+
+
+def test_a_committer_that_dies_before_its_decision_leaves_pieces_the_next_settle_rolls_back(
+    pg: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dsn = pg
+    write, messages = _crash_while_committing(dsn, monkeypatch, "prepare")
+    facts = _facts(dsn)
+    assert (facts["prepared"], facts["decisions"], facts["results"]) == (PARTS, 0, 0)
+    # Spark aborts a write whose commit failed: the pieces go, and so does the write.
+    write.abort(messages)
+    facts = _facts(dsn)
+    assert (facts["jobs"], facts["prepared"], facts["results"]) == (0, 0, 0)
+    assert leftovers(dsn) == ([], 0)
+
+
+def test_a_settle_leaves_alone_the_pieces_of_a_committer_at_work(
+    pg: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dsn = pg
+    decided, resume = threading.Event(), threading.Event()
+    original = pieces.ParallelMove.commit
+
+    def slow_commit(self: pieces.ParallelMove, conn: Any) -> None:
+        decided.set()
+        assert resume.wait(30)
+        original(self, conn)
+
+    monkeypatch.setattr(pieces.ParallelMove, "commit", slow_commit)
+    write = _writer(dsn)
+    messages = _stage_all(write, monkeypatch)
+    committer = threading.Thread(target=write.commit, args=(messages,))
+    committer.start()
+    try:
+        assert decided.wait(30)
+        storage = open_storage(dsn)
+        try:
+            storage.bulk_write_cleanup(datetime.now(UTC) - timedelta(hours=1), None)
+        finally:
+            storage.close()
+        facts = _facts(dsn)
+        assert (facts["prepared"], facts["decisions"], facts["jobs"]) == (PARTS, 1, 0)
+    finally:
+        resume.set()
+        committer.join(60)
+    facts = _facts(dsn)
+    assert (facts["prepared"], facts["decisions"]) == (0, 0)
+    assert _jobs(dsn) == _expected()
+
+
+def test_claims_never_see_a_prepared_piece(pg: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    dsn = pg
+    _crash_while_committing(dsn, monkeypatch, "commit")
+    store = open_store(dsn)
+    try:
+        assert store.job_claim(["default"], 10, "w1", timedelta(seconds=30)) == []
+    finally:
+        store.close()
+        _forget_prepared(dsn)
