@@ -2,10 +2,11 @@
 
 A DataFrame write goes through staging: each task appends its rows to a
 staging table of its own (``bulk_stage``), and the write's commit moves the
-staged rows into ``jobs`` in one transaction by the same rules as every other
-enqueue (``bulk_write_commit``). A non-atomic write moves each batch as it goes
-(``bulk_insert``), recording how far each partition got so that a retried task
-never enqueues a row twice. Reads scan a table by id range (``scan``) and
+staged rows into ``jobs`` by the same rules as every other enqueue
+(``bulk_write_commit``): in one transaction, or on PostgreSQL in parallel
+pieces committed together (``pieces.py``). A non-atomic write moves each batch
+as it goes (``bulk_insert``), recording how far each partition got so that a
+retried task never enqueues a row twice. Reads scan a table by id range (``scan``) and
 follow the event log (``event_stream_*``).
 
 Each database has a module here (``sqlite.py``, ``postgres.py``): a subclass of
@@ -48,6 +49,7 @@ __all__ = [
     "TIME_COLUMNS",
     "Cleanup",
     "InsertCounts",
+    "PieceFailedError",
     "Progress",
     "Scan",
     "ScanFilter",
@@ -79,6 +81,10 @@ class WriteEndedError(ConveyorError):
 
 class WriteConflictError(ConveyorError):
     """Two attempts of one partition of a non-atomic write ran into each other."""
+
+
+class PieceFailedError(ConveyorError):
+    """A piece of a parallel commit failed: every piece was rolled back, nothing was enqueued."""
 
 
 def stage_prefix(write_id: str) -> str:

@@ -37,7 +37,7 @@ from typing import Any
 import psycopg
 from psycopg import errors as pg_errors
 
-from conveyor.errors import ConveyorError
+from conveyor.spark.storage import PieceFailedError
 from conveyor.store.sql import load_queries
 
 _Q = load_queries("conveyor.spark.storage", "postgres.sql")
@@ -46,10 +46,6 @@ Connection = psycopg.Connection[tuple[Any, ...]]
 #: rolls back: long enough for an enqueue to commit, short of hanging a write.
 PIECE_LOCK_TIMEOUT = "60s"
 _GID_PREFIX = "conveyor_spark"
-
-
-class PieceFailedError(ConveyorError):
-    """A piece of a parallel commit failed: every piece was rolled back, nothing was enqueued."""
 
 
 def gid(schema: str, token: str, piece: int) -> str:
