@@ -202,6 +202,15 @@ def test_a_piece_that_cannot_finish_rolls_the_whole_write_back(
     assert leftovers(dsn) == ([], 0)
 
 
+def _cleanup(dsn: str) -> None:
+    """What `conveyor spark cleanup` does (the settle first)."""
+    storage = open_storage(dsn)
+    try:
+        storage.bulk_write_cleanup(datetime.now(UTC) - timedelta(hours=1), None)
+    finally:
+        storage.close()
+
+
 _CRASH = """
 import os, sys
 from datetime import UTC, datetime
@@ -245,11 +254,7 @@ def test_a_committer_that_dies_after_its_decision_leaves_pieces_the_next_settle_
     # Decided, recorded, and yet invisible: every row is in a prepared piece.
     assert (facts["prepared"], facts["decisions"], facts["results"]) == (PARTS, 1, 1)
     assert facts["jobs"] == 0
-    storage = open_storage(dsn)
-    try:
-        storage.bulk_write_cleanup(datetime.now(UTC) - timedelta(hours=1), None)
-    finally:
-        storage.close()
+    _cleanup(dsn)
     facts = _facts(dsn)
     assert (facts["prepared"], facts["decisions"], facts["results"]) == (0, 0, 1)
     assert _jobs(dsn) == _expected()
@@ -290,11 +295,7 @@ def test_a_settle_leaves_alone_the_pieces_of_a_committer_at_work(
     committer.start()
     try:
         assert decided.wait(30)
-        storage = open_storage(dsn)
-        try:
-            storage.bulk_write_cleanup(datetime.now(UTC) - timedelta(hours=1), None)
-        finally:
-            storage.close()
+        _cleanup(dsn)
         facts = _facts(dsn)
         assert (facts["prepared"], facts["decisions"], facts["jobs"]) == (PARTS, 1, 0)
     finally:
@@ -314,3 +315,41 @@ def test_claims_never_see_a_prepared_piece(pg: str, monkeypatch: pytest.MonkeyPa
     finally:
         store.close()
         _forget_prepared(dsn)
+
+
+def test_two_writes_of_the_same_keys_at_once_enqueue_each_key_once(
+    pg: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Parallel commits take turns: else each write's pieces could wait for the other's keys.
+
+    That wait is unseen by the deadlock detector, and both writes would time
+    out and fail. Taking turns, both commit, each key has one job, and no
+    piece is left prepared.
+    """
+    dsn = pg
+    monkeypatch.setattr(pieces, "PIECE_LOCK_TIMEOUT", "2s")
+    writes = [_writer(dsn) for _ in range(2)]
+    staged = [_stage_all(write, monkeypatch) for write in writes]
+    start = threading.Barrier(2)
+    failed: list[int] = []
+
+    def commit(index: int) -> None:
+        start.wait()
+        try:
+            writes[index].commit(staged[index])
+        except pieces.PieceFailedError:
+            failed.append(index)
+            writes[index].abort(staged[index])
+
+    threads = [threading.Thread(target=commit, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert failed == []
+    facts = _facts(dsn)
+    assert _jobs(dsn) == _expected()
+    assert (facts["jobs"], facts["prepared"], facts["decisions"], facts["results"]) == (
+        KEY_SPAN, 0, 0, 2,
+    )  # fmt: skip
+    assert leftovers(dsn) == ([], 0)

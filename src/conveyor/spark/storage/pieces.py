@@ -20,9 +20,10 @@ pieces of a committer still at work, and knows a dead one by the lock it could
 take.
 
 The rows of one key (queue and key) always fall in the same piece, so the
-pieces of a write never wait for each other's keys; they may wait for another
-transaction's, at most ``PIECE_LOCK_TIMEOUT`` before the write gives up and
-rolls back. Pieces need the server's ``max_prepared_transactions``, which is 0
+pieces of a write never wait for each other's keys, and the parallel commits
+of a schema take turns, so no two writes' pieces do. A piece may still wait
+for another transaction's key, at most ``PIECE_LOCK_TIMEOUT`` before the write
+gives up and rolls back. Pieces need the server's ``max_prepared_transactions``, which is 0
 by default: with no room, a write commits in one transaction as before.
 """
 
@@ -61,10 +62,19 @@ def room(conn: Connection) -> int:
 
 @contextmanager
 def committing(conn: Connection, token: str) -> Iterator[None]:
-    """The committer's lock on its session, for the whole commit (see the module)."""
+    """The committer's locks on its session, for the whole commit (see the module).
+
+    Its write's, which tells a settle it is at work, and the schema's turn:
+    one parallel commit at a time, so that no two writes' pieces wait for each
+    other's keys.
+    """
     conn.execute(_Q["spark_committer_lock"], {"token": token})
     try:
-        yield
+        conn.execute(_Q["spark_commit_turn"])
+        try:
+            yield
+        finally:
+            conn.execute(_Q["spark_commit_turn_end"])
     finally:
         conn.execute(_Q["spark_committer_unlock"], {"token": token})
 
@@ -121,7 +131,7 @@ class ParallelMove:
             row = conn.execute(statement, params).fetchone()
             conn.tpc_prepare()
         finally:
-            conn.close()  # before the prepare: the transaction ends with the connection
+            conn.close()  # a piece that failed before its prepare ends with its connection
         assert row is not None
         self._prepared.append(self.gids[index])
         self._queues.update(row[2])

@@ -164,6 +164,15 @@ SELECT set_config('lock_timeout', %(timeout)s, true)
 -- the committer has ended or died, and its leftover pieces are the settle's.
 SELECT pg_advisory_lock(hashtextextended('conveyor_spark:' || current_schema() || ':' || %(token)s, 0))
 
+-- name: spark_commit_turn
+-- Parallel commits of a schema take turns (their staging does not): the pieces
+-- of two writes could otherwise each wait for a key in the other's prepared
+-- piece, a wait PostgreSQL's deadlock detector cannot see, until both time out.
+SELECT pg_advisory_lock(hashtextextended('conveyor_spark:' || current_schema(), 0))
+
+-- name: spark_commit_turn_end
+SELECT pg_advisory_unlock(hashtextextended('conveyor_spark:' || current_schema(), 0))
+
 -- name: spark_committer_try_lock
 SELECT pg_try_advisory_lock(hashtextextended('conveyor_spark:' || current_schema() || ':' || %(token)s, 0))
 
