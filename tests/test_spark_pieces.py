@@ -28,6 +28,7 @@ from conveyor.spark.rows import WritePlan
 from conveyor.spark.storage import open_storage, pieces
 from conveyor.spark.writer import ConveyorWriter
 from conveyor.store import open_store
+from pg_server import PgServer
 from spark_helpers import leftovers
 
 PARTS = 4
@@ -353,3 +354,27 @@ def test_two_writes_of_the_same_keys_at_once_enqueue_each_key_once(
         KEY_SPAN, 0, 0, 2,
     )  # fmt: skip
     assert leftovers(dsn) == ([], 0)
+
+
+@pytest.mark.slow  # a server of its own
+def test_prepared_pieces_outlive_a_restart_of_the_database(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A decided write whose driver died, then the server restarted: the settle still commits it."""
+    server = PgServer()
+    server.start()
+    try:
+        dsn = server.dsn
+        store = open_store(dsn)
+        store.migrate()
+        store.close()
+        _crash_while_committing(dsn, monkeypatch, "commit")
+        server.restart()
+        facts = _facts(dsn)
+        assert (facts["prepared"], facts["decisions"], facts["jobs"]) == (PARTS, 1, 0)
+        _cleanup(dsn)
+        facts = _facts(dsn)
+        assert (facts["prepared"], facts["decisions"]) == (0, 0)
+        assert _jobs(dsn) == _expected()
+    finally:
+        server.stop()
