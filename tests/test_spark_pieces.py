@@ -356,6 +356,27 @@ def test_two_writes_of_the_same_keys_at_once_enqueue_each_key_once(
     assert leftovers(dsn) == ([], 0)
 
 
+def test_a_committer_that_loses_its_connection_after_its_decision_still_commits(
+    pg: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The decision is committed, so is the write: a settle on a new connection finishes it."""
+    dsn = pg
+    original = pieces.ParallelMove.commit
+
+    def cut_then_commit(self: pieces.ParallelMove, conn: Any) -> None:
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", [conn.info.backend_pid])
+        original(self, conn)
+
+    monkeypatch.setattr(pieces.ParallelMove, "commit", cut_then_commit)
+    write = _writer(dsn)
+    write.commit(_stage_all(write, monkeypatch))  # no error: the write is committed
+    facts = _facts(dsn)
+    assert (facts["prepared"], facts["decisions"], facts["results"]) == (0, 0, 1)
+    assert _jobs(dsn) == _expected()
+    assert leftovers(dsn) == ([], 0)
+
+
 @pytest.mark.slow  # a server of its own
 def test_prepared_pieces_outlive_a_restart_of_the_database(
     monkeypatch: pytest.MonkeyPatch,

@@ -71,12 +71,11 @@ def committing(conn: Connection, token: str) -> Iterator[None]:
     conn.execute(_Q["spark_committer_lock"], {"token": token})
     try:
         conn.execute(_Q["spark_commit_turn"])
-        try:
-            yield
-        finally:
-            conn.execute(_Q["spark_commit_turn_end"])
+        yield
     finally:
-        conn.execute(_Q["spark_committer_unlock"], {"token": token})
+        if not conn.closed and not conn.broken:  # else the locks ended with the session
+            conn.execute(_Q["spark_commit_turn_end"])
+            conn.execute(_Q["spark_committer_unlock"], {"token": token})
 
 
 class ParallelMove:

@@ -192,14 +192,25 @@ class PostgresSparkStorage(PostgresStore):
                     except BaseException:
                         move.roll_back()
                         raise
-            if done is None:
+            if done is not None:  # committed by an earlier run: nothing was prepared
+                with lead.transaction():
+                    _drop_stages(lead, stage_prefix(write_id))
+                return done
+            try:
                 move.commit(lead)
-            with lead.transaction():
-                _drop_stages(lead, stage_prefix(write_id))
-                lead.execute(_Q["spark_commit_forget"], {"token": token})
-                result = done or _result(lead, result_id)
-        assert result is not None
-        return result
+            except psycopg.OperationalError:
+                pass  # the connection was lost: see below
+            else:
+                with lead.transaction():
+                    _drop_stages(lead, stage_prefix(write_id))
+                    lead.execute(_Q["spark_commit_forget"], {"token": token})
+                    return _committed(lead, result_id)
+        # The connection was lost after the decision: the write is committed, and the
+        # committer's locks went with the connection, so a settle on another one
+        # finishes the pieces and drops the staging.
+        self._settle()
+        with self._conn() as conn:
+            return _committed(conn, result_id)
 
     def _piece_connection(self) -> Connection:
         """A connection of its own for a piece of a parallel commit, set as the pool's are."""
@@ -499,6 +510,12 @@ def _one(conn: Connection, sql: str) -> Any:
     row = conn.execute(sql).fetchone()
     assert row is not None
     return row[0]
+
+
+def _committed(conn: Connection, result_id: str) -> WriteResult:
+    result = _result(conn, result_id)
+    assert result is not None, f"write {result_id} committed without a result"
+    return result
 
 
 def _result(conn: Connection, result_id: str) -> WriteResult | None:
