@@ -41,16 +41,21 @@ _NAMED = re.compile(r"(?<![:\w]):(\w+)")
 _reading: set[tuple[str, str]] = set()
 
 
-def load_queries(package: str, file: str = "queries.sql", *, strict: bool = True) -> dict[str, str]:
+def load_queries(
+    package: str, file: str = "queries.sql", *, strict: bool = True, pyformat: bool = False
+) -> dict[str, str]:
     """Parse ``package/file`` (``queries.sql`` unless named) into {name: statement}.
 
     Not ``strict``: an include the file does not define is left in place, for
-    the file that includes the block to fill.
+    the file that includes the block to fill. ``pyformat``: the file's ``:name``
+    placeholders are read as psycopg's ``%(name)s`` (a file both dialects read).
     """
     source = (package, file)
     if source in _reading:
         raise ValueError(f"{package}/{file} includes blocks of itself through another file")
     text = resources.files(package).joinpath(file).read_text(encoding="utf-8")
+    if pyformat:
+        text = "\n".join(map(_pyformat, text.split("\n")))
     start = _NAME_LINE.search(text)
     preamble, rest = (text[: start.start()], text[start.start() :]) if start else (text, "")
     for base_package, base_file, pyformat in _WITH.findall(preamble):

@@ -50,7 +50,7 @@ from conveyor.store.sql import load_migrations, load_queries
 
 _Q = load_queries("conveyor.spark.storage", "postgres.sql")
 #: What an operator does with Spark's writes: list, clean up, purge.
-_OPS = load_queries("conveyor.spark.storage", "operations_postgres.sql")
+_OPS = load_queries("conveyor.spark.storage", "operations.sql", pyformat=True)
 _MIGRATIONS = load_migrations("conveyor.spark.storage", "migrations/postgres")
 #: The temporary table a non-atomic write stages each batch in (one per connection).
 _DIRECT = "spark_direct"

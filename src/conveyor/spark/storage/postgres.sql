@@ -8,6 +8,8 @@
 -- A move of staged rows ends with the store's job_insert_rules, included from
 -- its queries.sql: keys, events and the wake-up of workers follow one rule.
 
+-- with: conveyor.spark.storage/shared.sql as pyformat
+
 -- name: spark_migrations_lock
 -- Held until the transaction ends: concurrent first writes apply each file once.
 -- A key of its own: the store's migrations take another.
@@ -26,37 +28,14 @@ CREATE TABLE IF NOT EXISTS spark_schema_migrations (
 -- name: spark_migrations_exist
 SELECT to_regclass('spark_schema_migrations') IS NOT NULL
 
--- name: spark_schema_version
-SELECT coalesce(max(version), 0) FROM spark_schema_migrations
-
 -- name: spark_migration_record
 INSERT INTO spark_schema_migrations (version, name, applied_at)
 VALUES (%(version)s, %(name)s, %(now)s)
-
--- name: spark_write_open
--- A write in progress. Its tasks stage rows only while this row exists.
--- result_id: the caller's writeId (what `conveyor spark writes` shows).
-INSERT INTO spark_writes (id, started_at, result_id) VALUES (%(id)s, %(now)s, %(result_id)s)
-
--- name: spark_write_touch
--- A streaming micro-batch is opened by its own tasks (the sink has no hook before
--- them), and kept fresh so that it is never taken for abandoned.
-INSERT INTO spark_writes (id, started_at) VALUES (%(id)s, %(now)s)
-ON CONFLICT (id) DO UPDATE SET started_at = excluded.started_at
 
 -- name: spark_write_is_open
 -- FOR SHARE: a commit or abort (which deletes the row) waits for the task's
 -- transaction to end, and a task that comes after it finds no row.
 SELECT 1 FROM spark_writes WHERE id = %(id)s FOR SHARE
-
--- name: spark_write_close
-DELETE FROM spark_writes WHERE id = %(id)s
-
--- name: spark_write_abandoned
--- Writes opened before %(before)s and never ended: their driver died between
--- opening the write and its commit or abort.
--- Returns each one's id and the caller's id of it (else its own).
-SELECT id, coalesce(result_id, id) FROM spark_writes WHERE started_at < %(before)s
 
 -- name: spark_stage_tables
 -- Every staging table of a write, including those of failed or duplicate task
@@ -81,9 +60,6 @@ CREATE TEMPORARY TABLE IF NOT EXISTS {stage} (
 -- name: spark_stage_copy
 COPY {stage} (queue, task, args, kwargs, priority, run_at, max_attempts, key, group_key, batch)
 FROM STDIN (FORMAT csv)
-
--- name: spark_stage_drop
-DROP TABLE IF EXISTS {stage}
 
 -- name: spark_stage_count
 SELECT count(*) FROM {stage}
@@ -196,24 +172,9 @@ DELETE FROM spark_commits WHERE token = %(token)s
 WITH changed AS (SELECT unnest(%(queues)s::text[]) AS queue)
 {{conveyor.store.postgres/queries.sql:notify_queues}}
 
--- name: spark_write_result_get
-SELECT id, batch, committed_at, row_count, enqueued, skipped
-FROM spark_write_results WHERE id = %(id)s
-
 -- name: spark_write_result_lock
 -- Held until the commit ends: one committer at a time per result.
 SELECT batch FROM spark_write_results WHERE id = %(id)s FOR UPDATE
-
--- name: spark_write_result_record
--- A write's counts; a stream's row adds up its micro-batches and names the last.
-INSERT INTO spark_write_results (id, batch, committed_at, row_count, enqueued, skipped)
-VALUES (%(id)s, %(batch)s, %(now)s, %(row_count)s, %(enqueued)s, %(skipped)s)
-ON CONFLICT (id) DO UPDATE
-SET batch = excluded.batch,
-    committed_at = excluded.committed_at,
-    row_count = spark_write_results.row_count + excluded.row_count,
-    enqueued = spark_write_results.enqueued + excluded.enqueued,
-    skipped = spark_write_results.skipped + excluded.skipped
 
 -- name: spark_progress_claim
 -- Makes sure the partition's row exists, so that the FOR UPDATE below always
@@ -221,10 +182,6 @@ SET batch = excluded.batch,
 INSERT INTO spark_write_progress (write_id, part, row_count, checksum, enqueued, skipped)
 VALUES (%(write_id)s, %(part)s, 0, 0, 0, 0)
 ON CONFLICT (write_id, part) DO NOTHING
-
--- name: spark_progress_get
-SELECT row_count, checksum FROM spark_write_progress
-WHERE write_id = %(write_id)s AND part = %(part)s
 
 -- name: spark_progress_lock
 SELECT row_count, checksum FROM spark_write_progress
@@ -238,16 +195,6 @@ SET row_count = %(row_count)s,
     enqueued = enqueued + %(enqueued)s,
     skipped = skipped + %(skipped)s
 WHERE write_id = %(write_id)s AND part = %(part)s
-
--- name: spark_progress_totals
-SELECT coalesce(sum(row_count), 0), coalesce(sum(enqueued), 0), coalesce(sum(skipped), 0)
-FROM spark_write_progress WHERE write_id = %(write_id)s
-
--- name: spark_progress_delete
-DELETE FROM spark_write_progress WHERE write_id = %(write_id)s
-
--- name: scan_id_bounds
-SELECT min({id}), max({id}) FROM {table}
 
 -- name: scan_range
 COPY (SELECT {columns} FROM {table} WHERE {where} ORDER BY {id}) TO STDOUT (FORMAT csv)
@@ -285,11 +232,6 @@ WHERE (xid, seq) > (%(after_xid)s::text::xid8, %(after_seq)s)
   AND (xid, seq) <= (%(until_xid)s::text::xid8, %(until_seq)s)
   AND seq >= %(floor)s
 ORDER BY seq
-
--- name: event_first_seq_since
--- Where a stream that starts at a time begins: the first event recorded then or
--- later (a scan of the events table, once, when the query first starts).
-SELECT min(seq) FROM events WHERE at >= %(at)s
 
 -- name: spark_stage_columns
 -- The columns of a staging table, permanent or temporary (included above).

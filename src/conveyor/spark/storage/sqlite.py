@@ -41,7 +41,7 @@ from conveyor.store.sqlite.store import EVENT_COLUMNS, JOB_COLUMNS, SQLiteStore
 
 _Q = load_queries("conveyor.spark.storage", "sqlite.sql")
 #: What an operator does with Spark's writes: list, clean up, purge.
-_OPS = load_queries("conveyor.spark.storage", "operations_sqlite.sql")
+_OPS = load_queries("conveyor.spark.storage", "operations.sql")
 _MIGRATIONS = load_migrations("conveyor.spark.storage", "migrations/sqlite")
 #: The temporary table a non-atomic write stages each batch in (one per connection).
 _DIRECT = "spark_direct"

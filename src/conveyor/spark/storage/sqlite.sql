@@ -9,6 +9,8 @@
 -- statements, included from its queries.sql: ids from job_take_ids, events
 -- from event_insert_enqueued; the live key is refused by the jobs_live_key index.
 
+-- with: conveyor.spark.storage/shared.sql
+
 -- name: spark_migrations_table
 -- The migration line of Spark's tables (migrations/sqlite/), apart from the
 -- store's schema_migrations. A database that never ran a Spark write has none of
@@ -22,9 +24,6 @@ CREATE TABLE IF NOT EXISTS spark_schema_migrations (
 -- name: spark_migrations_exist
 SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'spark_schema_migrations'
 
--- name: spark_schema_version
-SELECT coalesce(max(version), 0) FROM spark_schema_migrations
-
 -- name: spark_migration_record
 INSERT INTO spark_schema_migrations (version, name, applied_at) VALUES (:version, :name, :now)
 
@@ -36,28 +35,8 @@ INSERT INTO spark_schema_migrations (version, name, applied_at) VALUES (:version
 -- The enqueued events of the jobs a move inserted, as every enqueue writes them.
 {{conveyor.store.sqlite/queries.sql:event_insert_enqueued}}
 
--- name: spark_write_open
--- A write in progress. Its tasks stage rows only while this row exists.
--- result_id: the caller's writeId (what `conveyor spark writes` shows).
-INSERT INTO spark_writes (id, started_at, result_id) VALUES (:id, :now, :result_id)
-
--- name: spark_write_touch
--- A streaming micro-batch is opened by its own tasks (the sink has no hook before
--- them), and kept fresh so that it is never taken for abandoned.
-INSERT INTO spark_writes (id, started_at) VALUES (:id, :now)
-ON CONFLICT (id) DO UPDATE SET started_at = excluded.started_at
-
 -- name: spark_write_is_open
 SELECT 1 FROM spark_writes WHERE id = :id
-
--- name: spark_write_close
-DELETE FROM spark_writes WHERE id = :id
-
--- name: spark_write_abandoned
--- Writes opened before :before and never ended: their driver died between
--- opening the write and its commit or abort.
--- Returns each one's id and the caller's id of it (else its own).
-SELECT id, coalesce(result_id, id) FROM spark_writes WHERE started_at < :before
 
 -- name: spark_stage_tables
 -- Every staging table of a write, including those of failed or duplicate task
@@ -85,9 +64,6 @@ INSERT INTO {stage} (queue, task, args, kwargs, priority, run_at, max_attempts, 
                      group_key, batch)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 
--- name: spark_stage_drop
-DROP TABLE IF EXISTS {stage}
-
 -- name: spark_stage_count
 -- Staging tables are only appended to, so rowids run 1..n without gaps.
 SELECT coalesce(max(rowid), 0) FROM {stage}
@@ -111,25 +87,6 @@ SELECT :first + s.rowid - 1, s.queue, s.task, s.args, s.kwargs, s.priority,
 FROM {stage} AS s
 ORDER BY s.rowid
 
--- name: spark_write_result_get
-SELECT id, batch, committed_at, row_count, enqueued, skipped
-FROM spark_write_results WHERE id = :id
-
--- name: spark_write_result_record
--- A write's counts; a stream's row adds up its micro-batches and names the last.
-INSERT INTO spark_write_results (id, batch, committed_at, row_count, enqueued, skipped)
-VALUES (:id, :batch, :now, :row_count, :enqueued, :skipped)
-ON CONFLICT (id) DO UPDATE
-SET batch = excluded.batch,
-    committed_at = excluded.committed_at,
-    row_count = spark_write_results.row_count + excluded.row_count,
-    enqueued = spark_write_results.enqueued + excluded.enqueued,
-    skipped = spark_write_results.skipped + excluded.skipped
-
--- name: spark_progress_get
-SELECT row_count, checksum FROM spark_write_progress
-WHERE write_id = :write_id AND part = :part
-
 -- name: spark_progress_advance
 INSERT INTO spark_write_progress (write_id, part, row_count, checksum, enqueued, skipped)
 VALUES (:write_id, :part, :row_count, :checksum, :enqueued, :skipped)
@@ -138,16 +95,6 @@ SET row_count = excluded.row_count,
     checksum = excluded.checksum,
     enqueued = spark_write_progress.enqueued + excluded.enqueued,
     skipped = spark_write_progress.skipped + excluded.skipped
-
--- name: spark_progress_totals
-SELECT coalesce(sum(row_count), 0), coalesce(sum(enqueued), 0), coalesce(sum(skipped), 0)
-FROM spark_write_progress WHERE write_id = :write_id
-
--- name: spark_progress_delete
-DELETE FROM spark_write_progress WHERE write_id = :write_id
-
--- name: scan_id_bounds
-SELECT min({id}), max({id}) FROM {table}
 
 -- name: scan_range
 SELECT {columns} FROM {table} WHERE {where} ORDER BY {id}
@@ -163,11 +110,6 @@ SELECT max(seq) FROM (SELECT seq FROM events WHERE seq > :after ORDER BY seq LIM
 -- SQLite has one writer, so seqs commit in order: every event up to a seq
 -- that was read once is final.
 SELECT {columns} FROM events WHERE seq > :after AND seq <= :until ORDER BY seq
-
--- name: event_first_seq_since
--- Where a stream that starts at a time begins: the first event recorded then or
--- later (a scan of the events table, once, when the query first starts).
-SELECT min(seq) FROM events WHERE at >= :at
 
 -- name: spark_stage_columns
 -- The columns of a staging table, permanent or temporary (included above).

@@ -3,6 +3,8 @@
 -- statement per step, however many edges it touches. They run in the
 -- transaction of the insert, finish or cancel they follow.
 
+-- with: conveyor.store/workflows.sql as pyformat
+
 -- name: flow_parent_states
 -- The state of each named job that exists (the parents of new jobs), locked
 -- until the insert commits: a parent's finish waits for it, and then sees the
@@ -83,58 +85,11 @@ FROM gone,
      (SELECT count(pg_notify('conveyor_done', d.ids))
       FROM (SELECT string_agg(id::text, ',') AS ids FROM gone GROUP BY id / 400) AS d) AS done
 
--- name: flow_parents
-SELECT jobs.*, e.resolved FROM job_edges AS e JOIN jobs ON jobs.id = e.parent
-WHERE e.child = %(id)s
-ORDER BY jobs.id
-
--- name: flow_children
-SELECT jobs.*, e.resolved FROM job_edges AS e JOIN jobs ON jobs.id = e.child
-WHERE e.parent = %(id)s
-ORDER BY jobs.id
-
 -- name: flow_still_needed
 -- Included by the purges (queries.sql): a job with a child not yet ended stays,
 -- since a child still to run reads its parents' results (ctx.upstream).
 NOT EXISTS (SELECT 1 FROM job_edges AS e JOIN jobs AS c ON c.id = e.child
             WHERE e.parent = jobs.id AND c.state IN ('waiting', 'queued', 'running'))
-
--- name: stats_waiting
--- Waiting jobs per queue (from jobs_queue_state).
-SELECT queue, count(*) FROM jobs WHERE state = 'waiting' GROUP BY queue
-
--- name: workflow_create
--- The workflow's record, unless its id is taken (then nothing: the caller
--- returns the stored one). A concurrent enqueue of the same id waits here for
--- the first to commit, then finds it.
-INSERT INTO workflows (id, name, jobs, created_at) VALUES (%(id)s, %(name)s, %(jobs)s, %(now)s)
-ON CONFLICT (id) DO NOTHING
-RETURNING id
-
--- name: workflow_get
-SELECT id, name, jobs, created_at FROM workflows WHERE id = %(id)s
-
--- name: workflow_list
-SELECT id, name, jobs, created_at FROM workflows ORDER BY created_at DESC, id LIMIT %(limit)s
-
--- name: workflow_jobs
-SELECT jobs.* FROM job_flows AS f JOIN jobs ON jobs.id = f.job_id
-WHERE f.workflow = %(id)s
-ORDER BY jobs.id
-
--- name: workflow_counts
-SELECT jobs.state, count(*) FROM job_flows AS f JOIN jobs ON jobs.id = f.job_id
-WHERE f.workflow = %(id)s
-GROUP BY jobs.state
-
--- name: workflow_edges
-SELECT e.child, e.parent, e.resolved
-FROM job_flows AS f JOIN job_edges AS e ON e.child = f.job_id
-WHERE f.workflow = %(id)s
-ORDER BY e.child, e.parent
-
--- name: job_workflow
-SELECT workflow FROM job_flows WHERE job_id = %(id)s
 
 -- name: flow_orphan
 -- Jobs an operator deletes before they ended (running ones are not deleted,

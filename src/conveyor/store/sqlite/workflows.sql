@@ -3,6 +3,8 @@
 -- array: one statement per step, however many edges it touches. They run in
 -- the transaction of the insert, finish or cancel they follow.
 
+-- with: conveyor.store/workflows.sql
+
 -- name: flow_parent_states
 -- The state of each named job that exists (the parents of new jobs).
 SELECT id, state FROM jobs WHERE id IN (SELECT value FROM json_each(:ids))
@@ -76,17 +78,6 @@ FROM jobs
 WHERE id IN (SELECT value FROM json_each(:ids))
 ORDER BY id
 
--- name: flow_parents
--- The jobs a job waits for, with the state each edge resolved in.
-SELECT jobs.*, e.resolved FROM job_edges AS e JOIN jobs ON jobs.id = e.parent
-WHERE e.child = :id
-ORDER BY jobs.id
-
--- name: flow_children
-SELECT jobs.*, e.resolved FROM job_edges AS e JOIN jobs ON jobs.id = e.child
-WHERE e.parent = :id
-ORDER BY jobs.id
-
 -- name: flow_keep
 -- Of :ids (about to be purged), the jobs with children not yet ended: a child
 -- still to run reads its parents' results (ctx.upstream).
@@ -102,42 +93,6 @@ WHERE child IN (SELECT value FROM json_each(:ids))
 
 -- name: flow_forget_jobs
 DELETE FROM job_flows WHERE job_id IN (SELECT value FROM json_each(:ids))
-
--- name: stats_waiting
--- Waiting jobs per queue (from jobs_queue_state).
-SELECT queue, count(*) FROM jobs WHERE state = 'waiting' GROUP BY queue
-
--- name: workflow_create
--- The workflow's record, unless its id is taken (then nothing: the caller
--- returns the stored one).
-INSERT INTO workflows (id, name, jobs, created_at) VALUES (:id, :name, :jobs, :now)
-ON CONFLICT (id) DO NOTHING
-RETURNING id
-
--- name: workflow_get
-SELECT id, name, jobs, created_at FROM workflows WHERE id = :id
-
--- name: workflow_list
-SELECT id, name, jobs, created_at FROM workflows ORDER BY created_at DESC, id LIMIT :limit
-
--- name: workflow_jobs
-SELECT jobs.* FROM job_flows AS f JOIN jobs ON jobs.id = f.job_id
-WHERE f.workflow = :id
-ORDER BY jobs.id
-
--- name: workflow_counts
-SELECT jobs.state, count(*) FROM job_flows AS f JOIN jobs ON jobs.id = f.job_id
-WHERE f.workflow = :id
-GROUP BY jobs.state
-
--- name: workflow_edges
-SELECT e.child, e.parent, e.resolved
-FROM job_flows AS f JOIN job_edges AS e ON e.child = f.job_id
-WHERE f.workflow = :id
-ORDER BY e.child, e.parent
-
--- name: job_workflow
-SELECT workflow FROM job_flows WHERE job_id = :id
 
 -- name: flow_orphan
 -- Jobs an operator deletes before they ended (running ones are not deleted):

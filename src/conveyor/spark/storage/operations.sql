@@ -1,5 +1,6 @@
--- Named statements of what an operator does with Spark's writes on SQLite:
--- list them, clear abandoned ones, purge old results, remember a write's options.
+-- Named statements of what an operator does with Spark's writes: list them,
+-- clear abandoned ones, purge old results, remember a write's options. Both
+-- dialects read this file; PostgreSQL reads its :name placeholders as pyformat.
 
 -- name: spark_write_list
 -- Past writes (their recorded results) and writes still open, newest first.
