@@ -95,6 +95,18 @@ def wait_for(browser: WebDriver, css: str, timeout: float = 10) -> None:
     WebDriverWait(browser, timeout).until(lambda d: d.find_elements(By.CSS_SELECTOR, css))
 
 
+def live_text(browser: WebDriver, css: str) -> str:
+    """The text of the first element matching css, read in one step inside the page.
+
+    The live pages swap their fragments in every few seconds: an element found
+    first and read after may already be gone (a stale element).
+    """
+    text = browser.execute_script(
+        "const e = document.querySelector(arguments[0]); return e ? e.innerText : '';", css
+    )
+    return str(text)
+
+
 def test_overview_shows_the_queues_and_workers(
     browser: WebDriver, dsn: str, shoot: Callable[[str], Path]
 ) -> None:
@@ -192,13 +204,11 @@ def test_overview_updates_itself(
     with serve(app) as base:
         browser.get(base + "/")
         wait_for(browser, "table.queues")
-        assert "billing" not in browser.find_element(By.CSS_SELECTOR, "table.queues").text
+        assert "billing" not in live_text(browser, "table.queues")
         marker = browser.execute_script("return window.performance.timeOrigin")
         app.enqueue("invoice.send", [1], queue="billing")
         # No reload: live.js fetches the fragment every few seconds and swaps it in.
-        WebDriverWait(browser, 15).until(
-            lambda d: "billing" in d.find_element(By.CSS_SELECTOR, "table.queues").text
-        )
+        WebDriverWait(browser, 15).until(lambda d: "billing" in live_text(d, "table.queues"))
         assert browser.execute_script("return window.performance.timeOrigin") == marker
         shoot("overview-refreshed")
         assert console_errors(browser) == []
@@ -383,13 +393,9 @@ def test_job_page_and_job_list_update_live(
         assert "40 %" in browser.find_element(By.ID, "job-progress").text
         marker = browser.execute_script("return window.performance.timeOrigin")
         app.store.job_progress(lease, 0.7, "page 7 of 10", utcnow())
-        WebDriverWait(browser, 10).until(
-            lambda d: "70 %" in d.find_element(By.ID, "job-progress").text
-        )
+        WebDriverWait(browser, 10).until(lambda d: "70 %" in live_text(d, "#job-progress"))
         app.store.job_finish([Finish.complete(running.id, lease.token, '"done"')], utcnow())
-        WebDriverWait(browser, 10).until(
-            lambda d: d.find_element(By.CSS_SELECTOR, "h1 .badge").text == "succeeded"
-        )
+        WebDriverWait(browser, 10).until(lambda d: live_text(d, "h1 .badge") == "succeeded")
         assert '"done"' in browser.find_element(By.ID, "job-result").text
         assert "succeeded" in browser.find_element(By.CSS_SELECTOR, "table.events").text
         assert browser.execute_script("return window.performance.timeOrigin") == marker
@@ -403,9 +409,7 @@ def test_job_page_and_job_list_update_live(
         browser.find_element(By.CSS_SELECTOR, f"input[name=id][value='{first}']").click()
         second = app.enqueue("t", [2], queue="live").id
         WebDriverWait(browser, 10).until(
-            lambda d: (
-                "paused while jobs are ticked" in d.find_element(By.CSS_SELECTOR, ".live-note").text
-            )
+            lambda d: "paused while jobs are ticked" in live_text(d, ".live-note")
         )
         assert not browser.find_elements(By.LINK_TEXT, str(second))
         browser.find_element(By.CSS_SELECTOR, f"input[name=id][value='{first}']").click()
