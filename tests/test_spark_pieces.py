@@ -38,7 +38,7 @@ KEY_SPAN = 60
 
 
 @pytest.fixture
-def pg(pg_clean_dsn: str) -> Iterator[str]:
+def db(pg_clean_dsn: str) -> Iterator[str]:
     store = open_store(pg_clean_dsn)
     store.migrate()
     store.close()
@@ -46,20 +46,20 @@ def pg(pg_clean_dsn: str) -> Iterator[str]:
     _forget_prepared(pg_clean_dsn)  # the database cannot be dropped while any is left
 
 
-def _forget_prepared(dsn: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as pg:
+def _forget_prepared(db: str) -> None:
+    with psycopg.connect(db, autocommit=True) as pg:
         for (gid,) in pg.execute(
             "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()"
         ).fetchall():
             pg.tpc_rollback(gid)
 
 
-def _writer(dsn: str, **extra: str) -> ConveyorWriter:
+def _writer(db: str, **extra: str) -> ConveyorWriter:
     fields = [StructField("id", LongType()), StructField("part", LongType()),
               StructField("path", StringType())]  # fmt: skip
     options = {"task": "resize", "keycolumn": "id", "excludecolumns": "id", **extra}
     plan = WritePlan.from_options(StructType(fields), Options(options, "write"))
-    return ConveyorWriter(dsn, plan)
+    return ConveyorWriter(db, plan)
 
 
 def _batch(part: int) -> pa.RecordBatch:
@@ -91,14 +91,14 @@ def _expected() -> dict[str, str]:
     return winners
 
 
-def _jobs(dsn: str) -> dict[str, str]:
-    with psycopg.connect(dsn) as pg:
+def _jobs(db: str) -> dict[str, str]:
+    with psycopg.connect(db) as pg:
         rows = pg.execute("SELECT key, kwargs ->> 'path' FROM jobs").fetchall()
     return {key: path for key, path in rows}
 
 
-def _facts(dsn: str) -> dict[str, Any]:
-    with psycopg.connect(dsn) as pg:
+def _facts(db: str) -> dict[str, Any]:
+    with psycopg.connect(db) as pg:
 
         def one(sql: str) -> Any:
             row = pg.execute(sql).fetchone()
@@ -118,20 +118,19 @@ def _facts(dsn: str) -> dict[str, Any]:
 
 
 def test_a_write_commits_in_pieces_all_its_rows_by_the_rules_of_an_enqueue(
-    pg: str, monkeypatch: pytest.MonkeyPatch
+    db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    dsn = pg
-    write = _writer(dsn)
+    write = _writer(db)
     write.commit(_stage_all(write, monkeypatch))
-    facts = _facts(dsn)
+    facts = _facts(db)
     # Each piece was its own transaction: four sets of jobs, each with its events.
     assert facts["transactions"] == PARTS
     assert facts["jobs"] == facts["enqueued"] == KEY_SPAN
     # The first row of each key in the write won it, though keys crossed partitions.
-    assert _jobs(dsn) == _expected()
+    assert _jobs(db) == _expected()
     assert (facts["prepared"], facts["decisions"], facts["results"]) == (0, 0, 1)
-    assert leftovers(dsn) == ([], 0)
-    result = spark_storage.open_storage(dsn)
+    assert leftovers(db) == ([], 0)
+    result = spark_storage.open_storage(db)
     try:
         done = result.bulk_write_result(write.result_id)
     finally:
@@ -141,51 +140,48 @@ def test_a_write_commits_in_pieces_all_its_rows_by_the_rules_of_an_enqueue(
                                                         PARTS * ROWS - KEY_SPAN)  # fmt: skip
 
 
-def test_one_piece_is_one_transaction(pg: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    dsn = pg
-    write = _writer(dsn, commitpieces="1")
+def test_one_piece_is_one_transaction(db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    write = _writer(db, commitpieces="1")
     write.commit(_stage_all(write, monkeypatch))
-    assert _facts(dsn)["transactions"] == 1
-    assert _jobs(dsn) == _expected()
+    assert _facts(db)["transactions"] == 1
+    assert _jobs(db) == _expected()
     # In one transaction, ids follow the DataFrame's order, partition by partition.
-    with psycopg.connect(dsn) as conn:
+    with psycopg.connect(db) as conn:
         paths = [r[0] for r in conn.execute("SELECT kwargs ->> 'path' FROM jobs ORDER BY id")]
     assert paths == list(_expected().values())
 
 
 def test_without_room_for_prepared_transactions_a_write_takes_the_room_there_is(
-    pg: str, monkeypatch: pytest.MonkeyPatch
+    db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    dsn = pg
     """max_prepared_transactions is 0 by default: a write then commits in one transaction."""
-    with psycopg.connect(dsn) as pg:
+    with psycopg.connect(db) as pg:
         room = int(pg.execute("SHOW max_prepared_transactions").fetchone()[0])  # type: ignore[index]
     held = []
     try:
         for n in range(room - 2):  # leave room for two pieces
-            other = psycopg.connect(dsn)
+            other = psycopg.connect(db)
             other.tpc_begin(f"someone_else_{n}")
             other.execute("SELECT 1")
             other.tpc_prepare()
             other.close()
             held.append(f"someone_else_{n}")
-        write = _writer(dsn)
+        write = _writer(db)
         write.commit(_stage_all(write, monkeypatch))
-        assert _facts(dsn)["transactions"] == 2
-        assert _jobs(dsn) == _expected()
+        assert _facts(db)["transactions"] == 2
+        assert _jobs(db) == _expected()
     finally:
-        _forget_prepared(dsn)
+        _forget_prepared(db)
 
 
 def test_a_piece_that_cannot_finish_rolls_the_whole_write_back(
-    pg: str, monkeypatch: pytest.MonkeyPatch
+    db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    dsn = pg
     """A key held by another transaction past the timeout: nothing of the write is kept."""
     monkeypatch.setattr(pieces, "PIECE_LOCK_TIMEOUT", "300ms")
-    write = _writer(dsn)
+    write = _writer(db)
     messages = _stage_all(write, monkeypatch)
-    holder = psycopg.connect(dsn)
+    holder = psycopg.connect(db)
     try:
         holder.execute(
             "INSERT INTO jobs (queue, task, args, kwargs, key, run_at, created_at) "
@@ -196,16 +192,16 @@ def test_a_piece_that_cannot_finish_rolls_the_whole_write_back(
     finally:
         holder.rollback()
         holder.close()
-    facts = _facts(dsn)
+    facts = _facts(db)
     assert (facts["jobs"], facts["prepared"], facts["decisions"], facts["results"]) == (0, 0, 0, 0)
     # The write is still open, as after any failed commit: Spark's abort ends it.
     write.abort(messages)
-    assert leftovers(dsn) == ([], 0)
+    assert leftovers(db) == ([], 0)
 
 
-def _cleanup(dsn: str) -> None:
+def _cleanup(db: str) -> None:
     """What `conveyor spark cleanup` does (the settle first)."""
-    storage = open_storage(dsn)
+    storage = open_storage(db)
     try:
         storage.bulk_write_cleanup(datetime.now(UTC) - timedelta(hours=1), None)
     finally:
@@ -217,7 +213,7 @@ import os, sys
 from datetime import UTC, datetime
 from conveyor.spark.storage import open_storage, pieces
 
-dsn, write_id, result_id, moment, *stages = sys.argv[1:]
+db, write_id, result_id, moment, *stages = sys.argv[1:]
 original = getattr(pieces.ParallelMove, moment)
 
 def crash(self, *args):
@@ -226,20 +222,20 @@ def crash(self, *args):
     os._exit(9)  # commit: the decision is made, no piece committed
 
 setattr(pieces.ParallelMove, moment, crash)
-storage = open_storage(dsn)
+storage = open_storage(db)
 storage.bulk_write_commit(write_id, stages, "live", datetime.now(UTC), result_id, pieces=4)
 """
 
 
 def _crash_while_committing(
-    dsn: str, monkeypatch: pytest.MonkeyPatch, moment: str
+    db: str, monkeypatch: pytest.MonkeyPatch, moment: str
 ) -> tuple[ConveyorWriter, list[Any]]:
-    write = _writer(dsn)
+    write = _writer(db)
     messages = _stage_all(write, monkeypatch)
     stages = [m.stage for m in messages]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     done = subprocess.run(
-        [sys.executable, "-c", _CRASH, dsn, write.write_id, write.result_id, moment, *stages],
+        [sys.executable, "-c", _CRASH, db, write.write_id, write.result_id, moment, *stages],
         env=env, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 9, done.stderr
@@ -247,40 +243,37 @@ def _crash_while_committing(
 
 
 def test_a_committer_that_dies_after_its_decision_leaves_pieces_the_next_settle_commits(
-    pg: str, monkeypatch: pytest.MonkeyPatch
+    db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    dsn = pg
-    _crash_while_committing(dsn, monkeypatch, "commit")
-    facts = _facts(dsn)
+    _crash_while_committing(db, monkeypatch, "commit")
+    facts = _facts(db)
     # Decided, recorded, and yet invisible: every row is in a prepared piece.
     assert (facts["prepared"], facts["decisions"], facts["results"]) == (PARTS, 1, 1)
     assert facts["jobs"] == 0
-    _cleanup(dsn)
-    facts = _facts(dsn)
+    _cleanup(db)
+    facts = _facts(db)
     assert (facts["prepared"], facts["decisions"], facts["results"]) == (0, 0, 1)
-    assert _jobs(dsn) == _expected()
+    assert _jobs(db) == _expected()
     assert facts["transactions"] == PARTS
-    assert leftovers(dsn) == ([], 0)
+    assert leftovers(db) == ([], 0)
 
 
 def test_a_committer_that_dies_before_its_decision_leaves_pieces_the_next_settle_rolls_back(
-    pg: str, monkeypatch: pytest.MonkeyPatch
+    db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    dsn = pg
-    write, messages = _crash_while_committing(dsn, monkeypatch, "prepare")
-    facts = _facts(dsn)
+    write, messages = _crash_while_committing(db, monkeypatch, "prepare")
+    facts = _facts(db)
     assert (facts["prepared"], facts["decisions"], facts["results"]) == (PARTS, 0, 0)
     # Spark aborts a write whose commit failed: the pieces go, and so does the write.
     write.abort(messages)
-    facts = _facts(dsn)
+    facts = _facts(db)
     assert (facts["jobs"], facts["prepared"], facts["results"]) == (0, 0, 0)
-    assert leftovers(dsn) == ([], 0)
+    assert leftovers(db) == ([], 0)
 
 
 def test_a_settle_leaves_alone_the_pieces_of_a_committer_at_work(
-    pg: str, monkeypatch: pytest.MonkeyPatch
+    db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    dsn = pg
     decided, resume = threading.Event(), threading.Event()
     original = pieces.ParallelMove.commit
 
@@ -290,36 +283,35 @@ def test_a_settle_leaves_alone_the_pieces_of_a_committer_at_work(
         original(self, conn)
 
     monkeypatch.setattr(pieces.ParallelMove, "commit", slow_commit)
-    write = _writer(dsn)
+    write = _writer(db)
     messages = _stage_all(write, monkeypatch)
     committer = threading.Thread(target=write.commit, args=(messages,))
     committer.start()
     try:
         assert decided.wait(30)
-        _cleanup(dsn)
-        facts = _facts(dsn)
+        _cleanup(db)
+        facts = _facts(db)
         assert (facts["prepared"], facts["decisions"], facts["jobs"]) == (PARTS, 1, 0)
     finally:
         resume.set()
         committer.join(60)
-    facts = _facts(dsn)
+    facts = _facts(db)
     assert (facts["prepared"], facts["decisions"]) == (0, 0)
-    assert _jobs(dsn) == _expected()
+    assert _jobs(db) == _expected()
 
 
-def test_claims_never_see_a_prepared_piece(pg: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    dsn = pg
-    _crash_while_committing(dsn, monkeypatch, "commit")
-    store = open_store(dsn)
+def test_claims_never_see_a_prepared_piece(db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    _crash_while_committing(db, monkeypatch, "commit")
+    store = open_store(db)
     try:
         assert store.job_claim(["default"], 10, "w1", timedelta(seconds=30)) == []
     finally:
         store.close()
-        _forget_prepared(dsn)
+        _forget_prepared(db)
 
 
 def test_two_writes_of_the_same_keys_at_once_enqueue_each_key_once(
-    pg: str, monkeypatch: pytest.MonkeyPatch
+    db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Parallel commits take turns: else each write's pieces could wait for the other's keys.
 
@@ -327,9 +319,8 @@ def test_two_writes_of_the_same_keys_at_once_enqueue_each_key_once(
     out and fail. Taking turns, both commit, each key has one job, and no
     piece is left prepared.
     """
-    dsn = pg
     monkeypatch.setattr(pieces, "PIECE_LOCK_TIMEOUT", "2s")
-    writes = [_writer(dsn) for _ in range(2)]
+    writes = [_writer(db) for _ in range(2)]
     staged = [_stage_all(write, monkeypatch) for write in writes]
     start = threading.Barrier(2)
     failed: list[int] = []
@@ -348,33 +339,32 @@ def test_two_writes_of_the_same_keys_at_once_enqueue_each_key_once(
     for thread in threads:
         thread.join(120)
     assert failed == []
-    facts = _facts(dsn)
-    assert _jobs(dsn) == _expected()
+    facts = _facts(db)
+    assert _jobs(db) == _expected()
     assert (facts["jobs"], facts["prepared"], facts["decisions"], facts["results"]) == (
         KEY_SPAN, 0, 0, 2,
     )  # fmt: skip
-    assert leftovers(dsn) == ([], 0)
+    assert leftovers(db) == ([], 0)
 
 
 def test_a_committer_that_loses_its_connection_after_its_decision_still_commits(
-    pg: str, monkeypatch: pytest.MonkeyPatch
+    db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The decision is committed, so is the write: a settle on a new connection finishes it."""
-    dsn = pg
     original = pieces.ParallelMove.commit
 
     def cut_then_commit(self: pieces.ParallelMove, conn: Any) -> None:
-        with psycopg.connect(dsn, autocommit=True) as admin:
+        with psycopg.connect(db, autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", [conn.info.backend_pid])
         original(self, conn)
 
     monkeypatch.setattr(pieces.ParallelMove, "commit", cut_then_commit)
-    write = _writer(dsn)
+    write = _writer(db)
     write.commit(_stage_all(write, monkeypatch))  # no error: the write is committed
-    facts = _facts(dsn)
+    facts = _facts(db)
     assert (facts["prepared"], facts["decisions"], facts["results"]) == (0, 0, 1)
-    assert _jobs(dsn) == _expected()
-    assert leftovers(dsn) == ([], 0)
+    assert _jobs(db) == _expected()
+    assert leftovers(db) == ([], 0)
 
 
 @pytest.mark.slow  # a server of its own
@@ -385,17 +375,17 @@ def test_prepared_pieces_outlive_a_restart_of_the_database(
     server = PgServer()
     server.start()
     try:
-        dsn = server.dsn
-        store = open_store(dsn)
+        db = server.dsn
+        store = open_store(db)
         store.migrate()
         store.close()
-        _crash_while_committing(dsn, monkeypatch, "commit")
+        _crash_while_committing(db, monkeypatch, "commit")
         server.restart()
-        facts = _facts(dsn)
+        facts = _facts(db)
         assert (facts["prepared"], facts["decisions"], facts["jobs"]) == (PARTS, 1, 0)
-        _cleanup(dsn)
-        facts = _facts(dsn)
+        _cleanup(db)
+        facts = _facts(db)
         assert (facts["prepared"], facts["decisions"]) == (0, 0)
-        assert _jobs(dsn) == _expected()
+        assert _jobs(db) == _expected()
     finally:
         server.stop()

@@ -55,13 +55,13 @@ def load_queries(
         raise ValueError(f"{package}/{file} includes blocks of itself through another file")
     text = resources.files(package).joinpath(file).read_text(encoding="utf-8")
     if pyformat:
-        text = "\n".join(map(_pyformat, text.split("\n")))
+        text = _as_pyformat(text)
     start = _NAME_LINE.search(text)
     preamble, rest = (text[: start.start()], text[start.start() :]) if start else (text, "")
     for base_package, base_file, pyformat in _WITH.findall(preamble):
         base = resources.files(base_package).joinpath(base_file).read_text(encoding="utf-8")
         if pyformat:
-            base = "\n".join(map(_pyformat, base.split("\n")))
+            base = _as_pyformat(base)
         # The base's blocks after this file's preamble, before its own blocks.
         text = preamble + base + "\n" + rest
     _reading.add(source)
@@ -117,6 +117,11 @@ def _expand(
         return _uncommented(_expand(other, queries, where, (*seen, name), others, strict))
 
     return _INCLUDE.sub(include, queries[name])
+
+
+def _as_pyformat(text: str) -> str:
+    """SQL text with its ``:name`` placeholders as psycopg's ``%(name)s``."""
+    return "\n".join(map(_pyformat, text.split("\n")))
 
 
 def _pyformat(line: str) -> str:

@@ -68,6 +68,7 @@ __all__ = [
     "scan_query",
     "stage_name",
     "stage_prefix",
+    "token_stage_prefix",
     "write_token",
 ]
 
@@ -93,7 +94,12 @@ def stage_prefix(write_id: str) -> str:
     A hash of the write's id: ids may hold any text (a caller's ``writeId``),
     table names may not, and a fixed length means no prefix is another's.
     """
-    return f"{STAGE_PREFIX}{write_token(write_id)}_"
+    return token_stage_prefix(write_token(write_id))
+
+
+def token_stage_prefix(token: str) -> str:
+    """The start of the names of the staging tables of the write with this token."""
+    return f"{STAGE_PREFIX}{token}_"
 
 
 def write_token(write_id: str) -> str:

@@ -23,8 +23,9 @@ The rows of one key (queue and key) always fall in the same piece, so the
 pieces of a write never wait for each other's keys, and the parallel commits
 of a schema take turns, so no two writes' pieces do. A piece may still wait
 for another transaction's key, at most ``PIECE_LOCK_TIMEOUT`` before the write
-gives up and rolls back. Pieces need the server's ``max_prepared_transactions``, which is 0
-by default: with no room, a write commits in one transaction as before.
+gives up and rolls back. Pieces need the server's ``max_prepared_transactions``,
+which is 0 by default: with no room, a write commits in one transaction as
+before.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ PIECE_LOCK_TIMEOUT = "60s"
 _GID_PREFIX = "conveyor_spark"
 
 
-def gid(schema: str, token: str, piece: int) -> str:
+def _gid(schema: str, token: str, piece: int) -> str:
     """A piece's prepared-transaction name: the write's token, the piece, the schema."""
     return f"{_GID_PREFIX}:{token}:{piece}:{schema}"
 
@@ -93,7 +94,7 @@ class ParallelMove:
         self._connect = connect
         self._stages = stages
         self._now = now
-        self.gids = [gid(schema, token, piece) for piece in range(pieces)]
+        self.gids = [_gid(schema, token, piece) for piece in range(pieces)]
         self._prepared: list[str] = []
         self._queues: set[str] = set()
 
@@ -105,20 +106,15 @@ class ParallelMove:
         """
         with ThreadPoolExecutor(len(self.gids)) as pool:
             futures = [pool.submit(self._piece, index) for index in range(len(self.gids))]
-            outcomes = [f.exception() or f.result() for f in futures]
-        failures = [o for o in outcomes if isinstance(o, BaseException)]
-        if failures:
+        failure = next((e for f in futures if (e := f.exception()) is not None), None)
+        if failure is not None:
             self.roll_back()
             raise PieceFailedError(
                 f"a piece of the parallel commit failed, so the write was rolled back and "
-                f"nothing was enqueued: {_reason(failures[0])}"
-            ) from failures[0]
-        inserted = moved = 0
-        for outcome in outcomes:
-            assert not isinstance(outcome, BaseException)
-            inserted += outcome[0]
-            moved += outcome[1]
-        return inserted, moved
+                f"nothing was enqueued: {_reason(failure)}"
+            ) from failure
+        counts = [f.result() for f in futures]
+        return sum(c[0] for c in counts), sum(c[1] for c in counts)
 
     def _piece(self, index: int) -> tuple[int, int]:
         conn = self._connect()

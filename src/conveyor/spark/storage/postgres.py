@@ -24,7 +24,6 @@ from psycopg import errors as pg_errors
 from conveyor.errors import ConfigurationError, SchemaMissingError
 from conveyor.spark.storage import (
     SCAN_ID_COLUMN,
-    STAGE_PREFIX,
     TIME_COLUMNS,
     Cleanup,
     InsertCounts,
@@ -41,6 +40,7 @@ from conveyor.spark.storage import (
     quote_ident,
     scan_query,
     stage_prefix,
+    token_stage_prefix,
     write_token,
 )
 from conveyor.spark.storage import pieces as parallel
@@ -314,7 +314,7 @@ class PostgresSparkStorage(PostgresStore):
     def _settle(self) -> None:
         """Finish the parallel commits whose committer died (see pieces.settle)."""
         with self._conn() as conn:
-            parallel.settle(conn, lambda c, token: _drop_stages(c, f"{STAGE_PREFIX}{token}_"))
+            parallel.settle(conn, lambda c, token: _drop_stages(c, token_stage_prefix(token)))
 
     # --- what an operator does (conveyor spark writes / cleanup) -------------------
 

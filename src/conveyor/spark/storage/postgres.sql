@@ -118,7 +118,7 @@ SELECT current_setting('max_prepared_transactions')::int - (SELECT count(*) FROM
 
 -- name: spark_prepared_pieces
 -- The pieces prepared and not yet committed or rolled back, of the writes of this
--- schema, each with its write's token (conveyor.spark.storage.pieces.gid names
+-- schema, each with its write's token (conveyor.spark.storage.pieces._gid names
 -- them: conveyor_spark:<token>:<piece>:<schema>).
 SELECT p.gid, split_part(p.gid, ':', 2)
 FROM pg_prepared_xacts AS p
@@ -138,22 +138,30 @@ SELECT set_config('lock_timeout', %(timeout)s, true)
 -- Held by a parallel commit's committer from before its first piece until its
 -- last is committed or rolled back, on its session: when a settle can take it,
 -- the committer has ended or died, and its leftover pieces are the settle's.
-SELECT pg_advisory_lock(hashtextextended('conveyor_spark:' || current_schema() || ':' || %(token)s, 0))
+SELECT pg_advisory_lock({{spark_committer_key}})
+
+-- name: spark_committer_key
+-- The advisory lock key of a write's committer (its token, in this schema).
+hashtextextended('conveyor_spark:' || current_schema() || ':' || %(token)s, 0)
+
+-- name: spark_turn_key
+-- The advisory lock key of the parallel commits' turn in this schema.
+hashtextextended('conveyor_spark:' || current_schema(), 0)
 
 -- name: spark_commit_turn
 -- Parallel commits of a schema take turns (their staging does not): the pieces
 -- of two writes could otherwise each wait for a key in the other's prepared
 -- piece, a wait PostgreSQL's deadlock detector cannot see, until both time out.
-SELECT pg_advisory_lock(hashtextextended('conveyor_spark:' || current_schema(), 0))
+SELECT pg_advisory_lock({{spark_turn_key}})
 
 -- name: spark_commit_turn_end
-SELECT pg_advisory_unlock(hashtextextended('conveyor_spark:' || current_schema(), 0))
+SELECT pg_advisory_unlock({{spark_turn_key}})
 
 -- name: spark_committer_try_lock
-SELECT pg_try_advisory_lock(hashtextextended('conveyor_spark:' || current_schema() || ':' || %(token)s, 0))
+SELECT pg_try_advisory_lock({{spark_committer_key}})
 
 -- name: spark_committer_unlock
-SELECT pg_advisory_unlock(hashtextextended('conveyor_spark:' || current_schema() || ':' || %(token)s, 0))
+SELECT pg_advisory_unlock({{spark_committer_key}})
 
 -- name: spark_commit_decide
 -- The decision of a parallel commit, in the transaction that closes the write and
