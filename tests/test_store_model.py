@@ -481,8 +481,11 @@ class StoreMachine(RuleBasedStateMachine):
         if job is None:
             assert retry_one(self.store, job_id, now) is None
             return
+        # A keyed job comes back only as the newest job of its key, and only when no
+        # live job holds the key (the stores' retry_key_rule).
         key_taken = job.key is not None and any(
-            j.live and j.id != job.id for j in self.model.key_holders(job.queue, job.key)
+            j.id != job.id and (j.live or j.id > job.id)
+            for j in self.model.key_holders(job.queue, job.key)
         )
         if job.state not in (FAILED, CANCELLED) or key_taken:
             with pytest.raises(JobStateError):
