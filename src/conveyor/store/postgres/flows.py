@@ -36,8 +36,12 @@ def link(
     if not links:
         return LinkPlan()
     new_ids = {ids[p] for p in inserted}
-    asked = outside_parents(links, new_ids)
-    states = {i: s for i, s in conn.execute(_F["flow_parent_states"], {"ids": asked}).fetchall()}
+    asked = set(outside_parents(links, new_ids))
+    # Every parent is marked waited_on, this insert's own too (their finishes
+    # must resolve the new edges); the states read are those of the others.
+    every_parent = sorted({p for link in links for p in link.parents})
+    rows = conn.execute(_F["flow_parent_states"], {"ids": every_parent}).fetchall()
+    states = {i: s for i, s in rows if i in asked}
     plan = plan_links(links, states, new_ids)
     if plan.edges:
         children, parents, resolved = zip(*plan.edges, strict=True)

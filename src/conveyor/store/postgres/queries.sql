@@ -160,13 +160,23 @@ RETURNING jobs.id, jobs.cancel_requested
 -- shared.sql). The new state is decided in the SET expressions from the row
 -- being updated, not in a CTE: a cancel committed while this statement waited
 -- for the row lock is seen (PostgreSQL re-reads the newest row version there).
+--
+-- Run with %(flows)s false, alone (no transaction around it), it passes by
+-- jobs that others wait for (waited_on): the store finishes those again with
+-- %(flows)s true in a transaction that resolves their edges (workflows.sql).
+-- A job nothing waits for so costs one statement. The flag is on the row, not
+-- read from job_edges, because of one race: an enqueue that names this job
+-- as a parent sets waited_on, and a finish that waited for that row lock
+-- re-checks its WHERE on the newest row version, while anything else this
+-- statement read (job_edges) is from the snapshot it started with, before
+-- the new edge was committed.
 WITH changed AS (
     UPDATE jobs
     SET {{finish_set}}
     FROM unnest(%(ids)b::bigint[], %(tokens)b::text[], %(kinds)b::text[], %(results)b::json[],
                 %(errors)b::text[], %(run_ats)b::timestamptz[])
          AS f(id, token, kind, result, error, run_at)
-    WHERE {{finish_fence}}
+    WHERE {{finish_fence}} AND (%(flows)s OR NOT jobs.waited_on)
     RETURNING jobs.id, jobs.queue, jobs.task, jobs.state, jobs.attempts, jobs.worker,
               jobs.error, jobs.group_key, f.kind
 ), changed_events AS (

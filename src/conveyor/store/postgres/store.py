@@ -568,15 +568,23 @@ class PostgresStore:
     def job_finish(self, finishes: Sequence[Finish], now: datetime | None = None) -> list[int]:
         if not finishes:
             return []
-        # One transaction with the jobs waiting for these (pg_flows.release). The
-        # finish and the search for edges onto the jobs it names travel together
-        # (a pipeline): jobs nothing waits for pay the transaction's begin and
-        # commit, not a round trip more (see BENCHMARKS.md, workflows).
+        # One statement for the jobs nothing waits for; it passes by those that
+        # others wait for (waited_on), and those are finished again in one
+        # transaction with the jobs waiting for them (pg_flows.release). A job
+        # the first statement did not end for another reason (a stale lease)
+        # is not ended by the second either: only such finishes pay twice.
+        with self._conn() as conn:
+            rows = conn.execute(_Q["job_finish"], _finish_params(finishes, now)).fetchall()
+        ids = [r[0] for r in rows]
+        if len(ids) == len(finishes):
+            return ids
+        done = set(ids)
+        rest = [f for f in finishes if f.id not in done]
         with self._tx() as conn:
             with conn.pipeline():
-                finished = conn.execute(_Q["job_finish"], _finish_params(finishes, now))
-                resolved = pg_flows.resolve(conn, [f.id for f in finishes])
-            ids = [r[0] for r in finished.fetchall()]
+                finished = conn.execute(_Q["job_finish"], _finish_params(rest, now, flows=True))
+                resolved = pg_flows.resolve(conn, [f.id for f in rest])
+            ids += [r[0] for r in finished.fetchall()]
             pg_flows.release_resolved(conn, resolved.fetchall(), now)
         return ids
 
@@ -1061,7 +1069,9 @@ class PostgresStore:
                 "not failed): call it inside `with conn.transaction():` or before conn.commit()"
             )
         # The worker's own finish of a success, in the caller's transaction.
-        params = _finish_params([Finish.complete(lease.id, lease.token, result_json)], now)
+        params = _finish_params(
+            [Finish.complete(lease.id, lease.token, result_json)], now, flows=True
+        )
         with _own_cursor(connection) as cur:
             if cur.execute(_Q["job_finish"], params).fetchone() is None:
                 return False
@@ -1098,9 +1108,13 @@ class PostgresStore:
         return None if row is None else _row_to_step(row)
 
 
-def _finish_params(finishes: Sequence[Finish], now: datetime | None) -> dict[str, Any]:
-    """job_finish's parameters: one array per field of the outcomes."""
+def _finish_params(
+    finishes: Sequence[Finish], now: datetime | None, flows: bool = False
+) -> dict[str, Any]:
+    """job_finish's parameters: one array per field of the outcomes; ``flows`` when
+    the caller's transaction resolves the edges onto the jobs it ends."""
     return {
+        "flows": flows,
         "ids": [f.id for f in finishes],
         "tokens": [f.token for f in finishes],
         "kinds": [f.kind for f in finishes],

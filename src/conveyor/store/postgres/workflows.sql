@@ -6,10 +6,19 @@
 -- with: conveyor.store/workflows.sql as pyformat
 
 -- name: flow_parent_states
--- The state of each named job that exists (the parents of new jobs), locked
--- until the insert commits: a parent's finish waits for it, and then sees the
--- new edges; a finish that committed first is seen here as the parent's end.
-SELECT id, state FROM jobs WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id FOR SHARE
+-- The state of each named job that exists (the parents of new jobs, this
+-- insert's own among them), marked waited_on and locked until the insert
+-- commits: a parent's finish waits for it, re-reads the row, sees waited_on
+-- and resolves the new edges (see job_finish in queries.sql); a finish that
+-- committed first is seen here as the parent's end. Locked in id order, as
+-- every statement that locks several jobs does.
+WITH locked AS (
+    SELECT id FROM jobs WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id FOR UPDATE
+)
+UPDATE jobs SET waited_on = true
+FROM locked
+WHERE jobs.id = locked.id
+RETURNING jobs.id, jobs.state
 
 -- name: flow_edges_insert
 INSERT INTO job_edges (child, parent, resolved)
