@@ -23,6 +23,7 @@ import os
 import sqlite3
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -67,9 +68,9 @@ class Budget:
 # finds nothing) for each of those wakes, which come between zero and twice a
 # job depending on how the commits fall between its checks.
 BUDGETS = {
-    "postgres": Budget(burst_calls=0.05, burst_bytes=2700, lone_calls=4.1, lone_bytes=2650),
+    "postgres": Budget(burst_calls=0.05, burst_bytes=2300, lone_calls=4.1, lone_bytes=2250),
     "sqlite": Budget(burst_calls=1.3, burst_bytes=0, lone_calls=27, lone_bytes=0),
-    "redis": Budget(burst_calls=9.5, burst_bytes=1500, lone_calls=43.5, lone_bytes=2250),
+    "redis": Budget(burst_calls=8.6, burst_bytes=1350, lone_calls=41.5, lone_bytes=2080),
 }
 
 
@@ -214,7 +215,7 @@ def metered(
 ) -> Iterator[tuple[App, Any, str]]:
     if backend == "postgres":
         server: PgServer = request.getfixturevalue("pg_stat_server")
-        dbname = f"cost_{len(tmp_path.parts)}_{id(tmp_path)}"
+        dbname = f"cost_{uuid.uuid4().hex}"
         with psycopg.connect(server.dsn, autocommit=True) as admin:
             admin.execute(f'CREATE DATABASE "{dbname}"')
         from conftest import dsn_with_dbname

@@ -96,26 +96,28 @@ def test_demo_finishes_everything_and_rescues_the_killed_workers_jobs(tmp_path: 
             job = app.get(job_id)
             assert job.terminal
             history = app.events(job_id)
-            rescue = next(e for e in history if e.kind == "rescued")
-            claims = [e for e in history if e.kind == "claimed"]
-            lost_worker = [c for c in claims if c.seq < rescue.seq][-1].worker
-            later = [c for c in claims if c.seq > rescue.seq]
+            # In history order (a claim carries the seq of the event that ended it).
+            at = next(i for i, e in enumerate(history) if e.kind == "rescued")
+            lost_worker = [e for e in history[:at] if e.kind == "claimed"][-1].worker
+            later = [e for e in history[at:] if e.kind == "claimed"]
             assert later and later[-1].worker != lost_worker
         assert any(app.get(i).state == JobState.SUCCEEDED for i in rescued_ids)
 
         # The device's updates ran one at a time, in the order they were enqueued.
         group = sorted(app.jobs(task="sync_device", limit=1000), key=lambda j: j.id)
         assert len(group) == work.device_updates
-        first_claims = {}
+        # The stored log has one event per attempt's end (its start on it): the
+        # first attempt of each update ended in the order they were enqueued.
+        first_ends = {}
         for e in events:
-            if e.kind == "claimed" and e.task == "sync_device":
-                first_claims.setdefault(e.job_id, e.seq)
-        assert [first_claims[j.id] for j in group] == sorted(first_claims.values())
-        # Event order is commit order: the next update is claimed only after the last ended.
+            if e.kind not in ("enqueued", "claimed") and e.task == "sync_device":
+                first_ends.setdefault(e.job_id, e.seq)
+        assert [first_ends[j.id] for j in group] == sorted(first_ends.values())
+        # Event order is commit order: an update ended only after the one before it.
         # (Timestamps are read before a transaction waits for the lock: not comparable here.)
         succeeded = {e.job_id: e.seq for e in events if e.kind == "succeeded"}
         for before, after in itertools.pairwise(group):
-            assert succeeded[before.id] < first_claims[after.id]
+            assert succeeded[before.id] < first_ends[after.id]
 
 
 def test_demo_refuses_a_database_that_holds_jobs(tmp_path: Path) -> None:

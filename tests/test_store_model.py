@@ -585,11 +585,15 @@ class StoreMachine(RuleBasedStateMachine):
 
     @invariant()
     def history_matches_model(self) -> None:
+        # The stored log, in seq order, one row per event (a claim writes none)...
         events = self.store.event_since(0, 100_000)
         assert [e.seq for e in events] == sorted({e.seq for e in events})
-        seen: dict[int, list[tuple[str, int]]] = {}
-        for event in events:
-            seen.setdefault(event.job_id, []).append((event.kind, event.attempt))
+        assert {e.job_id for e in events} == set(self.model.jobs)
+        # ...and each job's history, every attempt shown with its claim.
+        seen = {
+            job_id: [(e.kind, e.attempt) for e in self.store.event_list(job_id)]
+            for job_id in self.model.jobs
+        }
         wanted = {j.id: j.events for j in self.model.jobs.values()}
         assert seen == wanted
 

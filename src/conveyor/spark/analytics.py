@@ -5,7 +5,8 @@ the ``conveyor`` data source and returns a :class:`Report` of three small
 DataFrames:
 
 ``summary``, one row per (queue, task):
-    ``attempts`` (claimed events), ``succeeded``, ``failed``, ``cancelled``,
+    ``attempts`` (attempts started: ended ones by their events, running ones by
+    their jobs), ``succeeded``, ``failed``, ``cancelled``,
     ``retried`` (failed attempts queued again), ``rescued`` (leases that expired),
     ``snoozed``; ``finished`` = succeeded + failed + cancelled;
     ``throughput_per_minute`` = (succeeded + failed) / minutes in the window,
@@ -133,7 +134,7 @@ def report(
         spark,
         dsn,
         "events",
-        columns=["job_id", "queue", "task", "kind", "at", "error"],
+        columns=["job_id", "queue", "task", "kind", "at", "error", "started_at"],
         at_since=start,
         at_until=end,
     )
@@ -248,11 +249,30 @@ def _summary(
 ) -> DataFrame:
     from pyspark.sql import functions as F
 
+    def counted(name: str, kind: str) -> Column:
+        if name != "attempts":
+            return F.col("kind") == kind
+        # An attempt that ended is on the event that ended it (its started_at);
+        # histories written before that encoding have claimed events instead.
+        return (F.col("kind") == kind) | F.col("started_at").isNotNull()
+
     counts = events.groupBy("queue", "task").agg(
         *[
-            F.count(F.when(F.col("kind") == str(kind), True)).alias(name)
+            F.count(F.when(counted(name, str(kind)), True)).alias(name)
             for name, kind in _COUNTED_KINDS.items()
         ]
+    )
+    # Attempts still running have no event yet: their jobs' rows count them.
+    running = (
+        started.where(F.col("state") == str(JobState.RUNNING))
+        .groupBy("queue", "task")
+        .agg(F.count(F.lit(1)).alias("running_attempts"))
+    )
+    counts = (
+        counts.join(running, ["queue", "task"], "full_outer")
+        .fillna({"running_attempts": 0, **{name: 0 for name in _COUNTED_KINDS}})
+        .withColumn("attempts", F.col("attempts") + F.col("running_attempts"))
+        .drop("running_attempts")
     )
     peaks = throughput.groupBy("queue", "task").agg(F.max("jobs").alias("peak_per_minute"))
     waits = _percentiles(

@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 #: Jobs deleted per store call: small enough for a short write transaction.
 DELETE_CHUNK = 5_000
 _TERMINAL = [str(JobState.SUCCEEDED), str(JobState.FAILED), str(JobState.CANCELLED)]
-_EVENT_FIELDS = ("seq", "kind", "attempt", "worker", "at", "error")
+_EVENT_FIELDS = ("seq", "kind", "attempt", "worker", "at", "error", "started_at")
 _MISSING_PATH = "PATH_NOT_FOUND"
 
 #: Called as ``progress(stage, done, total)``: "selected" (jobs eligible),

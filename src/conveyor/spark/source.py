@@ -94,6 +94,8 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("worker", StringType()),
         _ts("at", False),
         Column("error", StringType()),
+        # The start of the attempt the event ends (null for events that end none).
+        _ts("started_at"),
     ),
 }
 #: The column each table is partitioned and ordered by.

@@ -7,9 +7,9 @@ from conveyor.job import EventKind, JobState
 
 # The event each action other than finishing records, by the state the job is
 # in afterwards (finishing has its own rule: event_insert_finished in each
-# backend's queries).
+# backend's queries). A claim records none: the event that ends the attempt
+# carries its start (event_list in shared.sql).
 EVENT_KINDS: dict[str, dict[str, str]] = {
-    "claim": {JobState.RUNNING: EventKind.CLAIMED},
     "cancel": {
         JobState.CANCELLED: EventKind.CANCELLED,
         JobState.RUNNING: EventKind.CANCEL_REQUESTED,

@@ -91,6 +91,33 @@ INSERT INTO schema_migrations (version, name, applied_at) VALUES (:version, :nam
 -- name: job_get
 SELECT * FROM jobs WHERE id = :id
 
+-- name: event_list
+-- A job's history, every attempt with its start: an attempt's start and worker
+-- are stored on the event that ended it (started_at), not as an event of their
+-- own, and shown here as a "claimed" event with that event's seq; the running
+-- attempt's comes from the job's row, with the seq of the job's last event. A
+-- claim is placed (pos) right after the job's last event before it other than
+-- a cancel request (the one event an attempt records while it runs). Histories
+-- written before started_at existed hold claimed events of their own.
+SELECT seq, job_id, queue, task, kind, attempt, worker, at, error FROM (
+    SELECT seq, seq AS pos, 0 AS part, job_id, queue, task, kind, attempt, worker, at, error
+    FROM events WHERE job_id = :job_id
+    UNION ALL
+    SELECT seq,
+           coalesce((SELECT max(p.seq) FROM events AS p
+                     WHERE p.job_id = :job_id AND p.seq < e.seq
+                       AND p.kind <> 'cancel_requested'), 0),
+           1, job_id, queue, task, 'claimed', attempt, worker, started_at, NULL
+    FROM events AS e WHERE job_id = :job_id AND started_at IS NOT NULL
+    UNION ALL
+    SELECT coalesce((SELECT max(p.seq) FROM events AS p WHERE p.job_id = :job_id), 0),
+           coalesce((SELECT max(p.seq) FROM events AS p
+                     WHERE p.job_id = :job_id AND p.kind <> 'cancel_requested'), 0),
+           1, id, queue, task, 'claimed', attempts, worker, started_at, NULL
+    FROM jobs WHERE id = :job_id AND state = 'running'
+) AS history
+ORDER BY pos, part
+
 -- name: job_progress
 UPDATE jobs
 SET progress = coalesce(:fraction, progress), progress_message = :message

@@ -126,7 +126,8 @@ ORDER BY j.priority DESC, j.id
 
 -- name: claim_apply
 -- After a CTE named candidates (the ids a claim chose, locked): start them under
--- the claim's lease, each with its claimed event. Ends in a CTE named claimed.
+-- the claim's lease. Ends in a CTE named claimed. No event: the attempt's start
+-- and worker are written with the event that ends it (see event_list).
 claimed AS (
     UPDATE jobs
     SET state = 'running',
@@ -141,9 +142,6 @@ claimed AS (
     -- with job_claim_limited's candidates, the planner chose to hash the whole table).
     WHERE jobs.id = ANY(ARRAY(SELECT id FROM candidates))
     RETURNING jobs.*
-), claimed_events AS (
-    INSERT INTO events (job_id, queue, task, kind, attempt, worker, at)
-    SELECT id, queue, task, 'claimed', attempts, worker, {{now}} FROM claimed ORDER BY id
 )
 
 -- name: job_heartbeat
@@ -178,16 +176,18 @@ WITH changed AS (
          AS f(id, token, kind, result, error, run_at)
     WHERE {{finish_fence}} AND (%(flows)s OR NOT jobs.waited_on)
     RETURNING jobs.id, jobs.queue, jobs.task, jobs.state, jobs.attempts, jobs.worker,
-              jobs.error, jobs.group_key, f.kind
+              jobs.error, jobs.group_key, jobs.started_at, f.kind
 ), changed_events AS (
-    -- One event per job, named after what became of it; a rescue that did not
-    -- queue the job again also records how it ended, after all the "rescued"
-    -- events. Snooze and release gave the attempt back: their events add one.
-    INSERT INTO events (job_id, queue, task, kind, attempt, worker, at, error)
+    -- One event per job, named after what became of it, carrying the start of
+    -- the attempt it ends; a rescue that did not queue the job again also
+    -- records how it ended, after all the "rescued" events. Snooze and release
+    -- gave the attempt back: their events add one.
+    INSERT INTO events (job_id, queue, task, kind, attempt, worker, at, error, started_at)
     SELECT id, queue, task, {{finish_event_kind}},
            attempts + CASE WHEN f.kind IN ('snooze', 'release') THEN 1 ELSE 0 END,
            worker, {{now}},
-           CASE WHEN f.kind IN ('retry', 'fail', 'rescue', 'take_back') THEN error END
+           CASE WHEN f.kind IN ('retry', 'fail', 'rescue', 'take_back') THEN error END,
+           CASE WHEN e.ordinal = 1 THEN started_at END
     FROM changed AS f
     CROSS JOIN LATERAL (VALUES (1), (2)) AS e(ordinal)
     WHERE e.ordinal = 1 OR (f.kind IN ('rescue', 'take_back') AND state <> 'queued')
@@ -223,10 +223,6 @@ SELECT id, lease_token FROM jobs
 WHERE state = 'running' AND lease_expires_at < coalesce(%(now)s::timestamptz, now())
 ORDER BY lease_expires_at, id
 LIMIT %(limit)s
-
--- name: event_list
-SELECT seq, job_id, queue, task, kind, attempt, worker, at, error
-FROM events WHERE job_id = %(job_id)s ORDER BY seq
 
 -- name: event_since
 SELECT seq, job_id, queue, task, kind, attempt, worker, at, error

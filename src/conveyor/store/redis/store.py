@@ -25,6 +25,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from importlib import resources
 from typing import Any, TypeVar
@@ -35,7 +36,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from conveyor.errors import ConfigurationError, InvalidJobError, StoreUnavailableError
-from conveyor.job import HOLD_AT, Event, Job, JobState, NewJob
+from conveyor.job import HOLD_AT, Event, EventKind, Job, JobState, NewJob
 from conveyor.limits import Limit, QueueLimits
 from conveyor.store.base import (
     LEASE_EXPIRED_ERROR,
@@ -192,15 +193,53 @@ def _readable(fields: dict[str, str]) -> bool:
     return all(name in fields for name in _REQUIRED)
 
 
+#: The job's fields that name its running attempt, for event_list.
+_RUNNING_ATTEMPT = ("state", "queue", "task", "attempts", "worker", "started_at")
+
+
+def _history(
+    job_id: int, entries: list[tuple[str, dict[str, str]]], running: list[str | None]
+) -> list[Event]:
+    """A job's history, every attempt with its start, as event_list in shared.sql
+    gives it on the SQL stores: an event that ended an attempt carries the
+    attempt's start, shown as a "claimed" event with that event's seq, right
+    after the last event before it other than a cancel request; the running
+    attempt's (``running``: the job's _RUNNING_ATTEMPT fields) comes from the
+    job itself, with the seq of the job's last event."""
+    history: list[Event] = []
+    after_last = 0  # where a claim goes: after the last event other than a cancel request
+    for entry in entries:
+        event, started = _event_and_start(entry)
+        if started is not None:
+            claim = replace(event, kind=EventKind.CLAIMED, at=_dt(started), error=None)
+            history.insert(after_last, claim)
+        history.append(event)
+        if event.kind != EventKind.CANCEL_REQUESTED:
+            after_last = len(history)
+    state, queue, task, attempts, worker, started_at = running
+    if state == JobState.RUNNING and queue and task and attempts and started_at:
+        seq = history[-1].seq if history else 0
+        claim = Event(seq, job_id, queue, task, EventKind.CLAIMED, int(attempts), worker,
+                      _dt(started_at))  # fmt: skip
+        history.insert(after_last, claim)
+    return history
+
+
 def _event_of(entry: tuple[str, dict[str, str]]) -> Event:
+    return _event_and_start(entry)[0]
+
+
+def _event_and_start(entry: tuple[str, dict[str, str]]) -> tuple[Event, str | None]:
     """A stream entry: one field "e", the JSON array [job id, queue, task, kind, attempt,
-    at, worker, error] without its trailing nulls (common.lua's event); entries of the
-    first layout name each field."""
+    at, worker, error, started] without its trailing nulls (common.lua's event; started:
+    the start of the attempt the event ends); entries of the first layout name each
+    field. The event, and that start."""
     entry_id, f = entry
     seq = int(entry_id.split("-", 1)[0])
     if "e" in f:
-        e = [*json.loads(f["e"]), None, None]
-        return Event(seq, int(e[0]), e[1], e[2], e[3], int(e[4]), e[6], _dt(e[5]), e[7])
+        e = [*json.loads(f["e"]), None, None, None]
+        event = Event(seq, int(e[0]), e[1], e[2], e[3], int(e[4]), e[6], _dt(e[5]), e[7])
+        return event, e[8]
     return Event(
         seq=seq,
         job_id=int(f["job_id"]),
@@ -211,7 +250,7 @@ def _event_of(entry: tuple[str, dict[str, str]]) -> Event:
         worker=f.get("worker"),
         at=_dt(f["at"]),
         error=f.get("error"),
-    )
+    ), None
 
 
 def _new_job_json(job: NewJob) -> list[str | None]:
@@ -709,7 +748,9 @@ class RedisStore:
             pipe = self._client.pipeline(transaction=False)
             for seq in seqs:
                 pipe.xrange(self._k("events"), f"{seq}-0", f"{seq}-0")
-            return [_event_of(e) for entries in pipe.execute() for e in entries]
+            pipe.hmget(self._k("job", str(job_id)), *_RUNNING_ATTEMPT)
+            *read, running = pipe.execute()
+            return _history(job_id, [e for entries in read for e in entries], running)
 
         return self._do(read)
 

@@ -89,9 +89,9 @@ progress = NULL,
 progress_message = NULL
 
 -- name: event_insert_for_jobs
--- One event for each job of :ids (claim, cancel, retry). :kinds maps the state
--- the job is now in to the event kind (e.g. {"running": "claimed"}); a job in
--- a state the map does not name gets no event.
+-- One event for each job of :ids (cancel, retry, hold...). :kinds maps the state
+-- the job is now in to the event kind (e.g. {"cancelled": "cancelled"}); a job
+-- in a state the map does not name gets no event.
 INSERT INTO events (job_id, queue, task, kind, attempt, worker, at)
 SELECT id, queue, task, :kinds ->> state, attempts, worker, :now
 FROM jobs
@@ -127,11 +127,14 @@ RETURNING jobs.id
 -- [[id, kind], ...]. Each job gets one event named after what became of it
 -- (finish_event_kind); a rescue that did not queue the job again also records
 -- how it ended, after all the "rescued" events. Snooze and release gave the
--- attempt back, so their events add one to name the attempt that ran.
-INSERT INTO events (job_id, queue, task, kind, attempt, worker, at, error)
+-- attempt back, so their events add one to name the attempt that ran. The
+-- first event of each job carries the start of the attempt it ends (a claim
+-- writes no event: see event_list in shared.sql).
+INSERT INTO events (job_id, queue, task, kind, attempt, worker, at, error, started_at)
 SELECT jobs.id, queue, task, {{finish_event_kind}},
        attempts + (f.kind IN ('snooze', 'release')), worker, :now,
-       CASE WHEN f.kind IN ('retry', 'fail', 'rescue', 'take_back') THEN error END
+       CASE WHEN f.kind IN ('retry', 'fail', 'rescue', 'take_back') THEN error END,
+       CASE WHEN o.ordinal = 1 THEN started_at END
 FROM (SELECT value ->> 0 AS id, value ->> 1 AS kind FROM json_each(:items)) AS f
 JOIN jobs ON jobs.id = f.id
 JOIN (SELECT 1 AS ordinal UNION ALL SELECT 2) AS o
@@ -151,9 +154,6 @@ DELETE FROM events WHERE job_id IN (SELECT value FROM json_each(:ids))
 
 -- name: job_delete
 DELETE FROM jobs WHERE id IN (SELECT value FROM json_each(:ids))
-
--- name: event_list
-SELECT * FROM events WHERE job_id = :job_id ORDER BY seq
 
 -- name: event_since
 SELECT * FROM events WHERE seq > :seq ORDER BY seq LIMIT :limit

@@ -515,7 +515,6 @@ class SQLiteStore:
             else:
                 jobs = [_row_to_job(r) for r in conn.execute(_Q["job_claim_limited"], params)]
                 self._record_starts(conn, names, [j.id for j in jobs], _ts(when))
-            self._record(conn, "claim", [j.id for j in jobs], _ts(when))
         # RETURNING order is unspecified: hand jobs out in claim order.
         jobs.sort(key=lambda j: (-j.priority, j.id))
         return jobs

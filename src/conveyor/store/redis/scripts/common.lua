@@ -255,9 +255,14 @@ local function enc(x)
     end
     return e
 end
-local function event(j, kind, attempt, at, err)
+-- started: the start of the attempt the event ends (a claim writes no event of
+-- its own; event_list in store.py shows it as "claimed").
+local function event(j, kind, attempt, at, err, started)
     local tail = ']'
-    if err then
+    if started then
+        tail = ',' .. enc(j.worker) .. ',' .. (err and cjson.encode(err) or 'null')
+            .. ',"' .. started .. '"]'
+    elseif err then
         tail = ',' .. enc(j.worker) .. ',' .. cjson.encode(err) .. ']'
     elseif j.worker then
         tail = ',' .. enc(j.worker) .. ']'
@@ -550,7 +555,7 @@ local function finish_all(items, now_n, now_s)
         local paused = kind == 'snooze' or kind == 'release'
         local err = nil
         if not paused and kind ~= 'complete' and kind ~= 'cancelled' then err = j.error end
-        event(j, name, tonumber(j.attempts) + (paused and 1 or 0), now_s, err)
+        event(j, name, tonumber(j.attempts) + (paused and 1 or 0), now_s, err, j.started_at)
         ids[#ids + 1] = tonumber(j.id)
     end
     for _, j in ipairs(seconds) do event(j, j.state, tonumber(j.attempts), now_s, j.error) end

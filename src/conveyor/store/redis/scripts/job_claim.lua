@@ -7,7 +7,7 @@
 gather = true -- the sorted-set writes sent at done() (see zwrite)
 local now_n, now_s = clock(ARGV[6])
 local expires = fmt(now_n + tonumber(ARGV[5]))
-local out, claimed, limited = {}, {}, {}
+local out, limited = {}, {}
 local CLAIMED = {'state', 'attempts', 'worker', 'lease_token', 'lease_expires_at', 'started_at'}
 for _, c in ipairs(candidates(cjson.decode(ARGV[1]), tonumber(ARGV[2]), now_n, v(ARGV[7] ~= '' and ARGV[7]))) do
     local j, q = c[4], c[3]
@@ -30,12 +30,9 @@ for _, c in ipairs(candidates(cjson.decode(ARGV[1]), tonumber(ARGV[2]), now_n, v
             redis.call('SADD', qk('kstartkeys', q), j.limit_key)
         end
     end
-    claimed[#claimed + 1] = c
     out[#out + 1] = reply_of(j)
 end
 for q, l in pairs(limited) do
     if l then prune_starts(q, l, now_n, tonumber(ARGV[8])) end
 end
-table.sort(claimed, function(a, b) return a[1] < b[1] end)
-for _, c in ipairs(claimed) do event(c[4], 'claimed', tonumber(c[4].attempts), now_s, nil) end
 return done({out, unreadable})
