@@ -7,16 +7,19 @@ claim")."""
 from __future__ import annotations
 
 import itertools
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+from click.testing import CliRunner
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from markupsafe import escape
 from starlette.testclient import TestClient
 
 from conveyor import App
+from conveyor.cli import cli
 from conveyor.errors import InvalidJobError
 from conveyor.web import create_app
 from conveyor.web.metrics import escape_label
@@ -102,3 +105,40 @@ def test_nul_in_a_name_is_refused_and_nothing_is_written(app: App, field: str) -
     with pytest.raises(InvalidJobError, match="NUL"):
         app.enqueue("t", [1], **options)
     assert app.stats().count("queued") == 0
+
+
+def test_the_command_line_shows_names_as_written_never_as_markup(tmp_path: Path) -> None:
+    dsn = f"sqlite:///{tmp_path / 'jobs.db'}"
+    names = ["a[/]b", "[red]alert[/red]", "[bold]"]
+    with App(dsn) as app:
+        app.migrate()
+        for name in names:
+            app.enqueue("t", [], queue=name, limit_key=name)
+            app.limit(name, concurrency=1, per_key=True)
+    for command in (["stats"], ["limits"], ["jobs", "list"]):
+        result = CliRunner().invoke(cli, [*command, "--dsn", dsn], env={"COLUMNS": "200"})
+        assert result.exit_code == 0, result.output
+        for name in names:
+            assert name in result.output, (command, result.output)
+
+
+def test_the_spark_report_prints_names_and_errors_as_written() -> None:
+    from io import StringIO
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from conveyor.spark.commands import _print_report
+
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    name, error = "a[/]b", "KeyError: [/] [red]x[/red]"
+    counts = {"peak_per_minute": 1, "succeeded": 1, "failed": 1, "cancelled": 0}
+    row = {"queue": name, "task": name, "throughput_per_minute": 1.0, **counts, "retried": 0}
+    row |= {"rescued": 0, "success_rate": 0.5, "failure_rate": 0.5, "retry_rate": 0.0}
+    row |= {f"{k}_{p}": 0.1 for k in ("wait", "run") for p in ("p50", "p95", "p99")}
+    row["rescue_rate"] = 0.0
+    seen = {"count": 1, "jobs": 1, "queue": name, "task": name, "error": error, "last_seen": at}
+    out = StringIO()
+    report = SimpleNamespace(start=at, end=at)
+    _print_report(Console(file=out, width=300), report, [row], [seen])  # type: ignore[arg-type]
+    assert name in out.getvalue() and error in out.getvalue()
