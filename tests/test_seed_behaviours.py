@@ -390,7 +390,7 @@ def test_trim_keeps_the_newest_finished_jobs_per_state_on_demand(app: App) -> No
     assert app.stats().count("succeeded", "q") == 1  # the overview's counts follow
     with pytest.raises(ConfigurationError, match="only finished jobs"):
         app.trim("q", keep=1, states=["queued"])
-    with pytest.raises(ConfigurationError, match="keep_finished must be a number"):
+    with pytest.raises(ConfigurationError, match="keep must be a whole number of jobs"):
         app.trim("q", keep=-1)
 
 

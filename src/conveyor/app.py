@@ -27,6 +27,7 @@ from conveyor.errors import (
 from conveyor.job import (
     DETAILED_STATES,
     FILTER_STATES,
+    MAX_JOB_ID,
     TERMINAL_STATES,
     WAITING_STATES,
     EventKind,
@@ -35,6 +36,7 @@ from conveyor.job import (
     NewJob,
     check_headers,
     encode_payload,
+    is_job_id,
     resolve_run_at,
     retry_refusal,
     utcnow,
@@ -181,6 +183,9 @@ class App:
         listen = notifications_setting(notifications)  # checked before the store opens
         #: This App's middleware, after the globally installed ones (``middleware_chain``).
         self.middleware = check_middleware(middleware)
+        # Checked before the store opens: a bad option leaves no connection behind.
+        by_state, keep_by_state = check_retention_by_state(retention_by_state)
+        keep_finished = check_keep_finished(keep_finished)
         # A store may have only the core (JobStore): workers and consumers need no
         # more, and the methods that need a capability check it (``needs``).
         self.store: Store = (
@@ -191,9 +196,9 @@ class App:
         #: Finished jobs older than this are purged by the workers' maintenance (off when None).
         self.retention = retention
         #: Per final state (succeeded, failed, cancelled), a retention time of its own.
-        self.retention_by_state, self.keep_by_state = check_retention_by_state(retention_by_state)
+        self.retention_by_state, self.keep_by_state = by_state, keep_by_state
         #: At most this many finished jobs per queue (an int for every queue, or per queue).
-        self.keep_finished = check_keep_finished(keep_finished)
+        self.keep_finished = keep_finished
         self._next_count_retention = 0.0
         #: Seconds between two rounds of the count rules (``keep_finished``, a Keep's
         #: count): each counts finished jobs. ``app.trim`` applies one at once.
@@ -1267,7 +1272,11 @@ class App:
         one transaction each, calling ``on_batch(count)`` after each.
         """
         validate_name("queue", queue)
-        check_keep_finished(keep)
+        if keep is None or isinstance(keep, Mapping):  # one queue, one number
+            raise ConfigurationError(
+                f"keep must be a whole number of jobs from 0 to {MAX_KEEP:,}, got {keep!r}"
+            )
+        check_keep_finished(keep, "keep")
         chosen = check_final_states(states)
         total = 0
         while True:
@@ -1548,11 +1557,11 @@ def parent_ids(after: object) -> tuple[int, ...]:
     for parent in after:
         if isinstance(parent, Job):
             ids.append(parent.id)
-        elif isinstance(parent, int) and not isinstance(parent, bool) and parent > 0:
+        elif is_job_id(parent):
             ids.append(parent)
         else:
             raise InvalidJobError(
-                f"after must name Jobs or job ids (positive integers), got {parent!r}"
+                f"after must name Jobs or job ids (integers from 1 to {MAX_JOB_ID}), got {parent!r}"
             )
     return tuple(dict.fromkeys(ids))
 
@@ -1604,6 +1613,8 @@ def states_to_walk(state: str | None, applies_to: tuple[str, ...]) -> list[str]:
 
 #: The oldest a purge reaches back: a thousand years (a cutoff before year 1 cannot be written).
 MAX_AGE = timedelta(days=365_000)
+#: Most finished jobs a count rule keeps per queue (within every store's integer).
+MAX_KEEP = 1_000_000_000
 
 
 def check_age(older_than: timedelta | float) -> timedelta:
@@ -1703,16 +1714,18 @@ def notifications_setting(given: bool | None) -> bool:
         ) from None
 
 
-def check_keep_finished(keep: int | Mapping[str, int] | None) -> int | dict[str, int] | None:
+def check_keep_finished(
+    keep: int | Mapping[str, int] | None, what: str = "keep_finished"
+) -> int | dict[str, int] | None:
     if keep is None:
         return None
-    values = [keep] if isinstance(keep, int) else list(keep.values())
+    values = list(keep.values()) if isinstance(keep, Mapping) else [keep]
     for value in values:
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_KEEP:
             raise ConfigurationError(
-                f"keep_finished must be a number of jobs (0 or more), got {value!r}"
+                f"{what} must be a whole number of jobs from 0 to {MAX_KEEP:,}, got {value!r}"
             )
-    if isinstance(keep, int):
+    if not isinstance(keep, Mapping):
         return keep
     for queue in keep:
         validate_name("queue", queue)

@@ -30,6 +30,10 @@ MAX_JSON_DEPTH = 500
 MAX_HEADERS_BYTES = 16 * 1024
 #: Largest max_attempts: the databases keep attempts in a 32-bit integer.
 MAX_ATTEMPTS_LIMIT = 2**31 - 1
+#: The largest job id (the stores' 64-bit integer column).
+MAX_JOB_ID = 2**63 - 1
+#: The priorities a job may have: every 32-bit integer (the stores' integer column).
+MIN_PRIORITY, MAX_PRIORITY = -(2**31), 2**31 - 1
 #: No job may be due later than this: times up to the end of year 9999 are all
 #: that Python's datetime (and so every reader of the store) can represent.
 MAX_RUN_AT = datetime(9999, 1, 1, tzinfo=UTC)
@@ -455,6 +459,11 @@ def resolve_run_at(
     return when
 
 
+def is_job_id(value: object) -> bool:
+    """Whether ``value`` is an int a job's id can be (1 to MAX_JOB_ID; not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_JOB_ID
+
+
 def validate_max_attempts(value: object) -> int:
     if (
         not isinstance(value, int)
@@ -499,8 +508,14 @@ def validate_new_job(job: NewJob) -> NewJob:
 
 
 def validate_priority(value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not -(2**31) < value < 2**31:
-        raise InvalidJobError(f"priority must be a 32-bit integer, got {value!r}")
+    if (
+        not isinstance(value, int)
+        or isinstance(value, bool)
+        or not MIN_PRIORITY <= value <= MAX_PRIORITY
+    ):
+        raise InvalidJobError(
+            f"priority must be a 32-bit integer ({MIN_PRIORITY} to {MAX_PRIORITY}), got {value!r}"
+        )
     return value
 
 

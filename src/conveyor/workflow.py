@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from conveyor.errors import ConfigurationError, InvalidJobError
-from conveyor.job import AfterFailure, Job, JobState, validate_name
+from conveyor.job import MAX_JOB_ID, AfterFailure, Job, JobState, is_job_id, validate_name
 from conveyor.store.base import WorkflowInfo
 from conveyor.task import Step
 
@@ -89,10 +89,13 @@ class Workflow:
                 mine.append(parent.position)
             elif isinstance(parent, Job):
                 jobs.append(parent.id)
-            elif isinstance(parent, int) and not isinstance(parent, bool) and parent > 0:
+            elif is_job_id(parent):
                 jobs.append(parent)
             else:
-                raise InvalidJobError(f"after must name nodes, Jobs or job ids, got {parent!r}")
+                raise InvalidJobError(
+                    "after must name nodes, Jobs or job ids "
+                    f"(integers from 1 to {MAX_JOB_ID}), got {parent!r}"
+                )
         failure = after_failure if after_failure is not None else step.options.after_failure
         if failure not in ("cancel", "run"):
             raise InvalidJobError(f"after_failure must be 'cancel' or 'run', got {failure!r}")

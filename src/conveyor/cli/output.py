@@ -332,7 +332,9 @@ def fitted_table(
             style=col.style,
         )
     for row in rows:
-        table.add_row(*row)
+        # rich reads a str cell as markup: a name like "a[/]b" would raise, and
+        # "[red]x[/red]" would show as "x". A cell is always its own text.
+        table.add_row(*(Text(cell) if isinstance(cell, str) else cell for cell in row))
     return table
 
 

@@ -9,7 +9,7 @@ from datetime import timedelta
 import click
 from rich.live import Live
 
-from conveyor.app import App, check_age
+from conveyor.app import MAX_KEEP, App, check_age
 from conveyor.cli.options import Bounded, Duration, dsn_option, json_option, open_app, within
 from conveyor.cli.output import console, interactive, print_json, progress, stats_dict, stats_view
 from conveyor.errors import ConveyorError
@@ -117,7 +117,7 @@ def purge(
 @click.argument("queue")
 @click.option(
     "--keep",
-    type=click.IntRange(0, 1_000_000_000),
+    type=click.IntRange(0, MAX_KEEP),
     required=True,
     help="How many of the newest finished jobs to keep (0: none).",
 )

@@ -124,6 +124,8 @@ def _checked_dsn(dsn: str | None) -> str:
 @master_option
 def report(since: timedelta, out: Path | None, dsn: str | None, master: str) -> None:
     """Queue analytics: throughput, wait and run times, outcomes and top errors."""
+    from rich.markup import escape
+
     from conveyor.spark.analytics import report as build
 
     dsn = _checked_dsn(dsn)
@@ -137,11 +139,13 @@ def report(since: timedelta, out: Path | None, dsn: str | None, master: str) -> 
     if out is not None:
         with console.status(f"Writing to {out}..."):
             written = result.write(out)
-        console.print(f"Wrote {', '.join(p.name for p in written)} to [bold]{out}[/]")
+        names = escape(", ".join(p.name for p in written))
+        console.print(f"Wrote {names} to [bold]{escape(str(out))}[/]")
 
 
 def _print_report(console: Console, result: Report, summary: list[Row], errors: list[Row]) -> None:
     from rich.table import Table
+    from rich.text import Text
 
     from conveyor.spark.analytics import format_seconds
 
@@ -169,8 +173,9 @@ def _print_report(console: Console, result: Report, summary: list[Row], errors: 
         rates.add_column(name, justify="right")
     for r in summary:
         outcomes.add_row(
-            r["queue"],
-            r["task"],
+            # Names and errors as Text: rich would read a str as markup ("a[/]b" raises).
+            Text(r["queue"]),
+            Text(r["task"]),
             # Significant digits: a quiet queue over a long window is still not 0.00.
             f"{r['throughput_per_minute']:.3g}",
             str(r["peak_per_minute"]),
@@ -181,8 +186,8 @@ def _print_report(console: Console, result: Report, summary: list[Row], errors: 
             f"[yellow]{r['rescued']}[/]" if r["rescued"] else "0",
         )
         rates.add_row(
-            r["queue"],
-            r["task"],
+            Text(r["queue"]),
+            Text(r["task"]),
             pct(r["success_rate"]),
             pct(r["failure_rate"]),
             pct(r["retry_rate"]),
@@ -200,8 +205,8 @@ def _print_report(console: Console, result: Report, summary: list[Row], errors: 
             latency.add_column(f"{kind} {name}", justify="right")
     for r in summary:
         latency.add_row(
-            r["queue"],
-            r["task"],
+            Text(r["queue"]),
+            Text(r["task"]),
             *[
                 format_seconds(r[f"{k}_{p}"])
                 for k in ("wait", "run")
@@ -221,8 +226,8 @@ def _print_report(console: Console, result: Report, summary: list[Row], errors: 
             top.add_row(
                 str(e["count"]),
                 str(e["jobs"]),
-                f"{e['queue']} / {e['task']}",
-                e["error"],
+                Text(f"{e['queue']} / {e['task']}"),
+                Text(e["error"]),
                 # collect() gives naive local times; astimezone reads them as such.
                 f"{e['last_seen'].astimezone(UTC):%Y-%m-%d %H:%M:%S}",
             )

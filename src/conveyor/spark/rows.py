@@ -46,6 +46,8 @@ from conveyor.errors import ConfigurationError, InvalidJobError
 from conveyor.job import (
     MAX_NAME_LENGTH,
     MAX_PAYLOAD_BYTES,
+    MAX_PRIORITY,
+    MIN_PRIORITY,
     Unique,
     validate_name,
 )
@@ -180,7 +182,7 @@ class WritePlan:
         if write_id is not None:
             validate_name("writeId", write_id)
         # maxAttempts >= 1 and a 32-bit priority, as app.enqueue checks them.
-        priority = options.integer("priority", None, minimum=-(2**31) + 1, maximum=2**31 - 1)
+        priority = options.integer("priority", None, minimum=MIN_PRIORITY, maximum=MAX_PRIORITY)
         max_attempts = options.integer("maxAttempts", None)
         _check_types(columns, fields)
 
@@ -455,7 +457,7 @@ def _priorities(
     values = batch.column(name).to_pylist()
     out = [default if v is None else v for v, default in zip(values, defaults, strict=True)]
     for index, value in enumerate(out):
-        if not -(2**31) < value < 2**31:
+        if not MIN_PRIORITY <= value <= MAX_PRIORITY:
             raise RowError(f"column {name!r}, {where.row(index)}: priority {value} is not 32-bit")
     return out
 

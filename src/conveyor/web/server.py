@@ -21,6 +21,7 @@ from urllib.parse import parse_qs, quote, urlencode
 import jinja2
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.convertors import PathConvertor, register_url_convertor
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
@@ -53,6 +54,21 @@ from conveyor.web.params import (
     query,
 )
 from conveyor.web.security import CSRF_FIELD, CsrfTokens, Guard, foreign_origin
+
+
+class NameConvertor(PathConvertor):
+    """A queue or workflow name in a path, whatever characters it holds.
+
+    Starlette's ``path`` matches ``.*``, which stops at a newline (and its route's
+    ``$`` then matches before a trailing one): a name with a newline would miss
+    its page or reach another queue's. Any character, newlines included.
+    """
+
+    regex = r"[\s\S]*"
+
+
+register_url_convertor("name", NameConvertor())
+
 
 #: The headers of the overview's counts: short, so the queue table fits 1024 px
 #: (each with its full name as a tooltip; a queue's card on a phone says it whole).
@@ -228,23 +244,23 @@ class Dashboard:
             Route("/jobs/{job_id:int}/{action}", self.job_action, methods=["POST"]),
             Route("/workers", self.page(self.workers_page), name="workers"),
             Route("/workflows", self.page(self.workflows_page), name="workflows"),
-            Route("/workflows/{workflow_id:path}/cancel", self.workflow_cancel, methods=["POST"]),
-            Route("/workflows/{workflow_id:path}", self.page(self.workflow_page), name="workflow"),
+            Route("/workflows/{workflow_id:name}/cancel", self.workflow_cancel, methods=["POST"]),
+            Route("/workflows/{workflow_id:name}", self.page(self.workflow_page), name="workflow"),
             Route("/workers/take-back", self.worker_take_back, methods=["POST"]),
             Route("/periodic", self.page(self.periodic_page), name="periodic"),
-            Route("/queues/{queue:path}/pause", self.queue_pause, methods=["POST"]),
-            Route("/queues/{queue:path}/resume", self.queue_resume, methods=["POST"]),
-            Route("/queues/{queue:path}/retry-failed", self.queue_retry_failed, methods=["POST"]),
+            Route("/queues/{queue:name}/pause", self.queue_pause, methods=["POST"]),
+            Route("/queues/{queue:name}/resume", self.queue_resume, methods=["POST"]),
+            Route("/queues/{queue:name}/retry-failed", self.queue_retry_failed, methods=["POST"]),
             Route(
-                "/queues/{queue:path}/delete",
+                "/queues/{queue:name}/delete",
                 self.queue_delete,
                 methods=["GET", "POST"],
                 name="queue_delete",
             ),
-            Route("/limits/{queue:path}/set", self.limit_set, methods=["POST"]),
-            Route("/limits/{queue:path}/clear", self.limit_clear, methods=["POST"]),
-            Route("/limits/{queue:path}/lift", self.limit_lift, methods=["POST"]),
-            Route("/limits/{queue:path}", self.page(self.limit_page), name="limit"),
+            Route("/limits/{queue:name}/set", self.limit_set, methods=["POST"]),
+            Route("/limits/{queue:name}/clear", self.limit_clear, methods=["POST"]),
+            Route("/limits/{queue:name}/lift", self.limit_lift, methods=["POST"]),
+            Route("/limits/{queue:name}", self.page(self.limit_page), name="limit"),
             Route("/purge", self.purge, methods=["GET", "POST"], name="purge"),
             Route("/metrics", self.metrics_text, name="metrics"),
             Route("/healthz", self.healthz, name="healthz"),

@@ -73,6 +73,10 @@ log = logging.getLogger("conveyor.consume")
 
 #: The most jobs one claim of ``consume`` takes.
 MAX_BATCH_SIZE = 1000
+#: A batch's waiting jobs are confirmed still held (one renewal of them all) before
+#: the next is handed out when this many seconds passed since the last confirmation,
+#: or sooner when a change was heard that may have taken one back.
+CONFIRM_AFTER = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,6 +346,10 @@ class _Loop:
         #: Jobs of the last claim not yet handed out: held, renewed, released at the end.
         self.waiting: list[ConsumedJob] = []
         self._waiting_lock = threading.Lock()
+        #: When the waiting jobs' leases were last known to hold (monotonic; the claim
+        #: or _confirm_waiting), and whether a change heard since may have voided one.
+        self._confirmed_at = 0.0
+        self._changed = threading.Event()
         self._stop = threading.Event()
         self._wake = Wakeup()
         self._keeper: LeaseKeeper | None = None
@@ -423,6 +431,10 @@ class _Loop:
                 )
 
     def _listener(self, channel: str, payload: str) -> None:
+        if channel in ("jobs", "any", "reconnected", "cancel"):
+            # A take-back requeues its jobs ("jobs"), as other changes may: the
+            # next hand-out from the batch confirms the waiting leases first.
+            self._changed.set()
         if channel in ("jobs", "any", "reconnected", "done"):
             self._wake.set(channel)
         if channel in ("cancel", "any", "reconnected") and self._keeper is not None:
@@ -449,6 +461,8 @@ class _Loop:
                 job = self._next_waiting()
                 if job is None:
                     try:
+                        self._changed.clear()  # the claim itself confirms what it takes
+                        self._confirmed_at = time.monotonic()
                         claimed = self._claim()
                         backoff.succeeded()
                     except StoreUnavailableError as exc:
@@ -462,7 +476,12 @@ class _Loop:
                         continue
                     with self._waiting_lock:
                         self.waiting = [ConsumedJob(self.app, j, self.lease) for j in claimed]
-                    continue
+                    if self._stop.is_set():
+                        continue  # the loop ends: release_held gives the batch back
+                    # The claim confirms the first: one job a claim costs no more.
+                    job = self._next_waiting(confirmed=True)
+                    if job is None:
+                        continue
                 self.held = job
                 yield job
                 # A job the loop body moved on from without ending it goes back.
@@ -474,14 +493,43 @@ class _Loop:
             self.release_held()
             self._stop_threads()
 
-    def _next_waiting(self) -> ConsumedJob | None:
+    def _next_waiting(self, confirmed: bool = False) -> ConsumedJob | None:
         """The next job of the last claim still held (a lost lease drops it unhanded)."""
+        with self._waiting_lock:
+            waiting = list(self.waiting)
+        if (
+            waiting
+            and not confirmed
+            and (self._changed.is_set() or time.monotonic() - self._confirmed_at > CONFIRM_AFTER)
+        ):
+            self._confirm_waiting(waiting)
         with self._waiting_lock:
             while self.waiting:
                 job = self.waiting.pop(0)
                 if job.cancelled.reason != "lease lost":
                     return job
         return None
+
+    def _confirm_waiting(self, waiting: list[ConsumedJob]) -> None:
+        """Renew the waiting jobs' leases now, in one call: those lost are not handed out.
+
+        The lease keeper renews them too, but only every third of the lease; an
+        operator's take-back in between would otherwise hand out a job whose
+        lease is void (its outcome refused, the job run twice). Costs one call per
+        hand-out at most, and with a steady flow one a second.
+        """
+        self._changed.clear()  # before the call: a change heard during it counts next time
+        started = time.monotonic()
+        running = [job.running for job in waiting if not job.ended]
+        try:
+            statuses = self.app.store.job_heartbeat(
+                [Lease(r.id, r.token) for r in running], self.lease
+            )
+        except StoreUnavailableError:
+            self._changed.set()  # not confirmed: the hand-out goes on, the next one asks again
+            return
+        self._confirmed_at = started
+        self._renewed(running, {status.id: status for status in statuses})
 
     def _claim(self) -> list[Job]:
         """Claim up to a batch; jobs that can never run fail at once and are left out."""

@@ -58,6 +58,7 @@ from conveyor.store.flows import first_states
 from conveyor.store.keys import key_pairs, new_job_record, plan_insert, resolve_plan
 from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of_row
 from conveyor.store.postgres import flows as pg_flows
+from conveyor.store.postgres.choices import check_choices
 from conveyor.store.postgres.listener import Listener
 from conveyor.store.selection import (
     NO_ID_BOUND,
@@ -111,11 +112,13 @@ def _row_to_step(row: Sequence[Any]) -> Step:
 
 
 def _where(dsn: str) -> str:
-    """host:port/dbname of a DSN, for messages (never the password)."""
+    """host:port/dbname of a DSN, for messages (never the password); a DSN libpq would
+    refuse, refused at once."""
     try:
         info = psycopg.conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as exc:
         raise ConfigurationError(f"malformed PostgreSQL DSN: {exc}") from None
+    check_choices(info)
     host = info.get("host") or urlsplit(dsn).hostname or "localhost"
     return f"{host}:{info.get('port') or 5432}/{info.get('dbname') or ''}"
 

@@ -516,13 +516,16 @@ RETURNING *
 -- How full limits row l is: its running jobs, its starts in the queue rate's
 -- window, and key_rooms, the room each limit key in use has left (running,
 -- started in the key rate's window, or throttled) as one JSON map read once per
--- claim ({"customer-42": 0, ...}); NULL in it when the key has no limit of its
--- own. A key not in it has all its room (key_room).
+-- claim ({"k637573746F6D65722D3432": 0, ...}); NULL in it when the key has no
+-- limit of its own. A key not in it has all its room (key_room). The map's keys
+-- are 'k' and the key's hex: the right side of ->> is a JSON path when it starts
+-- with '$' (and a label only up to a '.' or '['), so a key itself would be read
+-- as syntax; hex digits never are, and the lookup stays one step.
 l.*,
 (SELECT count(*) FROM jobs AS r WHERE r.queue = l.queue AND r.state = 'running') AS running,
 (SELECT coalesce(sum(s.jobs), 0) FROM limit_starts AS s
  WHERE s.queue = l.queue AND s.at > :now - l.per) AS started,
-(SELECT json_group_object(k.limit_key, k.room) FROM (
+(SELECT json_group_object('k' || hex(k.limit_key), k.room) FROM (
      SELECT x.limit_key,
             -- min() of SQLite is NULL when any argument is: "no limit" is the
             -- largest integer for it, and NULL again after.
@@ -556,7 +559,7 @@ min(:limit,
 -- The room left to the limit key of job j under a (a row of limit_use); NULL
 -- when the job has no key, or its key no limit of its own.
 CASE WHEN j.limit_key IS NOT NULL AND a.queue IS NOT NULL THEN
-    coalesce(a.key_rooms ->> j.limit_key,
+    coalesce(a.key_rooms ->> ('k' || hex(j.limit_key)),
              nullif(min(coalesce(a.key_concurrency, 2147483647),
                         coalesce(a.key_rate, 2147483647)), 2147483647))
 END
