@@ -12,7 +12,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
+import threading
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -134,16 +134,40 @@ def test_ctrl_c_on_watch_exits_quietly(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
+    out: list[str] = []
+    shown = threading.Event()
+
+    def read_snapshots() -> None:
+        # Until the end of its output: Ctrl-C is sent once two snapshots are out,
+        # not after a fixed time (a loaded machine can take seconds to import).
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            out.append(line)
+            if "".join(out).count("Queues") >= 2:
+                shown.set()
+        shown.set()
+
+    reader = threading.Thread(target=read_snapshots, daemon=True)
+    reader.start()
     try:
-        time.sleep(1.5)  # a few snapshots
+        assert shown.wait(120), "no two snapshots within 120 s"
+        assert proc.poll() is None, "the watch ended by itself"
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=20)
+        proc.wait(timeout=60)
+        reader.join(timeout=60)
+        assert proc.stderr is not None
+        err = proc.stderr.read()
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.wait(timeout=30)
+        reader.join(timeout=30)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
     assert proc.returncode == 0, err
-    assert err == "" and "Aborted" not in out
-    assert out.count("Queues") >= 2
+    assert err == "" and "Aborted" not in "".join(out)
+    assert "".join(out).count("Queues") >= 2
 
 
 def test_pause_of_an_unknown_queue_warns(app: App, dsn: str) -> None:

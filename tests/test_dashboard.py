@@ -381,7 +381,11 @@ def test_command_serves_the_dashboard(tmp_path: Path) -> None:
         assert other.status_code == 400
     finally:
         proc.terminate()
-        output = proc.communicate(timeout=30)[0]
+        try:
+            output = proc.communicate(timeout=60)[0]
+        except subprocess.TimeoutExpired:  # never left running, nor its pipe open
+            proc.kill()
+            output = proc.communicate()[0]
     assert f"conveyor dashboard on http://127.0.0.1:{port}/" in output
 
 

@@ -295,6 +295,10 @@ def test_the_command_started_while_postgres_is_down_serves_503_then_the_pages() 
     finally:
         if proc is not None:
             proc.terminate()
-            output = proc.communicate(timeout=30)[0]
+            try:
+                output = proc.communicate(timeout=60)[0]
+            except subprocess.TimeoutExpired:  # never left running, nor its pipe open
+                proc.kill()
+                output = proc.communicate()[0]
             assert "serving, and trying again" in output and "s3cret" not in output
         server.stop()

@@ -9,7 +9,6 @@ store while they run).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import sys
@@ -73,18 +72,21 @@ class Fleet:
         )
 
     def close(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.terminate()  # SIGTERM: a drain
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=10)
-        for log in self._logs:
-            log.close()
+        try:
+            for proc in self.procs:
+                if proc.poll() is None:
+                    proc.terminate()  # SIGTERM: a drain
+            for proc in self.procs:
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    # Reaped late on a loaded machine; one left unwaited is a
+                    # ResourceWarning in a later test.
+                    proc.wait(timeout=60)
+        finally:
+            for log in self._logs:
+                log.close()
 
 
 @pytest.fixture

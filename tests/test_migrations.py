@@ -117,7 +117,13 @@ def test_concurrent_first_use_migrates_once(tmp_path: Path) -> None:
         subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE)
         for _ in range(4)
     ]
-    outputs = [p.communicate(timeout=60)[0].decode().strip() for p in procs]
+    try:
+        outputs = [p.communicate(timeout=120)[0].decode().strip() for p in procs]
+    finally:
+        for p in procs:  # none left running, nor its pipe open, if one hung
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
     assert all(p.returncode == 0 for p in procs)
     latest = str(len(load_migrations("conveyor.store.sqlite")))
     assert outputs == [latest] * 4

@@ -1,10 +1,16 @@
-"""Errors translated at the store's boundary: a missing schema is SchemaMissingError everywhere.
+"""Errors translated at the store's boundary, so callers never match a driver's text.
 
 A database without conveyor's tables (never migrated, or dropped by hand)
 answers each statement with its own error: SQLite's "no such table", psycopg's
-``UndefinedTable``. Callers (the API, the CLI, the dashboard, the worker) must
-not match driver text, so every public method of a SQL store is wrapped once,
-here, and turns such an error into ``SchemaMissingError``, which says what to do.
+``UndefinedTable``. A database that cannot take a write for now (a full disk,
+a file locked past the busy timeout) answers with another: SQLite's
+"database or disk is full", PostgreSQL's SQLSTATE class 53. Callers (the API,
+the CLI, the dashboard, the worker) must not match driver text, so every public
+method of a SQL store is wrapped once, here: the first becomes
+``SchemaMissingError``, which says what to do; the second
+``StoreUnavailableError``, which every caller already treats as an outage (the
+worker keeps an outcome and writes it again later, instead of taking the error
+for the database refusing that outcome and failing the job).
 """
 
 from __future__ import annotations
@@ -14,13 +20,23 @@ import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from conveyor.errors import SchemaMissingError
+from conveyor.errors import SchemaMissingError, StoreUnavailableError
 
 T = TypeVar("T", bound=type)
 
+#: Whether an error says the schema is missing.
+IsMissing = Callable[[BaseException], bool]
+#: Why an error says the database cannot take the call for now (it is away), or None.
+AwayReason = Callable[[BaseException], "str | None"]
 
-def translate_missing_schema(is_missing: Callable[[BaseException], bool]) -> Callable[[T], T]:
-    """A class decorator: ``is_missing(exc)`` errors of public methods become SchemaMissingError."""
+
+def translate_errors(is_missing: IsMissing, away: AwayReason) -> Callable[[T], T]:
+    """A class decorator over the public methods of a store.
+
+    ``is_missing(exc)`` errors become SchemaMissingError; errors ``away(exc)``
+    gives a reason for become StoreUnavailableError naming the database and
+    that reason.
+    """
 
     def decorate(cls: T) -> T:
         for name, member in list(vars(cls).items()):
@@ -28,24 +44,27 @@ def translate_missing_schema(is_missing: Callable[[BaseException], bool]) -> Cal
                 continue
             if inspect.isgeneratorfunction(member) or inspect.iscoroutinefunction(member):
                 continue
-            setattr(cls, name, _translating(member, is_missing))
+            setattr(cls, name, _translating(member, is_missing, away))
         return cls
 
     return decorate
 
 
-def _translating(method: Callable[..., Any], is_missing: Callable[[BaseException], bool]) -> Any:
+def _translating(method: Callable[..., Any], is_missing: IsMissing, away: AwayReason) -> Any:
     @functools.wraps(method)
     def translated(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return method(self, *args, **kwargs)
         except Exception as exc:
-            if not is_missing(exc):
-                raise
             where = getattr(self, "description", "the database")
-            raise SchemaMissingError(
-                f"{where} lacks conveyor's tables ({str(exc).strip().splitlines()[0]}): "
-                "run `conveyor migrate` (or app.migrate()) first"
-            ) from exc
+            if is_missing(exc):
+                raise SchemaMissingError(
+                    f"{where} lacks conveyor's tables ({str(exc).strip().splitlines()[0]}): "
+                    "run `conveyor migrate` (or app.migrate()) first"
+                ) from exc
+            reason = away(exc)
+            if reason is None:
+                raise
+            raise StoreUnavailableError(f"{where} {reason}") from exc
 
     return translated

@@ -8,8 +8,8 @@ acknowledgement of one batch and the claim of the next then travel over two
 connections at once).
 
 Two kinds of trouble, told apart: a database that is away (a restart, a
-dropped connection, a file locked by another process past the busy timeout:
-``StoreUnavailableError``) delays the write, which is retried with backoff
+dropped connection, a file locked by another process past the busy timeout, a
+full disk: ``StoreUnavailableError``) delays the write, which is retried with backoff
 while the worker keeps the leases alive; a database that refuses the data
 itself fails that job alone, with the refusal as its error.
 """

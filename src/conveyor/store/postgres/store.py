@@ -52,7 +52,7 @@ from conveyor.store.base import (
     WorkerInfo,
     WorkflowInfo,
 )
-from conveyor.store.boundary import translate_missing_schema
+from conveyor.store.boundary import translate_errors
 from conveyor.store.counting import assemble_stats
 from conveyor.store.flows import first_states
 from conveyor.store.keys import key_pairs, new_job_record, plan_insert, resolve_plan
@@ -161,7 +161,21 @@ def _missing_table(exc: BaseException) -> bool:
     return isinstance(exc, psycopg.errors.UndefinedTable)
 
 
-@translate_missing_schema(_missing_table)
+def _away(exc: BaseException) -> str | None:
+    """Why the server cannot take this call for now, when the error says so; None otherwise.
+
+    SQLSTATE class 53, insufficient resources (53100 disk full, 53200 out of
+    memory, 53300 too many connections): the server is short of room, not
+    refusing the data; the same call succeeds once there is room again.
+    """
+    if not isinstance(exc, psycopg.Error) or not (exc.sqlstate or "").startswith("53"):
+        return None
+    text = str(exc).strip()
+    reason = text.splitlines()[0] if text else type(exc).__name__
+    return f"is short of resources (SQLSTATE {exc.sqlstate}: {reason})"
+
+
+@translate_errors(_missing_table, _away)
 class PostgresStore:
     #: TransactionalStore: enqueue inside the caller's transaction on this connection.
     transaction_connection = "a psycopg Connection"
@@ -243,8 +257,12 @@ class PostgresStore:
             raise self._unavailable(exc) from None
         except psycopg.OperationalError as exc:
             # The server went away mid-call (a restart, a failover, a dropped
-            # connection): the database is unavailable, not refusing the data.
-            # The pool replaces the broken connection; callers that retry, retry.
+            # connection) or is short of room (a full disk): the database is
+            # unavailable, not refusing the data. The pool replaces a broken
+            # connection; callers that retry, retry.
+            short = _away(exc)
+            if short is not None:
+                raise StoreUnavailableError(f"{self.description} {short}") from exc
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise StoreUnavailableError(f"lost PostgreSQL at {self.where}: {reason}") from exc
 

@@ -326,6 +326,30 @@ def redis_where(dsn: str) -> str:
     return f"{parts.hostname or 'localhost'}:{port}"
 
 
+#: What Redis answers when it cannot take writes for now: over its maxmemory
+#: (noeviction), a failed save or append-only write (a full disk: stop-writes-on-
+#: bgsave-error, or the AOF), a replica after a failover.
+_SHORT_OF_ROOM = ("OOM command not allowed", "MISCONF ", "READONLY ")
+
+
+def _short_of_room(exc: redis.ResponseError) -> str | None:
+    """Why Redis refused a write for now (an outage, not a refusal of the data), or None.
+
+    A script's first write is refused before any other of it is made (Redis
+    checks memory and disk before a script's first write, and neither changes
+    while a script runs), so nothing was written and the call may be made again.
+    redis-py reads OOM and READONLY replies as their own classes, without the
+    code in the text; a pipeline prefixes the text of the command that failed.
+    """
+    text = str(exc)
+    if isinstance(exc, (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError)) or any(
+        code in text for code in _SHORT_OF_ROOM
+    ):
+        first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+        return f"cannot take writes for now ({type(exc).__name__}: {first})"
+    return None
+
+
 class RedisStore:
     """Every capability of base.Store, and DurabilityReport; not TransactionalStore (Redis
     has no transaction a caller could enqueue inside)."""
@@ -400,6 +424,11 @@ class RedisStore:
             ) from exc
         except redis.AuthenticationError as exc:  # pragma: no cover - a subclass above
             raise StoreUnavailableError(f"Redis at {self.where} refused us: {exc}") from exc
+        except redis.ResponseError as exc:
+            short = _short_of_room(exc)
+            if short is None:
+                raise
+            raise StoreUnavailableError(f"{self.description} {short}") from exc
 
     def _do(self, call: Callable[[], _T]) -> _T:
         with self._guard():

@@ -46,7 +46,7 @@ from conveyor.store.base import (
     WorkerInfo,
     WorkflowInfo,
 )
-from conveyor.store.boundary import translate_missing_schema
+from conveyor.store.boundary import translate_errors
 from conveyor.store.counting import assemble_stats
 from conveyor.store.event_kinds import EVENT_KINDS
 from conveyor.store.flows import first_states
@@ -160,7 +160,28 @@ def _missing_table(exc: BaseException) -> bool:
     return isinstance(exc, sqlite3.OperationalError) and "no such table" in str(exc)
 
 
-@translate_missing_schema(_missing_table)
+def _away(exc: BaseException) -> str | None:
+    """Why SQLite cannot take this call for now, when the error says so; None otherwise.
+
+    A full disk (or a file at its ``max_page_count``) and a failing disk are
+    outages, not the database refusing the data: the same write fits once
+    there is room again. Told by the error code, the text where there is none.
+    """
+    if not isinstance(exc, sqlite3.OperationalError):
+        return None
+    code = getattr(exc, "sqlite_errorcode", None)
+    primary = None if code is None else code & 0xFF
+    text = str(exc)
+    if primary == sqlite3.SQLITE_FULL or "database or disk is full" in text:
+        return f"is full ({text}): free disk space"
+    if primary == sqlite3.SQLITE_IOERR or "disk I/O error" in text:
+        return f"cannot be written ({text})"
+    if _is_busy(exc):
+        return f"is locked by another process ({text})"
+    return None
+
+
+@translate_errors(_missing_table, _away)
 class SQLiteStore:
     #: TransactionalStore: enqueue inside the caller's transaction on this connection.
     transaction_connection = "a sqlite3 Connection"
@@ -434,7 +455,9 @@ class SQLiteStore:
                     conn.execute(_Q["finished_counts_fold_offset"], {"upto": newest})
                     conn.execute(_Q["finished_counts_prune"])
         except sqlite3.OperationalError as exc:
-            if not _is_busy(exc):
+            # Locked by another process, or no room to write the fold (a full
+            # disk): stats are exact without it, and read what they can.
+            if _away(exc) is None:
                 raise
         finally:
             # Back to the store's own wait (milliseconds: an integer we made).
@@ -1080,10 +1103,14 @@ def immediate_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connecti
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield conn
+        conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        # A full disk or an I/O error can make SQLite roll the transaction back
+        # itself (and a COMMIT that failed may leave it open): end what is left,
+        # so the connection's next BEGIN works and the caller sees the first error.
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
         raise
-    conn.execute("COMMIT")
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
