@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
 import math
 import os
 import threading
@@ -28,10 +29,13 @@ from typing import Any
 from conveyor.context import Context
 from conveyor.errors import Fail, InvalidJobError, Retry, UnknownTaskError
 from conveyor.job import MAX_RUN_AT, Job, encode_json, utcnow
+from conveyor.logs import job_fields
 from conveyor.middleware import Attempt, Middleware, OutcomeName, run_after, run_before
 from conveyor.store.base import Finish, FinishKind
 from conveyor.task import Task
 from conveyor.worker.forks import exit_if_forked, mark_handler_thread
+
+log = logging.getLogger("conveyor.worker")
 
 
 @dataclass(slots=True)
@@ -211,8 +215,34 @@ def settle(running: Running, compute: Callable[[], Outcome]) -> Outcome:
     """``compute()``, or a failure saying why no outcome could be made of the attempt."""
     try:
         return compute()
-    except Exception as exc:
+    # Anything: a backoff policy that raises KeyboardInterrupt must not leave the
+    # attempt without an outcome (its job would stay running until the worker stops).
+    except BaseException as exc:
         return Outcome(
+            "fail",
+            error=(
+                f"conveyor could not record job {running.id}'s outcome: {type(exc).__name__}: {exc}"
+            ),
+        )
+
+
+def escaped(running: Running, exc: BaseException) -> None:
+    """Something left the executor itself (not the handler, whose exceptions are its outcome).
+
+    The thread that ran the attempt is told, and the attempt still ends: with
+    its handler's outcome when it had one, else failed, naming what escaped.
+    So no exception, whatever its class, leaves a job running in a thread that
+    died.
+    """
+    log.error(
+        "job %s: %s escaped while its attempt ended",
+        running.id,
+        type(exc).__name__,
+        exc_info=exc,
+        extra=job_fields(running.job),
+    )
+    if running.outcome is None:
+        running.outcome = Outcome(
             "fail",
             error=(
                 f"conveyor could not record job {running.id}'s outcome: {type(exc).__name__}: {exc}"
@@ -384,7 +414,12 @@ class EventLoopThread:
             task.add_done_callback(self._tasks.discard)
 
     async def _run_one(self, running: Running) -> None:
-        await run_async(running)
+        try:
+            await run_async(running)
+        # Anything: a KeyboardInterrupt or SystemExit leaving a task stops the
+        # whole event loop, and every async attempt with it.
+        except BaseException as exc:
+            escaped(running, exc)
         self._done(running)
 
     def cancel(self, running: Running) -> None:
