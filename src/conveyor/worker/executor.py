@@ -4,11 +4,13 @@ The one execution path of conveyor: the worker runs handlers here (sync ones on
 its handler threads, async ones on its event loop), and so do the testing
 helpers, inline. Nothing here touches the store; outcomes go to the completer.
 
-Whatever goes wrong between a claim and its outcome ends in an outcome: an
-unknown task, a payload that cannot be decoded, a result that cannot be
-stored, a ``Retry`` with a delay out of range, a backoff that raises. Such a
-job fails at once, with an error that says what happened, and is not retried
-when a retry would only do the same again.
+Whatever goes wrong between a claim and its outcome ends in an outcome: a
+payload that cannot be decoded, a result that cannot be stored, a ``Retry``
+with a delay out of range, a backoff that raises. Such a job fails at once,
+with an error that says what happened, and is not retried when a retry would
+only do the same again. A task this worker does not know is the exception:
+another worker of the fleet may know it (a rolling deploy), so a worker passes
+the job on (``unknown_task_outcome``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import contextvars
 import logging
 import math
 import os
+import random
+import re
 import threading
 import time
 import traceback
@@ -95,13 +99,17 @@ class Running:
         return self.job.id
 
 
-def poison_outcome(running: Running) -> Outcome | None:
-    """An outcome for a job that can never run: unknown task or undecodable payload.
+def poison_outcome(running: Running, fleet: Fleet | None = None) -> Outcome | None:
+    """An outcome for a job that cannot run here: unknown task or undecodable payload.
 
     Decodes the payload into ``running.args`` and ``running.kwargs`` on the way.
+    With ``fleet`` (a worker), a job of an unknown task is passed on to the
+    fleet; without (inline, where the process runs its own jobs), it fails.
     """
     job, task = running.job, running.task
     if task is None:
+        if fleet is not None:
+            return unknown_task_outcome(job, fleet, utcnow())
         message = f"no task named {job.task!r} is registered with this worker"
         return Outcome("fail", error=str(UnknownTaskError(message)))
     try:
@@ -109,6 +117,79 @@ def poison_outcome(running: Running) -> Outcome | None:
     except PAYLOAD_ERRORS as exc:
         return undecodable(exc)
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Fleet:
+    """What a worker passes a job of a task it does not know on with."""
+
+    #: The worker's id, named in the job's error.
+    worker: str
+    #: Seconds, from the first worker that did not know the task, before its job fails.
+    patience: float = 24 * 3600.0
+
+
+#: Longest a job of a task this worker does not know waits before a worker looks again.
+UNKNOWN_TASK_MAX_DELAY = 300.0
+#: How the error of a job passed on says since when no worker knew its task.
+_UNKNOWN_SINCE = re.compile(r"\(unknown since (\S+)\)$")
+
+
+def unknown_task_outcome(job: Job, fleet: Fleet, now: datetime) -> Outcome:
+    """A job of a task this worker does not know: passed on, or failed once patience runs out.
+
+    In a rolling deploy the workers of the release before meet the jobs of
+    tasks only the new release has: failing them would lose work that another
+    worker could do. So the job is snoozed (queued again, its attempt given
+    back) with a delay that grows with how long no worker has known its task,
+    from about a second to UNKNOWN_TASK_MAX_DELAY; after ``fleet.patience`` it fails
+    for good. When that began rides in the job's own error, the one field a
+    snooze writes: nothing is added to the claim or to the schema, and a job
+    whose task is known pays nothing.
+    """
+    name = job.task
+    since = unknown_since(job.error) or now
+    waited = (now - since).total_seconds()
+    if waited >= fleet.patience:
+        return Outcome(
+            "fail",
+            error=(
+                f"UnknownTaskError: no worker knew task {name!r} for {_later(waited)} "
+                f"(since {since.isoformat()}); failed for good. Deploy a worker that "
+                "registers it, then retry the job"
+            ),
+        )
+    # A quarter of the time waited so far: each pass a little later than the one
+    # before (a worker that knows the task gets many turns while a deploy rolls,
+    # a fleet where none does looks less and less often), spread by a jitter so
+    # that jobs passed on together do not all come back in the same instant.
+    delay = min(max(waited / 4, 1.0), UNKNOWN_TASK_MAX_DELAY) * random.uniform(0.8, 1.2)
+    return Outcome(
+        "snooze",
+        error=(
+            f"UnknownTaskError: no task named {name!r} is registered with worker "
+            f"{fleet.worker}; passed on to a worker that knows it "
+            f"(unknown since {since.isoformat()})"
+        ),
+        run_at=now + timedelta(seconds=delay),
+    )
+
+
+def unknown_since(error: str | None) -> datetime | None:
+    """Since when no worker knew a job's task, as its error says (None: it does not say)."""
+    found = _UNKNOWN_SINCE.search(error or "")
+    if found is None:
+        return None
+    try:
+        since = datetime.fromisoformat(found.group(1))
+    except ValueError:
+        return None
+    return since if since.tzinfo is not None else None
+
+
+def _later(seconds: float) -> str:
+    hours, rest = divmod(round(seconds), 3600)
+    return f"{hours} h {rest // 60} min" if hours else f"{seconds:.0f} s"
 
 
 #: What decoding a stored payload may raise: the job can never run.

@@ -50,6 +50,7 @@ from conveyor.worker import effects
 from conveyor.worker.completer import Completer, CompleterThread, Settlement
 from conveyor.worker.executor import (
     EventLoopThread,
+    Fleet,
     Outcome,
     Running,
     apply_abort,
@@ -67,6 +68,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("conveyor.worker")
 
+#: How long a worker passes on the jobs of a task it does not know (a rolling deploy
+#: may be under way) before it fails them: long, since failing loses the work.
+DEFAULT_UNKNOWN_TASK_PATIENCE = 24 * 3600.0
 #: Longest a drain waits, after aborting the handlers still running at the end
 #: of stop_timeout, for them to return before their jobs are released anyway
 #: (after a second interrupt: the shorter one).
@@ -135,6 +139,7 @@ class Worker:
         maintenance: bool = True,
         name: str | None = None,
         prefetch: int = 0,
+        unknown_task_patience: float = DEFAULT_UNKNOWN_TASK_PATIENCE,
     ) -> None:
         if concurrency < 1:
             raise ConfigurationError("concurrency must be at least 1")
@@ -144,6 +149,8 @@ class Worker:
             raise ConfigurationError("lease must be longer than 0.1 seconds")
         if poll_interval <= 0:
             raise ConfigurationError("poll_interval must be positive")
+        if not unknown_task_patience >= 0:
+            raise ConfigurationError("unknown_task_patience must be 0 or more seconds")
         chosen = tuple(queues) if queues else tuple(sorted({t.queue for t in app.tasks.values()}))
         if not chosen:
             raise ConfigurationError("no queues to work on: register tasks or pass queues=[...]")
@@ -153,6 +160,8 @@ class Worker:
             chosen, concurrency, burst, stop_timeout, lease, poll_interval, maintenance, prefetch
         )
         self.id = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        #: How jobs of tasks this worker does not know are passed on to the fleet.
+        self._fleet = Fleet(self.id, float(unknown_task_patience))
         self._lease = timedelta(seconds=lease)
         self._wake = Wakeup()
 
@@ -509,7 +518,9 @@ class Worker:
                 recorded is not None and recorded.kind in ("retry", "snooze", "release")
             ):
                 self._maybe_ready = True
-                if recorded is not None and recorded.run_at is not None:
+                # No timer for a job passed on because its task is unknown here:
+                # a worker that knows it should be first to look when it is due.
+                if recorded is not None and recorded.run_at is not None and running.task:
                     delay = (recorded.run_at - utcnow()).total_seconds()
                     self._set_timer(time.monotonic() + max(0.0, delay))
 
@@ -656,7 +667,7 @@ class Worker:
             running.started = time.monotonic()
             self._active += 1
             try:
-                poison = poison_outcome(running)
+                poison = poison_outcome(running, self._fleet)
                 if poison is not None:
                     running.outcome = poison
                     self._handler_returned(running)
