@@ -4,12 +4,15 @@
 of the application's own, raised by ``before_attempt`` or ``after_attempt``
 around a sync or an async handler: each job's outcome is recorded, the
 hook's failure is logged naming what it raised, and the worker (or the
-consume loop, or inline mode) goes on with the next job, on every store.
+consume loop, or inline mode) goes on with the next job, on every store. An
+outcome that cannot be made fails the job naming why; an after-hook that
+hangs at shutdown does not make a job whose handler returned run again.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -182,3 +185,51 @@ def test_an_outcome_that_cannot_be_made_fails_the_job_naming_why(app: App, kind:
     assert ended.state == JobState.FAILED
     assert ended.error is not None and "Halt: no delay today" in ended.error
     assert app.get(after.id).result == "ok"
+
+
+class HangsAfter(Middleware):
+    """An after-hook that hangs (a span exporter that never answers) until let go."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.let_go = threading.Event()
+
+    def after_attempt(self, attempt: Attempt) -> None:
+        self.entered.set()
+        self.let_go.wait(60)
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_handler_that_returned_keeps_its_outcome_when_an_after_hook_hangs_at_shutdown(
+    dsn: str, kind: str
+) -> None:
+    hangs = HangsAfter()
+    runs: list[int] = []
+    with App(dsn, middleware=[hangs]) as app:
+        app.migrate()
+        if kind == "sync":
+
+            @app.task(queue="q")
+            def work(n: int) -> int:
+                runs.append(n)
+                return n * 2
+
+        else:
+
+            @app.task(queue="q")
+            async def work(n: int) -> int:
+                runs.append(n)
+                return n * 2
+
+        job = work.enqueue(21)
+        worker = app.worker(queues=["q"], stop_timeout=0.2, maintenance=False)
+        try:
+            with worker:
+                assert hangs.entered.wait(10), "the handler never returned"
+            # The drain gave up waiting for the hook: the handler's outcome is recorded,
+            # not a release that would run the job a second time.
+            ended = app.get(job.id)
+            assert (ended.state, ended.result) == (JobState.SUCCEEDED, 42)
+        finally:
+            hangs.let_go.set()
+        assert runs == [21]

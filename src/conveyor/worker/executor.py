@@ -76,6 +76,9 @@ class Running:
     abort: str | None = None
     #: The handler returned (its outcome is set) and was handed back.
     returned: bool = False
+    #: With middleware: the handler returned and its outcome is settled, though the
+    #: after-hooks may still run (a drain that stops waiting records that outcome).
+    handled: bool = False
     #: What the handler's run came to (set by the handler's thread).
     outcome: Outcome | None = None
     #: The outcome handed to the completer (after a cancel or a timeout, not the
@@ -355,6 +358,7 @@ def _run_sync_in_middleware(running: Running) -> None:
     entered = run_before(running.middleware, "before_attempt", attempt)
     result, exception = _call_sync(running)
     apply_abort(running)
+    running.handled = True
     end_attempt(running, attempt, entered, result, exception)
 
 
@@ -389,6 +393,7 @@ async def run_async(running: Running) -> None:
     entered = run_before(running.middleware, "before_attempt", attempt)
     result, exception = await _call_async(running)
     apply_abort(running)
+    running.handled = True
     end_attempt(running, attempt, entered, result, exception)
 
 

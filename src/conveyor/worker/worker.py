@@ -761,18 +761,15 @@ class Worker:
             elif now >= self._abort_deadline:
                 # A sync handler that ignores its cancel signal cannot be stopped:
                 # release its job now so that it runs elsewhere, and say so.
+                settled: list[Settlement] = []
                 for r in running:
-                    log.warning(
-                        "job %s: the handler did not return after the stop timeout; "
-                        "releasing the job (the handler may still run until this process exits)",
-                        r.id,
-                        extra=job_fields(r.job),
-                    )
+                    outcome = given_up(r)
                     r.returned = True
-                    r.recorded = Outcome("release")
+                    r.recorded = outcome
                     self._active -= 1
                     self._timed.discard(r)
-                self._completer.submit([(r, Outcome("release")) for r in running])
+                    settled.append((r, outcome))
+                self._completer.submit(settled)
                 return True
         return False
 
@@ -797,11 +794,15 @@ class Worker:
         try:
             self._read_inbox()
             leftover = [r for r in self._held.values() if not r.recorded and not r.returned]
-            leftover += self._parked.values()
+            parked = list(self._parked.values())
             self._parked.clear()
+            settled: list[Settlement] = []
             for r in leftover:
-                r.recorded = Outcome("release")
-            self._completer.submit([(r, Outcome("release")) for r in leftover])
+                settled.append((r, given_up(r)))
+            settled += [(r, Outcome("release")) for r in parked]  # never started
+            for r, outcome in settled:
+                r.recorded = outcome
+            self._completer.submit(settled)
         finally:
             # Idle handler threads end now (no work comes after the loop).
             self._threads.close()
@@ -820,6 +821,30 @@ class Worker:
                 log.exception("could not unregister worker %s", self.id)
             log_summary(self, time.monotonic() - self._began)
             self._stopped.set()
+
+
+def given_up(running: Running) -> Outcome:
+    """What a drain that stops waiting for an attempt records, and says so in the log.
+
+    A release, so that the job runs elsewhere, unless the handler did return
+    and only the middleware's after-hooks hang: then the handler's own outcome,
+    since a release would run a job that is done a second time.
+    """
+    if running.handled and running.outcome is not None:
+        log.warning(
+            "job %s: the middleware's after_attempt hooks did not return after the stop "
+            "timeout; recording the handler's outcome without them",
+            running.id,
+            extra=job_fields(running.job),
+        )
+        return running.outcome
+    log.warning(
+        "job %s: the handler did not return after the stop timeout; "
+        "releasing the job (the handler may still run until this process exits)",
+        running.id,
+        extra=job_fields(running.job),
+    )
+    return Outcome("release")
 
 
 def job_lease(job: Job) -> Lease:
