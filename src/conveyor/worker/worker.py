@@ -47,6 +47,7 @@ from conveyor.logs import job_fields
 from conveyor.pacing import DutyBackoff
 from conveyor.store.base import Lease, LeaseStatus, Step
 from conveyor.worker import effects
+from conveyor.worker.changes import ids_payload
 from conveyor.worker.completer import Completer, CompleterThread, Settlement
 from conveyor.worker.executor import (
     EventLoopThread,
@@ -551,6 +552,9 @@ class Worker:
         self._maybe_ready = len(jobs) == free
         if jobs:
             self._now_answers = 0
+            # In process, no statement more: PostgreSQL and Redis send nothing for
+            # a claim (SQLite's file watch hears it as "any").
+            self.app.changes.publish("claimed", ids_payload(jobs))
         self._dispatch(jobs)
         if len(jobs) < free:
             self._timer.run(self._set_next_run_timer, now)
