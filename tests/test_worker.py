@@ -233,7 +233,7 @@ def test_exceptions_retry_with_backoff_then_fail_with_the_traceback(app: App) ->
 # --- poison jobs ------------------------------------------------------------------
 
 
-def test_unknown_task_fails_at_once_and_the_queue_goes_on(app: App) -> None:
+def test_unknown_task_is_passed_on_and_the_queue_goes_on(app: App) -> None:
     @app.task
     def known(n: int) -> int:
         return n + 1
@@ -241,12 +241,27 @@ def test_unknown_task_fails_at_once_and_the_queue_goes_on(app: App) -> None:
     stranger = app.enqueue("not_registered_here", [1], max_attempts=5)
     good = [known.enqueue(n) for n in range(3)]
     assert app.run_worker(burst=True, concurrency=2, lease=5) == 0
+    # Another worker of the fleet may know the task: queued again for later,
+    # its attempt given back (tests/test_worker_fleet.py runs such a fleet).
+    passed_on = app.get(stranger.id)
+    (snoozed,) = events_of(app, stranger.id, "snoozed")
+    assert passed_on.state == JobState.QUEUED and passed_on.run_at > snoozed.at
+    assert passed_on.attempts == 0
+    assert "no task named 'not_registered_here' is registered" in (passed_on.error or "")
+    assert kinds(app, stranger.id) == ["enqueued", "claimed", "snoozed"]
+    assert [app.get(j.id).result for j in good] == [1, 2, 3]
+
+
+def test_unknown_task_fails_at_once_without_patience(app: App) -> None:
+    stranger = app.enqueue("not_registered_here", [1], queue="default", max_attempts=5)
+    worker = app.worker(queues=["default"], burst=True, unknown_task_patience=0)
+    with worker:
+        assert worker.wait_stopped(30)
     failed = app.get(stranger.id)
     assert failed.state == JobState.FAILED
     assert failed.attempts == 1
-    assert "no task named 'not_registered_here'" in (failed.error or "")
+    assert "no worker knew task 'not_registered_here'" in (failed.error or "")
     assert kinds(app, stranger.id) == ["enqueued", "claimed", "failed"]
-    assert [app.get(j.id).result for j in good] == [1, 2, 3]
 
 
 def test_undecodable_payload_fails_at_once_and_the_queue_goes_on(sqlite_app: App) -> None:

@@ -779,8 +779,8 @@ class App:
         """Be told when something changes: ``callback(change)`` for each ``Change``.
 
         The App's own feed, which wakes its workers and waiters: this process's
-        enqueues, outcomes, cancels and progress at once, and other processes'
-        through the store's notifications (LISTEN/NOTIFY, pub/sub, SQLite's file
+        enqueues, claims, holds, outcomes, cancels and progress at once, and
+        other processes' through the store's notifications (LISTEN/NOTIFY, pub/sub, SQLite's file
         watch; not when the App runs with ``notifications=False``). Called from a
         background thread: keep it short (hand the change to a queue of yours);
         an exception it raises is logged and the feed goes on. A hint, not a
@@ -1311,7 +1311,10 @@ class App:
         store = cast(HoldStore, self.store)
         act = store.job_hold if holding else store.job_unhold
         if act([job_id], utcnow()):
-            if not holding:
+            if holding:
+                # Said in this process: the stores send nothing for a hold.
+                self.changes.publish("held", str(job_id))
+            else:
                 self.changes.publish("jobs", self.get(job_id).queue)
             return
         job = self.get(job_id)  # JobNotFoundError for one that is not there
@@ -1340,9 +1343,14 @@ class App:
     ) -> int:
         """Hold the queued jobs among those named (ids and/or filters); returns how many."""
         store = cast(HoldStore, self.store)
-        return self._bulk(
-            job_selection(ids, **filters), BULK_ACTIONS["hold"], store.job_hold, on_batch
-        )
+
+        def hold(batch: Sequence[int], now: datetime) -> list[int]:
+            changed = store.job_hold(batch, now)
+            if changed:  # said in this process: the stores send nothing for a hold
+                self.changes.publish("held", ",".join(str(i) for i in changed))
+            return changed
+
+        return self._bulk(job_selection(ids, **filters), BULK_ACTIONS["hold"], hold, on_batch)
 
     @needs(HoldStore, "let held jobs go")
     def unhold_jobs(

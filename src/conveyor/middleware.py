@@ -170,8 +170,15 @@ def check_middleware(given: Iterable[object] | None) -> tuple[Middleware, ...]:
 # --- running the hooks -----------------------------------------------------------------
 
 
-# A hook that raises anything but KeyboardInterrupt is logged and passed over
-# (SystemExit too): the attempt must end, or the worker would hold its job forever.
+# A hook that raises anything is logged and passed over, KeyboardInterrupt,
+# SystemExit and GeneratorExit too: the hooks run in the handler's thread or
+# asyncio task, where such an exception would end the thread (or stop the event
+# loop) before the attempt's outcome is handed back, and the worker would hold
+# the job, renewing its lease, until it stopped. No signal raises there: Python
+# delivers KeyboardInterrupt to the main thread only, so one raised in a
+# worker's hook is the hook's own doing, not an operator's Ctrl-C. (In inline
+# mode and consume the caller's thread runs the hooks: a Ctrl-C landing in one
+# is logged like the rest, the job ends, and the next Ctrl-C stops the caller.)
 
 
 def run_before(chain: Sequence[Middleware], hook: str, subject: Any) -> list[Middleware]:
@@ -180,8 +187,6 @@ def run_before(chain: Sequence[Middleware], hook: str, subject: Any) -> list[Mid
     for middleware in chain:
         try:
             getattr(middleware, hook)(subject)
-        except KeyboardInterrupt:
-            raise
         except BaseException:
             _failed(middleware, hook, subject)
         else:
@@ -194,8 +199,6 @@ def run_after(entered: Sequence[Middleware], hook: str, args: tuple[Any, ...]) -
     for middleware in reversed(entered):
         try:
             getattr(middleware, hook)(*args)
-        except KeyboardInterrupt:
-            raise
         except BaseException:
             _failed(middleware, hook, args[0])
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from conveyor.job import Job
 from conveyor.store.base import ChangeCallback, Store, Subscription
 
 log = logging.getLogger("conveyor.changes")
@@ -60,7 +61,7 @@ class ChangeHub:
 
 
 #: What ``app.on_change`` tells: the kinds of change, and what each carries.
-CHANGE_KINDS = ("jobs", "done", "cancel", "progress", "any", "reconnected")
+CHANGE_KINDS = ("jobs", "claimed", "held", "done", "cancel", "progress", "any", "reconnected")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +69,9 @@ class Change:
     """Something changed in the store (``app.on_change``).
 
     ``kind``: "jobs" (``queue`` has new ready work: an enqueue, a retry, a job
-    let go), "done" (``job_ids`` ended: succeeded, failed, cancelled, or
+    let go), "claimed" (``job_ids`` were claimed: by a worker, a consumer or
+    inline mode, in this process only), "held" (``job_ids`` were held, in this
+    process only), "done" (``job_ids`` ended: succeeded, failed, cancelled, or
     retried, snoozed, released), "cancel" (the cancel of running ``job_ids``
     was requested), "progress" (``job_ids`` reported progress, in this process
     only), "any" (something changed that the store cannot name: SQLite's file
@@ -82,13 +85,18 @@ class Change:
     job_ids: tuple[int, ...] = ()
 
 
+def ids_payload(jobs: Sequence[Job]) -> str:
+    """The payload of a change that names jobs: their ids, comma-separated."""
+    return ",".join(str(job.id) for job in jobs)
+
+
 def change_of(channel: str, payload: str) -> Change | None:
     """The public form of one message of the hub (None: not one of CHANGE_KINDS)."""
     if channel not in CHANGE_KINDS:
         return None
     if channel == "jobs":
         return Change("jobs", queue=payload or None)
-    if channel in ("done", "cancel", "progress"):
+    if channel in ("claimed", "held", "done", "cancel", "progress"):
         first = payload.partition("\t")[0] if channel == "progress" else payload
         if channel == "cancel":
             first = first.partition(":")[0]  # the lease token stays inside

@@ -52,6 +52,7 @@ from conveyor.logs import job_fields
 from conveyor.middleware import Attempt, Middleware, run_after, run_before
 from conveyor.pacing import DutyBackoff
 from conveyor.store.base import Lease, LeaseStatus
+from conveyor.worker.changes import ids_payload
 from conveyor.worker.completer import Completer
 from conveyor.worker.executor import (
     PAYLOAD_ERRORS,
@@ -537,6 +538,8 @@ class _Loop:
         size = self.options.batch_size
         while True:
             claimed = store.job_claim(self.queues, size, self.id, self.lease, group=self.group)
+            if claimed:
+                self.app.changes.publish("claimed", ids_payload(claimed))
             good: list[Job] = []
             for job in claimed:
                 job._app = self.app

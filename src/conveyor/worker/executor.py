@@ -4,19 +4,24 @@ The one execution path of conveyor: the worker runs handlers here (sync ones on
 its handler threads, async ones on its event loop), and so do the testing
 helpers, inline. Nothing here touches the store; outcomes go to the completer.
 
-Whatever goes wrong between a claim and its outcome ends in an outcome: an
-unknown task, a payload that cannot be decoded, a result that cannot be
-stored, a ``Retry`` with a delay out of range, a backoff that raises. Such a
-job fails at once, with an error that says what happened, and is not retried
-when a retry would only do the same again.
+Whatever goes wrong between a claim and its outcome ends in an outcome: a
+payload that cannot be decoded, a result that cannot be stored, a ``Retry``
+with a delay out of range, a backoff that raises. Such a job fails at once,
+with an error that says what happened, and is not retried when a retry would
+only do the same again. A task this worker does not know is the exception:
+another worker of the fleet may know it (a rolling deploy), so a worker passes
+the job on (``unknown_task_outcome``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
 import math
 import os
+import random
+import re
 import threading
 import time
 import traceback
@@ -28,10 +33,13 @@ from typing import Any
 from conveyor.context import Context
 from conveyor.errors import Fail, InvalidJobError, Retry, UnknownTaskError
 from conveyor.job import MAX_RUN_AT, Job, encode_json, utcnow
+from conveyor.logs import job_fields
 from conveyor.middleware import Attempt, Middleware, OutcomeName, run_after, run_before
 from conveyor.store.base import Finish, FinishKind
 from conveyor.task import Task
 from conveyor.worker.forks import exit_if_forked, mark_handler_thread
+
+log = logging.getLogger("conveyor.worker")
 
 
 @dataclass(slots=True)
@@ -68,6 +76,9 @@ class Running:
     abort: str | None = None
     #: The handler returned (its outcome is set) and was handed back.
     returned: bool = False
+    #: With middleware: the handler returned and its outcome is settled, though the
+    #: after-hooks may still run (a drain that stops waiting records that outcome).
+    handled: bool = False
     #: What the handler's run came to (set by the handler's thread).
     outcome: Outcome | None = None
     #: The outcome handed to the completer (after a cancel or a timeout, not the
@@ -91,13 +102,17 @@ class Running:
         return self.job.id
 
 
-def poison_outcome(running: Running) -> Outcome | None:
-    """An outcome for a job that can never run: unknown task or undecodable payload.
+def poison_outcome(running: Running, fleet: Fleet | None = None) -> Outcome | None:
+    """An outcome for a job that cannot run here: unknown task or undecodable payload.
 
     Decodes the payload into ``running.args`` and ``running.kwargs`` on the way.
+    With ``fleet`` (a worker), a job of an unknown task is passed on to the
+    fleet; without (inline, where the process runs its own jobs), it fails.
     """
     job, task = running.job, running.task
     if task is None:
+        if fleet is not None:
+            return unknown_task_outcome(job, fleet, utcnow())
         message = f"no task named {job.task!r} is registered with this worker"
         return Outcome("fail", error=str(UnknownTaskError(message)))
     try:
@@ -105,6 +120,79 @@ def poison_outcome(running: Running) -> Outcome | None:
     except PAYLOAD_ERRORS as exc:
         return undecodable(exc)
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Fleet:
+    """What a worker passes a job of a task it does not know on with."""
+
+    #: The worker's id, named in the job's error.
+    worker: str
+    #: Seconds, from the first worker that did not know the task, before its job fails.
+    patience: float = 24 * 3600.0
+
+
+#: Longest a job of a task this worker does not know waits before a worker looks again.
+UNKNOWN_TASK_MAX_DELAY = 300.0
+#: How the error of a job passed on says since when no worker knew its task.
+_UNKNOWN_SINCE = re.compile(r"\(unknown since (\S+)\)$")
+
+
+def unknown_task_outcome(job: Job, fleet: Fleet, now: datetime) -> Outcome:
+    """A job of a task this worker does not know: passed on, or failed once patience runs out.
+
+    In a rolling deploy the workers of the release before meet the jobs of
+    tasks only the new release has: failing them would lose work that another
+    worker could do. So the job is snoozed (queued again, its attempt given
+    back) with a delay that grows with how long no worker has known its task,
+    from about a second to UNKNOWN_TASK_MAX_DELAY; after ``fleet.patience`` it fails
+    for good. When that began rides in the job's own error, the one field a
+    snooze writes: nothing is added to the claim or to the schema, and a job
+    whose task is known pays nothing.
+    """
+    name = job.task
+    since = unknown_since(job.error) or now
+    waited = (now - since).total_seconds()
+    if waited >= fleet.patience:
+        return Outcome(
+            "fail",
+            error=(
+                f"UnknownTaskError: no worker knew task {name!r} for {_later(waited)} "
+                f"(since {since.isoformat()}); failed for good. Deploy a worker that "
+                "registers it, then retry the job"
+            ),
+        )
+    # A quarter of the time waited so far: each pass a little later than the one
+    # before (a worker that knows the task gets many turns while a deploy rolls,
+    # a fleet where none does looks less and less often), spread by a jitter so
+    # that jobs passed on together do not all come back in the same instant.
+    delay = min(max(waited / 4, 1.0), UNKNOWN_TASK_MAX_DELAY) * random.uniform(0.8, 1.2)
+    return Outcome(
+        "snooze",
+        error=(
+            f"UnknownTaskError: no task named {name!r} is registered with worker "
+            f"{fleet.worker}; passed on to a worker that knows it "
+            f"(unknown since {since.isoformat()})"
+        ),
+        run_at=now + timedelta(seconds=delay),
+    )
+
+
+def unknown_since(error: str | None) -> datetime | None:
+    """Since when no worker knew a job's task, as its error says (None: it does not say)."""
+    found = _UNKNOWN_SINCE.search(error or "")
+    if found is None:
+        return None
+    try:
+        since = datetime.fromisoformat(found.group(1))
+    except ValueError:
+        return None
+    return since if since.tzinfo is not None else None
+
+
+def _later(seconds: float) -> str:
+    hours, rest = divmod(round(seconds), 3600)
+    return f"{hours} h {rest // 60} min" if hours else f"{seconds:.0f} s"
 
 
 #: What decoding a stored payload may raise: the job can never run.
@@ -211,8 +299,34 @@ def settle(running: Running, compute: Callable[[], Outcome]) -> Outcome:
     """``compute()``, or a failure saying why no outcome could be made of the attempt."""
     try:
         return compute()
-    except Exception as exc:
+    # Anything: a backoff policy that raises KeyboardInterrupt must not leave the
+    # attempt without an outcome (its job would stay running until the worker stops).
+    except BaseException as exc:
         return Outcome(
+            "fail",
+            error=(
+                f"conveyor could not record job {running.id}'s outcome: {type(exc).__name__}: {exc}"
+            ),
+        )
+
+
+def escaped(running: Running, exc: BaseException) -> None:
+    """Something left the executor itself (not the handler, whose exceptions are its outcome).
+
+    The thread that ran the attempt is told, and the attempt still ends: with
+    its handler's outcome when it had one, else failed, naming what escaped.
+    So no exception, whatever its class, leaves a job running in a thread that
+    died.
+    """
+    log.error(
+        "job %s: %s escaped while its attempt ended",
+        running.id,
+        type(exc).__name__,
+        exc_info=exc,
+        extra=job_fields(running.job),
+    )
+    if running.outcome is None:
+        running.outcome = Outcome(
             "fail",
             error=(
                 f"conveyor could not record job {running.id}'s outcome: {type(exc).__name__}: {exc}"
@@ -244,6 +358,7 @@ def _run_sync_in_middleware(running: Running) -> None:
     entered = run_before(running.middleware, "before_attempt", attempt)
     result, exception = _call_sync(running)
     apply_abort(running)
+    running.handled = True
     end_attempt(running, attempt, entered, result, exception)
 
 
@@ -278,6 +393,7 @@ async def run_async(running: Running) -> None:
     entered = run_before(running.middleware, "before_attempt", attempt)
     result, exception = await _call_async(running)
     apply_abort(running)
+    running.handled = True
     end_attempt(running, attempt, entered, result, exception)
 
 
@@ -384,7 +500,12 @@ class EventLoopThread:
             task.add_done_callback(self._tasks.discard)
 
     async def _run_one(self, running: Running) -> None:
-        await run_async(running)
+        try:
+            await run_async(running)
+        # Anything: a KeyboardInterrupt or SystemExit leaving a task stops the
+        # whole event loop, and every async attempt with it.
+        except BaseException as exc:
+            escaped(running, exc)
         self._done(running)
 
     def cancel(self, running: Running) -> None:

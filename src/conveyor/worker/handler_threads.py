@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 
 from conveyor.logs import job_fields
-from conveyor.worker.executor import Running, run_sync
+from conveyor.worker.executor import Running, escaped, run_sync
 from conveyor.worker.forks import mark_handler_thread
 
 log = logging.getLogger("conveyor.worker")
@@ -62,8 +62,13 @@ class HandlerThreads:
                 return
             try:
                 run_sync(running)
+            # Anything: this thread must live on and hand the attempt back, or
+            # its job would stay running (run_sync keeps the handler's own errors).
+            except BaseException as exc:
+                escaped(running, exc)
+            try:
                 self._done(running)
-            except Exception:  # run_sync keeps the handler's own errors; this is ours
+            except Exception:
                 log.exception(
                     "a handler thread failed to report job %s",
                     running.id,

@@ -20,6 +20,7 @@ from conveyor.context import Context
 from conveyor.job import Job, JobState, utcnow
 from conveyor.store.base import Lease, Step
 from conveyor.worker import effects
+from conveyor.worker.changes import ids_payload
 from conveyor.worker.completer import Completer
 from conveyor.worker.executor import Running, poison_outcome, run_inline
 from conveyor.worker.throttle import throttle_job
@@ -62,6 +63,7 @@ def drain(
             claimed = app.store.job_claim(chosen, 1, worker, LEASE, claim_now)
         if not claimed:
             break
+        app.changes.publish("claimed", ids_payload(claimed))
         outcome = run_job(app, claimed[0])
         counts[outcome] = counts.get(outcome, 0) + 1
     return counts

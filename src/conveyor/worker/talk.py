@@ -54,8 +54,8 @@ def log_start(worker: Worker) -> None:
     for queue in opts.queues:
         if queue not in served:
             log.warning(
-                "queue %r: no task of this worker is declared for it; its jobs of unknown "
-                "tasks will fail (is the queue name right?)",
+                "queue %r: no task of this worker is declared for it; it passes its jobs "
+                "on to workers that know their tasks (is the queue name right?)",
                 queue,
             )
     try:
@@ -71,7 +71,9 @@ def describe_finished(running: Running) -> str:
     outcome = running.recorded
     job = running.job
     label = "lost" if outcome is None else outcome_name(job, outcome)
-    level = logging.WARNING if label == "failed" else logging.INFO
+    # A job passed on because its task is unknown here says so: the deploy may be stuck.
+    unknown = running.task is None and label == "snoozed"
+    level = logging.WARNING if label == "failed" or unknown else logging.INFO
     if log.isEnabledFor(level):
         took = (time.monotonic() - running.started) * 1000
         # The past is what the attempt took; the future, when the next one runs.
@@ -82,7 +84,7 @@ def describe_finished(running: Running) -> str:
         error = ""
         if running.abort == "timeout" and label in ("failed", "retried"):
             error = f": ran past its timeout of {running.task.timeout if running.task else '?'}s"
-        elif outcome is not None and outcome.error and label in ("failed", "retried"):
+        elif outcome is not None and outcome.error and (label in ("failed", "retried") or unknown):
             lines = [line for line in outcome.error.strip().splitlines() if line.strip()]
             error = f": {lines[-1].strip()}" if lines else ""
         log.log(

@@ -47,9 +47,11 @@ from conveyor.logs import job_fields
 from conveyor.pacing import DutyBackoff
 from conveyor.store.base import Lease, LeaseStatus, Step
 from conveyor.worker import effects
+from conveyor.worker.changes import ids_payload
 from conveyor.worker.completer import Completer, CompleterThread, Settlement
 from conveyor.worker.executor import (
     EventLoopThread,
+    Fleet,
     Outcome,
     Running,
     apply_abort,
@@ -67,6 +69,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("conveyor.worker")
 
+#: How long a worker passes on the jobs of a task it does not know (a rolling deploy
+#: may be under way) before it fails them: long, since failing loses the work.
+DEFAULT_UNKNOWN_TASK_PATIENCE = 24 * 3600.0
 #: Longest a drain waits, after aborting the handlers still running at the end
 #: of stop_timeout, for them to return before their jobs are released anyway
 #: (after a second interrupt: the shorter one).
@@ -135,6 +140,7 @@ class Worker:
         maintenance: bool = True,
         name: str | None = None,
         prefetch: int = 0,
+        unknown_task_patience: float = DEFAULT_UNKNOWN_TASK_PATIENCE,
     ) -> None:
         if concurrency < 1:
             raise ConfigurationError("concurrency must be at least 1")
@@ -144,6 +150,8 @@ class Worker:
             raise ConfigurationError("lease must be longer than 0.1 seconds")
         if poll_interval <= 0:
             raise ConfigurationError("poll_interval must be positive")
+        if not unknown_task_patience >= 0:
+            raise ConfigurationError("unknown_task_patience must be 0 or more seconds")
         chosen = tuple(queues) if queues else tuple(sorted({t.queue for t in app.tasks.values()}))
         if not chosen:
             raise ConfigurationError("no queues to work on: register tasks or pass queues=[...]")
@@ -153,6 +161,8 @@ class Worker:
             chosen, concurrency, burst, stop_timeout, lease, poll_interval, maintenance, prefetch
         )
         self.id = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        #: How jobs of tasks this worker does not know are passed on to the fleet.
+        self._fleet = Fleet(self.id, float(unknown_task_patience))
         self._lease = timedelta(seconds=lease)
         self._wake = Wakeup()
 
@@ -509,7 +519,9 @@ class Worker:
                 recorded is not None and recorded.kind in ("retry", "snooze", "release")
             ):
                 self._maybe_ready = True
-                if recorded is not None and recorded.run_at is not None:
+                # No timer for a job passed on because its task is unknown here:
+                # a worker that knows it should be first to look when it is due.
+                if recorded is not None and recorded.run_at is not None and running.task:
                     delay = (recorded.run_at - utcnow()).total_seconds()
                     self._set_timer(time.monotonic() + max(0.0, delay))
 
@@ -540,6 +552,9 @@ class Worker:
         self._maybe_ready = len(jobs) == free
         if jobs:
             self._now_answers = 0
+            # In process, no statement more: PostgreSQL and Redis send nothing for
+            # a claim (SQLite's file watch hears it as "any").
+            self.app.changes.publish("claimed", ids_payload(jobs))
         self._dispatch(jobs)
         if len(jobs) < free:
             self._timer.run(self._set_next_run_timer, now)
@@ -656,7 +671,7 @@ class Worker:
             running.started = time.monotonic()
             self._active += 1
             try:
-                poison = poison_outcome(running)
+                poison = poison_outcome(running, self._fleet)
                 if poison is not None:
                     running.outcome = poison
                     self._handler_returned(running)
@@ -750,18 +765,15 @@ class Worker:
             elif now >= self._abort_deadline:
                 # A sync handler that ignores its cancel signal cannot be stopped:
                 # release its job now so that it runs elsewhere, and say so.
+                settled: list[Settlement] = []
                 for r in running:
-                    log.warning(
-                        "job %s: the handler did not return after the stop timeout; "
-                        "releasing the job (the handler may still run until this process exits)",
-                        r.id,
-                        extra=job_fields(r.job),
-                    )
+                    outcome = given_up(r)
                     r.returned = True
-                    r.recorded = Outcome("release")
+                    r.recorded = outcome
                     self._active -= 1
                     self._timed.discard(r)
-                self._completer.submit([(r, Outcome("release")) for r in running])
+                    settled.append((r, outcome))
+                self._completer.submit(settled)
                 return True
         return False
 
@@ -786,11 +798,15 @@ class Worker:
         try:
             self._read_inbox()
             leftover = [r for r in self._held.values() if not r.recorded and not r.returned]
-            leftover += self._parked.values()
+            parked = list(self._parked.values())
             self._parked.clear()
+            settled: list[Settlement] = []
             for r in leftover:
-                r.recorded = Outcome("release")
-            self._completer.submit([(r, Outcome("release")) for r in leftover])
+                settled.append((r, given_up(r)))
+            settled += [(r, Outcome("release")) for r in parked]  # never started
+            for r, outcome in settled:
+                r.recorded = outcome
+            self._completer.submit(settled)
         finally:
             # Idle handler threads end now (no work comes after the loop).
             self._threads.close()
@@ -809,6 +825,30 @@ class Worker:
                 log.exception("could not unregister worker %s", self.id)
             log_summary(self, time.monotonic() - self._began)
             self._stopped.set()
+
+
+def given_up(running: Running) -> Outcome:
+    """What a drain that stops waiting for an attempt records, and says so in the log.
+
+    A release, so that the job runs elsewhere, unless the handler did return
+    and only the middleware's after-hooks hang: then the handler's own outcome,
+    since a release would run a job that is done a second time.
+    """
+    if running.handled and running.outcome is not None:
+        log.warning(
+            "job %s: the middleware's after_attempt hooks did not return after the stop "
+            "timeout; recording the handler's outcome without them",
+            running.id,
+            extra=job_fields(running.job),
+        )
+        return running.outcome
+    log.warning(
+        "job %s: the handler did not return after the stop timeout; "
+        "releasing the job (the handler may still run until this process exits)",
+        running.id,
+        extra=job_fields(running.job),
+    )
+    return Outcome("release")
 
 
 def job_lease(job: Job) -> Lease:
