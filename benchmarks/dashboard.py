@@ -276,13 +276,12 @@ redis.call('SET', P .. 'ids', last)
 """
 
 
-def fill_redis(dsn: str, count: int) -> None:
+def fill_redis(dsn: str, count: int, now: float) -> None:
     """A day of finished jobs (20 queues, one in a thousand failed), written in the server."""
     import redis
 
     client = redis.Redis.from_url(dsn)
     fill = client.register_script(REDIS_FILL)
-    now = utcnow().timestamp()
     for first in range(1, count + 1, 10_000):
         last = min(first + 9_999, count)
         fill(keys=["{conveyor}:"], args=[first, last, count, f"{now:.6f}"])
@@ -296,7 +295,8 @@ def measure_redis(dsn: str, count: int, rounds: int) -> list[tuple[str, float]]:
     with App(dsn) as app:
         app.migrate()
         started = time.perf_counter()
-        fill_redis(dsn, count)
+        filled_at = utcnow()  # the newest job's finish
+        fill_redis(dsn, count, filled_at.timestamp())
         print(f"  filled {count:,} jobs in {time.perf_counter() - started:.1f} s", file=sys.stderr)
         store = app.store
         per_queue = count // 20
@@ -311,7 +311,7 @@ def measure_redis(dsn: str, count: int, rounds: int) -> list[tuple[str, float]]:
             (
                 "/metrics histogram, a minute's jobs",
                 lambda: store.job_run_time_histogram(
-                    utcnow() - timedelta(minutes=1), utcnow(), [0.01, 0.1, 1.0]
+                    filled_at - timedelta(minutes=1), filled_at, [0.01, 0.1, 1.0]
                 ),
             ),
             ("stats (counts per queue and state)", app.stats),
