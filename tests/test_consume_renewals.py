@@ -174,3 +174,38 @@ def test_a_consumer_hears_a_cancel_from_another_process_long_before_its_next_ren
         finally:
             consumer.close()
         assert consuming.get(job.id).state == JobState.CANCELLED
+
+
+def test_a_workers_held_jobs_are_renewed_at_the_leases_rhythm(dsn: str) -> None:
+    """The same for two workers (two Apps), each running a job that waits to be let go."""
+    release = threading.Event()
+    started: list[int] = []
+    apps = [App(dsn), App(dsn)]
+    try:
+        apps[0].migrate()
+        for app in apps:
+
+            @app.task(name="hold")
+            def hold(n: int) -> None:
+                started.append(n)
+                release.wait(30)
+
+        jobs = [apps[0].enqueue("hold", [n], queue="q") for n in range(2)]
+        workers = [a.worker(queues=["q"], concurrency=1, lease=LEASE) for a in apps]
+        for worker in workers:
+            worker.start()
+        try:
+            wait_until(lambda: len(started) == 2, what="both jobs started")
+            with renewals_counted(dsn) as renewals:
+                time.sleep(WATCHED)  # the span measured, not a wait for an event
+                counted = {job.id: renewals(job.id) for job in jobs}
+        finally:
+            release.set()
+            for worker in workers:
+                worker.stop()
+        for job_id, count in counted.items():
+            assert 2 <= count <= 3 * (WATCHED / LEASE) + 3, (job_id, counted)
+        assert {apps[0].get(j.id).state for j in jobs} == {JobState.SUCCEEDED}
+    finally:
+        for app in apps:
+            app.close()
