@@ -4,6 +4,7 @@
     python benchmarks/dashboard.py --backend sqlite --jobs 200000
     python benchmarks/dashboard.py --jobs 10000000 --write-speed
     python benchmarks/dashboard.py --write-cost     # what the dashboard's indexes cost workers
+    python benchmarks/dashboard.py --backend redis --jobs 1000000   # a throwaway redis-server
 
 Fills the tables with SQL (a day of work and its history: the newest million
 jobs are 98% succeeded and 2% queued, older ones all finished; one job in a
@@ -12,6 +13,13 @@ events per job), then times each read of the dashboard and /metrics: the
 median of ``--rounds`` calls, in milliseconds. Keyset pages are timed at the
 newest page and deep in the table (below the middle id). The backlog (queued
 jobs) is the same at a million jobs and at ten: what grows is history.
+
+``--backend redis`` fills a Redis store the same way (its hashes and sorted sets
+written directly, by pipeline: a day of finished jobs, one in a thousand
+failed) and times what reads finished jobs there: the overview's chart, the
+``/metrics`` histogram of a minute, a retention round that passes over jobs it
+keeps, and trims (``--redis-dsn`` points it at a server of your own; it is
+flushed).
 
 ``--write-speed`` also times a producer and a worker on the filled database and
 on an empty one, alternating (median of ``--rounds``): enqueue_many of 1,000
@@ -42,6 +50,7 @@ from conveyor.store.base import Finish
 from conveyor.web.metrics import Metrics
 from metrics_prometheus_client import Metrics as WithLibrary
 from pg import postgres
+from redis_db import redis_database
 
 HERE = Path(__file__).resolve().parent
 
@@ -243,6 +252,86 @@ def measure(dsn: str, count: int, rounds: int) -> list[tuple[str, float]]:
         return results
 
 
+#: Writes jobs ARGV[1]..ARGV[2] of ARGV[3], the newest finished at ARGV[4], in the server.
+REDIS_FILL = """
+local P, first, last, count, now = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]),
+    tonumber(ARGV[3]), tonumber(ARGV[4])
+for i = first, last do
+    local q = 'q' .. (i % 20)
+    local state = (i % 1000 == 0) and 'failed' or 'succeeded'
+    local finished = now - (count - i) * 0.08
+    local f, s = string.format('%.6f', finished), string.format('%.6f', finished - 0.05)
+    redis.call('HSET', P .. 'job:' .. i, 'id', i, 'queue', q, 'task', 't' .. (i % 7),
+               'state', state, 'args', '[' .. i .. ']', 'kwargs', '{}', 'priority', 0,
+               'run_at', s, 'attempts', 1, 'max_attempts', 3, 'created_at', s,
+               'started_at', s, 'finished_at', f, 'worker', 'w1')
+    if state == 'failed' then
+        redis.call('HSET', P .. 'job:' .. i, 'error', 'TimeoutError: upstream did not answer')
+    end
+    redis.call('ZADD', P .. 'qs:' .. #q .. '.' .. q .. ':' .. state, i, i)
+    redis.call('ZADD', P .. 'finished', f, i)
+    redis.call('HINCRBY', P .. 'queues', q, 1)
+end
+redis.call('SET', P .. 'ids', last)
+"""
+
+
+def fill_redis(dsn: str, count: int, now: float) -> None:
+    """A day of finished jobs (20 queues, one in a thousand failed), written in the server."""
+    import redis
+
+    client = redis.Redis.from_url(dsn)
+    fill = client.register_script(REDIS_FILL)
+    for first in range(1, count + 1, 10_000):
+        last = min(first + 9_999, count)
+        fill(keys=["{conveyor}:"], args=[first, last, count, f"{now:.6f}"])
+    client.close()
+
+
+def measure_redis(dsn: str, count: int, rounds: int) -> list[tuple[str, float]]:
+    import redis
+
+    redis.Redis.from_url(dsn).flushall()
+    with App(dsn) as app:
+        app.migrate()
+        started = time.perf_counter()
+        filled_at = utcnow()  # the newest job's finish
+        fill_redis(dsn, count, filled_at.timestamp())
+        print(f"  filled {count:,} jobs in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+        store = app.store
+        per_queue = count // 20
+        finished = ["succeeded", "failed", "cancelled"]
+        reads: list[tuple[str, Callable[[], Any]]] = [
+            (
+                "throughput, last hour",
+                lambda: store.stats_finished_per_slot(
+                    utcnow() - timedelta(hours=1), timedelta(minutes=1)
+                ),
+            ),
+            (
+                "/metrics histogram, a minute's jobs",
+                lambda: store.job_run_time_histogram(
+                    filled_at - timedelta(minutes=1), filled_at, [0.01, 0.1, 1.0]
+                ),
+            ),
+            ("stats (counts per queue and state)", app.stats),
+            ("overview (stats + last hour's throughput)", lambda: overview(app)),
+            # No job is cancelled: the round passes over every finished job it may read.
+            (
+                "retention round, passing over kept jobs",
+                lambda: store.job_purge_where(utcnow(), ["cancelled"], None),
+            ),
+            (
+                "trim, nothing beyond keep",
+                lambda: store.job_purge_beyond("q3", per_queue, finished),
+            ),
+        ]
+        results = [(name, timed(call, rounds)) for name, call in reads]
+        trim = lambda: store.job_purge_beyond("q3", per_queue - 10_000, finished)  # noqa: E731
+        results.append(("trim, 10,000 beyond keep (deletes them)", timed(trim, 1)))
+        return results
+
+
 def overview(app: App) -> None:
     """What the dashboard's overview page reads."""
     app.stats()
@@ -313,8 +402,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument("--backend", choices=["sqlite", "postgres", "all"], default="all")
+    parser.add_argument("--backend", choices=["sqlite", "postgres", "redis", "all"], default="all")
     parser.add_argument("--pg-dsn", help="an empty PostgreSQL database to fill")
+    parser.add_argument("--redis-dsn", help="a Redis database to flush and fill")
     parser.add_argument("--jobs", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--write-cost", action="store_true")
@@ -345,6 +435,10 @@ def main() -> None:
                 with scratch_database(dsn) as empty:
                     dsns = {"empty": empty, "full": dsn}
                     speeds["PostgreSQL"] = write_speed(dsns, options.rounds)
+    if options.backend == "redis":
+        with redis_database(options.redis_dsn) as dsn:
+            print("redis", file=sys.stderr)
+            table["Redis"] = measure_redis(dsn, options.jobs, options.rounds)
     backends = list(table)
     print(f"| read, {options.jobs:,} jobs (ms, median) | " + " | ".join(backends) + " |")
     print("|---|" + "---:|" * len(backends))

@@ -438,14 +438,35 @@ class _Loop:
             self._changed.set()
         if channel in ("jobs", "any", "reconnected", "done"):
             self._wake.set(channel)
-        if channel in ("cancel", "any", "reconnected") and self._keeper is not None:
-            held = self.held
-            job_id, _, token = payload.partition(":")
-            if held is not None and token and job_id == str(held.job.id):
-                if token == held.job.lease_token:  # app.cancel in this process
+        keeper = self._keeper
+        if keeper is None or channel not in ("cancel", "any", "reconnected"):
+            return
+        held = self.held
+        if channel == "reconnected":
+            keeper.renew_soon()  # notices were lost meanwhile: the renewal tells all
+        elif channel == "any":
+            # Something was committed, maybe by our own renewal: a read looks for
+            # cancels. A renewal here would be a commit that is heard again.
+            if held is not None or self.waiting:
+                keeper.check_soon()
+        else:
+            ids, _, token = payload.partition(":")
+            # app.cancel in this process names one job and its lease token.
+            if token and held is not None and ids == str(held.job.id):
+                if token == held.job.lease_token:
                     held.cancelled.set("cancel")
-            elif held is not None or self.waiting:
-                self._keeper.renew_soon()  # the renewal says whether it is ours
+                return
+            if self._holds_any(ids.split(",")):
+                keeper.check_soon()
+
+    def _holds_any(self, ids: Sequence[str]) -> bool:
+        """Whether a cancel notice names a job this loop holds (handed out or waiting)."""
+        held = self.held
+        with self._waiting_lock:
+            mine = {str(job.job.id) for job in self.waiting}
+        if held is not None:
+            mine.add(str(held.job.id))
+        return not mine.isdisjoint(ids)
 
     def run(self) -> Generator[ConsumedJob, None, None]:
         self.app.changes.add(self._listener)

@@ -10,6 +10,13 @@ renewal is retried after a short pause (the one backoff of every duty,
 ``pacing.py``), well within the lease; a control loop that is stuck or failing
 does not stop it, and neither does a handler that blocks its event loop.
 
+A keeper may also be asked to look for cancel requests (``check_soon``): a
+consumer does so whenever its store feed reports a change it cannot name
+(SQLite's file watch reports every commit, the renewals of every consumer
+included). That look is a read, at most every ``CHECK_INTERVAL``, never a
+renewal: a renewal is a commit, which the feed would report again, and a
+consumer would renew hundreds of times a second.
+
 Throttled progress and notes (a timeout waiting for its handler) are written
 here too, on the same rhythm. They are telemetry: one that cannot be written
 (the database is away) waits for the next round, or is replaced by newer
@@ -20,10 +27,11 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 
-from conveyor.job import utcnow
+from conveyor.job import JobState, utcnow
 from conveyor.pacing import DutyBackoff
 from conveyor.store.base import Lease, LeaseStatus, Store
 from conveyor.worker.executor import Running
@@ -33,6 +41,10 @@ log = logging.getLogger("conveyor.worker")
 #: Told what the renewal learned: the attempts renewed, and the status of each
 #: lease that still held (by job id). An attempt missing from it lost its lease.
 OnRenewed = Callable[[Sequence[Running], dict[int, LeaseStatus]], None]
+
+#: The shortest spell between two looks for cancel requests (``check_soon``), in
+#: seconds: as often as a worker's control loop looks for its own.
+CHECK_INTERVAL = 0.25
 
 
 class LeaseKeeper:
@@ -56,7 +68,10 @@ class LeaseKeeper:
         self._notes: dict[tuple[int, str], str] = {}
         self._notes_lock = threading.Lock()
         self._stop = threading.Event()
+        #: Pulled whenever the thread should look at its flags below before its time.
         self._now = threading.Event()
+        self._renew_asked = threading.Event()
+        self._check_asked = threading.Event()
         self._thread = threading.Thread(target=self._run, name="conveyor-leases", daemon=True)
 
     def start(self) -> None:
@@ -70,26 +85,70 @@ class LeaseKeeper:
 
     def renew_soon(self) -> None:
         """Renew at once (the control loop was away from the database and wants to know)."""
+        self._renew_asked.set()
+        self._now.set()
+
+    def check_soon(self) -> None:
+        """Look for cancel requests of the held jobs soon: a read, at most every CHECK_INTERVAL."""
+        self._check_asked.set()
         self._now.set()
 
     def note(self, running: Running, message: str) -> None:
         """Show ``message`` as the running job's progress message at the next renewal."""
         with self._notes_lock:
             self._notes[(running.id, running.token)] = message
-        self._now.set()
+        self.renew_soon()
 
     def _run(self) -> None:
         # Soon after a failure, but never in a loop, and always within the lease.
         backoff = DutyBackoff("lease renewal", log, ceiling=max(self.interval / 2, 0.05))
+        next_renewal = next_check = time.monotonic()
         while not self._stop.is_set():
-            try:
-                self.renew()
-                backoff.succeeded()
-                pause = self.interval
-            except Exception as exc:
-                pause = backoff.failed(exc)
-            self._now.wait(pause)
+            now = time.monotonic()
+            if self._renew_asked.is_set() or now >= next_renewal:
+                self._renew_asked.clear()
+                self._check_asked.clear()  # the renewal answers the same question
+                try:
+                    self.renew()
+                    backoff.succeeded()
+                    pause = self.interval
+                except Exception as exc:
+                    pause = backoff.failed(exc)
+                next_renewal = time.monotonic() + pause
+            elif self._check_asked.is_set() and now >= next_check:
+                self._check_asked.clear()
+                next_check = now + CHECK_INTERVAL
+                self._check_cancels()
+            until = next_renewal
+            if self._check_asked.is_set():
+                until = min(until, next_check)
+            self._now.wait(max(until - time.monotonic(), 0.0))
             self._now.clear()
+
+    def _check_cancels(self) -> None:
+        """Tell of cancel requests of held jobs that are still ours; the renewal tells the rest.
+
+        A job found ended, gone or under another token is left out, not reported
+        lost: it may have ended by its holder's own hand meanwhile.
+        """
+        held = {r.id: r for r in self._held() if r.abort != "lease lost"}
+        if not held:
+            return
+        try:
+            jobs = self._store.job_get_many(list(held))
+        except Exception as exc:  # only a quicker notice: the next renewal tells it too
+            log.debug("looking for cancel requests failed: %s", exc)
+            return
+        ours = [
+            (running, job)
+            for job in jobs
+            if (running := held.get(job.id)) is not None
+            and job.state == JobState.RUNNING
+            and job.lease_token == running.token
+        ]
+        if any(job.cancel_requested for _, job in ours):
+            statuses = {job.id: LeaseStatus(job.id, job.cancel_requested) for _, job in ours}
+            self._on_renewed([running for running, _ in ours], statuses)
 
     def renew(self) -> None:
         held = [r for r in self._held() if r.abort != "lease lost"]

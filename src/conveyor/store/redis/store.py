@@ -63,6 +63,13 @@ from conveyor.store.base import (
 from conveyor.store.flows import check_order
 from conveyor.store.keys import new_job_record
 from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of_row
+from conveyor.store.redis.history import (
+    PurgeWalks,
+    beyond_newest,
+    count_matching,
+    run_times,
+    slot_counts,
+)
 from conveyor.store.redis.listener import RedisListener
 from conveyor.store.selection import NO_ID_BOUND, args_floor
 
@@ -405,6 +412,8 @@ class RedisStore:
         self._scripts = {
             name: self._client.register_script(text) for name, text in _SCRIPTS.items()
         }
+        #: Where each retention rule's walk of finished jobs goes on (history.py).
+        self._purge_walks = PurgeWalks()
         self.ping()
         if migrate:
             self.migrate()
@@ -1063,21 +1072,8 @@ class RedisStore:
 
     # --- the dashboard and metrics ------------------------------------------------
 
-    def _finished_between(self, low: str, high: str) -> list[tuple[float, Job]]:
-        """Terminal jobs by finished_at in [low, high] (Redis score bounds), oldest first."""
-        rows = self._do(
-            lambda: self._client.zrangebyscore(self._k("finished"), low, high, withscores=True)
-        )
-        jobs = self._load([int(r[0]) for r in rows], [(None, "finished")] * len(rows))
-        return [(score, job) for (_, score), job in zip(rows, jobs, strict=True) if job]
-
     def stats_finished_per_slot(self, since: datetime, slot: timedelta) -> list[FinishedCount]:
-        counts: dict[tuple[str, str, int], int] = {}
-        width = slot.total_seconds()
-        for at, job in self._finished_between(_ts(since), "+inf"):
-            index = int((at - since.timestamp()) / width)
-            key = (job.queue, str(job.state), index)
-            counts[key] = counts.get(key, 0) + 1
+        counts = slot_counts(self, _ts(since), since.timestamp(), slot.total_seconds())
         return [FinishedCount(queue=q, state=s, slot=i, count=c) for (q, s, i), c in counts.items()]
 
     def event_count_by_kind(self, after: EventOffset) -> EventCounts:
@@ -1112,15 +1108,7 @@ class RedisStore:
     def job_run_time_histogram(
         self, finished_after: datetime, finished_until: datetime, bounds: Sequence[float]
     ) -> list[RunTimeBucket]:
-        buckets: dict[tuple[str, int], tuple[int, float]] = {}
-        for _, job in self._finished_between(f"({_ts(finished_after)}", _ts(finished_until)):
-            if job.state not in (JobState.SUCCEEDED, JobState.FAILED) or job.started_at is None:
-                continue
-            assert job.finished_at is not None
-            seconds = (job.finished_at - job.started_at).total_seconds()
-            bucket = sum(1 for b in bounds if b < seconds)
-            count, total = buckets.get((job.queue, bucket), (0, 0.0))
-            buckets[(job.queue, bucket)] = (count + 1, total + seconds)
+        buckets = run_times(self, f"({_ts(finished_after)}", _ts(finished_until), bounds)
         return [
             RunTimeBucket(queue=q, bucket=b, count=c, total_seconds=s)
             for (q, b), (c, s) in buckets.items()
@@ -1244,15 +1232,6 @@ class RedisStore:
         ]
         return self.job_finish(finishes, now)
 
-    def _purgeable(
-        self, finished_before: datetime, states: Sequence[str], queue: str | None
-    ) -> Iterator[int]:
-        """Terminal jobs in ``states`` (of ``queue``) finished before the time, oldest first."""
-        wanted = set(states)
-        for _, job in self._finished_between("-inf", f"({_ts(finished_before)}"):
-            if str(job.state) in wanted and (queue is None or job.queue == queue):
-                yield job.id
-
     def job_purge_where(
         self,
         finished_before: datetime,
@@ -1260,11 +1239,8 @@ class RedisStore:
         queue: str | None,
         limit: int = 10_000,
     ) -> int:
-        ids: list[int] = []
-        for job_id in self._purgeable(finished_before, states, queue):
-            if len(ids) >= limit:
-                break
-            ids.append(job_id)
+        cutoff = f"({_ts(finished_before)}"
+        ids = self._purge_walks.candidates(self, cutoff, states, queue, limit)
         if queue is None and "failed" in states:
             self._forget_dropped(finished_before, limit)
         return len(self._delete(ids, finished_before, states, queue))
@@ -1272,20 +1248,14 @@ class RedisStore:
     def job_purge_count(
         self, finished_before: datetime, states: Sequence[str], queue: str | None
     ) -> int:
-        return sum(1 for _ in self._purgeable(finished_before, states, queue))
+        return count_matching(self, f"({_ts(finished_before)}", states, queue)
 
     def job_purge_beyond(
         self, queue: str, keep: int, states: Sequence[str], limit: int = 10_000
     ) -> int:
         chosen = [state for state in TERMINAL if state in states]
-
-        def read() -> list[int]:
-            pipe = self._client.pipeline(transaction=False)
-            for state in chosen:
-                pipe.zrange(self._k("qs", _nm(queue), state), 0, -1)
-            return sorted((int(i) for ids in pipe.execute() for i in ids), reverse=True)
-
-        ids = self._do(read)[keep : keep + limit]
+        keys = [self._k("qs", _nm(queue), state) for state in chosen]
+        ids = self._do(lambda: beyond_newest(self._client, keys, keep, limit))
         far_future = datetime(9999, 12, 31, tzinfo=UTC)
         # job_delete checks each job's state again: one retried meanwhile stays.
         return len(self._delete(ids, far_future, chosen, queue))
