@@ -223,6 +223,41 @@ def test_an_unknown_parent_is_refused_and_nothing_is_written(app: App) -> None:
         t["total"].options(after_failure="skip").enqueue()
 
 
+def test_a_job_cannot_wait_for_itself_or_a_job_enqueued_after_it(app: App) -> None:
+    # Ids are handed out in order: the next job's id is known before it is
+    # enqueued. An edge onto it (or a later one) would be a cycle that waits forever.
+    t = tasks(app)
+    a = t["value"].enqueue(1)
+    with pytest.raises(InvalidJobError, match=rf"after names job {a.id + 1}, which does not"):
+        t["total"].options(after=[a.id + 1]).enqueue()
+    assert [j.id for j in app.jobs()] == [a.id]
+
+    b = t["value"].enqueue(2)
+    # The first job would wait for the second and the second for itself.
+    with pytest.raises(InvalidJobError, match=r"which does not exist"):
+        t["total"].options(after=[b.id + 2]).enqueue_many([((), {}), ((), {})])
+    assert sorted(j.id for j in app.jobs()) == [a.id, b.id]
+    assert edge_rows(app) == 0
+
+
+def test_two_jobs_of_one_insert_cannot_name_each_others_ids(app: App) -> None:
+    tasks(app)
+    a = app.store.job_insert_many([_node("value")], datetime.now(UTC))[0]
+    with pytest.raises(InvalidJobError, match=r"which does not exist"):
+        app.store.job_insert_many(
+            [_node("total", after=(a.id + 2,)), _node("total", after=(a.id + 1,))],
+            datetime.now(UTC),
+        )
+    assert [j.id for j in app.jobs()] == [a.id]
+    assert edge_rows(app) == 0
+    assert drain(app) == {"succeeded": 1}
+
+
+def _node(task: str, after: tuple[int, ...] = ()) -> NewJob:
+    args = "[1]" if task == "value" else "[]"
+    return NewJob("default", task, args, "{}", datetime.now(UTC), after=after)
+
+
 def test_an_edge_onto_an_ended_job_is_resolved_at_once(app: App) -> None:
     t = tasks(app)
     done = t["value"].enqueue(3)

@@ -11,6 +11,7 @@ from conveyor.job import NewJob
 from conveyor.store.flows import (
     LinkPlan,
     after_counted,
+    check_edges_written,
     links_of,
     outside_parents,
     plan_links,
@@ -41,10 +42,11 @@ def link(
     plan = plan_links(links, states, new_ids)
     if plan.edges:
         children, parents, resolved = zip(*plan.edges, strict=True)
-        conn.execute(
+        written = conn.execute(
             _F["flow_edges_insert"],
             {"children": list(children), "parents": list(parents), "resolved": list(resolved)},
         )
+        check_edges_written(plan.edges, written.fetchall())
     jobs_, pending, on_failure, workflows = zip(*plan.flows, strict=True)
     conn.execute(
         _F["flow_jobs_insert"],

@@ -34,7 +34,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from conveyor.errors import ConfigurationError, InvalidJobError, StoreUnavailableError
+from conveyor.errors import ConfigurationError, StoreUnavailableError
 from conveyor.job import HOLD_AT, Event, Job, JobState, NewJob
 from conveyor.limits import Limit, QueueLimits
 from conveyor.store.base import (
@@ -59,7 +59,7 @@ from conveyor.store.base import (
     WorkerInfo,
     WorkflowInfo,
 )
-from conveyor.store.flows import check_order
+from conveyor.store.flows import check_order, unknown_parent
 from conveyor.store.keys import new_job_record
 from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of_row
 from conveyor.store.redis.listener import RedisListener
@@ -483,10 +483,7 @@ class RedisStore:
         if reply[0] == "workflow":
             raise _WorkflowTaken([int(i) for i in reply[1]])
         if reply[0] == "missing":
-            raise InvalidJobError(
-                f"after names job {reply[1]}, which does not exist (never created, or purged); "
-                "a job can wait only for stored jobs"
-            )
+            raise unknown_parent([int(reply[1])])
         answers, unreadable = reply
         self._drop(unreadable)
         out: list[Job] = []

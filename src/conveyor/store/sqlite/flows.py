@@ -12,6 +12,7 @@ from conveyor.job import EventKind, NewJob
 from conveyor.store.flows import (
     LinkPlan,
     after_counted,
+    check_edges_written,
     links_of,
     outside_parents,
     plan_links,
@@ -41,7 +42,8 @@ def link(
     states = dict(conn.execute(_F["flow_parent_states"], {"ids": json.dumps(asked)}).fetchall())
     plan = plan_links(links, states, new_ids)
     if plan.edges:
-        conn.execute(_F["flow_edges_insert"], {"items": json.dumps(plan.edges)})
+        written = conn.execute(_F["flow_edges_insert"], {"items": json.dumps(plan.edges)})
+        check_edges_written(plan.edges, written.fetchall())
     conn.execute(_F["flow_jobs_insert"], {"items": json.dumps(plan.flows)})
     if plan.waiting:
         conn.execute(_F["flow_wait"], {"ids": json.dumps(plan.waiting)})

@@ -10,9 +10,15 @@
 SELECT id, state FROM jobs WHERE id IN (SELECT value FROM json_each(:ids))
 
 -- name: flow_edges_insert
--- :items is [[child, parent, resolved], ...]
+-- :items is [[child, parent, resolved], ...]. An edge is written only onto a job
+-- that exists and is older than its child (ids are handed out in order): no job
+-- waits for itself or for one enqueued after it, so no cycle can form. The
+-- caller refuses the insert when an edge is missing from the rows returned.
 INSERT INTO job_edges (child, parent, resolved)
 SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each(:items)
+WHERE value ->> 1 < value ->> 0
+  AND EXISTS (SELECT 1 FROM jobs WHERE jobs.id = value ->> 1)
+RETURNING child, parent
 
 -- name: flow_jobs_insert
 -- :items is [[job, pending, on_failure, workflow], ...]
