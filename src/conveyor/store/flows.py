@@ -24,10 +24,14 @@ from conveyor.job import Job, JobState, NewJob
 #: (unless it runs anyway).
 #: An edge resolved by its parent's deletion (an operator's delete before it ended).
 DELETED = "deleted"
-PARENT_LOST = frozenset({JobState.FAILED.value, JobState.CANCELLED.value, DELETED})
+#: An edge resolved by the drop of its parent, whose data was deleted or evicted
+#: behind conveyor's back (Redis: upkeep.lua's drop, flows.lua's flow_dropped).
+DROPPED = "dropped"
+PARENT_LOST = frozenset({JobState.FAILED.value, JobState.CANCELLED.value, DELETED, DROPPED})
 ENDED = frozenset({JobState.SUCCEEDED.value, JobState.FAILED.value, JobState.CANCELLED.value})
 _HOW = {JobState.FAILED.value: "failed", JobState.CANCELLED.value: "was cancelled",
-        DELETED: "was deleted"}  # fmt: skip
+        DELETED: "was deleted",
+        DROPPED: "was dropped (its data was deleted or evicted)"}  # fmt: skip
 
 
 def lost_parent_error(parent: int, state: str) -> str:
