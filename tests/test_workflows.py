@@ -480,4 +480,34 @@ def test_deleting_a_parent_before_it_ended_lets_its_children_go_on(app: App) -> 
     assert app.get(grandchild.id).state == JobState.CANCELLED
     assert app.get(anyway.id).state == JobState.WAITING  # still waits for ok
     assert drain(app) == {"succeeded": 2}
-    assert app.get(anyway.id).result == {"ok": [ok.id], "errors": []}
+    # The deleted parent is named among its errors, not silently left out.
+    assert app.get(anyway.id).result == {"ok": [ok.id], "errors": [a.id]}
+
+
+def test_a_deleted_parent_is_named_in_upstream_errors_not_left_out(app: App) -> None:
+    t = tasks(app)
+    seen: dict[str, Any] = {}
+
+    @app.task()
+    def join(ctx: Context) -> None:
+        seen.update(upstream=dict(ctx.upstream), errors=dict(ctx.upstream_errors),
+                    parents=[p.id for p in ctx.parents])  # fmt: skip
+
+    done = t["value"].enqueue(1)
+    later = t["value"].options(delay=3600).enqueue(2)
+    child = join.options(after=[done, later]).enqueue()
+    assert drain(app) == {"succeeded": 1}
+    assert app.delete_jobs(ids=[done.id]) == 1  # it had succeeded: the child still waits
+
+    (running,) = app.store.job_claim(["default"], 1, "w", LEASE, T0 + timedelta(days=1))
+    app.store.job_finish([Finish.complete(running.id, running.lease_token or "", "2")])
+    assert drain(app) == {"succeeded": 1}
+
+    gone = f"job {done.id}, which this job waits for, was deleted"
+    assert seen == {"upstream": {later.id: 2}, "errors": {done.id: gone},
+                    "parents": [later.id]}  # fmt: skip
+    assert [(r.id, r.job is None, r.resolved) for r in app.parent_edges(child.id)] == [
+        (done.id, True, "deleted"),
+        (later.id, False, "succeeded"),
+    ]
+    assert [p.id for p in app.parents(child.id)] == [later.id]

@@ -128,3 +128,17 @@ def test_a_waiting_middle_job_of_a_chain_dropped_resolves_the_rest(
     assert state(store, after_last)[0] == JobState.CANCELLED.value
     assert store.job_claim(["q"], 10, "w", LEASE) == []
     assert client.exists(f"{P}wp:{middle.id}") == 0
+
+
+def test_a_succeeded_parent_whose_hash_is_gone_is_named_to_its_child(
+    store: RedisStore, client: Any
+) -> None:
+    done, later = one(store), one(store, run_at=utcnow() + timedelta(hours=1))
+    child = one(store, after=(done.id, later.id))
+    (running,) = store.job_claim(["q"], 10, "w", LEASE)
+    assert complete(store, running) == [done.id]
+    client.delete(f"{P}job:{done.id}")
+
+    edges = [(r.id, r.job is None, r.resolved) for r in store.job_parents(child.id)]
+
+    assert edges == [(done.id, True, "dropped"), (later.id, False, None)]

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from conveyor.errors import InvalidJobError
-from conveyor.job import Job, JobState, NewJob
+from conveyor.job import Job, JobState, NewJob, lost_parent_error
 
 #: Parent states in which an edge resolves without the child running
 #: (unless it runs anyway).
@@ -27,16 +27,10 @@ DELETED = "deleted"
 #: An edge resolved by the drop of its parent, whose data was deleted or evicted
 #: behind conveyor's back (Redis: upkeep.lua's drop, flows.lua's flow_dropped).
 DROPPED = "dropped"
-PARENT_LOST = frozenset({JobState.FAILED.value, JobState.CANCELLED.value, DELETED, DROPPED})
+#: The resolutions of an edge whose parent is gone (the edge stays while its child does).
+GONE = frozenset({DELETED, DROPPED})
+PARENT_LOST = frozenset({JobState.FAILED.value, JobState.CANCELLED.value, *GONE})
 ENDED = frozenset({JobState.SUCCEEDED.value, JobState.FAILED.value, JobState.CANCELLED.value})
-_HOW = {JobState.FAILED.value: "failed", JobState.CANCELLED.value: "was cancelled",
-        DELETED: "was deleted",
-        DROPPED: "was dropped (its data was deleted or evicted)"}  # fmt: skip
-
-
-def lost_parent_error(parent: int, state: str) -> str:
-    """The error of a job cancelled because a job it waits for did not succeed."""
-    return f"job {parent}, which this job waits for, {_HOW[state]}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -126,6 +126,7 @@ def waiting_counts(conn: Any) -> list[tuple[str, int]]:
 
 
 def relatives(conn: Any, job_id: int, children: bool) -> list[tuple[Any, ...]]:
-    """Rows of a job's parents (or children): the job's columns, then the edge's resolution."""
+    """Rows of a job's parents (or children): the job's columns, then the
+    relative's id and the edge's resolution."""
     name = "flow_children" if children else "flow_parents"
     return list(conn.execute(_F[name], {"id": job_id}).fetchall())

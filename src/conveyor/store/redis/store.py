@@ -59,7 +59,7 @@ from conveyor.store.base import (
     WorkerInfo,
     WorkflowInfo,
 )
-from conveyor.store.flows import check_order, unknown_parent
+from conveyor.store.flows import DROPPED, GONE, check_order, unknown_parent
 from conveyor.store.keys import new_job_record
 from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of_row
 from conveyor.store.redis.listener import RedisListener
@@ -511,8 +511,13 @@ class RedisStore:
     def job_parents(self, job_id: int) -> list[Relative]:
         edges: dict[str, str] = self._do(lambda: self._client.hgetall(self._k("wp", str(job_id))))
         ids = sorted(int(i) for i in edges)
+        # A parent that cannot be read is gone (deleted, or dropped, or about to
+        # be): named, with no job, so that its child does not leave it out.
         return [
-            Relative(job, edges[str(job.id)] or None) for job in self._load(ids) if job is not None
+            Relative(i, job, edges[str(i)] or None)
+            if job is not None
+            else Relative(i, None, edges[str(i)] if edges[str(i)] in GONE else DROPPED)
+            for i, job in zip(ids, self._load(ids), strict=True)
         ]
 
     def job_workflow(self, job_id: int) -> str | None:
@@ -598,7 +603,7 @@ class RedisStore:
 
         edges = dict(self._do(read))
         return [
-            Relative(job, edges.get(job.id) or None)
+            Relative(job.id, job, edges.get(job.id) or None)
             for job in self._load(sorted(edges))
             if job is not None
         ]

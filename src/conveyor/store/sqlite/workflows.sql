@@ -92,10 +92,15 @@ WHERE e.parent IN (SELECT value FROM json_each(:ids))
   AND c.state IN ('waiting', 'queued', 'running')
 
 -- name: flow_forget
--- Deleted jobs take their edges and flow rows with them.
-DELETE FROM job_edges
-WHERE child IN (SELECT value FROM json_each(:ids))
-   OR parent IN (SELECT value FROM json_each(:ids))
+-- Deleted jobs take their own edges (onto their parents) with them.
+DELETE FROM job_edges WHERE child IN (SELECT value FROM json_each(:ids))
+
+-- name: flow_forget_parents
+-- The edges onto deleted jobs from children that stay are kept, resolved as
+-- 'deleted': a child still to run names the parent that is gone
+-- (ctx.upstream_errors) rather than leave it out. They go with the child.
+UPDATE job_edges SET resolved = 'deleted'
+WHERE parent IN (SELECT value FROM json_each(:ids)) AND resolved IS NOT 'deleted'
 
 -- name: flow_forget_jobs
 DELETE FROM job_flows WHERE job_id IN (SELECT value FROM json_each(:ids))

@@ -157,13 +157,18 @@ local function flow_needed(j)
     return false
 end
 
--- A deleted job's edges, both ways.
-local function flow_forget(j)
+-- A deleted job's edges onto its parents go with it; the edges onto it from
+-- children that stay are kept, resolved as ``how`` ('deleted', or 'dropped'),
+-- so that a child still to run names the parent that is gone
+-- (ctx.upstream_errors) rather than leave it out. They go with the child.
+local function flow_forget(j, how)
     for _, p in ipairs(redis.call('HKEYS', wkey('wp', j.id))) do
         redis.call('ZREM', wkey('wc', p), j.id)
     end
     for _, c in ipairs(redis.call('ZRANGE', wkey('wc', j.id), 0, -1)) do
-        redis.call('HDEL', wkey('wp', c), j.id)
+        if redis.call('HEXISTS', wkey('wp', c), j.id) == 1 then
+            redis.call('HSET', wkey('wp', c), j.id, how or 'deleted')
+        end
     end
     redis.call('DEL', wkey('wp', j.id), wkey('wc', j.id))
     if j.workflow then redis.call('ZREM', wkey('wfj', j.workflow), j.id) end
@@ -175,7 +180,7 @@ end
 local function flow_dropped(id, workflow, now_s)
     local j = {id = id, workflow = workflow}
     flow_orphan(j, now_s, 'dropped')
-    flow_forget(j)
+    flow_forget(j, 'dropped')
 end
 
 -- The ids of the jobs of a stored workflow, or nil when no workflow has this id.
