@@ -223,6 +223,41 @@ def test_an_unknown_parent_is_refused_and_nothing_is_written(app: App) -> None:
         t["total"].options(after_failure="skip").enqueue()
 
 
+def test_a_job_cannot_wait_for_itself_or_a_job_enqueued_after_it(app: App) -> None:
+    # Ids are handed out in order: the next job's id is known before it is
+    # enqueued. An edge onto it (or a later one) would be a cycle that waits forever.
+    t = tasks(app)
+    a = t["value"].enqueue(1)
+    with pytest.raises(InvalidJobError, match=rf"after names job {a.id + 1}, which does not"):
+        t["total"].options(after=[a.id + 1]).enqueue()
+    assert [j.id for j in app.jobs()] == [a.id]
+
+    b = t["value"].enqueue(2)
+    # The first job would wait for the second and the second for itself.
+    with pytest.raises(InvalidJobError, match=r"which does not exist"):
+        t["total"].options(after=[b.id + 2]).enqueue_many([((), {}), ((), {})])
+    assert sorted(j.id for j in app.jobs()) == [a.id, b.id]
+    assert edge_rows(app) == 0
+
+
+def test_two_jobs_of_one_insert_cannot_name_each_others_ids(app: App) -> None:
+    tasks(app)
+    a = app.store.job_insert_many([_node("value")], datetime.now(UTC))[0]
+    with pytest.raises(InvalidJobError, match=r"which does not exist"):
+        app.store.job_insert_many(
+            [_node("total", after=(a.id + 2,)), _node("total", after=(a.id + 1,))],
+            datetime.now(UTC),
+        )
+    assert [j.id for j in app.jobs()] == [a.id]
+    assert edge_rows(app) == 0
+    assert drain(app) == {"succeeded": 1}
+
+
+def _node(task: str, after: tuple[int, ...] = ()) -> NewJob:
+    args = "[1]" if task == "value" else "[]"
+    return NewJob("default", task, args, "{}", datetime.now(UTC), after=after)
+
+
 def test_an_edge_onto_an_ended_job_is_resolved_at_once(app: App) -> None:
     t = tasks(app)
     done = t["value"].enqueue(3)
@@ -445,4 +480,34 @@ def test_deleting_a_parent_before_it_ended_lets_its_children_go_on(app: App) -> 
     assert app.get(grandchild.id).state == JobState.CANCELLED
     assert app.get(anyway.id).state == JobState.WAITING  # still waits for ok
     assert drain(app) == {"succeeded": 2}
-    assert app.get(anyway.id).result == {"ok": [ok.id], "errors": []}
+    # The deleted parent is named among its errors, not silently left out.
+    assert app.get(anyway.id).result == {"ok": [ok.id], "errors": [a.id]}
+
+
+def test_a_deleted_parent_is_named_in_upstream_errors_not_left_out(app: App) -> None:
+    t = tasks(app)
+    seen: dict[str, Any] = {}
+
+    @app.task()
+    def join(ctx: Context) -> None:
+        seen.update(upstream=dict(ctx.upstream), errors=dict(ctx.upstream_errors),
+                    parents=[p.id for p in ctx.parents])  # fmt: skip
+
+    done = t["value"].enqueue(1)
+    later = t["value"].options(delay=3600).enqueue(2)
+    child = join.options(after=[done, later]).enqueue()
+    assert drain(app) == {"succeeded": 1}
+    assert app.delete_jobs(ids=[done.id]) == 1  # it had succeeded: the child still waits
+
+    (running,) = app.store.job_claim(["default"], 1, "w", LEASE, T0 + timedelta(days=1))
+    app.store.job_finish([Finish.complete(running.id, running.lease_token or "", "2")])
+    assert drain(app) == {"succeeded": 1}
+
+    gone = f"job {done.id}, which this job waits for, was deleted"
+    assert seen == {"upstream": {later.id: 2}, "errors": {done.id: gone},
+                    "parents": [later.id]}  # fmt: skip
+    assert [(r.id, r.job is None, r.resolved) for r in app.parent_edges(child.id)] == [
+        (done.id, True, "deleted"),
+        (later.id, False, "succeeded"),
+    ]
+    assert [p.id for p in app.parents(child.id)] == [later.id]

@@ -132,6 +132,23 @@ def test_a_node_waits_only_for_nodes_before_it_so_there_is_no_cycle(app: App) ->
         one.add(t["value"])  # type: ignore[arg-type]
 
 
+def test_nodes_cannot_name_each_others_future_ids(app: App) -> None:
+    # A node waits only for nodes before it; an id is a stored job's, which
+    # must exist before the workflow: two nodes naming the ids they are about
+    # to get would wait for each other forever.
+    t = tasks(app)
+    before = t["value"].enqueue(1)
+    wf = Workflow("cycle")
+    wf.add(t["add"].step(), after=[before.id + 2])
+    wf.add(t["add"].step(), after=[before.id + 1])
+
+    with pytest.raises(InvalidJobError, match=rf"after names job {before.id + 2}, which does not"):
+        wf.enqueue()
+
+    assert [j.id for j in app.jobs()] == [before.id]
+    assert app.workflows() == []
+
+
 def test_a_node_may_wait_for_stored_jobs(app: App) -> None:
     t = tasks(app)
     before = t["value"].enqueue(100)

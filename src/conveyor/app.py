@@ -60,6 +60,7 @@ from conveyor.store.base import (
     LimitStatus,
     OperatorStore,
     OutcomeStore,
+    Relative,
     Stats,
     Step,
     StepStore,
@@ -679,12 +680,23 @@ class App:
     @needs(WorkflowStore, "read the jobs a job waits for")
     def parents(self, job_id: int) -> list[Job]:
         """The jobs ``job_id`` waits (or waited) for (``after=``), by id."""
-        return [self._attach(r.job) for r in self.store.job_parents(job_id)]
+        return [self._attach(r.job) for r in self.store.job_parents(job_id) if r.job is not None]
+
+    @needs(WorkflowStore, "read the jobs a job waits for")
+    def parent_edges(self, job_id: int) -> list[Relative]:
+        """The edges onto the jobs ``job_id`` waits (or waited) for, by parent id: each
+        parent's id, the job (None once deleted) and the state the edge resolved in
+        (None while the parent has not ended; 'deleted' once it is gone)."""
+        edges = self.store.job_parents(job_id)
+        for r in edges:
+            if r.job is not None:
+                self._attach(r.job)
+        return edges
 
     @needs(WorkflowStore, "read the jobs waiting for a job")
     def children(self, job_id: int) -> list[Job]:
         """The jobs that wait (or waited) for ``job_id``, by id."""
-        return [self._attach(r.job) for r in self.store.job_children(job_id)]
+        return [self._attach(r.job) for r in self.store.job_children(job_id) if r.job is not None]
 
     @needs(OperatorStore, "list jobs")
     def jobs(
@@ -1526,6 +1538,7 @@ class App:
     aworkflow_status = async_twin(workflow_status)
     acancel_workflow = async_twin(cancel_workflow)
     aparents = async_twin(parents)
+    aparent_edges = async_twin(parent_edges)
     achildren = async_twin(children)
 
 

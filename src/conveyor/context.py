@@ -22,13 +22,21 @@ from conveyor.errors import (
     Retry,
     StoreUnavailableError,
 )
-from conveyor.job import Job, JobState, encode_json, storable_text, utcnow, validate_name
+from conveyor.job import (
+    Job,
+    JobState,
+    encode_json,
+    lost_parent_error,
+    storable_text,
+    utcnow,
+    validate_name,
+)
 from conveyor.limits import throttle_seconds
 from conveyor.logs import job_fields
 from conveyor.pacing import DutyBackoff
 
 if TYPE_CHECKING:
-    from conveyor.store.base import Step
+    from conveyor.store.base import Relative, Step
 
 log = logging.getLogger("conveyor.worker")
 #: Failed telemetry writes (progress, a handler's heartbeat) of every job, logged
@@ -130,8 +138,8 @@ class Hooks(Protocol):
         """Hold the job's limit key (or queue) back for ``seconds``; when it ends."""
         ...
 
-    def parents(self, job: Job) -> list[Job]:
-        """The jobs ``job`` waited for (``after=``), as stored now."""
+    def parents(self, job: Job) -> list[Relative]:
+        """The edges onto the jobs ``job`` waited for (``after=``), as stored now."""
         ...
 
     def steps(self, job: Job) -> list[Step]:
@@ -159,7 +167,7 @@ class Context:
     _hooks: Hooks | None = field(default=None, repr=False)
     _progress_pending: tuple[float | None, str | None] | None = field(default=None, repr=False)
     _progress_written_at: float = field(default=-PROGRESS_WRITE_INTERVAL, repr=False)
-    _parents: list[Job] | None = field(default=None, repr=False)
+    _parents: list[Relative] | None = field(default=None, repr=False)
     #: The job's recorded steps by name, read at the first step; names used in this attempt.
     _steps: dict[str, Step] | None = field(default=None, repr=False)
     _steps_run: set[str] | None = field(default=None, repr=False)
@@ -177,7 +185,11 @@ class Context:
 
     @property
     def parents(self) -> list[Job]:
-        """The jobs this one waited for (enqueued with ``after=``), read once, by id."""
+        """The jobs this one waited for (enqueued with ``after=``) that are still
+        stored, read once, by id (a deleted one is named in ``upstream_errors``)."""
+        return [r.job for r in self._edges() if r.job is not None]
+
+    def _edges(self) -> list[Relative]:
         if self._parents is None:
             self._parents = [] if self._hooks is None else self._hooks.parents(self.job)
         return self._parents
@@ -193,12 +205,17 @@ class Context:
 
     @property
     def upstream_errors(self) -> dict[int, str]:
-        """The errors of the jobs this one waited for that failed or were cancelled, by id."""
-        return {
-            p.id: p.error or str(p.state)
-            for p in self.parents
-            if p.state in (JobState.FAILED, JobState.CANCELLED)
-        }
+        """The errors of the jobs this one waited for that failed or were cancelled,
+        by id; a parent deleted since (its result is gone with it) is named too:
+        ``job 12, which this job waits for, was deleted``."""
+        errors = {}
+        for r in self._edges():
+            if r.job is None:
+                how = r.resolved if r.resolved == "dropped" else "deleted"
+                errors[r.id] = lost_parent_error(r.id, how)
+            elif r.job.state in (JobState.FAILED, JobState.CANCELLED):
+                errors[r.id] = r.job.error or str(r.job.state)
+        return errors
 
     def progress(self, fraction: float | None = None, message: str | None = None) -> bool:
         """Record how far the job is (0.0 to 1.0) and what it does; False if the lease is lost.

@@ -575,3 +575,21 @@ def retry_refusal(job: Job) -> JobStateError:
     return JobStateError(
         f"job {job.id} is {job.state}; only failed or cancelled jobs can be retried"
     )
+
+
+#: How a parent ended without succeeding, or went: the resolutions of an edge
+#: that do not let its child run (unless it runs anyway). 'deleted': an
+#: operator deleted it (an edge onto a parent that had ended says so too, once
+#: the parent is deleted); 'dropped': its data was deleted or evicted behind
+#: conveyor's back (Redis).
+PARENT_LOST_HOW = {
+    "failed": "failed",
+    "cancelled": "was cancelled",
+    "deleted": "was deleted",
+    "dropped": "was dropped (its data was deleted or evicted)",
+}
+
+
+def lost_parent_error(parent: int, how: str) -> str:
+    """The error of a job a parent did not succeed for (``how``: a key of PARENT_LOST_HOW)."""
+    return f"job {parent}, which this job waits for, {PARENT_LOST_HOW[how]}"

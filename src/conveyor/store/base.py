@@ -683,9 +683,14 @@ class DurabilityReport(Protocol):
 class Relative:
     """A job's parent or child (see ``WorkflowStore``), with the edge between them."""
 
-    job: Job
-    #: The state the parent had ended in when the edge was resolved; None while
-    #: the parent has not ended.
+    #: The parent's (or child's) id.
+    id: int
+    #: The job; None for a parent deleted (on Redis also: dropped) since the edge
+    #: was written: the edge stays while its child does, so that the child knows
+    #: the parent is gone rather than missing it.
+    job: Job | None
+    #: The state the parent had ended in when the edge was resolved ('deleted' or
+    #: 'dropped' once it is gone); None while the parent has not ended.
     resolved: str | None
 
 

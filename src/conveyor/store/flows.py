@@ -18,21 +18,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from conveyor.errors import InvalidJobError
-from conveyor.job import Job, JobState, NewJob
+from conveyor.job import Job, JobState, NewJob, lost_parent_error
 
 #: Parent states in which an edge resolves without the child running
 #: (unless it runs anyway).
 #: An edge resolved by its parent's deletion (an operator's delete before it ended).
 DELETED = "deleted"
-PARENT_LOST = frozenset({JobState.FAILED.value, JobState.CANCELLED.value, DELETED})
+#: An edge resolved by the drop of its parent, whose data was deleted or evicted
+#: behind conveyor's back (Redis: upkeep.lua's drop, flows.lua's flow_dropped).
+DROPPED = "dropped"
+#: The resolutions of an edge whose parent is gone (the edge stays while its child does).
+GONE = frozenset({DELETED, DROPPED})
+PARENT_LOST = frozenset({JobState.FAILED.value, JobState.CANCELLED.value, *GONE})
 ENDED = frozenset({JobState.SUCCEEDED.value, JobState.FAILED.value, JobState.CANCELLED.value})
-_HOW = {JobState.FAILED.value: "failed", JobState.CANCELLED.value: "was cancelled",
-        DELETED: "was deleted"}  # fmt: skip
-
-
-def lost_parent_error(parent: int, state: str) -> str:
-    """The error of a job cancelled because a job it waits for did not succeed."""
-    return f"job {parent}, which this job waits for, {_HOW[state]}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,11 +108,7 @@ def plan_links(
     new_state.update((link.child, JobState.QUEUED.value) for link in links)
     missing = [p for p in missing if p not in new_state]
     if missing:
-        shown = ", ".join(str(p) for p in missing[:10])
-        raise InvalidJobError(
-            f"after names job {shown}, which does not exist (never created, or purged); "
-            "a job can wait only for stored jobs"
-        )
+        raise unknown_parent(missing)
     plan = LinkPlan()
     for link in links:
         pending, lost = 0, None
@@ -134,6 +128,30 @@ def plan_links(
             plan.waiting.append(link.child)
             new_state[link.child] = JobState.WAITING.value
     return plan
+
+
+def unknown_parent(parents: Sequence[int]) -> InvalidJobError:
+    """The refusal of an ``after`` that names jobs not stored before the new job."""
+    shown = ", ".join(str(p) for p in parents[:10])
+    return InvalidJobError(
+        f"after names job {shown}, which does not exist (never created, purged, or "
+        "enqueued after the job that would wait for it); a job can wait only for jobs "
+        "stored before it"
+    )
+
+
+def check_edges_written(
+    edges: Sequence[tuple[int, int, str | None]], written: Iterable[Sequence[object]]
+) -> None:
+    """Refuse an insert whose edge statement left edges out: it writes an edge only
+    onto a job that exists and is older than the child (ids are handed out in
+    order), so no job can wait for itself or for a job enqueued after it, and no
+    cycle can form. ``written``: the (child, parent) rows the statement returned."""
+    if len(edges) == len(written := list(written)):
+        return
+    done = {(int(str(c)), int(str(p))) for c, p in written}
+    refused = [parent for child, parent, _ in edges if (child, parent) not in done]
+    raise unknown_parent(sorted(set(refused)))
 
 
 def ids_by_position(

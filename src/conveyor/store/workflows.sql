@@ -3,13 +3,15 @@
 -- see conveyor.store.sql) and adds what differs. Placeholders are :name.
 
 -- name: flow_parents
--- The jobs a job waits for, with the state each edge resolved in.
-SELECT jobs.*, e.resolved FROM job_edges AS e JOIN jobs ON jobs.id = e.parent
+-- The jobs a job waits for, with the parent's id and the state each edge
+-- resolved in; a parent deleted since has no job (its columns are NULL) and
+-- its edge says 'deleted'.
+SELECT jobs.*, e.parent, e.resolved FROM job_edges AS e LEFT JOIN jobs ON jobs.id = e.parent
 WHERE e.child = :id
-ORDER BY jobs.id
+ORDER BY e.parent
 
 -- name: flow_children
-SELECT jobs.*, e.resolved FROM job_edges AS e JOIN jobs ON jobs.id = e.child
+SELECT jobs.*, e.child, e.resolved FROM job_edges AS e JOIN jobs ON jobs.id = e.child
 WHERE e.parent = :id
 ORDER BY jobs.id
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from conveyor.context import Context
 from conveyor.job import Job, JobState, utcnow
-from conveyor.store.base import Lease, Step
+from conveyor.store.base import Lease, Relative, Step
 from conveyor.worker import effects
 from conveyor.worker.changes import ids_payload
 from conveyor.worker.completer import Completer
@@ -120,8 +120,8 @@ class InlineHooks:
     def throttle(self, job: Job, seconds: float, whole_queue: bool) -> datetime:
         return throttle_job(self.app, job, seconds, whole_queue)
 
-    def parents(self, job: Job) -> list[Job]:
-        return self.app.parents(job.id)
+    def parents(self, job: Job) -> list[Relative]:
+        return self.app.parent_edges(job.id)
 
     def steps(self, job: Job) -> list[Step]:
         return effects.steps(self.app.store, job)

@@ -45,7 +45,7 @@ from conveyor.errors import ConfigurationError
 from conveyor.job import Job, utcnow
 from conveyor.logs import job_fields
 from conveyor.pacing import DutyBackoff
-from conveyor.store.base import Lease, LeaseStatus, Step
+from conveyor.store.base import Lease, LeaseStatus, Relative, Step
 from conveyor.worker import effects
 from conveyor.worker.changes import ids_payload
 from conveyor.worker.completer import Completer, CompleterThread, Settlement
@@ -643,9 +643,9 @@ class Worker:
         """``ctx.throttle()``: hold the job's limit key (or queue) back, for every worker."""
         return throttle_job(self.app, job, seconds, whole_queue)
 
-    def parents(self, job: Job) -> list[Job]:
+    def parents(self, job: Job) -> list[Relative]:
         """``ctx.upstream``: the jobs this one waited for."""
-        return self.app.parents(job.id)
+        return self.app.parent_edges(job.id)
 
     def steps(self, job: Job) -> list[Step]:
         return effects.steps(self.store, job)

@@ -11,6 +11,7 @@ from conveyor.job import NewJob
 from conveyor.store.flows import (
     LinkPlan,
     after_counted,
+    check_edges_written,
     links_of,
     outside_parents,
     plan_links,
@@ -45,10 +46,11 @@ def link(
     plan = plan_links(links, states, new_ids)
     if plan.edges:
         children, parents, resolved = zip(*plan.edges, strict=True)
-        conn.execute(
+        written = conn.execute(
             _F["flow_edges_insert"],
             {"children": list(children), "parents": list(parents), "resolved": list(resolved)},
         )
+        check_edges_written(plan.edges, written.fetchall())
     jobs_, pending, on_failure, workflows = zip(*plan.flows, strict=True)
     conn.execute(
         _F["flow_jobs_insert"],
@@ -128,6 +130,7 @@ def waiting_counts(conn: Any) -> list[tuple[str, int]]:
 
 
 def relatives(conn: Any, job_id: int, children: bool) -> list[tuple[Any, ...]]:
-    """Rows of a job's parents (or children): the job's columns, then the edge's resolution."""
+    """Rows of a job's parents (or children): the job's columns, then the
+    relative's id and the edge's resolution."""
     name = "flow_children" if children else "flow_parents"
     return list(conn.execute(_F[name], {"id": job_id}).fetchall())

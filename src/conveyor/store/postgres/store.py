@@ -933,12 +933,12 @@ class PostgresStore:
     def job_parents(self, job_id: int) -> list[Relative]:
         with self._conn() as conn:
             rows = pg_flows.relatives(conn, job_id, children=False)
-        return [Relative(_row_to_job(r), r[-1]) for r in rows]
+        return _relatives(rows)
 
     def job_children(self, job_id: int) -> list[Relative]:
         with self._conn() as conn:
             rows = pg_flows.relatives(conn, job_id, children=True)
-        return [Relative(_row_to_job(r), r[-1]) for r in rows]
+        return _relatives(rows)
 
     def job_workflow(self, job_id: int) -> str | None:
         with self._conn() as conn:
@@ -1149,3 +1149,9 @@ def _finish_params(
 def _same(value: datetime | None) -> datetime | None:
     """Timestamps come back from psycopg as aware datetimes already."""
     return value
+
+
+def _relatives(rows: list[Any]) -> list[Relative]:
+    """Relatives from rows of a job's columns, then the relative's id and the edge's
+    resolution; a parent deleted since has NULL columns (no job)."""
+    return [Relative(r[-2], None if r[0] is None else _row_to_job(r), r[-1]) for r in rows]

@@ -21,8 +21,16 @@ WHERE jobs.id = locked.id
 RETURNING jobs.id, jobs.state
 
 -- name: flow_edges_insert
+-- An edge is written only onto a job that exists and is older than its child
+-- (ids are drawn from one sequence in order): no job waits for itself or for one
+-- enqueued after it, so no cycle can form. The caller refuses the insert when an
+-- edge is missing from the rows returned.
 INSERT INTO job_edges (child, parent, resolved)
-SELECT * FROM unnest(%(children)s::bigint[], %(parents)s::bigint[], %(resolved)s::text[])
+SELECT e.child, e.parent, e.resolved
+FROM unnest(%(children)s::bigint[], %(parents)s::bigint[], %(resolved)s::text[])
+     AS e(child, parent, resolved)
+WHERE e.parent < e.child AND EXISTS (SELECT 1 FROM jobs WHERE jobs.id = e.parent)
+RETURNING child, parent
 
 -- name: flow_jobs_insert
 INSERT INTO job_flows (job_id, pending, on_failure, workflow)

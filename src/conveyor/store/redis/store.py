@@ -35,7 +35,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from conveyor.errors import ConfigurationError, InvalidJobError, StoreUnavailableError
+from conveyor.errors import ConfigurationError, StoreUnavailableError
 from conveyor.job import HOLD_AT, Event, EventKind, Job, JobState, NewJob
 from conveyor.limits import Limit, QueueLimits
 from conveyor.store.base import (
@@ -60,7 +60,7 @@ from conveyor.store.base import (
     WorkerInfo,
     WorkflowInfo,
 )
-from conveyor.store.flows import check_order
+from conveyor.store.flows import DROPPED, GONE, check_order, unknown_parent
 from conveyor.store.keys import new_job_record
 from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of_row
 from conveyor.store.redis.history import (
@@ -560,10 +560,7 @@ class RedisStore:
         if reply[0] == "workflow":
             raise _WorkflowTaken([int(i) for i in reply[1]])
         if reply[0] == "missing":
-            raise InvalidJobError(
-                f"after names job {reply[1]}, which does not exist (never created, or purged); "
-                "a job can wait only for stored jobs"
-            )
+            raise unknown_parent([int(reply[1])])
         answers, unreadable = reply
         self._drop(unreadable)
         out: list[Job] = []
@@ -591,8 +588,13 @@ class RedisStore:
     def job_parents(self, job_id: int) -> list[Relative]:
         edges: dict[str, str] = self._do(lambda: self._client.hgetall(self._k("wp", str(job_id))))
         ids = sorted(int(i) for i in edges)
+        # A parent that cannot be read is gone (deleted, or dropped, or about to
+        # be): named, with no job, so that its child does not leave it out.
         return [
-            Relative(job, edges[str(job.id)] or None) for job in self._load(ids) if job is not None
+            Relative(i, job, edges[str(i)] or None)
+            if job is not None
+            else Relative(i, None, edges[str(i)] if edges[str(i)] in GONE else DROPPED)
+            for i, job in zip(ids, self._load(ids), strict=True)
         ]
 
     def job_workflow(self, job_id: int) -> str | None:
@@ -678,7 +680,7 @@ class RedisStore:
 
         edges = dict(self._do(read))
         return [
-            Relative(job, edges.get(job.id) or None)
+            Relative(job.id, job, edges.get(job.id) or None)
             for job in self._load(sorted(edges))
             if job is not None
         ]

@@ -12,6 +12,7 @@ from conveyor.job import EventKind, NewJob
 from conveyor.store.flows import (
     LinkPlan,
     after_counted,
+    check_edges_written,
     links_of,
     outside_parents,
     plan_links,
@@ -41,7 +42,8 @@ def link(
     states = dict(conn.execute(_F["flow_parent_states"], {"ids": json.dumps(asked)}).fetchall())
     plan = plan_links(links, states, new_ids)
     if plan.edges:
-        conn.execute(_F["flow_edges_insert"], {"items": json.dumps(plan.edges)})
+        written = conn.execute(_F["flow_edges_insert"], {"items": json.dumps(plan.edges)})
+        check_edges_written(plan.edges, written.fetchall())
     conn.execute(_F["flow_jobs_insert"], {"items": json.dumps(plan.flows)})
     if plan.waiting:
         conn.execute(_F["flow_wait"], {"ids": json.dumps(plan.waiting)})
@@ -103,8 +105,9 @@ def keep(conn: sqlite3.Connection, ids: Sequence[int]) -> list[int]:
 
 
 def forget(conn: sqlite3.Connection, encoded_ids: str) -> None:
-    """Deleted jobs' edges and flow rows."""
+    """Deleted jobs' edges and flow rows; the edges onto them are kept, as deleted."""
     conn.execute(_F["flow_forget"], {"ids": encoded_ids})
+    conn.execute(_F["flow_forget_parents"], {"ids": encoded_ids})
     conn.execute(_F["flow_forget_jobs"], {"ids": encoded_ids})
 
 
@@ -119,6 +122,7 @@ def waiting_counts(conn: sqlite3.Connection) -> list[tuple[str, int]]:
 
 
 def relatives(conn: sqlite3.Connection, job_id: int, children: bool) -> list[tuple[object, ...]]:
-    """Rows of a job's parents (or children): the job's columns, then the edge's resolution."""
+    """Rows of a job's parents (or children): the job's columns, then the
+    relative's id and the edge's resolution."""
     name = "flow_children" if children else "flow_parents"
     return list(conn.execute(_F[name], {"id": job_id}))

@@ -922,11 +922,11 @@ class SQLiteStore:
 
     def job_parents(self, job_id: int) -> list[Relative]:
         rows = sqlite_flows.relatives(self._conn(), job_id, children=False)
-        return [Relative(_row_to_job(r), r[-1]) for r in rows]  # type: ignore[arg-type]
+        return _relatives(rows)
 
     def job_children(self, job_id: int) -> list[Relative]:
         rows = sqlite_flows.relatives(self._conn(), job_id, children=True)
-        return [Relative(_row_to_job(r), r[-1]) for r in rows]  # type: ignore[arg-type]
+        return _relatives(rows)
 
     def job_workflow(self, job_id: int) -> str | None:
         row = self._conn().execute(sqlite_flows.Q["job_workflow"], {"id": job_id}).fetchone()
@@ -1146,3 +1146,9 @@ def _split_statements(script: str) -> list[str]:
     ):
         raise ValueError(f"migration ends in an incomplete statement: {current.strip()[:80]}")
     return statements
+
+
+def _relatives(rows: list[Any]) -> list[Relative]:
+    """Relatives from rows of a job's columns, then the relative's id and the edge's
+    resolution; a parent deleted since has NULL columns (no job)."""
+    return [Relative(r[-2], None if r[0] is None else _row_to_job(r), r[-1]) for r in rows]

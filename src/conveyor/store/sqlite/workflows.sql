@@ -10,9 +10,15 @@
 SELECT id, state FROM jobs WHERE id IN (SELECT value FROM json_each(:ids))
 
 -- name: flow_edges_insert
--- :items is [[child, parent, resolved], ...]
+-- :items is [[child, parent, resolved], ...]. An edge is written only onto a job
+-- that exists and is older than its child (ids are handed out in order): no job
+-- waits for itself or for one enqueued after it, so no cycle can form. The
+-- caller refuses the insert when an edge is missing from the rows returned.
 INSERT INTO job_edges (child, parent, resolved)
 SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each(:items)
+WHERE value ->> 1 < value ->> 0
+  AND EXISTS (SELECT 1 FROM jobs WHERE jobs.id = value ->> 1)
+RETURNING child, parent
 
 -- name: flow_jobs_insert
 -- :items is [[job, pending, on_failure, workflow], ...]
@@ -86,10 +92,15 @@ WHERE e.parent IN (SELECT value FROM json_each(:ids))
   AND c.state IN ('waiting', 'queued', 'running')
 
 -- name: flow_forget
--- Deleted jobs take their edges and flow rows with them.
-DELETE FROM job_edges
-WHERE child IN (SELECT value FROM json_each(:ids))
-   OR parent IN (SELECT value FROM json_each(:ids))
+-- Deleted jobs take their own edges (onto their parents) with them.
+DELETE FROM job_edges WHERE child IN (SELECT value FROM json_each(:ids))
+
+-- name: flow_forget_parents
+-- The edges onto deleted jobs from children that stay are kept, resolved as
+-- 'deleted': a child still to run names the parent that is gone
+-- (ctx.upstream_errors) rather than leave it out. They go with the child.
+UPDATE job_edges SET resolved = 'deleted'
+WHERE parent IN (SELECT value FROM json_each(:ids)) AND resolved IS NOT 'deleted'
 
 -- name: flow_forget_jobs
 DELETE FROM job_flows WHERE job_id IN (SELECT value FROM json_each(:ids))

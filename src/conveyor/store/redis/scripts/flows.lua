@@ -16,7 +16,8 @@
 
 local function wkey(what, id) return P .. what .. ':' .. id end
 
-local LOST_HOW = {failed = 'failed', cancelled = 'was cancelled', deleted = 'was deleted'}
+local LOST_HOW = {failed = 'failed', cancelled = 'was cancelled', deleted = 'was deleted',
+                  dropped = 'was dropped (its data was deleted or evicted)'}
 local function flow_lost_error(parent, state)
     return 'job ' .. parent .. ', which this job waits for, ' .. LOST_HOW[state]
 end
@@ -77,7 +78,11 @@ local function flow_count_down(pid, state, touched, lost_of, seen)
         if redis.call('HGET', key, pid) == '' then
             redis.call('HSET', key, pid, state)
             local c = load(cid)
-            if c then
+            if not c then
+                -- A child whose hash is gone: dropped (handed back, in the scripts
+                -- without upkeep.lua), which resolves its own children in turn.
+                drop(cid, {})
+            else
                 c.pending = tostring((tonumber(c.pending) or 1) - 1)
                 save(c, {'pending'})
                 if state ~= 'succeeded' and not lost_of[cid] then
@@ -128,11 +133,12 @@ local function flow_release(ids, now_s)
     end
 end
 
--- A job an operator deletes before it ended: the jobs waiting for it resolve it
--- as deleted (cancelled, unless they run anyway), so that none waits forever.
-local function flow_orphan(j, now_s)
+-- A job an operator deletes before it ended (``how``: 'deleted'), or one dropped
+-- because its hash could not be read ('dropped'): the jobs waiting for it
+-- resolve it so (cancelled, unless they run anyway), so that none waits forever.
+local function flow_orphan(j, now_s, how)
     local touched, lost_of, seen = {}, {}, {}
-    flow_count_down(j.id, 'deleted', touched, lost_of, seen)
+    flow_count_down(j.id, how or 'deleted', touched, lost_of, seen)
     flow_release(flow_settle(touched, lost_of, now_s), now_s)
 end
 
@@ -151,16 +157,30 @@ local function flow_needed(j)
     return false
 end
 
--- A deleted job's edges, both ways.
-local function flow_forget(j)
+-- A deleted job's edges onto its parents go with it; the edges onto it from
+-- children that stay are kept, resolved as ``how`` ('deleted', or 'dropped'),
+-- so that a child still to run names the parent that is gone
+-- (ctx.upstream_errors) rather than leave it out. They go with the child.
+local function flow_forget(j, how)
     for _, p in ipairs(redis.call('HKEYS', wkey('wp', j.id))) do
         redis.call('ZREM', wkey('wc', p), j.id)
     end
     for _, c in ipairs(redis.call('ZRANGE', wkey('wc', j.id), 0, -1)) do
-        redis.call('HDEL', wkey('wp', c), j.id)
+        if redis.call('HEXISTS', wkey('wp', c), j.id) == 1 then
+            redis.call('HSET', wkey('wp', c), j.id, how or 'deleted')
+        end
     end
     redis.call('DEL', wkey('wp', j.id), wkey('wc', j.id))
     if j.workflow then redis.call('ZREM', wkey('wfj', j.workflow), j.id) end
+end
+
+-- A job dropped because its hash could not be read (upkeep.lua's drop), whatever
+-- state it was in: the jobs still waiting for it resolve it as dropped, and its
+-- edges go as a deleted job's do.
+local function flow_dropped(id, workflow, now_s)
+    local j = {id = id, workflow = workflow}
+    flow_orphan(j, now_s, 'dropped')
+    flow_forget(j, 'dropped')
 end
 
 -- The ids of the jobs of a stored workflow, or nil when no workflow has this id.

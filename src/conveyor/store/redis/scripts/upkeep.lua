@@ -181,6 +181,8 @@ drop = function(id, seen)
         gone[j] = true -- nothing of it is written back to its hash
         event(j, 'dropped', tonumber(rest.attempts) or 0, fmt(NOW), reason)
         redis.call('ZADD', P .. 'dropped:at', fmt(NOW), id)
+        -- Jobs that wait for it would wait forever: they resolve it (flows.lua).
+        flow_dropped(id, rest.workflow, fmt(NOW))
         if q then publish('jobs', q) end
     end
     if was_head then promote_head(group) end
