@@ -94,7 +94,13 @@ WITH candidates AS MATERIALIZED (
     LIMIT %(limit)s
 ),
 {{claim_apply}}
-SELECT * FROM claimed
+SELECT claimed.*, NULL::float8, NULL::boolean FROM claimed
+-- A claim that took fewer jobs than it could also answers next_run_in (the
+-- question its worker asks next), in a row of its own: a row of NULLs for the
+-- job, then next_due's two columns. A lone job so costs one statement less.
+UNION ALL
+SELECT (NULL::jobs).*, due.* FROM ({{next_due}}) AS due
+WHERE (SELECT count(*) FROM claimed) < %(limit)s
 
 -- name: now
 -- The moment a statement judges by: %(now)s, or the server's clock when it is
@@ -332,17 +338,21 @@ uncounted AS (
 )
 
 -- name: next_run_in
+{{next_due}}
+
+-- name: next_due
 -- Seconds until the next queued job of the queues that is not due yet becomes
 -- due, on the server's clock. Jobs already due are left out: if they were not
 -- claimed, a busy group or a pause holds them, and a timer set to their (past)
 -- run_at would claim in a loop. The second column says whether any of the
 -- queues has limits: the store then asks next_run_in_limited instead (see
--- job_claim for why the two are apart).
-SELECT extract(epoch FROM min(run_at) - coalesce(%(now)s::timestamptz, now()))::float8,
-       EXISTS (SELECT 1 FROM limits WHERE queue = ANY(%(queues)s::text[]))
+-- job_claim for why the two are apart). Asked on its own (next_run_in) and by
+-- a claim that took fewer jobs than it could (job_claim).
+SELECT extract(epoch FROM min(run_at) - {{now}})::float8 AS next_in,
+       EXISTS (SELECT 1 FROM limits WHERE queue = ANY(%(queues)s::text[])) AS limited
 FROM jobs
 WHERE state = 'queued'
-  AND run_at > coalesce(%(now)s::timestamptz, now())
+  AND run_at > {{now}}
   AND queue = ANY(%(queues)s::text[])
   AND NOT EXISTS (SELECT 1 FROM queues AS p WHERE p.name = jobs.queue AND p.paused)
 

@@ -88,6 +88,11 @@ Connection = psycopg.Connection[tuple[Any, ...]]
 Cursor = psycopg.Cursor[tuple[Any, ...]]
 
 
+#: How long a claim's answer to next_run_in stands in for asking (the worker asks
+#: right after the claim; later, ask the database).
+_NEXT_DUE_FRESH = 0.5
+
+
 def _row_to_job(row: Sequence[Any]) -> Job:
     # ``SELECT *`` gives the columns in table order, the same order as SQLite's.
     (
@@ -202,6 +207,9 @@ class PostgresStore:
         #: Whether some of these queues have limits, and when this store learnt it
         #: (see _has_limits): they then go to the *_limited statements.
         self._limited: dict[tuple[str, ...], tuple[bool, float]] = {}
+        #: The next_run_in answer of the last claim of each set of queues that took
+        #: fewer jobs than it could: (seconds, limits seen, when), taken once.
+        self._next_due: dict[tuple[str, ...], tuple[float | None, bool, float]] = {}
         self._pool: ConnectionPool[Connection] = ConnectionPool(
             dsn,
             min_size=min_size,
@@ -506,6 +514,14 @@ class PostgresStore:
         self, queues: Sequence[str], now: datetime | None = None, group: str | None = None
     ) -> float | None:
         names = tuple(dict.fromkeys(queues))
+        if now is None and group is None:
+            answered = self._next_due.pop(names, None)
+            # The answer of the claim just made on these queues (job_claim), if
+            # it is fresh and no limits came meanwhile.
+            if answered is not None and time.monotonic() - answered[2] < _NEXT_DUE_FRESH:
+                seconds, limited_then, _ = answered
+                if not limited_then and not self._has_limits(names):
+                    return None if seconds is None else max(0.0, float(seconds))
         # limit 1: next_run_in_limited asks whether one job could start.
         params = {"queues": list(names), "now": now, "group": group, "limit": 1}
         limited = self._has_limits(names)
@@ -561,6 +577,13 @@ class PostgresStore:
                 # have limits (a claim of nothing is a row of NULLs and that flag).
                 self._saw_limits(names, bool(rows[0][-1]) if rows else False)
                 rows = [row for row in rows if row[0] is not None]
+            else:
+                # A claim that took fewer than it could answered next_run_in too:
+                # a row of NULLs, then next_due's two columns (see queries.sql).
+                due = [row for row in rows if row[0] is None]
+                rows = [row for row in rows if row[0] is not None]
+                if due and now is None and group is None:
+                    self._next_due[names] = (due[0][-2], bool(due[0][-1]), time.monotonic())
             jobs = [_row_to_job(row) for row in rows]
             jobs.sort(key=lambda j: (-j.priority, j.id))
             return jobs
