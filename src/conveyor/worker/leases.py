@@ -30,6 +30,9 @@ from conveyor.worker.executor import Running
 
 log = logging.getLogger("conveyor.worker")
 
+#: How many times per interval a lease passed over as busy is tried again.
+BUSY_RETRIES = 6
+
 #: Told what the renewal learned: the attempts renewed, and the status of each
 #: lease that still held (by job id). An attempt missing from it lost its lease.
 OnRenewed = Callable[[Sequence[Running], dict[int, LeaseStatus]], None]
@@ -83,19 +86,25 @@ class LeaseKeeper:
         backoff = DutyBackoff("lease renewal", log, ceiling=max(self.interval / 2, 0.05))
         while not self._stop.is_set():
             try:
-                self.renew()
+                busy = self.renew()
                 backoff.succeeded()
-                pause = self.interval
+                # A lease passed over (its row held by another transaction) is tried
+                # again soon: once that transaction ends, it is renewed before the
+                # time it had left runs out, if it has any left.
+                pause = self.interval / BUSY_RETRIES if busy else self.interval
             except Exception as exc:
                 pause = backoff.failed(exc)
             self._now.wait(pause)
             self._now.clear()
 
-    def renew(self) -> None:
+    def renew(self) -> bool:
+        """Renew every held lease; True when some were passed over (busy: renew them soon)."""
         held = [r for r in self._held() if r.abort != "lease lost"]
+        busy = False
         if held:
             leases = [Lease(r.id, r.token) for r in held]
             statuses = self._store.job_heartbeat(leases, self._lease)
+            busy = any(s.busy for s in statuses)
             self._on_renewed(held, {s.id: s for s in statuses})
         # Telemetry after the leases: progress that cannot be written now stays
         # pending in its Context for the next round (flush_progress never raises).
@@ -107,6 +116,7 @@ class LeaseKeeper:
                 self._store.worker_beat(self._worker_id, len(held), utcnow())
             except Exception as exc:  # only the workers list: never in the way of the leases
                 log.debug("worker check-in failed: %s", exc)
+        return busy
 
     def _write_notes(self) -> None:
         with self._notes_lock:
