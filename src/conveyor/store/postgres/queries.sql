@@ -157,7 +157,9 @@ WITH l AS (
     SELECT * FROM unnest(%(ids)b::bigint[], %(tokens)b::text[]) AS l(id, token)
 ), locked AS MATERIALIZED (
     SELECT jobs.id FROM jobs JOIN l ON jobs.id = l.id
-    WHERE jobs.lease_token = l.token AND jobs.state = 'running'
+    -- The array as well: the rows found by primary key, however many run.
+    WHERE jobs.id = ANY(%(ids)b::bigint[])
+      AND jobs.lease_token = l.token AND jobs.state = 'running'
     ORDER BY jobs.id
     FOR UPDATE OF jobs SKIP LOCKED
 ), renewed AS (
@@ -168,8 +170,11 @@ WITH l AS (
 )
 SELECT id, cancel_requested, false FROM renewed
 UNION ALL
+-- Looked for only when some lease was not locked (a one-time filter): a renewal
+-- that locked them all reads no more.
 SELECT jobs.id, jobs.cancel_requested, true FROM jobs JOIN l ON jobs.id = l.id
-WHERE jobs.lease_token = l.token AND jobs.state = 'running'
+WHERE (SELECT count(*) FROM locked) < cardinality(%(ids)b::bigint[])
+  AND jobs.lease_token = l.token AND jobs.state = 'running'
   AND jobs.id <> ALL(ARRAY(SELECT id FROM locked))
 
 -- name: job_finish
@@ -202,7 +207,8 @@ WITH locked AS MATERIALIZED (
 SELECT jobs.id FROM jobs
 JOIN unnest(%(ids)b::bigint[], %(tokens)b::text[], %(kinds)b::text[]) AS f(id, token, kind)
   ON jobs.id = f.id
-WHERE {{finish_fence}}
+-- The array as well: the rows found by primary key, however many run.
+WHERE jobs.id = ANY(%(ids)b::bigint[]) AND {{finish_fence}}
 ORDER BY jobs.id
 FOR UPDATE OF jobs
 
