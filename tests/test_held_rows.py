@@ -221,6 +221,10 @@ def test_a_slow_commit_does_not_run_the_workers_other_jobs_twice(app: App, dsn: 
         @app.task(max_attempts=3)
         def slow_commit(ctx: Context) -> str:
             runs["slow_commit"] += 1
+            # Progress left for the lease keeper to write (one a second is written at
+            # once): it must not make the keeper wait for the held row either.
+            ctx.progress(0.5, "packing")
+            ctx.progress(0.9, "shipping")
             conn = connect()
             try:
                 insert_effect(conn, ctx.job_id, "held")
@@ -306,6 +310,8 @@ def test_a_complete_committed_after_the_handler_returned_is_recorded_once(
 
         @app.task(max_attempts=1)
         def ship(ctx: Context) -> str:
+            ctx.progress(0.5, "packing")
+            ctx.progress(0.9, "shipping")  # left for the worker to write
             conn = connect_shared(dsn)
             insert_effect(conn, ctx.job_id, "shipped")
             ctx.complete(conn, result="in the transaction")

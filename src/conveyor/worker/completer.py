@@ -106,8 +106,11 @@ class Completer:
         for running, _ in settle:
             # Progress waiting for its turn (written at most once a second) goes
             # first, under the lease it still holds: a job ends showing the last
-            # progress it reported, not one from up to a second before.
-            running.context.flush_progress()
+            # progress it reported, not one from up to a second before. Not after
+            # ctx.complete: the job's row is the handler's transaction's (held
+            # until it ends, then no longer running), and the write would wait.
+            if not running.context.completed_in_transaction:
+                running.context.flush_progress()
         finishes = [outcome.finish(running.id, running.token) for running, outcome in settle]
         written = set(self._store.job_finish(finishes))
         busy: list[Settlement] = []

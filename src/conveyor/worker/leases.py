@@ -100,27 +100,31 @@ class LeaseKeeper:
     def renew(self) -> bool:
         """Renew every held lease; True when some were passed over (busy: renew them soon)."""
         held = [r for r in self._held() if r.abort != "lease lost"]
-        busy = False
+        busy: set[int] = set()
         if held:
             leases = [Lease(r.id, r.token) for r in held]
             statuses = self._store.job_heartbeat(leases, self._lease)
-            busy = any(s.busy for s in statuses)
+            busy = {s.id for s in statuses if s.busy}
             self._on_renewed(held, {s.id: s for s in statuses})
         # Telemetry after the leases: progress that cannot be written now stays
         # pending in its Context for the next round (flush_progress never raises).
+        # Not for a job whose row another transaction holds: the write would wait
+        # for that transaction, and every lease with it. It stays pending.
         for running in held:
-            running.context.flush_progress()
-        self._write_notes()
+            if running.id not in busy:
+                running.context.flush_progress()
+        self._write_notes(busy)
         if self._check_in:
             try:
                 self._store.worker_beat(self._worker_id, len(held), utcnow())
             except Exception as exc:  # only the workers list: never in the way of the leases
                 log.debug("worker check-in failed: %s", exc)
-        return busy
+        return bool(busy)
 
-    def _write_notes(self) -> None:
+    def _write_notes(self, busy: set[int]) -> None:
         with self._notes_lock:
-            notes, self._notes = self._notes, {}
+            notes = {key: note for key, note in self._notes.items() if key[0] not in busy}
+            self._notes = {key: note for key, note in self._notes.items() if key[0] in busy}
         for index, ((job_id, token), message) in enumerate(notes.items()):
             try:
                 self._store.job_progress(Lease(job_id, token), None, message, utcnow())
