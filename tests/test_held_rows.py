@@ -2,10 +2,11 @@
 
 Rescue, lease renewal and the worker's finish pass over a row another
 transaction holds instead of waiting for it (PostgreSQL: ``SKIP LOCKED``), lock
-the rows they change in id order (so they cannot deadlock each other), and
-SQLite's renewals and rescues judge leases by the moment they hold the write
-lock (see docs/architecture.md, "Rows another transaction holds"). Real
-transactions held open on real databases, real leases running out.
+the rows they change in id order (so they cannot deadlock each other); on
+SQLite a renewal counts its lease from the moment it holds the write lock, and
+a rescue round gives up after a write waited for that lock (see
+docs/architecture.md, "Rows another transaction holds"). Real transactions held
+open on real databases, real leases running out.
 """
 
 from __future__ import annotations

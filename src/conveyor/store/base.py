@@ -420,7 +420,10 @@ class JobStore(Protocol):
         Reads the expired leases, then ends them with ``job_finish`` kind
         "rescue": a compare-and-set on (id, lease_token) that also re-checks
         the expiry, so a worker that renews or finishes in the same instant
-        either wins entirely or loses entirely.
+        either wins entirely or loses entirely. Waits for no other
+        transaction's row (PostgreSQL passes such a job over: the next round
+        tries it again); on SQLite, a round gives up when a write waited long
+        for the write lock, so that renewals that waited as well come first.
         """
         ...
 
