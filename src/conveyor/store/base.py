@@ -118,6 +118,10 @@ class LeaseStatus:
 
     id: int
     cancel_requested: bool
+    #: Not renewed this time: another transaction held the job's row (PostgreSQL
+    #: passes such rows over instead of waiting), whose last commit still shows
+    #: the lease. Not lost: renew it again soon.
+    busy: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,7 +388,12 @@ class JobStore(Protocol):
     def job_heartbeat(
         self, leases: Sequence[Lease], lease: timedelta, now: datetime | None = None
     ) -> list[LeaseStatus]:
-        """Extend the leases that still hold; say which of them have a cancel pending."""
+        """Extend the leases that still hold; say which of them have a cancel pending.
+
+        A lease left out of the answer no longer holds. Waits for no row: one
+        that another transaction holds is answered as ``busy`` (not renewed this
+        time) while the last commit still shows it under its lease.
+        """
         ...
 
     def job_finish(self, finishes: Sequence[Finish], now: datetime | None = None) -> list[int]:
@@ -392,7 +401,10 @@ class JobStore(Protocol):
 
         Returns the ids it changed: an id missing from the answer means that
         lease no longer held (the job was rescued, cancelled or finished by
-        someone else), or, for a rescue, that it has not expired. Each change
+        someone else), or, for a rescue, that it has not expired, or that
+        another transaction held the job's row (PostgreSQL passes such rows
+        over instead of waiting: the job is then still running under the
+        lease, and the finish may be tried again). Each change
         appends its events (and, where the store has them, notifications) in
         the same transaction. ``now`` None: the store's clock.
         """
@@ -408,7 +420,10 @@ class JobStore(Protocol):
         Reads the expired leases, then ends them with ``job_finish`` kind
         "rescue": a compare-and-set on (id, lease_token) that also re-checks
         the expiry, so a worker that renews or finishes in the same instant
-        either wins entirely or loses entirely.
+        either wins entirely or loses entirely. Waits for no other
+        transaction's row (PostgreSQL passes such a job over: the next round
+        tries it again); on SQLite, a round gives up when a write waited long
+        for the write lock, so that renewals that waited as well come first.
         """
         ...
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 
 from conveyor.errors import StoreUnavailableError
@@ -33,6 +34,12 @@ log = logging.getLogger("conveyor.worker")
 Settlement = tuple[Running, Outcome]
 #: Longest pause between two writes of the same outcomes while the database is away.
 RETRY_CEILING = 2.0
+#: First and longest pause before an outcome whose job's row another transaction held
+#: is written again.
+BUSY_PAUSE = 0.02
+BUSY_PAUSE_CEILING = 1.0
+#: How long ``Completer.record`` (consume, inline mode) tries such an outcome again.
+BUSY_GIVE_UP = 60.0
 
 
 class Completer:
@@ -43,66 +50,111 @@ class Completer:
     def record(self, settle: Sequence[Settlement]) -> set[int]:
         """Write the outcomes; return the ids whose lease still held.
 
+        An outcome whose job's row another transaction holds (a handler's
+        ``ctx.complete`` committed after it returned) is written again after a
+        short pause, until that transaction has ended: for ``consume`` and inline
+        mode, which hold one job and have nothing else to do meanwhile, for up
+        to ``BUSY_GIVE_UP`` seconds. Raises as ``record_some`` does.
+        """
+        written, busy = self.record_some(settle)
+        pause = BUSY_PAUSE
+        give_up = time.monotonic() + BUSY_GIVE_UP
+        while busy:
+            if time.monotonic() > give_up:
+                # The way out of a transaction that never ends: the outcome is not
+                # written, the lease runs out, and the job is rescued.
+                log.warning(
+                    "gave up recording %d outcome(s): another transaction held their "
+                    "jobs for over %gs",
+                    len(busy),
+                    BUSY_GIVE_UP,
+                )
+                break
+            time.sleep(pause)
+            pause = min(pause * 2, BUSY_PAUSE_CEILING)
+            more, busy = self.record_some(busy)
+            written |= more
+        return written
+
+    def record_some(self, settle: Sequence[Settlement]) -> tuple[set[int], list[Settlement]]:
+        """Write the outcomes; return the ids whose lease still held, and the outcomes left
+        for later because another transaction held their job's row.
+
         Raises StoreUnavailableError while the database is away (nothing is
         written then). A batch the database refuses is written one outcome at a
         time, so one bad outcome cannot hold back the others, and an outcome it
         refuses becomes a failure that names the refusal.
         """
         if not settle:
-            return set()
+            return set(), []
         try:
-            written = self._write(settle)
+            written, busy = self._write(settle)
         except StoreUnavailableError:
             raise
         except Exception as exc:
             if len(settle) == 1:
-                written = self._write_fallback(settle[0], exc)
+                written, busy = self._write_fallback(settle[0], exc)
             else:
-                written = set()
+                written, busy = set(), []
                 for one in settle:
-                    written |= self.record([one])
-        return written
+                    more, later = self.record_some([one])
+                    written |= more
+                    busy += later
+        return written, busy
 
-    def _write(self, settle: Sequence[Settlement]) -> set[int]:
+    def _write(self, settle: Sequence[Settlement]) -> tuple[set[int], list[Settlement]]:
         for running, _ in settle:
             # Progress waiting for its turn (written at most once a second) goes
             # first, under the lease it still holds: a job ends showing the last
-            # progress it reported, not one from up to a second before.
-            running.context.flush_progress()
+            # progress it reported, not one from up to a second before. Not after
+            # ctx.complete: the job's row is the handler's transaction's (held
+            # until it ends, then no longer running), and the write would wait.
+            if not running.context.completed_in_transaction:
+                running.context.flush_progress()
         finishes = [outcome.finish(running.id, running.token) for running, outcome in settle]
         written = set(self._store.job_finish(finishes))
+        busy: list[Settlement] = []
         if len(written) < len(settle):
-            written |= self._completed_in_transaction(settle, written)
+            done, busy_ids = self._refused(settle, written)
+            written |= done
+            busy = [one for one in settle if one[0].id in busy_ids]
         if written:  # wakes waiters in this process at once
             self._changes.publish("done", ",".join(map(str, sorted(written))))
-        return written
+        return written, busy
 
-    def _completed_in_transaction(
+    def _refused(
         self, settle: Sequence[Settlement], written: set[int]
-    ) -> set[int]:
-        """The attempts, among those the finish refused, that succeeded by ``ctx.complete``.
+    ) -> tuple[set[int], set[int]]:
+        """Of the attempts the finish did not end, those that succeeded by ``ctx.complete``,
+        and those whose row another transaction held (the finish passes such rows over).
 
-        The handler's transaction committed the job's success, so the finish
-        found the job no longer running: nothing more is recorded, and the
-        attempt counts as succeeded (not as a lost lease). Told apart from a
-        lost lease by the job itself: succeeded, and by no later attempt.
+        Told apart from a lost lease by the job itself. Succeeded, and by no
+        later attempt: the handler's transaction committed the job's success,
+        so nothing more is recorded, and the attempt counts as succeeded.
+        Still running under this attempt's lease: the finish met the row held
+        (by the handler's own transaction not yet committed, or a cancel or a
+        rescue at that moment), so it is written again later. A read on the
+        path of refused finishes only.
         """
-        asked = {
-            running.id: running
-            for running, _ in settle
-            if running.id not in written and running.context.completed_in_transaction
-        }
-        if not asked:
-            return set()
+        asked = {running.id: running for running, _ in settle if running.id not in written}
         done: set[int] = set()
+        busy: set[int] = set()
         for job in self._store.job_get_many(list(asked)):
             running = asked[job.id]
-            if job.state == JobState.SUCCEEDED and job.attempts == running.job.attempts:
+            if job.state == JobState.RUNNING and job.lease_token == running.token:
+                busy.add(job.id)
+            elif (
+                running.context.completed_in_transaction
+                and job.state == JobState.SUCCEEDED
+                and job.attempts == running.job.attempts
+            ):
                 running.recorded = Outcome("complete", result_json=job.result)
                 done.add(job.id)
-        return done
+        return done, busy
 
-    def _write_fallback(self, settlement: Settlement, refused: Exception) -> set[int]:
+    def _write_fallback(
+        self, settlement: Settlement, refused: Exception
+    ) -> tuple[set[int], list[Settlement]]:
         running, outcome = settlement
         log.error(
             "job %s: the database refused its outcome (%s): %s; failing it instead",
@@ -123,7 +175,7 @@ class Completer:
                 running.id,
                 extra=job_fields(running.job),
             )
-            return set()
+            return set(), []
 
 
 #: Told of each written batch: the attempts and the ids whose lease held.
@@ -137,6 +189,9 @@ class CompleterThread:
         self._completer = completer
         self._on_recorded = on_recorded
         self._pending: list[Settlement] = []
+        #: Outcomes whose job's row another transaction held, written again at _later_at.
+        self._later: list[Settlement] = []
+        self._later_at = 0.0
         self._busy = False
         self._closing = False
         self._cond = threading.Condition()
@@ -153,37 +208,58 @@ class CompleterThread:
     def close(self, timeout: float) -> bool:
         """Write what was submitted, for up to ``timeout``; True when nothing is left unwritten."""
         with self._cond:
-            flushed = self._cond.wait_for(lambda: not self._pending and not self._busy, timeout)
+            flushed = self._cond.wait_for(
+                lambda: not self._pending and not self._later and not self._busy, timeout
+            )
             self._closing = True
             self._cond.notify_all()
         self._thread.join(timeout=1.0)
         return flushed
 
     def _run(self) -> None:
+        busy_rounds = 0
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._pending or self._closing)
-                if not self._pending:
-                    return
-                batch, self._pending = self._pending, []
+                while not (self._pending or (self._later and time.monotonic() >= self._later_at)):
+                    if self._closing:
+                        if self._later:
+                            log.error(
+                                "gave up recording %d outcome(s) at shutdown: another "
+                                "transaction held their jobs; they end as it decides, or "
+                                "run again once their leases expire",
+                                len(self._later),
+                            )
+                        return
+                    wait = self._later_at - time.monotonic() if self._later else None
+                    self._cond.wait(wait)
+                batch, self._later, self._pending = self._later + self._pending, [], []
                 self._busy = True
+            later: list[Settlement] = []
             try:
-                written = self._write_until_done(batch)
-                self._on_recorded([running for running, _ in batch], written)
+                written, later = self._write_until_done(batch)
+                left = {id(running) for running, _ in later}
+                decided = [running for running, _ in batch if id(running) not in left]
+                self._on_recorded(decided, written)
             except Exception:  # a bug of ours: say so, and go on with the next batch
                 log.exception("recording %d outcome(s) failed", len(batch))
             finally:
                 with self._cond:
+                    # Rows held by another transaction: written again after a pause
+                    # that grows while they stay held (the other outcomes go on).
+                    busy_rounds = busy_rounds + 1 if later else 0
+                    self._later = later
+                    pause = min(BUSY_PAUSE * 2 ** min(busy_rounds, 16), BUSY_PAUSE_CEILING)
+                    self._later_at = time.monotonic() + pause
                     self._busy = False
                     self._cond.notify_all()
 
-    def _write_until_done(self, batch: list[Settlement]) -> set[int]:
+    def _write_until_done(self, batch: list[Settlement]) -> tuple[set[int], list[Settlement]]:
         backoff = DutyBackoff(f"recording {len(batch)} outcome(s)", log, ceiling=RETRY_CEILING)
         while True:
             try:
-                written = self._completer.record(batch)
+                recorded = self._completer.record_some(batch)
                 backoff.succeeded()
-                return written
+                return recorded
             except StoreUnavailableError as exc:
                 pause = backoff.failed(exc)
                 with self._cond:
@@ -195,5 +271,5 @@ class CompleterThread:
                             "will expire and they will run again",
                             len(batch),
                         )
-                        return set()
+                        return set(), []
                     self._cond.wait(pause)

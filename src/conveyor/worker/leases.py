@@ -38,6 +38,9 @@ from conveyor.worker.executor import Running
 
 log = logging.getLogger("conveyor.worker")
 
+#: How many times per interval a lease passed over as busy is tried again.
+BUSY_RETRIES = 6
+
 #: Told what the renewal learned: the attempts renewed, and the status of each
 #: lease that still held (by job id). An attempt missing from it lost its lease.
 OnRenewed = Callable[[Sequence[Running], dict[int, LeaseStatus]], None]
@@ -109,9 +112,12 @@ class LeaseKeeper:
                 self._renew_asked.clear()
                 self._check_asked.clear()  # the renewal answers the same question
                 try:
-                    self.renew()
+                    busy = self.renew()
                     backoff.succeeded()
-                    pause = self.interval
+                    # A lease passed over (its row held by another transaction) is
+                    # tried again soon: once that transaction ends, it is renewed
+                    # before the time it had left runs out, if it has any left.
+                    pause = self.interval / BUSY_RETRIES if busy else self.interval
                 except Exception as exc:
                     pause = backoff.failed(exc)
                 next_renewal = time.monotonic() + pause
@@ -150,26 +156,34 @@ class LeaseKeeper:
             statuses = {job.id: LeaseStatus(job.id, job.cancel_requested) for _, job in ours}
             self._on_renewed([running for running, _ in ours], statuses)
 
-    def renew(self) -> None:
+    def renew(self) -> bool:
+        """Renew every held lease; True when some were passed over (busy: renew them soon)."""
         held = [r for r in self._held() if r.abort != "lease lost"]
+        busy: set[int] = set()
         if held:
             leases = [Lease(r.id, r.token) for r in held]
             statuses = self._store.job_heartbeat(leases, self._lease)
+            busy = {s.id for s in statuses if s.busy}
             self._on_renewed(held, {s.id: s for s in statuses})
         # Telemetry after the leases: progress that cannot be written now stays
         # pending in its Context for the next round (flush_progress never raises).
+        # Not for a job whose row another transaction holds: the write would wait
+        # for that transaction, and every lease with it. It stays pending.
         for running in held:
-            running.context.flush_progress()
-        self._write_notes()
+            if running.id not in busy:
+                running.context.flush_progress()
+        self._write_notes(busy)
         if self._check_in:
             try:
                 self._store.worker_beat(self._worker_id, len(held), utcnow())
             except Exception as exc:  # only the workers list: never in the way of the leases
                 log.debug("worker check-in failed: %s", exc)
+        return bool(busy)
 
-    def _write_notes(self) -> None:
+    def _write_notes(self, busy: set[int]) -> None:
         with self._notes_lock:
-            notes, self._notes = self._notes, {}
+            notes = {key: note for key, note in self._notes.items() if key[0] not in busy}
+            self._notes = {key: note for key, note in self._notes.items() if key[0] in busy}
         for index, ((job_id, token), message) in enumerate(notes.items()):
             try:
                 self._store.job_progress(Lease(job_id, token), None, message, utcnow())

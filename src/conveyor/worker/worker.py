@@ -419,6 +419,8 @@ class Worker:
             renewed, statuses = self._renewed.popleft()
             for lease in renewed:
                 status = statuses.get(lease.id)
+                if status is not None and status.busy:
+                    continue  # not renewed this time, not lost either: the next renewal says
                 parked = self._parked.get(lease.id)
                 if parked is not None and parked.token == lease.token:
                     self._parked_renewed(parked, status)

@@ -151,36 +151,95 @@ claimed AS (
 )
 
 -- name: job_heartbeat
-UPDATE jobs
-SET lease_expires_at = coalesce(%(now)s::timestamptz, now()) + %(lease)s::interval
-FROM unnest(%(ids)b::bigint[], %(tokens)b::text[]) AS l(id, token)
-WHERE jobs.id = l.id AND jobs.lease_token = l.token AND jobs.state = 'running'
-RETURNING jobs.id, jobs.cancel_requested
+-- Extend the leases that still hold, without waiting for any row: the rows are
+-- locked first, in id order as job_finish locks them (the two never deadlock),
+-- and a row another transaction holds (a handler's ctx.complete not yet
+-- committed, a rescue, a cancel) is passed over. Such a row is answered as busy
+-- (last column) when the last commit still shows it running under its lease:
+-- not renewed this time, and not lost either; the worker tries it again soon.
+WITH l AS (
+    SELECT * FROM unnest(%(ids)b::bigint[], %(tokens)b::text[]) AS l(id, token)
+), locked AS MATERIALIZED (
+    SELECT jobs.id FROM jobs JOIN l ON jobs.id = l.id
+    -- The array as well: the rows found by primary key, however many run.
+    WHERE jobs.id = ANY(%(ids)b::bigint[])
+      AND jobs.lease_token = l.token AND jobs.state = 'running'
+    ORDER BY jobs.id
+    FOR UPDATE OF jobs SKIP LOCKED
+), renewed AS (
+    UPDATE jobs
+    SET lease_expires_at = {{now}} + %(lease)s::interval
+    WHERE jobs.id = ANY(ARRAY(SELECT id FROM locked))
+    RETURNING jobs.id, jobs.cancel_requested
+)
+SELECT id, cancel_requested, false FROM renewed
+UNION ALL
+-- Looked for only when some lease was not locked (a one-time filter): a renewal
+-- that locked them all reads no more.
+SELECT jobs.id, jobs.cancel_requested, true FROM jobs JOIN l ON jobs.id = l.id
+WHERE (SELECT count(*) FROM locked) < cardinality(%(ids)b::bigint[])
+  AND jobs.lease_token = l.token AND jobs.state = 'running'
+  AND jobs.id <> ALL(ARRAY(SELECT id FROM locked))
 
 -- name: job_finish
 -- The one statement that ends running jobs, for every kind of outcome (see
--- FinishKind in store/base.py), with their events and notifications: which
--- jobs it may end is finish_fence, what becomes of them finish_set (both in
--- shared.sql). The new state is decided in the SET expressions from the row
--- being updated, not in a CTE: a cancel committed while this statement waited
--- for the row lock is seen (PostgreSQL re-reads the newest row version there).
+-- FinishKind in store/base.py), with their events and notifications. It waits
+-- for no row: a row another transaction holds (a handler's ctx.complete not yet
+-- committed, a renewal, a cancel, a claim that locked it and let it go) is
+-- passed over and left as it is, and answered apart (the last column false):
+-- the store tries those again a few times at once, for the moments a statement
+-- holds a row, and then leaves them to its caller (the worker's completer
+-- finishes them again later, the next rescue round tries them again). Rows are
+-- locked in id order, as job_heartbeat locks them, so the two never deadlock.
 --
 -- Run with %(flows)s false, alone (no transaction around it), it passes by
--- jobs that others wait for (waited_on): the store finishes those again with
--- %(flows)s true in a transaction that resolves their edges (workflows.sql).
--- A job nothing waits for so costs one statement. The flag is on the row, not
--- read from job_edges, because of one race: an enqueue that names this job
--- as a parent sets waited_on, and a finish that waited for that row lock
--- re-checks its WHERE on the newest row version, while anything else this
--- statement read (job_edges) is from the snapshot it started with, before
--- the new edge was committed.
-WITH changed AS (
+-- jobs that others wait for (waited_on) and answers nothing for them: the
+-- store finishes those again with %(flows)s true in a transaction that
+-- resolves their edges (workflows.sql). A job nothing waits for so costs one
+-- statement. The flag is on the row, not read from job_edges, because of one
+-- race: an enqueue that names this job as a parent sets waited_on, and a
+-- finish that locks the row after that enqueue committed re-checks its WHERE
+-- on the newest row version, while anything else this statement read
+-- (job_edges) is from the snapshot it started with, before the new edge.
+WITH locked AS MATERIALIZED (
+    {{finish_lock}} SKIP LOCKED
+),
+{{finish_apply}}
+
+-- name: job_complete_in
+-- ctx.complete: job_finish of one success, in the caller's transaction, which
+-- waits for the row: a renewal or a rescue holding it a moment (they never wait
+-- themselves) must not turn a success into a lost lease.
+WITH locked AS MATERIALIZED (
+    {{finish_lock}}
+),
+{{finish_apply}}
+
+-- name: finish_lock
+-- The rows a finish may end (finish_fence, in shared.sql), locked in id order;
+-- job_finish adds SKIP LOCKED.
+SELECT jobs.id FROM jobs
+JOIN unnest(%(ids)b::bigint[], %(tokens)b::text[], %(kinds)b::text[]) AS f(id, token, kind)
+  ON jobs.id = f.id
+-- The array as well: the rows found by primary key, however many run.
+WHERE jobs.id = ANY(%(ids)b::bigint[]) AND {{finish_fence}}
+ORDER BY jobs.id
+FOR UPDATE OF jobs
+
+-- name: finish_apply
+-- After a CTE named locked (the rows a finish holds): end them, which is what
+-- finish_set says, with their events and notifications. The new state is
+-- decided in the SET expressions from the row being updated, not in a CTE: a
+-- cancel committed before the row was locked is seen (PostgreSQL re-reads the
+-- newest row version there).
+changed AS (
     UPDATE jobs
     SET {{finish_set}}
     FROM unnest(%(ids)b::bigint[], %(tokens)b::text[], %(kinds)b::text[], %(results)b::json[],
                 %(errors)b::text[], %(run_ats)b::timestamptz[])
          AS f(id, token, kind, result, error, run_at)
-    WHERE {{finish_fence}} AND (%(flows)s OR NOT jobs.waited_on)
+    WHERE jobs.id = ANY(ARRAY(SELECT id FROM locked)) AND {{finish_fence}}
+      AND (%(flows)s OR NOT jobs.waited_on)
     RETURNING jobs.id, jobs.queue, jobs.task, jobs.state, jobs.attempts, jobs.worker,
               jobs.error, jobs.group_key, jobs.started_at, f.kind
 ), changed_events AS (
@@ -200,12 +259,23 @@ WITH changed AS (
     ORDER BY e.ordinal, id
 ), ended AS (
     SELECT id FROM changed WHERE state <> 'queued'
+), passed AS (
+    -- The rows passed over: held by another transaction, and shown by the last
+    -- commit as the finish may end them. Looked for only when some row was not
+    -- locked (a one-time filter), so a finish that locked them all reads no more.
+    SELECT jobs.id FROM jobs
+    JOIN unnest(%(ids)b::bigint[], %(tokens)b::text[], %(kinds)b::text[]) AS f(id, token, kind)
+      ON jobs.id = f.id
+    WHERE (SELECT count(*) FROM locked) < cardinality(%(ids)b::bigint[])
+      AND {{finish_fence}}
+      AND jobs.id <> ALL(ARRAY(SELECT id FROM locked))
 )
 -- Waiters hear of jobs that ended; workers hear of queues with a job queued
 -- again, of queues where a group may now let its next job through, and of
 -- queues with a concurrency limit (of the queue or of its keys), where a slot
--- was freed: a worker held back by it claims at once.
-SELECT changed.id
+-- was freed: a worker held back by it claims at once. The last column says
+-- which rows were changed (true) and which passed over (false).
+SELECT changed.id, true
 FROM changed,
      ({{notify_done}}) AS done,
      (SELECT count(pg_notify('conveyor_jobs', q.queue))
@@ -214,6 +284,8 @@ FROM changed,
                OR queue IN (SELECT l.queue FROM limits AS l
                             WHERE l.concurrency IS NOT NULL
                                OR l.key_concurrency IS NOT NULL)) AS q) AS ready
+UNION ALL
+SELECT id, false FROM passed
 
 -- name: notify_done
 -- Tells waiters that the jobs of a CTE named ended (id) ended, 400 ids to a

@@ -79,6 +79,10 @@ _MIGRATIONS = load_migrations("conveyor.store.postgres")
 _E = load_queries("conveyor.store.postgres", "steps.sql")
 #: Claims retried after a group race (see job_claim in queries.sql).
 _CLAIM_ATTEMPTS = 5
+#: job_finish tries rows another statement held again this many times, the first
+#: after _PASSED_PAUSE seconds, each pause twice the one before (0.3 s in all).
+_PASSED_RETRIES = 5
+_PASSED_PAUSE = 0.01
 #: Inserts of one batch retried when keys change hands under it (see job_insert_many).
 _INSERT_ROUNDS = 5
 #: Seconds a store trusts that queues have no limits before it looks again.
@@ -603,34 +607,57 @@ class PostgresStore:
         }
         with self._conn() as conn:
             rows = conn.execute(_Q["job_heartbeat"], params).fetchall()
-        return [LeaseStatus(id=r[0], cancel_requested=r[1]) for r in rows]
+        return [LeaseStatus(id=r[0], cancel_requested=r[1], busy=r[2]) for r in rows]
 
     def _change(self, name: str, params: dict[str, Any]) -> list[int]:
         with self._conn() as conn:
             return [r[0] for r in conn.execute(_Q[name], params).fetchall()]
 
     def job_finish(self, finishes: Sequence[Finish], now: datetime | None = None) -> list[int]:
+        ids, passed = self._finish_once(finishes, now)
+        # Rows another statement held a moment (a claim, a renewal, a cancel) are
+        # tried again at once, a few times; a row still held after that belongs
+        # to a longer transaction (a handler's ctx.complete before its commit),
+        # which the caller must not wait for: it is left out of the answer.
+        pause = _PASSED_PAUSE
+        for _ in range(_PASSED_RETRIES):
+            if not passed:
+                break
+            time.sleep(pause)
+            pause *= 2
+            more, passed = self._finish_once([f for f in finishes if f.id in passed], now)
+            ids += more
+        return ids
+
+    def _finish_once(
+        self, finishes: Sequence[Finish], now: datetime | None
+    ) -> tuple[list[int], set[int]]:
+        """job_finish once: the ids it changed, and those it passed over (held rows)."""
         if not finishes:
-            return []
+            return [], set()
         # One statement for the jobs nothing waits for; it passes by those that
-        # others wait for (waited_on), and those are finished again in one
-        # transaction with the jobs waiting for them (pg_flows.release). A job
-        # the first statement did not end for another reason (a stale lease)
-        # is not ended by the second either: only such finishes pay twice.
+        # others wait for (waited_on) and answers nothing for them, and those are
+        # finished again in one transaction with the jobs waiting for them
+        # (pg_flows.release). A job the first statement did not end for another
+        # reason (a stale lease) is not ended by the second either: only such
+        # finishes pay twice.
         with self._conn() as conn:
             rows = conn.execute(_Q["job_finish"], _finish_params(finishes, now)).fetchall()
-        ids = [r[0] for r in rows]
-        if len(ids) == len(finishes):
-            return ids
-        done = set(ids)
-        rest = [f for f in finishes if f.id not in done]
+        ids = [r[0] for r in rows if r[1]]
+        passed = {r[0] for r in rows if not r[1]}
+        answered = {r[0] for r in rows}
+        rest = [f for f in finishes if f.id not in answered]
+        if not rest:
+            return ids, passed
         with self._tx() as conn:
             with conn.pipeline():
                 finished = conn.execute(_Q["job_finish"], _finish_params(rest, now, flows=True))
                 resolved = pg_flows.resolve(conn, [f.id for f in rest])
-            ids += [r[0] for r in finished.fetchall()]
+            rows = finished.fetchall()
+            ids += [r[0] for r in rows if r[1]]
+            passed |= {r[0] for r in rows if not r[1]}
             pg_flows.release_resolved(conn, resolved.fetchall(), now)
-        return ids
+        return ids, passed
 
     def job_progress(
         self, lease: Lease, fraction: float | None, message: str | None, now: datetime
@@ -647,7 +674,8 @@ class PostgresStore:
         rescues = [
             Finish(id_, token, "rescue", error=LEASE_EXPIRED_ERROR) for id_, token in expired
         ]
-        return self.job_finish(rescues, now)
+        # A row held by another transaction is not waited for: the next round.
+        return self._finish_once(rescues, now)[0]
 
     def periodic_enqueue(self, name: str, tick: datetime, job: NewJob, now: datetime) -> bool:
         with self._tx() as conn:
@@ -1112,12 +1140,14 @@ class PostgresStore:
                 "ctx.complete needs an open transaction on the connection (not autocommit, "
                 "not failed): call it inside `with conn.transaction():` or before conn.commit()"
             )
-        # The worker's own finish of a success, in the caller's transaction.
+        # The worker's own finish of a success, in the caller's transaction (which,
+        # unlike job_finish, waits for a row held a moment by a renewal or a rescue).
         params = _finish_params(
             [Finish.complete(lease.id, lease.token, result_json)], now, flows=True
         )
         with _own_cursor(connection) as cur:
-            if cur.execute(_Q["job_finish"], params).fetchone() is None:
+            row = cur.execute(_Q["job_complete_in"], params).fetchone()
+            if row is None or not row[1]:  # not ended (a row passed over: a lease lost meanwhile)
                 return False
             # The jobs waiting for this one go on in the same transaction.
             pg_flows.release(cur, [lease.id], now)

@@ -12,6 +12,7 @@ import json
 import secrets
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -89,6 +90,12 @@ _PRAGMAS = (
     "PRAGMA wal_autocheckpoint = 4000",
 )
 BUSY_TIMEOUT_SECONDS = 30.0
+#: A write that waited longer than this for the write lock makes the next rescue
+#: round give up (job_rescue_expired): the lease holders' renewals were waiting too.
+#: A renewal every third of the lease misses it only when held up for two thirds:
+#: 0.5 s covers leases down to 0.75 s, and stays clear of a busy machine's
+#: ordinary waits (a checkpoint holds the lock about 15 ms).
+RESCUE_LOCK_WAIT = 0.5
 
 
 def _ts(value: datetime) -> float:
@@ -214,6 +221,10 @@ class SQLiteStore:
         # acknowledgements in two threads, those sleeps were most of its time.
         # Other processes still meet the busy timeout.
         self._writer = threading.Lock()
+        #: A write waited over RESCUE_LOCK_WAIT for the lock since the last rescue round.
+        self._lock_waited = False
+        #: The last rescue round was given up for that.
+        self._rescue_waited = False
         self._closed = False
         if migrate:
             self.migrate()
@@ -253,6 +264,7 @@ class SQLiteStore:
             yield connection
             return
         conn = self._conn()
+        asked = time.monotonic()
         if not self._writer.acquire(timeout=self.busy_timeout):
             raise StoreUnavailableError(
                 f"{self.description} is locked: another thread of this process held the "
@@ -260,6 +272,8 @@ class SQLiteStore:
             )
         try:
             with immediate_transaction(conn):
+                if time.monotonic() - asked > RESCUE_LOCK_WAIT:
+                    self._lock_waited = True  # see job_rescue_expired
                 yield conn
         except sqlite3.OperationalError as exc:
             if not _is_busy(exc):
@@ -547,11 +561,14 @@ class SQLiteStore:
     ) -> list[LeaseStatus]:
         if not leases:
             return []
-        params = {
-            "items": json.dumps([[le.id, le.token] for le in leases]),
-            "lease_expires_at": _ts((now or utcnow()) + lease),
-        }
+        items = json.dumps([[le.id, le.token] for le in leases])
         with self._write() as conn:
+            # The new expiry counts from the moment this holds the write lock: a
+            # renewal that waited for another transaction (a handler's ctx.complete
+            # before its commit) must not give its leases only what was left of
+            # the wait.
+            expires = _ts((now or utcnow()) + lease)
+            params = {"items": items, "lease_expires_at": expires}
             rows = conn.execute(_Q["job_heartbeat"], params).fetchall()
         return [LeaseStatus(id=r[0], cancel_requested=bool(r[1])) for r in rows]
 
@@ -576,13 +593,27 @@ class SQLiteStore:
             return conn.execute(_Q["job_progress"], params).rowcount == 1
 
     def job_rescue_expired(self, now: datetime | None = None, limit: int = 1000) -> list[int]:
-        now = now or utcnow()
-        params = {"now": _ts(now), "limit": limit}
-        expired = self._conn().execute(_Q["job_expired_leases"], params).fetchall()
-        rescues = [
-            Finish(id_, token, "rescue", error=LEASE_EXPIRED_ERROR) for id_, token in expired
-        ]
-        return self.job_finish(rescues, now)
+        with self._write() as conn:
+            waited, self._lock_waited = self._lock_waited, False
+            if waited and not self._rescue_waited:
+                # A write of this process (this round's own, or the maintenance
+                # round's before it) waited for another transaction's write lock:
+                # a handler's ctx.complete before its commit, a backup. The
+                # workers' renewals waited for it too, and leases ran out meanwhile
+                # that no worker could renew. This round is given up, so that
+                # those renewals, queued for the lock as well, come first; the
+                # next round rescues what is still expired. Never twice in a row:
+                # on a database always that busy, dead workers' jobs still come back.
+                self._rescue_waited = True
+                return []
+            self._rescue_waited = False
+            when = _ts(now or utcnow())  # judged under the lock, as renewals write
+            params = {"now": when, "limit": limit}
+            expired = conn.execute(_Q["job_expired_leases"], params).fetchall()
+            rescues = [
+                Finish(id_, token, "rescue", error=LEASE_EXPIRED_ERROR) for id_, token in expired
+            ]
+            return _finish(conn, rescues, when) if rescues else []
 
     def periodic_enqueue(self, name: str, tick: datetime, job: NewJob, now: datetime) -> bool:
         with self._write() as conn:
