@@ -63,7 +63,9 @@ _KNOWN = {
         "cancel_requested", "result", "error", "progress", "progress_message", "created_at",
         "started_at", "finished_at", "limit_key", "headers",
     ),
-    "events": ("seq", "job_id", "queue", "task", "kind", "attempt", "worker", "at", "error"),
+    "events": (
+        "seq", "job_id", "queue", "task", "kind", "attempt", "worker", "at", "error", "started_at",
+    ),
 }  # fmt: skip
 
 Connection = psycopg.Connection[tuple[Any, ...]]

@@ -114,7 +114,9 @@ JOB_COLUMNS = (
     "cancel_requested", "result", "error", "progress", "progress_message", "created_at",
     "started_at", "finished_at", "limit_key", "headers",
 )  # fmt: skip
-EVENT_COLUMNS = ("seq", "job_id", "queue", "task", "kind", "attempt", "worker", "at", "error")
+EVENT_COLUMNS = (
+    "seq", "job_id", "queue", "task", "kind", "attempt", "worker", "at", "error", "started_at",
+)  # fmt: skip
 
 
 def _row_to_job(row: tuple[Any, ...]) -> Job:
