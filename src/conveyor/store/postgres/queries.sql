@@ -710,17 +710,34 @@ gone AS (
 -- queue holds is not inserted (jobs_live_key; the first row of a key wins); each
 -- new job gets its enqueued event; workers of each queue with new jobs are woken
 -- at commit. Ends in CTEs named new (the jobs inserted) and notified.
-new AS (
+--
+-- Keyless rows are inserted apart, without ON CONFLICT: with it, PostgreSQL
+-- inserts every row speculatively (a token, then a confirmation record in the
+-- WAL) whether or not the row has a key. A job that uses no key pays nothing
+-- for keys.
+new_keyed AS (
     INSERT INTO jobs (id, queue, task, args, kwargs, priority, run_at, max_attempts,
                       key, group_key, batch, created_at, limit_key, headers)
     SELECT id, queue, task, args, kwargs, priority, run_at, max_attempts,
            key, group_key, batch, %(now)s, limit_key, headers
     FROM input
+    WHERE key IS NOT NULL
     -- Keys in one global order: two producers inserting the same keys wait for
     -- each other's uncommitted rows in the same order, so they never deadlock.
     ORDER BY queue, key, id
     ON CONFLICT (queue, key) WHERE key IS NOT NULL AND state IN ('queued', 'running') DO NOTHING
     RETURNING id, queue, task, created_at
+), new_plain AS (
+    INSERT INTO jobs (id, queue, task, args, kwargs, priority, run_at, max_attempts,
+                      key, group_key, batch, created_at, limit_key, headers)
+    SELECT id, queue, task, args, kwargs, priority, run_at, max_attempts,
+           key, group_key, batch, %(now)s, limit_key, headers
+    FROM input
+    WHERE key IS NULL
+    ORDER BY id
+    RETURNING id, queue, task, created_at
+), new AS (
+    SELECT * FROM new_keyed UNION ALL SELECT * FROM new_plain
 ), enqueued AS (
     INSERT INTO events (job_id, queue, task, kind, attempt, at)
     SELECT id, queue, task, 'enqueued', 0, created_at FROM new ORDER BY id
