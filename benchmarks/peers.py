@@ -222,7 +222,7 @@ def conveyor_side(
     label = f"conveyor {kind}, concurrency {concurrency}"
     label += f", prefetch {prefetch}" if prefetch else ""
     command = conveyor_command(queue, concurrency, prefetch)
-    env = {"CONVEYOR_DSN": dsn, "PYTHONPATH": str(folder)}
+    env = {"CONVEYOR_DSN": dsn, "PYTHONPATH": python_path(folder)}
     if window is not None:
         count = (
             f"SELECT count(*) FROM jobs WHERE queue = '{queue}' AND state IN ('queued', 'running')"
@@ -371,7 +371,7 @@ HUEY_APP = textwrap.dedent(
 def huey_side(jobs: int, folder: Path) -> Result:
     path = folder / "huey.db"
     (folder / "huey_app.py").write_text(HUEY_APP)
-    env = {"HUEY_FILE": str(path), "PYTHONPATH": str(folder)}
+    env = {"HUEY_FILE": str(path), "PYTHONPATH": python_path(folder)}
     os.environ.update(env)
     sys.path.insert(0, str(folder))
     import huey_app
@@ -460,6 +460,12 @@ def print_sqlite(rows: list[Result]) -> None:
         vs = "" if r is peer or peer is None else ratio(r.rate, peer.rate)
         worker = f"{r.cpu_per_job_us:.0f} / {r.steady_cpu_us:.0f}"
         print(f"| {r.name} | {r.rate:,.0f} | {vs} | {worker} |")
+
+
+def python_path(folder: Path) -> str:
+    """The worker's PYTHONPATH: its app's folder, then the caller's own (so that
+    ``PYTHONPATH=../other/src`` measures another checkout's conveyor)."""
+    return os.pathsep.join(p for p in (str(folder), os.environ.get("PYTHONPATH", "")) if p)
 
 
 def run_postgres(
