@@ -1,7 +1,7 @@
 """conveyor beside BullMQ, Celery, Dramatiq, arq and RQ, in one run, on one throwaway Redis.
 
     pip install -r benchmarks/requirements-peers.txt    # the Python peers (benchmark only)
-    (cd benchmarks && npm install)                         # BullMQ, as package.json pins it
+    (cd benchmarks && npm ci)                           # BullMQ, as package-lock.json pins it
     python benchmarks/redis_peers.py                    # starts a throwaway redis-server
     python benchmarks/redis_peers.py --jobs 2000 --sides rq,rq-fork   # RQ's two workers
     PYTHONPATH=../other/src python benchmarks/redis_peers.py   # another checkout's conveyor
@@ -317,7 +317,7 @@ def bullmq_side(dsn: str, jobs: int) -> Row:
     row = Row(f"BullMQ 5 (Node), concurrency {IN_FLIGHT}", "bullmq")
     node = shutil.which("node")
     if node is None or not (HERE / "node_modules" / "bullmq").is_dir():
-        row.error = "not available: needs node, and `npm install` in benchmarks/"
+        row.error = "not available: needs node, and `npm ci` in benchmarks/"
         return row
     script = str(HERE / "bullmq_peer.mjs")
     subprocess.run([node, script, "add", dsn, str(jobs)], check=True)
