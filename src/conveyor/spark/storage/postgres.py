@@ -44,6 +44,7 @@ from conveyor.spark.storage import (
     write_token,
 )
 from conveyor.spark.storage import pieces as parallel
+from conveyor.spark.storage.scan import SCAN_COLUMNS
 from conveyor.store.base import EventOffset
 from conveyor.store.postgres.store import PostgresStore, session_options
 from conveyor.store.sql import load_migrations, load_queries
@@ -56,17 +57,6 @@ _MIGRATIONS = load_migrations("conveyor.spark.storage", "migrations/postgres")
 _DIRECT = "spark_direct"
 _COPY_CHUNK_BYTES = 1 << 20
 _JSON_COLUMNS = frozenset({"args", "kwargs", "result", "headers"})
-_KNOWN = {
-    "jobs": (
-        "id", "queue", "task", "state", "args", "kwargs", "priority", "run_at", "attempts",
-        "max_attempts", "key", "group_key", "batch", "worker", "lease_token", "lease_expires_at",
-        "cancel_requested", "result", "error", "progress", "progress_message", "created_at",
-        "started_at", "finished_at", "limit_key", "headers",
-    ),
-    "events": (
-        "seq", "job_id", "queue", "task", "kind", "attempt", "worker", "at", "error", "started_at",
-    ),
-}  # fmt: skip
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 
@@ -353,7 +343,7 @@ class PostgresSparkStorage(PostgresStore):
     # --- reads ------------------------------------------------------------------
 
     def scan_id_bounds(self, table: str) -> tuple[int | None, int | None]:
-        check_columns(table, [], _KNOWN.get(table, ()))
+        check_columns(table, [], SCAN_COLUMNS.get(table, ()))
         sql = _Q["scan_id_bounds"].format(id=SCAN_ID_COLUMN[table], table=table)
         with self._conn() as conn:
             row = conn.execute(sql).fetchone()
@@ -370,7 +360,7 @@ class PostgresSparkStorage(PostgresStore):
     ) -> Scan:
         sql, params = scan_query(
             _Q["scan_range"], table, columns, low, high, filters,
-            known=_KNOWN.get(table, ()), placeholder="%s", select=_select,
+            known=SCAN_COLUMNS.get(table, ()), placeholder="%s", select=_select,
         )  # fmt: skip
         return Scan(sql, params, self._copy_out(sql, params))
 
@@ -399,7 +389,7 @@ class PostgresSparkStorage(PostgresStore):
     def event_stream_read(
         self, after: EventOffset, until: EventOffset, columns: Sequence[str], floor: int
     ) -> Generator[list[tuple[Any, ...]], None, None]:
-        check_columns("events", columns, _KNOWN["events"])
+        check_columns("events", columns, SCAN_COLUMNS["events"])
         sql = _Q["event_stream_read"].format(columns=", ".join(columns) or "1")
         params = {
             "after_xid": after[0],

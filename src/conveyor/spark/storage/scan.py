@@ -16,9 +16,12 @@ from datetime import datetime
 from typing import Any, Literal
 
 from conveyor.errors import ConfigurationError
+from conveyor.store.columns import EVENT_COLUMNS, JOB_COLUMNS
 
 #: The tables ``scan`` reads and the column each is ordered and split by.
 SCAN_ID_COLUMN = {"jobs": "id", "events": "seq"}
+#: The columns a scan may name, by table (the same on both SQL stores).
+SCAN_COLUMNS: dict[str, tuple[str, ...]] = {"jobs": JOB_COLUMNS, "events": EVENT_COLUMNS}
 #: Columns stored as times (REAL epoch seconds on SQLite, timestamptz on PostgreSQL).
 TIME_COLUMNS = frozenset(
     {"run_at", "lease_expires_at", "created_at", "started_at", "finished_at", "at"}

@@ -35,9 +35,10 @@ from conveyor.spark.storage import (
     scan_query,
     stage_prefix,
 )
+from conveyor.spark.storage.scan import SCAN_COLUMNS
 from conveyor.store.base import EventOffset
 from conveyor.store.sql import load_migrations, load_queries
-from conveyor.store.sqlite.store import EVENT_COLUMNS, JOB_COLUMNS, SQLiteStore
+from conveyor.store.sqlite.store import SQLiteStore
 
 _Q = load_queries("conveyor.spark.storage", "sqlite.sql")
 #: What an operator does with Spark's writes: list, clean up, purge.
@@ -45,7 +46,6 @@ _OPS = load_queries("conveyor.spark.storage", "operations.sql")
 _MIGRATIONS = load_migrations("conveyor.spark.storage", "migrations/sqlite")
 #: The temporary table a non-atomic write stages each batch in (one per connection).
 _DIRECT = "spark_direct"
-_KNOWN = {"jobs": JOB_COLUMNS, "events": EVENT_COLUMNS}
 
 
 def _ts(value: datetime) -> float:
@@ -261,7 +261,7 @@ class SQLiteSparkStorage(SQLiteStore):
     # --- reads ------------------------------------------------------------------
 
     def scan_id_bounds(self, table: str) -> tuple[int | None, int | None]:
-        check_columns(table, [], _KNOWN.get(table, ()))
+        check_columns(table, [], SCAN_COLUMNS.get(table, ()))
         sql = _Q["scan_id_bounds"].format(id=SCAN_ID_COLUMN[table], table=table)
         low, high = self._conn().execute(sql).fetchone()
         return low, high
@@ -277,7 +277,7 @@ class SQLiteSparkStorage(SQLiteStore):
     ) -> Scan:
         sql, params = scan_query(
             _Q["scan_range"], table, columns, low, high, filters,
-            known=_KNOWN.get(table, ()), placeholder="?", epoch_times=True,
+            known=SCAN_COLUMNS.get(table, ()), placeholder="?", epoch_times=True,
         )  # fmt: skip
         return Scan(sql, params, self._chunks(sql, params, chunk_rows))
 
@@ -302,7 +302,7 @@ class SQLiteSparkStorage(SQLiteStore):
     def event_stream_read(
         self, after: EventOffset, until: EventOffset, columns: Sequence[str], floor: int
     ) -> Generator[list[tuple[Any, ...]], None, None]:
-        check_columns("events", columns, EVENT_COLUMNS)
+        check_columns("events", columns, SCAN_COLUMNS["events"])
         sql = _Q["event_stream_read"].format(columns=", ".join(columns) or "1")
         params = {"after": max(after[1], floor - 1), "until": until[1]}
         cursor = self._conn().execute(sql, params)

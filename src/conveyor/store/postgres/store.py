@@ -79,6 +79,9 @@ _MIGRATIONS = load_migrations("conveyor.store.postgres")
 _E = load_queries("conveyor.store.postgres", "steps.sql")
 #: Claims retried after a group race (see job_claim in queries.sql).
 _CLAIM_ATTEMPTS = 5
+#: How long a claim's answer to next_run_in stands in for asking (the worker asks
+#: right after the claim; later, ask the database).
+_NEXT_DUE_FRESH = 0.5
 #: job_finish tries rows another statement held again this many times, the first
 #: after _PASSED_PAUSE seconds, each pause twice the one before (0.3 s in all).
 _PASSED_RETRIES = 5
@@ -90,11 +93,6 @@ LIMITS_RECHECK_SECONDS = 1.0
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 Cursor = psycopg.Cursor[tuple[Any, ...]]
-
-
-#: How long a claim's answer to next_run_in stands in for asking (the worker asks
-#: right after the claim; later, ask the database).
-_NEXT_DUE_FRESH = 0.5
 
 
 def _row_to_job(row: Sequence[Any]) -> Job:

@@ -48,6 +48,7 @@ from conveyor.store.base import (
     WorkflowInfo,
 )
 from conveyor.store.boundary import translate_errors
+from conveyor.store.columns import EVENT_COLUMNS, JOB_COLUMNS
 from conveyor.store.counting import assemble_stats
 from conveyor.store.event_kinds import EVENT_KINDS
 from conveyor.store.flows import first_states
@@ -107,16 +108,7 @@ def _dt(value: float | None) -> datetime | None:
 
 
 # Rows come back as plain tuples (much cheaper than sqlite3.Row on the claim
-# path); ``SELECT *`` yields the columns in table order, checked by migrate().
-JOB_COLUMNS = (
-    "id", "queue", "task", "state", "args", "kwargs", "priority", "run_at", "attempts",
-    "max_attempts", "key", "group_key", "batch", "worker", "lease_token", "lease_expires_at",
-    "cancel_requested", "result", "error", "progress", "progress_message", "created_at",
-    "started_at", "finished_at", "limit_key", "headers",
-)  # fmt: skip
-EVENT_COLUMNS = (
-    "seq", "job_id", "queue", "task", "kind", "attempt", "worker", "at", "error", "started_at",
-)  # fmt: skip
+# path): in the order of conveyor.store.columns, checked by migrate().
 
 
 def _row_to_job(row: tuple[Any, ...]) -> Job:
