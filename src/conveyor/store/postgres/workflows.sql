@@ -7,18 +7,22 @@
 
 -- name: flow_parent_states
 -- The state of each named job that exists (the parents of new jobs, this
--- insert's own among them), marked waited_on and locked until the insert
--- commits: a parent's finish waits for it, re-reads the row, sees waited_on
--- and resolves the new edges (see job_finish in queries.sql); a finish that
--- committed first is seen here as the parent's end. Locked in id order, as
--- every statement that locks several jobs does.
+-- insert's own among them), locked until the insert commits, in id order as
+-- every statement that locks several jobs does. A parent that has not ended is
+-- marked waited_on, once: its finish passes the row over while it is held,
+-- then reads it, sees waited_on and resolves the new edges (see job_finish in
+-- queries.sql); a finish that committed first is seen here as the parent's
+-- end. An ended parent is not written: its edges are resolved at once.
 WITH locked AS (
-    SELECT id FROM jobs WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id FOR UPDATE
+    SELECT id, state, waited_on FROM jobs WHERE id = ANY(%(ids)s::bigint[])
+    ORDER BY id FOR UPDATE
+), marked AS (
+    UPDATE jobs SET waited_on = true
+    FROM locked
+    WHERE jobs.id = locked.id AND NOT locked.waited_on
+      AND locked.state NOT IN ('succeeded', 'failed', 'cancelled')
 )
-UPDATE jobs SET waited_on = true
-FROM locked
-WHERE jobs.id = locked.id
-RETURNING jobs.id, jobs.state
+SELECT id, state FROM locked
 
 -- name: flow_edges_insert
 -- An edge is written only onto a job that exists and is older than its child
