@@ -70,6 +70,17 @@ class JsonFormatter(logging.Formatter):
         return _json.dumps(entry, default=str, ensure_ascii=False)
 
 
+def spelled_duration(seconds: float) -> str:
+    """A span of time as people read it: ``2.1 s``, ``4 min``, ``2 h 5 min``."""
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes = round(seconds / 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    return f"{minutes // 60} h {minutes % 60} min"
+
+
 def configure(level: str = "INFO", *, json: bool = False, stream: TextIO | None = None) -> None:
     """Send log records of ``level`` and above to ``stream`` (stderr), as text or JSON lines.
 

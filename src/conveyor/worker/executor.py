@@ -33,7 +33,7 @@ from typing import Any
 from conveyor.context import Context
 from conveyor.errors import Fail, InvalidJobError, Retry, UnknownTaskError
 from conveyor.job import MAX_RUN_AT, Job, encode_json, utcnow
-from conveyor.logs import job_fields
+from conveyor.logs import job_fields, spelled_duration
 from conveyor.middleware import Attempt, Middleware, OutcomeName, run_after, run_before
 from conveyor.store.base import Finish, FinishKind
 from conveyor.task import Task
@@ -157,7 +157,7 @@ def unknown_task_outcome(job: Job, fleet: Fleet, now: datetime) -> Outcome:
         return Outcome(
             "fail",
             error=(
-                f"UnknownTaskError: no worker knew task {name!r} for {_later(waited)} "
+                f"UnknownTaskError: no worker knew task {name!r} for {spelled_duration(waited)} "
                 f"(since {since.isoformat()}); failed for good. Deploy a worker that "
                 "registers it, then retry the job"
             ),
@@ -188,11 +188,6 @@ def unknown_since(error: str | None) -> datetime | None:
     except ValueError:
         return None
     return since if since.tzinfo is not None else None
-
-
-def _later(seconds: float) -> str:
-    hours, rest = divmod(round(seconds), 3600)
-    return f"{hours} h {rest // 60} min" if hours else f"{seconds:.0f} s"
 
 
 #: What decoding a stored payload may raise: the job can never run.

@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING
 
 from conveyor.job import utcnow
-from conveyor.logs import job_fields
+from conveyor.logs import job_fields, spelled_duration
 from conveyor.store.base import Store
 from conveyor.version import __version__
 from conveyor.worker.executor import Running, outcome_name
@@ -80,7 +80,9 @@ def describe_finished(running: Running) -> str:
         shown: str = "failed" if label == "retried" else label
         if outcome is not None and outcome.run_at is not None and label in ("retried", "snoozed"):
             wait = (outcome.run_at - utcnow()).total_seconds()
-            shown += f", {'retry' if label == 'retried' else 'runs again'} in {_later(wait)}"
+            shown += (
+                f", {'retry' if label == 'retried' else 'runs again'} in {spelled_duration(wait)}"
+            )
         error = ""
         if running.abort == "timeout" and label in ("failed", "retried"):
             error = f": ran past its timeout of {running.task.timeout if running.task else '?'}s"
@@ -100,17 +102,6 @@ def describe_finished(running: Running) -> str:
             extra={**job_fields(job), "outcome": label, "duration_ms": round(took, 3)},
         )
     return label
-
-
-def _later(seconds: float) -> str:
-    """A wait ahead, as people read it: ``2.1 s``, ``4 min``, ``2 h 5 min``."""
-    seconds = max(0.0, seconds)
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes = round(seconds / 60)
-    if minutes < 60:
-        return f"{minutes} min"
-    return f"{minutes // 60} h {minutes % 60} min"
 
 
 #: Rescued jobs named one line each per round; the rest in one line.
