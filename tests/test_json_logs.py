@@ -75,7 +75,7 @@ def test_a_rescue_logs_each_rescued_job_with_its_fields(
     (claimed,) = app.store.job_claim(["q"], 1, "a-dead-worker", timedelta(seconds=0.2))
     time.sleep(0.5)  # its lease runs out, on the store's clock
     caplog.set_level(logging.WARNING, logger="conveyor.maintenance")
-    Maintenance(app, "maintainer", 1.0).run_once()
+    Maintenance(app.runtime, "maintainer", 1.0).run_once()
     (record,) = [r for r in caplog.records if getattr(r, "job_id", None) == job.id]
     assert record.getMessage() == (
         f"job {job.id} lost rescued: its worker was lost (attempt 1/3); queued again"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-import conveyor.app
+import conveyor.bulk
 from conveyor import App, JobState
 from conveyor.errors import (
     ConfigurationError,
@@ -120,7 +120,7 @@ def test_retry_by_filter_on_error_text_and_by_ids(app: App, failures: list[int])
 def test_bulk_actions_walk_every_page(
     app: App, failures: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(conveyor.app, "BULK_BATCH", 2)  # five jobs: three pages
+    monkeypatch.setattr(conveyor.bulk, "BULK_BATCH", 2)  # five jobs: three pages
     batches: list[int] = []
     assert app.retry_jobs(queue="mail", on_batch=batches.append) == 5
     assert batches == [2, 2, 1]

@@ -208,8 +208,8 @@ def test_maintenance_enqueues_each_tick_once(app: App) -> None:
     @app.periodic(every=timedelta(minutes=1))
     def sweep() -> None: ...
 
-    one = Maintenance(app, "one", lease=1)
-    two = Maintenance(app, "two", lease=1)
+    one = Maintenance(app.runtime, "one", lease=1)
+    two = Maintenance(app.runtime, "two", lease=1)
     start = utc(2030, 1, 1, 0, 0, 30)
     one.run_once(start)
     one.run_once(start + timedelta(seconds=10))  # same tick

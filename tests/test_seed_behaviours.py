@@ -398,7 +398,7 @@ def test_a_consume_only_service_applies_retention_per_state(dsn: str) -> None:
     rules = {"failed": Keep(count=1), "succeeded": Keep(age=timedelta(0))}
     with App(dsn, retention_by_state=rules) as app:
         app.migrate()
-        app.count_retention_every = 0  # every round, not once a minute
+        app.runtime.retention.count_every = 0  # every round, not once a minute
         ids = finish_jobs(app, "q", ["fail", "fail", "complete", "fail", "cancel"])
         nxt = app.enqueue("t", [9], queue="q")
         seen = 0

@@ -111,7 +111,7 @@ def test_maintenance_runs_the_cleanup_on_its_schedule(dsn: str, store: Store) ->
     try:
         schedule_cleanup(app, dsn, every=timedelta(minutes=10))
         assert [p.task for p in app.periodic_tasks] == [CLEANUP_TASK]
-        Maintenance(app, "maintainer", 1.0).run_once()  # enqueues the tick
+        Maintenance(app.runtime, "maintainer", 1.0).run_once()  # enqueues the tick
         with app.worker(queues=["default"], burst=True, maintenance=False) as worker:
             assert worker.wait_stopped(30)
         (job,) = [j for j in all_jobs(store) if j.task == CLEANUP_TASK]

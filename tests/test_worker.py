@@ -1023,8 +1023,8 @@ def test_running_worker_is_listed_until_it_stops(app: App) -> None:
 
 
 def test_leader_lease_is_held_by_one_at_a_time(app: App) -> None:
-    one = Maintenance(app, "one", lease=0.4)
-    two = Maintenance(app, "two", lease=0.4)
+    one = Maintenance(app.runtime, "one", lease=0.4)
+    two = Maintenance(app.runtime, "two", lease=0.4)
     now = datetime(2030, 1, 1, tzinfo=UTC)
     one.run_once(now)
     two.run_once(now)

@@ -389,20 +389,20 @@ def test_a_periodic_tick_runs_once_across_purges_restarts_and_leaders(app: App) 
         return None
 
     now = datetime(2026, 3, 1, 10, 30, tzinfo=UTC)
-    Maintenance(app, "leader-1", lease=5).run_once(now)
+    Maintenance(app.runtime, "leader-1", lease=5).run_once(now)
     (job,) = app.jobs(task="hourly")
     assert job.run_at == datetime(2026, 3, 1, 10, tzinfo=UTC)
     claimed = app.store.job_claim(["default"], 1, "w", timedelta(seconds=30), now)
     app.store.job_finish([_complete(claimed[0])], now)
     assert purge(app.store, now + timedelta(days=8)) == 1  # retention took it
     # A restart, then another leader, within the same tick: nothing new.
-    Maintenance(app, "leader-1", lease=5).run_once(now + timedelta(minutes=5))
+    Maintenance(app.runtime, "leader-1", lease=5).run_once(now + timedelta(minutes=5))
     app.store.leader_release("maintenance", "leader-1")
-    Maintenance(app, "leader-2", lease=5).run_once(now + timedelta(minutes=10))
+    Maintenance(app.runtime, "leader-2", lease=5).run_once(now + timedelta(minutes=10))
     assert app.jobs(task="hourly") == []
     assert app.store.periodic_last_ticks() == {"hourly": datetime(2026, 3, 1, 10, tzinfo=UTC)}
     # The next tick runs.
-    Maintenance(app, "leader-2", lease=5).run_once(now + timedelta(hours=1))
+    Maintenance(app.runtime, "leader-2", lease=5).run_once(now + timedelta(hours=1))
     (later,) = app.jobs(task="hourly")
     assert later.run_at == datetime(2026, 3, 1, 11, tzinfo=UTC)
     assert isinstance(app.periodic_tasks[0].schedule, Every)

@@ -1,6 +1,7 @@
 """conveyor: a durable job queue for Python on SQLite, PostgreSQL and Redis."""
 
-from conveyor.app import App, Keep
+from conveyor.app import App
+from conveyor.changes import Change
 from conveyor.context import CancelSignal, Context
 from conveyor.errors import (
     ConfigurationError,
@@ -23,7 +24,7 @@ from conveyor.retry import ExponentialBackoff, FixedBackoff
 from conveyor.store.base import BatchStatus, LimitStatus, Stats, Step
 from conveyor.task import Task
 from conveyor.version import __version__
-from conveyor.worker.changes import Change
+from conveyor.worker.retention import Keep
 from conveyor.workflow import Workflow, WorkflowRun, WorkflowStatus, chain, chord, group
 
 __all__ = [

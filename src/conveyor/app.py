@@ -9,11 +9,14 @@ import math
 import os
 import threading
 import time
-import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast, overload
 
+from conveyor import bulk
+from conveyor.bulk import BULK_ACTIONS, check_age, check_final_states, job_selection
+from conveyor.changes import Change, ChangeHub, ChangeListener
 from conveyor.errors import (
     ConfigurationError,
     InvalidJobError,
@@ -21,15 +24,11 @@ from conveyor.errors import (
     JobFailed,
     JobNotFoundError,
     JobStateError,
-    SchemaMissingError,
     UnknownTaskError,
 )
 from conveyor.job import (
     DETAILED_STATES,
-    FILTER_STATES,
     MAX_JOB_ID,
-    TERMINAL_STATES,
-    WAITING_STATES,
     EventKind,
     Job,
     JobState,
@@ -52,7 +51,6 @@ from conveyor.retry import Backoff, check_backoff
 from conveyor.schedule import Periodic, make_schedule
 from conveyor.store.base import (
     BatchStatus,
-    DurabilityReport,
     FlowControlStore,
     HoldStore,
     JobSelection,
@@ -74,7 +72,8 @@ from conveyor.store.base import (
 from conveyor.store.capabilities import Capabilities, store_capabilities
 from conveyor.store.dsn import open_store
 from conveyor.task import EnqueueOptions, Task
-from conveyor.worker.changes import Change, ChangeHub, ChangeListener
+from conveyor.worker.retention import MAX_KEEP, Keep, Retention, check_keep_finished
+from conveyor.worker.runtime import Runtime
 from conveyor.workflow import Workflow, WorkflowRun, WorkflowStatus, check_workflow
 
 if TYPE_CHECKING:
@@ -185,8 +184,7 @@ class App:
         #: This App's middleware, after the globally installed ones (``middleware_chain``).
         self.middleware = check_middleware(middleware)
         # Checked before the store opens: a bad option leaves no connection behind.
-        by_state, keep_by_state = check_retention_by_state(retention_by_state)
-        keep_finished = check_keep_finished(keep_finished)
+        retention_policy = Retention(retention, retention_by_state, keep_finished)
         # A store may have only the core (JobStore): workers and consumers need no
         # more, and the methods that need a capability check it (``needs``).
         self.store: Store = (
@@ -194,27 +192,25 @@ class App:
         )
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.periodic_tasks: list[Periodic] = []
-        #: Finished jobs older than this are purged by the workers' maintenance (off when None).
-        self.retention = retention
-        #: Per final state (succeeded, failed, cancelled), a retention time of its own.
-        self.retention_by_state, self.keep_by_state = by_state, keep_by_state
-        #: At most this many finished jobs per queue (an int for every queue, or per queue).
-        self.keep_finished = keep_finished
-        self._next_count_retention = 0.0
-        #: Seconds between two rounds of the count rules (``keep_finished``, a Keep's
-        #: count): each counts finished jobs. ``app.trim`` applies one at once.
-        self.count_retention_every = COUNT_RETENTION_EVERY
-        #: Changes seen by this process: local enqueues and completions, and the database's feed.
         #: Whether this App listens to the store's notifications (LISTEN on
         #: PostgreSQL, pub/sub on Redis, the file's data_version on SQLite); off,
         #: workers and consumers find other processes' work by their poll only.
         self.notifications = listen
+        #: Changes seen by this process: local enqueues and completions, and the database's feed.
         self.changes = ChangeHub(self.store, listen=self.notifications)
         #: Inline mode (for tests): every enqueue runs its jobs before it returns.
         self.inline = inline
         self._inline_with_scheduled = True
-        #: Open pull loops (``consume``): closed, releasing what they hold, with the App.
-        self._consumers: weakref.WeakSet[Any] = weakref.WeakSet()
+        #: What workers, consumers, inline mode and maintenance run on (never the App).
+        self.runtime = Runtime(
+            store=self.store,
+            tasks=MappingProxyType(self.tasks),
+            changes=self.changes,
+            middleware=self.middleware_chain,
+            periodic=self.periodic_tasks,
+            retention=retention_policy,
+            attach=self._attach,
+        )
 
     def __repr__(self) -> str:
         return f"<App {self.store.description} tasks={len(self.tasks)}>"
@@ -227,7 +223,7 @@ class App:
 
     def close(self) -> None:
         """Release its consumers' jobs, stop its change feed, close the store's connections."""
-        for consumer in list(self._consumers):
+        for consumer in list(self.runtime.consumers):
             consumer.close()
         self.changes.close()
         self.store.close()
@@ -246,7 +242,7 @@ class App:
         from conveyor.worker.inline import drain
 
         for queue in dict.fromkeys(job.queue for job in jobs):
-            drain(self, [queue], with_scheduled=self._inline_with_scheduled)
+            drain(self.runtime, [queue], with_scheduled=self._inline_with_scheduled)
         return [self.get(job.id) for job in jobs]
 
     def middleware_chain(self) -> tuple[Middleware, ...]:
@@ -356,7 +352,7 @@ class App:
         """A Worker for this App (see Worker for the options); use it with ``with``."""
         from conveyor.worker import Worker
 
-        return Worker(self, **options)
+        return Worker(self.runtime, **options)
 
     def run_worker(
         self,
@@ -410,7 +406,7 @@ class App:
         options = ConsumeOptions(
             lease, poll_interval, idle_timeout, batch_size, backoff_first, backoff_max
         )
-        return Consumer(self, queues, group, options)
+        return Consumer(self.runtime, queues, group, options)
 
     def aconsume(
         self,
@@ -430,7 +426,7 @@ class App:
         options = ConsumeOptions(
             lease, poll_interval, idle_timeout, batch_size, backoff_first, backoff_max
         )
-        return aconsume(self, queues, group, options)
+        return aconsume(self.runtime, queues, group, options)
 
     def get_task(self, name: str) -> Task[Any, Any]:
         """The registered task of that name; UnknownTaskError lists the known ones."""
@@ -687,11 +683,7 @@ class App:
         """The edges onto the jobs ``job_id`` waits (or waited) for, by parent id: each
         parent's id, the job (None once deleted) and the state the edge resolved in
         (None while the parent has not ended; 'deleted' once it is gone)."""
-        edges = self.store.job_parents(job_id)
-        for r in edges:
-            if r.job is not None:
-                self._attach(r.job)
-        return edges
+        return self.runtime.parent_edges(job_id)
 
     @needs(WorkflowStore, "read the jobs waiting for a job")
     def children(self, job_id: int) -> list[Job]:
@@ -818,28 +810,7 @@ class App:
         On Redis also ``persistence`` (its appendonly, appendfsync and save settings)
         and, when a restart or crash of Redis could lose jobs, a ``warning``.
         """
-        started = time.perf_counter()
-        try:
-            self.store.ping()
-            version = self.store.schema_version()
-            self.check_schema()
-        except Exception as exc:
-            return {"ok": False, "store": self.store.description, "error": str(exc)}
-        health: dict[str, Any] = {
-            "ok": True,
-            "store": self.store.description,
-            "schema_version": version,
-            "latency_ms": round((time.perf_counter() - started) * 1000, 3),
-        }
-        # Stores whose durability depends on the server's settings (Redis) say so.
-        if isinstance(self.store, DurabilityReport):
-            try:
-                health["persistence"], warning = self.store.durability()
-            except Exception as exc:
-                health["persistence"], warning = "unknown", f"cannot read persistence: {exc}"
-            if warning is not None:
-                health["warning"] = warning
-        return health
+        return self.runtime.health()
 
     # --- operating ----------------------------------------------------------------
 
@@ -991,13 +962,7 @@ class App:
         """``wait`` for async code: does not block the event loop."""
         return await asyncio.to_thread(self.wait, job_id, timeout)
 
-    # --- operating in bulk, groups, retention -----------------------------------------
-    #
-    # A bulk action names its jobs by ids, by filters (the fields of JobSelection),
-    # or both. Over filters it walks the matching jobs newest first, a page of
-    # BULK_BATCH at a time, and acts on each page in one transaction; each action
-    # checks the state of every job as it changes it, so a job that moved on since
-    # it was read (a retry that runs, a cancel that finished) is left as it is.
+    # --- operating in bulk (conveyor.bulk), groups, retention ---------------------------
 
     def check_schema(self) -> int:
         """Raise SchemaMissingError unless the database has this code's schema; return its version.
@@ -1006,19 +971,7 @@ class App:
         database that was never migrated says "run conveyor migrate" instead of
         "no such table".
         """
-        version = self.store.schema_version()
-        latest = self.store.schema_latest()
-        if version == 0:
-            raise SchemaMissingError(
-                f"{self.store.description} has no conveyor tables: "
-                "run `conveyor migrate` on it (with the same --dsn), or app.migrate(), first"
-            )
-        if version < latest:
-            raise SchemaMissingError(
-                f"{self.store.description} is at schema version {version} and this conveyor "
-                f"needs {latest}: run `conveyor migrate` on it (with the same --dsn)"
-            )
-        return version
+        return self.runtime.check_schema()
 
     @needs(OperatorStore, "count jobs")
     def count_jobs(
@@ -1070,10 +1023,7 @@ class App:
         Of several jobs with one key, only the newest goes back, and none while a
         live job holds the key. Returns how many were queued.
         """
-        return self._bulk(
-            job_selection(ids, **filters), BULK_ACTIONS["retry"], self.store.job_retry_many,
-            on_batch,
-        )  # fmt: skip
+        return self._bulk("retry", ids, filters, on_batch)
 
     @needs(OperatorStore, "cancel jobs")
     def cancel_jobs(
@@ -1089,10 +1039,7 @@ class App:
         ``app.cancel_jobs(group="session-42", state="queued")`` cancels a group's
         pending jobs and leaves its running one alone. Returns how many changed.
         """
-        return self._bulk(
-            job_selection(ids, **filters), BULK_ACTIONS["cancel"], self.store.job_cancel_many,
-            on_batch,
-        )  # fmt: skip
+        return self._bulk("cancel", ids, filters, on_batch)
 
     @needs(OperatorStore, "delete jobs")
     def delete_jobs(
@@ -1107,10 +1054,7 @@ class App:
 
         Cancel a running job first: its worker holds it. Returns how many were deleted.
         """
-        return self._bulk(
-            job_selection(ids, **filters), BULK_ACTIONS["delete"],
-            lambda job_ids, now: self.store.job_delete_many(job_ids), on_batch,
-        )  # fmt: skip
+        return self._bulk("delete", ids, filters, on_batch)
 
     @needs(OperatorStore, "run jobs now")
     def run_jobs_now(
@@ -1122,10 +1066,7 @@ class App:
         **filters: str | None,
     ) -> int:
         """Make the scheduled and retrying jobs among those named due now; returns how many."""
-        return self._bulk(
-            job_selection(ids, **filters), BULK_ACTIONS["run_now"], self.store.job_run_now,
-            on_batch,
-        )  # fmt: skip
+        return self._bulk("run_now", ids, filters, on_batch)
 
     @needs(OperatorStore, "take jobs back")
     def take_back(
@@ -1144,48 +1085,20 @@ class App:
         the holder was alive after all, its outcome is refused (its lease is void)
         and the job may run twice, as after any rescue. Returns how many.
         """
-        return self._bulk(
-            job_selection(ids, **filters), BULK_ACTIONS["take_back"], self.store.job_take_back,
-            on_batch,
-        )  # fmt: skip
+        return self._bulk("take_back", ids, filters, on_batch)
 
     def _bulk(
         self,
-        selection: JobSelection,
-        applies_to: tuple[str, ...],
-        act: Callable[[Sequence[int], datetime], list[int]],
+        action: str,
+        ids: Sequence[int] | None,
+        filters: Mapping[str, str | None],
         on_batch: Callable[[int], None] | None,
+        act: bulk.Act | None = None,
     ) -> int:
-        if selection.empty:
-            raise ConfigurationError(
-                f"name the jobs: give ids, or at least one filter ({', '.join(SELECTION_FILTERS)})"
-            )
-        total = 0
-
-        def done(changed: list[int]) -> None:
-            nonlocal total
-            total += len(changed)
-            if changed:
-                self.changes.publish("jobs", selection.queue or "")
-            if on_batch is not None:
-                on_batch(len(changed))
-
-        only_ids = selection.ids is not None and selection == JobSelection(ids=selection.ids)
-        if only_ids and selection.ids is not None:
-            # The action itself checks each job's state: no need to read them first.
-            for start in range(0, len(selection.ids), BULK_BATCH):
-                done(act(selection.ids[start : start + BULK_BATCH], utcnow()))
-            return total
-        for state in states_to_walk(selection.state, applies_to):
-            narrowed = dataclasses.replace(selection, state=state)
-            before: int | None = None
-            while True:
-                page = self.store.job_select(narrowed, utcnow(), before, BULK_BATCH)
-                if not page:
-                    break
-                done(act([job.id for job in page], utcnow()))
-                before = page[-1].id
-        return total
+        selection = job_selection(ids, **filters)
+        chosen = act or bulk.store_action(self.store, action)
+        changed = functools.partial(self.changes.publish, "jobs")
+        return bulk.walk(self.store, selection, BULK_ACTIONS[action], chosen, on_batch, changed)
 
     @needs(OperatorStore, "delete queues")
     def delete_queue(self, queue: str) -> int:
@@ -1222,49 +1135,9 @@ class App:
 
     @needs(OperatorStore, "apply retention")
     def apply_retention(self, now: datetime) -> int:
-        """One round of retention, run by the leader of retention among the workers'
-        maintenance and the consumers; returns the jobs deleted.
-
-        ``retention`` applies to the final states ``retention_by_state`` does not
-        name; ``keep_finished`` trims each queue to its newest finished jobs, and a
-        ``Keep``'s count each queue to its newest jobs of that state (at most every
-        ``count_retention_every`` seconds, a minute: they count finished jobs to do
-        so). Each round deletes at most 10,000 jobs per rule, so a big backlog goes
-        over a few rounds.
-        """
-        deleted = 0
-        by_state = self.retention_by_state
-        keep_by_state = self.keep_by_state
-        if self.retention is not None:
-            rest = [s for s in FINAL_STATES if s not in by_state]
-            if rest:
-                deleted += self.store.job_purge_where(now - self.retention, rest, None)
-        for state, age in by_state.items():
-            deleted += self.store.job_purge_where(now - age, [state], None)
-        counting = self.keep_finished is not None or keep_by_state
-        if counting and time.monotonic() >= self._next_count_retention:
-            self._next_count_retention = time.monotonic() + self.count_retention_every
-            names = self.store.queue_names()
-            if isinstance(self.keep_finished, int):
-                keeps = dict.fromkeys(names, self.keep_finished)
-            else:
-                keeps = dict(self.keep_finished or {})
-            for queue, keep in keeps.items():
-                deleted += self.store.job_purge_beyond(queue, keep, FINAL_STATES)
-            for state, keep in keep_by_state.items():
-                for queue in names:  # per queue, as removeOnFail's count is per queue
-                    deleted += self.store.job_purge_beyond(queue, keep, [state])
-        return deleted
-
-    @property
-    def has_retention(self) -> bool:
-        """Whether any retention rule is set (the housekeeping of workers and consumers)."""
-        return bool(
-            self.retention is not None
-            or self.retention_by_state
-            or self.keep_by_state
-            or self.keep_finished is not None
-        )
+        """One round of retention now (``conveyor.worker.retention.Retention.apply``), as
+        its leader among the workers and consumers runs it; returns the jobs deleted."""
+        return self.runtime.retention.apply(self.store, now)
 
     @needs(OperatorStore, "trim queues")
     def trim(
@@ -1362,7 +1235,7 @@ class App:
                 self.changes.publish("held", ",".join(str(i) for i in changed))
             return changed
 
-        return self._bulk(job_selection(ids, **filters), BULK_ACTIONS["hold"], hold, on_batch)
+        return self._bulk("hold", ids, filters, on_batch, hold)
 
     @needs(HoldStore, "let held jobs go")
     def unhold_jobs(
@@ -1375,9 +1248,7 @@ class App:
     ) -> int:
         """Let the held jobs among those named go; returns how many."""
         store = cast(HoldStore, self.store)
-        return self._bulk(
-            job_selection(ids, **filters), BULK_ACTIONS["unhold"], store.job_unhold, on_batch
-        )
+        return self._bulk("unhold", ids, filters, on_batch, store.job_unhold)
 
     @needs(HoldStore, "list held jobs")
     def held_jobs(
@@ -1487,7 +1358,7 @@ class App:
         validate_name("queue", queue)
         validate_name("limit_key", limit_key, optional=True)
         length = throttle_seconds(seconds, allow_zero=True)
-        return self.store.limit_throttle(queue, limit_key, length)
+        return self.runtime.throttle(queue, length, limit_key)
 
     # --- async twins ------------------------------------------------------------------
     # Every call above for asyncio code, run in a worker thread. Made from the sync
@@ -1542,28 +1413,6 @@ class App:
     achildren = async_twin(children)
 
 
-#: Jobs acted on per transaction by a bulk action.
-BULK_BATCH = 1000
-#: Seconds between two rounds of retention by count (each counts a queue's finished jobs).
-COUNT_RETENTION_EVERY = 60.0
-FINAL_STATES = tuple(str(s) for s in JobState if s in TERMINAL_STATES)
-#: The states each bulk action changes; it leaves jobs in other states alone.
-BULK_ACTIONS: dict[str, tuple[str, ...]] = {
-    "retry": ("failed", "cancelled"),
-    "cancel": ("waiting", "queued", "running"),
-    "delete": ("waiting", "queued", "succeeded", "failed", "cancelled"),
-    "run_now": ("scheduled", "retrying"),
-    "take_back": ("running",),
-    "hold": ("queued",),
-    "unhold": ("scheduled",),
-}
-SELECTION_FILTERS = (
-    "state", "queue", "task", "group", "batch", "error", "worker", "key", "limit_key", "args",
-)  # fmt: skip
-#: Longest text searched for in errors or arguments.
-MAX_SEARCH_TEXT = 200
-
-
 def parent_ids(after: object) -> tuple[int, ...]:
     """The ids an ``after=`` option names (Jobs or ids), checked, in order, once each."""
     if after is None:
@@ -1585,129 +1434,6 @@ def parent_ids(after: object) -> tuple[int, ...]:
                 f"after must name Jobs or job ids (integers from 1 to {MAX_JOB_ID}), got {parent!r}"
             )
     return tuple(dict.fromkeys(ids))
-
-
-def job_selection(ids: Sequence[int] | None = None, **filters: str | None) -> JobSelection:
-    """A JobSelection from ids and filters, checked: an unknown filter or state is refused."""
-    unknown = set(filters) - set(SELECTION_FILTERS)
-    if unknown:
-        raise ConfigurationError(
-            f"unknown filter {', '.join(sorted(unknown))}: use {', '.join(SELECTION_FILTERS)}"
-        )
-    state = filters.get("state")
-    if state is not None and state not in FILTER_STATES:
-        raise ConfigurationError(f"unknown state {state!r}: use one of {', '.join(FILTER_STATES)}")
-    for name in ("queue", "task", "group", "batch", "worker", "key", "limit_key"):
-        validate_name(name, filters.get(name), optional=True)
-    for name in ("error", "args"):
-        text = filters.get(name)
-        if text is not None and (
-            not isinstance(text, str) or len(text) > MAX_SEARCH_TEXT or "\x00" in text
-        ):
-            raise ConfigurationError(
-                f"the {name} text to look for must be text under {MAX_SEARCH_TEXT} characters"
-            )
-    chosen: tuple[int, ...] | None = None
-    if ids is not None:
-        if isinstance(ids, int | str):
-            raise ConfigurationError("ids must be a list of job ids")
-        chosen = tuple(int(i) for i in ids)
-        if any(not 0 < i < 2**63 for i in chosen):
-            raise ConfigurationError("job ids are positive 64-bit integers")
-    return JobSelection(
-        ids=chosen, **{name: filters.get(name) or None for name in SELECTION_FILTERS}
-    )
-
-
-def states_to_walk(state: str | None, applies_to: tuple[str, ...]) -> list[str]:
-    """The states a bulk action walks: those it applies to, within the selection's state."""
-    if state is None:
-        return list(applies_to)
-    if state in applies_to:
-        return [state]
-    if state in WAITING_STATES and "queued" in applies_to:
-        return [state]
-    if state == "queued":
-        return [s for s in applies_to if s in WAITING_STATES]
-    return []
-
-
-#: The oldest a purge reaches back: a thousand years (a cutoff before year 1 cannot be written).
-MAX_AGE = timedelta(days=365_000)
-#: Most finished jobs a count rule keeps per queue (within every store's integer).
-MAX_KEEP = 1_000_000_000
-
-
-def check_age(older_than: timedelta | float) -> timedelta:
-    """A purge's age (a timedelta, or seconds), from 0 to MAX_AGE; raise ConfigurationError."""
-    seconds = older_than.total_seconds() if isinstance(older_than, timedelta) else older_than
-    if (
-        isinstance(seconds, bool)
-        or not isinstance(seconds, int | float)
-        or not 0 <= seconds <= MAX_AGE.total_seconds()
-    ):
-        raise ConfigurationError(
-            f"older_than must be from 0 to {MAX_AGE.days:,} days (a thousand years), "
-            f"got {older_than!r}"
-        )
-    return timedelta(seconds=seconds)
-
-
-def check_final_states(states: Sequence[str] | None) -> list[str]:
-    """Final states named for a purge (all three when None), each checked."""
-    if states is None:
-        return list(FINAL_STATES)
-    if isinstance(states, str):
-        states = [states]
-    for state in states:
-        if state not in FINAL_STATES:
-            raise ConfigurationError(
-                f"only finished jobs are purged: {state!r} is not one of {', '.join(FINAL_STATES)}"
-            )
-    if not states:
-        raise ConfigurationError("name at least one final state to purge")
-    return list(dict.fromkeys(states))
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Keep:
-    """How long, and how many, finished jobs of one final state are kept (``retention_by_state``).
-
-    ``Keep(age=timedelta(days=7), count=1000)`` for failed jobs is BullMQ's
-    ``removeOnFail: {age, count}``: a failed job goes once it is older than a
-    week, or once a queue has 1,000 newer failed jobs, whichever comes first.
-    Either may be None (no rule of that kind); ``count`` applies per queue.
-    """
-
-    age: timedelta | None = None
-    count: int | None = None
-
-
-def check_retention_by_state(
-    by_state: Mapping[str, timedelta | Keep] | None,
-) -> tuple[dict[str, timedelta], dict[str, int]]:
-    """The age and count rules of ``retention_by_state``, each checked."""
-    chosen = dict(by_state or {})
-    check_final_states(list(chosen) or None)
-    ages: dict[str, timedelta] = {}
-    counts: dict[str, int] = {}
-    for state, rule in chosen.items():
-        age, count = (rule.age, rule.count) if isinstance(rule, Keep) else (rule, None)
-        if age is not None:
-            if not isinstance(age, timedelta) or age < timedelta(0):
-                raise ConfigurationError(
-                    f"retention_by_state[{state!r}] must be a timedelta of zero or more, "
-                    "or a Keep(age=..., count=...)"
-                )
-            ages[state] = age
-        if count is not None:
-            if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-                raise ConfigurationError(
-                    f"retention_by_state[{state!r}]: Keep's count must be a number of jobs "
-                    f"(0 or more), got {count!r}"
-                )
-            counts[state] = count
-    return ages, counts
 
 
 #: The environment variable that turns the store's notifications off (``0``) or on (``1``).
@@ -1733,24 +1459,6 @@ def notifications_setting(given: bool | None) -> bool:
         raise ConfigurationError(
             f"${NOTIFICATIONS_ENV} must be 0 (poll only) or 1 (listen), got {raw!r}"
         ) from None
-
-
-def check_keep_finished(
-    keep: int | Mapping[str, int] | None, what: str = "keep_finished"
-) -> int | dict[str, int] | None:
-    if keep is None:
-        return None
-    values = list(keep.values()) if isinstance(keep, Mapping) else [keep]
-    for value in values:
-        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_KEEP:
-            raise ConfigurationError(
-                f"{what} must be a whole number of jobs from 0 to {MAX_KEEP:,}, got {value!r}"
-            )
-    if not isinstance(keep, Mapping):
-        return keep
-    for queue in keep:
-        validate_name("queue", queue)
-    return dict(keep)
 
 
 def _timeout_seconds(task: str, timeout: object) -> float | None:

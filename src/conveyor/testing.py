@@ -77,7 +77,7 @@ def drain(
     spent. Stops after ``limit`` jobs. Handlers run on the worker's execution
     path (claim, executor, completer), in this thread.
     """
-    return _drain(app, queues, with_scheduled=with_scheduled, limit=limit)
+    return _drain(app.runtime, queues, with_scheduled=with_scheduled, limit=limit)
 
 
 @contextmanager

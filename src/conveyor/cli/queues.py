@@ -9,11 +9,13 @@ from datetime import timedelta
 import click
 from rich.live import Live
 
-from conveyor.app import MAX_KEEP, App, check_age
+from conveyor.app import App
+from conveyor.bulk import check_age
 from conveyor.cli.options import Bounded, Duration, dsn_option, json_option, open_app, within
 from conveyor.cli.output import console, interactive, print_json, progress, stats_dict, stats_view
 from conveyor.errors import ConveyorError
 from conveyor.job import validate_name
+from conveyor.worker.retention import MAX_KEEP
 
 FINAL_STATES = ("succeeded", "failed", "cancelled")
 

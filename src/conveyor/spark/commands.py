@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from conveyor.app import check_age
+from conveyor.bulk import check_age
 from conveyor.cli.output import console as cli_console
 from conveyor.errors import ConveyorError
 from conveyor.store.dsn import DSN_ENV, default_dsn, open_store, sqlite_path

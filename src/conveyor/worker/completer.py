@@ -21,12 +21,12 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from conveyor.changes import ChangeHub
 from conveyor.errors import StoreUnavailableError
 from conveyor.job import JobState
 from conveyor.logs import job_fields
 from conveyor.pacing import DutyBackoff
-from conveyor.store.base import Store
-from conveyor.worker.changes import ChangeHub
+from conveyor.store.base import JobStore
 from conveyor.worker.executor import Outcome, Running
 
 log = logging.getLogger("conveyor.worker")
@@ -43,7 +43,7 @@ BUSY_GIVE_UP = 60.0
 
 
 class Completer:
-    def __init__(self, store: Store, changes: ChangeHub) -> None:
+    def __init__(self, store: JobStore, changes: ChangeHub) -> None:
         self._store = store
         self._changes = changes
 

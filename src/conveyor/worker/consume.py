@@ -36,8 +36,9 @@ from collections.abc import AsyncIterator, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from conveyor.changes import ids_payload
 from conveyor.context import CancelSignal, Context
 from conveyor.errors import (
     ConfigurationError,
@@ -52,7 +53,6 @@ from conveyor.logs import job_fields
 from conveyor.middleware import Attempt, Middleware, run_after, run_before
 from conveyor.pacing import DutyBackoff
 from conveyor.store.base import Lease, LeaseStatus
-from conveyor.worker.changes import ids_payload
 from conveyor.worker.completer import Completer
 from conveyor.worker.executor import (
     PAYLOAD_ERRORS,
@@ -62,13 +62,11 @@ from conveyor.worker.executor import (
     run_again_at,
     undecodable,
 )
+from conveyor.worker.hooks import throttle_job
 from conveyor.worker.leases import LeaseKeeper
 from conveyor.worker.maintenance import Rescuer
-from conveyor.worker.throttle import throttle_job
+from conveyor.worker.runtime import Runtime
 from conveyor.worker.wakeup import Wakeup
-
-if TYPE_CHECKING:
-    from conveyor.app import App
 
 log = logging.getLogger("conveyor.consume")
 
@@ -118,20 +116,20 @@ class ConsumedJob:
     leaving a ``with`` block after a cancel request ends the job cancelled.
     """
 
-    def __init__(self, app: App, job: Job, lease: timedelta) -> None:
-        self.app = app
+    def __init__(self, runtime: Runtime, job: Job, lease: timedelta) -> None:
+        self.runtime = runtime
         self.job = job
         self._lease = lease
         self.ended = False
         #: What the lease keeper renews while the job is held.
-        self.running = Running(job=job, task=app.tasks.get(job.task), context=Context(job))
+        self.running = Running(job=job, task=runtime.tasks.get(job.task), context=Context(job))
         #: The attempt the middleware sees, from the hand-out (``_begin``) to the end.
         self._attempt: Attempt | None = None
         self._entered: list[Middleware] = []
 
     def _begin(self) -> None:
         """The hand-out: the middleware's before-hooks, in the thread that takes the job."""
-        chain = self.app.middleware_chain()
+        chain = self.runtime.middleware()
         if chain:
             self._attempt = Attempt(self.job, self.running.context)
             self._entered = run_before(chain, "before_attempt", self._attempt)
@@ -179,7 +177,7 @@ class ConsumedJob:
     ) -> None:
         """Record the outcome, retrying while the database is away (for up to one lease)."""
         self._tell_middleware(outcome, result, exception)
-        completer = Completer(self.app.store, self.app.changes)
+        completer = Completer(self.runtime.store, self.runtime.changes)
         give_up = time.monotonic() + self._lease.total_seconds()
         backoff = DutyBackoff(f"job {self.job.id}: recording its outcome", log, ceiling=2.0)
         while True:
@@ -202,7 +200,8 @@ class ConsumedJob:
     @property
     def upstream(self) -> dict[int, Any]:
         """The results of the jobs this one waited for (``after=``) that succeeded, by id."""
-        parents = self.app.parents(self.job.id)
+        edges = self.runtime.parent_edges(self.job.id)
+        parents = [edge.job for edge in edges if edge.job is not None]
         return {p.id: p.result for p in parents if p.state == JobState.SUCCEEDED}
 
     def complete(self, result: Any = None) -> None:
@@ -224,7 +223,7 @@ class ConsumedJob:
         if final or isinstance(error, Fail):
             self._end(Outcome("fail", error=text), "failed", None, exception)
             return
-        task = self.app.tasks.get(self.job.task)
+        task = self.runtime.tasks.get(self.job.task)
         if retry_in is None:
             retry_in = task.backoff.delay(self.job.attempts) if task else 0.0
         run_at = run_again_at(utcnow(), retry_in, "retry_in")
@@ -249,7 +248,7 @@ class ConsumedJob:
         As ``ctx.throttle`` in a handler: for a partner that said "too many
         requests". The job itself is still held: ``job.release()`` hands it back.
         """
-        throttle_job(self.app, self.job, throttle_seconds(seconds), whole_queue)
+        throttle_job(self.runtime, self.job, throttle_seconds(seconds), whole_queue)
 
     def __enter__(self) -> ConsumedJob:
         return self
@@ -292,7 +291,7 @@ class Consumer:
 
     def __init__(
         self,
-        app: App,
+        runtime: Runtime,
         queues: Sequence[str],
         group: str | None = None,
         options: ConsumeOptions | None = None,
@@ -302,9 +301,9 @@ class Consumer:
         # The loop's state lives apart from this object, so that nothing but this
         # object holds the generator: dropping it closes the generator at once
         # (and releases what it holds), without waiting for the cycle collector.
-        self._loop = _Loop(app, list(queues), group, options or ConsumeOptions())
+        self._loop = _Loop(runtime, list(queues), group, options or ConsumeOptions())
         self._jobs = self._loop.run()
-        app._consumers.add(self)
+        runtime.consumers.add(self)
 
     @property
     def held(self) -> ConsumedJob | None:
@@ -333,9 +332,9 @@ class Consumer:
 
 class _Loop:
     def __init__(
-        self, app: App, queues: list[str], group: str | None, options: ConsumeOptions
+        self, runtime: Runtime, queues: list[str], group: str | None, options: ConsumeOptions
     ) -> None:
-        self.app = app
+        self.runtime = runtime
         self.queues = queues
         self.group = group
         self.options = options
@@ -393,13 +392,13 @@ class _Loop:
     def _start_threads(self) -> None:
         if self._keeper is None:
             self._keeper = LeaseKeeper(
-                self.app.store, self.id, self.lease.total_seconds(), self._held_now,
+                self.runtime.store, self.id, self.lease.total_seconds(), self._held_now,
                 self._renewed, check_in=False,
             )  # fmt: skip
             self._keeper.start()
         if self._rescuer is None:
             self._rescuer = Rescuer(
-                self.app, self.lease.total_seconds(), self._rescued, holder=self.id
+                self.runtime, self.lease.total_seconds(), self._rescued, holder=self.id
             )
             self._rescuer.start()
 
@@ -469,7 +468,7 @@ class _Loop:
         return not mine.isdisjoint(ids)
 
     def run(self) -> Generator[ConsumedJob, None, None]:
-        self.app.changes.add(self._listener)
+        self.runtime.changes.add(self._listener)
         self._start_threads()
         idle_since = time.monotonic()
         backoff = DutyBackoff(
@@ -497,7 +496,7 @@ class _Loop:
                         self._wait_for_work(idle_since)
                         continue
                     with self._waiting_lock:
-                        self.waiting = [ConsumedJob(self.app, j, self.lease) for j in claimed]
+                        self.waiting = [ConsumedJob(self.runtime, j, self.lease) for j in claimed]
                     if self._stop.is_set():
                         continue  # the loop ends: release_held gives the batch back
                     # The claim confirms the first: one job a claim costs no more.
@@ -511,7 +510,7 @@ class _Loop:
                 self._release(held)
                 idle_since = time.monotonic()
         finally:
-            self.app.changes.remove(self._listener)
+            self.runtime.changes.remove(self._listener)
             self.release_held()
             self._stop_threads()
 
@@ -544,7 +543,7 @@ class _Loop:
         started = time.monotonic()
         running = [job.running for job in waiting if not job.ended]
         try:
-            statuses = self.app.store.job_heartbeat(
+            statuses = self.runtime.store.job_heartbeat(
                 [Lease(r.id, r.token) for r in running], self.lease
             )
         except StoreUnavailableError:
@@ -555,15 +554,15 @@ class _Loop:
 
     def _claim(self) -> list[Job]:
         """Claim up to a batch; jobs that can never run fail at once and are left out."""
-        store = self.app.store
+        store = self.runtime.store
         size = self.options.batch_size
         while True:
             claimed = store.job_claim(self.queues, size, self.id, self.lease, group=self.group)
             if claimed:
-                self.app.changes.publish("claimed", ids_payload(claimed))
+                self.runtime.changes.publish("claimed", ids_payload(claimed))
             good: list[Job] = []
             for job in claimed:
-                job._app = self.app
+                self.runtime.attach(job)
                 poison = _payload_check(job)
                 if poison is None:
                     good.append(job)
@@ -571,12 +570,12 @@ class _Loop:
                 # Never handed out: it would fail the same way every time, and block its group.
                 log.error("job %s failed at once: %s", job.id, poison.error, extra=job_fields(job))
                 running = Running(job=job, task=None, context=Context(job))
-                Completer(store, self.app.changes).record([(running, poison)])
+                Completer(store, self.runtime.changes).record([(running, poison)])
             if good or not claimed:
                 return good
 
     def _wait_for_work(self, idle_since: float) -> None:
-        store = self.app.store
+        store = self.runtime.store
         now = time.monotonic()
         pause = self.poll_interval
         try:
@@ -599,13 +598,13 @@ def _payload_check(job: Job) -> Outcome | None:
 
 
 async def aconsume(
-    app: App,
+    runtime: Runtime,
     queues: Sequence[str],
     group: str | None = None,
     options: ConsumeOptions | None = None,
 ) -> AsyncIterator[ConsumedJob]:
     """The async twin: the blocking claims and waits run in a thread."""
-    consumer = Consumer(app, queues, group, options)
+    consumer = Consumer(runtime, queues, group, options)
     sentinel = object()
     stepping = threading.Lock()
 

@@ -33,7 +33,7 @@ from datetime import timedelta
 
 from conveyor.job import JobState, utcnow
 from conveyor.pacing import DutyBackoff
-from conveyor.store.base import Lease, LeaseStatus, Store
+from conveyor.store.base import JobStore, Lease, LeaseStatus
 from conveyor.worker.executor import Running
 
 log = logging.getLogger("conveyor.worker")
@@ -53,7 +53,7 @@ CHECK_INTERVAL = 0.25
 class LeaseKeeper:
     def __init__(
         self,
-        store: Store,
+        store: JobStore,
         worker_id: str,
         lease: float,
         held: Callable[[], Sequence[Running]],

@@ -17,22 +17,17 @@ import logging
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 from conveyor.job import NewJob, resolve_run_at, utcnow
 from conveyor.pacing import DutyBackoff
 from conveyor.store.base import FlowControlStore, OperatorStore
+from conveyor.worker.retention import Housekeeping
+from conveyor.worker.runtime import Runtime
 from conveyor.worker.talk import log_rescued
-
-if TYPE_CHECKING:
-    from conveyor.app import App
 
 log = logging.getLogger("conveyor.maintenance")
 
 LEADER_NAME = "maintenance"
-#: Retention has a leader of its own: every process that consumes (a worker's
-#: maintenance, a consumer's rescuer) runs for it, and one of them acts.
-RETENTION_LEADER = "retention"
 
 
 def round_interval(lease: float) -> float:
@@ -61,8 +56,9 @@ class _Background:
 
 
 class Maintenance(_Background):
-    def __init__(self, app: App, holder: str, lease: float) -> None:
-        self.app = app
+    def __init__(self, runtime: Runtime, holder: str, lease: float) -> None:
+        self.runtime = runtime
+        self.store = runtime.store
         self.holder = holder
         # Check often enough that an expired lease is rescued within about a
         # quarter of its length, but never hammer the database.
@@ -70,14 +66,14 @@ class Maintenance(_Background):
         self.ttl = timedelta(seconds=max(self.interval * 3, 1.0))
         super().__init__("conveyor-maintenance")
         self.is_leader = False
-        self._retention = Housekeeping(app, holder, self.ttl)
+        self._retention = Housekeeping(runtime.store, runtime.retention, holder, self.ttl)
 
     def stop(self) -> None:
         super().stop()
         self._retention.release()
         if self.is_leader:
             try:
-                self.app.store.leader_release(LEADER_NAME, self.holder)
+                self.store.leader_release(LEADER_NAME, self.holder)
             except Exception:
                 log.exception("could not release the maintenance lease")
 
@@ -97,7 +93,7 @@ class Maintenance(_Background):
 
     def run_once(self, now: datetime | None = None) -> None:
         """One round; ``now`` None: the store's clock judges leases, this machine's the rest."""
-        store = self.app.store
+        store = self.store
         wall = now or utcnow()
         self.is_leader = store.leader_acquire(LEADER_NAME, self.holder, self.ttl, wall)
         if not self.is_leader:
@@ -108,7 +104,7 @@ class Maintenance(_Background):
             ("periodic tasks", lambda: self._enqueue_periodic(wall)),
         ]
         # Capabilities beyond the core: a store without them has nothing to do here.
-        if isinstance(store, OperatorStore) and self.app.has_retention:
+        if isinstance(store, OperatorStore) and self.runtime.retention.enabled:
             actions.append(("retention", lambda: self._retention.run(wall)))
         if isinstance(store, FlowControlStore):
             # Claims prune the starts of the queues they claim; this, the rest.
@@ -123,13 +119,13 @@ class Maintenance(_Background):
         return timedelta(seconds=max(self.ttl.total_seconds() * 10, 60))
 
     def _rescue(self, now: datetime | None) -> None:
-        rescued = self.app.store.job_rescue_expired(now)
-        log_rescued(log, self.app.store, rescued, "worker")
+        rescued = self.store.job_rescue_expired(now)
+        log_rescued(log, self.store, rescued, "worker")
 
     def _enqueue_periodic(self, now: datetime) -> None:
-        for periodic in self.app.periodic_tasks:
+        for periodic in self.runtime.periodic:
             tick = periodic.schedule.last_tick(now)
-            task = self.app.tasks.get(periodic.task)
+            task = self.runtime.tasks.get(periodic.task)
             try:
                 job = NewJob(
                     queue=task.queue if task else "default",
@@ -144,43 +140,11 @@ class Maintenance(_Background):
                     key=f"periodic:{periodic.task}:{tick.isoformat()}",
                     unique="forever",
                 )
-                if self.app.store.periodic_enqueue(periodic.task, tick, job, now):
-                    self.app.changes.publish("jobs", job.queue)
+                if self.store.periodic_enqueue(periodic.task, tick, job, now):
+                    self.runtime.changes.publish("jobs", job.queue)
             except Exception:
                 # One task's trouble must not starve the others (nor rescue, next round).
                 log.exception("could not enqueue periodic task %s", periodic.task)
-
-
-class Housekeeping:
-    """Retention (``App(retention=..., retention_by_state=..., keep_finished=...)``), led.
-
-    Run by every worker's maintenance and every consumer's rescuer, so that a
-    consume-only service prunes as a worker does; the holder of the retention
-    lease acts, the others skip their turn. A deletion is safe to run twice.
-    """
-
-    def __init__(self, app: App, holder: str, ttl: timedelta) -> None:
-        self.app = app
-        self.holder = holder
-        self.ttl = ttl
-        self.is_leader = False
-
-    def run(self, now: datetime | None = None) -> int:
-        """One round of retention if this process leads it; the jobs deleted."""
-        store = self.app.store
-        if not isinstance(store, OperatorStore) or not self.app.has_retention:
-            return 0
-        wall = now or utcnow()
-        self.is_leader = store.leader_acquire(RETENTION_LEADER, self.holder, self.ttl, wall)
-        return self.app.apply_retention(wall) if self.is_leader else 0
-
-    def release(self) -> None:
-        if self.is_leader:
-            try:
-                self.app.store.leader_release(RETENTION_LEADER, self.holder)
-            except Exception:
-                log.exception("could not release the retention lease")
-            self.is_leader = False
 
 
 class Rescuer(_Background):
@@ -193,13 +157,13 @@ class Rescuer(_Background):
     """
 
     def __init__(
-        self, app: App, lease: float, rescued: Callable[[], None], holder: str = "consumer"
+        self, runtime: Runtime, lease: float, rescued: Callable[[], None], holder: str = "consumer"
     ) -> None:
-        self._app = app
+        self._store = runtime.store
         self.interval = round_interval(lease)  # as often as maintenance
         self._rescued = rescued
         ttl = timedelta(seconds=max(self.interval * 3, 1.0))
-        self._housekeeping = Housekeeping(app, holder, ttl)
+        self._housekeeping = Housekeeping(runtime.store, runtime.retention, holder, ttl)
         super().__init__("conveyor-rescue")
 
     def stop(self) -> None:
@@ -210,14 +174,14 @@ class Rescuer(_Background):
         backoff = DutyBackoff("consume: rescuing expired leases", log, ceiling=self.interval * 8)
         while not self._stop.is_set():
             try:
-                rescued = self._app.store.job_rescue_expired()
+                rescued = self._store.job_rescue_expired()
                 backoff.succeeded()
                 pause = self.interval
             except Exception as exc:
                 pause = backoff.failed(exc)
                 rescued = []
             if rescued:
-                log_rescued(log, self._app.store, rescued, "worker or consumer")
+                log_rescued(log, self._store, rescued, "worker or consumer")
                 self._rescued()
             try:
                 self._housekeeping.run()

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from conveyor.job import utcnow
 from conveyor.logs import job_fields, spelled_duration
-from conveyor.store.base import Store
+from conveyor.store.base import JobStore
 from conveyor.version import __version__
 from conveyor.worker.executor import Running, outcome_name
 
@@ -26,8 +26,8 @@ log = logging.getLogger("conveyor.worker")
 
 
 def log_start(worker: Worker) -> None:
-    app, opts = worker.app, worker.options
-    health = app.health()
+    runtime, opts = worker.runtime, worker.options
+    health = runtime.health()
     state = (
         f"schema v{health.get('schema_version')}, {health.get('latency_ms')} ms"
         if health.get("ok")
@@ -35,13 +35,13 @@ def log_start(worker: Worker) -> None:
     )
     if "persistence" in health:  # Redis: what a restart of the server would keep
         state += f", {health['persistence']}"
-    tasks = sorted(app.tasks)
+    tasks = sorted(runtime.tasks)
     slots = f"{opts.concurrency}" + (f" (+{opts.prefetch} prefetched)" if opts.prefetch else "")
     log.info(
         "worker %s starting: conveyor %s, %s (%s), queues %s, concurrency %s, lease %gs, tasks: %s",
         worker.id,
         __version__,
-        app.store.description,
+        runtime.store.description,
         state,
         ",".join(opts.queues),
         slots,
@@ -50,7 +50,7 @@ def log_start(worker: Worker) -> None:
     )
     if health.get("warning"):
         log.warning("%s", health["warning"])
-    served = {task.queue for task in app.tasks.values()}
+    served = {task.queue for task in runtime.tasks.values()}
     for queue in opts.queues:
         if queue not in served:
             log.warning(
@@ -59,7 +59,7 @@ def log_start(worker: Worker) -> None:
                 queue,
             )
     try:
-        paused = app.store.queue_paused() & set(opts.queues)
+        paused = runtime.store.queue_paused() & set(opts.queues)
     except Exception:
         paused = set()
     for queue in sorted(paused):
@@ -108,7 +108,7 @@ def describe_finished(running: Running) -> str:
 RESCUE_LINES = 100
 
 
-def log_rescued(logger: logging.Logger, store: Store, ids: list[int], who: str) -> None:
+def log_rescued(logger: logging.Logger, store: JobStore, ids: list[int], who: str) -> None:
     """One warning per rescued job (with its fields), read back to say what became of it."""
     if not ids:
         return

@@ -36,18 +36,17 @@ import uuid
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from conveyor.changes import ids_payload
 from conveyor.context import Context
 from conveyor.errors import ConfigurationError
 from conveyor.job import Job, utcnow
 from conveyor.logs import job_fields
 from conveyor.pacing import DutyBackoff
-from conveyor.store.base import Lease, LeaseStatus, Relative, Step
-from conveyor.worker import effects
-from conveyor.worker.changes import ids_payload
+from conveyor.store.base import Lease, LeaseStatus
 from conveyor.worker.completer import Completer, CompleterThread, Settlement
 from conveyor.worker.executor import (
     EventLoopThread,
@@ -58,13 +57,13 @@ from conveyor.worker.executor import (
     poison_outcome,
 )
 from conveyor.worker.handler_threads import HandlerThreads
+from conveyor.worker.hooks import StoreHooks, job_lease
 from conveyor.worker.leases import LeaseKeeper
+from conveyor.worker.runtime import Runtime
 from conveyor.worker.talk import describe_finished, log_start, log_summary
-from conveyor.worker.throttle import throttle_job
 from conveyor.worker.wakeup import Wakeup
 
 if TYPE_CHECKING:
-    from conveyor.app import App
     from conveyor.worker.maintenance import Maintenance
 
 log = logging.getLogger("conveyor.worker")
@@ -130,7 +129,7 @@ class Worker:
 
     def __init__(
         self,
-        app: App,
+        runtime: Runtime,
         queues: Sequence[str] | None = None,
         concurrency: int = 8,
         burst: bool = False,
@@ -152,11 +151,12 @@ class Worker:
             raise ConfigurationError("poll_interval must be positive")
         if not unknown_task_patience >= 0:
             raise ConfigurationError("unknown_task_patience must be 0 or more seconds")
-        chosen = tuple(queues) if queues else tuple(sorted({t.queue for t in app.tasks.values()}))
+        served = sorted({t.queue for t in runtime.tasks.values()})
+        chosen = tuple(queues) if queues else tuple(served)
         if not chosen:
             raise ConfigurationError("no queues to work on: register tasks or pass queues=[...]")
-        self.app = app
-        self.store = app.store
+        self.runtime = runtime
+        self.store = runtime.store
         self.options = WorkerOptions(
             chosen, concurrency, burst, stop_timeout, lease, poll_interval, maintenance, prefetch
         )
@@ -165,6 +165,7 @@ class Worker:
         self._fleet = Fleet(self.id, float(unknown_task_patience))
         self._lease = timedelta(seconds=lease)
         self._wake = Wakeup()
+        self._hooks = WorkerHooks(self)
 
         # --- owned by the control loop ---
         #: Attempts held under a lease, by job id: claimed, and not yet recorded.
@@ -209,10 +210,10 @@ class Worker:
         self._threads = HandlerThreads(concurrency, done=self._handler_returned)
         self._loop_thread: EventLoopThread | None = None
         self._completer = CompleterThread(
-            Completer(app.store, app.changes), self._outcomes_recorded
+            Completer(runtime.store, runtime.changes), self._outcomes_recorded
         )
         self._leases = LeaseKeeper(
-            app.store, self.id, lease, lambda: self._held_snapshot, self._leases_renewed
+            runtime.store, self.id, lease, lambda: self._held_snapshot, self._leases_renewed
         )
         self._maintenance: Maintenance | None = None
         self._started = False
@@ -256,7 +257,7 @@ class Worker:
             raise RuntimeError(f"worker {self.id} was already started; make a new Worker")
         # A database without conveyor's tables (or with older ones) says so now,
         # in the caller's thread: "run conveyor migrate", not "no such table".
-        self.app.check_schema()
+        self.runtime.check_schema()
         self._started = True
 
     def stop(self, graceful: bool = True, timeout: float | None = None) -> None:
@@ -310,7 +311,7 @@ class Worker:
         from conveyor.worker.maintenance import Maintenance
 
         try:
-            self.app.changes.add(self._on_store_change)
+            self.runtime.changes.add(self._on_store_change)
             log_start(self)
             try:
                 self.store.worker_register(
@@ -321,7 +322,7 @@ class Worker:
                 log.warning("could not register worker %s: %s", self.id, exc)
             self._leases.start()
             if self.options.maintenance:
-                self._maintenance = Maintenance(self.app, self.id, self.options.lease)
+                self._maintenance = Maintenance(self.runtime, self.id, self.options.lease)
                 self._maintenance.start()
             while not self._step():
                 pass
@@ -556,7 +557,7 @@ class Worker:
             self._now_answers = 0
             # In process, no statement more: PostgreSQL and Redis send nothing for
             # a claim (SQLite's file watch hears it as "any").
-            self.app.changes.publish("claimed", ids_payload(jobs))
+            self.runtime.changes.publish("claimed", ids_payload(jobs))
         self._dispatch(jobs)
         if len(jobs) < free:
             self._timer.run(self._set_next_run_timer, now)
@@ -620,45 +621,10 @@ class Worker:
     def _running(self, job: Job) -> Running:
         return Running(
             job=job,
-            task=self.app.tasks.get(job.task),
-            context=Context(job, _hooks=self),
-            middleware=self.app.middleware_chain(),
+            task=self.runtime.tasks.get(job.task),
+            context=Context(job, _hooks=self._hooks),
+            middleware=self.runtime.middleware(),
         )
-
-    # --- what a handler's Context asks of the worker (from the handler's thread) ---
-
-    def write_progress(self, job: Job, fraction: float | None, message: str | None) -> bool:
-        return self.store.job_progress(job_lease(job), fraction, message, utcnow())
-
-    def publish_progress(self, job: Job, fraction: float | None, message: str | None) -> None:
-        self.app.changes.publish("progress", progress_payload(job.id, fraction, message))
-
-    def heartbeat(self, job: Job) -> bool:
-        """``ctx.heartbeat()``: renew one lease now; the control loop hears what it learns."""
-        statuses = self.store.job_heartbeat([job_lease(job)], self._lease)
-        if not statuses or statuses[0].cancel_requested:
-            self._renewed.append(([job_lease(job)], {s.id: s for s in statuses}))
-            self._wake.pull("renewed")
-        return bool(statuses)
-
-    def throttle(self, job: Job, seconds: float, whole_queue: bool) -> datetime:
-        """``ctx.throttle()``: hold the job's limit key (or queue) back, for every worker."""
-        return throttle_job(self.app, job, seconds, whole_queue)
-
-    def parents(self, job: Job) -> list[Relative]:
-        """``ctx.upstream``: the jobs this one waited for."""
-        return self.app.parent_edges(job.id)
-
-    def steps(self, job: Job) -> list[Step]:
-        return effects.steps(self.store, job)
-
-    def record_step(
-        self, job: Job, name: str, result_json: str, started_at: datetime
-    ) -> Step | None:
-        return effects.record_step(self.store, job, name, result_json, started_at)
-
-    def complete_in(self, job: Job, connection: Any, result_json: str) -> bool:
-        return effects.complete_in(self.store, job, connection, result_json)
 
     def _start(self, runnings: list[Running]) -> None:
         """Hand attempts to the executor as slots allow; the rest wait, held, in order."""
@@ -796,7 +762,7 @@ class Worker:
         self._wake.set(channel)
 
     def _shutdown(self) -> None:
-        self.app.changes.remove(self._on_store_change)
+        self.runtime.changes.remove(self._on_store_change)
         try:
             self._read_inbox()
             leftover = [r for r in self._held.values() if not r.recorded and not r.returned]
@@ -853,12 +819,27 @@ def given_up(running: Running) -> Outcome:
     return Outcome("release")
 
 
-def job_lease(job: Job) -> Lease:
-    assert job.lease_token is not None
-    return Lease(job.id, job.lease_token)
-
-
 def progress_payload(job_id: int, fraction: float | None, message: str | None) -> str:
     """``id<TAB>fraction<TAB>message`` for in-process progress listeners."""
     shown = "" if fraction is None else repr(fraction)
     return f"{job_id}\t{shown}\t{message or ''}"
+
+
+class WorkerHooks(StoreHooks):
+    """A Context's hooks under a worker: progress heard in this process at once, and a
+    renewal's news (a lost lease, a cancel) handed to the control loop."""
+
+    def __init__(self, worker: Worker) -> None:
+        super().__init__(worker.runtime, worker._lease)
+        self.worker = worker
+
+    def publish_progress(self, job: Job, fraction: float | None, message: str | None) -> None:
+        self.runtime.changes.publish("progress", progress_payload(job.id, fraction, message))
+
+    def heartbeat(self, job: Job) -> bool:
+        """``ctx.heartbeat()``: renew one lease now; the control loop hears what it learns."""
+        statuses = self.store.job_heartbeat([job_lease(job)], self._lease)
+        if not statuses or statuses[0].cancel_requested:
+            self.worker._renewed.append(([job_lease(job)], {s.id: s for s in statuses}))
+            self.worker._wake.pull("renewed")
+        return bool(statuses)

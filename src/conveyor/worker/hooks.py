@@ -1,0 +1,72 @@
+"""What a handler's Context asks of whoever runs its job, straight to the store.
+
+One set of hooks for the worker and inline mode: the worker only adds its own
+way of renewing a lease (its control loop hears what a renewal learns) and of
+telling this process's listeners of progress.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from typing import Any
+
+from conveyor.job import Job, utcnow
+from conveyor.logs import job_fields
+from conveyor.store.base import Lease, Relative, Step
+from conveyor.worker import effects
+from conveyor.worker.runtime import Runtime
+
+log = logging.getLogger("conveyor.worker")
+
+
+class StoreHooks:
+    """A Context's hooks (``conveyor.context.Hooks``) that write to the runtime's store."""
+
+    def __init__(self, runtime: Runtime, lease: timedelta) -> None:
+        self.runtime = runtime
+        self.store = runtime.store
+        self._lease = lease
+
+    def write_progress(self, job: Job, fraction: float | None, message: str | None) -> bool:
+        return self.store.job_progress(job_lease(job), fraction, message, utcnow())
+
+    def publish_progress(self, job: Job, fraction: float | None, message: str | None) -> None:
+        return None  # inline: nobody else waits in this thread while the handler runs
+
+    def heartbeat(self, job: Job) -> bool:
+        return bool(self.store.job_heartbeat([job_lease(job)], self._lease, utcnow()))
+
+    def throttle(self, job: Job, seconds: float, whole_queue: bool) -> datetime:
+        """``ctx.throttle()``: hold the job's limit key (or queue) back, for every worker."""
+        return throttle_job(self.runtime, job, seconds, whole_queue)
+
+    def parents(self, job: Job) -> list[Relative]:
+        """``ctx.upstream``: the jobs this one waited for."""
+        return self.runtime.parent_edges(job.id)
+
+    def steps(self, job: Job) -> list[Step]:
+        return effects.steps(self.store, job)
+
+    def record_step(
+        self, job: Job, name: str, result_json: str, started_at: datetime
+    ) -> Step | None:
+        return effects.record_step(self.store, job, name, result_json, started_at)
+
+    def complete_in(self, job: Job, connection: Any, result_json: str) -> bool:
+        return effects.complete_in(self.store, job, connection, result_json)
+
+
+def throttle_job(runtime: Runtime, job: Job, seconds: float, whole_queue: bool) -> datetime:
+    """Hold back the job's limit key (its queue when it has none, or ``whole_queue``)."""
+    key = None if whole_queue else job.limit_key
+    until = runtime.throttle(job.queue, seconds, key)
+    what = f"queue {job.queue!r}" if key is None else f"key {key!r} of queue {job.queue!r}"
+    log.warning("job %s throttled %s for %gs (until %s)", job.id, what, seconds,
+                until.strftime("%H:%M:%S"), extra=job_fields(job))  # fmt: skip
+    return until
+
+
+def job_lease(job: Job) -> Lease:
+    assert job.lease_token is not None
+    return Lease(job.id, job.lease_token)
