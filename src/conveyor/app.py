@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-import math
-import os
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
@@ -16,10 +14,10 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast, ov
 
 from conveyor import bulk
 from conveyor.bulk import BULK_ACTIONS, check_age, check_final_states, job_selection
-from conveyor.changes import Change, ChangeHub, ChangeListener
+from conveyor.changes import Change, ChangeHub, ChangeListener, notifications_setting
+from conveyor.enqueueing import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, new_jobs_of
 from conveyor.errors import (
     ConfigurationError,
-    InvalidJobError,
     JobCancelled,
     JobFailed,
     JobNotFoundError,
@@ -28,15 +26,10 @@ from conveyor.errors import (
 )
 from conveyor.job import (
     DETAILED_STATES,
-    MAX_JOB_ID,
     EventKind,
     Job,
     JobState,
     NewJob,
-    check_headers,
-    encode_payload,
-    is_job_id,
-    resolve_run_at,
     retry_refusal,
     utcnow,
     validate_max_attempts,
@@ -71,7 +64,7 @@ from conveyor.store.base import (
 )
 from conveyor.store.capabilities import Capabilities, store_capabilities
 from conveyor.store.dsn import open_store
-from conveyor.task import EnqueueOptions, Task
+from conveyor.task import EnqueueOptions, Task, check_timeout
 from conveyor.worker.retention import MAX_KEEP, Keep, Retention, check_keep_finished
 from conveyor.worker.runtime import Runtime
 from conveyor.workflow import Workflow, WorkflowRun, WorkflowStatus, check_workflow
@@ -83,7 +76,6 @@ if TYPE_CHECKING:
 P = ParamSpec("P")
 R = TypeVar("R")
 
-DEFAULT_QUEUE = "default"
 #: A worker that has not checked in for this long is probably dead: it beats every
 #: third of its lease (10 s at the default 30 s), so this is three missed beats.
 SILENT_AFTER = timedelta(seconds=30)
@@ -97,7 +89,6 @@ MAX_HELD_READ = 10_000
 KNOWN_TASKS_READ = 5_000
 #: Longest a wait goes without reading the job again, should a signal be missed.
 WAIT_FALLBACK_POLL = 0.5
-DEFAULT_MAX_ATTEMPTS = 3
 #: How long a finished job without a processed mark counts as unprocessed (``unprocessed``).
 OUTCOME_GRACE = timedelta(days=7)
 #: "Not given" for arguments where None means something (``app.limit(queue, None)`` clears).
@@ -316,7 +307,7 @@ class App:
                 queue=validate_name("queue", queue) or DEFAULT_QUEUE,
                 max_attempts=validate_max_attempts(max_attempts),
                 priority=validate_priority(priority),
-                timeout=_timeout_seconds(task_name, timeout),
+                timeout=check_timeout(task_name, timeout),
                 backoff=checked_backoff,
             )
             self.tasks[task_name] = task
@@ -463,7 +454,7 @@ class App:
         opts: EnqueueOptions,
     ) -> list[Job]:
         """Validate and insert calls of one task in one transaction. Nothing is written on error."""
-        new_jobs, now = self._new_jobs(task, calls, opts)
+        new_jobs, now = new_jobs_of(self.store, self.tasks.get(task), task, calls, opts)
         queue = new_jobs[0].queue if new_jobs else DEFAULT_QUEUE
         if opts.connection is not None:
             require(self.store, TransactionalStore, "enqueue inside a caller's transaction")
@@ -477,69 +468,6 @@ class App:
         if self.inline and opts.connection is None:
             jobs = self._run_inline(jobs)
         return jobs
-
-    def _new_jobs(
-        self,
-        task: str,
-        calls: Iterable[tuple[Sequence[Any], dict[str, Any]]],
-        opts: EnqueueOptions,
-    ) -> tuple[list[NewJob], datetime]:
-        """The checked records of calls of one task with ``opts``, and the moment they were made."""
-        validate_name("task name", task)
-        registered = self.tasks.get(task)
-        default_queue = registered.queue if registered else DEFAULT_QUEUE
-        queue = opts.queue if opts.queue is not None else default_queue
-        validate_name("queue", queue)
-        validate_name("key", opts.key, optional=True)
-        validate_name("group", opts.group, optional=True)
-        validate_name("batch", opts.batch, optional=True)
-        validate_name("limit_key", opts.limit_key, optional=True)
-        max_attempts = validate_max_attempts(
-            opts.max_attempts
-            if opts.max_attempts is not None
-            else (registered.max_attempts if registered else DEFAULT_MAX_ATTEMPTS)
-        )
-        priority = validate_priority(
-            opts.priority
-            if opts.priority is not None
-            else (registered.priority if registered else 0)
-        )
-        now = utcnow()
-        run_at = resolve_run_at(now, opts.delay, opts.run_at)
-        headers = check_headers(opts.headers)
-        after = parent_ids(opts.after)
-        if opts.after_failure not in ("cancel", "run"):
-            raise InvalidJobError(
-                f"after_failure must be 'cancel' or 'run', got {opts.after_failure!r}"
-            )
-        if after:
-            require(self.store, WorkflowStore, "make jobs wait for other jobs")
-        new_jobs = []
-        for args, kwargs in calls:
-            args_json, kwargs_json = encode_payload(args, kwargs)
-            new_jobs.append(
-                NewJob(
-                    queue=queue,
-                    task=task,
-                    args_json=args_json,
-                    kwargs_json=kwargs_json,
-                    run_at=run_at,
-                    priority=priority,
-                    max_attempts=max_attempts,
-                    key=opts.key,
-                    unique=opts.unique,
-                    group=opts.group,
-                    batch=opts.batch,
-                    limit_key=opts.limit_key,
-                    headers=dict(headers) if headers else None,
-                    after=after,
-                    after_failure=opts.after_failure,
-                )
-            )
-        if opts.key is not None and len(new_jobs) > 1:
-            # One key for many calls would silently collapse them into one job.
-            raise InvalidJobError("key applies to one job; give each call its own key")
-        return new_jobs, now
 
     def _insert(
         self, new_jobs: list[NewJob], now: datetime, queues: Iterable[str], connection: Any = None
@@ -614,9 +542,8 @@ class App:
                     f"step {node.step!r} is a task of another App; a workflow is enqueued "
                     "through the App of its tasks"
                 )
-            (new,), now = self._new_jobs(
-                task.name, [(node.step.args, node.step.kwargs)], node.step.options
-            )
+            call = (node.step.args, node.step.kwargs)
+            (new,), now = new_jobs_of(self.store, task, task.name, [call], node.step.options)
             new.after = tuple(dict.fromkeys((*new.after, *node.after_jobs)))
             new.after_new = node.after
             new.after_failure = node.after_failure
@@ -1411,69 +1338,3 @@ class App:
     aparents = async_twin(parents)
     aparent_edges = async_twin(parent_edges)
     achildren = async_twin(children)
-
-
-def parent_ids(after: object) -> tuple[int, ...]:
-    """The ids an ``after=`` option names (Jobs or ids), checked, in order, once each."""
-    if after is None:
-        return ()
-    if isinstance(after, Job | int) and not isinstance(after, bool):
-        after = [after]
-    if not isinstance(after, list | tuple | set | frozenset):
-        raise InvalidJobError(
-            f"after must be a list of Jobs or job ids, got {type(after).__name__}"
-        )
-    ids: list[int] = []
-    for parent in after:
-        if isinstance(parent, Job):
-            ids.append(parent.id)
-        elif is_job_id(parent):
-            ids.append(parent)
-        else:
-            raise InvalidJobError(
-                f"after must name Jobs or job ids (integers from 1 to {MAX_JOB_ID}), got {parent!r}"
-            )
-    return tuple(dict.fromkeys(ids))
-
-
-#: The environment variable that turns the store's notifications off (``0``) or on (``1``).
-NOTIFICATIONS_ENV = "CONVEYOR_NOTIFICATIONS"
-_NOTIFICATION_WORDS = {
-    "1": True, "true": True, "yes": True, "on": True,
-    "0": False, "false": False, "no": False, "off": False,
-}  # fmt: skip
-
-
-def notifications_setting(given: bool | None) -> bool:
-    """Whether to listen: as given, else as ``$CONVEYOR_NOTIFICATIONS`` says, else yes."""
-    if given is not None:
-        if not isinstance(given, bool):
-            raise ConfigurationError(f"notifications must be True or False, got {given!r}")
-        return given
-    raw = os.environ.get(NOTIFICATIONS_ENV)
-    if raw is None or not raw.strip():
-        return True
-    try:
-        return _NOTIFICATION_WORDS[raw.strip().lower()]
-    except KeyError:
-        raise ConfigurationError(
-            f"${NOTIFICATIONS_ENV} must be 0 (poll only) or 1 (listen), got {raw!r}"
-        ) from None
-
-
-def _timeout_seconds(task: str, timeout: object) -> float | None:
-    """A task's timeout in seconds, refused when it is not a positive finite duration."""
-    if timeout is None:
-        return None
-    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
-    if (
-        isinstance(seconds, bool)
-        or not isinstance(seconds, int | float)
-        or not math.isfinite(seconds)
-        or seconds <= 0
-    ):
-        raise ConfigurationError(
-            f"task {task!r}: timeout must be a positive, finite number of seconds "
-            f"(or a timedelta), got {timeout!r}"
-        )
-    return float(seconds)

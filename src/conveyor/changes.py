@@ -8,10 +8,12 @@ the first listener arrives and closed with the App.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from conveyor.errors import ConfigurationError
 from conveyor.job import Job
 from conveyor.store.base import ChangeCallback, Store, Subscription
 
@@ -126,3 +128,28 @@ class ChangeListener:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+#: The environment variable that turns the store's notifications off (``0``) or on (``1``).
+NOTIFICATIONS_ENV = "CONVEYOR_NOTIFICATIONS"
+_NOTIFICATION_WORDS = {
+    "1": True, "true": True, "yes": True, "on": True,
+    "0": False, "false": False, "no": False, "off": False,
+}  # fmt: skip
+
+
+def notifications_setting(given: bool | None) -> bool:
+    """Whether to listen: as given, else as ``$CONVEYOR_NOTIFICATIONS`` says, else yes."""
+    if given is not None:
+        if not isinstance(given, bool):
+            raise ConfigurationError(f"notifications must be True or False, got {given!r}")
+        return given
+    raw = os.environ.get(NOTIFICATIONS_ENV)
+    if raw is None or not raw.strip():
+        return True
+    try:
+        return _NOTIFICATION_WORDS[raw.strip().lower()]
+    except KeyError:
+        raise ConfigurationError(
+            f"${NOTIFICATIONS_ENV} must be 0 (poll only) or 1 (listen), got {raw!r}"
+        ) from None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 import typing
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -259,3 +260,21 @@ def _make_options(base: EnqueueOptions, given: dict[str, Any]) -> EnqueueOptions
     if "unique" in given and given["unique"] not in ("live", "forever"):
         raise InvalidJobError(f"unique must be 'live' or 'forever', got {given['unique']!r}")
     return replace(base, **given)
+
+
+def check_timeout(task: str, timeout: object) -> float | None:
+    """A task's timeout in seconds, refused when it is not a positive finite duration."""
+    if timeout is None:
+        return None
+    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not math.isfinite(seconds)
+        or seconds <= 0
+    ):
+        raise ConfigurationError(
+            f"task {task!r}: timeout must be a positive, finite number of seconds "
+            f"(or a timedelta), got {timeout!r}"
+        )
+    return float(seconds)
