@@ -44,8 +44,10 @@ from conveyor.retry import Backoff, check_backoff
 from conveyor.schedule import Periodic, make_schedule
 from conveyor.store.base import (
     BatchStatus,
+    FinishedCount,
     FlowControlStore,
     HoldStore,
+    InsightStore,
     JobSelection,
     JobStore,
     LimitStatus,
@@ -600,6 +602,16 @@ class App:
         live = [j.id for j in self.store.workflow_jobs(workflow_id) if not j.terminal]
         return self.cancel_jobs(ids=live) if live else 0
 
+    @needs(WorkflowStore, "read workflows")
+    def workflow_of(self, job_id: int) -> str | None:
+        """The id of the workflow ``job_id`` belongs to, if any."""
+        return self.store.job_workflow(job_id)
+
+    @needs(WorkflowStore, "read workflows")
+    def workflow_edges(self, workflow_id: str) -> list[tuple[int, int, str | None]]:
+        """A workflow's edges: (parent id, child id, the state the edge resolved in)."""
+        return self.store.workflow_edges(workflow_id)
+
     @needs(WorkflowStore, "read the jobs a job waits for")
     def parents(self, job_id: int) -> list[Job]:
         """The jobs ``job_id`` waits (or waited) for (``after=``), by id."""
@@ -681,6 +693,25 @@ class App:
         known = set(self.tasks) | set(self.store.periodic_last_ticks())
         newest = self.store.job_select(JobSelection(), utcnow(), None, KNOWN_TASKS_READ)
         return known | {job.task for job in newest}
+
+    @property
+    def description(self) -> str:
+        """The store, as errors and logs name it (its DSN without a password)."""
+        return self.store.description
+
+    @needs(InsightStore, "list queues")
+    def queue_names(self) -> list[str]:
+        """Every queue the store knows: with jobs, paused, or limited."""
+        return self.store.queue_names()
+
+    @needs(InsightStore, "count finished jobs over time")
+    def finished_per_slot(self, since: datetime, slot: timedelta) -> list[FinishedCount]:
+        """Jobs finished since ``since``, per queue, state and slot of ``slot`` length."""
+        return self.store.stats_finished_per_slot(since, slot)
+
+    def periodic_ticks(self) -> dict[str, datetime]:
+        """The last tick enqueued of each periodic task the store has seen, by name."""
+        return self.store.periodic_last_ticks()
 
     @needs(OperatorStore, "read a job's history")
     def events(self, job_id: int) -> list[Any]:

@@ -283,7 +283,7 @@ def run_demo(dsn: str | None, total: int, lease: float, concurrency: int, report
                         w.process.wait()
         out.print()
         out.print(stats_view(app.stats(), app.workers()))
-        _summary(app, workers, work, started)
+        _summary(app, chosen, workers, work, started)
     _report(chosen, report)
     click.echo(
         f"\nEvery state, per queue:  conveyor stats --dsn {chosen}\n"
@@ -392,7 +392,9 @@ def _worker_line(app: App, w: WorkerProcess, rescued: int, settled: int) -> str:
     return f"worker {w.number} (pid {w.pid}): running, {len(held_by(app, w.pid))} job(s) in hand"
 
 
-def _summary(app: App, workers: list[WorkerProcess], work: Workload, started: float) -> None:
+def _summary(
+    app: App, dsn: str, workers: list[WorkerProcess], work: Workload, started: float
+) -> None:
     stats = app.stats()
     killed = workers[0]
     click.echo(
@@ -406,7 +408,7 @@ def _summary(app: App, workers: list[WorkerProcess], work: Workload, started: fl
         click.echo(
             f"jobs of the killed worker: {', '.join(map(str, killed.held[:10]))}"
             f"{' ...' if len(killed.held) > 10 else ''}; "
-            f"see one with: conveyor jobs show {sample} --dsn {_dsn_of(app)}"
+            f"see one with: conveyor jobs show {sample} --dsn {_shown_dsn(dsn)}"
         )
         click.echo(
             f"(worker 1, pid {killed.pid}, stays in the list of workers, marked probably dead "
@@ -415,9 +417,9 @@ def _summary(app: App, workers: list[WorkerProcess], work: Workload, started: fl
         )
 
 
-def _dsn_of(app: App) -> str:
-    path = getattr(app.store, "path", None)
-    return f"sqlite:///{path}" if path is not None else "$CONVEYOR_DSN"
+def _shown_dsn(dsn: str) -> str:
+    """A file's DSN as it is; a server's as the variable that holds it (not its password)."""
+    return dsn if dsn.startswith("sqlite:") else "$CONVEYOR_DSN"
 
 
 def _report(dsn: str, wanted: bool) -> None:

@@ -49,7 +49,6 @@ from conveyor.job import (
     validate_max_attempts,
     validate_priority,
 )
-from conveyor.store.base import StepStore
 from conveyor.store.dsn import DSN_ENV, default_dsn, sqlite_path
 from conveyor.task import EnqueueOptions, Task
 
@@ -329,7 +328,7 @@ def show_job(job_id: int, dsn: str | None, as_json: bool) -> None:
         job = app.get(job_id)
         events = app.events(job_id)
         parents, children = app.parents(job_id), app.children(job_id)
-        steps = app.steps(job_id) if isinstance(app.store, StepStore) else []
+        steps = app.steps(job_id) if app.capabilities().steps else []
     if as_json:
         print_json(
             {

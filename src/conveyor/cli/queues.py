@@ -157,7 +157,7 @@ def _confirm(question: str) -> None:
 def _warn_if_unknown(app: App, queue: str) -> None:
     """A queue nobody has used is most likely a typo: say so (the command still acts)."""
     validate_name("queue", queue)
-    known = app.store.queue_names()
+    known = app.queue_names()
     if queue not in known:
         click.secho(
             f"warning: no queue named {queue!r} has jobs or settings yet "
@@ -199,7 +199,7 @@ def delete_queue(queue: str, yes: bool, dsn: str | None) -> None:
     Refused while jobs of the queue are running (cancel them, or wait).
     """
     with open_app(dsn) as app:
-        if queue not in app.store.queue_names():
+        if queue not in app.queue_names():
             raise ConveyorError(f"no queue named {queue!r}: nothing to delete")
         counts = app.count_jobs(None, queue=queue)
         total = sum(counts.values())

@@ -29,7 +29,7 @@ def migrate(dsn: str | None) -> None:
     """Create or upgrade the store's schema (SQLite, PostgreSQL; Redis: its key layout)."""
     with open_app(dsn, must_exist=False, migrating=True) as app:
         version = app.migrate()
-        click.echo(f"{app.store.description}: schema at version {version}")
+        click.echo(f"{app.description}: schema at version {version}")
 
 
 def load_app(target: str) -> App:

@@ -77,7 +77,7 @@ def show_workflow(workflow_id: str, dsn: str | None, as_json: bool) -> None:
     with open_app(dsn) as app:
         run = app.workflow(workflow_id)
         status = app.workflow_status(workflow_id)
-        edges = app.store.workflow_edges(workflow_id)
+        edges = app.workflow_edges(workflow_id)
     parents: dict[int, list[int]] = {}
     for child, parent, _ in edges:
         parents.setdefault(child, []).append(parent)

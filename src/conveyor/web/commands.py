@@ -89,7 +89,7 @@ def dashboard(
             # Served anyway: every page says so, and /healthz answers 503, until it is done.
             click.secho(f"warning: {exc}", fg="yellow", err=True)
         web = create_app(app, token, allowed_hosts=allowed)
-        described = app.store.description
+        described = app.description
     else:
 
         def opener() -> App:

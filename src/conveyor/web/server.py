@@ -37,7 +37,6 @@ from conveyor.errors import (
     SchemaMissingError,
 )
 from conveyor.job import DETAILED_STATES, FILTER_STATES, JobState, utcnow
-from conveyor.store.base import StepStore
 from conveyor.store.selection import ARGS_SEARCH_SPAN
 from conveyor.web import charts, graph, views
 from conveyor.web.format import FILTERS
@@ -181,7 +180,7 @@ class Dashboard:
         self._opener = opener
         self._opening = threading.Lock()
         #: How the pages name the store (never with a password).
-        self.store_name = store if store is not None else app.store.description if app else "?"
+        self.store_name = store if store is not None else app.description if app else "?"
         self.csrf = CsrfTokens()
         self._metrics = Metrics(app) if app is not None else None
         #: Counts of lists whose filters read the jobs: filters -> (when, count).
@@ -222,7 +221,7 @@ class Dashboard:
                     if self._opener is None:
                         raise RuntimeError("a dashboard needs an App or a way to open one")
                     self._app = self._opener()
-                    self.store_name = self._app.store.description
+                    self.store_name = self._app.description
         return self._app
 
     @property
@@ -352,7 +351,7 @@ class Dashboard:
         now = utcnow()
         stats = self.app.stats()
         start = now - charts.WINDOW
-        rows = self.app.store.stats_finished_per_slot(start, charts.SLOT)
+        rows = self.app.finished_per_slot(start, charts.SLOT)
         overall = charts.bar_chart(charts.per_slot(rows, None), start, 720, 120)
         sparks = {
             name: charts.bar_chart(charts.per_slot(rows, name), start, 180, 28, gap=0.5)
@@ -397,7 +396,7 @@ class Dashboard:
             "matching": self.count_matching(filters),
             "filters": filters,
             "filter_query": query(filters),
-            "queues": self.app.store.queue_names(),
+            "queues": self.app.queue_names(),
             "older": older,
             "newest": newest,
             "now": utcnow(),
@@ -435,7 +434,7 @@ class Dashboard:
             job = self.app.get(job_id)
         except JobNotFoundError as exc:
             return self.problem(request, str(exc), 404)
-        steps = self.app.steps(job_id) if isinstance(self.app.store, StepStore) else []
+        steps = self.app.steps(job_id) if self.app.capabilities().steps else []
         context = {
             "job": job,
             "events": self.app.events(job_id),
@@ -443,7 +442,7 @@ class Dashboard:
             "now": utcnow(),
             "parents": self.app.parents(job_id),
             "children": self.app.children(job_id),
-            "workflow": self.app.store.job_workflow(job_id),
+            "workflow": self.app.workflow_of(job_id),
         }
         name = "_job_live.html" if self.live(request) else "job.html"
         return self.render(request, name, context)
@@ -489,7 +488,7 @@ class Dashboard:
         except JobNotFoundError as exc:
             return self.problem(request, str(exc), 404)
         now = utcnow()
-        edges = self.app.store.workflow_edges(workflow_id)
+        edges = self.app.workflow_edges(workflow_id)
         parents: dict[int, list[int]] = {}
         for child, parent, _ in edges:
             parents.setdefault(child, []).append(parent)
@@ -670,7 +669,7 @@ class Dashboard:
     def queue_delete_confirm(self, request: Request) -> Response:
         queue: str = request.path_params["queue"]
         parse_filters({"queue": queue})  # a name the databases can hold, or a 400
-        if queue not in self.app.store.queue_names():
+        if queue not in self.app.queue_names():
             return self.problem(request, f"no queue named {queue!r}", 404)
         counts = self.app.count_jobs(None, queue=queue)
         context = {"queue": queue, "counts": counts, "total": sum(counts.values())}

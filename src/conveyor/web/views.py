@@ -119,7 +119,7 @@ def periodic_rows(app: App, now: datetime) -> list[PeriodicRow]:
     Tasks the store has ticks of but this App does not register (a dashboard
     started without ``--app``) are listed with their last tick only.
     """
-    last = app.store.periodic_last_ticks()
+    last = app.periodic_ticks()
     rows = []
     known = set()
     for periodic in app.periodic_tasks:

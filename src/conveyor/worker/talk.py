@@ -11,22 +11,20 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
 
 from conveyor.job import utcnow
 from conveyor.logs import job_fields, spelled_duration
 from conveyor.store.base import JobStore
 from conveyor.version import __version__
 from conveyor.worker.executor import Running, outcome_name
-
-if TYPE_CHECKING:
-    from conveyor.worker.worker import Worker
+from conveyor.worker.options import WorkerOptions
+from conveyor.worker.runtime import Runtime
 
 log = logging.getLogger("conveyor.worker")
 
 
-def log_start(worker: Worker) -> None:
-    runtime, opts = worker.runtime, worker.options
+def log_start(runtime: Runtime, worker_id: str, opts: WorkerOptions) -> None:
     health = runtime.health()
     state = (
         f"schema v{health.get('schema_version')}, {health.get('latency_ms')} ms"
@@ -39,7 +37,7 @@ def log_start(worker: Worker) -> None:
     slots = f"{opts.concurrency}" + (f" (+{opts.prefetch} prefetched)" if opts.prefetch else "")
     log.info(
         "worker %s starting: conveyor %s, %s (%s), queues %s, concurrency %s, lease %gs, tasks: %s",
-        worker.id,
+        worker_id,
         __version__,
         runtime.store.description,
         state,
@@ -131,13 +129,12 @@ def log_rescued(logger: logging.Logger, store: JobStore, ids: list[int], who: st
         )  # fmt: skip
 
 
-def log_summary(worker: Worker, elapsed: float) -> None:
-    counts = worker.counts
+def log_summary(worker_id: str, counts: Mapping[str, int], elapsed: float) -> None:
     done = sum(counts.values())
     parts = ", ".join(f"{name} {count}" for name, count in sorted(counts.items()) if count)
     log.info(
         "worker %s stopped: %d job(s) in %.1fs%s",
-        worker.id,
+        worker_id,
         done,
         elapsed,
         f" ({parts})" if parts else "",

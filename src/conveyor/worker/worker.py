@@ -35,10 +35,9 @@ import time
 import uuid
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from conveyor.changes import ids_payload
 from conveyor.context import Context
@@ -59,12 +58,11 @@ from conveyor.worker.executor import (
 from conveyor.worker.handler_threads import HandlerThreads
 from conveyor.worker.hooks import StoreHooks, job_lease
 from conveyor.worker.leases import LeaseKeeper
+from conveyor.worker.maintenance import Maintenance
+from conveyor.worker.options import WorkerOptions
 from conveyor.worker.runtime import Runtime
 from conveyor.worker.talk import describe_finished, log_start, log_summary
 from conveyor.worker.wakeup import Wakeup
-
-if TYPE_CHECKING:
-    from conveyor.worker.maintenance import Maintenance
 
 log = logging.getLogger("conveyor.worker")
 
@@ -81,23 +79,6 @@ HARD_STOP_GRACE = 0.1
 #: from a claim), so this bounds what those wakes cost; a cancel from this
 #: process reaches the handler directly, and one from PostgreSQL is named.
 CANCEL_CHECK_INTERVAL = 0.25
-
-
-@dataclass(frozen=True)
-class WorkerOptions:
-    queues: tuple[str, ...]
-    concurrency: int = 8
-    burst: bool = False
-    stop_timeout: float = 30.0
-    lease: float = 30.0
-    #: Longest sleep without a wake: a missed signal delays work by at most this.
-    poll_interval: float = 1.0
-    #: Run the rescuer, retention and periodic tasks (one leader at a time).
-    maintenance: bool = True
-    #: Jobs claimed beyond the free slots, held (leased) until a slot frees:
-    #: fewer claims per job at a low concurrency, at the price of jobs that wait
-    #: here while other workers could have run them. Off (0) by default.
-    prefetch: int = 0
 
 
 class Duty:
@@ -308,11 +289,9 @@ class Worker:
     # --- the control loop ------------------------------------------------------------
 
     def _work(self) -> None:
-        from conveyor.worker.maintenance import Maintenance
-
         try:
             self.runtime.changes.add(self._on_store_change)
-            log_start(self)
+            log_start(self.runtime, self.id, self.options)
             try:
                 self.store.worker_register(
                     self.id, socket.gethostname(), os.getpid(), list(self.options.queues),
@@ -791,7 +770,7 @@ class Worker:
                 self.store.worker_unregister(self.id)
             except Exception:
                 log.exception("could not unregister worker %s", self.id)
-            log_summary(self, time.monotonic() - self._began)
+            log_summary(self.id, self.counts, time.monotonic() - self._began)
             self._stopped.set()
 
 
