@@ -699,6 +699,12 @@ class App:
         """The store, as errors and logs name it (its DSN without a password)."""
         return self.store.description
 
+    @property
+    def insight(self) -> InsightStore:
+        """The store's figures (the event feed, counts over time) for /metrics: a named port."""
+        require(self.store, InsightStore, "report figures")
+        return self.store
+
     @needs(InsightStore, "list queues")
     def queue_names(self) -> list[str]:
         """Every queue the store knows: with jobs, paused, or limited."""

@@ -80,7 +80,7 @@ class Metrics:
         self._sums: dict[str, float] = {}
 
     def _catch_up(self, now: datetime) -> None:
-        store = self.app.store
+        store = self.app.insight
         until = now - self.commit_lag
         if self._offset is None:
             self._offset = store.event_offset()
