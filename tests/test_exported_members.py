@@ -85,6 +85,7 @@ NO_TWIN = {
     "apply_retention": "maintenance runs it in its own thread",
     "middleware_chain": "a lookup in this process, no I/O",
     "on_change": "registers a callback in this process, no I/O",
+    "task_schema": "reads the handler's annotations in this process, no I/O",
 }
 
 

@@ -431,6 +431,10 @@ class App:
                 f"{', '.join(sorted(self.tasks)) or 'none'}"
             ) from None
 
+    def task_schema(self, name: str) -> dict[str, Any]:
+        """A JSON Schema of a registered task's arguments, for clients in any language."""
+        return self.get_task(name).schema()
+
     # --- enqueueing -------------------------------------------------------------
 
     def enqueue(
@@ -1375,3 +1379,8 @@ class App:
     aparents = async_twin(parents)
     aparent_edges = async_twin(parent_edges)
     achildren = async_twin(children)
+    aqueue_names = async_twin(queue_names)
+    afinished_per_slot = async_twin(finished_per_slot)
+    aperiodic_ticks = async_twin(periodic_ticks)
+    aworkflow_of = async_twin(workflow_of)
+    aworkflow_edges = async_twin(workflow_edges)

@@ -68,7 +68,10 @@ def new_jobs_of(
     if after:
         require(store, WorkflowStore, "make jobs wait for other jobs")
     new_jobs = []
+    typed = registered.arguments if registered is not None else None
     for args, kwargs in calls:
+        if typed is not None:  # validated, and made JSON, by the handler's annotations
+            args, kwargs = typed.dump(args, kwargs)
         args_json, kwargs_json = encode_payload(args, kwargs)
         new_jobs.append(
             NewJob(

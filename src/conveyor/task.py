@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
+from conveyor.arguments import ArgumentTypes, task_schema
 from conveyor.context import Context
 from conveyor.errors import ConfigurationError, InvalidJobError
 from conveyor.job import AfterFailure, Job, Unique
@@ -156,6 +157,9 @@ class Task(Generic[P, R]):
         self.is_async = inspect.iscoroutinefunction(fn)
         self.takes_context = context_parameter(fn)
         self._signature = inspect.signature(fn)
+        #: The handler's parameters of rich types (models, dataclasses, enums, dates...),
+        #: carried through the job's JSON; None when it has none (and pays nothing).
+        self.arguments = ArgumentTypes.of(fn, skip_first=self.takes_context)
         self.__doc__ = fn.__doc__
         self.__name__ = getattr(fn, "__name__", name)
 
@@ -191,6 +195,10 @@ class Task(Generic[P, R]):
                 f"it takes {self.name}{shown}"
             )
         return None
+
+    def schema(self) -> dict[str, Any]:
+        """A JSON Schema of the handler's arguments, by parameter name (``app.task_schema``)."""
+        return task_schema(self.fn, self.takes_context, self.name)
 
     def options(self, **options: Any) -> BoundTask[P, R]:
         """Enqueue options for the next call: ``task.options(key="k", delay=10).enqueue(...)``."""

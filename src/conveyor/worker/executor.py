@@ -119,6 +119,11 @@ def poison_outcome(running: Running, fleet: Fleet | None = None) -> Outcome | No
         running.args, running.kwargs = job.args, job.kwargs
     except PAYLOAD_ERRORS as exc:
         return undecodable(exc)
+    if task.arguments is not None:
+        try:
+            running.args, running.kwargs = task.arguments.load(running.args, running.kwargs)
+        except InvalidJobError as exc:  # no attempt could make them fit
+            return Outcome("fail", error=f"InvalidJobError: {exc} (not retried)")
     return None
 
 
