@@ -31,6 +31,7 @@ PUBLIC = [
     "Middleware",
     "NewJob",
     "Retry",
+    "Sleeping",
     "SchemaMissingError",
     "Stats",
     "Step",

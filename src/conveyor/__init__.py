@@ -15,6 +15,7 @@ from conveyor.errors import (
     LeaseLostError,
     Retry,
     SchemaMissingError,
+    Sleeping,
     StoreUnavailableError,
     UnknownTaskError,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "NewJob",
     "Retry",
     "SchemaMissingError",
+    "Sleeping",
     "Stats",
     "Step",
     "StoreUnavailableError",

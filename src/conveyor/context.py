@@ -7,11 +7,12 @@ import asyncio
 import inspect
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from conveyor.errors import (
@@ -20,6 +21,7 @@ from conveyor.errors import (
     InvalidJobError,
     LeaseLostError,
     Retry,
+    Sleeping,
     StoreUnavailableError,
 )
 from conveyor.job import (
@@ -39,6 +41,8 @@ if TYPE_CHECKING:
     from conveyor.store.base import Relative, Step
 
 log = logging.getLogger("conveyor.worker")
+#: The longest ``ctx.sleep``: ten years.
+MAX_SLEEP = timedelta(days=3650)
 #: Failed telemetry writes (progress, a handler's heartbeat) of every job, logged
 #: as one duty: an outage is one warning now and then, not one per job and call.
 _TELEMETRY = DutyBackoff("a progress or heartbeat write", log)
@@ -174,6 +178,8 @@ class Context:
     #: ctx.complete wrote the job's success in the caller's transaction (which the
     #: caller may still roll back): the worker expects its own finish to find it done.
     completed_in_transaction: bool = field(default=False, repr=False)
+    #: ctx.sleep calls in this attempt (each names its step by its number).
+    _sleeps: int = field(default=0, repr=False)
 
     @property
     def job_id(self) -> int:
@@ -402,6 +408,39 @@ class Context:
         self._steps[name] = step
         return step.result
 
+    def sleep(self, duration: float | timedelta | datetime, *, name: str | None = None) -> None:
+        """Sleep durably: end this attempt and go on after ``duration`` (seconds or a
+        timedelta) or at ``duration`` (an aware datetime), in a later attempt.
+
+        The wake time is recorded as a durable step before the attempt ends, and
+        the job is queued again for it without using up an attempt, a worker
+        slot or a lease; any worker resumes it, and the handler runs again from
+        the top: its recorded steps return their results, and this sleep, once
+        its time has come, returns at once. A crash after the wake time was
+        recorded sleeps on until that time. Sleeps are named ``sleep-1``,
+        ``sleep-2``... in the order the handler reaches them; give ``name`` when
+        that order can change between runs. Raises ``Sleeping`` (a ``Retry``):
+        let it through. In an async handler, ``await ctx.asleep(...)``.
+        """
+        self._sleeps += 1
+        step = name if name is not None else f"sleep-{self._sleeps}"
+        recorded = self._step_begin(step)
+        if recorded is None:
+            until = wake_time(utcnow(), duration)
+            self._step_end(step, {"until": until.isoformat()}, utcnow())
+        else:
+            until = datetime.fromisoformat(recorded.result["until"])
+        # Over once the job was queued for its wake time (or later): not cut
+        # short by a rescue after a crash, which leaves the old run_at.
+        if until > max(utcnow(), self.job.run_at):
+            raise Sleeping(until, (until - utcnow()).total_seconds())
+
+    async def asleep(
+        self, duration: float | timedelta | datetime, *, name: str | None = None
+    ) -> None:
+        """``ctx.sleep`` for async handlers: the step is read and written on a thread."""
+        await asyncio.to_thread(self.sleep, duration, name=name)
+
     def complete(self, connection: Any, result: Any = None) -> None:
         """Record this job's success in ``connection``'s open transaction, with your writes.
 
@@ -430,3 +469,17 @@ class Context:
                 "its success was not written: roll your transaction back"
             )
         self.completed_in_transaction = True
+
+
+def wake_time(now: datetime, duration: float | timedelta | datetime) -> datetime:
+    """When a sleep of ``duration`` (seconds, a timedelta, or an aware datetime) ends."""
+    if isinstance(duration, datetime):
+        if duration.tzinfo is None:
+            raise Fail("ctx.sleep: give an aware datetime (with its time zone), or seconds")
+        return max(now, duration.astimezone(UTC))
+    seconds = duration.total_seconds() if isinstance(duration, timedelta) else duration
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise Fail(f"ctx.sleep: give seconds, a timedelta or a datetime, got {duration!r}")
+    if not math.isfinite(seconds) or seconds < 0 or seconds > MAX_SLEEP.total_seconds():
+        raise Fail(f"ctx.sleep: {duration!r} is not from 0 to {MAX_SLEEP.days:,} days")
+    return now + timedelta(seconds=seconds)

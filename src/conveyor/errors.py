@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 
 class ConveyorError(Exception):
@@ -79,6 +79,18 @@ class Retry(Exception):
         super().__init__(reason or f"retry requested in {delay}s")
         #: Seconds (or a timedelta) before the job runs again.
         self.delay = delay
+
+
+class Sleeping(Retry):
+    """Not an error: how ``ctx.sleep`` ends the attempt until the job's wake time.
+
+    Let it through (a handler that catches every exception must re-raise it):
+    the worker queues the job again for ``until`` without using up an attempt.
+    """
+
+    def __init__(self, until: datetime, delay: float) -> None:
+        super().__init__(delay, f"sleeping until {until.isoformat()}")
+        self.until = until
 
 
 class Fail(Exception):
