@@ -7,6 +7,12 @@ host's user in the ASGI scope, as it would inside any Starlette or FastAPI app.
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import uvicorn
 from starlette.applications import Starlette
 from starlette.authentication import AuthCredentials, AuthenticationBackend, SimpleUser
 from starlette.middleware import Middleware
@@ -15,6 +21,8 @@ from starlette.requests import HTTPConnection, Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp
+
+from dashboard_server import free_port
 
 MOUNT = "/ops/queue"
 HOST_COOKIE = "host_user"
@@ -47,3 +55,23 @@ def host_app(dashboard: ASGIApp) -> Starlette:
         ],
         middleware=[Middleware(AuthenticationMiddleware, backend=CookieLogin())],
     )
+
+
+@contextmanager
+def serve_asgi(asgi: ASGIApp) -> Iterator[str]:
+    """Serve an ASGI app with uvicorn on a free loopback port until the block ends."""
+    port = free_port()
+    config = uvicorn.Config(asgi, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="host-app", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the host application did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
