@@ -563,7 +563,10 @@ class Dashboard:
     def audit_page(self, request: Request) -> Response:
         """Operators' actions, newest first, a page at a time (from the store's audit)."""
         before = parse_id(request.query_params.get("before"), "before")
-        found = audit.entries(self.app, PAGE_SIZE + 1, before)
+        try:
+            found = audit.entries(self.app, PAGE_SIZE + 1, before)
+        except ConfigurationError as exc:  # a store without an audit says so
+            return self.problem(request, str(exc), 404)
         older = found[PAGE_SIZE - 1].id if len(found) > PAGE_SIZE else None
         context = {"entries": found[:PAGE_SIZE], "older": older, "before": before}
         return self.render(request, "audit.html", context)
