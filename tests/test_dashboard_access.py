@@ -212,3 +212,17 @@ def test_mounted_inside_a_host_app_with_its_own_login(sqlite_app: tuple[App, See
         assert refused.status_code == 403
     [entry] = entries(app, 10)
     assert (entry.actor, entry.action) == ("alice", "retry")
+
+
+def test_token_login_inside_a_mount_keeps_to_the_mount(sqlite_app: tuple[App, Seeded]) -> None:
+    app, _ = sqlite_app
+    dashboard = create_app(app, ADMIN, read_token=READ)
+    with TestClient(host_app(dashboard), base_url="http://intranet.example") as client:
+        login = client.get(f"{MOUNT}/jobs?state=failed&token={READ}", follow_redirects=False)
+        assert login.status_code == 303
+        assert login.headers["location"] == f"{MOUNT}/jobs?state=failed"
+        assert f"Path={MOUNT}" in login.headers["set-cookie"]
+        page = client.get(f"{MOUNT}/jobs?state=failed")
+        assert page.status_code == 200
+        assert "Read only: read token sees every page" in page.text
+        assert client.get("/").text == "host home of nobody"  # the host's own pages are its own
