@@ -226,3 +226,21 @@ def test_token_login_inside_a_mount_keeps_to_the_mount(sqlite_app: tuple[App, Se
         assert page.status_code == 200
         assert "Read only: read token sees every page" in page.text
         assert client.get("/").text == "host home of nobody"  # the host's own pages are its own
+
+
+def test_command_refuses_roles_it_cannot_use(tmp_path: Any) -> None:
+    from click.testing import CliRunner
+
+    from conveyor.web.commands import dashboard
+
+    dsn = f"sqlite:///{tmp_path / 'jobs.db'}"
+    wrong = CliRunner().invoke(
+        dashboard, ["--dsn", dsn, "--trust-user-header", "X-User", "--role", "bob=owner"]
+    )
+    assert wrong.exit_code == 2 and "give USER=admin or USER=read, got 'bob=owner'" in wrong.output
+    alone = CliRunner().invoke(dashboard, ["--dsn", dsn, "--role", "bob=read"])
+    assert (
+        alone.exit_code == 2 and "--role maps the users --trust-user-header names" in alone.output
+    )
+    same = CliRunner().invoke(dashboard, ["--dsn", dsn, "--token", "t", "--read-token", "t"])
+    assert same.exit_code == 2 and "the read token must differ" in same.output

@@ -94,6 +94,7 @@ def dashboard(
         raise click.ClickException(str(exc)) from None
     import uvicorn
 
+    from conveyor.web.security import AccessRules
     from conveyor.web.server import create_app, create_app_opening
 
     token, read_token = token or None, read_token or None
@@ -111,6 +112,10 @@ def dashboard(
         "roles": roles,
         "secret": secret or None,
     }
+    try:
+        AccessRules(token, **access)  # refused at once, before the store is opened
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     guarded = token is not None or any(v is not None for v in access.values())
     if dsn is None:
         dsn = default_dsn()
@@ -135,10 +140,7 @@ def dashboard(
         except ConveyorError as exc:
             # Served anyway: every page says so, and /healthz answers 503, until it is done.
             click.secho(f"warning: {exc}", fg="yellow", err=True)
-        try:
-            web = create_app(app, token, allowed_hosts=allowed, **access)
-        except ValueError as exc:
-            raise click.UsageError(str(exc)) from None
+        web = create_app(app, token, allowed_hosts=allowed, **access)
         described = app.store.description
     else:
 
@@ -147,10 +149,7 @@ def dashboard(
             return opened[-1]
 
         described = redacted(dsn)
-        try:
-            web = create_app_opening(opener, described, token, allowed_hosts=allowed, **access)
-        except ValueError as exc:
-            raise click.UsageError(str(exc)) from None
+        web = create_app_opening(opener, described, token, allowed_hosts=allowed, **access)
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"conveyor dashboard on http://{shown}:{port}/ ({described})")
     try:
