@@ -227,7 +227,7 @@ def test_queue_names_with_a_slash_reach_their_queue(app: App, client: TestClient
 
 def test_token_is_needed_for_every_request(app: App, seeded: Seeded) -> None:
     with TestClient(create_app(app, token="s3cret"), base_url=BASE) as client:
-        for path in ("/", "/jobs", f"/jobs/{seeded.failed_id}", "/metrics", "/healthz"):
+        for path in ("/", "/jobs", f"/jobs/{seeded.failed_id}", "/metrics", "/audit"):
             assert client.get(path).status_code == 401, path
         assert client.get("/", headers={"Authorization": "Bearer wrong"}).status_code == 401
         assert client.get("/", headers={"Authorization": "Bearer s3cret"}).status_code == 200

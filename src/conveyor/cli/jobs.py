@@ -10,10 +10,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 import click
 
 from conveyor.app import KNOWN_TASKS_READ, App
+from conveyor.audit import record_cli
 from conveyor.cli.options import (
     Bounded,
     Duration,
@@ -433,6 +435,7 @@ def _act(
     with open_app(dsn) as app:
         if len(job_ids) == 1 and not filters and not dry_run:
             click.echo(_act_on_one(app, action, job_ids[0]))
+            record_cli(app, _audit_name(action), f"job {job_ids[0]}", 1)
             return
         counts = app.count_jobs(list(job_ids) or None, **filters)
         matching = sum(counts.values())
@@ -451,7 +454,18 @@ def _act(
         act = getattr(app, action.method)
         with progress(action.name, changing) as advance:
             changed = act(list(job_ids) or None, on_batch=advance, **filters)
+        record_cli(app, _audit_name(action), _audit_target(job_ids, filters), changed)
     click.echo(f"{changed:,} job(s) {action.past}")
+
+
+def _audit_name(action: BulkAction) -> str:
+    return action.name.replace("-", " ")  # as the dashboard names it: "run now", "take back"
+
+
+def _audit_target(job_ids: tuple[int, ...], filters: dict[str, str]) -> str:
+    shown = ", ".join(str(i) for i in job_ids[:20]) + (", …" if len(job_ids) > 20 else "")
+    named = f"jobs {shown}" if job_ids else "jobs"
+    return named + (f" matching {urlencode(filters)}" if filters else "")
 
 
 def _act_on_one(app: App, action: BulkAction, job_id: int) -> str:

@@ -12,6 +12,7 @@ import click
 from rich.console import RenderableType
 from rich.text import Text
 
+from conveyor.audit import record_cli
 from conveyor.cli.options import Bounded, Duration, _ParamType, dsn_option, json_option, open_app
 from conveyor.cli.output import (
     Col,
@@ -105,6 +106,8 @@ def limit(
         if throttle is not None:
             until = app.throttle(queue, throttle, limit_key=limit_key)
             what = f"queue {queue}" if limit_key is None else f"key {limit_key} of queue {queue}"
+            lifted = throttle.total_seconds() == 0
+            record_cli(app, "throttle lift" if lifted else f"throttle {throttle}", what)
             if throttle.total_seconds() == 0:
                 click.echo(f"throttle of {what} lifted")
             else:
@@ -112,6 +115,10 @@ def limit(
         elif setting or clear:
             limits = app.limit(queue, rate, concurrency=concurrency, per_key=per_key)
             scope = "each key of " if per_key else ""
+            shown = _shown(_scope(limits, per_key))
+            record_cli(
+                app, "limit clear" if clear else "limit set", f"{scope}queue {queue}: {shown}"
+            )
             if as_json:
                 print_json(_config_dict(limits, queue))
                 return

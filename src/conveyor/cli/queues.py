@@ -10,6 +10,7 @@ import click
 from rich.live import Live
 
 from conveyor.app import App
+from conveyor.audit import record_cli
 from conveyor.bulk import check_age
 from conveyor.cli.options import Bounded, Duration, dsn_option, json_option, open_app, within
 from conveyor.cli.output import console, interactive, print_json, progress, stats_dict, stats_view
@@ -112,6 +113,7 @@ def purge(
             _confirm(f"purge {count:,} {what}?")
         with progress("purging", count) as advance:
             deleted = app.purge(older_than, states=chosen, queue=queue, on_batch=advance)
+        record_cli(app, "purge", f"finished {what}", deleted)
     click.echo(f"purged {deleted:,} {what}")
 
 
@@ -144,6 +146,7 @@ def trim(queue: str, keep: int, states: tuple[str, ...], yes: bool, dsn: str | N
         if not yes:
             _confirm(f"delete the {what} of queue {queue} beyond its {keep:,} newest?")
         deleted = app.trim(queue, keep=keep, states=list(states) or None)
+        record_cli(app, "trim", f"queue {queue}: {what} beyond the {keep:,} newest", deleted)
     click.echo(f"trimmed {deleted:,} {what} of queue {queue} (kept the {keep:,} newest)")
 
 
@@ -175,6 +178,7 @@ def pause(queue: str, dsn: str | None) -> None:
     with open_app(dsn) as app:
         _warn_if_unknown(app, queue)
         app.pause(queue)
+        record_cli(app, "pause", f"queue {queue}")
     click.echo(f"queue {queue} paused")
 
 
@@ -186,6 +190,7 @@ def resume(queue: str, dsn: str | None) -> None:
     with open_app(dsn) as app:
         _warn_if_unknown(app, queue)
         app.resume(queue)
+        record_cli(app, "resume", f"queue {queue}")
     click.echo(f"queue {queue} resumed")
 
 
@@ -208,4 +213,5 @@ def delete_queue(queue: str, yes: bool, dsn: str | None) -> None:
         if not yes:
             _confirm(f"delete queue {queue} and its {total:,} job(s)?")
         deleted = app.delete_queue(queue)
+        record_cli(app, "delete queue", f"queue {queue}", deleted)
     click.echo(f"queue {queue} deleted with {deleted:,} job(s)")

@@ -8,6 +8,7 @@ import click
 from rich.console import Group
 from rich.text import Text
 
+from conveyor.audit import record_cli
 from conveyor.cli.options import dsn_option, json_option, open_app
 from conveyor.cli.output import (
     STATE_STYLE,
@@ -132,6 +133,7 @@ def cancel_workflow(workflow_id: str, dsn: str | None) -> None:
     with open_app(dsn) as app:
         app.workflow(workflow_id)  # a clear error for an unknown id
         changed = app.cancel_workflow(workflow_id)
+        record_cli(app, "cancel workflow", f"workflow {workflow_id}", changed)
     click.echo(f"{changed:,} jobs of workflow {workflow_id} cancelled or asked to stop")
 
 

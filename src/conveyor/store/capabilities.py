@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from conveyor.store.audit import AuditStore
 from conveyor.store.base import (
     DurabilityReport,
     FlowControlStore,
@@ -36,6 +37,7 @@ PROTOCOLS: dict[str, type] = {
     "outcome_readers": OutcomeStore,
     "hold": HoldStore,
     "steps": StepStore,
+    "audit": AuditStore,
 }
 
 
@@ -66,6 +68,9 @@ class Capabilities:
     hold: bool
     #: A job's durable steps, kept across its attempts (StepStore).
     steps: bool
+    #: Operators' actions recorded and read back (AuditStore): the dashboard's
+    #: Audit page and ``conveyor audit``.
+    audit: bool
     #: Workers on several machines: every store but one file on this machine (LocalFileStore).
     several_machines: bool
     #: Other processes' changes wake this App's workers, consumers and waiters at

@@ -7,7 +7,7 @@ that lacks it); calling ``create_app`` does, and says so.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -31,10 +31,25 @@ def require_web_extra() -> None:
 
 
 def create_app(
-    app: App, token: str | None = None, *, allowed_hosts: Sequence[str] | None = None
+    app: App,
+    token: str | None = None,
+    *,
+    read_token: str | None = None,
+    user_header: str | None = None,
+    roles: Mapping[str, str] | Callable[[str], str | None] | None = None,
+    secret: str | None = None,
+    allowed_hosts: Sequence[str] | None = None,
 ) -> Starlette:
     """The dashboard of ``app`` as an ASGI application (see conveyor.web.server.create_app)."""
     require_web_extra()
     from conveyor.web.server import create_app as create
 
-    return create(app, token, allowed_hosts=allowed_hosts)
+    return create(
+        app,
+        token,
+        read_token=read_token,
+        user_header=user_header,
+        roles=roles,
+        secret=secret,
+        allowed_hosts=allowed_hosts,
+    )

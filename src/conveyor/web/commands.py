@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from conveyor.app import App
 
 TOKEN_ENV = "CONVEYOR_DASHBOARD_TOKEN"
+READ_TOKEN_ENV = "CONVEYOR_DASHBOARD_READ_TOKEN"
+SECRET_ENV = "CONVEYOR_DASHBOARD_SECRET"
 
 
 @click.command("dashboard")
@@ -40,6 +42,34 @@ TOKEN_ENV = "CONVEYOR_DASHBOARD_TOKEN"
     "needed to listen on anything but loopback.",
 )
 @click.option(
+    "--read-token",
+    envvar=READ_TOKEN_ENV,
+    default=None,
+    help=f"A second token, for read-only access: every action refused (also ${READ_TOKEN_ENV}).",
+)
+@click.option(
+    "--trust-user-header",
+    "user_header",
+    metavar="HEADER",
+    default=None,
+    help="Take the user's name from this header, set by a reverse proxy in front "
+    "(e.g. X-Forwarded-User). Only when nothing else can reach the dashboard.",
+)
+@click.option(
+    "--role",
+    "role_pairs",
+    metavar="USER=ROLE",
+    multiple=True,
+    help="A user's role, admin or read (repeat; '*=read' for everyone else). "
+    "Without any, every user the header names is an admin.",
+)
+@click.option(
+    "--secret",
+    envvar=SECRET_ENV,
+    default=None,
+    help=f"Key that signs session cookies (also ${SECRET_ENV}; default: from the tokens).",
+)
+@click.option(
     "--app",
     "app_path",
     metavar="MODULE:APP",
@@ -47,7 +77,15 @@ TOKEN_ENV = "CONVEYOR_DASHBOARD_TOKEN"
     help="Your App (imported with --dsn in $CONVEYOR_DSN): shows its periodic schedules.",
 )
 def dashboard(
-    dsn: str | None, host: str, port: int, token: str | None, app_path: str | None
+    dsn: str | None,
+    host: str,
+    port: int,
+    token: str | None,
+    read_token: str | None,
+    user_header: str | None,
+    role_pairs: tuple[str, ...],
+    secret: str | None,
+    app_path: str | None,
 ) -> None:
     """Serve the web dashboard (overview, jobs, workers, actions, /metrics, /healthz)."""
     try:
@@ -56,21 +94,35 @@ def dashboard(
         raise click.ClickException(str(exc)) from None
     import uvicorn
 
+    from conveyor.web.security import AccessRules
     from conveyor.web.server import create_app, create_app_opening
 
-    if not token:
-        token = None
-    if token is None and not is_loopback(host):
+    token, read_token = token or None, read_token or None
+    roles = role_map(role_pairs)
+    if role_pairs and not user_header:
+        raise click.UsageError("--role maps the users --trust-user-header names: give it too")
+    if token is None and read_token is None and user_header is None and not is_loopback(host):
         raise click.UsageError(
             f"refusing to listen on {host} without a token: anyone who can reach it could "
             f"read and retry jobs. Pass --token or set {TOKEN_ENV} (or listen on 127.0.0.1)."
         )
+    access: dict[str, Any] = {
+        "read_token": read_token,
+        "user_header": user_header,
+        "roles": roles,
+        "secret": secret or None,
+    }
+    try:
+        AccessRules(token, **access)  # refused at once, before the store is opened
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    guarded = token is not None or any(v is not None for v in access.values())
     if dsn is None:
         dsn = default_dsn()
     # Without a token the pages are open to this machine only; answering just the
     # loopback names (and the address given) keeps a foreign site from reaching
     # them through DNS rebinding.
-    allowed = None if token is not None else [*LOOPBACK_NAMES, host]
+    allowed = None if guarded else [*LOOPBACK_NAMES, host]
     opened: list[App] = []
     try:
         # Never an empty database where a typo points: the file must exist.
@@ -88,7 +140,7 @@ def dashboard(
         except ConveyorError as exc:
             # Served anyway: every page says so, and /healthz answers 503, until it is done.
             click.secho(f"warning: {exc}", fg="yellow", err=True)
-        web = create_app(app, token, allowed_hosts=allowed)
+        web = create_app(app, token, allowed_hosts=allowed, **access)
         described = app.description
     else:
 
@@ -97,7 +149,7 @@ def dashboard(
             return opened[-1]
 
         described = redacted(dsn)
-        web = create_app_opening(opener, described, token, allowed_hosts=allowed)
+        web = create_app_opening(opener, described, token, allowed_hosts=allowed, **access)
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"conveyor dashboard on http://{shown}:{port}/ ({described})")
     try:
@@ -105,6 +157,19 @@ def dashboard(
     finally:
         for app in opened:
             app.close()
+
+
+def role_map(pairs: tuple[str, ...]) -> dict[str, str] | None:
+    """``USER=ROLE`` options as a mapping; None when there are none."""
+    roles: dict[str, str] = {}
+    for pair in pairs:
+        user, sep, role = pair.rpartition("=")
+        if not sep or not user or role not in ("admin", "read"):
+            raise click.BadParameter(
+                f"give USER=admin or USER=read, got {pair!r}", param_hint="--role"
+            )
+        roles[user] = role
+    return roles or None
 
 
 def _open(dsn: str, app_path: str | None) -> App:

@@ -29,6 +29,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from conveyor import audit
 from conveyor.app import App
 from conveyor.errors import (
     ConfigurationError,
@@ -39,6 +40,7 @@ from conveyor.errors import (
 from conveyor.job import DETAILED_STATES, FILTER_STATES, JobState, utcnow
 from conveyor.store.selection import ARGS_SEARCH_SPAN
 from conveyor.web import charts, graph, views
+from conveyor.web.auditing import audit_action
 from conveyor.web.format import FILTERS
 from conveyor.web.hosts import LOOPBACK_NAMES
 from conveyor.web.limits import limit_rows
@@ -52,7 +54,15 @@ from conveyor.web.params import (
     parse_id,
     query,
 )
-from conveyor.web.security import CSRF_FIELD, CsrfTokens, Guard, foreign_origin
+from conveyor.web.security import (
+    CSRF_FIELD,
+    AccessRules,
+    CsrfTokens,
+    Guard,
+    RoleMap,
+    access_of,
+    foreign_origin,
+)
 
 
 class NameConvertor(PathConvertor):
@@ -133,17 +143,26 @@ def create_app(
     app: App,
     token: str | None = None,
     *,
+    read_token: str | None = None,
+    user_header: str | None = None,
+    roles: RoleMap | None = None,
+    secret: str | None = None,
     allowed_hosts: Sequence[str] | None = None,
 ) -> Starlette:
     """The dashboard of ``app`` as an ASGI application.
 
-    With ``token``, every request must carry it (see conveyor.web.security).
+    With ``token`` (admin) or ``read_token`` (read-only), every request must
+    carry one, or come from a user the host application's authentication
+    (the scope's ``user``) or a trusted proxy's ``user_header`` names, whose
+    role ``roles`` gives (see conveyor.web.security). ``secret`` signs the
+    session cookies (by default a key from the tokens).
     ``allowed_hosts`` are the Host names it answers to; by default the
-    loopback names when there is no token (a page elsewhere cannot reach it
-    through DNS rebinding) and any name when there is one. ``["*"]`` allows
-    any name without a token, for a dashboard behind a proxy that checks.
+    loopback names when nobody needs to say who they are (a page elsewhere
+    cannot reach it through DNS rebinding) and any name otherwise. ``["*"]``
+    allows any name, for a dashboard behind a proxy or a host application that checks.
     """
-    return Dashboard(app).build(token, _hosts(token, allowed_hosts))
+    rules = AccessRules(token, read_token, user_header, roles, secret)
+    return Dashboard(app).build(rules, _hosts(rules, allowed_hosts))
 
 
 def create_app_opening(
@@ -151,6 +170,10 @@ def create_app_opening(
     store: str,
     token: str | None = None,
     *,
+    read_token: str | None = None,
+    user_header: str | None = None,
+    roles: RoleMap | None = None,
+    secret: str | None = None,
     allowed_hosts: Sequence[str] | None = None,
 ) -> Starlette:
     """The dashboard of the App ``opener`` gives, opened by the first request that can.
@@ -159,12 +182,13 @@ def create_app_opening(
     every page answers 503 naming ``store`` (a DSN without its password), as
     while any outage.
     """
-    return Dashboard(None, opener=opener, store=store).build(token, _hosts(token, allowed_hosts))
+    rules = AccessRules(token, read_token, user_header, roles, secret)
+    return Dashboard(None, opener=opener, store=store).build(rules, _hosts(rules, allowed_hosts))
 
 
-def _hosts(token: str | None, allowed_hosts: Sequence[str] | None) -> Sequence[str] | None:
+def _hosts(rules: AccessRules, allowed_hosts: Sequence[str] | None) -> Sequence[str] | None:
     if allowed_hosts is None:
-        allowed_hosts = LOOPBACK_NAMES if token is None else ["*"]
+        allowed_hosts = ["*"] if rules.guarded else LOOPBACK_NAMES
     return None if "*" in allowed_hosts else allowed_hosts
 
 
@@ -230,7 +254,7 @@ class Dashboard:
             self._metrics = Metrics(self.app)
         return self._metrics
 
-    def build(self, token: str | None, allowed_hosts: Sequence[str] | None) -> Starlette:
+    def build(self, rules: AccessRules, allowed_hosts: Sequence[str] | None) -> Starlette:
         static = resources.files("conveyor.web").joinpath("static")
         routes = [
             Route("/", self.page(self.overview), name="overview"),
@@ -247,6 +271,7 @@ class Dashboard:
             Route("/workflows/{workflow_id:name}", self.page(self.workflow_page), name="workflow"),
             Route("/workers/take-back", self.worker_take_back, methods=["POST"]),
             Route("/periodic", self.page(self.periodic_page), name="periodic"),
+            Route("/audit", self.page(self.audit_page), name="audit"),
             Route("/queues/{queue:name}/pause", self.queue_pause, methods=["POST"]),
             Route("/queues/{queue:name}/resume", self.queue_resume, methods=["POST"]),
             Route("/queues/{queue:name}/retry-failed", self.queue_retry_failed, methods=["POST"]),
@@ -265,7 +290,7 @@ class Dashboard:
             Route("/healthz", self.healthz, name="healthz"),
             Mount("/static", StaticFiles(directory=str(static)), name="static"),
         ]
-        middleware = [Middleware(Guard, token=token, allowed_hosts=allowed_hosts)]
+        middleware = [Middleware(Guard, rules=rules, allowed_hosts=allowed_hosts)]
         return Starlette(routes=routes, middleware=middleware)
 
     # --- answering: pages, errors, a missing schema ---------------------------------------
@@ -273,7 +298,16 @@ class Dashboard:
     def render(
         self, request: Request, name: str, context: dict[str, Any], status_code: int = 200
     ) -> Response:
-        context = {"csrf_token": self.csrf.value, "notice": notice(request), **context}
+        access = access_of(request)
+        context = {
+            "csrf_token": self.csrf.value,
+            "notice": notice(request),
+            # Links start at the mount's path; a read-only user gets no action buttons.
+            "root": request.scope.get("root_path", ""),
+            "can_act": access.can_act,
+            "who": access.who,
+            **context,
+        }
         return self.templates.TemplateResponse(request, name, context, status_code=status_code)
 
     def problem(self, request: Request, message: str, status_code: int) -> Response:
@@ -525,6 +559,17 @@ class Dashboard:
         name = "_periodic.html" if self.live(request) else "periodic.html"
         return self.render(request, name, context)
 
+    def audit_page(self, request: Request) -> Response:
+        """Operators' actions, newest first, a page at a time (from the store's audit)."""
+        before = parse_id(request.query_params.get("before"), "before")
+        try:
+            found = audit.entries(self.app, PAGE_SIZE + 1, before)
+        except ConfigurationError as exc:  # a store without an audit says so
+            return self.problem(request, str(exc), 404)
+        older = found[PAGE_SIZE - 1].id if len(found) > PAGE_SIZE else None
+        context = {"entries": found[:PAGE_SIZE], "older": older, "before": before}
+        return self.render(request, "audit.html", context)
+
     # --- actions ----------------------------------------------------------------
 
     async def act(
@@ -552,6 +597,9 @@ class Dashboard:
         try:
             await run_in_threadpool(self.require_schema)
             code = await run_in_threadpool(action, form)
+            outcome, _, count = code.partition("@")[0].partition(":")
+            access, params = access_of(request), dict(request.path_params)
+            await run_in_threadpool(audit_action, self.app, access, outcome, count, params, form)
         except BadRequest as exc:
             self.watch.settle()
             return self.problem(request, str(exc), 400)
@@ -570,12 +618,13 @@ class Dashboard:
         code, _, target = code.partition("@")
         code, _, n = code.partition(":")
         params = {"notice": code, **({"n": n} if n else {})}
+        root = request.scope.get("root_path", "")  # back within the mount
         if target:
             path, _, rest = target.partition("?")
             extra = parse_qs(rest)
             pairs = [(k, v[0]) for k, v in extra.items()] + list(params.items())
-            return RedirectResponse(f"{path}?{urlencode(pairs)}", status_code=303)
-        return RedirectResponse(f"{back}?{urlencode(params)}", status_code=303)
+            return RedirectResponse(f"{root}{path}?{urlencode(pairs)}", status_code=303)
+        return RedirectResponse(f"{root}{back}?{urlencode(params)}", status_code=303)
 
     async def job_action(self, request: Request) -> Response:
         job_id: int = request.path_params["job_id"]

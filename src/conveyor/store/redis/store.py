@@ -63,6 +63,7 @@ from conveyor.store.base import (
 from conveyor.store.flows import DROPPED, GONE, check_order, unknown_parent
 from conveyor.store.keys import new_job_record
 from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of_row
+from conveyor.store.redis.audit import RedisAudit
 from conveyor.store.redis.history import (
     PurgeWalks,
     beyond_newest,
@@ -357,7 +358,7 @@ def _short_of_room(exc: redis.ResponseError) -> str | None:
     return None
 
 
-class RedisStore:
+class RedisStore(RedisAudit):
     """Every capability of base.Store, and DurabilityReport; not TransactionalStore (Redis
     has no transaction a caller could enqueue inside)."""
 

@@ -1,0 +1,36 @@
+"""The PostgreSQL store's audit (conveyor.store.audit): the ``audit_log`` table."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from conveyor.store.audit import AuditEntry, clip
+from conveyor.store.sql import load_queries
+
+_A = load_queries("conveyor.store.postgres", "audit.sql")
+
+
+class PostgresAudit:
+    """AuditStore for PostgresStore (one of its base classes: uses its pooled ``_conn``)."""
+
+    _conn: Any
+
+    def audit_record(
+        self, actor: str, source: str, action: str, target: str, jobs: int | None, at: datetime
+    ) -> None:
+        params = {
+            "at": at,
+            "actor": clip(actor),
+            "source": clip(source),
+            "action": clip(action),
+            "target": clip(target),
+            "jobs": jobs,
+        }
+        with self._conn() as conn:
+            conn.execute(_A["audit_insert"], params)
+
+    def audit_list(self, limit: int, before: int | None = None) -> list[AuditEntry]:
+        with self._conn() as conn:
+            rows = conn.execute(_A["audit_list"], {"limit": limit, "before": before}).fetchall()
+        return [AuditEntry(*row) for row in rows]

@@ -1,0 +1,39 @@
+"""The SQLite store's audit (conveyor.store.audit): the ``audit_log`` table."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from conveyor.store.audit import AuditEntry, clip
+from conveyor.store.sql import load_queries
+
+_A = load_queries("conveyor.store.sqlite", "audit.sql")
+
+
+class SQLiteAudit:
+    """AuditStore for SQLiteStore (one of its base classes: uses its ``_write`` and ``_conn``)."""
+
+    _conn: Any
+    _write: Any
+
+    def audit_record(
+        self, actor: str, source: str, action: str, target: str, jobs: int | None, at: datetime
+    ) -> None:
+        params = {
+            "at": at.timestamp(),
+            "actor": clip(actor),
+            "source": clip(source),
+            "action": clip(action),
+            "target": clip(target),
+            "jobs": jobs,
+        }
+        with self._write() as conn:
+            conn.execute(_A["audit_insert"], params)
+
+    def audit_list(self, limit: int, before: int | None = None) -> list[AuditEntry]:
+        rows = self._conn().execute(_A["audit_list"], {"limit": limit, "before": before})
+        return [
+            AuditEntry(i, datetime.fromtimestamp(at, UTC), actor, source, action, target, jobs)
+            for i, at, actor, source, action, target, jobs in rows.fetchall()
+        ]
