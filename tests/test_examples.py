@@ -18,6 +18,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,23 @@ def test_retries_runs(tmp_path: Path) -> None:
     assert (refund.state, refund.attempts) == ("failed", 2)
     assert "ValueError" in (refund.error or "")
     assert by_task[("ship", 42)].attempts == 1  # a Retry uses no attempt
+
+
+def test_durable_reminder_runs(tmp_path: Path) -> None:
+    dsn, out = run_example("durable_reminder", tmp_path)
+    assert "job 1: reminder sent to ann@example.com" in out
+    assert "bo@example.com answered: no reminder" in out
+    # Each mail once, though each handler ran twice (before and after its sleep).
+    assert out.count("welcome -> ann@example.com") == 1
+    assert "steps welcome, sleep-1, reminder; attempts 1" in out
+    assert "steps welcome, sleep-1; attempts 1" in out
+    with App(dsn) as app:
+        jobs = app.jobs(limit=10)
+    assert sorted(job.state for job in jobs) == ["succeeded", "succeeded"]
+    for job in jobs:
+        assert job.started_at is not None and job.started_at - job.created_at >= timedelta(
+            seconds=1
+        )
 
 
 def test_ordered_group_runs(tmp_path: Path) -> None:
