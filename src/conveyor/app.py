@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mappin
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast, overload
 
+from conveyor.diagnosis import Why, diagnose
 from conveyor.errors import (
     ConfigurationError,
     InvalidJobError,
@@ -598,6 +599,11 @@ class App:
                     )
             raise JobNotFoundError(f"no job with id {job_id} (never created, or purged)")
         return self._attach(job)
+
+    def why(self, job_id: int) -> Why:
+        """Why the job is not running: each thing that holds it back (paused queue, limit,
+        throttle, group, hold, parents, due time, no live worker); see conveyor.diagnosis."""
+        return diagnose(self.store, self.get(job_id), utcnow(), silent_after=SILENT_AFTER)
 
     # --- workflows ------------------------------------------------------------------
 
@@ -1497,6 +1503,7 @@ class App:
     aenqueue = async_twin(enqueue)
     aenqueue_many = async_twin(enqueue_many)
     aget = async_twin(get)
+    awhy = async_twin(why)
     ajobs = async_twin(jobs)
     aworkers = async_twin(workers)
     aknown_tasks = async_twin(known_tasks)

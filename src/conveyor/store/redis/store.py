@@ -70,6 +70,7 @@ from conveyor.store.redis.history import (
     run_times,
     slot_counts,
 )
+from conveyor.store.redis.limit_keys import RedisLimitKeys
 from conveyor.store.redis.listener import RedisListener
 from conveyor.store.selection import NO_ID_BOUND, args_floor
 
@@ -357,7 +358,7 @@ def _short_of_room(exc: redis.ResponseError) -> str | None:
     return None
 
 
-class RedisStore:
+class RedisStore(RedisLimitKeys):
     """Every capability of base.Store, and DurabilityReport; not TransactionalStore (Redis
     has no transaction a caller could enqueue inside)."""
 
