@@ -102,7 +102,7 @@ WAIT_FALLBACK_POLL = 0.5
 DEFAULT_MAX_ATTEMPTS = 3
 #: How long a finished job without a processed mark counts as unprocessed (``unprocessed``).
 OUTCOME_GRACE = timedelta(days=7)
-#: "Not given" for arguments where None means something (``app.limit(queue, None)`` clears).
+#: "Not given" for arguments where None means something (``app.limit(queue, None)`` drops the rate).
 _UNSET: Any = object()
 
 
@@ -1448,8 +1448,9 @@ class App:
         queue: str,
         rate: str | Rate | None = _UNSET,
         *,
-        concurrency: int | None = None,
+        concurrency: int | None = _UNSET,
         per_key: bool = False,
+        clear: bool = False,
     ) -> QueueLimits | None:
         """Limit how often and how many jobs of ``queue`` start, across every worker.
 
@@ -1458,21 +1459,33 @@ class App:
         most 3 running at once; both may be given. With ``per_key=True`` the
         limit applies to each value of the jobs' ``limit_key`` on its own (jobs
         without one are not held by it); a queue may have both a limit of its own
-        and a per-key limit. Each call sets the whole limit of its scope;
-        ``app.limit("payments", None)`` clears it. Stored in the database: every
-        worker obeys it from its next claim, without a restart. Returns what the
-        queue has now (None: no limit, no throttle).
+        and a per-key limit. A call changes only what it names: a rate given
+        leaves the concurrency as it was, and the other way round; ``rate=None``
+        or ``concurrency=None`` drops that part; ``clear=True`` drops both.
+        Stored in the database: every worker obeys it from its next claim,
+        without a restart. Returns what the queue has now (None: no limit, no
+        throttle).
         """
         validate_name("queue", queue)
-        if rate is _UNSET:
-            if concurrency is None:
+        named = {"rate": rate, "concurrency": concurrency}
+        given = [part for part, value in named.items() if value is not _UNSET]
+        if clear:
+            if given:
                 raise ConfigurationError(
-                    "give rate= (such as '10/s'), concurrency=, or both; "
-                    f"app.limit({queue!r}, None) clears the limit"
+                    f"app.limit({queue!r}, clear=True) drops the whole limit: "
+                    f"give {' or '.join(given)} in another call"
                 )
-            rate = None
-        chosen = make_limit(rate, concurrency)
-        return self.store.limit_set(queue, chosen, per_key, utcnow())
+            return self.store.limit_set(queue, None, per_key, utcnow())
+        if not given:
+            raise ConfigurationError(
+                "give rate= (such as '10/s'), concurrency=, or both; None drops that part, "
+                f"app.limit({queue!r}, clear=True) the whole limit"
+            )
+        chosen = make_limit(
+            None if rate is _UNSET else rate, None if concurrency is _UNSET else concurrency
+        )
+        keep = [part for part in named if part not in given]
+        return self.store.limit_set(queue, chosen, per_key, utcnow(), keep=keep)
 
     @needs(FlowControlStore, "read limits")
     def limits(self) -> dict[str, LimitStatus]:

@@ -708,7 +708,7 @@ class Dashboard:
         queue: str = request.path_params["queue"]
 
         def clear(form: dict[str, list[str]]) -> str:
-            self.app.limit(queue, None, per_key=first(form, "scope") == "key")
+            self.app.limit(queue, clear=True, per_key=first(form, "scope") == "key")
             return "limit_cleared"
 
         return await self.act(request, clear, limit_path(queue))

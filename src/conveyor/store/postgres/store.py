@@ -12,7 +12,7 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -1062,7 +1062,12 @@ class PostgresStore(PostgresLimitKeys):
                 self._saw_limits(names, True)
 
     def limit_set(
-        self, queue: str, limit: Limit | None, per_key: bool, now: datetime
+        self,
+        queue: str,
+        limit: Limit | None,
+        per_key: bool,
+        now: datetime,
+        keep: Collection[str] = (),
     ) -> QueueLimits | None:
         rate = limit.rate if limit is not None else None
         params = {
@@ -1071,6 +1076,8 @@ class PostgresStore(PostgresLimitKeys):
             "rate": rate.count if rate is not None else None,
             "per": rate.per if rate is not None else None,
             "concurrency": limit.concurrency if limit is not None else None,
+            "keep_rate": "rate" in keep,
+            "keep_concurrency": "concurrency" in keep,
             "now": now,
         }
         with self._tx() as conn:

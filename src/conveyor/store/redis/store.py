@@ -23,7 +23,7 @@ import itertools
 import json
 import secrets
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -1339,7 +1339,12 @@ class RedisStore(RedisLimitKeys):
         return limits_of_row(values, _odt)
 
     def limit_set(
-        self, queue: str, limit: Limit | None, per_key: bool, now: datetime
+        self,
+        queue: str,
+        limit: Limit | None,
+        per_key: bool,
+        now: datetime,
+        keep: Collection[str] = (),
     ) -> QueueLimits | None:
         rate = limit.rate if limit is not None else None
         concurrency = limit.concurrency if limit is not None else None
@@ -1351,6 +1356,7 @@ class RedisStore(RedisLimitKeys):
             "" if rate is None else repr(float(rate.per)),
             "" if concurrency is None else str(concurrency),
             _ts(now),
+            ",".join(sorted(keep)),
         )
         return None if row is None else self._limits_of(queue, _pairs(row))
 

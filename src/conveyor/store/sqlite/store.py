@@ -13,7 +13,7 @@ import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -1002,7 +1002,12 @@ class SQLiteStore(SQLiteLimitKeys):
         conn.execute(_Q["limit_prune_starts"], params)
 
     def limit_set(
-        self, queue: str, limit: Limit | None, per_key: bool, now: datetime
+        self,
+        queue: str,
+        limit: Limit | None,
+        per_key: bool,
+        now: datetime,
+        keep: Collection[str] = (),
     ) -> QueueLimits | None:
         rate = limit.rate if limit is not None else None
         params = {
@@ -1011,6 +1016,8 @@ class SQLiteStore(SQLiteLimitKeys):
             "rate": rate.count if rate is not None else None,
             "per": rate.per if rate is not None else None,
             "concurrency": limit.concurrency if limit is not None else None,
+            "keep_rate": "rate" in keep,
+            "keep_concurrency": "concurrency" in keep,
             "now": _ts(now),
         }
         with self._write() as conn:
