@@ -168,3 +168,35 @@ def test_two_reasons_at_once_and_the_async_twin(tasks: App) -> None:
     why = asyncio.run(tasks.awhy(job.id))
     assert kinds(why) == ["paused", "no_worker"]
     assert why.summary() == "; ".join(r.text for r in why.reasons)
+
+
+def test_jobs_show_says_why_in_text_and_json(tasks: App, dsn: str) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from conveyor.cli import cli
+
+    job = tasks.enqueue("call", group="g 1")
+    blocker = tasks.enqueue("call", group="g 1")
+    tasks.store.job_claim(["api"], 1, "w1", LEASE)  # the first of the group runs
+    assert tasks.get(job.id).state == "running"
+    tasks.pause("api")
+    runner = CliRunner()
+    shown = runner.invoke(cli, ["jobs", "show", str(blocker.id), "--dsn", dsn])
+    assert shown.exit_code == 0, shown.output
+    text = " ".join(shown.stdout.split())
+    assert "why it is not running:" in text
+    assert "- queue 'api' is paused" in text
+    assert f"- job {job.id} of its group 'g 1' is running" in text
+    assert "- no live worker" in text
+    raw = runner.invoke(cli, ["jobs", "show", str(blocker.id), "--dsn", dsn, "--json"])
+    why = json.loads(raw.stdout)["why"]
+    assert [r["kind"] for r in why["reasons"]] == ["paused", "group_busy", "no_worker"]
+    assert why["reasons"][1]["job_ids"] == [job.id]
+    running = runner.invoke(cli, ["jobs", "show", str(job.id), "--dsn", dsn, "--json"])
+    assert json.loads(running.stdout)["why"] is None
+    assert (
+        "why it is not running"
+        not in runner.invoke(cli, ["jobs", "show", str(job.id), "--dsn", dsn]).stdout
+    )

@@ -44,6 +44,9 @@ class LimitKeyStore(Protocol):
         """How full one limit key of ``queue`` is now (zeros for a key not in use)."""
         ...
 
-    def limit_throttled_keys(self, now: datetime, limit: int) -> list[KeyThrottle]:
-        """Keys throttled now, of every queue, soonest end first (at most ``limit``)."""
+    def limit_throttled_keys(
+        self, now: datetime, limit: int, queue: str | None = None
+    ) -> list[KeyThrottle]:
+        """Keys throttled now, of ``queue`` or of every queue, soonest end first (at most
+        ``limit``)."""
         ...

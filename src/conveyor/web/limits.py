@@ -7,6 +7,7 @@ from datetime import datetime
 
 from conveyor.limits import fullness_words
 from conveyor.store.base import LimitStatus
+from conveyor.store.limit_keys import MAX_THROTTLED_KEYS, KeyThrottle, LimitKeyStore
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,14 @@ def limit_rows(limits: dict[str, LimitStatus]) -> list[LimitRow]:
             )
         )
     return rows
+
+
+def throttled_keys(store: object, queue: str, now: datetime) -> list[KeyThrottle]:
+    """The keys of ``queue`` throttled now, soonest end first, for the limits page to name
+    and lift one by one (none on a store that cannot read them)."""
+    if not isinstance(store, LimitKeyStore):
+        return []
+    return store.limit_throttled_keys(now, MAX_THROTTLED_KEYS, queue)
 
 
 #: Per-queue gauges of a queue with limits: metric, help, LimitStatus field.

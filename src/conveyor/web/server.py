@@ -42,7 +42,7 @@ from conveyor.store.selection import ARGS_SEARCH_SPAN
 from conveyor.web import charts, graph, views
 from conveyor.web.format import FILTERS
 from conveyor.web.hosts import LOOPBACK_NAMES
-from conveyor.web.limits import limit_rows
+from conveyor.web.limits import limit_rows, throttled_keys
 from conveyor.web.metrics import Metrics, metrics_down, metrics_response
 from conveyor.web.outage import Outage, StoreWatch, unreachable
 from conveyor.web.params import (
@@ -444,6 +444,7 @@ class Dashboard:
             "parents": self.app.parents(job_id),
             "children": self.app.children(job_id),
             "workflow": self.app.store.job_workflow(job_id),
+            "why": self.app.why(job_id) if job.state in ("waiting", "queued") else None,
         }
         name = "_job_live.html" if self.live(request) else "job.html"
         return self.render(request, name, context)
@@ -686,6 +687,7 @@ class Dashboard:
             "status": status,
             "row": limit_rows({queue: status})[0] if status is not None else None,
             "now": utcnow(),
+            "throttled_keys": throttled_keys(self.app.store, queue, utcnow()),
         }
         return self.render(request, "limit.html", context)
 
@@ -717,7 +719,7 @@ class Dashboard:
         queue: str = request.path_params["queue"]
 
         def lift(form: dict[str, list[str]]) -> str:
-            key = first(form, "limit_key").strip() or None
+            key = first(form, "limit_key") or None  # a key is data: spaces and all
             try:
                 self.app.throttle(queue, 0, limit_key=key)
             except ConveyorError as exc:

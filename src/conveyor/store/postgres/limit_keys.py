@@ -25,9 +25,10 @@ class PostgresLimitKeys:
             running, started, until = conn.execute(_L["limit_key_usage"], params).fetchone()
         return KeyUsage(queue, limit_key, int(running), int(started), until)
 
-    def limit_throttled_keys(self, now: datetime, limit: int) -> list[KeyThrottle]:
+    def limit_throttled_keys(
+        self, now: datetime, limit: int, queue: str | None = None
+    ) -> list[KeyThrottle]:
+        params = {"now": now, "limit": limit, "queue": queue}
         with self._conn() as conn:
-            rows: Iterator[Any] = conn.execute(
-                _L["limit_throttled_keys"], {"now": now, "limit": limit}
-            )
+            rows: Iterator[Any] = conn.execute(_L["limit_throttled_keys"], params)
             return [KeyThrottle(queue, key, until) for queue, key, until in rows]

@@ -15,8 +15,8 @@ SELECT
      WHERE queue = %(queue)s AND limit_key = %(key)s AND until > %(now)s)
 
 -- name: limit_throttled_keys
--- Keys throttled now, of every queue, the soonest to end first.
+-- Keys throttled now, of %(queue)s (every queue when NULL), the soonest to end first.
 SELECT queue, limit_key, until FROM limit_throttles
-WHERE until > %(now)s
+WHERE until > %(now)s AND (%(queue)s::text IS NULL OR queue = %(queue)s)
 ORDER BY until, queue, limit_key
 LIMIT %(limit)s

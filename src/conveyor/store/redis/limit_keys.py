@@ -27,8 +27,10 @@ class RedisLimitKeys:
             queue, limit_key, int(running), int(started), _moment(until) if until else None
         )
 
-    def limit_throttled_keys(self, now: datetime, limit: int) -> list[KeyThrottle]:
-        flat = self._run("limit_throttled_keys", f"{now.timestamp():.6f}")
+    def limit_throttled_keys(
+        self, now: datetime, limit: int, queue: str | None = None
+    ) -> list[KeyThrottle]:
+        flat = self._run("limit_throttled_keys", f"{now.timestamp():.6f}", queue or "")
         found = [
             KeyThrottle(flat[i], flat[i + 1], _moment(flat[i + 2])) for i in range(0, len(flat), 3)
         ]

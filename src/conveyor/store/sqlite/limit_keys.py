@@ -33,8 +33,9 @@ class SQLiteLimitKeys:
             queue, limit_key, int(running), int(started), None if until is None else _moment(until)
         )
 
-    def limit_throttled_keys(self, now: datetime, limit: int) -> list[KeyThrottle]:
-        rows = self._conn().execute(
-            _L["limit_throttled_keys"], {"now": now.timestamp(), "limit": limit}
-        )
+    def limit_throttled_keys(
+        self, now: datetime, limit: int, queue: str | None = None
+    ) -> list[KeyThrottle]:
+        params = {"now": now.timestamp(), "limit": limit, "queue": queue}
+        rows = self._conn().execute(_L["limit_throttled_keys"], params)
         return [KeyThrottle(queue, key, _moment(until)) for queue, key, until in rows]

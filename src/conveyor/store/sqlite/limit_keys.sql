@@ -15,8 +15,8 @@ SELECT
      WHERE queue = :queue AND limit_key = :key AND until > :now)
 
 -- name: limit_throttled_keys
--- Keys throttled now, of every queue, the soonest to end first.
+-- Keys throttled now, of :queue (every queue when NULL), the soonest to end first.
 SELECT queue, limit_key, until FROM limit_throttles
-WHERE until > :now
+WHERE until > :now AND (:queue IS NULL OR queue = :queue)
 ORDER BY until, queue, limit_key
 LIMIT :limit
