@@ -95,6 +95,8 @@ def test_wrong_steps_are_refused_with_what_to_write(app: App, extract: Any) -> N
         wf.add(extract.step("01"), label=3)  # type: ignore[arg-type]
     with pytest.raises(InvalidJobError, match="a node's label must not be empty"):
         wf.add(extract.step("01"), label=" ")
+    with pytest.raises(InvalidJobError, match="a node's label must be a string, got int"):
+        wf.add(extract.step("01"), label=lambda args, kwargs: len(args))  # type: ignore[arg-type,return-value]
     assert wf.nodes == []
 
 
@@ -104,11 +106,13 @@ def test_a_label_names_the_node_on_the_graph(app: App, extract: Any) -> None:
         wf.add(extract.options(headers={"trace": "t1"}).step(m), label=f"extract <{m}>")
         for m in ("2026-01", "2026-02")
     ]
-    wf.add(extract.step("all"), after=months)
+    made = wf.add(extract.step("all"), after=months, label=lambda args, kwargs: f"all of {args[0]}")
+    assert made.step.options.headers == {LABEL_HEADER: "all of all"}
+    wf.add(extract.step("all"), after=made)
     run = wf.enqueue()
     first = app.get(run.jobs[0].id)
     assert first.headers == {"trace": "t1", LABEL_HEADER: "extract <2026-01>"}
-    assert LABEL_HEADER not in app.get(run.jobs[2].id).headers
+    assert LABEL_HEADER not in app.get(run.jobs[3].id).headers
     with TestClient(create_app(app), base_url="http://127.0.0.1") as client:
         page = client.get("/workflows/monthly").text
     texts = [html.unescape(t) for t in page.split("<text ")[1:]]
@@ -116,5 +120,6 @@ def test_a_label_names_the_node_on_the_graph(app: App, extract: Any) -> None:
     # Cut to the box with the id whole; the tooltip has the whole label.
     assert len(shown[0]) == LABEL_CHARS and "…" in shown[0]
     assert shown[0].endswith(f" #{run.jobs[0].id}") and shown[0].startswith("extract <")
-    assert shown[2] == f"extract #{run.jobs[2].id}"
+    assert shown[3] == f"extract #{run.jobs[3].id}"
+    assert shown[2] == f"all of all #{run.jobs[2].id}"
     assert f"job {run.jobs[1].id} · extract &lt;2026-02&gt; · extract" in page

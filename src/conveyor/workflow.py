@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeAlias
+from typing import Any, Protocol, TypeAlias
 
 from conveyor.errors import ConfigurationError, InvalidJobError
 from conveyor.job import MAX_JOB_ID, AfterFailure, Job, JobState, is_job_id, validate_name
@@ -39,6 +39,9 @@ __all__ = [
 #: The job header a node's label is stored under (``wf.add(step, label=...)``): the
 #: dashboard's graph shows it instead of the task's name.
 LABEL_HEADER = "conveyor-label"
+
+#: Makes a node's label from its step's arguments: ``(args, kwargs) -> str``.
+Labeller: TypeAlias = "Callable[[tuple[Any, ...], dict[str, Any]], str]"
 
 #: What ``after`` takes: a node, a Job or a job id, or any iterable of them.
 Parents: TypeAlias = "Node | Job | int | Iterable[Node | Job | int]"
@@ -80,11 +83,12 @@ class Workflow:
         *,
         after: Parents = (),
         after_failure: AfterFailure | None = None,
-        label: str | None = None,
+        label: str | Labeller | None = None,
     ) -> Node:
         """Add a step that runs after ``after`` (nodes of this workflow, or stored jobs: one,
         or any iterable of them). ``label`` names its job on the workflow's graph
-        (``"extract 2026-11"``) instead of the task's name."""
+        (``"extract 2026-11"``) instead of the task's name; a function of the step's
+        arguments makes it from them (``lambda args, kwargs: f"extract {args[0]}"``)."""
         check_step(step)
         if label is not None:
             step = labelled(step, label)
@@ -185,6 +189,8 @@ def parents_of(after: object) -> list[Node | Job | int]:
 
 def labelled(step: Step, label: object) -> Step:
     """The step with its label among its job's headers (where the graph reads it)."""
+    if callable(label):
+        label = label(step.args, dict(step.kwargs))
     validate_name("a node's label", label)
     assert isinstance(label, str)
     headers = {**(step.options.headers or {}), LABEL_HEADER: label}
