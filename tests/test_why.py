@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -200,3 +201,25 @@ def test_jobs_show_says_why_in_text_and_json(tasks: App, dsn: str) -> None:
         "why it is not running"
         not in runner.invoke(cli, ["jobs", "show", str(job.id), "--dsn", dsn]).stdout
     )
+
+
+def test_the_new_reads_say_the_schema_is_missing(tmp_path: Any) -> None:
+    """A store's mixins are behind its error boundary too: a missing table is named."""
+    import sqlite3
+
+    from conveyor.errors import SchemaMissingError
+    from conveyor.store.dsn import open_store
+
+    path = tmp_path / "jobs.db"
+    store = open_store(f"sqlite:///{path}")
+    store.migrate()
+    with sqlite3.connect(path) as conn:
+        conn.execute("DROP TABLE limit_throttles")
+        conn.execute("DROP TABLE job_flows")
+    try:
+        with pytest.raises(SchemaMissingError, match="run `conveyor migrate`"):
+            store.limit_throttled_keys(utcnow(), 10)  # type: ignore[attr-defined]
+        with pytest.raises(SchemaMissingError, match="run `conveyor migrate`"):
+            store.workflow_retry("w", utcnow())  # type: ignore[attr-defined]
+    finally:
+        store.close()

@@ -74,6 +74,7 @@ from conveyor.store.base import (
 )
 from conveyor.store.capabilities import Capabilities, store_capabilities
 from conveyor.store.dsn import open_store
+from conveyor.store.workflow_retry import WorkflowRetryStore
 from conveyor.task import EnqueueOptions, Task
 from conveyor.worker.changes import Change, ChangeHub, ChangeListener
 from conveyor.workflow import Workflow, WorkflowRun, WorkflowStatus, check_workflow
@@ -682,6 +683,15 @@ class App:
         """
         live = [j.id for j in self.store.workflow_jobs(workflow_id) if not j.terminal]
         return self.cancel_jobs(ids=live) if live else 0
+
+    @needs(WorkflowRetryStore, "retry workflows")
+    def retry_workflow(self, workflow_id: str) -> int:
+        """Run a workflow again from its failures: its failed jobs, and the jobs their
+        failure cancelled, go back as new; succeeded jobs keep their results (see
+        conveyor.store.workflow_retry). Returns how many jobs were put back."""
+        if self.store.workflow_get(workflow_id) is None:
+            raise JobNotFoundError(f"no workflow with id {workflow_id!r}")
+        return len(cast(WorkflowRetryStore, self.store).workflow_retry(workflow_id, utcnow()))
 
     @needs(WorkflowStore, "read the jobs a job waits for")
     def parents(self, job_id: int) -> list[Job]:
@@ -1557,6 +1567,7 @@ class App:
     aworkflows = async_twin(workflows)
     aworkflow_status = async_twin(workflow_status)
     acancel_workflow = async_twin(cancel_workflow)
+    aretry_workflow = async_twin(retry_workflow)
     aparents = async_twin(parents)
     aparent_edges = async_twin(parent_edges)
     achildren = async_twin(children)

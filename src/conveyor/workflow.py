@@ -269,6 +269,8 @@ class WorkflowSource(Protocol):
 
     def cancel_workflow(self, workflow_id: str) -> int: ...
 
+    def retry_workflow(self, workflow_id: str) -> int: ...
+
 
 @dataclass
 class WorkflowRun:
@@ -309,6 +311,11 @@ class WorkflowRun:
     def cancel(self) -> int:
         """Cancel every job of the workflow that has not ended; returns how many changed."""
         return self._app.cancel_workflow(self.id)
+
+    def retry(self) -> int:
+        """Run it again from its failures (``App.retry_workflow``); returns how many jobs
+        were put back."""
+        return self._app.retry_workflow(self.id)
 
 
 def check_workflow(wf: object) -> Workflow:

@@ -127,6 +127,7 @@ NOTICES = {
     "limit_cleared": "Limit cleared.",
     "throttle_lifted": "Throttle lifted.",
     "workflow_cancelled": "Jobs of the workflow cancelled or asked to stop: {n}.",
+    "workflow_retried": "Jobs of the workflow put back to run again: {n}.",
 }
 
 
@@ -245,6 +246,7 @@ class Dashboard:
             Route("/workers", self.page(self.workers_page), name="workers"),
             Route("/workflows", self.page(self.workflows_page), name="workflows"),
             Route("/workflows/{workflow_id:name}/cancel", self.workflow_cancel, methods=["POST"]),
+            Route("/workflows/{workflow_id:name}/retry", self.workflow_retry, methods=["POST"]),
             Route("/workflows/{workflow_id:name}", self.page(self.workflow_page), name="workflow"),
             Route("/workers/take-back", self.worker_take_back, methods=["POST"]),
             Route("/periodic", self.page(self.periodic_page), name="periodic"),
@@ -516,6 +518,14 @@ class Dashboard:
             return f"workflow_cancelled:{self.app.cancel_workflow(workflow_id)}"
 
         return await self.act(request, cancel, f"/workflows/{quote(workflow_id, safe='')}")
+
+    async def workflow_retry(self, request: Request) -> Response:
+        workflow_id: str = request.path_params["workflow_id"]
+
+        def retry(form: dict[str, list[str]]) -> str:
+            return f"workflow_retried:{self.app.retry_workflow(workflow_id)}"
+
+        return await self.act(request, retry, f"/workflows/{quote(workflow_id, safe='')}")
 
     def periodic_page(self, request: Request) -> Response:
         now = utcnow()

@@ -61,6 +61,7 @@ from conveyor.store.postgres import flows as pg_flows
 from conveyor.store.postgres.choices import check_choices
 from conveyor.store.postgres.limit_keys import PostgresLimitKeys
 from conveyor.store.postgres.listener import Listener
+from conveyor.store.postgres.workflow_retry import PostgresWorkflowRetry
 from conveyor.store.selection import (
     NO_ID_BOUND,
     count_query,
@@ -184,7 +185,7 @@ def _away(exc: BaseException) -> str | None:
 
 
 @translate_errors(_missing_table, _away)
-class PostgresStore(PostgresLimitKeys):
+class PostgresStore(PostgresLimitKeys, PostgresWorkflowRetry):
     #: TransactionalStore: enqueue inside the caller's transaction on this connection.
     transaction_connection = "a psycopg Connection"
     #: SqlStore: the Spark data source builds its tables beside the jobs'.

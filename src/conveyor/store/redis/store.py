@@ -72,6 +72,7 @@ from conveyor.store.redis.history import (
 )
 from conveyor.store.redis.limit_keys import RedisLimitKeys
 from conveyor.store.redis.listener import RedisListener
+from conveyor.store.redis.workflow_retry import RedisWorkflowRetry
 from conveyor.store.selection import NO_ID_BOUND, args_floor
 
 #: The layout of keys this code reads and writes (``schema_version`` on Redis). 2: a
@@ -358,7 +359,7 @@ def _short_of_room(exc: redis.ResponseError) -> str | None:
     return None
 
 
-class RedisStore(RedisLimitKeys):
+class RedisStore(RedisLimitKeys, RedisWorkflowRetry):
     """Every capability of base.Store, and DurabilityReport; not TransactionalStore (Redis
     has no transaction a caller could enqueue inside)."""
 

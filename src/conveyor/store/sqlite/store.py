@@ -66,6 +66,7 @@ from conveyor.store.sql import Migration, load_migrations, load_queries
 from conveyor.store.sqlite import flows as sqlite_flows
 from conveyor.store.sqlite.limit_keys import SQLiteLimitKeys
 from conveyor.store.sqlite.watcher import DataVersionWatcher
+from conveyor.store.sqlite.workflow_retry import SQLiteWorkflowRetry
 
 _Q = load_queries("conveyor.store.sqlite")
 #: A count no claim reaches (SQLite's 32-bit "no limit").
@@ -184,7 +185,7 @@ def _away(exc: BaseException) -> str | None:
 
 
 @translate_errors(_missing_table, _away)
-class SQLiteStore(SQLiteLimitKeys):
+class SQLiteStore(SQLiteLimitKeys, SQLiteWorkflowRetry):
     #: TransactionalStore: enqueue inside the caller's transaction on this connection.
     transaction_connection = "a sqlite3 Connection"
 
