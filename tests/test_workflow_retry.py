@@ -161,3 +161,27 @@ def test_retry_on_the_command_line_and_the_dashboard(app: App, dsn: str) -> None
     assert again.stdout.strip() == "3 jobs of workflow nightly put back to run again"
     unknown = runner.invoke(cli, ["workflows", "retry", "nope", "--dsn", dsn])
     assert unknown.exit_code != 0 and "no workflow with id 'nope'" in unknown.output
+
+
+def test_a_job_that_ran_anyway_and_failed_waits_for_its_rerun_parent(app: App) -> None:
+    broken = {"on": True}
+
+    @app.task(max_attempts=1)
+    def step(ctx: Context, name: str) -> str:
+        if broken["on"]:
+            raise RuntimeError(f"{name} failed")
+        return name + "".join(str(v) for v in ctx.upstream.values())
+
+    wf = Workflow("anyway")
+    first = wf.add(step.step("a"))
+    second = wf.add(step.step("b"), after=first, after_failure="run")
+    third = wf.add(step.step("c"), after=second)
+    run = wf.enqueue()
+    drain(app)
+    ids = [run.jobs[n.position].id for n in (first, second, third)]
+    assert [str(app.get(i).state) for i in ids] == ["failed", "failed", "cancelled"]
+    broken["on"] = False
+    assert app.retry_workflow("anyway") == 3
+    assert [str(app.get(i).state) for i in ids] == ["queued", "waiting", "waiting"]
+    drain(app)
+    assert [app.get(i).result for i in ids] == ["a", "ba", "cba"]
