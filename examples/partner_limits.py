@@ -93,8 +93,8 @@ def main() -> None:
     print(f"answered 429: {len(partner.refused)} time(s), for {', '.join(partner.refused)}")
     attempts = max(app.get(job.id).attempts for job in jobs)
     print(f"attempts used per job: at most {attempts}")
-    app.limit("partner", None)  # clear the limits (per_key=True clears the customers')
-    app.limit("partner", None, per_key=True)
+    app.limit("partner", clear=True)  # clear the limits (per_key=True clears the customers')
+    app.limit("partner", clear=True, per_key=True)
 
 
 if __name__ == "__main__":

@@ -387,7 +387,7 @@ def test_maintenance_forgets_what_no_window_needs(store: Store) -> None:
 def test_app_limit_takes_text_rates_and_refuses_bad_limits(app: App) -> None:
     limits = app.limit("mail", rate="600/m", concurrency=5)
     assert limits is not None and limits.limit == Limit(Rate(600, 60.0), 5)
-    assert app.limit("mail", None) is None
+    assert app.limit("mail", clear=True) is None
     with pytest.raises(ConfigurationError, match="give rate="):
         app.limit("mail")
     with pytest.raises(ConfigurationError, match="concurrency must be from 1 to 2,147,483,647"):

@@ -184,7 +184,7 @@ def test_a_limit_changed_while_workers_run_counts_from_their_next_claim(app: App
             assert app.count_jobs(queue="jobs").get("running") == 1
             app.limit("jobs", concurrency=3)  # raised: the workers hear of it
             wait_until(lambda: app.count_jobs(queue="jobs").get("running") == 3)
-            app.limit("jobs", None)  # cleared
+            app.limit("jobs", clear=True)  # cleared
             wait_until(lambda: app.count_jobs(queue="jobs").get("running") == 4)
             release.set()
             for job in jobs:
@@ -208,5 +208,5 @@ def test_drain_obeys_limits_and_dates_starts_now(app: App) -> None:
     # the window slides as usual, so lifting the limit is all it takes.
     status = app.limits()["paced"]
     assert (status.started, status.held_back) == (2, 1)
-    app.limit("paced", None)
+    app.limit("paced", clear=True)
     assert drain(app, ["paced"]) == {"succeeded": 1}

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast, ov
 from conveyor import bulk
 from conveyor.bulk import BULK_ACTIONS, check_age, check_final_states, job_selection
 from conveyor.changes import Change, ChangeHub, ChangeListener, notifications_setting
+from conveyor.diagnosis import Why, diagnose
 from conveyor.enqueueing import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, new_jobs_of
 from conveyor.errors import (
     ConfigurationError,
@@ -66,6 +67,8 @@ from conveyor.store.base import (
 )
 from conveyor.store.capabilities import Capabilities, store_capabilities
 from conveyor.store.dsn import open_store
+from conveyor.store.limit_keys import KeyThrottle, LimitKeyStore
+from conveyor.store.workflow_retry import WorkflowRetryStore
 from conveyor.task import EnqueueOptions, Task, check_timeout
 from conveyor.worker.retention import MAX_KEEP, Keep, Retention, check_keep_finished
 from conveyor.worker.runtime import Runtime
@@ -93,7 +96,7 @@ KNOWN_TASKS_READ = 5_000
 WAIT_FALLBACK_POLL = 0.5
 #: How long a finished job without a processed mark counts as unprocessed (``unprocessed``).
 OUTCOME_GRACE = timedelta(days=7)
-#: "Not given" for arguments where None means something (``app.limit(queue, None)`` clears).
+#: "Not given" for arguments where None means something (``app.limit(queue, None)`` drops the rate).
 _UNSET: Any = object()
 
 
@@ -529,6 +532,20 @@ class App:
             raise JobNotFoundError(f"no job with id {job_id} (never created, or purged)")
         return self._attach(job)
 
+    def why(self, job_id: int) -> Why:
+        """Why the job is not running: each thing that holds it back (paused queue, limit,
+        throttle, group, hold, parents, due time, no live worker); see conveyor.diagnosis."""
+        return diagnose(self.store, self.get(job_id), utcnow(), silent_after=SILENT_AFTER)
+
+    def throttled_keys(self, queue: str, limit: int = 1000) -> list[KeyThrottle]:
+        """The limit keys of ``queue`` throttled now, soonest end first (none on a store
+        that cannot read them)."""
+        if not isinstance(self.store, LimitKeyStore):
+            return []
+        return self.store.limit_throttled_keys(
+            utcnow(), limit, validate_name("queue", queue) or queue
+        )
+
     # --- workflows ------------------------------------------------------------------
 
     @needs(WorkflowStore, "enqueue workflows")
@@ -615,6 +632,15 @@ class App:
     def workflow_edges(self, workflow_id: str) -> list[tuple[int, int, str | None]]:
         """A workflow's edges: (parent id, child id, the state the edge resolved in)."""
         return self.store.workflow_edges(workflow_id)
+
+    @needs(WorkflowRetryStore, "retry workflows")
+    def retry_workflow(self, workflow_id: str) -> int:
+        """Run a workflow again from its failures: its failed jobs, and the jobs their
+        failure cancelled, go back as new; succeeded jobs keep their results (see
+        conveyor.store.workflow_retry). Returns how many jobs were put back."""
+        if self.store.workflow_get(workflow_id) is None:
+            raise JobNotFoundError(f"no workflow with id {workflow_id!r}")
+        return len(cast(WorkflowRetryStore, self.store).workflow_retry(workflow_id, utcnow()))
 
     @needs(WorkflowStore, "read the jobs a job waits for")
     def parents(self, job_id: int) -> list[Job]:
@@ -1281,8 +1307,9 @@ class App:
         queue: str,
         rate: str | Rate | None = _UNSET,
         *,
-        concurrency: int | None = None,
+        concurrency: int | None = _UNSET,
         per_key: bool = False,
+        clear: bool = False,
     ) -> QueueLimits | None:
         """Limit how often and how many jobs of ``queue`` start, across every worker.
 
@@ -1291,21 +1318,33 @@ class App:
         most 3 running at once; both may be given. With ``per_key=True`` the
         limit applies to each value of the jobs' ``limit_key`` on its own (jobs
         without one are not held by it); a queue may have both a limit of its own
-        and a per-key limit. Each call sets the whole limit of its scope;
-        ``app.limit("payments", None)`` clears it. Stored in the database: every
-        worker obeys it from its next claim, without a restart. Returns what the
-        queue has now (None: no limit, no throttle).
+        and a per-key limit. A call changes only what it names: a rate given
+        leaves the concurrency as it was, and the other way round; ``rate=None``
+        or ``concurrency=None`` drops that part; ``clear=True`` drops both.
+        Stored in the database: every worker obeys it from its next claim,
+        without a restart. Returns what the queue has now (None: no limit, no
+        throttle).
         """
         validate_name("queue", queue)
-        if rate is _UNSET:
-            if concurrency is None:
+        named = {"rate": rate, "concurrency": concurrency}
+        given = [part for part, value in named.items() if value is not _UNSET]
+        if clear:
+            if given:
                 raise ConfigurationError(
-                    "give rate= (such as '10/s'), concurrency=, or both; "
-                    f"app.limit({queue!r}, None) clears the limit"
+                    f"app.limit({queue!r}, clear=True) drops the whole limit: "
+                    f"give {' or '.join(given)} in another call"
                 )
-            rate = None
-        chosen = make_limit(rate, concurrency)
-        return self.store.limit_set(queue, chosen, per_key, utcnow())
+            return self.store.limit_set(queue, None, per_key, utcnow())
+        if not given:
+            raise ConfigurationError(
+                "give rate= (such as '10/s'), concurrency=, or both; None drops that part, "
+                f"app.limit({queue!r}, clear=True) the whole limit"
+            )
+        chosen = make_limit(
+            None if rate is _UNSET else rate, None if concurrency is _UNSET else concurrency
+        )
+        keep = [part for part in named if part not in given]
+        return self.store.limit_set(queue, chosen, per_key, utcnow(), keep=keep)
 
     @needs(FlowControlStore, "read limits")
     def limits(self) -> dict[str, LimitStatus]:
@@ -1336,6 +1375,7 @@ class App:
     aenqueue = async_twin(enqueue)
     aenqueue_many = async_twin(enqueue_many)
     aget = async_twin(get)
+    awhy = async_twin(why)
     ajobs = async_twin(jobs)
     aworkers = async_twin(workers)
     aknown_tasks = async_twin(known_tasks)
@@ -1376,6 +1416,7 @@ class App:
     aworkflows = async_twin(workflows)
     aworkflow_status = async_twin(workflow_status)
     acancel_workflow = async_twin(cancel_workflow)
+    aretry_workflow = async_twin(retry_workflow)
     aparents = async_twin(parents)
     aparent_edges = async_twin(parent_edges)
     achildren = async_twin(children)
@@ -1384,3 +1425,4 @@ class App:
     aperiodic_ticks = async_twin(periodic_ticks)
     aworkflow_of = async_twin(workflow_of)
     aworkflow_edges = async_twin(workflow_edges)
+    athrottled_keys = async_twin(throttled_keys)

@@ -11,16 +11,17 @@ the same id returns the workflow already stored. See docs/workflows.md.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol, TypeAlias
 
 from conveyor.errors import ConfigurationError, InvalidJobError
 from conveyor.job import MAX_JOB_ID, AfterFailure, Job, JobState, is_job_id, validate_name
 from conveyor.store.base import WorkflowInfo
-from conveyor.task import Step
+from conveyor.task import Step, Task
 
 __all__ = [
     "Node",
@@ -33,6 +34,17 @@ __all__ = [
     "chord",
     "group",
 ]
+
+
+#: The job header a node's label is stored under (``wf.add(step, label=...)``): the
+#: dashboard's graph shows it instead of the task's name.
+LABEL_HEADER = "conveyor-label"
+
+#: Makes a node's label from its step's arguments: ``(args, kwargs) -> str``.
+Labeller: TypeAlias = "Callable[[tuple[Any, ...], dict[str, Any]], str]"
+
+#: What ``after`` takes: a node, a Job or a job id, or any iterable of them.
+Parents: TypeAlias = "Node | Job | int | Iterable[Node | Job | int]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,17 +81,20 @@ class Workflow:
         self,
         step: Step,
         *,
-        after: Iterable[Node | Job | int] = (),
+        after: Parents = (),
         after_failure: AfterFailure | None = None,
+        label: str | Labeller | None = None,
     ) -> Node:
-        """Add a step that runs after ``after`` (nodes of this workflow, or stored jobs)."""
-        if not isinstance(step, Step):
-            raise InvalidJobError(
-                f"a workflow takes steps (task.step(*args)), got {type(step).__name__}"
-            )
+        """Add a step that runs after ``after`` (nodes of this workflow, or stored jobs: one,
+        or any iterable of them). ``label`` names its job on the workflow's graph
+        (``"extract 2026-11"``) instead of the task's name; a function of the step's
+        arguments makes it from them (``lambda args, kwargs: f"extract {args[0]}"``)."""
+        check_step(step)
+        if label is not None:
+            step = labelled(step, label)
         mine: list[int] = []
         jobs: list[int] = []
-        for parent in list(after):
+        for parent in parents_of(after):
             if isinstance(parent, Node):
                 if parent.position >= len(self.nodes) or self.nodes[parent.position] is not parent:
                     raise InvalidJobError(
@@ -109,24 +124,28 @@ class Workflow:
         self.nodes.append(node)
         return node
 
-    def chain(self, *steps: Step, after: Iterable[Node | Job | int] = ()) -> list[Node]:
+    def chain(self, *steps: Step, after: Parents = ()) -> list[Node]:
         """Steps one after the other (the first after ``after``); returns their nodes."""
         nodes: list[Node] = []
-        previous: Iterable[Node | Job | int] = after
+        previous: Parents = after
         for step in steps:
             nodes.append(self.add(step, after=previous))
             previous = [nodes[-1]]
         return nodes
 
-    def group(self, *steps: Step, after: Iterable[Node | Job | int] = ()) -> list[Node]:
+    def group(self, *steps: Step, after: Parents = ()) -> list[Node]:
         """Steps side by side, each after ``after``; returns their nodes."""
-        parents = list(after)
+        parents = parents_of(after)
         return [self.add(step, after=parents) for step in steps]
 
-    def chord(
-        self, header: Sequence[Step], callback: Step, *, after: Iterable[Node | Job | int] = ()
-    ) -> Node:
+    def chord(self, header: Sequence[Step], callback: Step, *, after: Parents = ()) -> Node:
         """A group, then ``callback`` after all of it (its ``ctx.upstream`` holds their results)."""
+        if isinstance(header, Step | Task) or not isinstance(header, Sequence):
+            raise InvalidJobError(
+                "a chord's header is a list of steps ([task.step(1), task.step(2)]), "
+                f"got {describe(header)}"
+            )
+        check_step(callback, "a chord's callback")
         return self.add(callback, after=self.group(*header, after=after))
 
     def enqueue(self) -> WorkflowRun:
@@ -136,6 +155,54 @@ class Workflow:
         app = self.nodes[0].step.task.app
         enqueue: Callable[[Workflow], WorkflowRun] = app.enqueue_workflow  # type: ignore[attr-defined]
         return enqueue(self)
+
+
+def check_step(step: object, what: str = "a workflow") -> Step:
+    """A Step, or an InvalidJobError that says how to make one."""
+    if isinstance(step, Step):
+        return step
+    if isinstance(step, Task):
+        raise InvalidJobError(
+            f"{what} takes steps, got the task {step.name!r} itself: "
+            f"write {step.name}.step(*args) to give it its arguments"
+        )
+    raise InvalidJobError(f"{what} takes steps (task.step(*args)), got {describe(step)}")
+
+
+def describe(value: object) -> str:
+    """A value as an error names it: its type, and itself when short."""
+    shown = repr(value)
+    return f"{type(value).__name__} {shown}" if len(shown) <= 60 else type(value).__name__
+
+
+def parents_of(after: object) -> list[Node | Job | int]:
+    """``after`` as a list: one node, Job or id, or an iterable of them (text is refused,
+    rather than read as its characters)."""
+    if isinstance(after, Node | Job | int):
+        return [after]
+    if isinstance(after, str | bytes) or not isinstance(after, Iterable):
+        raise InvalidJobError(
+            f"after takes a node, a Job or a job id, or a list of them, got {describe(after)}"
+        )
+    return list(after)
+
+
+def labelled(step: Step, label: object) -> Step:
+    """The step with its label among its job's headers (where the graph reads it)."""
+    if callable(label):
+        label = label(step.args, dict(step.kwargs))
+    validate_name("a node's label", label)
+    assert isinstance(label, str)
+    headers = {**(step.options.headers or {}), LABEL_HEADER: label}
+    return dataclasses.replace(step, options=dataclasses.replace(step.options, headers=headers))
+
+
+def label_of_job(job: Job) -> str | None:
+    """The label a workflow gave the job's node (None: none)."""
+    try:
+        return job.headers.get(LABEL_HEADER)
+    except ValueError:
+        return None
 
 
 def chain(*steps: Step, id: str | None = None, name: str | None = None) -> Workflow:
@@ -202,6 +269,8 @@ class WorkflowSource(Protocol):
 
     def cancel_workflow(self, workflow_id: str) -> int: ...
 
+    def retry_workflow(self, workflow_id: str) -> int: ...
+
 
 @dataclass
 class WorkflowRun:
@@ -242,6 +311,11 @@ class WorkflowRun:
     def cancel(self) -> int:
         """Cancel every job of the workflow that has not ended; returns how many changed."""
         return self._app.cancel_workflow(self.id)
+
+    def retry(self) -> int:
+        """Run it again from its failures (``App.retry_workflow``); returns how many jobs
+        were put back."""
+        return self._app.retry_workflow(self.id)
 
 
 def check_workflow(wf: object) -> Workflow:

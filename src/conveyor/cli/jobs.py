@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import click
+from rich.text import Text
 
 from conveyor.app import KNOWN_TASKS_READ, App
 from conveyor.audit import record_cli
@@ -40,6 +41,7 @@ from conveyor.cli.output import (
     step_dict,
     when,
 )
+from conveyor.cli.why import why_dict, why_view
 from conveyor.errors import ConveyorError, JobStateError
 from conveyor.job import (
     DETAILED_STATES,
@@ -331,6 +333,7 @@ def show_job(job_id: int, dsn: str | None, as_json: bool) -> None:
         events = app.events(job_id)
         parents, children = app.parents(job_id), app.children(job_id)
         steps = app.steps(job_id) if app.capabilities().steps else []
+        why = app.why(job_id) if job.state in (JobState.WAITING, JobState.QUEUED) else None
     if as_json:
         print_json(
             {
@@ -339,10 +342,13 @@ def show_job(job_id: int, dsn: str | None, as_json: bool) -> None:
                 "children": [c.id for c in children],
                 "events": [event_dict(e) for e in events],
                 "steps": [step_dict(s) for s in steps],
+                "why": why_dict(why) if why is not None else None,
             }
         )
         return
     console().print(job_view(job, events, steps, parents, children))
+    if why is not None:
+        console().print(Text(""), why_view(why))
 
 
 # --- acting on jobs, one or many -----------------------------------------------------------

@@ -65,6 +65,8 @@ class RateValue(_ParamType):
     default=None,
     help="At most N running at once.",
 )
+@click.option("--no-rate", is_flag=True, help="Drop the rate (the concurrency stays).")
+@click.option("--no-concurrency", is_flag=True, help="Drop the concurrency (the rate stays).")
 @click.option("--per-key", is_flag=True, help="Set the limit of each limit key, not the queue's.")
 @click.option("--clear", is_flag=True, help="Remove the limit (the queue's, or with --per-key).")
 @click.option(
@@ -80,6 +82,8 @@ def limit(
     queue: str,
     rate: str | None,
     concurrency: int | None,
+    no_rate: bool,
+    no_concurrency: bool,
     per_key: bool,
     clear: bool,
     throttle: timedelta | None,
@@ -89,15 +93,31 @@ def limit(
 ) -> None:
     """Show or set the rate and concurrency limits of QUEUE, obeyed by every worker.
 
-    Set: --rate 10/s, --concurrency 3, or both (each call sets the whole limit of
-    its scope). --per-key sets the limit of each limit key instead (jobs
-    enqueued with --limit-key). --clear removes it. Without options: show the
-    queue's limits and how full they are. Workers obey a change from their next
-    claim, without a restart.
+    Set: --rate 10/s, --concurrency 3, or both; a call changes only what it
+    names (--rate leaves the concurrency as it was). --no-rate or
+    --no-concurrency drops one part, --clear both. --per-key sets the limit of
+    each limit key instead (jobs enqueued with --limit-key). Without options:
+    show the queue's limits and how full they are. Workers obey a change from
+    their next claim, without a restart.
     """
-    setting = rate is not None or concurrency is not None
+    if rate is not None and no_rate:
+        raise click.UsageError("give --rate to set the rate, or --no-rate to drop it, not both")
+    if concurrency is not None and no_concurrency:
+        raise click.UsageError(
+            "give --concurrency to set it, or --no-concurrency to drop it, not both"
+        )
+    # Only the parts named change: app.limit keeps what it is not given.
+    parts: dict[str, Any] = {}
+    if rate is not None or no_rate:
+        parts["rate"] = rate
+    if concurrency is not None or no_concurrency:
+        parts["concurrency"] = concurrency
+    setting = bool(parts)
     if clear and setting:
-        raise click.UsageError("give --rate/--concurrency to set a limit, or --clear, not both")
+        raise click.UsageError(
+            "--clear drops the whole limit: give it, or --rate, --concurrency, --no-rate, "
+            "--no-concurrency, not both"
+        )
     if limit_key is not None and throttle is None:
         raise click.UsageError("--key names the limit key to --throttle")
     if throttle is not None and (setting or clear or per_key):
@@ -113,7 +133,7 @@ def limit(
             else:
                 click.echo(f"{what} throttled until {until:%Y-%m-%d %H:%M:%S} UTC")
         elif setting or clear:
-            limits = app.limit(queue, rate, concurrency=concurrency, per_key=per_key)
+            limits = app.limit(queue, **parts, clear=clear, per_key=per_key)
             scope = "each key of " if per_key else ""
             shown = _shown(_scope(limits, per_key))
             record_cli(

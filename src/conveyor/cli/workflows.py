@@ -1,4 +1,5 @@
-"""``conveyor workflows``: list declared workflows, show one (its jobs and edges), cancel one."""
+"""``conveyor workflows``: list declared workflows, show one (its jobs and edges), cancel
+one, retry one from its failures."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from conveyor.job import utcnow
 
 @click.group()
 def workflows() -> None:
-    """Declared workflows: list them, show one with its jobs, cancel one."""
+    """Declared workflows: list them, show one with its jobs, cancel or retry one."""
 
 
 @workflows.command("list")
@@ -135,6 +136,20 @@ def cancel_workflow(workflow_id: str, dsn: str | None) -> None:
         changed = app.cancel_workflow(workflow_id)
         record_cli(app, "cancel workflow", f"workflow {workflow_id}", changed)
     click.echo(f"{changed:,} jobs of workflow {workflow_id} cancelled or asked to stop")
+
+
+@workflows.command("retry")
+@click.argument("workflow_id")
+@dsn_option
+def retry_workflow(workflow_id: str, dsn: str | None) -> None:
+    """Run a workflow again from its failures: its failed jobs and the jobs their failure
+    cancelled go back as new; the jobs that succeeded keep their results."""
+    with open_app(dsn) as app:
+        changed = app.retry_workflow(workflow_id)
+    if changed:
+        click.echo(f"{changed:,} jobs of workflow {workflow_id} put back to run again")
+    else:
+        click.echo(f"workflow {workflow_id} has no failed job: nothing to run again")
 
 
 def _counts_text(counts: dict[str, int]) -> Text:

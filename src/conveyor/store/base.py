@@ -14,7 +14,7 @@ same methods.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -645,11 +645,17 @@ class FlowControlStore(Protocol):
     # on SQLite): a claim never starts more jobs than a queue's and its keys'
     # limits leave room for, counted at that claim.
     def limit_set(
-        self, queue: str, limit: Limit | None, per_key: bool, now: datetime
+        self,
+        queue: str,
+        limit: Limit | None,
+        per_key: bool,
+        now: datetime,
+        keep: Collection[str] = (),
     ) -> QueueLimits | None:
         """Set (or, with None, clear) the queue's own limit, or with ``per_key`` its keys' limit.
 
-        The other scope's limit and any throttle stay. Returns what the queue has
+        The other scope's limit and any throttle stay, and so do the parts of this
+        scope named in ``keep`` ("rate", "concurrency"). Returns what the queue has
         now (None: nothing). Workers obey it from their next claim.
         """
         ...

@@ -39,7 +39,12 @@ def translate_errors(is_missing: IsMissing, away: AwayReason) -> Callable[[T], T
     """
 
     def decorate(cls: T) -> T:
-        for name, member in list(vars(cls).items()):
+        # The methods a store class takes from its mixins too: the class's own,
+        # last, win over those of its bases.
+        found: dict[str, Any] = {}
+        for klass in reversed(cls.__mro__[:-1]):  # object left out
+            found.update(vars(klass))
+        for name, member in found.items():
             if name.startswith("_") or not inspect.isfunction(member):
                 continue
             if inspect.isgeneratorfunction(member) or inspect.iscoroutinefunction(member):

@@ -68,6 +68,11 @@ CASE WHEN ordinal = 2 THEN state
 -- name: manual_requeue
 -- What a manual retry sets: the job is queued again as new, due now.
 state = 'queued',
+{{requeue_fresh}}
+
+-- name: requeue_fresh
+-- What every manual retry resets, whatever state it puts the job in (a
+-- workflow's retry puts a job whose parent runs again in waiting).
 attempts = 0,
 run_at = {{now}},
 cancel_requested = false,

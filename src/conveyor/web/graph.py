@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from conveyor.job import Job
+from conveyor.workflow import label_of_job
 
 BOX_W = 150
 BOX_H = 34
@@ -32,6 +33,8 @@ class Box:
     x: int
     y: int
     label: str
+    #: The node's whole label (None: none), for the box's tooltip.
+    full_label: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +73,7 @@ def layout(
             x = PAD + column * (BOX_W + GAP_X)
             y = PAD + row * (BOX_H + GAP_Y)
             place[job.id] = (x, y)
-            boxes.append(Box(job, job.detailed_state(now), x, y, label_of(job)))
+            boxes.append(Box(job, job.detailed_state(now), x, y, label_of(job), label_of_job(job)))
     lines = []
     for child, parent, resolved in edges:
         if child not in place or parent not in place:
@@ -88,8 +91,10 @@ def layout(
 
 
 def label_of(job: Job) -> str:
-    """ "task #id", the task's name cut to fit the box (the id is always whole)."""
+    """ "label #id", or "task #id" for a node without a label (``wf.add(label=...)``),
+    cut to fit the box (the id is always whole)."""
     tail = f" #{job.id}"
     room = max(LABEL_CHARS - len(tail), 4)
-    task = job.task if len(job.task) <= room else job.task[: room - 1] + "…"
-    return task + tail
+    name = label_of_job(job) or job.task
+    name = name if len(name) <= room else name[: room - 1] + "…"
+    return name + tail

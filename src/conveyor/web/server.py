@@ -38,6 +38,7 @@ from conveyor.errors import (
     SchemaMissingError,
 )
 from conveyor.job import DETAILED_STATES, FILTER_STATES, JobState, utcnow
+from conveyor.store.limit_keys import MAX_THROTTLED_KEYS
 from conveyor.store.selection import ARGS_SEARCH_SPAN
 from conveyor.web import charts, graph, views
 from conveyor.web.auditing import audit_action
@@ -136,6 +137,7 @@ NOTICES = {
     "limit_cleared": "Limit cleared.",
     "throttle_lifted": "Throttle lifted.",
     "workflow_cancelled": "Jobs of the workflow cancelled or asked to stop: {n}.",
+    "workflow_retried": "Jobs of the workflow put back to run again: {n}.",
 }
 
 
@@ -268,6 +270,7 @@ class Dashboard:
             Route("/workers", self.page(self.workers_page), name="workers"),
             Route("/workflows", self.page(self.workflows_page), name="workflows"),
             Route("/workflows/{workflow_id:name}/cancel", self.workflow_cancel, methods=["POST"]),
+            Route("/workflows/{workflow_id:name}/retry", self.workflow_retry, methods=["POST"]),
             Route("/workflows/{workflow_id:name}", self.page(self.workflow_page), name="workflow"),
             Route("/workers/take-back", self.worker_take_back, methods=["POST"]),
             Route("/periodic", self.page(self.periodic_page), name="periodic"),
@@ -477,6 +480,7 @@ class Dashboard:
             "parents": self.app.parents(job_id),
             "children": self.app.children(job_id),
             "workflow": self.app.workflow_of(job_id),
+            "why": self.app.why(job_id) if job.state in ("waiting", "queued") else None,
         }
         name = "_job_live.html" if self.live(request) else "job.html"
         return self.render(request, name, context)
@@ -548,6 +552,14 @@ class Dashboard:
             return f"workflow_cancelled:{self.app.cancel_workflow(workflow_id)}"
 
         return await self.act(request, cancel, f"/workflows/{quote(workflow_id, safe='')}")
+
+    async def workflow_retry(self, request: Request) -> Response:
+        workflow_id: str = request.path_params["workflow_id"]
+
+        def retry(form: dict[str, list[str]]) -> str:
+            return f"workflow_retried:{self.app.retry_workflow(workflow_id)}"
+
+        return await self.act(request, retry, f"/workflows/{quote(workflow_id, safe='')}")
 
     def periodic_page(self, request: Request) -> Response:
         now = utcnow()
@@ -734,6 +746,7 @@ class Dashboard:
             "status": status,
             "row": limit_rows({queue: status})[0] if status is not None else None,
             "now": utcnow(),
+            "throttled_keys": self.app.throttled_keys(queue, MAX_THROTTLED_KEYS),
         }
         return self.render(request, "limit.html", context)
 
@@ -756,7 +769,7 @@ class Dashboard:
         queue: str = request.path_params["queue"]
 
         def clear(form: dict[str, list[str]]) -> str:
-            self.app.limit(queue, None, per_key=first(form, "scope") == "key")
+            self.app.limit(queue, clear=True, per_key=first(form, "scope") == "key")
             return "limit_cleared"
 
         return await self.act(request, clear, limit_path(queue))
@@ -765,7 +778,7 @@ class Dashboard:
         queue: str = request.path_params["queue"]
 
         def lift(form: dict[str, list[str]]) -> str:
-            key = first(form, "limit_key").strip() or None
+            key = first(form, "limit_key") or None  # a key is data: spaces and all
             try:
                 self.app.throttle(queue, 0, limit_key=key)
             except ConveyorError as exc:

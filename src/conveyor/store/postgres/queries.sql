@@ -968,7 +968,10 @@ SELECT EXISTS (SELECT 1 FROM limits WHERE queue = ANY(%(queues)s::text[]))
 
 -- name: limit_set
 -- Set the limit of one scope ('queue' or 'key') of a queue; the other scope's
--- stays. Workers waiting on the queue hear of it (a limit raised lets them claim).
+-- stays, and so do the parts of this one the caller keeps (keep_rate,
+-- keep_concurrency: decided here, so that two calls that set different parts
+-- never undo each other). Workers waiting on the queue hear of it (a limit
+-- raised lets them claim).
 WITH changed AS (
     INSERT INTO limits (queue, rate, per, concurrency, key_rate, key_per, key_concurrency,
                         updated_at)
@@ -981,14 +984,18 @@ WITH changed AS (
             CASE WHEN %(scope)s = 'key' THEN %(concurrency)s::integer END,
             %(now)s)
     ON CONFLICT (queue) DO UPDATE SET
-        rate = CASE WHEN %(scope)s = 'queue' THEN excluded.rate ELSE limits.rate END,
-        per = CASE WHEN %(scope)s = 'queue' THEN excluded.per ELSE limits.per END,
-        concurrency = CASE WHEN %(scope)s = 'queue' THEN excluded.concurrency
+        rate = CASE WHEN %(scope)s = 'queue' AND NOT %(keep_rate)s::boolean THEN excluded.rate
+                    ELSE limits.rate END,
+        per = CASE WHEN %(scope)s = 'queue' AND NOT %(keep_rate)s::boolean THEN excluded.per
+                   ELSE limits.per END,
+        concurrency = CASE WHEN %(scope)s = 'queue' AND NOT %(keep_concurrency)s::boolean THEN excluded.concurrency
                            ELSE limits.concurrency END,
-        key_rate = CASE WHEN %(scope)s = 'key' THEN excluded.key_rate ELSE limits.key_rate END,
-        key_per = CASE WHEN %(scope)s = 'key' THEN excluded.key_per ELSE limits.key_per END,
-        key_concurrency = CASE WHEN %(scope)s = 'key' THEN excluded.key_concurrency
-                               ELSE limits.key_concurrency END,
+        key_rate = CASE WHEN %(scope)s = 'key' AND NOT %(keep_rate)s::boolean THEN excluded.key_rate
+                        ELSE limits.key_rate END,
+        key_per = CASE WHEN %(scope)s = 'key' AND NOT %(keep_rate)s::boolean THEN excluded.key_per
+                       ELSE limits.key_per END,
+        key_concurrency = CASE WHEN %(scope)s = 'key' AND NOT %(keep_concurrency)s::boolean
+                               THEN excluded.key_concurrency ELSE limits.key_concurrency END,
         version = limits.version + 1,
         updated_at = excluded.updated_at
     RETURNING queue

@@ -12,7 +12,7 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -60,7 +60,9 @@ from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of
 from conveyor.store.postgres import flows as pg_flows
 from conveyor.store.postgres.audit import PostgresAudit
 from conveyor.store.postgres.choices import check_choices
+from conveyor.store.postgres.limit_keys import PostgresLimitKeys
 from conveyor.store.postgres.listener import Listener
+from conveyor.store.postgres.workflow_retry import PostgresWorkflowRetry
 from conveyor.store.selection import (
     NO_ID_BOUND,
     count_query,
@@ -184,7 +186,7 @@ def _away(exc: BaseException) -> str | None:
 
 
 @translate_errors(_missing_table, _away)
-class PostgresStore(PostgresAudit):
+class PostgresStore(PostgresAudit, PostgresLimitKeys, PostgresWorkflowRetry):
     #: TransactionalStore: enqueue inside the caller's transaction on this connection.
     transaction_connection = "a psycopg Connection"
     #: SqlStore: the Spark data source builds its tables beside the jobs'.
@@ -1062,7 +1064,12 @@ class PostgresStore(PostgresAudit):
                 self._saw_limits(names, True)
 
     def limit_set(
-        self, queue: str, limit: Limit | None, per_key: bool, now: datetime
+        self,
+        queue: str,
+        limit: Limit | None,
+        per_key: bool,
+        now: datetime,
+        keep: Collection[str] = (),
     ) -> QueueLimits | None:
         rate = limit.rate if limit is not None else None
         params = {
@@ -1071,6 +1078,8 @@ class PostgresStore(PostgresAudit):
             "rate": rate.count if rate is not None else None,
             "per": rate.per if rate is not None else None,
             "concurrency": limit.concurrency if limit is not None else None,
+            "keep_rate": "rate" in keep,
+            "keep_concurrency": "concurrency" in keep,
             "now": now,
         }
         with self._tx() as conn:

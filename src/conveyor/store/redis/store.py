@@ -23,7 +23,7 @@ import itertools
 import json
 import secrets
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -71,7 +71,9 @@ from conveyor.store.redis.history import (
     run_times,
     slot_counts,
 )
+from conveyor.store.redis.limit_keys import RedisLimitKeys
 from conveyor.store.redis.listener import RedisListener
+from conveyor.store.redis.workflow_retry import RedisWorkflowRetry
 from conveyor.store.selection import NO_ID_BOUND, args_floor
 
 #: The layout of keys this code reads and writes (``schema_version`` on Redis). 2: a
@@ -358,7 +360,7 @@ def _short_of_room(exc: redis.ResponseError) -> str | None:
     return None
 
 
-class RedisStore(RedisAudit):
+class RedisStore(RedisAudit, RedisLimitKeys, RedisWorkflowRetry):
     """Every capability of base.Store, and DurabilityReport; not TransactionalStore (Redis
     has no transaction a caller could enqueue inside)."""
 
@@ -1339,7 +1341,12 @@ class RedisStore(RedisAudit):
         return limits_of_row(values, _odt)
 
     def limit_set(
-        self, queue: str, limit: Limit | None, per_key: bool, now: datetime
+        self,
+        queue: str,
+        limit: Limit | None,
+        per_key: bool,
+        now: datetime,
+        keep: Collection[str] = (),
     ) -> QueueLimits | None:
         rate = limit.rate if limit is not None else None
         concurrency = limit.concurrency if limit is not None else None
@@ -1351,6 +1358,7 @@ class RedisStore(RedisAudit):
             "" if rate is None else repr(float(rate.per)),
             "" if concurrency is None else str(concurrency),
             _ts(now),
+            ",".join(sorted(keep)),
         )
         return None if row is None else self._limits_of(queue, _pairs(row))
 

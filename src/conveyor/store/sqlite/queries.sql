@@ -599,7 +599,10 @@ WHERE rowid IN (
       AND s.at < :now - :slack - max(coalesce(l.per, 0), coalesce(l.key_per, 0)))
 
 -- name: limit_set
--- Set the limit of one scope ('queue' or 'key') of a queue; the other scope's stays.
+-- Set the limit of one scope ('queue' or 'key') of a queue; the other scope's
+-- stays, and so do the parts of this one the caller keeps (keep_rate,
+-- keep_concurrency: decided here, so that two calls that set different parts
+-- never undo each other).
 INSERT INTO limits (queue, rate, per, concurrency, key_rate, key_per, key_concurrency, updated_at)
 VALUES (:queue,
         CASE WHEN :scope = 'queue' THEN :rate END,
@@ -610,13 +613,14 @@ VALUES (:queue,
         CASE WHEN :scope = 'key' THEN :concurrency END,
         :now)
 ON CONFLICT (queue) DO UPDATE SET
-    rate = CASE WHEN :scope = 'queue' THEN excluded.rate ELSE limits.rate END,
-    per = CASE WHEN :scope = 'queue' THEN excluded.per ELSE limits.per END,
-    concurrency = CASE WHEN :scope = 'queue' THEN excluded.concurrency ELSE limits.concurrency END,
-    key_rate = CASE WHEN :scope = 'key' THEN excluded.key_rate ELSE limits.key_rate END,
-    key_per = CASE WHEN :scope = 'key' THEN excluded.key_per ELSE limits.key_per END,
-    key_concurrency = CASE WHEN :scope = 'key' THEN excluded.key_concurrency
-                           ELSE limits.key_concurrency END,
+    rate = CASE WHEN :scope = 'queue' AND NOT :keep_rate THEN excluded.rate ELSE limits.rate END,
+    per = CASE WHEN :scope = 'queue' AND NOT :keep_rate THEN excluded.per ELSE limits.per END,
+    concurrency = CASE WHEN :scope = 'queue' AND NOT :keep_concurrency THEN excluded.concurrency
+                       ELSE limits.concurrency END,
+    key_rate = CASE WHEN :scope = 'key' AND NOT :keep_rate THEN excluded.key_rate ELSE limits.key_rate END,
+    key_per = CASE WHEN :scope = 'key' AND NOT :keep_rate THEN excluded.key_per ELSE limits.key_per END,
+    key_concurrency = CASE WHEN :scope = 'key' AND NOT :keep_concurrency
+                           THEN excluded.key_concurrency ELSE limits.key_concurrency END,
     version = limits.version + 1,
     updated_at = excluded.updated_at
 

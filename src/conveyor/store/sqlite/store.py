@@ -13,7 +13,7 @@ import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -65,7 +65,9 @@ from conveyor.store.selection import (
 from conveyor.store.sql import Migration, load_migrations, load_queries
 from conveyor.store.sqlite import flows as sqlite_flows
 from conveyor.store.sqlite.audit import SQLiteAudit
+from conveyor.store.sqlite.limit_keys import SQLiteLimitKeys
 from conveyor.store.sqlite.watcher import DataVersionWatcher
+from conveyor.store.sqlite.workflow_retry import SQLiteWorkflowRetry
 
 _Q = load_queries("conveyor.store.sqlite")
 #: A count no claim reaches (SQLite's 32-bit "no limit").
@@ -184,7 +186,7 @@ def _away(exc: BaseException) -> str | None:
 
 
 @translate_errors(_missing_table, _away)
-class SQLiteStore(SQLiteAudit):
+class SQLiteStore(SQLiteAudit, SQLiteLimitKeys, SQLiteWorkflowRetry):
     #: TransactionalStore: enqueue inside the caller's transaction on this connection.
     transaction_connection = "a sqlite3 Connection"
 
@@ -1002,7 +1004,12 @@ class SQLiteStore(SQLiteAudit):
         conn.execute(_Q["limit_prune_starts"], params)
 
     def limit_set(
-        self, queue: str, limit: Limit | None, per_key: bool, now: datetime
+        self,
+        queue: str,
+        limit: Limit | None,
+        per_key: bool,
+        now: datetime,
+        keep: Collection[str] = (),
     ) -> QueueLimits | None:
         rate = limit.rate if limit is not None else None
         params = {
@@ -1011,6 +1018,8 @@ class SQLiteStore(SQLiteAudit):
             "rate": rate.count if rate is not None else None,
             "per": rate.per if rate is not None else None,
             "concurrency": limit.concurrency if limit is not None else None,
+            "keep_rate": "rate" in keep,
+            "keep_concurrency": "concurrency" in keep,
             "now": _ts(now),
         }
         with self._write() as conn:
