@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-import threading
-import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from types import MappingProxyType
@@ -14,13 +12,17 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast, ov
 
 from conveyor import bulk
 from conveyor.bulk import BULK_ACTIONS, check_age, check_final_states, job_selection
-from conveyor.changes import Change, ChangeHub, ChangeListener, notifications_setting
+from conveyor.changes import (
+    Change,
+    ChangeHub,
+    ChangeListener,
+    notifications_setting,
+    wait_for_job,
+)
 from conveyor.diagnosis import Why, diagnose
 from conveyor.enqueueing import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, new_jobs_of
 from conveyor.errors import (
     ConfigurationError,
-    JobCancelled,
-    JobFailed,
     JobNotFoundError,
     JobStateError,
     UnknownTaskError,
@@ -92,8 +94,6 @@ FORGET_AFTER = timedelta(seconds=60)
 MAX_HELD_READ = 10_000
 #: The newest jobs whose task names count as known to ``known_tasks``.
 KNOWN_TASKS_READ = 5_000
-#: Longest a wait goes without reading the job again, should a signal be missed.
-WAIT_FALLBACK_POLL = 0.5
 #: How long a finished job without a processed mark counts as unprocessed (``unprocessed``).
 OUTCOME_GRACE = timedelta(days=7)
 #: "Not given" for arguments where None means something (``app.limit(queue, None)`` drops the rate).
@@ -915,42 +915,7 @@ class App:
         ``on_progress(fraction, message)`` hears the job's ``ctx.progress()``
         calls at once when the job runs in this process's worker.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        changed = threading.Event()
-        wanted = str(job_id)
-
-        def listener(channel: str, payload: str) -> None:
-            if channel == "progress":
-                if on_progress is not None:
-                    job, fraction, message = payload.split("\t", 2)
-                    if job == wanted:
-                        on_progress(float(fraction) if fraction else None, message or None)
-                return
-            if channel in ("done", "any", "reconnected") and (
-                not payload or wanted in payload.split(",")
-            ):
-                changed.set()
-
-        self.changes.add(listener)
-        try:
-            while True:
-                changed.clear()
-                job = self.get(job_id)
-                if job.state == JobState.SUCCEEDED:
-                    return job.result
-                if job.state == JobState.FAILED:
-                    raise JobFailed(job.id, job.error)
-                if job.state == JobState.CANCELLED:
-                    raise JobCancelled(job.id)
-                pause = WAIT_FALLBACK_POLL
-                if deadline is not None:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise TimeoutError(f"job {job_id} is still {job.state} after {timeout}s")
-                    pause = min(pause, left)
-                changed.wait(pause)
-        finally:
-            self.changes.remove(listener)
+        return wait_for_job(self.changes, job_id, lambda: self.get(job_id), timeout, on_progress)
 
     async def await_result(self, job_id: int, timeout: float | None = None) -> Any:
         """``wait`` for async code: does not block the event loop."""

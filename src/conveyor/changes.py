@@ -10,11 +10,13 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from conveyor.errors import ConfigurationError
-from conveyor.job import Job
+from conveyor.errors import ConfigurationError, JobCancelled, JobFailed
+from conveyor.job import Job, JobState
 from conveyor.store.base import ChangeCallback, Store, Subscription
 
 log = logging.getLogger("conveyor.changes")
@@ -153,3 +155,57 @@ def notifications_setting(given: bool | None) -> bool:
         raise ConfigurationError(
             f"${NOTIFICATIONS_ENV} must be 0 (poll only) or 1 (listen), got {raw!r}"
         ) from None
+
+
+#: Longest a wait goes without reading the job again, should a signal be missed.
+WAIT_FALLBACK_POLL = 0.5
+
+
+def wait_for_job(
+    changes: ChangeHub,
+    job_id: int,
+    read: Callable[[], Job],
+    timeout: float | None,
+    on_progress: Callable[[float | None, str | None], None] | None = None,
+) -> Any:
+    """Block until the job ``read()`` returns is terminal; its result (``app.wait``).
+
+    Listens before it reads the job, so a completion between the two is never
+    missed; reads again at least every WAIT_FALLBACK_POLL seconds.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    changed = threading.Event()
+    wanted = str(job_id)
+
+    def listener(channel: str, payload: str) -> None:
+        if channel == "progress":
+            if on_progress is not None:
+                job, fraction, message = payload.split("\t", 2)
+                if job == wanted:
+                    on_progress(float(fraction) if fraction else None, message or None)
+            return
+        if channel in ("done", "any", "reconnected") and (
+            not payload or wanted in payload.split(",")
+        ):
+            changed.set()
+
+    changes.add(listener)
+    try:
+        while True:
+            changed.clear()
+            job = read()
+            if job.state == JobState.SUCCEEDED:
+                return job.result
+            if job.state == JobState.FAILED:
+                raise JobFailed(job.id, job.error)
+            if job.state == JobState.CANCELLED:
+                raise JobCancelled(job.id)
+            pause = WAIT_FALLBACK_POLL
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"job {job_id} is still {job.state} after {timeout}s")
+                pause = min(pause, left)
+            changed.wait(pause)
+    finally:
+        changes.remove(listener)
