@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast, ov
 from conveyor import bulk
 from conveyor.bulk import BULK_ACTIONS, check_age, check_final_states, job_selection
 from conveyor.changes import Change, ChangeHub, ChangeListener, notifications_setting
+from conveyor.encryption import payload_codec
 from conveyor.enqueueing import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, new_jobs_of
 from conveyor.errors import (
     ConfigurationError,
@@ -155,7 +156,9 @@ class App:
     ``conveyor.middleware``). ``notifications=False`` (or ``CONVEYOR_NOTIFICATIONS=0``
     in the environment) runs poll-only: nothing listens to the store (behind a
     pooler in transaction mode, where LISTEN cannot work), and work enqueued by
-    other processes is found within a ``poll_interval``.
+    other processes is found within a ``poll_interval``. ``encryption_keys``
+    (else ``CONVEYOR_ENCRYPTION_KEYS``, comma-separated), Fernet keys newest
+    first, encrypt arguments and results at rest (see docs/encryption.md).
     """
 
     def __init__(
@@ -169,6 +172,7 @@ class App:
         keep_finished: int | Mapping[str, int] | None = None,
         middleware: Sequence[Middleware] | None = None,
         notifications: bool | None = None,
+        encryption_keys: Sequence[str | bytes] | None = None,
         **store_options: Any,
     ):
         if store is not None and dsn is not None:
@@ -178,6 +182,8 @@ class App:
         self.middleware = check_middleware(middleware)
         # Checked before the store opens: a bad option leaves no connection behind.
         retention_policy = Retention(retention, retention_by_state, keep_finished)
+        #: Seals arguments and results at rest, opens them when read; None: stored clear.
+        self.codec = payload_codec(encryption_keys)
         # A store may have only the core (JobStore): workers and consumers need no
         # more, and the methods that need a capability check it (``needs``).
         self.store: Store = (
@@ -203,6 +209,7 @@ class App:
             periodic=self.periodic_tasks,
             retention=retention_policy,
             attach=self._attach,
+            codec=self.codec,
         )
 
     def __repr__(self) -> str:
@@ -475,6 +482,8 @@ class App:
         self, new_jobs: list[NewJob], now: datetime, queues: Iterable[str], connection: Any = None
     ) -> list[Job]:
         """Insert checked jobs of ``queues``; wake this process's workers; attach the jobs."""
+        if self.codec is not None:
+            self.codec.seal_new(new_jobs)
         jobs = self.store.job_insert_many(new_jobs, now, connection=connection)
         for queue in queues:
             self.changes.publish("jobs", queue)  # wakes this process's workers at once
@@ -507,7 +516,7 @@ class App:
 
     def _attach(self, job: Job) -> Job:
         job._app = self
-        return job
+        return job if self.codec is None else self.codec.open_job(job)
 
     def get(self, job_id: int) -> Job:
         """The job as stored now; JobNotFoundError if there is none (never created, or purged,
@@ -552,6 +561,8 @@ class App:
             new_jobs.append(new)
 
         def insert() -> list[Job]:
+            if self.codec is not None:
+                self.codec.seal_new(new_jobs)
             jobs, existed[0] = self.store.workflow_insert(wf.id, wf.name, new_jobs, now)
             for queue in dict.fromkeys(job.queue for job in jobs):
                 self.changes.publish("jobs", queue)
@@ -727,7 +738,8 @@ class App:
     @needs(StepStore, "read a job's durable steps")
     def steps(self, job_id: int) -> list[Step]:
         """The job's durable steps (``ctx.step``), in the order they finished."""
-        return cast(StepStore, self.store).step_list(job_id)
+        steps = cast(StepStore, self.store).step_list(job_id)
+        return steps if self.codec is None else [self.codec.open_step(s) for s in steps]
 
     @needs(OperatorStore, "count jobs")
     def stats(self) -> Stats:
