@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast, ov
 from conveyor import bulk
 from conveyor.bulk import BULK_ACTIONS, check_age, check_final_states, job_selection
 from conveyor.changes import Change, ChangeHub, ChangeListener, notifications_setting
-from conveyor.encryption import payload_codec
+from conveyor.encryption import ROTATE_BATCH, RotationProgress, payload_codec, reencrypt
 from conveyor.enqueueing import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, new_jobs_of
 from conveyor.errors import (
     ConfigurationError,
@@ -67,6 +67,7 @@ from conveyor.store.base import (
 )
 from conveyor.store.capabilities import Capabilities, store_capabilities
 from conveyor.store.dsn import open_store
+from conveyor.store.payloads import PayloadStore
 from conveyor.task import EnqueueOptions, Task, check_timeout
 from conveyor.worker.retention import MAX_KEEP, Keep, Retention, check_keep_finished
 from conveyor.worker.runtime import Runtime
@@ -1075,6 +1076,29 @@ class App:
         chosen = act or bulk.store_action(self.store, action)
         changed = functools.partial(self.changes.publish, "jobs")
         return bulk.walk(self.store, selection, BULK_ACTIONS[action], chosen, on_batch, changed)
+
+    @needs(PayloadStore, "re-encrypt stored jobs")
+    def reencrypt(
+        self,
+        *,
+        after_id: int = 0,
+        batch_size: int = ROTATE_BATCH,
+        on_batch: Callable[[RotationProgress], None] | None = None,
+    ) -> RotationProgress:
+        """Seal every stored job's arguments and results under the newest encryption key.
+
+        Resumable: values under the newest key already are skipped, and
+        ``after_id`` starts after a job id (``RotationProgress.last_id``).
+        """
+        if self.codec is None:
+            raise ConfigurationError(
+                "re-encrypting needs the encryption keys (App(encryption_keys=...) or "
+                "CONVEYOR_ENCRYPTION_KEYS, newest first)"
+            )
+        store = cast(PayloadStore, self.store)
+        return reencrypt(
+            store, self.codec, after_id=after_id, batch_size=batch_size, on_batch=on_batch
+        )
 
     @needs(OperatorStore, "delete queues")
     def delete_queue(self, queue: str) -> int:

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 from conveyor.errors import ConfigurationError, EncryptedPayloadError
 from conveyor.job import SEALED_PREFIX, Job, NewJob, is_sealed
 from conveyor.store.base import Step
+from conveyor.store.payloads import PayloadChange, PayloadField, PayloadStore
 
 #: The environment variable of the keys: comma-separated, newest first.
 KEYS_ENV = "CONVEYOR_ENCRYPTION_KEYS"
@@ -166,3 +168,78 @@ class PayloadCodec:
 def _token(text: str) -> bytes:
     """The Fernet token inside a sealed value."""
     return text[len(SEALED_PREFIX) : -1].encode("ascii")
+
+
+# --- rotation ----------------------------------------------------------------------
+
+#: Jobs read per page by ``reencrypt``.
+ROTATE_BATCH = 500
+
+
+@dataclass
+class RotationProgress:
+    """How far a re-encryption went: rerun with ``after_id=last_id`` to go on from there."""
+
+    #: Jobs read so far.
+    jobs: int = 0
+    #: Values written again under the newest key (clear ones sealed, older keys' resealed).
+    rewritten: int = 0
+    #: Values no listed key opens, left as they are.
+    unreadable: int = 0
+    #: The id of the last job read: everything up to it is done.
+    last_id: int = 0
+    #: Whether the walk reached the newest job.
+    done: bool = False
+
+
+def reencrypt(
+    store: PayloadStore,
+    codec: PayloadCodec,
+    *,
+    after_id: int = 0,
+    batch_size: int = ROTATE_BATCH,
+    on_batch: Callable[[RotationProgress], None] | None = None,
+) -> RotationProgress:
+    """Seal every stored job's values under the newest key, page by page.
+
+    Values under the newest key already are left alone, so a rerun (after a
+    crash, or from ``after_id``) writes only what is left. Each value is
+    written only while it still holds what was read (the store decides), so
+    jobs that run meanwhile lose nothing; a value sealed by an older key while
+    the walk runs (by a process not yet given the new key) is left for a rerun.
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ConfigurationError(f"batch_size must be a positive integer, got {batch_size!r}")
+    progress = RotationProgress(last_id=after_id)
+    cursor: int | None = after_id
+    while cursor is not None:
+        page, cursor = store.payload_page(cursor, batch_size)
+        changes = []
+        for payload in page:
+            values: list[tuple[PayloadField, str | None, str | None]] = [
+                ("args", payload.args, None),
+                ("kwargs", payload.kwargs, None),
+                ("result", payload.result, None),
+            ]
+            values += [("step", result, name) for name, result in payload.steps]
+            for field, old, step in values:
+                if old is None:
+                    continue
+                try:
+                    new = codec.reseal(old)
+                except EncryptedPayloadError:
+                    progress.unreadable += 1
+                    continue
+                if new is not None:
+                    changes.append(PayloadChange(payload.id, field, old, new, step))
+        if changes:
+            progress.rewritten += store.payload_rewrite(changes)
+        progress.jobs += len(page)
+        if page:
+            progress.last_id = page[-1].id
+        if cursor is not None:
+            progress.last_id = max(progress.last_id, cursor)
+        progress.done = cursor is None
+        if on_batch is not None:
+            on_batch(progress)
+    return progress

@@ -12,6 +12,7 @@ import os
 
 import click
 
+from conveyor.cli.encryption import encryption
 from conveyor.cli.group import ConveyorGroup, LazyCommand
 from conveyor.cli.jobs import enqueue, jobs
 from conveyor.cli.limits import limit, limits
@@ -93,5 +94,5 @@ cli.help = (
 
 for _command in (migrate, worker, enqueue, jobs, stats, purge, trim, pause, resume, delete_queue):
     cli.add_command(_command)
-for _command in (limit, limits, workflows):
+for _command in (limit, limits, workflows, encryption):
     cli.add_command(_command)
