@@ -1411,3 +1411,4 @@ class App:
     aparents = async_twin(parents)
     aparent_edges = async_twin(parent_edges)
     achildren = async_twin(children)
+    areencrypt = async_twin(reencrypt)
