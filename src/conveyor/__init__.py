@@ -6,6 +6,7 @@ from conveyor.context import CancelSignal, Context
 from conveyor.errors import (
     ConfigurationError,
     ConveyorError,
+    EncryptedPayloadError,
     Fail,
     InvalidJobError,
     JobCancelled,
@@ -35,6 +36,7 @@ __all__ = [
     "ConfigurationError",
     "Context",
     "ConveyorError",
+    "EncryptedPayloadError",
     "Event",
     "ExponentialBackoff",
     "Fail",
