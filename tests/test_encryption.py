@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from cryptography.fernet import Fernet
 from starlette.testclient import TestClient
 
-from conveyor import App, Context
+from conveyor import App, Context, chain
 from conveyor.cli import cli
 from conveyor.encryption import KEYS_ENV, SEALED_LABEL, PayloadCodec, payload_codec
 from conveyor.errors import ConfigurationError, EncryptedPayloadError
@@ -236,3 +236,19 @@ def test_keys_are_checked_and_never_echoed(monkeypatch: pytest.MonkeyPatch) -> N
     # A clear value that is a string never looks sealed: our JSON never escapes "/".
     assert not is_sealed(json.dumps("\\/fernet:x"))
     assert not is_sealed(json.dumps("/fernet:x"))
+
+
+def test_consume_and_workflows_seal_and_open(sealed_app: App, dsn: str) -> None:
+    mail = register(sealed_app)
+    sealed_app.enqueue("mail", args=[SECRET], kwargs={"body": "b"}, queue="pull")
+    for held in sealed_app.consume(["pull"], idle_timeout=0.5):
+        assert (held.args, held.kwargs) == ([SECRET], {"body": "b"})
+        held.complete({"echo": held.args[0]})
+        pulled = held.job.id
+    assert sealed_app.get(pulled).result == {"echo": SECRET}
+    assert SECRET not in raw_text(sealed_app, dsn, pulled)
+
+    run = sealed_app.enqueue_workflow(chain(mail.step("a@x.org", body="1")))
+    [node] = run.jobs
+    assert node.args == ["a@x.org"]
+    assert "a@x.org" not in raw_text(sealed_app, dsn, node.id)
