@@ -483,8 +483,7 @@ class App:
         self, new_jobs: list[NewJob], now: datetime, queues: Iterable[str], connection: Any = None
     ) -> list[Job]:
         """Insert checked jobs of ``queues``; wake this process's workers; attach the jobs."""
-        if self.codec is not None:
-            self.codec.seal_new(new_jobs)
+        known = None if self.codec is None else self.codec.seal_new(new_jobs)
         jobs = self.store.job_insert_many(new_jobs, now, connection=connection)
         for queue in queues:
             self.changes.publish("jobs", queue)  # wakes this process's workers at once
@@ -492,7 +491,7 @@ class App:
             # A new job is built from this call's ``now``; a job read back (one that
             # holds the key already) carries the time it was really created.
             job.existing = job.key is not None and job.created_at != now
-            self._attach(job)
+            self._attach(job, known)
         return jobs
 
     def enqueue_many(self, jobs: Iterable[NewJob]) -> list[Job]:
@@ -515,9 +514,11 @@ class App:
 
     # --- reading ----------------------------------------------------------------
 
-    def _attach(self, job: Job) -> Job:
+    def _attach(self, job: Job, known: Mapping[str, str] | None = None) -> Job:
+        """The job, attached to this App, its sealed values opened (``known``: the
+        clear texts of values this process has just sealed)."""
         job._app = self
-        return job if self.codec is None else self.codec.open_job(job)
+        return job if self.codec is None else self.codec.open_job(job, known)
 
     def get(self, job_id: int) -> Job:
         """The job as stored now; JobNotFoundError if there is none (never created, or purged,
@@ -562,12 +563,11 @@ class App:
             new_jobs.append(new)
 
         def insert() -> list[Job]:
-            if self.codec is not None:
-                self.codec.seal_new(new_jobs)
+            known = None if self.codec is None else self.codec.seal_new(new_jobs)
             jobs, existed[0] = self.store.workflow_insert(wf.id, wf.name, new_jobs, now)
             for queue in dict.fromkeys(job.queue for job in jobs):
                 self.changes.publish("jobs", queue)
-            return [self._attach(job) for job in jobs]
+            return [self._attach(job, known) for job in jobs]
 
         existed = [False]
         chain = self.middleware_chain()

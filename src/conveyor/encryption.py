@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from conveyor.errors import ConfigurationError, EncryptedPayloadError
@@ -132,24 +132,35 @@ class PayloadCodec:
 
     # --- records --------------------------------------------------------------------
 
-    def seal_new(self, jobs: Iterable[NewJob]) -> None:
-        """Seal the arguments of jobs about to be inserted (in place)."""
-        for job in jobs:
-            if not is_sealed(job.args_json):
-                job.args_json = self.seal(job.args_json)
-            if not is_sealed(job.kwargs_json):
-                job.kwargs_json = self.seal(job.kwargs_json)
+    def seal_new(self, jobs: Iterable[NewJob]) -> dict[str, str]:
+        """Seal the arguments of jobs about to be inserted (in place).
 
-    def open_job(self, job: Job) -> Job:
+        Returns the clear text of each sealed value, by sealed value: the jobs
+        the insert gives back are opened from it (``open_job``'s ``known``)
+        instead of being decrypted again.
+        """
+        known: dict[str, str] = {}
+        for job in jobs:
+            for name in ("args_json", "kwargs_json"):
+                clear = getattr(job, name)
+                if not is_sealed(clear):
+                    sealed = self.seal(clear)
+                    known[sealed] = clear
+                    setattr(job, name, sealed)
+        return known
+
+    def open_job(self, job: Job, known: Mapping[str, str] | None = None) -> Job:
         """Open a job read from the store in place; what no key opens stays sealed.
 
         Reading a field left sealed raises EncryptedPayloadError, so a value is
-        never taken for data while it is ciphertext.
+        never taken for data while it is ciphertext. ``known``: clear texts by
+        sealed value, from ``seal_new``.
         """
-        job.args_json = self.try_open(job.args_json)
-        job.kwargs_json = self.try_open(job.kwargs_json)
-        if job.result_json is not None:
-            job.result_json = self.try_open(job.result_json)
+        for name in ("args_json", "kwargs_json", "result_json"):
+            text = getattr(job, name)
+            if is_sealed(text):
+                clear = known.get(text) if known else None
+                setattr(job, name, clear if clear is not None else self.try_open(text))
         return job
 
     def open_step(self, step: Step) -> Step:
