@@ -252,3 +252,11 @@ def test_consume_and_workflows_seal_and_open(sealed_app: App, dsn: str) -> None:
     [node] = run.jobs
     assert node.args == ["a@x.org"]
     assert "a@x.org" not in raw_text(sealed_app, dsn, node.id)
+
+
+def test_an_enqueue_that_meets_a_held_key_opens_the_job_it_found(sealed_app: App) -> None:
+    register(sealed_app)
+    first = sealed_app.enqueue("mail", args=[SECRET], kwargs={"body": "1"}, key="k")
+    again = sealed_app.enqueue("mail", args=["other@example.com"], kwargs={"body": "2"}, key="k")
+    assert again.existing and again.id == first.id
+    assert (again.args, again.kwargs) == ([SECRET], {"body": "1"})
