@@ -579,7 +579,7 @@ id > %(args_floor)s
   AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s::text)) > 0)
   -- Encrypted arguments (a JSON string beginning "\/, conveyor.encryption) are
   -- ciphertext: never searched, so no job is found by chance.
-  AND (%(args)s::text IS NULL OR (left(args::text, 3) <> '"\/'
+  AND (%(args)s::text IS NULL OR (left(args::text, 3) <> E'"\\/'
        AND strpos(lower(args::text || ' ' || kwargs::text), lower(%(args)s::text)) > 0))
 
 -- name: drive_all
