@@ -251,6 +251,6 @@ def reencrypt(
         if cursor is not None:
             progress.last_id = max(progress.last_id, cursor)
         progress.done = cursor is None
-        if on_batch is not None:
+        if on_batch is not None and page:
             on_batch(progress)
     return progress

@@ -6,7 +6,7 @@ import click
 
 from conveyor.cli.options import dsn_option, json_option, open_app
 from conveyor.cli.output import print_json
-from conveyor.encryption import KEYS_ENV, ROTATE_BATCH, RotationProgress
+from conveyor.encryption import ROTATE_BATCH, RotationProgress
 
 
 @click.group()
@@ -65,10 +65,6 @@ def rotate(batch_size: int, after_id: int, dsn: str | None, as_json: bool) -> No
             )
 
     with open_app(dsn) as app:
-        if app.codec is None:
-            raise click.ClickException(
-                f"no encryption keys: set {KEYS_ENV} (comma-separated, newest first)"
-            )
         progress = app.reencrypt(after_id=after_id, batch_size=batch_size, on_batch=report)
     if as_json:
         print_json(
