@@ -47,8 +47,9 @@ MAX_RUN_AT = datetime(9999, 1, 1, tzinfo=UTC)
 HOLD_AT = MAX_RUN_AT
 
 #: How an encrypted value begins (see conveyor.encryption): a JSON string, so the
-#: json columns of PostgreSQL take it, whose escaped slash (``\\/``) no JSON our
-#: encoder writes ever holds, so a clear value is never mistaken for one.
+#: json columns of PostgreSQL take it, opening with an escaped slash, which no JSON
+#: our encoder writes ever holds (it never escapes "/"): a clear value is never
+#: mistaken for an encrypted one.
 SEALED_PREFIX = '"\\/fernet:'
 
 Unique = Literal["live", "forever"]
