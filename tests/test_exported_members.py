@@ -14,6 +14,7 @@ PUBLIC = [
     "ConfigurationError",
     "Context",
     "ConveyorError",
+    "EncryptedPayloadError",
     "Event",
     "ExponentialBackoff",
     "Fail",

@@ -6,6 +6,7 @@ from conveyor.context import CancelSignal, Context
 from conveyor.errors import (
     ConfigurationError,
     ConveyorError,
+    EncryptedPayloadError,
     Fail,
     InvalidJobError,
     JobCancelled,
@@ -36,6 +37,7 @@ __all__ = [
     "ConfigurationError",
     "Context",
     "ConveyorError",
+    "EncryptedPayloadError",
     "Event",
     "ExponentialBackoff",
     "Fail",

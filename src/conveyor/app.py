@@ -20,6 +20,7 @@ from conveyor.changes import (
     wait_for_job,
 )
 from conveyor.diagnosis import Why, diagnose
+from conveyor.encryption import ROTATE_BATCH, RotationProgress, payload_codec, reencrypt
 from conveyor.enqueueing import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, new_jobs_of
 from conveyor.errors import (
     ConfigurationError,
@@ -70,6 +71,7 @@ from conveyor.store.base import (
 from conveyor.store.capabilities import Capabilities, store_capabilities
 from conveyor.store.dsn import open_store
 from conveyor.store.limit_keys import KeyThrottle, LimitKeyStore
+from conveyor.store.payloads import PayloadStore
 from conveyor.store.workflow_retry import WorkflowRetryStore
 from conveyor.task import EnqueueOptions, Task, check_timeout
 from conveyor.worker.retention import MAX_KEEP, Keep, Retention, check_keep_finished
@@ -158,7 +160,9 @@ class App:
     ``conveyor.middleware``). ``notifications=False`` (or ``CONVEYOR_NOTIFICATIONS=0``
     in the environment) runs poll-only: nothing listens to the store (behind a
     pooler in transaction mode, where LISTEN cannot work), and work enqueued by
-    other processes is found within a ``poll_interval``.
+    other processes is found within a ``poll_interval``. ``encryption_keys``
+    (else ``CONVEYOR_ENCRYPTION_KEYS``, comma-separated), Fernet keys newest
+    first, encrypt arguments and results at rest (see docs/encryption.md).
     """
 
     def __init__(
@@ -172,6 +176,7 @@ class App:
         keep_finished: int | Mapping[str, int] | None = None,
         middleware: Sequence[Middleware] | None = None,
         notifications: bool | None = None,
+        encryption_keys: Sequence[str | bytes] | None = None,
         **store_options: Any,
     ):
         if store is not None and dsn is not None:
@@ -181,6 +186,8 @@ class App:
         self.middleware = check_middleware(middleware)
         # Checked before the store opens: a bad option leaves no connection behind.
         retention_policy = Retention(retention, retention_by_state, keep_finished)
+        #: Seals arguments and results at rest, opens them when read; None: stored clear.
+        self.codec = payload_codec(encryption_keys)
         # A store may have only the core (JobStore): workers and consumers need no
         # more, and the methods that need a capability check it (``needs``).
         self.store: Store = (
@@ -206,6 +213,7 @@ class App:
             periodic=self.periodic_tasks,
             retention=retention_policy,
             attach=self._attach,
+            codec=self.codec,
         )
 
     def __repr__(self) -> str:
@@ -482,6 +490,7 @@ class App:
         self, new_jobs: list[NewJob], now: datetime, queues: Iterable[str], connection: Any = None
     ) -> list[Job]:
         """Insert checked jobs of ``queues``; wake this process's workers; attach the jobs."""
+        known = None if self.codec is None else self.codec.seal_new(new_jobs)
         jobs = self.store.job_insert_many(new_jobs, now, connection=connection)
         for queue in queues:
             self.changes.publish("jobs", queue)  # wakes this process's workers at once
@@ -489,7 +498,7 @@ class App:
             # A new job is built from this call's ``now``; a job read back (one that
             # holds the key already) carries the time it was really created.
             job.existing = job.key is not None and job.created_at != now
-            self._attach(job)
+            self._attach(job, known)
         return jobs
 
     def enqueue_many(self, jobs: Iterable[NewJob]) -> list[Job]:
@@ -512,9 +521,11 @@ class App:
 
     # --- reading ----------------------------------------------------------------
 
-    def _attach(self, job: Job) -> Job:
+    def _attach(self, job: Job, known: Mapping[str, str] | None = None) -> Job:
+        """The job, attached to this App, its sealed values opened (``known``: the
+        clear texts of values this process has just sealed)."""
         job._app = self
-        return job
+        return job if self.codec is None else self.codec.open_job(job, known)
 
     def get(self, job_id: int) -> Job:
         """The job as stored now; JobNotFoundError if there is none (never created, or purged,
@@ -573,10 +584,11 @@ class App:
             new_jobs.append(new)
 
         def insert() -> list[Job]:
+            known = None if self.codec is None else self.codec.seal_new(new_jobs)
             jobs, existed[0] = self.store.workflow_insert(wf.id, wf.name, new_jobs, now)
             for queue in dict.fromkeys(job.queue for job in jobs):
                 self.changes.publish("jobs", queue)
-            return [self._attach(job) for job in jobs]
+            return [self._attach(job, known) for job in jobs]
 
         existed = [False]
         chain = self.middleware_chain()
@@ -757,7 +769,8 @@ class App:
     @needs(StepStore, "read a job's durable steps")
     def steps(self, job_id: int) -> list[Step]:
         """The job's durable steps (``ctx.step``), in the order they finished."""
-        return cast(StepStore, self.store).step_list(job_id)
+        steps = cast(StepStore, self.store).step_list(job_id)
+        return steps if self.codec is None else [self.codec.open_step(s) for s in steps]
 
     @needs(OperatorStore, "count jobs")
     def stats(self) -> Stats:
@@ -1058,6 +1071,29 @@ class App:
         chosen = act or bulk.store_action(self.store, action)
         changed = functools.partial(self.changes.publish, "jobs")
         return bulk.walk(self.store, selection, BULK_ACTIONS[action], chosen, on_batch, changed)
+
+    @needs(PayloadStore, "re-encrypt stored jobs")
+    def reencrypt(
+        self,
+        *,
+        after_id: int = 0,
+        batch_size: int = ROTATE_BATCH,
+        on_batch: Callable[[RotationProgress], None] | None = None,
+    ) -> RotationProgress:
+        """Seal every stored job's arguments and results under the newest encryption key.
+
+        Resumable: values under the newest key already are skipped, and
+        ``after_id`` starts after a job id (``RotationProgress.last_id``).
+        """
+        if self.codec is None:
+            raise ConfigurationError(
+                "re-encrypting needs the encryption keys (App(encryption_keys=...) or "
+                "CONVEYOR_ENCRYPTION_KEYS, newest first)"
+            )
+        store = cast(PayloadStore, self.store)
+        return reencrypt(
+            store, self.codec, after_id=after_id, batch_size=batch_size, on_batch=on_batch
+        )
 
     @needs(OperatorStore, "delete queues")
     def delete_queue(self, queue: str) -> int:
@@ -1391,3 +1427,4 @@ class App:
     aworkflow_of = async_twin(workflow_of)
     aworkflow_edges = async_twin(workflow_edges)
     athrottled_keys = async_twin(throttled_keys)
+    areencrypt = async_twin(reencrypt)

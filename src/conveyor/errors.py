@@ -20,6 +20,14 @@ class InvalidJobError(ConveyorError, ValueError):
     """
 
 
+class EncryptedPayloadError(ConveyorError, ValueError):
+    """A job's arguments or result are encrypted and no key this process holds opens them.
+
+    Raised when they are read (``job.args``, ``job.result``, a step's result);
+    a worker fails such a job with this error instead of running its handler.
+    """
+
+
 class UnknownTaskError(ConveyorError, KeyError):
     """No task of that name is registered with the App."""
 

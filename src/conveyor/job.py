@@ -14,7 +14,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
 
-from conveyor.errors import ConfigurationError, InvalidJobError, JobStateError
+from conveyor.errors import (
+    ConfigurationError,
+    EncryptedPayloadError,
+    InvalidJobError,
+    JobStateError,
+)
 
 #: Longest queue, task, key, group or batch name, in characters.
 MAX_NAME_LENGTH = 200
@@ -40,6 +45,12 @@ MAX_RUN_AT = datetime(9999, 1, 1, tzinfo=UTC)
 #: Where a held job's run_at is parked: no job may otherwise be due then, and a
 #: claim takes due jobs only, so no worker starts a held job.
 HOLD_AT = MAX_RUN_AT
+
+#: How an encrypted value begins (see conveyor.encryption): a JSON string, so the
+#: json columns of PostgreSQL take it, opening with an escaped slash, which no JSON
+#: our encoder writes ever holds (it never escapes "/"): a clear value is never
+#: mistaken for an encrypted one.
+SEALED_PREFIX = '"\\/fernet:'
 
 Unique = Literal["live", "forever"]
 AfterFailure = Literal["cancel", "run"]
@@ -193,7 +204,7 @@ class Job:
     def args(self) -> list[Any]:
         if self.args_json == "[]":  # most jobs of many tasks: no decoding
             return []
-        value = json.loads(self.args_json)
+        value = decode_stored(self.args_json, f"job {self.id}'s arguments", plural=True)
         if not isinstance(value, list):
             raise ValueError(f"job {self.id}: args are not a JSON array")
         return value
@@ -202,7 +213,7 @@ class Job:
     def kwargs(self) -> dict[str, Any]:
         if self.kwargs_json == "{}":
             return {}
-        value = json.loads(self.kwargs_json)
+        value = decode_stored(self.kwargs_json, f"job {self.id}'s arguments", plural=True)
         if not isinstance(value, dict):
             raise ValueError(f"job {self.id}: kwargs are not a JSON object")
         return value
@@ -219,7 +230,9 @@ class Job:
 
     @property
     def result(self) -> Any:
-        return None if self.result_json is None else json.loads(self.result_json)
+        if self.result_json is None:
+            return None
+        return decode_stored(self.result_json, f"job {self.id}'s result")
 
     @property
     def terminal(self) -> bool:
@@ -317,6 +330,26 @@ def storable_text(text: str) -> str:
     except UnicodeEncodeError:
         text = text.encode("utf-8", "backslashreplace").decode()
     return text
+
+
+def is_sealed(text: str | None) -> bool:
+    """Whether a stored value is encrypted (see conveyor.encryption)."""
+    return text is not None and text.startswith(SEALED_PREFIX)
+
+
+def decode_stored(text: str, what: str, *, plural: bool = False) -> Any:
+    """A stored JSON value decoded; EncryptedPayloadError when it is still encrypted.
+
+    An App given the keys opens what it reads before anyone decodes it, so a
+    value still encrypted here is one that no key of this process opens.
+    """
+    if text.startswith(SEALED_PREFIX):
+        raise EncryptedPayloadError(
+            f"{what} {'are' if plural else 'is'} encrypted and no encryption key given to this "
+            f"process opens {'them' if plural else 'it'} (App(encryption_keys=...) or "
+            "CONVEYOR_ENCRYPTION_KEYS, newest first)"
+        )
+    return json.loads(text)
 
 
 # One encoder for every payload and result: json.dumps with options builds a

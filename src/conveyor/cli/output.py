@@ -21,7 +21,8 @@ from rich.table import Table
 from rich.text import Text
 
 from conveyor.app import WorkerStatus
-from conveyor.job import DETAILED_STATES, FILTER_STATES, Event, Job, JobState, utcnow
+from conveyor.encryption import SEALED_LABEL
+from conveyor.job import DETAILED_STATES, FILTER_STATES, Event, Job, JobState, is_sealed, utcnow
 from conveyor.store.base import QueueStats, Stats, Step
 
 STATES = [str(s) for s in JobState]
@@ -76,9 +77,12 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def _decoded(text: str | None) -> Any:
-    """A stored JSON payload, decoded; as the raw text when it is not JSON (a poison job)."""
+    """A stored JSON payload, decoded; as the raw text when it is not JSON (a poison job);
+    SEALED_LABEL when it is encrypted and no key here opens it (never the ciphertext)."""
     if text is None:
         return None
+    if is_sealed(text):
+        return SEALED_LABEL
     try:
         return json.loads(text)
     except json.JSONDecodeError:
@@ -114,7 +118,15 @@ def job_dict(job: Job) -> dict[str, Any]:
         "progress_message": job.progress_message,
         "result": _decoded(job.result_json),
         "error": job.error,
+        **_encrypted(job),
     }
+
+
+def _encrypted(job: Job) -> dict[str, Any]:
+    """``{"encrypted": [fields]}`` naming the fields no key here opens; {} for none."""
+    stored = (("args", job.args_json), ("kwargs", job.kwargs_json), ("result", job.result_json))
+    sealed = [name for name, text in stored if is_sealed(text)]
+    return {"encrypted": sealed} if sealed else {}
 
 
 def event_dict(event: Event) -> dict[str, Any]:
@@ -617,12 +629,12 @@ def job_view(
     if children:
         fields.add_row("waited for by", relatives_text(children, now))
     parts: list[RenderableType] = [fields, Text("")]
-    parts.append(Text("args:   ", style="bold") + Text(json.dumps(data["args"])))
-    parts.append(Text("kwargs: ", style="bold") + Text(json.dumps(data["kwargs"])))
+    parts.append(Text("args:   ", style="bold") + _value_text(job.args_json, data["args"]))
+    parts.append(Text("kwargs: ", style="bold") + _value_text(job.kwargs_json, data["kwargs"]))
     if data["headers"]:
         parts.append(Text("headers: ", style="bold") + Text(json.dumps(data["headers"])))
     if job.result_json is not None:
-        parts.append(Text("result: ", style="bold") + Text(json.dumps(data["result"])))
+        parts.append(Text("result: ", style="bold") + _value_text(job.result_json, data["result"]))
     if job.error:
         parts.append(Text(""))
         # A job that succeeded or waits for a retry keeps the error of an earlier attempt.
@@ -659,6 +671,13 @@ def job_view(
     return Group(*parts)
 
 
+def _value_text(stored: str | None, decoded: Any) -> Text:
+    """A job's value in the text view: its JSON, or that it is encrypted."""
+    if is_sealed(stored):
+        return Text(SEALED_LABEL, style="yellow")
+    return Text(json.dumps(decoded))
+
+
 def steps_table(steps: Sequence[Step]) -> RenderableType:
     """A job's durable steps: name, the attempt that ran it, when, how long, its result."""
     columns = [
@@ -674,7 +693,8 @@ def steps_table(steps: Sequence[Step]) -> RenderableType:
             str(step.attempt),
             step.finished_at.strftime("%m-%d %H:%M:%S.%f")[:-3],
             f"{(step.finished_at - step.started_at).total_seconds() * 1000:.0f} ms",
-            step.result_json[:200],  # one line: JSON text escapes its newlines
+            # One line: JSON text escapes its newlines.
+            SEALED_LABEL if is_sealed(step.result_json) else step.result_json[:200],
         ]
         for step in steps
     ]

@@ -13,7 +13,6 @@ same methods.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
@@ -28,6 +27,7 @@ from conveyor.job import (
     Job,
     JobState,
     NewJob,
+    decode_stored,
     storable_text,
 )
 from conveyor.limits import Limit, QueueLimits
@@ -891,7 +891,7 @@ class Step:
 
     @property
     def result(self) -> Any:
-        return json.loads(self.result_json)
+        return decode_stored(self.result_json, f"the result of step {self.name!r}")
 
 
 @runtime_checkable

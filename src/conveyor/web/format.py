@@ -13,6 +13,9 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
+from conveyor.encryption import SEALED_LABEL
+from conveyor.job import is_sealed
+
 
 def segment(value: str) -> str:
     """A name quoted to stand as one path segment (queue names may hold a slash)."""
@@ -54,10 +57,19 @@ def iso(value: datetime | None) -> str:
 def pretty_json(text: str | None) -> str:
     if text is None:
         return "—"
+    if is_sealed(text):
+        return SEALED_LABEL  # never ciphertext shown as if it were the value
     try:
         return json.dumps(json.loads(text), indent=2, ensure_ascii=False, sort_keys=True)
     except (ValueError, RecursionError):
         return text
+
+
+def stored(text: str | None) -> str:
+    """A stored JSON value as text, or that it is encrypted when no key here opens it."""
+    if text is None:
+        return ""
+    return SEALED_LABEL if is_sealed(text) else text
 
 
 def first_line(text: str | None, limit: int = 120) -> str:
@@ -90,6 +102,7 @@ FILTERS = {
     "iso": iso,
     "seconds": seconds,
     "pretty_json": pretty_json,
+    "stored": stored,
     "first_line": first_line,
     "segment": segment,
     "fraction": fraction,

@@ -20,8 +20,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from conveyor.changes import ChangeHub
+from conveyor.encryption import PayloadCodec
 from conveyor.errors import StoreUnavailableError
 from conveyor.job import JobState
 from conveyor.logs import job_fields
@@ -43,9 +45,13 @@ BUSY_GIVE_UP = 60.0
 
 
 class Completer:
-    def __init__(self, store: JobStore, changes: ChangeHub) -> None:
+    def __init__(
+        self, store: JobStore, changes: ChangeHub, codec: PayloadCodec | None = None
+    ) -> None:
         self._store = store
         self._changes = changes
+        #: Seals results before they are written (encryption at rest), when given.
+        self._codec = codec
 
     def record(self, settle: Sequence[Settlement]) -> set[int]:
         """Write the outcomes; return the ids whose lease still held.
@@ -112,6 +118,9 @@ class Completer:
             if not running.context.completed_in_transaction:
                 running.context.flush_progress()
         finishes = [outcome.finish(running.id, running.token) for running, outcome in settle]
+        if self._codec is not None:
+            seal = self._codec.seal_result
+            finishes = [replace(f, result_json=seal(f.result_json)) for f in finishes]
         written = set(self._store.job_finish(finishes))
         busy: list[Settlement] = []
         if len(written) < len(settle):
@@ -148,7 +157,7 @@ class Completer:
                 and job.state == JobState.SUCCEEDED
                 and job.attempts == running.job.attempts
             ):
-                running.recorded = Outcome("complete", result_json=job.result)
+                running.recorded = Outcome("complete", result_json=job.result_json)
                 done.add(job.id)
         return done, busy
 

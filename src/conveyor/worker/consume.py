@@ -177,7 +177,7 @@ class ConsumedJob:
     ) -> None:
         """Record the outcome, retrying while the database is away (for up to one lease)."""
         self._tell_middleware(outcome, result, exception)
-        completer = Completer(self.runtime.store, self.runtime.changes)
+        completer = Completer(self.runtime.store, self.runtime.changes, self.runtime.codec)
         give_up = time.monotonic() + self._lease.total_seconds()
         backoff = DutyBackoff(f"job {self.job.id}: recording its outcome", log, ceiling=2.0)
         while True:
@@ -570,7 +570,9 @@ class _Loop:
                 # Never handed out: it would fail the same way every time, and block its group.
                 log.error("job %s failed at once: %s", job.id, poison.error, extra=job_fields(job))
                 running = Running(job=job, task=None, context=Context(job))
-                Completer(store, self.runtime.changes).record([(running, poison)])
+                Completer(store, self.runtime.changes, self.runtime.codec).record(
+                    [(running, poison)]
+                )
             if good or not claimed:
                 return good
 

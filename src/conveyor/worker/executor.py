@@ -31,7 +31,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from conveyor.context import Context
-from conveyor.errors import Fail, InvalidJobError, Retry, UnknownTaskError
+from conveyor.encryption import PayloadCodec
+from conveyor.errors import EncryptedPayloadError, Fail, InvalidJobError, Retry, UnknownTaskError
 from conveyor.job import MAX_RUN_AT, Job, encode_json, utcnow
 from conveyor.logs import job_fields, spelled_duration
 from conveyor.middleware import Attempt, Middleware, OutcomeName, run_after, run_before
@@ -102,10 +103,14 @@ class Running:
         return self.job.id
 
 
-def poison_outcome(running: Running, fleet: Fleet | None = None) -> Outcome | None:
+def poison_outcome(
+    running: Running, fleet: Fleet | None = None, codec: PayloadCodec | None = None
+) -> Outcome | None:
     """An outcome for a job that cannot run here: unknown task or undecodable payload.
 
-    Decodes the payload into ``running.args`` and ``running.kwargs`` on the way.
+    Decodes the payload into ``running.args`` and ``running.kwargs`` on the way,
+    opened with ``codec`` first when the App has encryption keys (arguments no
+    key opens fail the job: the handler never runs on ciphertext).
     With ``fleet`` (a worker), a job of an unknown task is passed on to the
     fleet; without (inline, where the process runs its own jobs), it fails.
     """
@@ -115,6 +120,8 @@ def poison_outcome(running: Running, fleet: Fleet | None = None) -> Outcome | No
             return unknown_task_outcome(job, fleet, utcnow())
         message = f"no task named {job.task!r} is registered with this worker"
         return Outcome("fail", error=str(UnknownTaskError(message)))
+    if codec is not None:
+        codec.open_job(job)
     try:
         running.args, running.kwargs = job.args, job.kwargs
     except PAYLOAD_ERRORS as exc:
@@ -201,6 +208,10 @@ PAYLOAD_ERRORS = (ValueError, RecursionError, MemoryError)
 
 def undecodable(exc: BaseException) -> Outcome:
     """The failure of a job whose payload cannot be decoded (not retried)."""
+    if isinstance(exc, EncryptedPayloadError):
+        # Another worker may hold the key: the error says so, and a retry once
+        # the keys are right runs the job.
+        return Outcome("fail", error=f"EncryptedPayloadError: {exc}")
     return Outcome("fail", error=f"undecodable payload: {type(exc).__name__}: {exc}")
 
 

@@ -46,15 +46,23 @@ class StoreHooks:
         return self.runtime.parent_edges(job.id)
 
     def steps(self, job: Job) -> list[Step]:
-        return effects.steps(self.store, job)
+        steps = effects.steps(self.store, job)
+        codec = self.runtime.codec
+        return steps if codec is None else [codec.open_step(step) for step in steps]
 
     def record_step(
         self, job: Job, name: str, result_json: str, started_at: datetime
     ) -> Step | None:
-        return effects.record_step(self.store, job, name, result_json, started_at)
+        codec = self.runtime.codec
+        if codec is None:
+            return effects.record_step(self.store, job, name, result_json, started_at)
+        step = effects.record_step(self.store, job, name, codec.seal(result_json), started_at)
+        return None if step is None else codec.open_step(step)
 
     def complete_in(self, job: Job, connection: Any, result_json: str) -> bool:
-        return effects.complete_in(self.store, job, connection, result_json)
+        codec = self.runtime.codec
+        sealed = result_json if codec is None else codec.seal(result_json)
+        return effects.complete_in(self.store, job, connection, sealed)
 
 
 def throttle_job(runtime: Runtime, job: Job, seconds: float, whole_queue: bool) -> datetime:

@@ -77,12 +77,14 @@ def run_job(runtime: Runtime, job: Job) -> str:
         middleware=runtime.middleware(),
     )
     running.context._hooks = StoreHooks(runtime, LEASE)
-    running.outcome = poison_outcome(running)
+    running.outcome = poison_outcome(running, codec=runtime.codec)
     if running.outcome is None:
         run_inline(running)
     assert running.outcome is not None
     kind = running.outcome.kind
-    written = Completer(runtime.store, runtime.changes).record([(running, running.outcome)])
+    written = Completer(runtime.store, runtime.changes, runtime.codec).record(
+        [(running, running.outcome)]
+    )
     if job.id not in written:
         return "lost"
     ended = runtime.store.job_get(job.id)

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from conveyor.changes import ChangeHub
+from conveyor.encryption import PayloadCodec
 from conveyor.errors import SchemaMissingError
 from conveyor.job import Job
 from conveyor.middleware import Middleware
@@ -48,6 +49,8 @@ class Runtime:
     retention: Retention = field(default_factory=Retention)
     #: Gives a job read from the store its way back to the App (``job.wait()``...).
     attach: Callable[[Job], Job] = lambda job: job
+    #: Seals results and steps' results, opens claimed jobs; None: stored clear.
+    codec: PayloadCodec | None = None
     #: Open pull loops (``consume``): closed, releasing what they hold, with the App.
     consumers: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet)
 

@@ -191,7 +191,7 @@ class Worker:
         self._threads = HandlerThreads(concurrency, done=self._handler_returned)
         self._loop_thread: EventLoopThread | None = None
         self._completer = CompleterThread(
-            Completer(runtime.store, runtime.changes), self._outcomes_recorded
+            Completer(runtime.store, runtime.changes, runtime.codec), self._outcomes_recorded
         )
         self._leases = LeaseKeeper(
             runtime.store, self.id, lease, lambda: self._held_snapshot, self._leases_renewed
@@ -618,7 +618,7 @@ class Worker:
             running.started = time.monotonic()
             self._active += 1
             try:
-                poison = poison_outcome(running, self._fleet)
+                poison = poison_outcome(running, self._fleet, self.runtime.codec)
                 if poison is not None:
                     running.outcome = poison
                     self._handler_returned(running)

@@ -36,7 +36,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from conveyor.errors import ConfigurationError, StoreUnavailableError
-from conveyor.job import HOLD_AT, Event, EventKind, Job, JobState, NewJob
+from conveyor.job import HOLD_AT, Event, EventKind, Job, JobState, NewJob, is_sealed
 from conveyor.limits import Limit, QueueLimits
 from conveyor.store.base import (
     LEASE_EXPIRED_ERROR,
@@ -73,6 +73,7 @@ from conveyor.store.redis.history import (
 )
 from conveyor.store.redis.limit_keys import RedisLimitKeys
 from conveyor.store.redis.listener import RedisListener
+from conveyor.store.redis.payloads import RedisPayloads
 from conveyor.store.redis.workflow_retry import RedisWorkflowRetry
 from conveyor.store.selection import NO_ID_BOUND, args_floor
 
@@ -360,7 +361,7 @@ def _short_of_room(exc: redis.ResponseError) -> str | None:
     return None
 
 
-class RedisStore(RedisAudit, RedisLimitKeys, RedisWorkflowRetry):
+class RedisStore(RedisAudit, RedisLimitKeys, RedisWorkflowRetry, RedisPayloads):
     """Every capability of base.Store, and DurabilityReport; not TransactionalStore (Redis
     has no transaction a caller could enqueue inside)."""
 
@@ -1436,7 +1437,10 @@ def _matches(job: Job, selection: JobSelection, now: datetime) -> bool:
             return False
     if s.error and (job.error is None or s.error.lower() not in job.error.lower()):
         return False
-    if s.args and s.args.lower() not in f"{job.args_json} {job.kwargs_json}".lower():
+    if s.args and (
+        is_sealed(job.args_json)  # ciphertext: never searched, so never found by chance
+        or s.args.lower() not in f"{job.args_json} {job.kwargs_json}".lower()
+    ):
         return False
     if s.state is not None and s.state != job.state:
         return job.state == JobState.QUEUED and job.detailed_state(now) == s.state

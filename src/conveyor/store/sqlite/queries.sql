@@ -395,7 +395,10 @@ id > :args_floor
   AND (:key IS NULL OR key = :key)
   AND (:limit_key IS NULL OR limit_key = :limit_key)
   AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
-  AND (:args IS NULL OR (instr(lower(args || ' ' || kwargs), lower(:args)) > 0))
+  -- Encrypted arguments (a JSON string beginning "\/, conveyor.encryption) are
+  -- ciphertext: never searched, so no job is found by chance.
+  AND (:args IS NULL OR (substr(args, 1, 3) <> '"\/'
+                         AND instr(lower(args || ' ' || kwargs), lower(:args)) > 0))
 
 -- name: drive_all
 1
