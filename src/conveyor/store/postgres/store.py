@@ -60,6 +60,7 @@ from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of
 from conveyor.store.postgres import flows as pg_flows
 from conveyor.store.postgres.choices import check_choices
 from conveyor.store.postgres.listener import Listener
+from conveyor.store.postgres.metrics import PostgresTaskMetrics
 from conveyor.store.selection import (
     NO_ID_BOUND,
     count_query,
@@ -183,7 +184,7 @@ def _away(exc: BaseException) -> str | None:
 
 
 @translate_errors(_missing_table, _away)
-class PostgresStore:
+class PostgresStore(PostgresTaskMetrics):
     #: TransactionalStore: enqueue inside the caller's transaction on this connection.
     transaction_connection = "a psycopg Connection"
     #: SqlStore: the Spark data source builds its tables beside the jobs'.

@@ -64,6 +64,7 @@ from conveyor.store.selection import (
 )
 from conveyor.store.sql import Migration, load_migrations, load_queries
 from conveyor.store.sqlite import flows as sqlite_flows
+from conveyor.store.sqlite.metrics import SQLiteTaskMetrics
 from conveyor.store.sqlite.watcher import DataVersionWatcher
 
 _Q = load_queries("conveyor.store.sqlite")
@@ -183,7 +184,7 @@ def _away(exc: BaseException) -> str | None:
 
 
 @translate_errors(_missing_table, _away)
-class SQLiteStore:
+class SQLiteStore(SQLiteTaskMetrics):
     #: TransactionalStore: enqueue inside the caller's transaction on this connection.
     transaction_connection = "a sqlite3 Connection"
 

@@ -1,0 +1,147 @@
+"""Per-task metrics: what the stores fold from their events, and how it is read.
+
+A fold reads the events written since the previous fold (never the jobs'
+history) and adds them to rows keyed by (span, start, queue, task, series,
+bucket):
+
+- span: 60 (minute rows, kept ``MINUTE_ROWS_KEPT``), 3600 (hour rows, kept
+  ``HOUR_ROWS_KEPT``) or 0 (one row since the schema was made, never pruned:
+  the counters of ``/metrics``);
+- series: an event kind (enqueued, succeeded, failed, cancelled, retried,
+  rescued, manual_retry; bucket 0), or ``run`` / ``wait``, histograms whose
+  bucket is an index into ``BOUNDS`` and whose seconds are the sum of the
+  samples.
+
+Run time: from an attempt's start to its end, for attempts that ended
+succeeded, failed or retried. Queue wait: from the moment the job became due
+(its ``run_at``) to the start of the attempt that ended it; read from the job
+at fold time, so an attempt whose job has moved on (queued again, running again,
+deleted) gives no wait sample. A page reads a bounded number of rows whatever
+the number of jobs: at most (queues x tasks x series x buckets) per minute or
+hour shown.
+
+The fold is not on any job's path: enqueue, claim and finish write nothing
+more. The dashboard's reads and ``/metrics`` fold before they read, and
+maintenance may call ``task_metrics_fold`` and ``task_metrics_prune``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal, Protocol, runtime_checkable
+
+#: Upper bounds (seconds) of the run-time and wait histograms: log-spaced, each
+#: sqrt(2) times the one before, from 1 ms to about 4.7 hours. A bucket holds
+#: samples above the bound before it and at most its own; ``len(BOUNDS)`` holds
+#: those above the last. A percentile read from them is within a factor of
+#: sqrt(2) of the true one.
+BOUNDS: tuple[float, ...] = tuple(round(0.001 * 2 ** (i / 2), 9) for i in range(49))
+#: The spans a fold writes: minute rows, hour rows, and one row since the start.
+MINUTE, HOUR, TOTAL = 60, 3600, 0
+SPANS = (MINUTE, HOUR, TOTAL)
+MINUTE_ROWS_KEPT = timedelta(hours=2)
+HOUR_ROWS_KEPT = timedelta(days=8)
+#: Events one fold reads at most (a read after a long quiet folds in steps).
+FOLD_LIMIT = 20_000
+#: The event kinds counted per task.
+COUNTED_KINDS = (
+    "enqueued",
+    "succeeded",
+    "failed",
+    "cancelled",
+    "retried",
+    "rescued",
+    "manual_retry",
+)
+HISTOGRAMS = ("run", "wait")
+
+Grouping = Literal["task", "time"]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskMetricRow:
+    """One folded figure: ``jobs`` samples of a series (and their ``seconds``).
+
+    Read grouped by task (``start`` 0: over the whole window) or by time
+    (``queue`` and ``task`` '': every task of the selection together).
+    """
+
+    start: int
+    queue: str
+    task: str
+    series: str
+    bucket: int
+    jobs: int
+    seconds: float
+
+
+@runtime_checkable
+class TaskMetricsStore(Protocol):
+    """A store that folds its events into per-task metrics (see the module)."""
+
+    def task_metrics_fold(self, limit: int = FOLD_LIMIT) -> int:
+        """Fold up to ``limit`` events written since the last fold; how many were
+        read (0 also when another fold held the offset)."""
+        ...
+
+    def task_metrics_read(
+        self,
+        span: int,
+        since: datetime,
+        per: Grouping,
+        queue: str | None = None,
+        task: str | None = None,
+    ) -> list[TaskMetricRow]:
+        """The rows of ``span`` from ``since`` on (any start for span 0), summed
+        per task or per start, of one queue and task or of all."""
+        ...
+
+    def task_metrics_prune(self, now: datetime) -> int:
+        """Drop minute and hour rows older than they are kept; how many went."""
+        ...
+
+
+def bucket_of(seconds: float) -> int:
+    """The histogram bucket of a sample (as the stores' folds compute it)."""
+    for i, bound in enumerate(BOUNDS):
+        if seconds <= bound:
+            return i
+    return len(BOUNDS)
+
+
+def percentile(counts: Sequence[int], q: float) -> float | None:
+    """The ``q`` quantile (0..1) of a histogram, interpolated inside its bucket on a
+    log scale (the bounds are log-spaced); None without samples."""
+    total = sum(counts)
+    if total == 0:
+        return None
+    rank = q * total
+    seen = 0
+    for i, count in enumerate(counts):
+        if count and seen + count >= rank:
+            upper = BOUNDS[min(i, len(BOUNDS) - 1)]
+            if i == 0 or i >= len(BOUNDS):
+                return upper
+            lower = BOUNDS[i - 1]
+            share = (rank - seen) / count
+            return math.exp(math.log(lower) + share * (math.log(upper) - math.log(lower)))
+        seen += count
+    return BOUNDS[-1]
+
+
+def histogram(rows: Iterable[TaskMetricRow], series: str) -> list[int]:
+    """The bucket counts of one histogram series, summed over ``rows``."""
+    counts = [0] * (len(BOUNDS) + 1)
+    for row in rows:
+        if row.series == series and 0 <= row.bucket <= len(BOUNDS):
+            counts[row.bucket] += row.jobs
+    return counts
+
+
+def span_start(moment: datetime, span: int) -> int:
+    """The start (epoch seconds) of the row of ``span`` holding ``moment``."""
+    seconds = int(moment.timestamp())
+    return seconds - seconds % span
