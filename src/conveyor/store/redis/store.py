@@ -71,6 +71,7 @@ from conveyor.store.redis.history import (
     slot_counts,
 )
 from conveyor.store.redis.listener import RedisListener
+from conveyor.store.redis.metrics import RedisTaskMetrics
 from conveyor.store.selection import NO_ID_BOUND, args_floor
 
 #: The layout of keys this code reads and writes (``schema_version`` on Redis). 2: a
@@ -357,7 +358,7 @@ def _short_of_room(exc: redis.ResponseError) -> str | None:
     return None
 
 
-class RedisStore:
+class RedisStore(RedisTaskMetrics):
     """Every capability of base.Store, and DurabilityReport; not TransactionalStore (Redis
     has no transaction a caller could enqueue inside)."""
 
