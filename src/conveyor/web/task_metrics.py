@@ -14,8 +14,11 @@ from typing import Any
 from conveyor.app import App
 from conveyor.job import utcnow
 from conveyor.store.metrics_protocol import (
+    DAY,
     HOUR,
     MINUTE,
+    SIX_HOURS,
+    TEN_MINUTES,
     TaskMetricRow,
     TaskMetricsStore,
     histogram,
@@ -25,11 +28,14 @@ from conveyor.store.metrics_protocol import (
 from conveyor.web import charts
 from conveyor.web.params import BadRequest
 
-#: Each window: the span of the rows it reads, and its length.
-WINDOWS: dict[str, tuple[int, timedelta]] = {
-    "hour": (MINUTE, timedelta(hours=1)),
-    "day": (HOUR, timedelta(days=1)),
-    "week": (HOUR, timedelta(days=7)),
+#: Each window: the span of its charts' rows (a point each), its length, and the
+#: span of the rows its table reads: the coarsest that tiles it, so that a
+#: table of many tasks reads few rows (it covers the window from the start of
+#: the row holding its beginning, and says so).
+WINDOWS: dict[str, tuple[int, timedelta, int]] = {
+    "hour": (MINUTE, timedelta(hours=1), TEN_MINUTES),
+    "day": (HOUR, timedelta(days=1), SIX_HOURS),
+    "week": (HOUR, timedelta(days=7), DAY),
 }
 QUANTILES = {"p50": 0.5, "p95": 0.95, "p99": 0.99}
 #: The outcomes stacked in the throughput chart, bottom up.
@@ -77,6 +83,7 @@ def _quantiles(rows: list[TaskMetricRow], series: str) -> dict[str, str]:
 
 
 def task_lines(rows: list[TaskMetricRow], length: timedelta) -> list[TaskLine]:
+    """A line per task, ``length`` being how long the rows cover (for the rate)."""
     by_task: dict[tuple[str, str], list[TaskMetricRow]] = {}
     for row in rows:
         by_task.setdefault((row.queue, row.task), []).append(row)
@@ -106,7 +113,7 @@ def context(
     if window not in WINDOWS:
         raise BadRequest(f"window must be one of {', '.join(WINDOWS)}, got {window!r}")
     store.task_metrics_fold()
-    span, length = WINDOWS[window]
+    span, length, table_span = WINDOWS[window]
     last = span_start(now, span)
     slots = int(length.total_seconds()) // span
     starts = [last - span * (slots - 1 - i) for i in range(slots)]
@@ -115,7 +122,10 @@ def context(
     titles = [datetime.fromtimestamp(s, UTC).strftime(shown) + " UTC" for s in starts]
     index = {start: i for i, start in enumerate(starts)}
 
-    lines = task_lines(store.task_metrics_read(span, since, "task"), length)
+    table_start = span_start(now - length, table_span)
+    table_since = datetime.fromtimestamp(table_start, UTC)
+    table_rows = store.task_metrics_read(table_span, table_since, "task")
+    lines = task_lines(table_rows, max(now - table_since, timedelta(minutes=1)))
     per_time = store.task_metrics_read(span, since, "time", queue, task)
     by_slot: list[list[TaskMetricRow]] = [[] for _ in starts]
     for row in per_time:
@@ -141,7 +151,7 @@ def context(
         "lines": lines,
         "queues": sorted({line.queue for line in lines} | ({queue} if queue else set())),
         "tasks": sorted({line.task for line in lines} | ({task} if task else set())),
-        "selection": _count(per_time, "succeeded") + _count(per_time, "failed"),
+        "table_since": table_since.strftime("%a %H:%M UTC"),
         "slot": "minute" if span == MINUTE else "hour",
         "first_title": titles[0],
         "throughput": charts.stacked_bars(finished, titles, width, height),

@@ -17,12 +17,9 @@ from psycopg import errors as pg_errors
 from conveyor.store.boundary import translate_errors
 from conveyor.store.metrics_protocol import (
     FOLD_LIMIT,
-    HOUR,
-    HOUR_ROWS_KEPT,
-    MINUTE,
-    MINUTE_ROWS_KEPT,
     Grouping,
     TaskMetricRow,
+    prune_cutoffs,
     span_start,
 )
 from conveyor.store.sql import load_queries
@@ -90,9 +87,6 @@ class PostgresTaskMetrics:
             return [TaskMetricRow(start, "", "", s, b, n, sec) for start, s, b, n, sec in rows]
 
     def task_metrics_prune(self, now: datetime) -> int:
-        params = {
-            "minutes": span_start(now - MINUTE_ROWS_KEPT, MINUTE),
-            "hours": span_start(now - HOUR_ROWS_KEPT, HOUR),
-        }
+        params = prune_cutoffs(now)
         with self._tx() as conn:
             return conn.execute(_M["task_metrics_prune"], params).rowcount

@@ -13,8 +13,10 @@ SELECT xid::text, seq FROM task_metrics_folded FOR UPDATE SKIP LOCKED
 -- succeeded, failed or retried; wait (due to start) of the attempt that is the
 -- job's newest and started after its job's run_at, read from the job now (an
 -- attempt whose job has moved on, or is gone, gives none). A sample's bucket is
--- the number of bounds below it. Each sample goes to its minute, its hour and
--- the total row; rows are changed in key order, as every fold does.
+-- the number of bounds below it. Each sample goes to the row of each span
+-- holding it and to the total row, each for its task, for every task of its
+-- queue (task '') and for everything (queue ''); rows are changed in key
+-- order, as every fold does.
 WITH counted AS MATERIALIZED (
     SELECT job_id, queue, task, kind, attempt, at, started_at, xid, seq FROM events
     WHERE xid < pg_snapshot_xmin(pg_current_snapshot())
@@ -42,8 +44,12 @@ WITH counted AS MATERIALIZED (
 ), added AS (
     INSERT INTO task_metrics AS m (span, start, queue, task, series, bucket, jobs, seconds)
     SELECT p.span, CASE WHEN p.span = 0 THEN 0 ELSE b.t - b.t %% p.span END AS start,
-           b.queue, b.task, b.series, b.bucket, count(*), sum(b.seconds)
-    FROM bucketed AS b CROSS JOIN (VALUES (60), (3600), (0)) AS p (span)
+           CASE WHEN l.level = 2 THEN '' ELSE b.queue END,
+           CASE WHEN l.level >= 1 THEN '' ELSE b.task END,
+           b.series, b.bucket, count(*), sum(b.seconds)
+    FROM bucketed AS b
+    CROSS JOIN (VALUES (60), (600), (3600), (21600), (86400), (0)) AS p (span)
+    CROSS JOIN (VALUES (0), (1), (2)) AS l (level)
     GROUP BY 1, 2, 3, 4, 5, 6
     ORDER BY 1, 2, 3, 4, 5, 6
     ON CONFLICT (span, start, queue, task, series, bucket)
@@ -57,21 +63,28 @@ WITH counted AS MATERIALIZED (
 SELECT count(*) FROM counted
 
 -- name: task_metrics_per_task
--- The rows of a span from %(since)s on, summed over time per task.
+-- The rows of a span from %(since)s on, summed over time per task (the rows of
+-- every task, task '', left out), of one queue and one task when given.
 SELECT queue, task, series, bucket, sum(jobs)::bigint, sum(seconds)::float8 FROM task_metrics
-WHERE span = %(span)s AND start >= %(since)s
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-  AND (%(task)s::text IS NULL OR task = %(task)s::text)
+WHERE span = %(span)s AND start >= %(since)s AND task <> ''
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text) AND (%(task)s::text IS NULL OR task = %(task)s::text)
 GROUP BY queue, task, series, bucket
 
 -- name: task_metrics_per_time
--- The rows of a span from %(since)s on, summed over the tasks per start.
+-- The rows of a span from %(since)s on, per start, of a selection: one task (of
+-- one queue, or summed over the queues), every task of a queue (its rows of task
+-- ''), or everything (queue '' and task '').
 SELECT start, series, bucket, sum(jobs)::bigint, sum(seconds)::float8 FROM task_metrics
 WHERE span = %(span)s AND start >= %(since)s
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-  AND (%(task)s::text IS NULL OR task = %(task)s::text)
+  AND CASE WHEN %(task)s::text IS NOT NULL THEN task = %(task)s::text AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+           WHEN %(queue)s::text IS NOT NULL THEN queue = %(queue)s::text AND task = ''
+           ELSE queue = '' AND task = '' END
 GROUP BY start, series, bucket
 
 -- name: task_metrics_prune
+-- Rows older than each span keeps them (metrics_protocol.KEPT); the totals stay.
 DELETE FROM task_metrics
-WHERE (span = 60 AND start < %(minutes)s) OR (span = 3600 AND start < %(hours)s)
+WHERE (span = 60 AND start < %(before_60)s) OR (span = 600 AND start < %(before_600)s)
+   OR (span = 3600 AND start < %(before_3600)s)
+   OR (span = 21600 AND start < %(before_21600)s)
+   OR (span = 86400 AND start < %(before_86400)s)

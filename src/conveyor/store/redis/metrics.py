@@ -4,7 +4,7 @@ A mixin of RedisStore (its ``_run``, ``_do``, ``_k`` and client); the fold is
 ``scripts/task_metrics_fold.lua``. Hashes ``tm:60:<start>`` and
 ``tm:3600:<start>`` expire when they are no longer read and are listed by start
 in ``tm:starts:<span>``; ``tm:0:0`` holds the totals. A read walks the starts of
-its window (at most 120 minutes or 192 hours), whatever the number of jobs.
+its window (at most the rows ``KEPT`` of one span), whatever the number of jobs.
 See ``conveyor.store.metrics_protocol``.
 """
 
@@ -18,10 +18,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from conveyor.store.metrics_protocol import (
     BOUNDS,
     FOLD_LIMIT,
-    HOUR,
-    HOUR_ROWS_KEPT,
-    MINUTE,
-    MINUTE_ROWS_KEPT,
+    KEPT,
+    SPANS,
     TOTAL,
     Grouping,
     TaskMetricRow,
@@ -30,11 +28,12 @@ from conveyor.store.metrics_protocol import (
 
 _T = TypeVar("_T")
 _BOUNDS_ARG = ",".join(repr(b) for b in BOUNDS)
-_KEPT = {MINUTE: MINUTE_ROWS_KEPT, HOUR: HOUR_ROWS_KEPT}
+_KEPT_ARG = json.dumps({str(span): int(kept.total_seconds()) for span, kept in KEPT.items()})
 
 
 class RedisTaskMetrics:
-    """TaskMetricsStore for RedisStore."""
+    """TaskMetricsStore for RedisStore (each span's hashes expire, and its index is
+    pruned, as ``KEPT`` says)."""
 
     if TYPE_CHECKING:  # RedisStore's
         _client: Any
@@ -46,8 +45,7 @@ class RedisTaskMetrics:
     def task_metrics_fold(self, limit: int = FOLD_LIMIT) -> int:
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit!r}")
-        kept = [str(int(_KEPT[span].total_seconds())) for span in (MINUTE, HOUR)]
-        return int(self._run("task_metrics_fold", str(limit), _BOUNDS_ARG, *kept))
+        return int(self._run("task_metrics_fold", str(limit), _BOUNDS_ARG, _KEPT_ARG))
 
     def task_metrics_read(
         self,
@@ -57,8 +55,8 @@ class RedisTaskMetrics:
         queue: str | None = None,
         task: str | None = None,
     ) -> list[TaskMetricRow]:
-        if span not in (MINUTE, HOUR, TOTAL):
-            raise ValueError(f"span must be 60, 3600 or 0, got {span!r}")
+        if span not in SPANS:
+            raise ValueError(f"span must be one of {SPANS}, got {span!r}")
 
         def read() -> list[tuple[int, dict[str, str]]]:
             if span == TOTAL:
@@ -76,11 +74,18 @@ class RedisTaskMetrics:
         for start, fields in self._do(read):
             for name, value in fields.items():
                 q, t, series, bucket = json.loads(name[1:])
-                if (queue is not None and q != queue) or (task is not None and t != task):
+                if per == "time":
+                    # The rows metrics.sql's task_metrics_per_time chooses.
+                    if task is not None:
+                        chosen = t == task and queue in (None, q)
+                    else:
+                        chosen = q == (queue or "") and t == ""
+                    key = (start, "", "", series, bucket)
+                else:
+                    chosen = t != "" and queue in (None, q) and task in (None, t)
+                    key = (0, q, t, series, bucket)
+                if not chosen:
                     continue
-                key = (
-                    (start, "", "", series, bucket) if per == "time" else (0, q, t, series, bucket)
-                )
                 got = sums.setdefault(key, [0, 0.0])
                 got[0 if name[0] == "n" else 1] += float(value)
         return [
@@ -91,7 +96,7 @@ class RedisTaskMetrics:
     def task_metrics_prune(self, now: datetime) -> int:
         def prune() -> int:
             gone = 0
-            for span, kept in _KEPT.items():
+            for span, kept in KEPT.items():
                 index = self._k("tm", "starts", str(span))
                 cutoff = span_start(now - kept, span)
                 old = self._client.zrangebyscore(index, "-inf", f"({cutoff}")

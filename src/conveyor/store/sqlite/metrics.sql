@@ -15,7 +15,8 @@ SELECT max(seq), count(*) FROM (
 -- (due to start) of the attempt that is the job's newest and started after its
 -- job's run_at, read from the job now (an attempt whose job has moved on, or is
 -- gone, gives none). A sample's bucket is the number of bounds below it. Each
--- sample goes to its minute, its hour and the total row.
+-- sample goes to the row of each span holding it and to the total row, each for
+-- its task, for every task of its queue (task '') and for everything (queue '').
 WITH counted AS (
     SELECT job_id, queue, task, kind, attempt, at, started_at FROM events
     WHERE seq > (SELECT seq FROM task_metrics_folded) AND seq <= :upto
@@ -38,12 +39,16 @@ WITH counted AS (
                 ELSE 0 END AS bucket
     FROM samples AS s
 ), spans (span) AS (
-    VALUES (60), (3600), (0)
+    VALUES (60), (600), (3600), (21600), (86400), (0)
+), levels (level) AS (
+    VALUES (0), (1), (2)
 )
 INSERT INTO task_metrics (span, start, queue, task, series, bucket, jobs, seconds)
 SELECT p.span, CASE WHEN p.span = 0 THEN 0 ELSE b.t - b.t % p.span END,
-       b.queue, b.task, b.series, b.bucket, count(*), sum(b.seconds)
-FROM bucketed AS b CROSS JOIN spans AS p
+       CASE WHEN l.level = 2 THEN '' ELSE b.queue END,
+       CASE WHEN l.level >= 1 THEN '' ELSE b.task END,
+       b.series, b.bucket, count(*), sum(b.seconds)
+FROM bucketed AS b CROSS JOIN spans AS p CROSS JOIN levels AS l
 GROUP BY 1, 2, 3, 4, 5, 6
 ON CONFLICT (span, start, queue, task, series, bucket)
 DO UPDATE SET jobs = jobs + excluded.jobs, seconds = seconds + excluded.seconds
@@ -52,19 +57,28 @@ DO UPDATE SET jobs = jobs + excluded.jobs, seconds = seconds + excluded.seconds
 UPDATE task_metrics_folded SET seq = :upto WHERE seq < :upto
 
 -- name: task_metrics_per_task
--- The rows of a span from :since on, summed over time per task.
+-- The rows of a span from :since on, summed over time per task (the rows of
+-- every task, task '', left out), of one queue and one task when given.
 SELECT queue, task, series, bucket, sum(jobs), sum(seconds) FROM task_metrics
-WHERE span = :span AND start >= :since
+WHERE span = :span AND start >= :since AND task <> ''
   AND (:queue IS NULL OR queue = :queue) AND (:task IS NULL OR task = :task)
 GROUP BY queue, task, series, bucket
 
 -- name: task_metrics_per_time
--- The rows of a span from :since on, summed over the tasks per start.
+-- The rows of a span from :since on, per start, of a selection: one task (of
+-- one queue, or summed over the queues), every task of a queue (its rows of task
+-- ''), or everything (queue '' and task '').
 SELECT start, series, bucket, sum(jobs), sum(seconds) FROM task_metrics
 WHERE span = :span AND start >= :since
-  AND (:queue IS NULL OR queue = :queue) AND (:task IS NULL OR task = :task)
+  AND CASE WHEN :task IS NOT NULL THEN task = :task AND (:queue IS NULL OR queue = :queue)
+           WHEN :queue IS NOT NULL THEN queue = :queue AND task = ''
+           ELSE queue = '' AND task = '' END
 GROUP BY start, series, bucket
 
 -- name: task_metrics_prune
+-- Rows older than each span keeps them (metrics_protocol.KEPT); the totals stay.
 DELETE FROM task_metrics
-WHERE (span = 60 AND start < :minutes) OR (span = 3600 AND start < :hours)
+WHERE (span = 60 AND start < :before_60) OR (span = 600 AND start < :before_600)
+   OR (span = 3600 AND start < :before_3600)
+   OR (span = 21600 AND start < :before_21600)
+   OR (span = 86400 AND start < :before_86400)

@@ -1,9 +1,11 @@
 -- name: task_metrics_fold
 -- ARGV: limit, bounds (the histograms' upper bounds, seconds, joined by commas),
--- the seconds minute and hour hashes are kept. Folds up to limit events of the
--- stream after tm:folded (from the stream's start when never folded) into hashes
--- tm:<span>:<start> (span 60 and 3600, listed in tm:starts:<span>, each expiring when it is no longer read;
--- tm:0:0, the totals, kept). A field is "n" or "s" (count, sum of seconds) and the
+-- a JSON object of the seconds each span's hashes are kept. Folds up to limit
+-- events of the stream after tm:folded (from the stream's start when never
+-- folded) into hashes tm:<span>:<start> (each span of metrics_protocol.SPANS,
+-- listed in tm:starts:<span>, expiring when no longer read; tm:0:0, the totals,
+-- kept), each sample for its task, every task of its queue (task '') and
+-- everything (queue ''). A field is "n" or "s" (count, sum of seconds) and the
 -- JSON array [queue, task, series, bucket]: names are data inside JSON, never
 -- part of a key. Samples as metrics.sql's fold takes them: each counted kind; run
 -- time of attempts that ended succeeded, failed or retried; wait (due to start)
@@ -12,7 +14,9 @@
 local limit = tonumber(ARGV[1])
 local bounds = {}
 for b in string.gmatch(ARGV[2], '[^,]+') do bounds[#bounds + 1] = tonumber(b) end
-local keep = {[60] = tonumber(ARGV[3]), [3600] = tonumber(ARGV[4])}
+local keep = {}
+for span, seconds in pairs(cjson.decode(ARGV[3])) do keep[tonumber(span)] = seconds end
+local SPANS = {60, 600, 3600, 21600, 86400, 0}
 local COUNTED = {
     enqueued = true, succeeded = true, failed = true, cancelled = true, retried = true,
     rescued = true, manual_retry = true,
@@ -31,19 +35,25 @@ end
 local adds, order = {}, {}
 local function add(at, queue, task, series, b, seconds)
     local t = math.floor(at)
-    for _, span in ipairs({60, 3600, 0}) do
+    local fields = {
+        cjson.encode({queue, task, series, b}),
+        cjson.encode({queue, '', series, b}),
+        cjson.encode({'', '', series, b}),
+    }
+    for _, span in ipairs(SPANS) do
         local start = span == 0 and 0 or t - t % span
         local key = P .. 'tm:' .. span .. ':' .. start
-        local field = cjson.encode({queue, task, series, b})
-        local id = key .. '\n' .. field
-        local a = adds[id]
-        if not a then
-            a = {key, field, 0, 0, span, start}
-            adds[id] = a
-            order[#order + 1] = a
+        for _, field in ipairs(fields) do
+            local id = key .. '\n' .. field
+            local a = adds[id]
+            if not a then
+                a = {key, field, 0, 0, span, start}
+                adds[id] = a
+                order[#order + 1] = a
+            end
+            a[3] = a[3] + 1
+            a[4] = a[4] + seconds
         end
-        a[3] = a[3] + 1
-        a[4] = a[4] + seconds
     end
 end
 
@@ -86,7 +96,7 @@ for _, a in ipairs(order) do
     local ttl = keep[a[5]]
     if ttl then
         -- Listed by start in tm:starts:<span> (what a read walks; prune trims it),
-        -- and expires once older than it is kept: minute rows 2 hours, hour rows 8 days.
+        -- and expires once older than it is kept (metrics_protocol.KEPT).
         redis.call('ZADD', P .. 'tm:starts:' .. a[5], a[6], a[6])
         redis.call('EXPIREAT', a[1], a[6] + a[5] + ttl)
     end
