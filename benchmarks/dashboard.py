@@ -21,10 +21,10 @@ failed) and times what reads finished jobs there: the overview's chart, the
 keeps, and trims (``--redis-dsn`` points it at a server of your own; it is
 flushed).
 
-The tasks page (per-task metrics, migration 021) is timed on a full week of
-folded rows for every queue and task (written directly: 2 hours of minute rows
-and 8 days of hour rows, as many as the store ever keeps), whatever the number
-of jobs; and one fold of ``FOLD_LIMIT`` new events.
+The tasks page (per-task metrics, migration 021) is timed on as many folded
+rows as the store ever keeps for the fill's 20 queues x 7 tasks, each busy in
+every minute (written directly: each span's rows for as long as they are kept),
+whatever the number of jobs; and one fold of ``FOLD_LIMIT`` new events.
 
 ``--write-speed`` also times a producer and a worker on the filled database and
 on an empty one, alternating (median of ``--rounds``): enqueue_many of 1,000
@@ -52,7 +52,13 @@ from urllib.parse import urlsplit, urlunsplit
 from conveyor import App
 from conveyor.job import JobState, utcnow
 from conveyor.store.base import Finish
-from conveyor.store.metrics_protocol import BOUNDS, FOLD_LIMIT, TaskMetricsStore, span_start
+from conveyor.store.metrics_protocol import (
+    BOUNDS,
+    FOLD_LIMIT,
+    KEPT,
+    TaskMetricsStore,
+    span_start,
+)
 from conveyor.web import task_metrics
 from conveyor.web.metrics import Metrics
 from metrics_prometheus_client import Metrics as WithLibrary
@@ -148,22 +154,23 @@ DASHBOARD_INDEXES = ("jobs_queue_state",)
 
 
 def metric_rows(now: float) -> Iterator[tuple[int, int, str, str, str, int, int, float]]:
-    """The most rows per-task metrics ever keep for the fill's 20 queues x 7 tasks:
-    minute rows of 2 hours, hour rows of 8 days, the totals; per row's task, three
-    kinds and six buckets each of run time and wait."""
-    spans = [(60, 120), (3600, 192), (0, 1)]
-    for span, count in spans:
+    """The most rows per-task metrics ever keep for the fill's 20 queues x 7 tasks
+    (and their rows of every task of a queue, and of everything): each span's rows
+    as long as KEPT says, the totals; per row, three kinds and six buckets each of
+    run time and wait."""
+    names = [(f"q{q}", f"t{t}") for q in range(20) for t in range(7)]
+    names += [(f"q{q}", "") for q in range(20)] + [("", "")]
+    for span in (*KEPT, 0):
+        count = int(KEPT[span].total_seconds()) // span if span else 1
         last = span_start(datetime.fromtimestamp(now, UTC), span) if span else 0
         for k in range(count):
             start = last - k * span
-            for q in range(20):
-                for t in range(7):
-                    queue, task = f"q{q}", f"t{t}"
-                    for kind, n in (("enqueued", 40), ("succeeded", 39), ("failed", 1)):
-                        yield (span, start, queue, task, kind, 0, n, 0.0)
-                    for series in ("run", "wait"):
-                        for b in range(10, 16):
-                            yield (span, start, queue, task, series, b, 6, 6 * BOUNDS[b])
+            for queue, task in names:
+                for kind, n in (("enqueued", 40), ("succeeded", 39), ("failed", 1)):
+                    yield (span, start, queue, task, kind, 0, n, 0.0)
+                for series in ("run", "wait"):
+                    for b in range(10, 16):
+                        yield (span, start, queue, task, series, b, 6, 6 * BOUNDS[b])
 
 
 def fill_metrics(dsn: str) -> int:

@@ -37,7 +37,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 #: Upper bounds (seconds) of the run-time and wait histograms: log-spaced, each
 #: sqrt(2) times the one before, from 1 ms to about 4.7 hours. A bucket holds
@@ -130,21 +130,31 @@ def bucket_of(seconds: float) -> int:
 def percentile(counts: Sequence[int], q: float) -> float | None:
     """The ``q`` quantile (0..1) of a histogram, interpolated inside its bucket on a
     log scale (the bounds are log-spaced); None without samples."""
+    return percentiles(counts, (q,))[0]
+
+
+def percentiles(counts: Sequence[int], qs: Sequence[float]) -> list[float | None]:
+    """Several quantiles (ascending) of a histogram in one pass, as ``percentile``."""
     total = sum(counts)
     if total == 0:
-        return None
-    rank = q * total
+        return [None] * len(qs)
+    found: list[float | None] = []
     seen = 0
-    for i, count in enumerate(counts):
-        if count and seen + count >= rank:
-            upper = BOUNDS[min(i, len(BOUNDS) - 1)]
-            if i == 0 or i >= len(BOUNDS):
-                return upper
-            lower = BOUNDS[i - 1]
-            share = (rank - seen) / count
-            return math.exp(math.log(lower) + share * (math.log(upper) - math.log(lower)))
-        seen += count
-    return BOUNDS[-1]
+    i = 0
+    for q in qs:
+        rank = q * total
+        while i < len(counts) and (counts[i] == 0 or seen + counts[i] < rank):
+            seen += counts[i]
+            i += 1
+        if i >= len(BOUNDS):
+            found.append(BOUNDS[-1])
+        elif i == 0:
+            found.append(BOUNDS[0])
+        else:
+            lower, upper = BOUNDS[i - 1], BOUNDS[i]
+            share = (rank - seen) / counts[i]
+            found.append(math.exp(math.log(lower) + share * (math.log(upper) - math.log(lower))))
+    return found
 
 
 def histogram(rows: Iterable[TaskMetricRow], series: str) -> list[int]:
@@ -165,3 +175,15 @@ def span_start(moment: datetime, span: int) -> int:
 def prune_cutoffs(now: datetime) -> dict[str, int]:
     """The start before which each span's rows go, as the prune statements take them."""
     return {f"before_{span}": span_start(now - kept, span) for span, kept in KEPT.items()}
+
+
+def per_time_statement(params: dict[str, Any]) -> str:
+    """The SQL stores' statement for a read per start, its ``queue`` and ``task``
+    set to the rows of the selection: a task of a queue, every task of a queue
+    (task ''), everything (both ''), or one task over its queues."""
+    if params["task"] is not None and params["queue"] is None:
+        return "task_metrics_per_time_of_task"
+    if params["task"] is None:
+        params["task"] = ""
+        params["queue"] = params["queue"] or ""
+    return "task_metrics_per_time"

@@ -22,7 +22,7 @@ from conveyor.store.metrics_protocol import (
     TaskMetricRow,
     TaskMetricsStore,
     histogram,
-    percentile,
+    percentiles,
     span_start,
 )
 from conveyor.web import charts
@@ -78,8 +78,8 @@ def _count(rows: list[TaskMetricRow], series: str) -> int:
 
 
 def _quantiles(rows: list[TaskMetricRow], series: str) -> dict[str, str]:
-    counts = histogram(rows, series)
-    return {name: latency(percentile(counts, q)) for name, q in QUANTILES.items()}
+    found = percentiles(histogram(rows, series), list(QUANTILES.values()))
+    return {name: latency(value) for name, value in zip(QUANTILES, found, strict=True)}
 
 
 def task_lines(rows: list[TaskMetricRow], length: timedelta) -> list[TaskLine]:
@@ -126,7 +126,16 @@ def context(
     table_since = datetime.fromtimestamp(table_start, UTC)
     table_rows = store.task_metrics_read(table_span, table_since, "task")
     lines = task_lines(table_rows, max(now - table_since, timedelta(minutes=1)))
-    per_time = store.task_metrics_read(span, since, "time", queue, task)
+    if task is not None and queue is None:
+        # One task across its queues: one range of rows per queue (the rows are
+        # ordered by queue, then task), not a scan of every task's rows.
+        per_time = [
+            row
+            for q in sorted({line.queue for line in lines if line.task == task})
+            for row in store.task_metrics_read(span, since, "time", q, task)
+        ]
+    else:
+        per_time = store.task_metrics_read(span, since, "time", queue, task)
     by_slot: list[list[TaskMetricRow]] = [[] for _ in starts]
     for row in per_time:
         if row.start in index:
@@ -140,7 +149,8 @@ def context(
 
     def quantile_lines(series: str) -> dict[str, list[float | None]]:
         hists = [histogram(rows, series) for rows in by_slot]
-        return {name: [percentile(h, q) for h in hists] for name, q in QUANTILES.items()}
+        found = [percentiles(h, list(QUANTILES.values())) for h in hists]
+        return {name: [f[k] for f in found] for k, name in enumerate(QUANTILES)}
 
     width, height = 720, 120
     return {

@@ -19,6 +19,7 @@ from conveyor.store.metrics_protocol import (
     FOLD_LIMIT,
     Grouping,
     TaskMetricRow,
+    per_time_statement,
     prune_cutoffs,
     span_start,
 )
@@ -83,7 +84,7 @@ class PostgresTaskMetrics:
             if per == "task":
                 rows: Iterator[Any] = conn.execute(_M["task_metrics_per_task"], params)
                 return [TaskMetricRow(0, q, t, s, b, n, sec) for q, t, s, b, n, sec in rows]
-            rows = conn.execute(_M["task_metrics_per_time"], params)
+            rows = conn.execute(_M[per_time_statement(params)], params)
             return [TaskMetricRow(start, "", "", s, b, n, sec) for start, s, b, n, sec in rows]
 
     def task_metrics_prune(self, now: datetime) -> int:

@@ -13,10 +13,10 @@ SELECT xid::text, seq FROM task_metrics_folded FOR UPDATE SKIP LOCKED
 -- succeeded, failed or retried; wait (due to start) of the attempt that is the
 -- job's newest and started after its job's run_at, read from the job now (an
 -- attempt whose job has moved on, or is gone, gives none). A sample's bucket is
--- the number of bounds below it. Each sample goes to the row of each span
--- holding it and to the total row, each for its task, for every task of its
--- queue (task '') and for everything (queue ''); rows are changed in key
--- order, as every fold does.
+-- the number of bounds below it. Samples are counted per minute first, then each
+-- minute's counts go to the row of each span holding it and to the total row,
+-- each for its task, for every task of its queue (task '') and for everything
+-- (queue ''); rows are changed in key order, as every fold does.
 WITH counted AS MATERIALIZED (
     SELECT job_id, queue, task, kind, attempt, at, started_at, xid, seq FROM events
     WHERE xid < pg_snapshot_xmin(pg_current_snapshot())
@@ -41,18 +41,22 @@ WITH counted AS MATERIALIZED (
                 THEN (SELECT count(*) FROM task_metric_bounds AS b WHERE b.le < s.seconds)
                 ELSE 0 END AS bucket
     FROM samples AS s
+), minutes AS (
+    SELECT queue, task, series, bucket, t - t %% 60 AS t, count(*) AS n, sum(seconds) AS seconds
+    FROM bucketed
+    GROUP BY 1, 2, 3, 4, 5
 ), added AS (
     INSERT INTO task_metrics AS m (span, start, queue, task, series, bucket, jobs, seconds)
     SELECT p.span, CASE WHEN p.span = 0 THEN 0 ELSE b.t - b.t %% p.span END AS start,
            CASE WHEN l.level = 2 THEN '' ELSE b.queue END,
            CASE WHEN l.level >= 1 THEN '' ELSE b.task END,
-           b.series, b.bucket, count(*), sum(b.seconds)
-    FROM bucketed AS b
+           b.series, b.bucket, sum(b.n), sum(b.seconds)
+    FROM minutes AS b
     CROSS JOIN (VALUES (60), (600), (3600), (21600), (86400), (0)) AS p (span)
     CROSS JOIN (VALUES (0), (1), (2)) AS l (level)
     GROUP BY 1, 2, 3, 4, 5, 6
-    ORDER BY 1, 2, 3, 4, 5, 6
-    ON CONFLICT (span, start, queue, task, series, bucket)
+    ORDER BY 1, 3, 4, 5, 6, 2
+    ON CONFLICT (span, queue, task, series, bucket, start)
     DO UPDATE SET jobs = m.jobs + excluded.jobs, seconds = m.seconds + excluded.seconds
 ), newest AS (
     SELECT xid, seq FROM counted ORDER BY xid DESC, seq DESC LIMIT 1
@@ -71,14 +75,16 @@ WHERE span = %(span)s AND start >= %(since)s AND task <> ''
 GROUP BY queue, task, series, bucket
 
 -- name: task_metrics_per_time
--- The rows of a span from %(since)s on, per start, of a selection: one task (of
--- one queue, or summed over the queues), every task of a queue (its rows of task
--- ''), or everything (queue '' and task '').
+-- The rows of one queue and task from %(since)s on, per start: one range of the
+-- primary key. Task '' is every task of the queue; queue '' and task '' everything.
 SELECT start, series, bucket, sum(jobs)::bigint, sum(seconds)::float8 FROM task_metrics
-WHERE span = %(span)s AND start >= %(since)s
-  AND CASE WHEN %(task)s::text IS NOT NULL THEN task = %(task)s::text AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-           WHEN %(queue)s::text IS NOT NULL THEN queue = %(queue)s::text AND task = ''
-           ELSE queue = '' AND task = '' END
+WHERE span = %(span)s AND queue = %(queue)s AND task = %(task)s AND start >= %(since)s
+GROUP BY start, series, bucket
+
+-- name: task_metrics_per_time_of_task
+-- The rows of one task from %(since)s on, per start, summed over its queues.
+SELECT start, series, bucket, sum(jobs)::bigint, sum(seconds)::float8 FROM task_metrics
+WHERE span = %(span)s AND task = %(task)s AND start >= %(since)s
 GROUP BY start, series, bucket
 
 -- name: task_metrics_prune

@@ -16,6 +16,7 @@ from conveyor.store.metrics_protocol import (
     FOLD_LIMIT,
     Grouping,
     TaskMetricRow,
+    per_time_statement,
     prune_cutoffs,
     span_start,
 )
@@ -77,7 +78,7 @@ class SQLiteTaskMetrics:
         if per == "task":
             rows = conn.execute(_M["task_metrics_per_task"], params).fetchall()
             return [TaskMetricRow(0, q, t, s, b, n, sec) for q, t, s, b, n, sec in rows]
-        rows = conn.execute(_M["task_metrics_per_time"], params).fetchall()
+        rows = conn.execute(_M[per_time_statement(params)], params).fetchall()
         return [TaskMetricRow(start, "", "", s, b, n, sec) for start, s, b, n, sec in rows]
 
     def task_metrics_prune(self, now: datetime) -> int:

@@ -14,9 +14,10 @@ SELECT max(seq), count(*) FROM (
 -- time (start to end) of attempts that ended succeeded, failed or retried; wait
 -- (due to start) of the attempt that is the job's newest and started after its
 -- job's run_at, read from the job now (an attempt whose job has moved on, or is
--- gone, gives none). A sample's bucket is the number of bounds below it. Each
--- sample goes to the row of each span holding it and to the total row, each for
--- its task, for every task of its queue (task '') and for everything (queue '').
+-- gone, gives none). A sample's bucket is the number of bounds below it. Samples
+-- are counted per minute first, then each minute's counts go to the row of each
+-- span holding it and to the total row, each for its task, for every task of its
+-- queue (task '') and for everything (queue '').
 WITH counted AS (
     SELECT job_id, queue, task, kind, attempt, at, started_at FROM events
     WHERE seq > (SELECT seq FROM task_metrics_folded) AND seq <= :upto
@@ -38,6 +39,10 @@ WITH counted AS (
                 THEN (SELECT count(*) FROM task_metric_bounds AS b WHERE b.le < s.seconds)
                 ELSE 0 END AS bucket
     FROM samples AS s
+), minutes AS (
+    SELECT queue, task, series, bucket, t - t % 60 AS t, count(*) AS n, sum(seconds) AS seconds
+    FROM bucketed
+    GROUP BY 1, 2, 3, 4, 5
 ), spans (span) AS (
     VALUES (60), (600), (3600), (21600), (86400), (0)
 ), levels (level) AS (
@@ -47,10 +52,10 @@ INSERT INTO task_metrics (span, start, queue, task, series, bucket, jobs, second
 SELECT p.span, CASE WHEN p.span = 0 THEN 0 ELSE b.t - b.t % p.span END,
        CASE WHEN l.level = 2 THEN '' ELSE b.queue END,
        CASE WHEN l.level >= 1 THEN '' ELSE b.task END,
-       b.series, b.bucket, count(*), sum(b.seconds)
-FROM bucketed AS b CROSS JOIN spans AS p CROSS JOIN levels AS l
+       b.series, b.bucket, sum(b.n), sum(b.seconds)
+FROM minutes AS b CROSS JOIN spans AS p CROSS JOIN levels AS l
 GROUP BY 1, 2, 3, 4, 5, 6
-ON CONFLICT (span, start, queue, task, series, bucket)
+ON CONFLICT (span, queue, task, series, bucket, start)
 DO UPDATE SET jobs = jobs + excluded.jobs, seconds = seconds + excluded.seconds
 
 -- name: task_metrics_fold_offset
@@ -65,14 +70,16 @@ WHERE span = :span AND start >= :since AND task <> ''
 GROUP BY queue, task, series, bucket
 
 -- name: task_metrics_per_time
--- The rows of a span from :since on, per start, of a selection: one task (of
--- one queue, or summed over the queues), every task of a queue (its rows of task
--- ''), or everything (queue '' and task '').
+-- The rows of one queue and task from :since on, per start: one range of the
+-- primary key. Task '' is every task of the queue; queue '' and task '' everything.
 SELECT start, series, bucket, sum(jobs), sum(seconds) FROM task_metrics
-WHERE span = :span AND start >= :since
-  AND CASE WHEN :task IS NOT NULL THEN task = :task AND (:queue IS NULL OR queue = :queue)
-           WHEN :queue IS NOT NULL THEN queue = :queue AND task = ''
-           ELSE queue = '' AND task = '' END
+WHERE span = :span AND queue = :queue AND task = :task AND start >= :since
+GROUP BY start, series, bucket
+
+-- name: task_metrics_per_time_of_task
+-- The rows of one task from :since on, per start, summed over its queues.
+SELECT start, series, bucket, sum(jobs), sum(seconds) FROM task_metrics
+WHERE span = :span AND task = :task AND start >= :since
 GROUP BY start, series, bucket
 
 -- name: task_metrics_prune

@@ -12,7 +12,9 @@ CREATE TABLE task_metrics (
     bucket  integer          NOT NULL,  -- of task_metric_bounds ('run', 'wait'), else 0
     jobs    bigint           NOT NULL,
     seconds double precision NOT NULL,  -- the samples' sum ('run', 'wait'), else 0
-    PRIMARY KEY (span, start, queue, task, series, bucket)
+    -- In this order a chart's rows (one queue and task, or the rows of every
+    -- task) are one range of it, and a table sums rows in the order it reads them.
+    PRIMARY KEY (span, queue, task, series, bucket, start)
 );
 
 -- One row: the offset (xid, seq) of the newest event folded, as in
