@@ -18,6 +18,7 @@ from conveyor.store.metrics_protocol import (
     TaskMetricRow,
     TaskMetricsStore,
     bucket_of,
+    fold_for_reading,
     histogram,
     percentile,
 )
@@ -118,6 +119,18 @@ def test_prune_keeps_totals(store: Store) -> None:
     assert store.task_metrics_prune(START + timedelta(days=9)) > 0  # the hour rows
     assert store.task_metrics_read(HOUR, since, "task") == []
     assert of(store.task_metrics_read(TOTAL, since, "task"), "t", "succeeded") == 1
+
+
+def test_a_reader_folds_and_prunes(store: Store) -> None:
+    assert isinstance(store, TaskMetricsStore)
+    run_jobs(store, "q", "t", [(1.0, 1.0)], "complete")
+    fold_for_reading(store, START + timedelta(days=1))  # folds, then drops the minute rows
+    since = START - timedelta(days=30)
+    assert store.task_metrics_read(MINUTE, since, "task") == []
+    assert of(store.task_metrics_read(HOUR, since, "task"), "t", "succeeded") == 1
+    run_jobs(store, "q", "t", [(1.0, 1.0)], "complete")
+    fold_for_reading(store, START + timedelta(days=1, minutes=1))  # folds; pruned lately
+    assert of(store.task_metrics_read(MINUTE, since, "task"), "t", "succeeded") == 1
 
 
 def test_names_are_data(store: Store) -> None:

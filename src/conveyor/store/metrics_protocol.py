@@ -187,3 +187,19 @@ def per_time_statement(params: dict[str, Any]) -> str:
         params["task"] = ""
         params["queue"] = params["queue"] or ""
     return "task_metrics_per_time"
+
+
+#: How often a reader prunes (see fold_for_reading), per store, in this process.
+PRUNE_EVERY = timedelta(minutes=10)
+_pruned: dict[int, float] = {}
+
+
+def fold_for_reading(store: TaskMetricsStore, now: datetime) -> None:
+    """What a reader does before it reads: fold the events written since the last
+    fold, and, at most every PRUNE_EVERY, drop the rows no longer kept (so that
+    the rows stay bounded even where no maintenance prunes them)."""
+    store.task_metrics_fold()
+    moment = now.timestamp()
+    if moment - _pruned.get(id(store), 0.0) >= PRUNE_EVERY.total_seconds():
+        _pruned[id(store)] = moment
+        store.task_metrics_prune(now)

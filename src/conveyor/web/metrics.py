@@ -31,6 +31,7 @@ from conveyor.store.metrics_protocol import (
     TOTAL,
     TaskMetricRow,
     TaskMetricsStore,
+    fold_for_reading,
 )
 from conveyor.version import __version__
 from conveyor.web.limits import limit_metrics
@@ -86,7 +87,7 @@ class Metrics:
         store = self.app.store
         if not isinstance(store, TaskMetricsStore):
             return []
-        store.task_metrics_fold()
+        fold_for_reading(store, utcnow())
         return store.task_metrics_read(TOTAL, EPOCH, "task")
 
     def render(self) -> str:

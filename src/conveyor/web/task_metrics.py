@@ -21,6 +21,7 @@ from conveyor.store.metrics_protocol import (
     TEN_MINUTES,
     TaskMetricRow,
     TaskMetricsStore,
+    fold_for_reading,
     histogram,
     percentiles,
     span_start,
@@ -112,7 +113,7 @@ def context(
     """What tasks.html shows for a window and a selection (None: every queue, task)."""
     if window not in WINDOWS:
         raise BadRequest(f"window must be one of {', '.join(WINDOWS)}, got {window!r}")
-    store.task_metrics_fold()
+    fold_for_reading(store, now)
     span, length, table_span = WINDOWS[window]
     last = span_start(now, span)
     slots = int(length.total_seconds()) // span

@@ -89,5 +89,8 @@ class PostgresTaskMetrics:
 
     def task_metrics_prune(self, now: datetime) -> int:
         params = prune_cutoffs(now)
-        with self._tx() as conn:
-            return conn.execute(_M["task_metrics_prune"], params).rowcount
+        try:
+            with self._tx() as conn:
+                return conn.execute(_M["task_metrics_prune"], params).rowcount
+        except pg_errors.ReadOnlySqlTransaction:
+            return 0  # a hot standby: the primary prunes
