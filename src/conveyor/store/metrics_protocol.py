@@ -56,8 +56,9 @@ KEPT: dict[int, timedelta] = {
     SIX_HOURS: timedelta(days=2),
     DAY: timedelta(days=8),
 }
-#: Events one fold reads at most (a read after a long quiet folds in steps).
-FOLD_LIMIT = 20_000
+#: Events one fold reads at most (a read after a long quiet folds in steps): on
+#: SQLite a fold holds the write lock, so a worker waits at most one such step.
+FOLD_LIMIT = 5_000
 #: The event kinds counted per task.
 COUNTED_KINDS = (
     "enqueued",
