@@ -60,6 +60,7 @@ class PostgresTaskMetrics:
                 offset = conn.execute(_M["task_metrics_lock_fold"]).fetchone()
                 if offset is None:
                     return 0
+                conn.execute(_M["task_metrics_plan_for_values"])  # the events after it
                 params = {"xid": offset[0], "seq": offset[1], "limit": limit}
                 row = conn.execute(_M["task_metrics_fold"], params).fetchone()
                 return int(row[0]) if row else 0
@@ -80,7 +81,8 @@ class PostgresTaskMetrics:
             "queue": queue,
             "task": task,
         }
-        with self._conn() as conn:
+        with self._tx() as conn:
+            conn.execute(_M["task_metrics_plan_for_values"])
             if per == "task":
                 rows: Iterator[Any] = conn.execute(_M["task_metrics_per_task"], params)
                 return [TaskMetricRow(0, q, t, s, b, n, sec) for q, t, s, b, n, sec in rows]
@@ -91,6 +93,7 @@ class PostgresTaskMetrics:
         params = prune_cutoffs(now)
         try:
             with self._tx() as conn:
+                conn.execute(_M["task_metrics_plan_for_values"])
                 return conn.execute(_M["task_metrics_prune"], params).rowcount
         except pg_errors.ReadOnlySqlTransaction:
             return 0  # a hot standby: the primary prunes

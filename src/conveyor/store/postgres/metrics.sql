@@ -1,5 +1,11 @@
 -- Per-task metrics (migration 021, conveyor/store/metrics_protocol.py).
 
+-- name: task_metrics_plan_for_values
+-- As plan_for_values (queries.sql): the sessions plan generically, which suits the
+-- claim; these reads are planned for their span and start (a generic plan of
+-- a span's rows may read the whole table).
+SET LOCAL plan_cache_mode = force_custom_plan
+
 -- name: task_metrics_lock_fold
 -- A fold's lock on the offset; no row when another fold holds it: then this one
 -- is skipped (the other folds the same events).

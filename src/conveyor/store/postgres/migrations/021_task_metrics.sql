@@ -17,6 +17,9 @@ CREATE TABLE task_metrics (
     PRIMARY KEY (span, queue, task, series, bucket, start)
 );
 
+-- The prune's way to the old rows of a span (a fold writes it too; no job does).
+CREATE INDEX task_metrics_start ON task_metrics (span, start);
+
 -- One row: the offset (xid, seq) of the newest event folded, as in
 -- finished_counts_folded (migration 011). A fold locks it and skips when another
 -- fold holds it. Events before this migration are not folded.

@@ -17,6 +17,9 @@ CREATE TABLE task_metrics (
     PRIMARY KEY (span, queue, task, series, bucket, start)
 ) WITHOUT ROWID;
 
+-- The prune's way to the old rows of a span (a fold writes it too; no job does).
+CREATE INDEX task_metrics_start ON task_metrics (span, start);
+
 -- One row: the newest event folded. Events before this migration are not folded.
 CREATE TABLE task_metrics_folded (
     one INTEGER PRIMARY KEY CHECK (one = 1),
