@@ -21,6 +21,11 @@ failed) and times what reads finished jobs there: the overview's chart, the
 keeps, and trims (``--redis-dsn`` points it at a server of your own; it is
 flushed).
 
+The tasks page (per-task metrics, migration 021) is timed on as many folded
+rows as the store ever keeps for the fill's 20 queues x 7 tasks, each busy in
+every minute (written directly: each span's rows for as long as they are kept),
+whatever the number of jobs; and one fold of ``FOLD_LIMIT`` new events.
+
 ``--write-speed`` also times a producer and a worker on the filled database and
 on an empty one, alternating (median of ``--rounds``): enqueue_many of 1,000
 jobs a call, and the store's claim of 10 then complete, in jobs/s.
@@ -39,7 +44,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -47,6 +52,14 @@ from urllib.parse import urlsplit, urlunsplit
 from conveyor import App
 from conveyor.job import JobState, utcnow
 from conveyor.store.base import Finish
+from conveyor.store.metrics_protocol import (
+    BOUNDS,
+    FOLD_LIMIT,
+    KEPT,
+    TaskMetricsStore,
+    span_start,
+)
+from conveyor.web import task_metrics
 from conveyor.web.metrics import Metrics
 from metrics_prometheus_client import Metrics as WithLibrary
 from pg import postgres
@@ -138,6 +151,70 @@ def fill(app: App, dsn: str, count: int) -> None:
 
 
 DASHBOARD_INDEXES = ("jobs_queue_state",)
+
+
+def metric_rows(now: float) -> Iterator[tuple[int, int, str, str, str, int, int, float]]:
+    """The most rows per-task metrics ever keep for the fill's 20 queues x 7 tasks
+    (and their rows of every task of a queue, and of everything): each span's rows
+    as long as KEPT says, the totals; per row, three kinds and six buckets each of
+    run time and wait."""
+    names = [(f"q{q}", f"t{t}") for q in range(20) for t in range(7)]
+    names += [(f"q{q}", "") for q in range(20)] + [("", "")]
+    for span in (*KEPT, 0):
+        count = int(KEPT[span].total_seconds()) // span if span else 1
+        last = span_start(datetime.fromtimestamp(now, UTC), span) if span else 0
+        for k in range(count):
+            start = last - k * span
+            for queue, task in names:
+                for kind, n in (("enqueued", 40), ("succeeded", 39), ("failed", 1)):
+                    yield (span, start, queue, task, kind, 0, n, 0.0)
+                for series in ("run", "wait"):
+                    for b in range(10, 16):
+                        yield (span, start, queue, task, series, b, 6, 6 * BOUNDS[b])
+
+
+def fill_metrics(dsn: str) -> int:
+    """Write metric_rows, and put the fold's offset FOLD_LIMIT events back."""
+    rows = list(metric_rows(utcnow().timestamp()))
+    if dsn.startswith("sqlite"):
+        import sqlite3
+
+        conn = sqlite3.connect(dsn.removeprefix("sqlite:///"))
+        conn.executemany("INSERT INTO task_metrics VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        conn.execute(
+            "UPDATE task_metrics_folded SET seq = (SELECT max(seq) FROM events) - ?",
+            (FOLD_LIMIT,),
+        )
+        conn.commit()
+        conn.close()
+    else:
+        import psycopg
+
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            with conn.cursor().copy("COPY task_metrics FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+            conn.execute(
+                "UPDATE task_metrics_folded SET (xid, seq) = (SELECT xid, seq FROM events "
+                "ORDER BY xid DESC, seq DESC OFFSET %s LIMIT 1)",
+                (FOLD_LIMIT,),
+            )
+            conn.execute("VACUUM ANALYZE task_metrics")
+    return len(rows)
+
+
+def tasks_reads(store: TaskMetricsStore) -> list[tuple[str, Callable[[], Any]]]:
+    """The tasks page in each window, of every task and of one."""
+
+    def page(window: str, queue: str | None = None, task: str | None = None) -> Any:
+        return lambda: task_metrics.context(store, utcnow(), window, queue, task)
+
+    return [
+        ("tasks page, last hour", page("hour")),
+        ("tasks page, last day", page("day")),
+        ("tasks page, last week", page("week")),
+        ("tasks page, one task, last week", page("week", "q3", "t3")),
+    ]
 
 
 def drain_rate(dsn: str, with_indexes: bool, count: int) -> float:
@@ -237,6 +314,12 @@ def measure(dsn: str, count: int, rounds: int) -> list[tuple[str, float]]:
             ("overview (stats + last hour's throughput)", lambda: overview(app)),
         ]
         results = [(name, timed(call, rounds)) for name, call in reads]
+        store = app.store
+        assert isinstance(store, TaskMetricsStore)
+        rows = fill_metrics(dsn)
+        print(f"  wrote {rows:,} per-task metric rows", file=sys.stderr)
+        results.append((f"fold of {FOLD_LIMIT:,} new events", timed(store.task_metrics_fold, 1)))
+        results += [(name, timed(call, rounds)) for name, call in tasks_reads(store)]
         metrics = Metrics(app)
         results.append(("/metrics, first scrape", timed(metrics.render, 1)))
         # The text written by hand (the dashboard's) and by prometheus_client, in turns.

@@ -23,6 +23,7 @@ from starlette.testclient import TestClient
 from conveyor import App
 from conveyor.job import JobState, utcnow
 from conveyor.store.base import Finish
+from conveyor.version import __version__
 from conveyor.web import create_app
 from conveyor.web.commands import dashboard
 from conveyor.web.metrics import Metrics
@@ -281,53 +282,73 @@ def test_metrics_gauges_and_counters(app: App, client: TestClient, seeded: Seede
     assert first['conveyor_worker_jobs_in_hand{host="build-01"}'] == 1
     assert first['conveyor_queue_oldest_ready_age_seconds{queue="mail"}'] >= 0
     assert first['conveyor_queue_oldest_ready_age_seconds{queue="reports"}'] == 0  # none ready
-    # Counters count from the first scrape on, as a process's own counters do.
-    assert first['conveyor_jobs_succeeded_total{queue="mail"}'] == 0
+    assert first[f'conveyor_build_info{{version="{__version__}"}}'] == 1
+    # Counters are the store's: the seed's events are counted, per queue and task.
+    succeeded = {k: v for k, v in first.items() if k.startswith("conveyor_jobs_succeeded_total")}
+    assert sum(succeeded.values()) >= 2 and all('task="' in k for k in succeeded)
     assert "# TYPE conveyor_jobs_succeeded_total counter" in response.text
     assert "# TYPE conveyor_job_run_seconds histogram" in response.text
+    assert "# TYPE conveyor_job_queue_wait_seconds histogram" in response.text
+
+    def total(text: str, prefix: str, queue: str) -> float:
+        found = samples(text)
+        return sum(v for k, v in found.items() if k.startswith(prefix + '{queue="' + queue))
 
     app.retry(seeded.failed_id)
     now = utcnow()
     done, broken = app.store.job_claim(["mail"], 2, "w9", timedelta(seconds=30), now)
     app.store.job_finish([Finish.complete(done.id, done.lease_token or "", None)], now)
     app.store.job_finish([Failure(broken.id, broken.lease_token or "", "boom", now)], now)
-    second = samples(client.get("/metrics").text)
-    assert second['conveyor_jobs_succeeded_total{queue="mail"}'] == 1
-    assert second['conveyor_jobs_retried_total{queue="mail"}'] == 1  # attempts were left
-    assert second['conveyor_jobs_manually_retried_total{queue="reports"}'] == 1
-    assert second['conveyor_jobs_failed_total{queue="reports"}'] == 0
-    assert second['conveyor_jobs{queue="reports",state="failed"}'] == 0
-    # A scrape with nothing new adds nothing: each event is counted once.
+    second = client.get("/metrics").text
+    ok = "conveyor_jobs_succeeded_total"
+    assert total(second, ok, "mail") == total(response.text, ok, "mail") + 1
+    retried = "conveyor_jobs_retried_total"
+    assert total(second, retried, "mail") == total(response.text, retried, "mail") + 1
+    manual = "conveyor_jobs_manually_retried_total"
+    assert total(second, manual, "reports") == total(response.text, manual, "reports") + 1
+    assert samples(second)['conveyor_jobs{queue="reports",state="failed"}'] == 0
+    # A scrape with nothing new adds nothing (each event is folded once), and a
+    # second dashboard on the same store reads the same counters.
     third = samples(client.get("/metrics").text)
-    assert {k: v for k, v in third.items() if "_total" in k} == {
-        k: v for k, v in second.items() if "_total" in k
-    }
+    other = samples(Metrics(app).render())
+    counters = {k: v for k, v in samples(second).items() if "_total" in k}
+    assert {k: v for k, v in third.items() if "_total" in k} == counters
+    assert {k: v for k, v in other.items() if "_total" in k} == counters
 
 
-def test_run_time_histogram_is_cumulative_and_counts_each_job_once(
-    app: App, seeded: Seeded
-) -> None:
-    metrics = Metrics(app, commit_lag=timedelta(0))  # no wait for late commits here
-    metrics.render()  # the first scrape: counting starts here
+def test_histograms_are_cumulative_per_task(app: App, seeded: Seeded) -> None:
+    metrics = Metrics(app)
+    before = samples(metrics.render())
     jobs = app.store.job_claim(["mail", "media"], 3, "w9", timedelta(seconds=30), utcnow())
     app.store.job_finish([Finish.complete(j.id, j.lease_token or "", None) for j in jobs], utcnow())
-    time.sleep(0.01)
     counted = samples(metrics.render())
-    assert counted['conveyor_job_run_seconds_count{queue="mail"}'] == 2
-    assert counted['conveyor_job_run_seconds_count{queue="media"}'] == 1
+    for name in ("run", "queue_wait"):
+        metric = f"conveyor_job_{name}_seconds"
+        for labels in {
+            k.split("{", 1)[1].rsplit("}", 1)[0] for k in counted if k.startswith(metric + "_count")
+        }:
+            buckets = [
+                v for k, v in counted.items() if k.startswith(f"{metric}_bucket{{{labels},le=")
+            ]
+            assert len(buckets) == 14 and buckets == sorted(buckets)  # cumulative
+            assert buckets[-1] == counted[f"{metric}_count{{{labels}}}"]
+    run_counts = "conveyor_job_run_seconds_count"
+    added = sum(v for k, v in counted.items() if k.startswith(run_counts)) - sum(
+        v for k, v in before.items() if k.startswith(run_counts)
+    )
+    assert added == 3  # each job once
     # Each ran for well under a second (claimed, then completed at once).
-    assert counted['conveyor_job_run_seconds_bucket{queue="mail",le="1.0"}'] == 2
-    assert counted['conveyor_job_run_seconds_bucket{queue="mail",le="+Inf"}'] == 2
-    assert 0 <= counted['conveyor_job_run_seconds_sum{queue="mail"}'] < 2
-    buckets = [
-        v
-        for k, v in counted.items()
-        if k.startswith('conveyor_job_run_seconds_bucket{queue="mail"')
+    mail = [
+        k
+        for k in counted
+        if k.startswith('conveyor_job_run_seconds_bucket{queue="mail"') and 'le="1.024"' in k
     ]
-    assert len(buckets) == 17 and buckets == sorted(buckets)  # cumulative
-    # The seed's jobs ended before the first scrape: not counted; and none twice.
-    assert 'conveyor_job_run_seconds_count{queue="reports"}' not in counted
-    assert samples(metrics.render())['conveyor_job_run_seconds_count{queue="mail"}'] == 2
+    assert mail and sum(counted[k] for k in mail) >= 2
+    # Nothing new: the same histograms (no sample folded twice).
+    again = samples(metrics.render())
+    assert {k: v for k, v in again.items() if "_seconds_" in k} == {
+        k: v for k, v in counted.items() if "_seconds_" in k
+    }
 
 
 def test_healthz(app: App, client: TestClient) -> None:

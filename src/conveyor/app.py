@@ -71,6 +71,7 @@ from conveyor.store.base import (
 from conveyor.store.capabilities import Capabilities, store_capabilities
 from conveyor.store.dsn import open_store
 from conveyor.store.limit_keys import KeyThrottle, LimitKeyStore
+from conveyor.store.metrics_protocol import TaskMetricsStore
 from conveyor.store.payloads import PayloadStore
 from conveyor.store.workflow_retry import WorkflowRetryStore
 from conveyor.task import EnqueueOptions, Task, check_timeout
@@ -746,6 +747,15 @@ class App:
         """The store's figures (the event feed, counts over time) for /metrics: a named port."""
         require(self.store, InsightStore, "report figures")
         return self.store
+
+    @property
+    def task_metrics(self) -> TaskMetricsStore | None:
+        """The per-task metrics the store folds (the tasks page, /metrics); None without."""
+        return self.store if isinstance(self.store, TaskMetricsStore) else None
+
+    def ping(self) -> None:
+        """Raise unless the store answers (a health check's cheapest question)."""
+        self.store.ping()
 
     @needs(InsightStore, "list queues")
     def queue_names(self) -> list[str]:
@@ -1427,4 +1437,5 @@ class App:
     aworkflow_of = async_twin(workflow_of)
     aworkflow_edges = async_twin(workflow_edges)
     athrottled_keys = async_twin(throttled_keys)
+    aping = async_twin(ping)
     areencrypt = async_twin(reencrypt)

@@ -38,6 +38,12 @@ LAZY_COMMANDS = {
         requires=("starlette", "jinja2", "uvicorn"),
         short_help="Serve the web dashboard (and /metrics).",
     ),
+    "metrics": LazyCommand(
+        "conveyor.web.exporter:metrics",
+        extra="web",
+        requires=("starlette", "uvicorn"),
+        short_help="Serve /metrics alone, for Prometheus.",
+    ),
     "report": LazyCommand(
         "conveyor.spark.commands:report",
         extra="spark",

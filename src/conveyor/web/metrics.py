@@ -7,56 +7,66 @@ SQLite (10.6 ms against 7.6, the store's reads being the same); see
 BENCHMARKS.md. Tests read this text with prometheus_client's parser.
 
 Gauges (jobs per queue and state, oldest ready age, paused, workers) are read
-fresh on every scrape. Counters and the run-time histogram count what happens
-from this process's first scrape on, as an application's own counters would
-(Prometheus's rate() and increase() expect a restart to start them again):
-each scrape reads only what is new since the previous one, the events after
-the last one counted and the jobs that ended since the last window, so a
-scrape stays cheap on a database of millions of jobs (counting all of history
-at the first scrape took 10+ s at a million jobs). ``conveyor_up`` says whether
-the store answered; while it does not, a scrape holds that gauge alone, at 0.
+fresh on every scrape. Counters and histograms are read from the store: the
+per-task metrics it folds from its events (``store/metrics_protocol.py``), in
+their total rows, so two dashboards, or ``conveyor metrics`` beside one, give
+every scraper the same values, and a restart of either changes none. Each scrape
+folds the events written since the previous fold first (a bounded step: see
+FOLD_LIMIT), so it stays cheap on a database of millions of jobs. Labelled by
+queue and task. ``conveyor_up`` says whether the store answered; while it does
+not, a scrape holds that gauge alone, at 0.
 """
 
 from __future__ import annotations
 
-import math
-import threading
-from datetime import datetime, timedelta
+import itertools
+from datetime import UTC, datetime
 
 from starlette.responses import PlainTextResponse, Response
 
 from conveyor.app import App
-from conveyor.job import EventKind, JobState, utcnow
-from conveyor.store.base import EventOffset
+from conveyor.job import JobState, utcnow
+from conveyor.store.metrics_protocol import (
+    BOUNDS,
+    TOTAL,
+    TaskMetricRow,
+    fold_for_reading,
+)
+from conveyor.version import __version__
 from conveyor.web.limits import limit_metrics
 
-#: Upper bounds (seconds) of the run-time histogram's buckets.
-RUN_TIME_BOUNDS: tuple[float, ...] = (
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0,
-    3600.0,
-)  # fmt: skip
-#: Jobs that ended less than this long ago wait for the next scrape: a worker's
-#: transaction can commit a moment after the ``now`` it wrote as finished_at.
-COMMIT_LAG = timedelta(seconds=5)
+#: The histograms' bounds as exposed: every fourth of the store's (each four
+#: times the one before, 1 ms to 4.7 h), to keep the number of series down.
+EXPOSED_BOUNDS: tuple[float, ...] = BOUNDS[::4]
+#: Each exposed bound: its le label, and the store's buckets at most it.
+_EXPOSED = [(repr(b), BOUNDS.index(b) + 1) for b in EXPOSED_BOUNDS] + [("+Inf", len(BOUNDS) + 1)]
 #: Event kinds exposed as counters, and the metric each one feeds.
 COUNTED_KINDS = {
-    EventKind.ENQUEUED: ("conveyor_jobs_enqueued_total", "Jobs enqueued."),
-    EventKind.SUCCEEDED: ("conveyor_jobs_succeeded_total", "Jobs completed successfully."),
-    EventKind.FAILED: ("conveyor_jobs_failed_total", "Jobs failed for good."),
-    EventKind.RETRIED: (
-        "conveyor_jobs_retried_total",
-        "Failed attempts queued again with backoff.",
-    ),
-    EventKind.RESCUED: (
+    "enqueued": ("conveyor_jobs_enqueued_total", "Jobs enqueued."),
+    "succeeded": ("conveyor_jobs_succeeded_total", "Jobs completed successfully."),
+    "failed": ("conveyor_jobs_failed_total", "Jobs failed for good."),
+    "retried": ("conveyor_jobs_retried_total", "Failed attempts queued again with backoff."),
+    "rescued": (
         "conveyor_jobs_rescued_total",
         "Running jobs whose lease expired (their worker was lost).",
     ),
-    EventKind.MANUAL_RETRY: (
+    "manual_retry": (
         "conveyor_jobs_manually_retried_total",
         "Failed or cancelled jobs queued again by hand.",
     ),
-    EventKind.CANCELLED: ("conveyor_jobs_cancelled_total", "Jobs cancelled."),
+    "cancelled": ("conveyor_jobs_cancelled_total", "Jobs cancelled."),
 }
+HISTOGRAMS = {
+    "run": (
+        "conveyor_job_run_seconds",
+        "Run time of attempts that ended succeeded, failed or retried.",
+    ),
+    "wait": (
+        "conveyor_job_queue_wait_seconds",
+        "Queue wait: from a job's due time to the start of the attempt that ended it.",
+    ),
+}
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 #: The Prometheus text format's content type.
@@ -65,51 +75,31 @@ UP_HELP = "1 when the store answered this scrape, 0 when it cannot be reached."
 
 
 class Metrics:
-    """The counters and histogram of one dashboard process, and the text of a scrape."""
+    """The text of a scrape, every value read from the store."""
 
-    def __init__(self, app: App, commit_lag: timedelta = COMMIT_LAG) -> None:
+    def __init__(self, app: App) -> None:
         self.app = app
-        self.commit_lag = commit_lag
-        self._lock = threading.Lock()
-        #: None until the first scrape, which starts the counters at the newest event.
-        self._offset: EventOffset | None = None
-        self._events: dict[tuple[str, str], int] = {}
-        self._window_end = utcnow()  # set again by the first scrape
-        # queue -> per-bucket counts (last one above every bound), sum of seconds.
-        self._buckets: dict[str, list[int]] = {}
-        self._sums: dict[str, float] = {}
 
-    def _catch_up(self, now: datetime) -> None:
-        store = self.app.insight
-        until = now - self.commit_lag
-        if self._offset is None:
-            self._offset = store.event_offset()
-            self._window_end = until
-            return
-        counted = store.event_count_by_kind(self._offset)
-        for key, count in counted.counts.items():
-            self._events[key] = self._events.get(key, 0) + count
-        self._offset = counted.offset
-        if until > self._window_end:
-            for row in store.job_run_time_histogram(self._window_end, until, RUN_TIME_BOUNDS):
-                buckets = self._buckets.setdefault(row.queue, [0] * (len(RUN_TIME_BOUNDS) + 1))
-                buckets[min(row.bucket, len(RUN_TIME_BOUNDS))] += row.count
-                self._sums[row.queue] = self._sums.get(row.queue, 0.0) + row.total_seconds
-            self._window_end = until
+    def totals(self) -> list[TaskMetricRow]:
+        """The store's total rows per task, after folding what is new (none on a store
+        that does not fold per-task metrics)."""
+        store = self.app.task_metrics
+        if store is None:
+            return []
+        fold_for_reading(store, utcnow())
+        return store.task_metrics_read(TOTAL, EPOCH, "task")
 
     def render(self) -> str:
         now = utcnow()
         stats = self.app.stats()
         workers = self.app.workers()
-        with self._lock:  # two scrapes at once must not count the same events twice
-            self._catch_up(now)
-            events = dict(self._events)
-            buckets = {q: list(b) for q, b in self._buckets.items()}
-            sums = dict(self._sums)
+        rows = self.totals()
 
         out: list[str] = []
         family(out, "conveyor_up", "gauge", UP_HELP)
         sample(out, "conveyor_up", {}, 1)
+        family(out, "conveyor_build_info", "gauge", "Always 1; the version serving this scrape.")
+        sample(out, "conveyor_build_info", {"version": __version__}, 1)
         family(out, "conveyor_jobs", "gauge", "Jobs in the store by queue and state.")
         for name, q in stats.queues.items():
             for state in JobState:
@@ -143,24 +133,44 @@ class Metrics:
             sample(out, "conveyor_worker_jobs_in_hand", {"host": host}, count)
 
         limit_metrics(out, stats.limits, now)
-
-        queues = sorted({q for q, _ in events} | set(stats.queues))
-        for kind, (metric, help_text) in COUNTED_KINDS.items():
-            family(out, metric, "counter", help_text)
-            for queue in queues:
-                sample(out, metric, {"queue": queue}, events.get((queue, str(kind)), 0))
-
-        metric = "conveyor_job_run_seconds"
-        family(out, metric, "histogram", "Run time of the last attempt of jobs that ended.")
-        for queue in sorted(buckets):
-            cumulative = 0
-            for bound, count in zip([*RUN_TIME_BOUNDS, math.inf], buckets[queue], strict=True):
-                cumulative += count
-                le = "+Inf" if bound == math.inf else repr(bound)
-                sample(out, f"{metric}_bucket", {"queue": queue, "le": le}, cumulative)
-            sample(out, f"{metric}_sum", {"queue": queue}, sums.get(queue, 0.0))
-            sample(out, f"{metric}_count", {"queue": queue}, cumulative)
+        task_counters(out, rows)
+        task_histograms(out, rows)
         return "\n".join(out) + "\n"
+
+
+def task_counters(out: list[str], rows: list[TaskMetricRow]) -> None:
+    """One counter per counted kind, per queue and task (0 where a task has none)."""
+    tasks = sorted({(r.queue, r.task) for r in rows})
+    counts = {(r.queue, r.task, r.series): r.jobs for r in rows if r.series in COUNTED_KINDS}
+    for kind, (metric, help_text) in COUNTED_KINDS.items():
+        family(out, metric, "counter", help_text)
+        for queue, task in tasks:
+            labels = {"queue": queue, "task": task}
+            sample(out, metric, labels, counts.get((queue, task, kind), 0))
+
+
+def task_histograms(out: list[str], rows: list[TaskMetricRow]) -> None:
+    """Run time and queue wait per queue and task, cumulative over EXPOSED_BOUNDS.
+
+    Written with the labels of each task escaped once: a store of many tasks has
+    thousands of these lines, and they are most of a scrape's time.
+    """
+    for series, (metric, help_text) in HISTOGRAMS.items():
+        family(out, metric, "histogram", help_text)
+        per_task: dict[tuple[str, str], tuple[list[int], list[float]]] = {}
+        for r in rows:
+            if r.series != series:
+                continue
+            counts, total = per_task.setdefault((r.queue, r.task), ([0] * (len(BOUNDS) + 1), [0.0]))
+            counts[min(r.bucket, len(BOUNDS))] += r.jobs
+            total[0] += r.seconds
+        for (queue, task), (counts, total) in sorted(per_task.items()):
+            labels = f'queue="{escape_label(queue)}",task="{escape_label(task)}"'
+            cumulative = list(itertools.accumulate(counts))
+            for le, upto in _EXPOSED:
+                out.append(f'{metric}_bucket{{{labels},le="{le}"}} {cumulative[upto - 1]}')
+            out.append(f"{metric}_sum{{{labels}}} {format_value(total[0])}")
+            out.append(f"{metric}_count{{{labels}}} {cumulative[-1]}")
 
 
 def metrics_down() -> str:

@@ -40,7 +40,7 @@ from conveyor.errors import (
 from conveyor.job import DETAILED_STATES, FILTER_STATES, JobState, utcnow
 from conveyor.store.limit_keys import MAX_THROTTLED_KEYS
 from conveyor.store.selection import ARGS_SEARCH_SPAN
-from conveyor.web import charts, graph, views
+from conveyor.web import charts, graph, task_metrics, views
 from conveyor.web.auditing import audit_action
 from conveyor.web.format import FILTERS
 from conveyor.web.hosts import LOOPBACK_NAMES
@@ -275,6 +275,7 @@ class Dashboard:
             Route("/workers/take-back", self.worker_take_back, methods=["POST"]),
             Route("/periodic", self.page(self.periodic_page), name="periodic"),
             Route("/audit", self.page(self.audit_page), name="audit"),
+            Route("/tasks", self.page(self.tasks_page), name="tasks"),
             Route("/queues/{queue:name}/pause", self.queue_pause, methods=["POST"]),
             Route("/queues/{queue:name}/resume", self.queue_resume, methods=["POST"]),
             Route("/queues/{queue:name}/retry-failed", self.queue_retry_failed, methods=["POST"]),
@@ -814,6 +815,10 @@ class Dashboard:
             "count": count,
         }
         return self.render(request, "purge.html", context)
+
+    def tasks_page(self, request: Request) -> Response:
+        context = task_metrics.page_context(self.app, request.query_params)
+        return self.render(request, "tasks.html", context)
 
     # --- machines ---------------------------------------------------------------
 

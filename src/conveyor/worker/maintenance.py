@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from conveyor.job import NewJob, resolve_run_at, utcnow
 from conveyor.pacing import DutyBackoff
 from conveyor.store.base import FlowControlStore, OperatorStore
+from conveyor.store.metrics_protocol import FOLD_LIMIT, TaskMetricsStore
 from conveyor.worker.retention import Housekeeping
 from conveyor.worker.runtime import Runtime
 from conveyor.worker.talk import log_rescued
@@ -28,6 +30,11 @@ from conveyor.worker.talk import log_rescued
 log = logging.getLogger("conveyor.maintenance")
 
 LEADER_NAME = "maintenance"
+#: Seconds between two folds of the events into per-task metrics by the leader
+#: (the dashboard and /metrics fold what is new before they read, too).
+METRICS_EVERY = 60.0
+#: Folds of FOLD_LIMIT events one maintenance round does at most.
+METRICS_FOLDS = 4
 
 
 def round_interval(lease: float) -> float:
@@ -66,6 +73,7 @@ class Maintenance(_Background):
         self.ttl = timedelta(seconds=max(self.interval * 3, 1.0))
         super().__init__("conveyor-maintenance")
         self.is_leader = False
+        self._next_metrics = 0.0
         self._retention = Housekeeping(runtime.store, runtime.retention, holder, self.ttl)
 
     def stop(self) -> None:
@@ -109,6 +117,9 @@ class Maintenance(_Background):
         if isinstance(store, FlowControlStore):
             # Claims prune the starts of the queues they claim; this, the rest.
             actions.append(("limits", lambda: store.limit_prune(wall)))
+        if isinstance(store, TaskMetricsStore) and time.monotonic() >= self._next_metrics:
+            self._next_metrics = time.monotonic() + METRICS_EVERY
+            actions.append(("per-task metrics", lambda: fold_and_prune(store, wall)))
         for name, action in actions:
             try:
                 action()
@@ -188,3 +199,12 @@ class Rescuer(_Background):
             except Exception as exc:  # on its own: a failed round never stops the rescues
                 log.warning("consume: retention failed: %s", exc)
             self._stop.wait(pause)
+
+
+def fold_and_prune(store: TaskMetricsStore, now: datetime) -> None:
+    """Fold the events written since the last fold (a few batches at most), then drop
+    the per-task rows no longer kept."""
+    for _ in range(METRICS_FOLDS):
+        if store.task_metrics_fold() < FOLD_LIMIT:
+            break
+    store.task_metrics_prune(now)

@@ -62,6 +62,7 @@ from conveyor.store.postgres.audit import PostgresAudit
 from conveyor.store.postgres.choices import check_choices
 from conveyor.store.postgres.limit_keys import PostgresLimitKeys
 from conveyor.store.postgres.listener import Listener
+from conveyor.store.postgres.metrics import PostgresTaskMetrics
 from conveyor.store.postgres.payloads import PostgresPayloads
 from conveyor.store.postgres.workflow_retry import PostgresWorkflowRetry
 from conveyor.store.selection import (
@@ -187,7 +188,9 @@ def _away(exc: BaseException) -> str | None:
 
 
 @translate_errors(_missing_table, _away)
-class PostgresStore(PostgresAudit, PostgresLimitKeys, PostgresWorkflowRetry, PostgresPayloads):
+class PostgresStore(
+    PostgresAudit, PostgresLimitKeys, PostgresWorkflowRetry, PostgresPayloads, PostgresTaskMetrics
+):
     #: TransactionalStore: enqueue inside the caller's transaction on this connection.
     transaction_connection = "a psycopg Connection"
     #: SqlStore: the Spark data source builds its tables beside the jobs'.

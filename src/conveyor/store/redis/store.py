@@ -73,6 +73,7 @@ from conveyor.store.redis.history import (
 )
 from conveyor.store.redis.limit_keys import RedisLimitKeys
 from conveyor.store.redis.listener import RedisListener
+from conveyor.store.redis.metrics import RedisTaskMetrics
 from conveyor.store.redis.payloads import RedisPayloads
 from conveyor.store.redis.workflow_retry import RedisWorkflowRetry
 from conveyor.store.selection import NO_ID_BOUND, args_floor
@@ -361,7 +362,7 @@ def _short_of_room(exc: redis.ResponseError) -> str | None:
     return None
 
 
-class RedisStore(RedisAudit, RedisLimitKeys, RedisWorkflowRetry, RedisPayloads):
+class RedisStore(RedisAudit, RedisLimitKeys, RedisWorkflowRetry, RedisPayloads, RedisTaskMetrics):
     """Every capability of base.Store, and DurabilityReport; not TransactionalStore (Redis
     has no transaction a caller could enqueue inside)."""
 

@@ -66,6 +66,7 @@ from conveyor.store.sql import Migration, load_migrations, load_queries
 from conveyor.store.sqlite import flows as sqlite_flows
 from conveyor.store.sqlite.audit import SQLiteAudit
 from conveyor.store.sqlite.limit_keys import SQLiteLimitKeys
+from conveyor.store.sqlite.metrics import SQLiteTaskMetrics
 from conveyor.store.sqlite.payloads import SQLitePayloads
 from conveyor.store.sqlite.watcher import DataVersionWatcher
 from conveyor.store.sqlite.workflow_retry import SQLiteWorkflowRetry
@@ -187,7 +188,9 @@ def _away(exc: BaseException) -> str | None:
 
 
 @translate_errors(_missing_table, _away)
-class SQLiteStore(SQLiteAudit, SQLiteLimitKeys, SQLiteWorkflowRetry, SQLitePayloads):
+class SQLiteStore(
+    SQLiteAudit, SQLiteLimitKeys, SQLiteWorkflowRetry, SQLitePayloads, SQLiteTaskMetrics
+):
     #: TransactionalStore: enqueue inside the caller's transaction on this connection.
     transaction_connection = "a sqlite3 Connection"
 

@@ -1,0 +1,99 @@
+"""Per-task metrics on PostgreSQL: the fold and reads of migration 021's tables.
+
+A mixin of PostgresStore (its ``_tx`` and ``_conn``); the rules are in
+``metrics.sql``. See ``conveyor.store.metrics_protocol``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from psycopg import Connection
+from psycopg import errors as pg_errors
+
+from conveyor.store.boundary import translate_errors
+from conveyor.store.metrics_protocol import (
+    FOLD_LIMIT,
+    Grouping,
+    TaskMetricRow,
+    per_time_statement,
+    prune_cutoffs,
+    span_start,
+)
+from conveyor.store.sql import load_queries
+
+_M = load_queries("conveyor.store.postgres", "metrics.sql")
+
+
+def _is_missing(exc: BaseException) -> bool:
+    # The store's own rules, read when an error happens (store.py imports this module).
+    from conveyor.store.postgres import store
+
+    return store._missing_table(exc)
+
+
+def _away(exc: BaseException) -> str | None:
+    from conveyor.store.postgres import store
+
+    return store._away(exc)
+
+
+@translate_errors(_is_missing, _away)
+class PostgresTaskMetrics:
+    """TaskMetricsStore for PostgresStore."""
+
+    if TYPE_CHECKING:  # PostgresStore's
+
+        def _tx(self) -> AbstractContextManager[Connection[Any]]: ...
+        def _conn(self) -> AbstractContextManager[Connection[Any]]: ...
+
+    def task_metrics_fold(self, limit: int = FOLD_LIMIT) -> int:
+        """Fold the next events; skipped while another fold holds the offset, and on
+        a read-only server (a hot standby reads what the primary folded)."""
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit!r}")
+        try:
+            with self._tx() as conn:
+                offset = conn.execute(_M["task_metrics_lock_fold"]).fetchone()
+                if offset is None:
+                    return 0
+                conn.execute(_M["task_metrics_plan_for_values"])  # the events after it
+                params = {"xid": offset[0], "seq": offset[1], "limit": limit}
+                row = conn.execute(_M["task_metrics_fold"], params).fetchone()
+                return int(row[0]) if row else 0
+        except pg_errors.ReadOnlySqlTransaction:
+            return 0
+
+    def task_metrics_read(
+        self,
+        span: int,
+        since: datetime,
+        per: Grouping,
+        queue: str | None = None,
+        task: str | None = None,
+    ) -> list[TaskMetricRow]:
+        params = {
+            "span": span,
+            "since": span_start(since, span) if span else 0,
+            "queue": queue,
+            "task": task,
+        }
+        with self._tx() as conn:
+            conn.execute(_M["task_metrics_plan_for_values"])
+            if per == "task":
+                rows: Iterator[Any] = conn.execute(_M["task_metrics_per_task"], params)
+                return [TaskMetricRow(0, q, t, s, b, n, sec) for q, t, s, b, n, sec in rows]
+            rows = conn.execute(_M[per_time_statement(params)], params)
+            return [TaskMetricRow(start, "", "", s, b, n, sec) for start, s, b, n, sec in rows]
+
+    def task_metrics_prune(self, now: datetime) -> int:
+        params = prune_cutoffs(now)
+        try:
+            with self._tx() as conn:
+                conn.execute(_M["task_metrics_plan_for_values"])
+                return conn.execute(_M["task_metrics_prune"], params).rowcount
+        except pg_errors.ReadOnlySqlTransaction:
+            return 0  # a hot standby: the primary prunes
