@@ -46,7 +46,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from conveyor import App
 from conveyor.job import JobState, utcnow
-from conveyor.store.base import Finish
+from conveyor.store.records import Finish
 from conveyor.web.metrics import Metrics
 from metrics_prometheus_client import Metrics as WithLibrary
 from pg import postgres

@@ -48,8 +48,9 @@ from typing import Any, ClassVar
 
 from conveyor.job import Job, NewJob
 from conveyor.limits import Limit, Rate
-from conveyor.store.base import Finish, Store
 from conveyor.store.dsn import open_store
+from conveyor.store.protocols import Store
+from conveyor.store.records import Finish
 from conveyor.store.sql import load_queries, parse_queries
 from pg import postgres
 from redis_db import redis_database

@@ -33,8 +33,9 @@ from psycopg import sql
 
 from conveyor.errors import JobStateError
 from conveyor.job import NewJob
-from conveyor.store.base import Finish, Store
 from conveyor.store.dsn import open_store
+from conveyor.store.protocols import Store
+from conveyor.store.records import Finish
 from conveyor.store.sql import load_migrations, load_queries
 from outcomes import cancel_one, purge, retry_one
 

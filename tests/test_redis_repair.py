@@ -28,11 +28,11 @@ from starlette.testclient import TestClient
 from conveyor import App, JobState
 from conveyor.cli import cli
 from conveyor.errors import JobNotFoundError
-from conveyor.job import Event, NewJob, utcnow
+from conveyor.job import Event, Job, NewJob, utcnow
 from conveyor.limits import Limit
-from conveyor.store.base import Finish, Job, Lease
 from conveyor.store.dsn import open_store
 from conveyor.store.event_kinds import DROPPED_INCOMPLETE, DROPPED_MISSING
+from conveyor.store.records import Finish, Lease
 from conveyor.store.redis import RedisStore
 from conveyor.store.redis import store as redis_store
 from conveyor.web import create_app

@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from conveyor.job import Job, JobState, NewJob
-from conveyor.store.base import Finish, Lease, Store
+from conveyor.store.protocols import Store
+from conveyor.store.records import Finish, Lease
 from outcomes import cancelled, retry_one
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -50,29 +50,30 @@ from conveyor.middleware import Middleware, around_enqueue, check_middleware
 from conveyor.middleware import chain as middleware_chain
 from conveyor.retry import Backoff, check_backoff
 from conveyor.schedule import Periodic, make_schedule
-from conveyor.store.base import (
-    BatchStatus,
+from conveyor.store.capabilities import Capabilities, require, store_capabilities
+from conveyor.store.dsn import open_store
+from conveyor.store.protocols import (
     DurabilityReport,
     FlowControlStore,
     HoldStore,
-    JobSelection,
     JobStore,
-    LimitStatus,
     OperatorStore,
     OutcomeStore,
-    Relative,
-    Stats,
-    Step,
     StepStore,
     Store,
     TransactionalStore,
+    WorkflowStore,
+)
+from conveyor.store.records import (
+    BatchStatus,
+    JobSelection,
+    LimitStatus,
+    Relative,
+    Stats,
+    Step,
     WorkerInfo,
     WorkflowInfo,
-    WorkflowStore,
-    require,
 )
-from conveyor.store.capabilities import Capabilities, store_capabilities
-from conveyor.store.dsn import open_store
 from conveyor.task import EnqueueOptions, Task
 from conveyor.worker.changes import Change, ChangeHub, ChangeListener
 from conveyor.workflow import Workflow, WorkflowRun, WorkflowStatus, check_workflow

@@ -36,7 +36,7 @@ from conveyor.logs import job_fields
 from conveyor.pacing import DutyBackoff
 
 if TYPE_CHECKING:
-    from conveyor.store.base import Relative, Step
+    from conveyor.store.records import Relative, Step
 
 log = logging.getLogger("conveyor.worker")
 #: Failed telemetry writes (progress, a handler's heartbeat) of every job, logged

@@ -19,7 +19,7 @@ from typing import Protocol
 
 from conveyor.errors import ConfigurationError, InvalidJobError
 from conveyor.job import MAX_JOB_ID, AfterFailure, Job, JobState, is_job_id, validate_name
-from conveyor.store.base import WorkflowInfo
+from conveyor.store.records import WorkflowInfo
 from conveyor.task import Step
 
 __all__ = [

@@ -49,8 +49,8 @@ from conveyor.job import (
     validate_max_attempts,
     validate_priority,
 )
-from conveyor.store.base import StepStore
 from conveyor.store.dsn import DSN_ENV, default_dsn, sqlite_path
+from conveyor.store.protocols import StepStore
 from conveyor.task import EnqueueOptions, Task
 
 #: Calls per transaction when enqueueing from a file or with --count.

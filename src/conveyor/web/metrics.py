@@ -27,7 +27,7 @@ from starlette.responses import PlainTextResponse, Response
 
 from conveyor.app import App
 from conveyor.job import EventKind, JobState, utcnow
-from conveyor.store.base import EventOffset
+from conveyor.store.records import EventOffset
 from conveyor.web.limits import limit_metrics
 
 #: Upper bounds (seconds) of the run-time histogram's buckets.

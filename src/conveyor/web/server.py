@@ -37,7 +37,7 @@ from conveyor.errors import (
     SchemaMissingError,
 )
 from conveyor.job import DETAILED_STATES, FILTER_STATES, JobState, utcnow
-from conveyor.store.base import StepStore
+from conveyor.store.protocols import StepStore
 from conveyor.store.selection import ARGS_SEARCH_SPAN
 from conveyor.web import charts, graph, views
 from conveyor.web.format import FILTERS

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from conveyor.job import Job
-from conveyor.store.base import ChangeCallback, Store, Subscription
+from conveyor.store.protocols import ChangeCallback, Store, Subscription
 
 log = logging.getLogger("conveyor.changes")
 

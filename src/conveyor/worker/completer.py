@@ -25,7 +25,7 @@ from conveyor.errors import StoreUnavailableError
 from conveyor.job import JobState
 from conveyor.logs import job_fields
 from conveyor.pacing import DutyBackoff
-from conveyor.store.base import Store
+from conveyor.store.protocols import Store
 from conveyor.worker.changes import ChangeHub
 from conveyor.worker.executor import Outcome, Running
 

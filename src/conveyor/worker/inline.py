@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from conveyor.context import Context
 from conveyor.job import Job, JobState, utcnow
-from conveyor.store.base import Lease, Relative, Step
+from conveyor.store.records import Lease, Relative, Step
 from conveyor.worker import effects
 from conveyor.worker.changes import ids_payload
 from conveyor.worker.completer import Completer

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from conveyor.job import NewJob, resolve_run_at, utcnow
 from conveyor.pacing import DutyBackoff
-from conveyor.store.base import FlowControlStore, OperatorStore
+from conveyor.store.protocols import FlowControlStore, OperatorStore
 from conveyor.worker.talk import log_rescued
 
 if TYPE_CHECKING:

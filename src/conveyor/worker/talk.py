@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from conveyor.job import utcnow
 from conveyor.logs import job_fields, spelled_duration
-from conveyor.store.base import Store
+from conveyor.store.protocols import Store
 from conveyor.version import __version__
 from conveyor.worker.executor import Running, outcome_name
 

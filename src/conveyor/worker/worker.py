@@ -45,7 +45,7 @@ from conveyor.errors import ConfigurationError
 from conveyor.job import Job, utcnow
 from conveyor.logs import job_fields
 from conveyor.pacing import DutyBackoff
-from conveyor.store.base import Lease, LeaseStatus, Relative, Step
+from conveyor.store.records import Lease, LeaseStatus, Relative, Step
 from conveyor.worker import effects
 from conveyor.worker.changes import ids_payload
 from conveyor.worker.completer import Completer, CompleterThread, Settlement

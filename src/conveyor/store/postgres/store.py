@@ -31,11 +31,19 @@ from conveyor.errors import (
 )
 from conveyor.job import HOLD_AT, Event, Job, JobState, NewJob
 from conveyor.limits import Limit, QueueLimits
-from conveyor.store.base import (
+from conveyor.store.boundary import translate_errors
+from conveyor.store.counting import assemble_stats
+from conveyor.store.flows import first_states
+from conveyor.store.keys import key_pairs, new_job_record, plan_insert, resolve_plan
+from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of_row
+from conveyor.store.postgres import flows as pg_flows
+from conveyor.store.postgres.choices import check_choices
+from conveyor.store.postgres.listener import Listener
+from conveyor.store.protocols import ChangeCallback, Subscription
+from conveyor.store.records import (
     LEASE_EXPIRED_ERROR,
     TAKEN_BACK_ERROR,
     BatchStatus,
-    ChangeCallback,
     EventCounts,
     EventOffset,
     Finish,
@@ -48,18 +56,9 @@ from conveyor.store.base import (
     RunTimeBucket,
     Stats,
     Step,
-    Subscription,
     WorkerInfo,
     WorkflowInfo,
 )
-from conveyor.store.boundary import translate_errors
-from conveyor.store.counting import assemble_stats
-from conveyor.store.flows import first_states
-from conveyor.store.keys import key_pairs, new_job_record, plan_insert, resolve_plan
-from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of_row
-from conveyor.store.postgres import flows as pg_flows
-from conveyor.store.postgres.choices import check_choices
-from conveyor.store.postgres.listener import Listener
 from conveyor.store.selection import (
     NO_ID_BOUND,
     count_query,

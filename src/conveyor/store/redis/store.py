@@ -38,11 +38,14 @@ from redis.retry import Retry
 from conveyor.errors import ConfigurationError, StoreUnavailableError
 from conveyor.job import HOLD_AT, Event, EventKind, Job, JobState, NewJob
 from conveyor.limits import Limit, QueueLimits
-from conveyor.store.base import (
+from conveyor.store.flows import DROPPED, GONE, check_order, unknown_parent
+from conveyor.store.keys import new_job_record
+from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of_row
+from conveyor.store.protocols import ChangeCallback, Subscription
+from conveyor.store.records import (
     LEASE_EXPIRED_ERROR,
     TAKEN_BACK_ERROR,
     BatchStatus,
-    ChangeCallback,
     EventCounts,
     EventOffset,
     Finish,
@@ -56,13 +59,9 @@ from conveyor.store.base import (
     RunTimeBucket,
     Stats,
     Step,
-    Subscription,
     WorkerInfo,
     WorkflowInfo,
 )
-from conveyor.store.flows import DROPPED, GONE, check_order, unknown_parent
-from conveyor.store.keys import new_job_record
-from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of_row
 from conveyor.store.redis.history import (
     PurgeWalks,
     beyond_newest,

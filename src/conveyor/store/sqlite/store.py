@@ -26,11 +26,18 @@ from conveyor.errors import (
 )
 from conveyor.job import HOLD_AT, Event, Job, JobState, NewJob, utcnow
 from conveyor.limits import Limit, QueueLimits
-from conveyor.store.base import (
+from conveyor.store.boundary import translate_errors
+from conveyor.store.columns import EVENT_COLUMNS, JOB_COLUMNS
+from conveyor.store.counting import assemble_stats
+from conveyor.store.event_kinds import EVENT_KINDS
+from conveyor.store.flows import first_states
+from conveyor.store.keys import key_pairs, new_job_record, plan_insert, resolve_plan
+from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of_row
+from conveyor.store.protocols import ChangeCallback, Subscription
+from conveyor.store.records import (
     LEASE_EXPIRED_ERROR,
     TAKEN_BACK_ERROR,
     BatchStatus,
-    ChangeCallback,
     EventCounts,
     EventOffset,
     Finish,
@@ -43,17 +50,9 @@ from conveyor.store.base import (
     RunTimeBucket,
     Stats,
     Step,
-    Subscription,
     WorkerInfo,
     WorkflowInfo,
 )
-from conveyor.store.boundary import translate_errors
-from conveyor.store.columns import EVENT_COLUMNS, JOB_COLUMNS
-from conveyor.store.counting import assemble_stats
-from conveyor.store.event_kinds import EVENT_KINDS
-from conveyor.store.flows import first_states
-from conveyor.store.keys import key_pairs, new_job_record, plan_insert, resolve_plan
-from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of_row
 from conveyor.store.selection import (
     NO_ID_BOUND,
     count_query,
