@@ -253,15 +253,6 @@ class OperatorStore(Protocol):
         """
         ...
 
-    def job_delete_terminal(self, job_ids: Sequence[int], finished_before: datetime) -> list[int]:
-        """Delete the given jobs (and their events) that are terminal and finished before the time.
-
-        The archive's delete: it names exactly the jobs it has written. A job
-        retried since is live again (or finished later) and is left alone.
-        Returns the ids deleted.
-        """
-        ...
-
     def queue_pause(self, queue: str, now: datetime) -> None: ...
 
     def queue_resume(self, queue: str, now: datetime) -> None: ...
@@ -533,6 +524,15 @@ class SqlStore(Protocol):
 
     #: "sqlite" or "postgresql".
     sql_dialect: str
+
+    def job_delete_terminal(self, job_ids: Sequence[int], finished_before: datetime) -> list[int]:
+        """Delete the given jobs (and their events) that are terminal and finished before the time.
+
+        The Spark archive's delete: it names exactly the jobs it has written. A job
+        retried since is live again (or finished later) and is left alone.
+        Returns the ids deleted.
+        """
+        ...
 
 
 @runtime_checkable

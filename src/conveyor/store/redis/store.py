@@ -999,9 +999,6 @@ class RedisStore:
             )
         return sorted(int(i) for i in deleted)
 
-    def job_delete_terminal(self, job_ids: Sequence[int], finished_before: datetime) -> list[int]:
-        return self._delete(job_ids, finished_before)
-
     def queue_pause(self, queue: str, now: datetime) -> None:
         self._run("queue_set_paused", queue, "1")
 
