@@ -381,7 +381,7 @@ class ClaimBeforeLimits:
                 jobs = [sqlite_job(r) for r in conn.execute(self.sql, params)]
                 store._record(conn, "claim", [j.id for j in jobs], now.timestamp())
         else:
-            from conveyor.store.postgres.store import _row_to_job as postgres_job
+            from conveyor.store.postgres.base import _row_to_job as postgres_job
 
             params = {
                 "queues": [queue], "limit": limit, "worker": "bench-worker", "token": token,

@@ -31,7 +31,7 @@ AwayReason = Callable[[BaseException], "str | None"]
 
 
 def translate_errors(is_missing: IsMissing, away: AwayReason) -> Callable[[T], T]:
-    """A class decorator over the public methods of a store.
+    """A class decorator over the public methods of a store, its own and inherited.
 
     ``is_missing(exc)`` errors become SchemaMissingError; errors ``away(exc)``
     gives a reason for become StoreUnavailableError naming the database and
@@ -39,7 +39,9 @@ def translate_errors(is_missing: IsMissing, away: AwayReason) -> Callable[[T], T
     """
 
     def decorate(cls: T) -> T:
-        for name, member in list(vars(cls).items()):
+        # Every public method, the capability mixins' a store class inherits included.
+        for name in dir(cls):
+            member = inspect.getattr_static(cls, name)
             if name.startswith("_") or not inspect.isfunction(member):
                 continue
             if inspect.isgeneratorfunction(member) or inspect.iscoroutinefunction(member):
