@@ -368,7 +368,7 @@ class ClaimBeforeLimits:
     def claim(self, queue: str, limit: int) -> list[Job]:
         token = secrets.token_hex(16)
         if self.backend == "sqlite":
-            from conveyor.store.sqlite.store import _row_to_job as sqlite_job
+            from conveyor.store.sqlite.base import _row_to_job as sqlite_job
 
             now = datetime.now(UTC)
             params = {
