@@ -26,14 +26,11 @@ from conveyor.store.records import Finish, LimitStatus
 from conveyor.store.sql import Migration, load_migrations, load_queries
 
 _Q = load_queries("conveyor.store.postgres")
-
 #: Retention per final state, holding jobs back, outcome readers.
 _S = load_queries("conveyor.store.postgres", "seeds.sql")
-
 _MIGRATIONS = load_migrations("conveyor.store.postgres")
 
 Connection = psycopg.Connection[tuple[Any, ...]]
-
 Cursor = psycopg.Cursor[tuple[Any, ...]]
 
 

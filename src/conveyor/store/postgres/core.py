@@ -37,20 +37,15 @@ log = logging.getLogger("conveyor.postgres")
 
 #: Claims retried after a group race (see job_claim in queries.sql).
 _CLAIM_ATTEMPTS = 5
-
 #: How long a claim's answer to next_run_in stands in for asking (the worker asks
 #: right after the claim; later, ask the database).
 _NEXT_DUE_FRESH = 0.5
-
 #: job_finish tries rows another statement held again this many times, the first
 #: after _PASSED_PAUSE seconds, each pause twice the one before (0.3 s in all).
 _PASSED_RETRIES = 5
-
 _PASSED_PAUSE = 0.01
-
 #: Inserts of one batch retried when keys change hands under it (see job_insert_many).
 _INSERT_ROUNDS = 5
-
 #: Seconds a store trusts that queues have no limits before it looks again.
 LIMITS_RECHECK_SECONDS = 1.0
 

@@ -19,6 +19,7 @@ from conveyor.store.records import Finish, Lease
 class TransactionsMixin(CoreMixin):
     """Work done on a caller's psycopg connection, committed with its transaction."""
 
+    #: TransactionalStore: enqueue inside the caller's transaction on this connection.
     transaction_connection = "a psycopg Connection"
 
     def job_complete_in(

@@ -26,7 +26,6 @@ from conveyor.store.redis.history import PurgeWalks
 #: The layout of keys this code reads and writes (``schema_version`` on Redis). 2: a
 #: queue's running set scored by lease expiry (no ``leases`` set); events in one field.
 LAYOUT_VERSION = 2
-
 DEFAULT_PREFIX = "{conveyor}:"
 
 #: The fields every job's hash has (REQUIRED in upkeep.lua): one without them cannot be read.
@@ -38,7 +37,6 @@ _REQUIRED = (
 #: Where a walk met an id: the queue and state of its index ("finished": a terminal
 #: state), None when the index does not say.
 _Where = tuple[str | None, str | None]
-
 _T = TypeVar("_T")
 
 

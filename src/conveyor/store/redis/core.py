@@ -22,7 +22,6 @@ from conveyor.store.redis.listener import RedisListener
 #: The sweep of dropped jobs' ids (job_sweep_lost.lua), run after each rescue while one
 #: is due: keys a slice (a script of about 2 ms at 2,000), seconds of slices a rescue.
 _SWEEP_KEYS = 2_000
-
 _SWEEP_SECONDS = 0.05
 
 

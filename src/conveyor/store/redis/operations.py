@@ -26,9 +26,7 @@ from conveyor.store.redis.limits import LimitsMixin
 from conveyor.store.selection import NO_ID_BOUND, args_floor
 
 TERMINAL = ("succeeded", "failed", "cancelled")
-
 _STATES = ("waiting", "queued", "running", *TERMINAL)
-
 #: Keys of one index read per round trip when Python walks it.
 _CHUNK = 500
 

@@ -29,7 +29,6 @@ _Q = load_queries("conveyor.store.sqlite")
 
 #: Retention per final state, holding jobs back, outcome readers.
 _S = load_queries("conveyor.store.sqlite", "seeds.sql")
-
 _MIGRATIONS = load_migrations("conveyor.store.sqlite")
 
 _PRAGMAS = (
@@ -49,9 +48,7 @@ _PRAGMAS = (
     # this threshold (16 MiB) is the fallback when no process watches.
     "PRAGMA wal_autocheckpoint = 4000",
 )
-
 BUSY_TIMEOUT_SECONDS = 30.0
-
 #: A write that waited longer than this for the write lock makes the next rescue
 #: round give up (job_rescue_expired): the lease holders' renewals were waiting too.
 #: A renewal every third of the lease misses it only when held up for two thirds:
@@ -68,6 +65,8 @@ def _dt(value: float | None) -> datetime | None:
     return None if value is None else datetime.fromtimestamp(value, UTC)
 
 
+# Rows come back as plain tuples (much cheaper than sqlite3.Row on the claim
+# path): in the order of conveyor.store.columns, checked by migrate().
 def _row_to_job(row: tuple[Any, ...]) -> Job:
     (
         id_, queue, task, state, args, kwargs, priority, run_at, attempts, max_attempts, key,

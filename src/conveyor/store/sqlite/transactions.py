@@ -19,6 +19,7 @@ from conveyor.store.sqlite.core import CoreMixin
 class TransactionsMixin(CoreMixin):
     """Work done on a caller's sqlite3 connection, committed with its transaction."""
 
+    #: TransactionalStore: enqueue inside the caller's transaction on this connection.
     transaction_connection = "a sqlite3 Connection"
 
     def job_complete_in(
