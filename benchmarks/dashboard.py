@@ -51,7 +51,6 @@ from urllib.parse import urlsplit, urlunsplit
 
 from conveyor import App
 from conveyor.job import JobState, utcnow
-from conveyor.store.base import Finish
 from conveyor.store.metrics_protocol import (
     BOUNDS,
     FOLD_LIMIT,
@@ -59,6 +58,7 @@ from conveyor.store.metrics_protocol import (
     TaskMetricsStore,
     span_start,
 )
+from conveyor.store.records import Finish
 from conveyor.web import task_metrics
 from conveyor.web.metrics import Metrics
 from metrics_prometheus_client import Metrics as WithLibrary

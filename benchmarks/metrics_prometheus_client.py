@@ -37,7 +37,7 @@ from prometheus_client.registry import Collector
 
 from conveyor.app import App
 from conveyor.job import JobState, utcnow
-from conveyor.store.base import EventOffset, LimitStatus
+from conveyor.store.records import EventOffset, LimitStatus
 
 # The same metrics as the dashboard's text: its tables, not copies of them.
 from conveyor.web.limits import LIMIT_GAUGES

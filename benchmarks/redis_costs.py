@@ -38,7 +38,7 @@ def one_round(dsn: str, jobs: int) -> tuple[dict[str, tuple[float, float]], dict
     import redis
 
     from conveyor.job import NewJob, utcnow
-    from conveyor.store.base import Finish
+    from conveyor.store.records import Finish
     from conveyor.store.redis import RedisStore
 
     client = redis.Redis.from_url(dsn)

@@ -48,8 +48,9 @@ from typing import Any, ClassVar
 
 from conveyor.job import Job, NewJob
 from conveyor.limits import Limit, Rate
-from conveyor.store.base import Finish, Store
 from conveyor.store.dsn import open_store
+from conveyor.store.protocols import Store
+from conveyor.store.records import Finish
 from conveyor.store.sql import load_queries, parse_queries
 from pg import postgres
 from redis_db import redis_database
@@ -367,7 +368,7 @@ class ClaimBeforeLimits:
     def claim(self, queue: str, limit: int) -> list[Job]:
         token = secrets.token_hex(16)
         if self.backend == "sqlite":
-            from conveyor.store.sqlite.store import _row_to_job as sqlite_job
+            from conveyor.store.sqlite.base import _row_to_job as sqlite_job
 
             now = datetime.now(UTC)
             params = {
@@ -380,7 +381,7 @@ class ClaimBeforeLimits:
                 jobs = [sqlite_job(r) for r in conn.execute(self.sql, params)]
                 store._record(conn, "claim", [j.id for j in jobs], now.timestamp())
         else:
-            from conveyor.store.postgres.store import _row_to_job as postgres_job
+            from conveyor.store.postgres.base import _row_to_job as postgres_job
 
             params = {
                 "queues": [queue], "limit": limit, "worker": "bench-worker", "token": token,

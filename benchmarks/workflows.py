@@ -31,8 +31,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from conveyor.job import JobState, NewJob
-from conveyor.store.base import Finish, Store
 from conveyor.store.dsn import open_store
+from conveyor.store.protocols import Store
+from conveyor.store.records import Finish
 from pg import postgres
 from redis_db import redis_database
 

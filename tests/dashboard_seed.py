@@ -12,7 +12,7 @@ from datetime import timedelta
 
 from conveyor import App
 from conveyor.job import utcnow
-from conveyor.store.base import Finish, Lease
+from conveyor.store.records import Finish, Lease
 from outcomes import Failure
 
 #: Arguments that would run as script if a page failed to escape them.

@@ -7,7 +7,8 @@ from datetime import datetime
 from typing import Any
 
 from conveyor.job import Job, NewJob, retry_refusal, utcnow
-from conveyor.store.base import Finish, JobSelection, Lease, Store
+from conveyor.store.protocols import Store
+from conveyor.store.records import Finish, JobSelection, Lease
 
 
 def Failure(  # named like the record it builds

@@ -8,8 +8,8 @@ from typing import Any
 import psycopg
 from pyspark.sql import DataFrame, SparkSession
 
-from conveyor.store.base import Store
 from conveyor.store.dsn import sqlite_path
+from conveyor.store.protocols import Store
 from outcomes import listed
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from conveyor import App
-from conveyor.store.base import Store
 from conveyor.store.dsn import open_store
+from conveyor.store.protocols import Store
 
 BACKENDS = ["sqlite", "postgres", "redis"]
 #: The backends with SQL. A test about SQL itself (its text, triggers, migrations,

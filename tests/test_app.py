@@ -22,7 +22,7 @@ from conveyor import (
     UnknownTaskError,
 )
 from conveyor.job import MAX_NAME_LENGTH, MAX_PAYLOAD_BYTES, utcnow
-from conveyor.store.base import Finish, Lease
+from conveyor.store.records import Finish, Lease
 from outcomes import Failure, cancelled
 
 

@@ -15,8 +15,8 @@ from conveyor.cli import cli
 from conveyor.errors import ConfigurationError
 from conveyor.job import utcnow
 from conveyor.store.audit import FIELD_CHARS, AuditStore
-from conveyor.store.base import Store
 from conveyor.store.dsn import DSN_ENV
+from conveyor.store.protocols import Store
 
 
 def run(*args: str, code: int = 0, actor: str = "ops-alice", columns: int = 200) -> Result:

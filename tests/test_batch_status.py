@@ -8,7 +8,7 @@ import pytest
 
 from conveyor import App, InvalidJobError
 from conveyor.job import Job, NewJob
-from conveyor.store.base import Finish, Lease
+from conveyor.store.records import Finish, Lease
 from outcomes import Failure, cancelled
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

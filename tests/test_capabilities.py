@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 
 from conveyor import App, ConfigurationError, JobState
-from conveyor.store.base import (
+from conveyor.store import capabilities
+from conveyor.store.dsn import open_store
+from conveyor.store.protocols import (
     DurabilityReport,
     FlowControlStore,
     InsightStore,
@@ -24,7 +26,6 @@ from conveyor.store.base import (
     Store,
     TransactionalStore,
 )
-from conveyor.store.dsn import open_store
 
 CORE = frozenset(name for name in dir(JobStore) if not name.startswith("_")) | {"description"}
 
@@ -105,3 +106,55 @@ def test_redis_refuses_a_callers_transaction_up_front(redis_clean_dsn: str) -> N
         with pytest.raises(ConfigurationError, match=refused):
             hello.options(connection=object()).enqueue()
         assert app.jobs() == []
+
+
+def test_a_capability_check_returns_the_store_narrowed_or_refuses_it(
+    dsn: str, store: Store
+) -> None:
+    # Granted: the very store comes back, typed as the capability.
+    assert capabilities.operator_store(store, "list jobs") is store
+    assert capabilities.hold_store(store, "hold jobs").job_held(None, None, 10) == []
+    redis = dsn.startswith("redis")
+    if redis:
+        assert capabilities.durability_report(store, "report durability") is store
+        with pytest.raises(ConfigurationError) as refused:
+            capabilities.sql_store(store, "stage Spark writes")
+        assert str(refused.value) == (
+            f"{store.description} cannot stage Spark writes: it does not implement SqlStore"
+        )
+    else:
+        assert capabilities.sql_store(store, "stage Spark writes") is store
+        with pytest.raises(ConfigurationError, match="does not implement DurabilityReport"):
+            capabilities.durability_report(store, "report durability")
+
+
+def test_every_capability_check_refuses_a_store_with_only_the_core(tmp_path: Path) -> None:
+    inner = open_store(f"sqlite:///{tmp_path / 'jobs.db'}")
+    core = CoreOnly(inner)
+    checks = {
+        capabilities.operator_store: "OperatorStore",
+        capabilities.insight_store: "InsightStore",
+        capabilities.flow_control_store: "FlowControlStore",
+        capabilities.transactional_store: "TransactionalStore",
+        capabilities.durability_report: "DurabilityReport",
+        capabilities.workflow_store: "WorkflowStore",
+        capabilities.hold_store: "HoldStore",
+        capabilities.outcome_store: "OutcomeStore",
+        capabilities.sql_store: "SqlStore",
+        capabilities.local_file_store: "LocalFileStore",
+        capabilities.step_store: "StepStore",
+        capabilities.transactional_completion: "TransactionalCompletion",
+    }
+    try:
+        for check, protocol in checks.items():
+            with pytest.raises(ConfigurationError) as refused:
+                check(core, "do this")
+            expected = (
+                f"core of {inner.description} cannot do this: it does not implement {protocol}"
+            )
+            assert str(refused.value) == expected
+            # The same store passes the same check unwrapped, or is refused for real.
+            if protocol != "DurabilityReport":
+                assert check(inner, "do this") is inner
+    finally:
+        inner.close()

@@ -35,7 +35,7 @@ import psycopg
 import pytest
 
 from conveyor import App
-from conveyor.store.sqlite import store as sqlite_store_module
+from conveyor.store.sqlite import base as sqlite_store_module
 from pg_server import PgServer
 
 pytestmark = pytest.mark.slow

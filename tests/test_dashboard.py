@@ -22,7 +22,7 @@ from starlette.testclient import TestClient
 
 from conveyor import App
 from conveyor.job import JobState, utcnow
-from conveyor.store.base import Finish
+from conveyor.store.records import Finish
 from conveyor.version import __version__
 from conveyor.web import create_app
 from conveyor.web.commands import dashboard

@@ -23,7 +23,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 import conveyor.web.server
 from conveyor import App
 from conveyor.job import JobState, utcnow
-from conveyor.store.base import Finish, Lease
+from conveyor.store.records import Finish, Lease
 from dashboard_seed import SCRIPT_PAYLOAD, Seeded, seed
 from dashboard_server import serve
 from outcomes import Failure, record_tick

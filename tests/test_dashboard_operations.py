@@ -23,8 +23,8 @@ from starlette.testclient import TestClient
 
 from conveyor import App, JobState
 from conveyor.job import utcnow
-from conveyor.store.base import Finish, Lease
 from conveyor.store.dsn import sqlite_path
+from conveyor.store.records import Finish, Lease
 from conveyor.web import create_app
 from conveyor.web.commands import dashboard
 from outcomes import Failure, record_tick

@@ -12,7 +12,7 @@ from starlette.testclient import TestClient
 
 from conveyor import App
 from conveyor.job import NewJob, utcnow
-from conveyor.store.base import Finish
+from conveyor.store.records import Finish
 from conveyor.web import create_app
 from conveyor.web.task_metrics import latency
 

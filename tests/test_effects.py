@@ -26,7 +26,7 @@ from conveyor import App, Context, FixedBackoff, JobState
 from conveyor.cli import cli
 from conveyor.errors import ConfigurationError, LeaseLostError
 from conveyor.job import NewJob, utcnow
-from conveyor.store.base import Finish, Lease
+from conveyor.store.records import Finish, Lease
 from conveyor.testing import drain, inline
 from conveyor.web import create_app
 from store_fixtures import sql_only

@@ -25,8 +25,8 @@ import pytest
 
 from conveyor import App, Context, JobState
 from conveyor.job import NewJob, utcnow
-from conveyor.store.base import Finish, Lease
 from conveyor.store.dsn import open_store
+from conveyor.store.records import Finish, Lease
 from conveyor.worker.maintenance import round_interval
 from store_fixtures import sql_only
 from test_effects import effect_db, insert_effect

@@ -18,8 +18,8 @@ import pytest
 
 from conveyor import App, Context, InvalidJobError
 from conveyor.job import MAX_HEADERS_BYTES, NewJob
-from conveyor.store.base import Store
 from conveyor.store.dsn import open_store
+from conveyor.store.protocols import Store
 from conveyor.store.sql import load_migrations, load_queries
 from conveyor.testing import drain
 from outcomes import listed

@@ -15,8 +15,9 @@ import pytest
 from conveyor import App, ConfigurationError, InvalidJobError
 from conveyor.job import Job, NewJob
 from conveyor.limits import Limit, Rate, parse_rate
-from conveyor.store.base import Finish, Store
 from conveyor.store.dsn import open_store
+from conveyor.store.protocols import Store
+from conveyor.store.records import Finish
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LEASE = timedelta(seconds=30)

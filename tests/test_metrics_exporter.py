@@ -17,7 +17,7 @@ from starlette.testclient import TestClient
 
 from conveyor import App
 from conveyor.job import utcnow
-from conveyor.store.base import Finish
+from conveyor.store.records import Finish
 from conveyor.version import __version__
 from conveyor.web import create_app
 from conveyor.web.exporter import create_metrics_app

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from conveyor.store.base import Store
 from conveyor.store.dsn import open_store
+from conveyor.store.protocols import Store
 from conveyor.store.sql import load_migrations
 
 SCHEMA_DIR = Path(__file__).parent / "schema"

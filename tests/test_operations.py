@@ -23,8 +23,8 @@ from conveyor.errors import (
     SchemaMissingError,
 )
 from conveyor.job import Job, NewJob, utcnow
-from conveyor.store.base import Finish
 from conveyor.store.dsn import open_store, require_existing
+from conveyor.store.records import Finish
 from outcomes import Failure, cancel_one, retry_one
 
 LEASE = timedelta(seconds=30)

@@ -17,7 +17,7 @@ from starlette.testclient import TestClient
 from conveyor import App
 from conveyor.cli import cli
 from conveyor.job import utcnow
-from conveyor.store.base import Finish, Lease
+from conveyor.store.records import Finish, Lease
 from conveyor.web import create_app
 
 BASE = "http://127.0.0.1"

@@ -23,14 +23,9 @@ import pytest
 
 from conveyor.errors import ConfigurationError, JobStateError, StoreUnavailableError
 from conveyor.job import Event, Job, JobState, NewJob
-from conveyor.store.base import (
-    DurabilityReport,
-    Finish,
-    Lease,
-    Store,
-    TransactionalStore,
-)
 from conveyor.store.postgres import PostgresStore
+from conveyor.store.protocols import DurabilityReport, Store, TransactionalStore
+from conveyor.store.records import Finish, Lease
 from conveyor.store.sqlite import SQLiteStore
 from outcomes import Failure, cancel_one, cancelled, listed, purge, released, retry_one
 

@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from conveyor.job import NewJob
-from conveyor.store.base import Finish
+from conveyor.store.records import Finish
 from conveyor.store.redis import RedisStore, history
 
 pytestmark = pytest.mark.redis

@@ -28,13 +28,14 @@ from starlette.testclient import TestClient
 from conveyor import App, JobState
 from conveyor.cli import cli
 from conveyor.errors import JobNotFoundError
-from conveyor.job import Event, NewJob, utcnow
+from conveyor.job import Event, Job, NewJob, utcnow
 from conveyor.limits import Limit
-from conveyor.store.base import Finish, Job, Lease
 from conveyor.store.dsn import open_store
 from conveyor.store.event_kinds import DROPPED_INCOMPLETE, DROPPED_MISSING
+from conveyor.store.records import Finish, Lease
 from conveyor.store.redis import RedisStore
-from conveyor.store.redis import store as redis_store
+from conveyor.store.redis import base as redis_base
+from conveyor.store.redis import core as redis_core
 from conveyor.web import create_app
 from outcomes import listed, purge
 from waiting import wait_until
@@ -454,7 +455,7 @@ def test_a_hash_lacking_fields_is_dropped_naming_them(store: RedisStore, client:
     assert index_problems(client) == []
 
 
-@pytest.mark.parametrize("field", redis_store._REQUIRED)
+@pytest.mark.parametrize("field", redis_base._REQUIRED)
 def test_every_field_a_job_has_is_checked(store: RedisStore, client: Any, field: str) -> None:
     (job,) = store.job_insert_many([new_job()], utcnow())
     client.hdel(f"{P}job:{job.id}", field)
@@ -511,8 +512,8 @@ def test_operators_are_told_a_job_was_dropped_until_retention_purges_its_history
 def test_the_sweep_walks_in_slices_and_ids_dropped_meanwhile_wait_for_the_next_walk(
     store: RedisStore, client: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(redis_store, "_SWEEP_KEYS", 10)
-    monkeypatch.setattr(redis_store, "_SWEEP_SECONDS", 0)  # one slice a rescue
+    monkeypatch.setattr(redis_core, "_SWEEP_KEYS", 10)
+    monkeypatch.setattr(redis_core, "_SWEEP_SECONDS", 0)  # one slice a rescue
     store.job_insert_many([new_job(batch=f"b{n}") for n in range(50)], utcnow())
     first, _ = store.job_insert_many(
         [new_job(group="chat", batch="x"), new_job(group="chat", batch="x")], utcnow()

@@ -26,8 +26,9 @@ import crash_app
 from conveyor import App, Context, JobState
 from conveyor.errors import ConfigurationError, StoreUnavailableError
 from conveyor.job import NewJob, utcnow
-from conveyor.store.base import DurabilityReport, Finish, Store, TransactionalStore
 from conveyor.store.dsn import open_store
+from conveyor.store.protocols import DurabilityReport, Store, TransactionalStore
+from conveyor.store.records import Finish
 from conveyor.store.redis import RedisStore
 from outcomes import cancel_one
 from redis_server import RedisServer

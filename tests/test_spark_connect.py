@@ -16,7 +16,7 @@ import pytest
 
 from conveyor.job import NewJob
 from conveyor.spark import archive, batch_results, enqueue, read_table, report
-from conveyor.store.base import Store
+from conveyor.store.protocols import Store
 from spark_helpers import all_jobs, items, leftovers
 from test_spark_pipelines import T0, seed_archive_jobs, seed_batch, seed_report_jobs
 from test_spark_streams import run_stream, sink_runs_exactly_once

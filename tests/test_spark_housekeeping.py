@@ -26,8 +26,8 @@ from conveyor.spark.housekeeping import CLEANUP_TASK
 from conveyor.spark.options import Options
 from conveyor.spark.rows import WritePlan
 from conveyor.spark.writer import ConveyorWriter
-from conveyor.store.base import Store
 from conveyor.store.dsn import sqlite_path
+from conveyor.store.protocols import Store
 from conveyor.worker.maintenance import Maintenance
 from spark_helpers import all_jobs, items, leftovers, writer
 

@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 
 from conveyor.errors import ConfigurationError
 from conveyor.spark.options import Options, ddl_with_options, names_for
-from conveyor.store.base import Store
+from conveyor.store.protocols import Store
 from spark_helpers import all_jobs, items, leftovers, spark_tables, writer
 
 # The Spark data source needs SQL (staging tables, scans by id range): SQLite and

@@ -24,7 +24,8 @@ from conveyor.spark import commands
 from conveyor.spark.analytics import PERCENTILES, report
 from conveyor.spark.archiving import archive, read_archive
 from conveyor.spark.fanin import batch_results
-from conveyor.store.base import Finish, Lease, Store
+from conveyor.store.protocols import Store
+from conveyor.store.records import Finish, Lease
 from outcomes import Failure, cancel_one, retry_one
 
 # The Spark data source needs SQL (staging tables, scans by id range): SQLite and

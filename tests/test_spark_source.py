@@ -34,8 +34,9 @@ from conveyor.spark.options import Options
 from conveyor.spark.rows import WritePlan
 from conveyor.spark.storage import stage_prefix
 from conveyor.spark.writer import ConveyorWriter, WriteEndedError
-from conveyor.store.base import Finish, Store
 from conveyor.store.dsn import open_store, sqlite_path
+from conveyor.store.protocols import Store
+from conveyor.store.records import Finish
 from outcomes import Failure
 from spark_helpers import all_jobs, items, leftovers, writer
 from store_fixtures import event_committed_late

@@ -21,8 +21,8 @@ from conveyor.spark.options import Options
 from conveyor.spark.rows import WritePlan
 from conveyor.spark.storage import ScanFilter, open_storage, scan_query
 from conveyor.spark.writer import ConveyorWriter
-from conveyor.store.base import Store
 from conveyor.store.dsn import sqlite_path
+from conveyor.store.protocols import Store
 from conveyor.store.sql import load_migrations
 from spark_helpers import all_jobs, spark_tables
 

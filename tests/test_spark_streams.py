@@ -19,8 +19,8 @@ from pyspark.sql import SparkSession
 
 from conveyor.job import NewJob
 from conveyor.spark import write_result
-from conveyor.store.base import Store
 from conveyor.store.dsn import open_store
+from conveyor.store.protocols import Store
 from spark_helpers import all_jobs, leftovers
 from store_fixtures import event_committed_late
 

@@ -25,7 +25,8 @@ from conveyor.spark import enqueue, write_result
 from conveyor.spark.options import Options
 from conveyor.spark.rows import WritePlan
 from conveyor.spark.writer import ConveyorWriter, WriteConflictError
-from conveyor.store.base import Finish, Store
+from conveyor.store.protocols import Store
+from conveyor.store.records import Finish
 from spark_helpers import all_jobs, count_rows, items, leftovers, writer
 
 # The Spark data source needs SQL (staging tables, scans by id range): SQLite and

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import cast
 
 from conveyor.job import Job, JobState, NewJob
-from conveyor.store.base import Finish, HoldStore, Store
+from conveyor.store.protocols import HoldStore, Store
+from conveyor.store.records import Finish
 from outcomes import cancel_one, retry_one
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "architecture.md"

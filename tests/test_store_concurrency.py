@@ -23,8 +23,9 @@ from typing import Any
 import pytest
 
 from conveyor.job import Job, JobState, NewJob, utcnow
-from conveyor.store.base import Finish, Store
 from conveyor.store.dsn import open_store
+from conveyor.store.protocols import Store
+from conveyor.store.records import Finish
 from outcomes import listed
 
 THREADS = 8

@@ -22,7 +22,8 @@ import pytest
 
 from conveyor.errors import JobStateError
 from conveyor.job import Job, JobState, NewJob, Unique, encode_json, encode_payload
-from conveyor.store.base import Finish, Lease, LeaseStatus, Store
+from conveyor.store.protocols import Store
+from conveyor.store.records import Finish, Lease, LeaseStatus
 from outcomes import Failure, cancel_one, cancelled, listed, purge, released, retry_one
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -15,8 +15,9 @@ import pytest
 from psycopg import sql as pgsql
 
 from conveyor.job import EventKind, Job, JobState, NewJob, encode_payload
-from conveyor.store.base import Finish, Store
 from conveyor.store.dsn import open_store
+from conveyor.store.protocols import Store
+from conveyor.store.records import Finish
 from conveyor.store.selection import driven
 from conveyor.store.sql import load_queries
 from outcomes import Failure, listed

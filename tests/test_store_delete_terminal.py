@@ -1,12 +1,18 @@
-"""``Store.job_delete_terminal``, the archive's delete, on every backend, without Spark."""
+"""``SqlStore.job_delete_terminal``, the Spark archive's delete, on the SQL stores without Spark."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from conveyor.job import Job, JobState, NewJob
-from conveyor.store.base import Finish, Lease, Store
+from conveyor.store.protocols import Store
+from conveyor.store.records import Finish, Lease
 from outcomes import cancelled, retry_one
+
+#: Only SQL stores delete for the archive (Spark refuses Redis).
+pytestmark = pytest.mark.sql_only
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LEASE = timedelta(seconds=30)

@@ -40,8 +40,9 @@ from psycopg import sql
 
 from conveyor.errors import JobStateError
 from conveyor.job import HOLD_AT, Job, JobState, NewJob
-from conveyor.store.base import Finish, HoldStore, Lease, Store
 from conveyor.store.dsn import open_store
+from conveyor.store.protocols import HoldStore, Store
+from conveyor.store.records import Finish, Lease
 from outcomes import Failure, cancel_one, cancelled, listed, purge, released, retry_one
 
 START = datetime(2030, 1, 1, tzinfo=UTC)

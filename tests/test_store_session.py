@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conveyor.store.base import Store
+from conveyor.store.protocols import Store
 from conveyor.store.sql import Migration
 
 pytestmark = pytest.mark.sql_only

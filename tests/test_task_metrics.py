@@ -9,7 +9,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from conveyor.job import NewJob
-from conveyor.store.base import Finish, Store
 from conveyor.store.metrics_protocol import (
     BOUNDS,
     HOUR,
@@ -22,6 +21,8 @@ from conveyor.store.metrics_protocol import (
     histogram,
     percentile,
 )
+from conveyor.store.protocols import Store
+from conveyor.store.records import Finish
 
 START = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 LEASE = timedelta(minutes=10)

@@ -35,8 +35,8 @@ from conveyor import (
     Retry,
 )
 from conveyor.job import Event, utcnow
-from conveyor.store.base import Finish
 from conveyor.store.postgres import listener as pg_listener
+from conveyor.store.records import Finish
 from conveyor.worker.maintenance import Maintenance
 from store_fixtures import sql_only
 from waiting import wait_until

@@ -409,7 +409,7 @@ def test_a_periodic_tick_runs_once_across_purges_restarts_and_leaders(app: App) 
 
 
 def _complete(job: Any) -> Any:
-    from conveyor.store.base import Finish
+    from conveyor.store.records import Finish
 
     return Finish.complete(job.id, job.lease_token, None)
 

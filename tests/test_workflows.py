@@ -16,7 +16,7 @@ import pytest
 from conveyor import App, Context, InvalidJobError, JobState
 from conveyor.errors import JobStateError
 from conveyor.job import EventKind, NewJob
-from conveyor.store.base import Finish
+from conveyor.store.records import Finish
 from conveyor.testing import drain
 
 T0 = datetime(2031, 1, 1, tzinfo=UTC)

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from conveyor import App, Context, InvalidJobError, JobState, Workflow, chain, chord, group
-from conveyor.store.base import Finish
+from conveyor.store.records import Finish
 from conveyor.testing import drain
 
 

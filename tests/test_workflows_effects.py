@@ -10,7 +10,7 @@ import psycopg
 
 from conveyor import App, Context, JobState
 from conveyor.job import EventKind
-from conveyor.store.base import Lease
+from conveyor.store.records import Lease
 from conveyor.testing import drain
 from store_fixtures import sql_only
 

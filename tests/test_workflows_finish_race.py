@@ -16,7 +16,7 @@ from datetime import timedelta
 import psycopg
 
 from conveyor import App, JobState
-from conveyor.store.base import Finish
+from conveyor.store.records import Finish
 
 
 def test_a_finish_after_the_childs_enqueue_readies_the_child(pg_clean_dsn: str) -> None:

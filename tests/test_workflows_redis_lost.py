@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import redis
 
-from conveyor.job import JobState, NewJob, utcnow
-from conveyor.store.base import Finish, Job
+from conveyor.job import Job, JobState, NewJob, utcnow
 from conveyor.store.dsn import open_store
+from conveyor.store.records import Finish
 from conveyor.store.redis import RedisStore
 
 pytestmark = pytest.mark.redis

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from conveyor.job import JobState, NewJob
-from conveyor.store.base import Finish, Store
+from conveyor.store.protocols import Store
+from conveyor.store.records import Finish
 from conveyor.store.sqlite.store import SQLiteStore
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

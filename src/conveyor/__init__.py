@@ -23,7 +23,7 @@ from conveyor.errors import (
 from conveyor.job import Event, Job, JobState, NewJob
 from conveyor.middleware import Middleware
 from conveyor.retry import ExponentialBackoff, FixedBackoff
-from conveyor.store.base import BatchStatus, LimitStatus, Stats, Step
+from conveyor.store.records import BatchStatus, LimitStatus, Stats, Step
 from conveyor.task import Task
 from conveyor.version import __version__
 from conveyor.worker.retention import Keep

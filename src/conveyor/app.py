@@ -46,33 +46,34 @@ from conveyor.middleware import Middleware, around_enqueue, check_middleware
 from conveyor.middleware import chain as middleware_chain
 from conveyor.retry import Backoff, check_backoff
 from conveyor.schedule import Periodic, make_schedule
-from conveyor.store.base import (
-    BatchStatus,
-    FinishedCount,
-    FlowControlStore,
-    HoldStore,
-    InsightStore,
-    JobSelection,
-    JobStore,
-    LimitStatus,
-    OperatorStore,
-    OutcomeStore,
-    Relative,
-    Stats,
-    Step,
-    StepStore,
-    Store,
-    TransactionalStore,
-    WorkerInfo,
-    WorkflowInfo,
-    WorkflowStore,
-    require,
-)
-from conveyor.store.capabilities import Capabilities, store_capabilities
+from conveyor.store.capabilities import Capabilities, require, store_capabilities
 from conveyor.store.dsn import open_store
 from conveyor.store.limit_keys import KeyThrottle, LimitKeyStore
 from conveyor.store.metrics_protocol import TaskMetricsStore
 from conveyor.store.payloads import PayloadStore
+from conveyor.store.protocols import (
+    FlowControlStore,
+    HoldStore,
+    InsightStore,
+    JobStore,
+    OperatorStore,
+    OutcomeStore,
+    StepStore,
+    Store,
+    TransactionalStore,
+    WorkflowStore,
+)
+from conveyor.store.records import (
+    BatchStatus,
+    FinishedCount,
+    JobSelection,
+    LimitStatus,
+    Relative,
+    Stats,
+    Step,
+    WorkerInfo,
+    WorkflowInfo,
+)
 from conveyor.store.workflow_retry import WorkflowRetryStore
 from conveyor.task import EnqueueOptions, Task, check_timeout
 from conveyor.worker.retention import MAX_KEEP, Keep, Retention, check_keep_finished

@@ -22,7 +22,8 @@ from conveyor.job import (
     utcnow,
     validate_name,
 )
-from conveyor.store.base import JobSelection, OperatorStore
+from conveyor.store.protocols import OperatorStore
+from conveyor.store.records import JobSelection
 
 #: Jobs acted on per transaction by a bulk action.
 BULK_BATCH = 1000

@@ -17,7 +17,7 @@ from typing import Any
 
 from conveyor.errors import ConfigurationError, JobCancelled, JobFailed
 from conveyor.job import Job, JobState
-from conveyor.store.base import ChangeCallback, Store, Subscription
+from conveyor.store.protocols import ChangeCallback, Store, Subscription
 
 log = logging.getLogger("conveyor.changes")
 

@@ -38,7 +38,7 @@ from conveyor.logs import job_fields
 from conveyor.pacing import DutyBackoff
 
 if TYPE_CHECKING:
-    from conveyor.store.base import Relative, Step
+    from conveyor.store.records import Relative, Step
 
 log = logging.getLogger("conveyor.worker")
 #: The longest ``ctx.sleep``: ten years.

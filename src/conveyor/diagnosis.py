@@ -16,15 +16,9 @@ from datetime import datetime, timedelta
 from conveyor.job import Job, JobState
 from conveyor.limits import fullness_words, window_words
 from conveyor.logs import spelled_duration
-from conveyor.store.base import (
-    FlowControlStore,
-    JobSelection,
-    JobStore,
-    LimitStatus,
-    OperatorStore,
-    WorkflowStore,
-)
 from conveyor.store.limit_keys import LimitKeyStore
+from conveyor.store.protocols import FlowControlStore, JobStore, OperatorStore, WorkflowStore
+from conveyor.store.records import JobSelection, LimitStatus
 
 #: The kinds of reason, in the order they are given (what an operator would
 #: undo first comes first).

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from conveyor.errors import ConfigurationError, EncryptedPayloadError
 from conveyor.job import SEALED_PREFIX, Job, NewJob, is_sealed
-from conveyor.store.base import Step
 from conveyor.store.payloads import PayloadChange, PayloadField, PayloadStore
+from conveyor.store.records import Step
 
 #: The environment variable of the keys: comma-separated, newest first.
 KEYS_ENV = "CONVEYOR_ENCRYPTION_KEYS"

@@ -25,7 +25,8 @@ from conveyor.job import (
     validate_name,
     validate_priority,
 )
-from conveyor.store.base import JobStore, WorkflowStore, require
+from conveyor.store.capabilities import require
+from conveyor.store.protocols import JobStore, WorkflowStore
 from conveyor.task import EnqueueOptions, Task
 
 #: The queue of a task (or an enqueue by name) that names none.

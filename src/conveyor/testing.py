@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from conveyor.job import Job, JobState, utcnow
-from conveyor.store.base import JobSelection
+from conveyor.store.records import JobSelection
 from conveyor.task import Task
 from conveyor.worker.inline import DEFAULT_LIMIT, run_job
 from conveyor.worker.inline import drain as _drain

@@ -20,7 +20,7 @@ from typing import Any, Protocol, TypeAlias
 
 from conveyor.errors import ConfigurationError, InvalidJobError
 from conveyor.job import MAX_JOB_ID, AfterFailure, Job, JobState, is_job_id, validate_name
-from conveyor.store.base import WorkflowInfo
+from conveyor.store.records import WorkflowInfo
 from conveyor.task import Step, Task
 
 __all__ = [

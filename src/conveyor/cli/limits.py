@@ -33,7 +33,7 @@ from conveyor.limits import (
     parse_rate,
     throttle_seconds,
 )
-from conveyor.store.base import LimitStatus
+from conveyor.store.records import LimitStatus
 
 
 class RateValue(_ParamType):

@@ -23,7 +23,7 @@ from rich.text import Text
 from conveyor.app import WorkerStatus
 from conveyor.encryption import SEALED_LABEL
 from conveyor.job import DETAILED_STATES, FILTER_STATES, Event, Job, JobState, is_sealed, utcnow
-from conveyor.store.base import QueueStats, Stats, Step
+from conveyor.store.records import QueueStats, Stats, Step
 
 STATES = [str(s) for s in JobState]
 #: What --state accepts: a state, or ready, scheduled or retrying (kinds of queued job).

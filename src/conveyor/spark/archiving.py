@@ -47,6 +47,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from conveyor.job import JobState
+from conveyor.store.capabilities import sql_store
 from conveyor.store.dsn import open_store
 
 if TYPE_CHECKING:
@@ -210,10 +211,11 @@ def _key_schema() -> StructType:
 def _delete(dsn: str, ids: list[int], cutoff: datetime, chunk: int, report: Progress) -> int:
     store = open_store(dsn)
     try:
+        archive = sql_store(store, "delete archived jobs")
         deleted = 0
         report("deleting", 0, len(ids))
         for start in range(0, len(ids), chunk):
-            deleted += len(store.job_delete_terminal(ids[start : start + chunk], cutoff))
+            deleted += len(archive.job_delete_terminal(ids[start : start + chunk], cutoff))
             report("deleting", min(start + chunk, len(ids)), len(ids))
         return deleted
     finally:

@@ -41,7 +41,7 @@ from conveyor.spark.options import Options
 from conveyor.spark.reader import _sqlite_array, arrow_schema
 from conveyor.spark.source import Column
 from conveyor.spark.storage import SparkStorage, backend_of, open_storage
-from conveyor.store.base import EventOffset
+from conveyor.store.records import EventOffset
 
 Offset = dict[str, int]
 

@@ -1,6 +1,6 @@
-"""Job stores: one protocol (base.py), one implementation per database."""
+"""Job stores: the protocols (protocols.py), their records (records.py), a package per database."""
 
-from conveyor.store.base import Store
 from conveyor.store.dsn import open_store
+from conveyor.store.protocols import Store
 
 __all__ = ["Store", "open_store"]

@@ -31,7 +31,7 @@ AwayReason = Callable[[BaseException], "str | None"]
 
 
 def translate_errors(is_missing: IsMissing, away: AwayReason) -> Callable[[T], T]:
-    """A class decorator over the public methods of a store.
+    """A class decorator over the public methods of a store, its own and inherited.
 
     ``is_missing(exc)`` errors become SchemaMissingError; errors ``away(exc)``
     gives a reason for become StoreUnavailableError naming the database and
@@ -39,12 +39,9 @@ def translate_errors(is_missing: IsMissing, away: AwayReason) -> Callable[[T], T
     """
 
     def decorate(cls: T) -> T:
-        # The methods a store class takes from its mixins too: the class's own,
-        # last, win over those of its bases.
-        found: dict[str, Any] = {}
-        for klass in reversed(cls.__mro__[:-1]):  # object left out
-            found.update(vars(klass))
-        for name, member in found.items():
+        # Every public method, the capability mixins' a store class inherits included.
+        for name in dir(cls):
+            member = inspect.getattr_static(cls, name)
             if name.startswith("_") or not inspect.isfunction(member):
                 continue
             if inspect.isgeneratorfunction(member) or inspect.iscoroutinefunction(member):

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from conveyor.job import JobState
-from conveyor.store.base import LimitStatus, QueueStats, Stats
+from conveyor.store.records import LimitStatus, QueueStats, Stats
 
 
 def assemble_stats(

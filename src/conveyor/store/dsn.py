@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from conveyor.errors import ConfigurationError
-from conveyor.store.base import Store
+from conveyor.store.protocols import Store
 
 DEFAULT_DSN = "sqlite:///conveyor.db"
 DSN_ENV = "CONVEYOR_DSN"

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from conveyor.limits import Limit, QueueLimits, Rate
-from conveyor.store.base import LimitStatus
+from conveyor.store.records import LimitStatus
 
 #: Seconds a start is kept past its windows: a clock that steps back by less
 #: than this cannot make a claim forget a start that still counts. (Claims are

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from conveyor.job import WAITING_STATES, Job, JobState, base_state
-from conveyor.store.base import JobSelection
+from conveyor.store.records import JobSelection
 
 #: A keyset page with no ``before_id`` starts below this id (the largest 64-bit integer):
 #: an always-present bound lets the planner walk an index range from it.

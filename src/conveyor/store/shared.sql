@@ -56,6 +56,43 @@ CASE WHEN ordinal = 2 THEN state
      WHEN f.kind = 'snooze' THEN 'snoozed'
      ELSE 'released' END
 
+-- name: finish_event
+-- The columns of a finished job's event after job_id, in the order of events'
+-- (queue, task, kind, attempt, worker, at, error, started_at), from the job's
+-- row as the finish left it, outcome f, and the event's ordinal (see
+-- finish_event_wanted). Snooze and release gave the attempt back: their event
+-- adds one to name the attempt that ran. The first event of a job carries the
+-- start of the attempt it ends (a claim writes no event: see event_list).
+queue, task, {{finish_event_kind}},
+attempts + CASE WHEN f.kind IN ('snooze', 'release') THEN 1 ELSE 0 END,
+worker, {{now}},
+CASE WHEN f.kind IN ('retry', 'fail', 'rescue', 'take_back') THEN error END,
+CASE WHEN ordinal = 1 THEN started_at END
+
+-- name: finish_event_wanted
+-- Which ordinals a finished job gets an event for: one event named after what
+-- became of it; a rescue that did not queue the job again also records how it
+-- ended (ordinal 2), after all the "rescued" events.
+ordinal = 1 OR (f.kind IN ('rescue', 'take_back') AND state <> 'queued')
+
+-- name: claimable
+-- Whether queued job j may be claimed now: it is due, of the group asked for
+-- (if one is), and its group's head: the group's oldest queued job, while no
+-- job of the group runs. The unique index jobs_group_running backs this up
+-- inside the database: on PostgreSQL these checks read the statement's
+-- snapshot, so a claimer that started before another claimer's commit can
+-- still see the group idle and pick its next job; the index turns that into a
+-- unique violation, and the store claims again with a fresh snapshot. (The
+-- CAST gives PostgreSQL the type of a NULL :group.)
+j.state = 'queued'
+AND j.run_at <= {{now}}
+AND (CAST(:group AS TEXT) IS NULL OR j.group_key = :group)
+AND (j.group_key IS NULL OR (
+    NOT EXISTS (SELECT 1 FROM jobs AS r
+                WHERE r.group_key = j.group_key AND r.state = 'running')
+    AND NOT EXISTS (SELECT 1 FROM jobs AS o
+                    WHERE o.group_key = j.group_key AND o.state = 'queued' AND o.id < j.id)))
+
 -- name: retry_key_rule
 -- A manual retry takes keyed job j back only when it is the newest job of its
 -- key and no live job holds the key: two retried jobs of one key would both be live.

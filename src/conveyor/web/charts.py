@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from conveyor.store.base import FinishedCount
+from conveyor.store.records import FinishedCount
 
 #: The window and its slots: one bar per minute of the last hour.
 WINDOW = timedelta(hours=1)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from conveyor.limits import fullness_words
-from conveyor.store.base import LimitStatus
+from conveyor.store.records import LimitStatus
 
 
 @dataclass(frozen=True)

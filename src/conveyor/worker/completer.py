@@ -28,7 +28,7 @@ from conveyor.errors import StoreUnavailableError
 from conveyor.job import JobState
 from conveyor.logs import job_fields
 from conveyor.pacing import DutyBackoff
-from conveyor.store.base import JobStore
+from conveyor.store.protocols import JobStore
 from conveyor.worker.executor import Outcome, Running
 
 log = logging.getLogger("conveyor.worker")

@@ -52,7 +52,7 @@ from conveyor.limits import throttle_seconds
 from conveyor.logs import job_fields
 from conveyor.middleware import Attempt, Middleware, run_after, run_before
 from conveyor.pacing import DutyBackoff
-from conveyor.store.base import Lease, LeaseStatus
+from conveyor.store.records import Lease, LeaseStatus
 from conveyor.worker.completer import Completer
 from conveyor.worker.executor import (
     PAYLOAD_ERRORS,

@@ -11,7 +11,9 @@ from typing import Any
 
 from conveyor.errors import ConfigurationError
 from conveyor.job import Job
-from conveyor.store.base import Lease, Step, StepStore, TransactionalCompletion, require
+from conveyor.store.capabilities import require
+from conveyor.store.protocols import StepStore, TransactionalCompletion
+from conveyor.store.records import Lease, Step
 
 
 def _lease(job: Job) -> Lease:

@@ -36,7 +36,7 @@ from conveyor.errors import EncryptedPayloadError, Fail, InvalidJobError, Retry,
 from conveyor.job import MAX_RUN_AT, Job, encode_json, utcnow
 from conveyor.logs import job_fields, spelled_duration
 from conveyor.middleware import Attempt, Middleware, OutcomeName, run_after, run_before
-from conveyor.store.base import Finish, FinishKind
+from conveyor.store.records import Finish, FinishKind
 from conveyor.task import Task
 from conveyor.worker.forks import exit_if_forked, mark_handler_thread
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from conveyor.job import Job, utcnow
 from conveyor.logs import job_fields
-from conveyor.store.base import Lease, Relative, Step
+from conveyor.store.records import Lease, Relative, Step
 from conveyor.worker import effects
 from conveyor.worker.runtime import Runtime
 

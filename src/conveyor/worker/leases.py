@@ -33,7 +33,8 @@ from datetime import timedelta
 
 from conveyor.job import JobState, utcnow
 from conveyor.pacing import DutyBackoff
-from conveyor.store.base import JobStore, Lease, LeaseStatus
+from conveyor.store.protocols import JobStore
+from conveyor.store.records import Lease, LeaseStatus
 from conveyor.worker.executor import Running
 
 log = logging.getLogger("conveyor.worker")

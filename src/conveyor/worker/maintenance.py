@@ -21,8 +21,8 @@ from datetime import datetime, timedelta
 
 from conveyor.job import NewJob, resolve_run_at, utcnow
 from conveyor.pacing import DutyBackoff
-from conveyor.store.base import FlowControlStore, OperatorStore
 from conveyor.store.metrics_protocol import FOLD_LIMIT, TaskMetricsStore
+from conveyor.store.protocols import FlowControlStore, OperatorStore
 from conveyor.worker.retention import Housekeeping
 from conveyor.worker.runtime import Runtime
 from conveyor.worker.talk import log_rescued

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from conveyor.bulk import FINAL_STATES, check_final_states
 from conveyor.errors import ConfigurationError
 from conveyor.job import utcnow, validate_name
-from conveyor.store.base import InsightStore, JobStore, OperatorStore
+from conveyor.store.protocols import InsightStore, JobStore, OperatorStore
 
 log = logging.getLogger("conveyor.maintenance")
 

@@ -22,14 +22,9 @@ from conveyor.errors import SchemaMissingError
 from conveyor.job import Job
 from conveyor.middleware import Middleware
 from conveyor.schedule import Periodic
-from conveyor.store.base import (
-    DurabilityReport,
-    FlowControlStore,
-    JobStore,
-    Relative,
-    WorkflowStore,
-    require,
-)
+from conveyor.store.capabilities import require
+from conveyor.store.protocols import DurabilityReport, FlowControlStore, JobStore, WorkflowStore
+from conveyor.store.records import Relative
 from conveyor.task import Task
 from conveyor.worker.retention import Retention
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from conveyor.job import utcnow
 from conveyor.logs import job_fields, spelled_duration
-from conveyor.store.base import JobStore
+from conveyor.store.protocols import JobStore
 from conveyor.version import __version__
 from conveyor.worker.executor import Running, outcome_name
 from conveyor.worker.options import WorkerOptions

@@ -45,7 +45,7 @@ from conveyor.errors import ConfigurationError
 from conveyor.job import Job, utcnow
 from conveyor.logs import job_fields
 from conveyor.pacing import DutyBackoff
-from conveyor.store.base import Lease, LeaseStatus
+from conveyor.store.records import Lease, LeaseStatus
 from conveyor.worker.completer import Completer, CompleterThread, Settlement
 from conveyor.worker.executor import (
     EventLoopThread,

@@ -40,8 +40,8 @@ from conveyor.spark.storage.scan import (
     check_columns,
     scan_query,
 )
-from conveyor.store.base import EventOffset
 from conveyor.store.dsn import check_postgres_dsn, sqlite_path
+from conveyor.store.records import EventOffset
 
 __all__ = [
     "REDIS_REFUSAL",

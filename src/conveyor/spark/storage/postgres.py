@@ -45,8 +45,8 @@ from conveyor.spark.storage import (
 )
 from conveyor.spark.storage import pieces as parallel
 from conveyor.spark.storage.scan import SCAN_COLUMNS
-from conveyor.store.base import EventOffset
 from conveyor.store.postgres.store import PostgresStore, session_options
+from conveyor.store.records import EventOffset
 from conveyor.store.sql import load_migrations, load_queries
 
 _Q = load_queries("conveyor.spark.storage", "postgres.sql")

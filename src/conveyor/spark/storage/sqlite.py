@@ -36,7 +36,7 @@ from conveyor.spark.storage import (
     stage_prefix,
 )
 from conveyor.spark.storage.scan import SCAN_COLUMNS
-from conveyor.store.base import EventOffset
+from conveyor.store.records import EventOffset
 from conveyor.store.sql import load_migrations, load_queries
 from conveyor.store.sqlite.store import SQLiteStore
 

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from conveyor.store.audit import AuditEntry, clip
+from conveyor.store.postgres.base import PostgresBase
 from conveyor.store.sql import load_queries
 
 _A = load_queries("conveyor.store.postgres", "audit.sql")
 
 
-class PostgresAudit:
+class PostgresAudit(PostgresBase):
     """AuditStore for PostgresStore (one of its base classes: uses its pooled ``_conn``)."""
-
-    _conn: Any
 
     def audit_record(
         self, actor: str, source: str, action: str, target: str, jobs: int | None, at: datetime

@@ -18,7 +18,7 @@ import psycopg
 from psycopg import sql
 
 from conveyor.pacing import DutyBackoff
-from conveyor.store.base import ChangeCallback
+from conveyor.store.protocols import ChangeCallback
 
 log = logging.getLogger("conveyor.postgres")
 

@@ -7,14 +7,11 @@ A mixin of PostgresStore (its ``_tx`` and ``_conn``); the rules are in
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from psycopg import Connection
 from psycopg import errors as pg_errors
 
-from conveyor.store.boundary import translate_errors
 from conveyor.store.metrics_protocol import (
     FOLD_LIMIT,
     Grouping,
@@ -23,32 +20,14 @@ from conveyor.store.metrics_protocol import (
     prune_cutoffs,
     span_start,
 )
+from conveyor.store.postgres.base import PostgresBase
 from conveyor.store.sql import load_queries
 
 _M = load_queries("conveyor.store.postgres", "metrics.sql")
 
 
-def _is_missing(exc: BaseException) -> bool:
-    # The store's own rules, read when an error happens (store.py imports this module).
-    from conveyor.store.postgres import store
-
-    return store._missing_table(exc)
-
-
-def _away(exc: BaseException) -> str | None:
-    from conveyor.store.postgres import store
-
-    return store._away(exc)
-
-
-@translate_errors(_is_missing, _away)
-class PostgresTaskMetrics:
+class PostgresTaskMetrics(PostgresBase):
     """TaskMetricsStore for PostgresStore."""
-
-    if TYPE_CHECKING:  # PostgresStore's
-
-        def _tx(self) -> AbstractContextManager[Connection[Any]]: ...
-        def _conn(self) -> AbstractContextManager[Connection[Any]]: ...
 
     def task_metrics_fold(self, limit: int = FOLD_LIMIT) -> int:
         """Fold the next events; skipped while another fold holds the offset, and on

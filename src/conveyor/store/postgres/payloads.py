@@ -4,26 +4,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from conveyor.store.payloads import PayloadChange, StoredPayload
+from conveyor.store.postgres.base import PostgresBase
 from conveyor.store.sql import load_queries
 
 if TYPE_CHECKING:
-    from psycopg import Connection
+    pass
 
 _P = load_queries("conveyor.store.postgres", "payloads.sql")
 
 
-class PostgresPayloads:
+class PostgresPayloads(PostgresBase):
     """A mixin of PostgresStore."""
-
-    if TYPE_CHECKING:
-
-        def _conn(self, connection: Any = None) -> AbstractContextManager[Connection]: ...
-
-        def _tx(self) -> AbstractContextManager[Connection]: ...
 
     def payload_page(self, after_id: int, limit: int) -> tuple[list[StoredPayload], int | None]:
         with self._conn() as conn:

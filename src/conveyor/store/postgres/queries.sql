@@ -108,22 +108,6 @@ WHERE (SELECT count(*) FROM claimed) < %(limit)s
 -- worker machines say.
 coalesce(%(now)s::timestamptz, now())
 
--- name: claimable
--- Whether queued job j may be claimed now: it is due, of the group asked for
--- (if one is), and its group's head: the group's oldest queued job, while no
--- job of the group runs. These checks read the statement's snapshot: a claimer
--- that started before another claimer's commit can still see the group idle
--- and pick its next job. The unique index jobs_group_running turns that into a
--- unique violation, and the store claims again with a fresh snapshot.
-j.state = 'queued'
-AND j.run_at <= {{now}}
-AND (%(group)s::text IS NULL OR j.group_key = %(group)s)
-AND (j.group_key IS NULL OR (
-    NOT EXISTS (SELECT 1 FROM jobs AS r
-                WHERE r.group_key = j.group_key AND r.state = 'running')
-    AND NOT EXISTS (SELECT 1 FROM jobs AS o
-                    WHERE o.group_key = j.group_key AND o.state = 'queued' AND o.id < j.id)))
-
 -- name: claim_search
 -- The claimable jobs of queue q.name in claim order (the caller limits and locks).
 SELECT j.id, j.priority FROM jobs AS j
@@ -243,19 +227,12 @@ changed AS (
     RETURNING jobs.id, jobs.queue, jobs.task, jobs.state, jobs.attempts, jobs.worker,
               jobs.error, jobs.group_key, jobs.started_at, f.kind
 ), changed_events AS (
-    -- One event per job, named after what became of it, carrying the start of
-    -- the attempt it ends; a rescue that did not queue the job again also
-    -- records how it ended, after all the "rescued" events. Snooze and release
-    -- gave the attempt back: their events add one.
+    -- The events of the jobs ended (finish_event in shared.sql).
     INSERT INTO events (job_id, queue, task, kind, attempt, worker, at, error, started_at)
-    SELECT id, queue, task, {{finish_event_kind}},
-           attempts + CASE WHEN f.kind IN ('snooze', 'release') THEN 1 ELSE 0 END,
-           worker, {{now}},
-           CASE WHEN f.kind IN ('retry', 'fail', 'rescue', 'take_back') THEN error END,
-           CASE WHEN e.ordinal = 1 THEN started_at END
+    SELECT id, {{finish_event}}
     FROM changed AS f
     CROSS JOIN LATERAL (VALUES (1), (2)) AS e(ordinal)
-    WHERE e.ordinal = 1 OR (f.kind IN ('rescue', 'take_back') AND state <> 'queued')
+    WHERE {{finish_event_wanted}}
     ORDER BY e.ordinal, id
 ), ended AS (
     SELECT id FROM changed WHERE state <> 'queued'

@@ -3,23 +3,19 @@
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any
 
 from psycopg import errors as pg_errors
 
+from conveyor.store.postgres.base import PostgresBase
 from conveyor.store.sql import load_queries
 from conveyor.store.workflow_retry import key_taken
 
 _R = load_queries("conveyor.store.postgres", "workflow_retry.sql")
 
 
-class PostgresWorkflowRetry:
+class PostgresWorkflowRetry(PostgresBase):
     """Mixed into PostgresStore, whose pooled ``_conn`` it runs on."""
-
-    def _conn(self, connection: Any = None) -> AbstractContextManager[Any]:
-        raise NotImplementedError
 
     def workflow_retry(self, workflow_id: str, now: datetime) -> list[int]:
         params = {"workflow": workflow_id, "now": now}

@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Any
 
 from conveyor.store.audit import REDIS_KEPT, AuditEntry, clip
+from conveyor.store.redis.base import RedisBase
 
 
-class RedisAudit:
+class RedisAudit(RedisBase):
     """AuditStore for RedisStore (one of its base classes: uses its ``_run``)."""
-
-    _run: Any
 
     def audit_record(
         self, actor: str, source: str, action: str, target: str, jobs: int | None, at: datetime

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from conveyor.store.redis.store import RedisStore
+    from conveyor.store.redis.base import RedisBase
 
 #: Entries of ``finished`` one script run reads: a few milliseconds of the server.
 PAGE = 2_000
@@ -42,7 +42,7 @@ class Page:
 
 
 def finished_pages(
-    store: RedisStore,
+    store: RedisBase,
     low: str,
     high: str,
     mode: Callable[[], Sequence[str]],
@@ -69,7 +69,7 @@ def finished_pages(
 
 
 def slot_counts(
-    store: RedisStore, low: str, since: float, width: float
+    store: RedisBase, low: str, since: float, width: float
 ) -> dict[tuple[str, str, int], int]:
     """Jobs finished from ``low`` on, per queue, state and slot (whole widths since ``since``)."""
     counts: dict[tuple[str, str, int], int] = {}
@@ -83,7 +83,7 @@ def slot_counts(
 
 
 def run_times(
-    store: RedisStore, low: str, high: str, bounds: Sequence[float]
+    store: RedisBase, low: str, high: str, bounds: Sequence[float]
 ) -> dict[tuple[str, int], tuple[int, float]]:
     """Run times of the succeeded and failed jobs finished in [low, high], per queue and
     bucket: (jobs, seconds)."""
@@ -114,7 +114,7 @@ class PurgeWalks:
 
     def candidates(
         self,
-        store: RedisStore,
+        store: RedisBase,
         cutoff: str,
         states: Sequence[str],
         queue: str | None,
@@ -144,7 +144,7 @@ class PurgeWalks:
         return chosen
 
 
-def count_matching(store: RedisStore, cutoff: str, states: Sequence[str], queue: str | None) -> int:
+def count_matching(store: RedisBase, cutoff: str, states: Sequence[str], queue: str | None) -> int:
     """How many jobs of ``states`` (of ``queue``) finished before ``cutoff``: every page."""
     mode = ("purge", json.dumps(list(states)), queue or "", str(PAGE + 1))
     return sum(len(page.result) for page in finished_pages(store, "-inf", cutoff, lambda: mode))

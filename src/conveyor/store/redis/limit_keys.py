@@ -4,20 +4,17 @@ script each (scripts/limit_key_usage.lua, scripts/limit_throttled_keys.lua)."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 from conveyor.store.limit_keys import KeyThrottle, KeyUsage
+from conveyor.store.redis.base import RedisBase
 
 
 def _moment(value: str) -> datetime:
     return datetime.fromtimestamp(float(value), UTC)
 
 
-class RedisLimitKeys:
+class RedisLimitKeys(RedisBase):
     """Mixed into RedisStore, whose ``_run`` runs its scripts."""
-
-    def _run(self, name: str, *args: Any) -> Any:
-        raise NotImplementedError
 
     def limit_key_usage(self, queue: str, limit_key: str, now: datetime) -> KeyUsage:
         running, started, until = self._run(

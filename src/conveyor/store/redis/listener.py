@@ -21,7 +21,7 @@ from typing import Any
 import redis
 
 from conveyor.pacing import DutyBackoff
-from conveyor.store.base import ChangeCallback
+from conveyor.store.protocols import ChangeCallback
 
 log = logging.getLogger("conveyor.redis")
 

@@ -11,9 +11,8 @@ See ``conveyor.store.metrics_protocol``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TypeVar
 
 from conveyor.store.metrics_protocol import (
     BOUNDS,
@@ -25,22 +24,16 @@ from conveyor.store.metrics_protocol import (
     TaskMetricRow,
     span_start,
 )
+from conveyor.store.redis.base import RedisBase
 
 _T = TypeVar("_T")
 _BOUNDS_ARG = ",".join(repr(b) for b in BOUNDS)
 _KEPT_ARG = json.dumps({str(span): int(kept.total_seconds()) for span, kept in KEPT.items()})
 
 
-class RedisTaskMetrics:
+class RedisTaskMetrics(RedisBase):
     """TaskMetricsStore for RedisStore (each span's hashes expire, and its index is
     pruned, as ``KEPT`` says)."""
-
-    if TYPE_CHECKING:  # RedisStore's
-        _client: Any
-
-        def _run(self, name: str, *args: Any) -> Any: ...
-        def _do(self, call: Callable[[], _T]) -> _T: ...
-        def _k(self, *parts: str) -> str: ...
 
     def task_metrics_fold(self, limit: int = FOLD_LIMIT) -> int:
         if limit < 1:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Sequence
+from typing import Any, TypeVar
 
 from conveyor.store.payloads import PayloadChange, StoredPayload
+from conveyor.store.redis.base import RedisBase
 
 _T = TypeVar("_T")
 #: Values per run of payload_rewrite.lua: one script call holds the server for its
@@ -14,17 +15,8 @@ _T = TypeVar("_T")
 _REWRITE_RUN = 200
 
 
-class RedisPayloads:
+class RedisPayloads(RedisBase):
     """A mixin of RedisStore."""
-
-    if TYPE_CHECKING:
-        _client: Any
-
-        def _do(self, call: Callable[[], _T]) -> _T: ...
-
-        def _run(self, name: str, *args: Any) -> Any: ...
-
-        def _k(self, *parts: str) -> str: ...
 
     def payload_page(self, after_id: int, limit: int) -> tuple[list[StoredPayload], int | None]:
         """Ids are given out in order by INCRBY on ``ids``: the page is the next

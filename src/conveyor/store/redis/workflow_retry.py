@@ -4,16 +4,13 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
+from conveyor.store.redis.base import RedisBase
 from conveyor.store.workflow_retry import key_taken
 
 
-class RedisWorkflowRetry:
+class RedisWorkflowRetry(RedisBase):
     """Mixed into RedisStore, whose ``_run`` runs its script."""
-
-    def _run(self, name: str, *args: Any) -> Any:
-        raise NotImplementedError
 
     def workflow_retry(self, workflow_id: str, now: datetime) -> list[int]:
         ids = self._run("workflow_retry", workflow_id, f"{now.timestamp():.6f}")

@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 from conveyor.store.audit import AuditEntry, clip
 from conveyor.store.sql import load_queries
+from conveyor.store.sqlite.base import SQLiteBase
 
 _A = load_queries("conveyor.store.sqlite", "audit.sql")
 
 
-class SQLiteAudit:
+class SQLiteAudit(SQLiteBase):
     """AuditStore for SQLiteStore (one of its base classes: uses its ``_write`` and ``_conn``)."""
-
-    _conn: Any
-    _write: Any
 
     def audit_record(
         self, actor: str, source: str, action: str, target: str, jobs: int | None, at: datetime

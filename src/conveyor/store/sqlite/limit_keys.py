@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import sqlite3
 from datetime import UTC, datetime
 
 from conveyor.store.limit_keys import KeyThrottle, KeyUsage
 from conveyor.store.sql import load_queries
+from conveyor.store.sqlite.base import SQLiteBase
 
 _L = load_queries("conveyor.store.sqlite", "limit_keys.sql")
 
@@ -15,11 +15,8 @@ def _moment(value: float) -> datetime:
     return datetime.fromtimestamp(value, UTC)
 
 
-class SQLiteLimitKeys:
+class SQLiteLimitKeys(SQLiteBase):
     """Mixed into SQLiteStore, whose ``_conn`` it reads on."""
-
-    def _conn(self) -> sqlite3.Connection:
-        raise NotImplementedError
 
     def limit_key_usage(self, queue: str, limit_key: str, now: datetime) -> KeyUsage:
         params = {"queue": queue, "key": limit_key, "now": now.timestamp()}

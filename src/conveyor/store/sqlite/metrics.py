@@ -6,12 +6,8 @@ A mixin of SQLiteStore (its ``_conn`` and ``_write``); the rules are in
 
 from __future__ import annotations
 
-import sqlite3
-from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import TYPE_CHECKING
 
-from conveyor.store.boundary import translate_errors
 from conveyor.store.metrics_protocol import (
     FOLD_LIMIT,
     Grouping,
@@ -21,31 +17,13 @@ from conveyor.store.metrics_protocol import (
     span_start,
 )
 from conveyor.store.sql import load_queries
+from conveyor.store.sqlite.base import SQLiteBase
 
 _M = load_queries("conveyor.store.sqlite", "metrics.sql")
 
 
-def _is_missing(exc: BaseException) -> bool:
-    # The store's own rules, read when an error happens (store.py imports this module).
-    from conveyor.store.sqlite import store
-
-    return store._missing_table(exc)
-
-
-def _away(exc: BaseException) -> str | None:
-    from conveyor.store.sqlite import store
-
-    return store._away(exc)
-
-
-@translate_errors(_is_missing, _away)
-class SQLiteTaskMetrics:
+class SQLiteTaskMetrics(SQLiteBase):
     """TaskMetricsStore for SQLiteStore."""
-
-    if TYPE_CHECKING:  # SQLiteStore's
-
-        def _conn(self) -> sqlite3.Connection: ...
-        def _write(self) -> AbstractContextManager[sqlite3.Connection]: ...
 
     def task_metrics_fold(self, limit: int = FOLD_LIMIT) -> int:
         """Fold the next events, under the write lock (one writer: no event can

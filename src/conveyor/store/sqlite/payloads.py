@@ -2,27 +2,17 @@
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING
 
 from conveyor.store.payloads import PayloadChange, StoredPayload
 from conveyor.store.sql import load_queries
+from conveyor.store.sqlite.base import SQLiteBase
 
 _P = load_queries("conveyor.store.sqlite", "payloads.sql")
 
 
-class SQLitePayloads:
+class SQLitePayloads(SQLiteBase):
     """A mixin of SQLiteStore."""
-
-    if TYPE_CHECKING:
-
-        def _conn(self) -> sqlite3.Connection: ...
-
-        def _write(
-            self, connection: sqlite3.Connection | None = None
-        ) -> AbstractContextManager[sqlite3.Connection]: ...
 
     def payload_page(self, after_id: int, limit: int) -> tuple[list[StoredPayload], int | None]:
         conn = self._conn()

@@ -63,20 +63,6 @@ RETURNING *
 -- The moment a statement judges by, as the blocks of shared.sql name it.
 :now
 
--- name: claimable
--- Whether queued job j may be claimed now: it is due, of the group asked for
--- (if one is), and its group's head: the group's oldest queued job, while no
--- job of the group runs (the unique index jobs_group_running backs this up
--- inside the database).
-j.state = 'queued'
-AND j.run_at <= :now
-AND (:group IS NULL OR j.group_key = :group)
-AND (j.group_key IS NULL OR (
-    NOT EXISTS (SELECT 1 FROM jobs AS r
-                WHERE r.group_key = j.group_key AND r.state = 'running')
-    AND NOT EXISTS (SELECT 1 FROM jobs AS o
-                    WHERE o.group_key = j.group_key AND o.state = 'queued' AND o.id < j.id)))
-
 -- name: claim_set
 -- What a claim sets on the jobs it starts under its lease.
 state = 'running',
@@ -123,22 +109,13 @@ WHERE {{finish_fence}}
 RETURNING jobs.id
 
 -- name: event_insert_finished
--- The events of the jobs job_finish just changed (same transaction). :items is
--- [[id, kind], ...]. Each job gets one event named after what became of it
--- (finish_event_kind); a rescue that did not queue the job again also records
--- how it ended, after all the "rescued" events. Snooze and release gave the
--- attempt back, so their events add one to name the attempt that ran. The
--- first event of each job carries the start of the attempt it ends (a claim
--- writes no event: see event_list in shared.sql).
+-- The events of the jobs job_finish just changed (same transaction), as
+-- finish_event in shared.sql says. :items is [[id, kind], ...].
 INSERT INTO events (job_id, queue, task, kind, attempt, worker, at, error, started_at)
-SELECT jobs.id, queue, task, {{finish_event_kind}},
-       attempts + (f.kind IN ('snooze', 'release')), worker, :now,
-       CASE WHEN f.kind IN ('retry', 'fail', 'rescue', 'take_back') THEN error END,
-       CASE WHEN o.ordinal = 1 THEN started_at END
+SELECT jobs.id, {{finish_event}}
 FROM (SELECT value ->> 0 AS id, value ->> 1 AS kind FROM json_each(:items)) AS f
 JOIN jobs ON jobs.id = f.id
-JOIN (SELECT 1 AS ordinal UNION ALL SELECT 2) AS o
-  ON o.ordinal = 1 OR (f.kind IN ('rescue', 'take_back') AND jobs.state <> 'queued')
+JOIN (SELECT 1 AS ordinal UNION ALL SELECT 2) AS o ON {{finish_event_wanted}}
 ORDER BY o.ordinal, jobs.id
 
 -- name: job_expired_leases

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from contextlib import AbstractContextManager
 from datetime import datetime
 
 from conveyor.job import EventKind
 from conveyor.store.sql import load_queries
+from conveyor.store.sqlite.base import SQLiteBase
 from conveyor.store.workflow_retry import key_taken
 
 _R = load_queries("conveyor.store.sqlite", "workflow_retry.sql")
@@ -18,13 +18,8 @@ _R = load_queries("conveyor.store.sqlite", "workflow_retry.sql")
 _EVENTS = json.dumps({"queued": EventKind.MANUAL_RETRY, "waiting": EventKind.MANUAL_RETRY})
 
 
-class SQLiteWorkflowRetry:
+class SQLiteWorkflowRetry(SQLiteBase):
     """Mixed into SQLiteStore, whose write transaction it runs in."""
-
-    def _write(
-        self, connection: sqlite3.Connection | None = None
-    ) -> AbstractContextManager[sqlite3.Connection]:
-        raise NotImplementedError
 
     def workflow_retry(self, workflow_id: str, now: datetime) -> list[int]:
         now_ts = now.timestamp()
