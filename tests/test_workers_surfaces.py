@@ -16,8 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from conveyor import App
-from conveyor.app import FORGET_AFTER
 from conveyor.cli import cli
+from conveyor.fleet import FORGET_AFTER
 from conveyor.job import utcnow
 from conveyor.web import create_app
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
 from conveyor import bulk
 from conveyor.bulk import BULK_ACTIONS, check_age, check_final_states, job_selection
@@ -28,6 +27,7 @@ from conveyor.errors import (
     JobStateError,
     UnknownTaskError,
 )
+from conveyor.fleet import SILENT_AFTER, WorkerStatus, worker_statuses
 from conveyor.job import (
     DETAILED_STATES,
     EventKind,
@@ -46,22 +46,29 @@ from conveyor.middleware import Middleware, around_enqueue, check_middleware
 from conveyor.middleware import chain as middleware_chain
 from conveyor.retry import Backoff, check_backoff
 from conveyor.schedule import Periodic, make_schedule
-from conveyor.store.capabilities import Capabilities, require, store_capabilities
+from conveyor.store.capabilities import (
+    Capabilities,
+    flow_control_store,
+    hold_store,
+    insight_store,
+    operator_store,
+    outcome_store,
+    payload_store,
+    require,
+    step_store,
+    store_capabilities,
+    workflow_retry_store,
+    workflow_store,
+)
 from conveyor.store.dsn import open_store
 from conveyor.store.limit_keys import KeyThrottle, LimitKeyStore
 from conveyor.store.metrics_protocol import TaskMetricsStore
-from conveyor.store.payloads import PayloadStore
 from conveyor.store.protocols import (
-    FlowControlStore,
     HoldStore,
     InsightStore,
     JobStore,
     OperatorStore,
-    OutcomeStore,
-    StepStore,
-    Store,
     TransactionalStore,
-    WorkflowStore,
 )
 from conveyor.store.records import (
     BatchStatus,
@@ -71,10 +78,8 @@ from conveyor.store.records import (
     Relative,
     Stats,
     Step,
-    WorkerInfo,
     WorkflowInfo,
 )
-from conveyor.store.workflow_retry import WorkflowRetryStore
 from conveyor.task import EnqueueOptions, Task, check_timeout
 from conveyor.worker.retention import MAX_KEEP, Keep, Retention, check_keep_finished
 from conveyor.worker.runtime import Runtime
@@ -87,38 +92,12 @@ if TYPE_CHECKING:
 P = ParamSpec("P")
 R = TypeVar("R")
 
-#: A worker that has not checked in for this long is probably dead: it beats every
-#: third of its lease (10 s at the default 30 s), so this is three missed beats.
-SILENT_AFTER = timedelta(seconds=30)
-#: A worker silent for this long leaves every list (the dashboard, ``conveyor stats``,
-#: /metrics), whether or not a live worker's maintenance has pruned its row yet (it
-#: does so after at least as long).
-FORGET_AFTER = timedelta(seconds=60)
-#: The most running jobs read to tell which worker holds what.
-MAX_HELD_READ = 10_000
 #: The newest jobs whose task names count as known to ``known_tasks``.
 KNOWN_TASKS_READ = 5_000
 #: How long a finished job without a processed mark counts as unprocessed (``unprocessed``).
 OUTCOME_GRACE = timedelta(days=7)
 #: "Not given" for arguments where None means something (``app.limit(queue, None)`` drops the rate).
 _UNSET: Any = object()
-
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def needs(capability: type, what: str) -> Callable[[F], F]:
-    """An App method that needs a capability beyond the core: refused up front without it."""
-
-    def decorate(method: F) -> F:
-        @functools.wraps(method)
-        def checked(self: App, /, *args: Any, **kwargs: Any) -> Any:
-            require(self.store, capability, what)
-            return method(self, *args, **kwargs)
-
-        return cast(F, checked)
-
-    return decorate
 
 
 S = TypeVar("S")
@@ -137,19 +116,6 @@ def async_twin(
     twin.__qualname__ = f"{method.__qualname__.rpartition('.')[0]}.a{method.__name__}".lstrip(".")
     twin.__doc__ = f"``{method.__name__}`` for asyncio code: the same call, run in a worker thread."
     return twin
-
-
-@dataclasses.dataclass(frozen=True)
-class WorkerStatus:
-    """A registered worker, how long it has been silent, and the running jobs it holds."""
-
-    info: WorkerInfo
-    silent_for: float
-    jobs: list[Job]
-
-    @property
-    def probably_dead(self) -> bool:
-        return self.silent_for > SILENT_AFTER.total_seconds()
 
 
 class App:
@@ -192,9 +158,7 @@ class App:
         self.codec = payload_codec(encryption_keys)
         # A store may have only the core (JobStore): workers and consumers need no
         # more, and the methods that need a capability check it (``needs``).
-        self.store: Store = (
-            cast(Store, store) if store is not None else open_store(dsn, **store_options)
-        )
+        self.store: JobStore = store if store is not None else open_store(dsn, **store_options)
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.periodic_tasks: list[Periodic] = []
         #: Whether this App listens to the store's notifications (LISTEN on
@@ -561,13 +525,13 @@ class App:
 
     # --- workflows ------------------------------------------------------------------
 
-    @needs(WorkflowStore, "enqueue workflows")
     def enqueue_workflow(self, workflow: Workflow) -> WorkflowRun:
         """Store every job of a declared workflow at once: all of them, or none on error.
 
         A workflow stored under the same id already is returned instead (its
         ``existing`` is True), whatever this one holds.
         """
+        store = workflow_store(self.store, "enqueue workflows")
         wf = check_workflow(workflow)
         new_jobs: list[NewJob] = []
         now = utcnow()
@@ -587,7 +551,7 @@ class App:
 
         def insert() -> list[Job]:
             known = None if self.codec is None else self.codec.seal_new(new_jobs)
-            jobs, existed[0] = self.store.workflow_insert(wf.id, wf.name, new_jobs, now)
+            jobs, existed[0] = store.workflow_insert(wf.id, wf.name, new_jobs, now)
             for queue in dict.fromkeys(job.queue for job in jobs):
                 self.changes.publish("jobs", queue)
             return [self._attach(job, known) for job in jobs]
@@ -601,79 +565,78 @@ class App:
             run.jobs = [self.get(j.id) for j in jobs]
         return run
 
-    @needs(WorkflowStore, "read workflows")
     def workflow(self, workflow_id: str) -> WorkflowRun:
         """A stored workflow, by id; JobNotFoundError when there is none."""
-        info = self.store.workflow_get(workflow_id)
+        store = workflow_store(self.store, "read workflows")
+        info = store.workflow_get(workflow_id)
         if info is None:
             raise JobNotFoundError(f"no workflow with id {workflow_id!r}")
-        jobs = [self._attach(j) for j in self.store.workflow_jobs(workflow_id)]
+        jobs = [self._attach(j) for j in store.workflow_jobs(workflow_id)]
         return WorkflowRun(info.id, info.name, jobs, True, self)
 
-    @needs(WorkflowStore, "list workflows")
     def workflows(self, limit: int = 100) -> list[WorkflowInfo]:
         """The newest workflows first."""
-        return self.store.workflow_list(limit)
+        store = workflow_store(self.store, "list workflows")
+        return store.workflow_list(limit)
 
-    @needs(WorkflowStore, "read workflows")
     def workflow_status(self, workflow_id: str) -> WorkflowStatus:
         """A workflow's jobs counted by state, and the first of them that failed."""
-        counts = self.store.workflow_counts(workflow_id)
+        store = workflow_store(self.store, "read workflows")
+        counts = store.workflow_counts(workflow_id)
         failed = None
         if counts.get(JobState.FAILED):
             failed_jobs = [
-                j for j in self.store.workflow_jobs(workflow_id) if j.state == JobState.FAILED
+                j for j in store.workflow_jobs(workflow_id) if j.state == JobState.FAILED
             ]
             failed = min(failed_jobs, key=lambda j: (j.finished_at or j.created_at, j.id))
             self._attach(failed)
         return WorkflowStatus(workflow_id, counts, failed)
 
-    @needs(WorkflowStore, "cancel workflows")
     def cancel_workflow(self, workflow_id: str) -> int:
         """Cancel every job of a workflow that has not ended (running ones: asked to stop).
 
         Returns how many changed.
         """
-        live = [j.id for j in self.store.workflow_jobs(workflow_id) if not j.terminal]
+        store = workflow_store(self.store, "cancel workflows")
+        live = [j.id for j in store.workflow_jobs(workflow_id) if not j.terminal]
         return self.cancel_jobs(ids=live) if live else 0
 
-    @needs(WorkflowStore, "read workflows")
     def workflow_of(self, job_id: int) -> str | None:
         """The id of the workflow ``job_id`` belongs to, if any."""
-        return self.store.job_workflow(job_id)
+        store = workflow_store(self.store, "read workflows")
+        return store.job_workflow(job_id)
 
-    @needs(WorkflowStore, "read workflows")
     def workflow_edges(self, workflow_id: str) -> list[tuple[int, int, str | None]]:
         """A workflow's edges: (parent id, child id, the state the edge resolved in)."""
-        return self.store.workflow_edges(workflow_id)
+        store = workflow_store(self.store, "read workflows")
+        return store.workflow_edges(workflow_id)
 
-    @needs(WorkflowRetryStore, "retry workflows")
     def retry_workflow(self, workflow_id: str) -> int:
         """Run a workflow again from its failures: its failed jobs, and the jobs their
         failure cancelled, go back as new; succeeded jobs keep their results (see
         conveyor.store.workflow_retry). Returns how many jobs were put back."""
-        if self.store.workflow_get(workflow_id) is None:
+        store = workflow_retry_store(self.store, "retry workflows")
+        if workflow_store(self.store, "retry workflows").workflow_get(workflow_id) is None:
             raise JobNotFoundError(f"no workflow with id {workflow_id!r}")
-        return len(cast(WorkflowRetryStore, self.store).workflow_retry(workflow_id, utcnow()))
+        return len(store.workflow_retry(workflow_id, utcnow()))
 
-    @needs(WorkflowStore, "read the jobs a job waits for")
     def parents(self, job_id: int) -> list[Job]:
         """The jobs ``job_id`` waits (or waited) for (``after=``), by id."""
-        return [self._attach(r.job) for r in self.store.job_parents(job_id) if r.job is not None]
+        store = workflow_store(self.store, "read the jobs a job waits for")
+        return [self._attach(r.job) for r in store.job_parents(job_id) if r.job is not None]
 
-    @needs(WorkflowStore, "read the jobs a job waits for")
     def parent_edges(self, job_id: int) -> list[Relative]:
         """The edges onto the jobs ``job_id`` waits (or waited) for, by parent id: each
         parent's id, the job (None once deleted) and the state the edge resolved in
         (None while the parent has not ended; 'deleted' once it is gone)."""
+        workflow_store(self.store, "read the jobs a job waits for")
         return self.runtime.parent_edges(job_id)
 
-    @needs(WorkflowStore, "read the jobs waiting for a job")
     def children(self, job_id: int) -> list[Job]:
         """The jobs that wait (or waited) for ``job_id``, by id."""
-        return [self._attach(r.job) for r in self.store.job_children(job_id) if r.job is not None]
+        store = workflow_store(self.store, "read the jobs waiting for a job")
+        return [self._attach(r.job) for r in store.job_children(job_id) if r.job is not None]
 
-    @needs(OperatorStore, "list jobs")
     def jobs(
         self,
         /,
@@ -700,11 +663,12 @@ class App:
         limit counts under it; ``args`` the jobs whose arguments (as JSON) contain
         that text, among the newest ARGS_SEARCH_SPAN jobs only.
         """
+        store = operator_store(self.store, "list jobs")
         selection = job_selection(
             state=None if state is None else str(state), queue=queue, task=task, group=group,
             batch=batch, error=error, worker=worker, key=key, limit_key=limit_key, args=args,
         )  # fmt: skip
-        found = self.store.job_select(selection, utcnow(), before_id, limit)
+        found = store.job_select(selection, utcnow(), before_id, limit)
         return [self._attach(job) for job in found]
 
     def workers(self) -> list[WorkerStatus]:
@@ -714,19 +678,9 @@ class App:
         worker's last check-in may name jobs since rescued). Workers silent for
         over FORGET_AFTER are left out, pruned or not.
         """
-        now = utcnow()
-        listed = [w for w in self.store.worker_list() if now - w.last_seen_at <= FORGET_AFTER]
-        held: dict[str, list[Job]] = {w.id: [] for w in listed}
-        if listed:
-            for job in sorted(self.jobs(state="running", limit=MAX_HELD_READ), key=lambda j: j.id):
-                if job.worker in held:
-                    held[job.worker].append(job)
-        return [
-            WorkerStatus(w, max(0.0, (now - w.last_seen_at).total_seconds()), held[w.id])
-            for w in listed
-        ]
+        store = operator_store(self.store, "list workers")
+        return worker_statuses(store, utcnow(), self._attach)
 
-    @needs(OperatorStore, "read the tasks the store has seen")
     def known_tasks(self) -> set[str]:
         """Task names this App registers, with those the store has seen lately.
 
@@ -734,8 +688,9 @@ class App:
         periodic tasks (every tick leaves a row). What ``conveyor enqueue``
         checks a name against when it is given no App.
         """
+        store = operator_store(self.store, "read the tasks the store has seen")
         known = set(self.tasks) | set(self.store.periodic_last_ticks())
-        newest = self.store.job_select(JobSelection(), utcnow(), None, KNOWN_TASKS_READ)
+        newest = store.job_select(JobSelection(), utcnow(), None, KNOWN_TASKS_READ)
         return known | {job.task for job in newest}
 
     @property
@@ -746,8 +701,7 @@ class App:
     @property
     def insight(self) -> InsightStore:
         """The store's figures (the event feed, counts over time) for /metrics: a named port."""
-        require(self.store, InsightStore, "report figures")
-        return self.store
+        return insight_store(self.store, "report figures")
 
     @property
     def task_metrics(self) -> TaskMetricsStore | None:
@@ -758,44 +712,44 @@ class App:
         """Raise unless the store answers (a health check's cheapest question)."""
         self.store.ping()
 
-    @needs(InsightStore, "list queues")
     def queue_names(self) -> list[str]:
         """Every queue the store knows: with jobs, paused, or limited."""
-        return self.store.queue_names()
+        store = insight_store(self.store, "list queues")
+        return store.queue_names()
 
-    @needs(InsightStore, "count finished jobs over time")
     def finished_per_slot(self, since: datetime, slot: timedelta) -> list[FinishedCount]:
         """Jobs finished since ``since``, per queue, state and slot of ``slot`` length."""
-        return self.store.stats_finished_per_slot(since, slot)
+        store = insight_store(self.store, "count finished jobs over time")
+        return store.stats_finished_per_slot(since, slot)
 
     def periodic_ticks(self) -> dict[str, datetime]:
         """The last tick enqueued of each periodic task the store has seen, by name."""
         return self.store.periodic_last_ticks()
 
-    @needs(OperatorStore, "read a job's history")
     def events(self, job_id: int) -> list[Any]:
         """The job's history, oldest first."""
-        return list(self.store.event_list(job_id))
+        store = operator_store(self.store, "read a job's history")
+        return list(store.event_list(job_id))
 
-    @needs(StepStore, "read a job's durable steps")
     def steps(self, job_id: int) -> list[Step]:
         """The job's durable steps (``ctx.step``), in the order they finished."""
-        steps = cast(StepStore, self.store).step_list(job_id)
+        store = step_store(self.store, "read a job's durable steps")
+        steps = store.step_list(job_id)
         return steps if self.codec is None else [self.codec.open_step(s) for s in steps]
 
-    @needs(OperatorStore, "count jobs")
     def stats(self) -> Stats:
         """Counts per queue and state, oldest ready age, jobs finished in the last minute."""
-        return self.store.stats(utcnow())
+        store = operator_store(self.store, "count jobs")
+        return store.stats(utcnow())
 
-    @needs(OperatorStore, "count a batch")
     def batch_status(self, batch: str) -> BatchStatus:
         """How many of a batch's jobs are done (succeeded), failed, cancelled and outstanding.
 
         Outstanding jobs are queued (including those waiting to retry) or
         running. Purged jobs are no longer counted.
         """
-        return self.store.batch_status(validate_name("batch", batch) or batch)
+        store = operator_store(self.store, "count a batch")
+        return store.batch_status(validate_name("batch", batch) or batch)
 
     def on_change(self, callback: Callable[[Change], None]) -> ChangeListener:
         """Be told when something changes: ``callback(change)`` for each ``Change``.
@@ -832,11 +786,11 @@ class App:
 
     # --- operating ----------------------------------------------------------------
 
-    @needs(OperatorStore, "cancel jobs")
     def cancel(self, job_id: int) -> Job:
         """Cancel a queued job, ask the worker of a running one to stop; a finished job stays."""
+        store = operator_store(self.store, "cancel jobs")
         # The bulk operation with one id: one way to cancel, in every store.
-        self.store.job_cancel_many([job_id], utcnow())
+        store.job_cancel_many([job_id], utcnow())
         job = self.store.job_get(job_id)
         if job is None:
             raise JobNotFoundError(f"no job with id {job_id}")
@@ -845,10 +799,10 @@ class App:
             self.changes.publish("cancel", f"{job.id}:{job.lease_token}")
         return self._attach(job)
 
-    @needs(OperatorStore, "retry jobs")
     def retry(self, job_id: int) -> Job:
         """Queue a failed or cancelled job again with its attempts reset."""
-        changed = self.store.job_retry_many([job_id], utcnow())
+        store = operator_store(self.store, "retry jobs")
+        changed = store.job_retry_many([job_id], utcnow())
         job = self.store.job_get(job_id)
         if job is None:
             raise JobNotFoundError(f"no job with id {job_id}")
@@ -856,7 +810,6 @@ class App:
             raise retry_refusal(job)
         return self._attach(job)
 
-    @needs(OperatorStore, "retry jobs")
     def retry_failed(
         self,
         queue: str | None = None,
@@ -871,12 +824,13 @@ class App:
         newer or live job holds stays failed. Jobs that fail again while this runs
         are not retried a second time.
         """
+        store = operator_store(self.store, "retry jobs")
         if queue is not None:
             validate_name("queue", queue)
         started = utcnow()
         total = 0
         while True:
-            ids = self.store.job_retry_failed(queue, started, utcnow(), batch_size)
+            ids = store.job_retry_failed(queue, started, utcnow(), batch_size)
             if not ids:
                 return total
             total += len(ids)
@@ -884,7 +838,6 @@ class App:
             if on_batch is not None:
                 on_batch(len(ids))
 
-    @needs(OperatorStore, "purge jobs")
     def purge(
         self,
         older_than: timedelta,
@@ -899,28 +852,29 @@ class App:
         ``queue`` to one queue. Deletes in batches, one transaction each, calling
         ``on_batch(count)`` after each.
         """
+        store = operator_store(self.store, "purge jobs")
         cutoff = utcnow() - check_age(older_than)
         chosen = check_final_states(states)
         if queue is not None:
             validate_name("queue", queue)
         total = 0
         while True:
-            deleted = self.store.job_purge_where(cutoff, chosen, queue)
+            deleted = store.job_purge_where(cutoff, chosen, queue)
             total += deleted
             if deleted == 0:
                 return total
             if on_batch is not None:
                 on_batch(deleted)
 
-    @needs(OperatorStore, "pause queues")
     def pause(self, queue: str) -> None:
         """Stop workers from claiming from ``queue``; running jobs finish."""
-        self.store.queue_pause(validate_name("queue", queue) or queue, utcnow())
+        store = operator_store(self.store, "pause queues")
+        store.queue_pause(validate_name("queue", queue) or queue, utcnow())
 
-    @needs(OperatorStore, "resume queues")
     def resume(self, queue: str) -> None:
         """Let workers claim from a paused ``queue`` again."""
-        self.store.queue_resume(validate_name("queue", queue) or queue, utcnow())
+        store = operator_store(self.store, "resume queues")
+        store.queue_resume(validate_name("queue", queue) or queue, utcnow())
 
     # --- waiting ----------------------------------------------------------------
 
@@ -956,7 +910,6 @@ class App:
         """
         return self.runtime.check_schema()
 
-    @needs(OperatorStore, "count jobs")
     def count_jobs(
         self, /, ids: Sequence[int] | None = None, **filters: str | None
     ) -> dict[str, int]:
@@ -968,11 +921,11 @@ class App:
         counts a group's jobs; the keys are ready, scheduled, retrying, running,
         succeeded, failed and cancelled.
         """
+        store = operator_store(self.store, "count jobs")
         selection = job_selection(ids, **filters)
-        counts = self.store.job_count_selected(selection, utcnow())
+        counts = store.job_count_selected(selection, utcnow())
         return {state: counts[state] for state in DETAILED_STATES if counts.get(state)}
 
-    @needs(OperatorStore, "count jobs")
     def count_matching(self, /, **filters: str | None) -> int:
         """How many jobs a listing's filters match, all pages together.
 
@@ -982,6 +935,7 @@ class App:
         worker, key, limit key or text by reading the jobs, of the queue given
         or of all; text in the arguments among the newest jobs only).
         """
+        operator_store(self.store, "count jobs")
         chosen = {name: value for name, value in filters.items() if value}
         if set(chosen) <= {"state", "queue"}:
             stats = self.stats()
@@ -992,7 +946,6 @@ class App:
             return stats.count(state, chosen.get("queue"))
         return sum(self.count_jobs(None, **chosen).values())
 
-    @needs(OperatorStore, "retry jobs")
     def retry_jobs(
         self,
         /,
@@ -1006,9 +959,9 @@ class App:
         Of several jobs with one key, only the newest goes back, and none while a
         live job holds the key. Returns how many were queued.
         """
+        operator_store(self.store, "retry jobs")
         return self._bulk("retry", ids, filters, on_batch)
 
-    @needs(OperatorStore, "cancel jobs")
     def cancel_jobs(
         self,
         /,
@@ -1022,9 +975,9 @@ class App:
         ``app.cancel_jobs(group="session-42", state="queued")`` cancels a group's
         pending jobs and leaves its running one alone. Returns how many changed.
         """
+        operator_store(self.store, "cancel jobs")
         return self._bulk("cancel", ids, filters, on_batch)
 
-    @needs(OperatorStore, "delete jobs")
     def delete_jobs(
         self,
         /,
@@ -1037,9 +990,9 @@ class App:
 
         Cancel a running job first: its worker holds it. Returns how many were deleted.
         """
+        operator_store(self.store, "delete jobs")
         return self._bulk("delete", ids, filters, on_batch)
 
-    @needs(OperatorStore, "run jobs now")
     def run_jobs_now(
         self,
         /,
@@ -1049,9 +1002,9 @@ class App:
         **filters: str | None,
     ) -> int:
         """Make the scheduled and retrying jobs among those named due now; returns how many."""
+        operator_store(self.store, "run jobs now")
         return self._bulk("run_now", ids, filters, on_batch)
 
-    @needs(OperatorStore, "take jobs back")
     def take_back(
         self,
         /,
@@ -1068,6 +1021,7 @@ class App:
         the holder was alive after all, its outcome is refused (its lease is void)
         and the job may run twice, as after any rescue. Returns how many.
         """
+        operator_store(self.store, "take jobs back")
         return self._bulk("take_back", ids, filters, on_batch)
 
     def _bulk(
@@ -1079,11 +1033,11 @@ class App:
         act: bulk.Act | None = None,
     ) -> int:
         selection = job_selection(ids, **filters)
-        chosen = act or bulk.store_action(self.store, action)
+        store = operator_store(self.store, "act on jobs in bulk")
+        chosen = act or bulk.store_action(store, action)
         changed = functools.partial(self.changes.publish, "jobs")
-        return bulk.walk(self.store, selection, BULK_ACTIONS[action], chosen, on_batch, changed)
+        return bulk.walk(store, selection, BULK_ACTIONS[action], chosen, on_batch, changed)
 
-    @needs(PayloadStore, "re-encrypt stored jobs")
     def reencrypt(
         self,
         *,
@@ -1096,23 +1050,24 @@ class App:
         Resumable: values under the newest key already are skipped, and
         ``after_id`` starts after a job id (``RotationProgress.last_id``).
         """
+        store = payload_store(self.store, "re-encrypt stored jobs")
         if self.codec is None:
             raise ConfigurationError(
                 "re-encrypting needs the encryption keys (App(encryption_keys=...) or "
                 "CONVEYOR_ENCRYPTION_KEYS, newest first)"
             )
-        store = cast(PayloadStore, self.store)
+        store = store
         return reencrypt(
             store, self.codec, after_id=after_id, batch_size=batch_size, on_batch=on_batch
         )
 
-    @needs(OperatorStore, "delete queues")
     def delete_queue(self, queue: str) -> int:
         """Delete a queue: its jobs (queued and finished) and their history, and its pause.
 
         Refused while jobs of the queue run (cancel them, or wait). A producer that
         enqueues to the name afterwards makes the queue anew. Returns the jobs deleted.
         """
+        store = operator_store(self.store, "delete queues")
         validate_name("queue", queue)
         running = self.count_jobs(queue=queue, state="running").get("running", 0)
         if running:
@@ -1122,10 +1077,9 @@ class App:
                 "then delete the queue"
             )
         deleted = self.delete_jobs(queue=queue)
-        self.store.queue_delete(queue)
+        store.queue_delete(queue)
         return deleted
 
-    @needs(OperatorStore, "count purgeable jobs")
     def purge_count(
         self,
         older_than: timedelta,
@@ -1134,18 +1088,18 @@ class App:
         queue: str | None = None,
     ) -> int:
         """How many jobs ``purge`` with the same arguments would delete now (a dry run)."""
+        store = operator_store(self.store, "count purgeable jobs")
         cutoff = utcnow() - check_age(older_than)
         if queue is not None:
             validate_name("queue", queue)
-        return self.store.job_purge_count(cutoff, check_final_states(states), queue)
+        return store.job_purge_count(cutoff, check_final_states(states), queue)
 
-    @needs(OperatorStore, "apply retention")
     def apply_retention(self, now: datetime) -> int:
         """One round of retention now (``conveyor.worker.retention.Retention.apply``), as
         its leader among the workers and consumers runs it; returns the jobs deleted."""
-        return self.runtime.retention.apply(self.store, now)
+        store = operator_store(self.store, "apply retention")
+        return self.runtime.retention.apply(store, now)
 
-    @needs(OperatorStore, "trim queues")
     def trim(
         self,
         queue: str,
@@ -1162,6 +1116,7 @@ class App:
         Newest is by id, the order the jobs were enqueued. Deletes in batches,
         one transaction each, calling ``on_batch(count)`` after each.
         """
+        store = operator_store(self.store, "trim queues")
         validate_name("queue", queue)
         if keep is None or isinstance(keep, Mapping):  # one queue, one number
             raise ConfigurationError(
@@ -1171,7 +1126,7 @@ class App:
         chosen = check_final_states(states)
         total = 0
         while True:
-            deleted = self.store.job_purge_beyond(queue, keep, chosen)
+            deleted = store.job_purge_beyond(queue, keep, chosen)
             total += deleted
             if deleted == 0:
                 return total
@@ -1180,7 +1135,6 @@ class App:
 
     # --- holding single jobs back -------------------------------------------------------
 
-    @needs(HoldStore, "hold jobs")
     def hold(self, job_id: int) -> Job:
         """Hold a queued job back: no worker or consumer claims it until ``unhold``.
 
@@ -1189,17 +1143,15 @@ class App:
         held: holding never touches a running job (JobStateError says what to do
         instead). Holding a held job changes nothing.
         """
-        self._hold(job_id, holding=True)
+        self._hold(hold_store(self.store, "hold jobs"), job_id, holding=True)
         return self.get(job_id)
 
-    @needs(HoldStore, "let held jobs go")
     def unhold(self, job_id: int) -> Job:
         """Let a held job go: due again at the run_at it had (now, if that has passed)."""
-        self._hold(job_id, holding=False)
+        self._hold(hold_store(self.store, "let held jobs go"), job_id, holding=False)
         return self.get(job_id)
 
-    def _hold(self, job_id: int, holding: bool) -> None:
-        store = cast(HoldStore, self.store)
+    def _hold(self, store: HoldStore, job_id: int, holding: bool) -> None:
         act = store.job_hold if holding else store.job_unhold
         if act([job_id], utcnow()):
             if holding:
@@ -1223,7 +1175,6 @@ class App:
             )
         raise JobStateError(f"job {job_id} is {job.state}, not held: nothing to let go")
 
-    @needs(HoldStore, "hold jobs")
     def hold_jobs(
         self,
         /,
@@ -1233,7 +1184,8 @@ class App:
         **filters: str | None,
     ) -> int:
         """Hold the queued jobs among those named (ids and/or filters); returns how many."""
-        store = cast(HoldStore, self.store)
+        store = hold_store(self.store, "hold jobs")
+        store = store
 
         def hold(batch: Sequence[int], now: datetime) -> list[int]:
             changed = store.job_hold(batch, now)
@@ -1243,7 +1195,6 @@ class App:
 
         return self._bulk("hold", ids, filters, on_batch, hold)
 
-    @needs(HoldStore, "let held jobs go")
     def unhold_jobs(
         self,
         /,
@@ -1253,23 +1204,23 @@ class App:
         **filters: str | None,
     ) -> int:
         """Let the held jobs among those named go; returns how many."""
-        store = cast(HoldStore, self.store)
+        store = hold_store(self.store, "let held jobs go")
+        store = store
         return self._bulk("unhold", ids, filters, on_batch, store.job_unhold)
 
-    @needs(HoldStore, "list held jobs")
     def held_jobs(
         self, queue: str | None = None, *, limit: int = 100, before_id: int | None = None
     ) -> list[Job]:
         """Held jobs (of ``queue``, or of all), newest first; page with ``before_id``."""
+        store = hold_store(self.store, "list held jobs")
         if queue is not None:
             validate_name("queue", queue)
-        ids = cast(HoldStore, self.store).job_held(queue, before_id, limit)
+        ids = store.job_held(queue, before_id, limit)
         found = {job.id: job for job in self.store.job_get_many(ids)}
         return [self._attach(found[i]) for i in ids if i in found]
 
     # --- outcome readers ---------------------------------------------------------------
 
-    @needs(OutcomeStore, "read unprocessed outcomes")
     def unprocessed(
         self,
         queue: str | None = None,
@@ -1288,17 +1239,17 @@ class App:
         history, or comes back after a long outage, is not flooded. A job run
         again (retried) and finished anew is unprocessed again.
         """
+        store = outcome_store(self.store, "read unprocessed outcomes")
         if queue is not None:
             validate_name("queue", queue)
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
             raise ConfigurationError("limit must be a whole number from 1 to 10,000")
         since = utcnow() - check_age(grace)
-        readers = cast(OutcomeStore, self.store)
+        readers = store
         ids = readers.job_unprocessed(queue, check_final_states(states), since, limit)
         found = {job.id: job for job in self.store.job_get_many(ids)}
         return [self._attach(found[i]) for i in ids if i in found]
 
-    @needs(OutcomeStore, "mark outcomes processed")
     def mark_processed(self, job_id: int) -> bool:
         """Mark a finished job's outcome processed: True for exactly one caller, once.
 
@@ -1306,14 +1257,14 @@ class App:
         True (and acts), the others False. False too for a job that is not
         finished (raises JobNotFoundError for one that does not exist).
         """
-        if cast(OutcomeStore, self.store).job_mark_processed(job_id):
+        store = outcome_store(self.store, "mark outcomes processed")
+        if store.job_mark_processed(job_id):
             return True
         self.get(job_id)  # JobNotFoundError names a job that is not there
         return False
 
     # --- flow control: rate and concurrency limits ----------------------------------
 
-    @needs(FlowControlStore, "set limits")
     def limit(
         self,
         queue: str,
@@ -1337,6 +1288,7 @@ class App:
         without a restart. Returns what the queue has now (None: no limit, no
         throttle).
         """
+        store = flow_control_store(self.store, "set limits")
         validate_name("queue", queue)
         named = {"rate": rate, "concurrency": concurrency}
         given = [part for part, value in named.items() if value is not _UNSET]
@@ -1346,7 +1298,7 @@ class App:
                     f"app.limit({queue!r}, clear=True) drops the whole limit: "
                     f"give {' or '.join(given)} in another call"
                 )
-            return self.store.limit_set(queue, None, per_key, utcnow())
+            return store.limit_set(queue, None, per_key, utcnow())
         if not given:
             raise ConfigurationError(
                 "give rate= (such as '10/s'), concurrency=, or both; None drops that part, "
@@ -1356,14 +1308,13 @@ class App:
             None if rate is _UNSET else rate, None if concurrency is _UNSET else concurrency
         )
         keep = [part for part in named if part not in given]
-        return self.store.limit_set(queue, chosen, per_key, utcnow(), keep=keep)
+        return store.limit_set(queue, chosen, per_key, utcnow(), keep=keep)
 
-    @needs(FlowControlStore, "read limits")
     def limits(self) -> dict[str, LimitStatus]:
         """Every queue's limits and how full they are now: running, started, room, held back."""
-        return {status.queue: status for status in self.store.limit_status(utcnow())}
+        store = flow_control_store(self.store, "read limits")
+        return {status.queue: status for status in store.limit_status(utcnow())}
 
-    @needs(FlowControlStore, "throttle queues")
     def throttle(
         self, queue: str, seconds: float | timedelta, *, limit_key: str | None = None
     ) -> datetime:
@@ -1374,6 +1325,7 @@ class App:
         never shortened, by another; ``seconds=0`` lifts it. Returns when it ends
         (on the store's clock).
         """
+        flow_control_store(self.store, "throttle queues")
         validate_name("queue", queue)
         validate_name("limit_key", limit_key, optional=True)
         length = throttle_seconds(seconds, allow_zero=True)

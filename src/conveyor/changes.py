@@ -17,7 +17,7 @@ from typing import Any
 
 from conveyor.errors import ConfigurationError, JobCancelled, JobFailed
 from conveyor.job import Job, JobState
-from conveyor.store.protocols import ChangeCallback, Store, Subscription
+from conveyor.store.protocols import ChangeCallback, JobStore, Subscription
 
 log = logging.getLogger("conveyor.changes")
 
@@ -30,7 +30,7 @@ class ChangeHub:
     workers and consumers find the others' work by their poll.
     """
 
-    def __init__(self, store: Store, listen: bool = True) -> None:
+    def __init__(self, store: JobStore, listen: bool = True) -> None:
         self._store = store
         self.listen = listen
         self._listeners: list[ChangeCallback] = []

@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from conveyor.job import Job, JobState, utcnow
+from conveyor.store.capabilities import operator_store
 from conveyor.store.records import JobSelection
 from conveyor.task import Task
 from conveyor.worker.inline import DEFAULT_LIMIT, run_job
@@ -126,12 +127,16 @@ def enqueued_jobs(
         task=_task_name(task) if task is not None else None,
     )
     found: list[Job] = []
-    page = app.store.job_select(selection, utcnow(), None, PAGE)
+    page = operator_store(app.store, "read enqueued jobs").job_select(
+        selection, utcnow(), None, PAGE
+    )
     while page:
         found.extend(page)
         if len(page) < PAGE:
             break
-        page = app.store.job_select(selection, utcnow(), page[-1].id, PAGE)
+        page = operator_store(app.store, "read enqueued jobs").job_select(
+            selection, utcnow(), page[-1].id, PAGE
+        )
     # Attached to the App, so that job.wait() and job.refresh() work as on enqueue's Jobs.
     return [app._attach(job) for job in reversed(found) if _matches(job, args, kwargs)]
 

@@ -40,7 +40,7 @@ def new_key() -> None:
 )
 @click.option(
     "--after-id",
-    type=click.IntRange(0),
+    type=click.IntRange(0, 2**63 - 1),
     default=0,
     show_default=True,
     help="Start after this job id (the last id a run that stopped printed).",

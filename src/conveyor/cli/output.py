@@ -20,8 +20,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from conveyor.app import WorkerStatus
 from conveyor.encryption import SEALED_LABEL
+from conveyor.fleet import WorkerStatus
 from conveyor.job import DETAILED_STATES, FILTER_STATES, Event, Job, JobState, is_sealed, utcnow
 from conveyor.store.records import QueueStats, Stats, Step
 

@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 
 from conveyor.errors import ConfigurationError
 from conveyor.store.audit import AuditStore
+from conveyor.store.payloads import PayloadStore
 from conveyor.store.protocols import (
     DurabilityReport,
     FlowControlStore,
@@ -37,6 +38,7 @@ from conveyor.store.protocols import (
     TransactionalStore,
     WorkflowStore,
 )
+from conveyor.store.workflow_retry import WorkflowRetryStore
 
 #: Each capability and the protocol it is read from.
 PROTOCOLS: dict[str, type] = {
@@ -198,3 +200,15 @@ def transactional_completion(store: object, what: str) -> TransactionalCompletio
     if isinstance(store, TransactionalCompletion):
         return store
     refuse(store, TransactionalCompletion, what)
+
+
+def payload_store(store: object, what: str) -> PayloadStore:
+    if isinstance(store, PayloadStore):
+        return store
+    refuse(store, PayloadStore, what)
+
+
+def workflow_retry_store(store: object, what: str) -> WorkflowRetryStore:
+    if isinstance(store, WorkflowRetryStore):
+        return store
+    refuse(store, WorkflowRetryStore, what)

@@ -7,8 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from conveyor.app import MAX_HELD_READ, App, WorkerStatus
+from conveyor.app import App
 from conveyor.errors import JobStateError
+from conveyor.fleet import MAX_HELD_READ, WorkerStatus
 from conveyor.job import WAITING_STATES, Job, JobState
 from conveyor.schedule import Cron, Every
 

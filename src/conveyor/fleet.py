@@ -1,0 +1,57 @@
+"""The workers of a store as every surface shows them: each with how long it has been
+silent and the running jobs the store says it holds (``app.workers()``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from conveyor.job import Job, JobState
+from conveyor.store.protocols import OperatorStore
+from conveyor.store.records import JobSelection, WorkerInfo
+
+#: A worker that has not checked in for this long is probably dead: it beats every
+#: third of its lease (10 s at the default 30 s), so this is three missed beats.
+SILENT_AFTER = timedelta(seconds=30)
+#: A worker silent for this long leaves every list (the dashboard, ``conveyor stats``,
+#: /metrics), whether or not a live worker's maintenance has pruned its row yet (it
+#: does so after at least as long).
+FORGET_AFTER = timedelta(seconds=60)
+#: The most running jobs read to tell which worker holds what.
+MAX_HELD_READ = 10_000
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerStatus:
+    """A registered worker, how long it has been silent, and the running jobs it holds."""
+
+    info: WorkerInfo
+    silent_for: float
+    jobs: list[Job]
+
+    @property
+    def probably_dead(self) -> bool:
+        return self.silent_for > SILENT_AFTER.total_seconds()
+
+
+def worker_statuses(
+    store: OperatorStore, now: datetime, attach: Callable[[Job], Job]
+) -> list[WorkerStatus]:
+    """The registered workers, each with the running jobs the store says it holds.
+
+    The one count of a worker's jobs that every surface shows (a dead worker's
+    last check-in may name jobs since rescued). Workers silent for over
+    FORGET_AFTER are left out, pruned or not.
+    """
+    listed = [w for w in store.worker_list() if now - w.last_seen_at <= FORGET_AFTER]
+    held: dict[str, list[Job]] = {w.id: [] for w in listed}
+    if listed:
+        running = JobSelection(state=str(JobState.RUNNING))
+        for job in sorted(store.job_select(running, now, None, MAX_HELD_READ), key=lambda j: j.id):
+            if job.worker in held:
+                held[job.worker].append(attach(job))
+    return [
+        WorkerStatus(w, max(0.0, (now - w.last_seen_at).total_seconds()), held[w.id])
+        for w in listed
+    ]
