@@ -11,9 +11,12 @@ from typing import Any
 
 from conveyor.errors import ConfigurationError
 from conveyor.job import Job
-from conveyor.store.capabilities import require
-from conveyor.store.protocols import StepStore, TransactionalCompletion
+from conveyor.store.capabilities import step_store
+from conveyor.store.protocols import TransactionalCompletion
 from conveyor.store.records import Lease, Step
+
+#: What a store without StepStore is refused for.
+STEPS = "record durable steps (ctx.step)"
 
 
 def _lease(job: Job) -> Lease:
@@ -22,17 +25,13 @@ def _lease(job: Job) -> Lease:
 
 
 def steps(store: object, job: Job) -> list[Step]:
-    require(store, StepStore, "record durable steps (ctx.step)")
-    assert isinstance(store, StepStore)
-    return store.step_list(job.id)
+    return step_store(store, STEPS).step_list(job.id)
 
 
 def record_step(
     store: object, job: Job, name: str, result_json: str, started_at: datetime
 ) -> Step | None:
-    require(store, StepStore, "record durable steps (ctx.step)")
-    assert isinstance(store, StepStore)
-    return store.step_record(_lease(job), name, result_json, started_at)
+    return step_store(store, STEPS).step_record(_lease(job), name, result_json, started_at)
 
 
 def complete_in(store: object, job: Job, connection: Any, result_json: str) -> bool:

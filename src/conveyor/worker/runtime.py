@@ -22,7 +22,7 @@ from conveyor.errors import SchemaMissingError
 from conveyor.job import Job
 from conveyor.middleware import Middleware
 from conveyor.schedule import Periodic
-from conveyor.store.capabilities import require
+from conveyor.store.capabilities import flow_control_store
 from conveyor.store.protocols import DurabilityReport, FlowControlStore, JobStore, WorkflowStore
 from conveyor.store.records import Relative
 from conveyor.task import Task
@@ -108,10 +108,9 @@ class Runtime:
 
     def throttle(self, queue: str, seconds: float, limit_key: str | None) -> datetime:
         """Hold back every ready job of ``queue`` (or of ``limit_key`` in it); when it ends."""
-        store = self.store
-        require(store, FlowControlStore, "throttle queues")
-        assert isinstance(store, FlowControlStore)
-        return store.limit_throttle(queue, limit_key, seconds)
+        return flow_control_store(self.store, "throttle queues").limit_throttle(
+            queue, limit_key, seconds
+        )
 
     def limited(self, queues: Sequence[str]) -> bool:
         """Whether any of ``queues`` has a limit (inline mode then claims as a worker would)."""
