@@ -14,6 +14,7 @@ import click
 
 from conveyor.cli.audit import audit
 from conveyor.cli.encryption import encryption
+from conveyor.cli.export import export
 from conveyor.cli.group import ConveyorGroup, LazyCommand
 from conveyor.cli.jobs import enqueue, jobs
 from conveyor.cli.limits import limit, limits
@@ -102,5 +103,5 @@ cli.help = (
 
 for _command in (migrate, worker, enqueue, jobs, stats, purge, trim, pause, resume, delete_queue):
     cli.add_command(_command)
-for _command in (limit, limits, workflows, tasks, audit, encryption):
+for _command in (limit, limits, workflows, tasks, audit, encryption, export):
     cli.add_command(_command)

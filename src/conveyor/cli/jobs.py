@@ -32,17 +32,15 @@ from conveyor.cli.options import (
 from conveyor.cli.output import (
     console,
     counts_view,
-    event_dict,
-    job_dict,
     job_view,
     jobs_table,
     print_json,
     progress,
-    step_dict,
     when,
 )
 from conveyor.cli.why import why_dict, why_view
 from conveyor.errors import ConveyorError, JobStateError
+from conveyor.export import event_dict, job_dict, step_dict
 from conveyor.job import (
     DETAILED_STATES,
     MAX_ATTEMPTS_LIMIT,

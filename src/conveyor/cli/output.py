@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from conveyor.encryption import SEALED_LABEL
+from conveyor.export import iso, job_dict
 from conveyor.fleet import WorkerStatus
 from conveyor.job import DETAILED_STATES, FILTER_STATES, Event, Job, JobState, is_sealed, utcnow
 from conveyor.store.records import QueueStats, Stats, Step
@@ -69,85 +70,7 @@ def print_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, default=str))
 
 
-# --- records as plain data ------------------------------------------------------------
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value is not None else None
-
-
-def _decoded(text: str | None) -> Any:
-    """A stored JSON payload, decoded; as the raw text when it is not JSON (a poison job);
-    SEALED_LABEL when it is encrypted and no key here opens it (never the ciphertext)."""
-    if text is None:
-        return None
-    if is_sealed(text):
-        return SEALED_LABEL
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
-def job_dict(job: Job) -> dict[str, Any]:
-    return {
-        "id": job.id,
-        "queue": job.queue,
-        "task": job.task,
-        "state": str(job.state),
-        "detailed_state": job.detailed_state(),
-        "held": job.held,
-        "args": _decoded(job.args_json),
-        "kwargs": _decoded(job.kwargs_json),
-        "headers": _decoded(job.headers_json) or {},
-        "priority": job.priority,
-        "attempts": job.attempts,
-        "max_attempts": job.max_attempts,
-        "key": job.key,
-        "group": job.group,
-        "batch": job.batch,
-        "limit_key": job.limit_key,
-        "run_at": _iso(job.run_at),
-        "created_at": _iso(job.created_at),
-        "started_at": _iso(job.started_at),
-        "finished_at": _iso(job.finished_at),
-        "worker": job.worker,
-        "lease_expires_at": _iso(job.lease_expires_at),
-        "cancel_requested": job.cancel_requested,
-        "progress": job.progress,
-        "progress_message": job.progress_message,
-        "result": _decoded(job.result_json),
-        "error": job.error,
-        **_encrypted(job),
-    }
-
-
-def _encrypted(job: Job) -> dict[str, Any]:
-    """``{"encrypted": [fields]}`` naming the fields no key here opens; {} for none."""
-    stored = (("args", job.args_json), ("kwargs", job.kwargs_json), ("result", job.result_json))
-    sealed = [name for name, text in stored if is_sealed(text)]
-    return {"encrypted": sealed} if sealed else {}
-
-
-def event_dict(event: Event) -> dict[str, Any]:
-    return {
-        "seq": event.seq,
-        "kind": event.kind,
-        "attempt": event.attempt,
-        "worker": event.worker,
-        "at": _iso(event.at),
-        "error": event.error,
-    }
-
-
-def step_dict(step: Step) -> dict[str, Any]:
-    return {
-        "name": step.name,
-        "attempt": step.attempt,
-        "started_at": _iso(step.started_at),
-        "finished_at": _iso(step.finished_at),
-        "result": _decoded(step.result_json),
-    }
+# --- records as plain data (conveyor.export) -------------------------------------------
 
 
 def worker_dict(status: WorkerStatus) -> dict[str, Any]:
@@ -161,8 +84,8 @@ def worker_dict(status: WorkerStatus) -> dict[str, Any]:
         # The running jobs the store says it holds (what the dashboard counts too).
         "jobs_in_hand": len(status.jobs),
         "jobs": [job.id for job in status.jobs],
-        "started_at": _iso(worker.started_at),
-        "last_seen_at": _iso(worker.last_seen_at),
+        "started_at": iso(worker.started_at),
+        "last_seen_at": iso(worker.last_seen_at),
         "probably_dead": status.probably_dead,
     }
 

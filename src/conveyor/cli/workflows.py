@@ -18,10 +18,10 @@ from conveyor.cli.output import (
     counts_view,
     first_line,
     fitted_table,
-    job_dict,
     print_json,
     short_when,
 )
+from conveyor.export import job_dict
 from conveyor.job import utcnow
 
 

@@ -24,7 +24,13 @@ from starlette.concurrency import run_in_threadpool
 from starlette.convertors import PathConvertor, register_url_convertor
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import (
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -37,6 +43,7 @@ from conveyor.errors import (
     JobNotFoundError,
     SchemaMissingError,
 )
+from conveyor.export import csv_lines, exported_jobs, jsonl_lines
 from conveyor.job import DETAILED_STATES, FILTER_STATES, JobState, utcnow
 from conveyor.store.limit_keys import MAX_THROTTLED_KEYS
 from conveyor.store.selection import ARGS_SEARCH_SPAN
@@ -263,6 +270,7 @@ class Dashboard:
             Route("/live", self.page(self.overview_live), name="live"),
             Route("/jobs", self.page(self.job_list), name="jobs"),
             Route("/jobs/confirm", self.page(self.bulk_confirm), name="bulk_confirm"),
+            Route("/jobs/export", self.page(self.job_export), name="jobs_export"),
             Route("/jobs/bulk", self.bulk_selected, methods=["POST"]),
             Route("/jobs/bulk-matching", self.bulk_matching, methods=["POST"]),
             Route("/jobs/{job_id:int}", self.page(self.job_page), name="job"),
@@ -444,6 +452,19 @@ class Dashboard:
         }
         name = "_jobs_table.html" if self.live(request) else "jobs.html"
         return self.render(request, name, context)
+
+    def job_export(self, request: Request) -> Response:
+        """The list's jobs with their events, as JSON lines or CSV (``conveyor export``)."""
+        filters = parse_filters(request.query_params)
+        fmt = request.query_params.get("format", "jsonl")
+        if fmt not in ("jsonl", "csv"):
+            raise BadRequest(f"export as jsonl or csv, not {fmt!r}")
+        records = exported_jobs(self.app, filters)
+        lines = csv_lines(records) if fmt == "csv" else jsonl_lines(records)
+        name = f"conveyor-jobs.{fmt}"
+        media = "text/csv" if fmt == "csv" else "application/x-ndjson"
+        headers = {"Content-Disposition": f'attachment; filename="{name}"'}
+        return StreamingResponse(lines, media_type=media, headers=headers)
 
     def count_matching(self, filters: dict[str, str]) -> int:
         """How many jobs a list's filters match; kept COUNT_FRESH seconds for filters that
