@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from conveyor import bulk
 from conveyor.bulk import BULK_ACTIONS, check_age, check_final_states, job_selection
@@ -27,7 +27,7 @@ from conveyor.errors import (
     JobStateError,
     UnknownTaskError,
 )
-from conveyor.fleet import SILENT_AFTER, WorkerStatus, worker_statuses
+from conveyor.fleet import SILENT_AFTER, WorkerStatus, control_worker, worker_statuses
 from conveyor.job import (
     DETAILED_STATES,
     EventKind,
@@ -57,6 +57,7 @@ from conveyor.store.capabilities import (
     require,
     step_store,
     store_capabilities,
+    worker_control_store,
     workflow_retry_store,
     workflow_store,
 )
@@ -81,6 +82,7 @@ from conveyor.store.records import (
     WorkflowInfo,
 )
 from conveyor.task import EnqueueOptions, Task, check_timeout
+from conveyor.twins import async_twin
 from conveyor.worker.retention import MAX_KEEP, Keep, Retention, check_keep_finished
 from conveyor.worker.runtime import Runtime
 from conveyor.workflow import Workflow, WorkflowRun, WorkflowStatus, check_workflow
@@ -98,24 +100,6 @@ KNOWN_TASKS_READ = 5_000
 OUTCOME_GRACE = timedelta(days=7)
 #: "Not given" for arguments where None means something (``app.limit(queue, None)`` drops the rate).
 _UNSET: Any = object()
-
-
-S = TypeVar("S")
-
-
-def async_twin(
-    method: Callable[Concatenate[S, P], R],
-) -> Callable[Concatenate[S, P], Coroutine[Any, Any, R]]:
-    """The asyncio twin of a blocking method: the same parameters, run in a worker thread."""
-
-    @functools.wraps(method)
-    async def twin(self: S, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        return await asyncio.to_thread(method, self, *args, **kwargs)
-
-    twin.__name__ = f"a{method.__name__}"
-    twin.__qualname__ = f"{method.__qualname__.rpartition('.')[0]}.a{method.__name__}".lstrip(".")
-    twin.__doc__ = f"``{method.__name__}`` for asyncio code: the same call, run in a worker thread."
-    return twin
 
 
 class App:
@@ -680,6 +664,19 @@ class App:
         """
         store = operator_store(self.store, "list workers")
         return worker_statuses(store, utcnow(), self._attach)
+
+    def control_worker(
+        self,
+        worker_id: str,
+        *,
+        quiet: bool | None = None,
+        stop: bool | None = None,
+        concurrency: int | None = None,
+    ) -> dict[str, Any]:
+        """Ask a worker (on any machine) to go quiet or claim again, to stop, or to run
+        ``concurrency`` slots; it obeys at its next check-in (conveyor.fleet)."""
+        store = worker_control_store(self.store, "control workers")
+        return control_worker(store, worker_id, quiet, stop, concurrency)
 
     def known_tasks(self) -> set[str]:
         """Task names this App registers, with those the store has seen lately.
@@ -1391,4 +1388,5 @@ class App:
     aworkflow_edges = async_twin(workflow_edges)
     athrottled_keys = async_twin(throttled_keys)
     aping = async_twin(ping)
+    acontrol_worker = async_twin(control_worker)
     areencrypt = async_twin(reencrypt)

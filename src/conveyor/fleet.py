@@ -6,10 +6,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
+from conveyor.errors import ConfigurationError
 from conveyor.job import Job, JobState
 from conveyor.store.protocols import OperatorStore
 from conveyor.store.records import JobSelection, WorkerInfo
+from conveyor.store.worker_control import WorkerControlStore, control_changes, read_control
 
 #: A worker that has not checked in for this long is probably dead: it beats every
 #: third of its lease (10 s at the default 30 s), so this is three missed beats.
@@ -34,6 +37,17 @@ class WorkerStatus:
     def probably_dead(self) -> bool:
         return self.silent_for > SILENT_AFTER.total_seconds()
 
+    @property
+    def quiet(self) -> bool:
+        """Asked to claim nothing new (``conveyor workers quiet``)."""
+        return bool(self.info.control.get("quiet"))
+
+    @property
+    def concurrency(self) -> int:
+        """Its slots: as it started, or as an operator asked since."""
+        asked = self.info.control.get("concurrency")
+        return asked if isinstance(asked, int) else self.info.concurrency
+
 
 def worker_statuses(
     store: OperatorStore, now: datetime, attach: Callable[[Job], Job]
@@ -55,3 +69,21 @@ def worker_statuses(
         WorkerStatus(w, max(0.0, (now - w.last_seen_at).total_seconds()), held[w.id])
         for w in listed
     ]
+
+
+def control_worker(
+    store: WorkerControlStore,
+    worker_id: str,
+    quiet: bool | None = None,
+    stop: bool | None = None,
+    concurrency: int | None = None,
+) -> dict[str, Any]:
+    """Ask a worker to go quiet (or claim again), to stop, or to run ``concurrency`` slots;
+    it obeys at its next check-in. What is asked of it now; ConfigurationError for a
+    worker that is not registered."""
+    control = store.worker_control(worker_id, control_changes(quiet, stop, concurrency))
+    if control is None:
+        raise ConfigurationError(
+            f"no worker {worker_id!r} is registered (see conveyor workers list)"
+        )
+    return read_control(control)

@@ -21,6 +21,7 @@ from conveyor.cli.limits import limit, limits
 from conveyor.cli.queues import delete_queue, pause, purge, resume, stats, trim
 from conveyor.cli.tasks import tasks
 from conveyor.cli.worker import HANDLER_THREAD_PREFIX, load_app, migrate, worker
+from conveyor.cli.workers import workers
 from conveyor.cli.workflows import workflows
 from conveyor.errors import ConfigurationError
 from conveyor.store.dsn import DSN_ENV
@@ -103,5 +104,5 @@ cli.help = (
 
 for _command in (migrate, worker, enqueue, jobs, stats, purge, trim, pause, resume, delete_queue):
     cli.add_command(_command)
-for _command in (limit, limits, workflows, tasks, audit, encryption, export):
+for _command in (limit, limits, workflows, tasks, audit, encryption, export, workers):
     cli.add_command(_command)

@@ -80,7 +80,9 @@ def worker_dict(status: WorkerStatus) -> dict[str, Any]:
         "host": worker.host,
         "pid": worker.pid,
         "queues": worker.queues,
-        "concurrency": worker.concurrency,
+        "concurrency": status.concurrency,
+        "quiet": status.quiet,
+        "control": dict(worker.control),
         # The running jobs the store says it holds (what the dashboard counts too).
         "jobs_in_hand": len(status.jobs),
         "jobs": [job.id for job in status.jobs],

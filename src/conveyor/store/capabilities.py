@@ -38,6 +38,7 @@ from conveyor.store.protocols import (
     TransactionalStore,
     WorkflowStore,
 )
+from conveyor.store.worker_control import WorkerControlStore
 from conveyor.store.workflow_retry import WorkflowRetryStore
 
 #: Each capability and the protocol it is read from.
@@ -212,3 +213,9 @@ def workflow_retry_store(store: object, what: str) -> WorkflowRetryStore:
     if isinstance(store, WorkflowRetryStore):
         return store
     refuse(store, WorkflowRetryStore, what)
+
+
+def worker_control_store(store: object, what: str) -> WorkerControlStore:
+    if isinstance(store, WorkerControlStore):
+        return store
+    refuse(store, WorkerControlStore, what)

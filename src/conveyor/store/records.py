@@ -7,6 +7,7 @@ callers. Nothing here assumes a database.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, Literal, get_args
@@ -238,6 +239,8 @@ class WorkerInfo:
     jobs_in_hand: int
     started_at: datetime
     last_seen_at: datetime
+    #: What an operator asked of it (conveyor.store.worker_control): quiet, stop, concurrency.
+    control: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

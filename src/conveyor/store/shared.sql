@@ -195,13 +195,16 @@ VALUES (:id, :host, :pid, :queues, :concurrency, 0, :now, :now)
 ON CONFLICT (id) DO UPDATE SET last_seen_at = excluded.last_seen_at
 
 -- name: worker_beat
+-- The check-in answers with what an operator asked of the worker (control: JSON
+-- of quiet, stop, concurrency; NULL for nothing): no read of its own.
 UPDATE workers SET last_seen_at = :now, jobs_in_hand = :jobs_in_hand WHERE id = :id
+RETURNING control
 
 -- name: worker_unregister
 DELETE FROM workers WHERE id = :id
 
 -- name: worker_list
-SELECT id, host, pid, queues, concurrency, jobs_in_hand, started_at, last_seen_at
+SELECT id, host, pid, queues, concurrency, jobs_in_hand, started_at, last_seen_at, control
 FROM workers ORDER BY started_at, id
 
 -- name: worker_prune

@@ -39,6 +39,10 @@ ACTIONS = {
     "limit_cleared": "limit clear",
     "throttle_lifted": "throttle lift",
     "workflow_cancelled": "cancel workflow",
+    "worker_quiet": "worker quiet",
+    "worker_resume": "worker resume",
+    "worker_stop": "worker stop",
+    "worker_concurrency": "worker concurrency",
 }
 #: The longest list of ticked ids an entry names (it counts them all).
 IDS_SHOWN = 20
@@ -73,6 +77,9 @@ def describe(code: str, path_params: dict[str, object], form: dict[str, list[str
         return f"queue {path_params['queue']}" + _limit_details(code, form)
     if code == "purged":
         return "finished jobs " + _form_query(form, ("older_than", "state", "queue"))
+    if code.startswith("worker_"):
+        slots = f" to {_first(form, 'slots')}" if code == "worker_concurrency" else ""
+        return f"worker {_first(form, 'worker')}{slots}"
     if "worker" in form:
         return f"running jobs of worker {_first(form, 'worker')}"
     ids = form.get("id")

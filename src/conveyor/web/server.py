@@ -120,6 +120,10 @@ LIVE_HEADER = "x-conveyor-live"
 #: Messages an action can leave for the page it redirects to (by code: the
 #: address never carries text to show).
 NOTICES = {
+    "worker_quiet": "Worker asked to go quiet: it claims nothing new from its next check-in.",
+    "worker_resume": "Worker asked to claim again.",
+    "worker_stop": "Worker asked to stop: it drains its running jobs, then exits.",
+    "worker_concurrency": "Worker asked to change its slots at its next check-in.",
     "retried": "Job queued again.",
     "cancelled": "Job cancelled.",
     "cancel_requested": "Cancel requested: the worker running it will stop it.",
@@ -281,6 +285,7 @@ class Dashboard:
             Route("/workflows/{workflow_id:name}/retry", self.workflow_retry, methods=["POST"]),
             Route("/workflows/{workflow_id:name}", self.page(self.workflow_page), name="workflow"),
             Route("/workers/take-back", self.worker_take_back, methods=["POST"]),
+            Route("/workers/control", self.worker_control, methods=["POST"]),
             Route("/periodic", self.page(self.periodic_page), name="periodic"),
             Route("/audit", self.page(self.audit_page), name="audit"),
             Route("/tasks", self.page(self.tasks_page), name="tasks"),
@@ -710,6 +715,23 @@ class Dashboard:
             if not worker:
                 raise BadRequest("name the worker whose jobs to take back")
             return f"bulk_take_back:{self.app.take_back(None, worker=worker)}"
+
+        return await self.act(request, run, "/workers")
+
+    async def worker_control(self, request: Request) -> Response:
+        def run(form: dict[str, list[str]]) -> str:
+            worker, control = first(form, "worker"), first(form, "control")
+            if control == "concurrency":
+                slots = first(form, "slots").strip()
+                if not slots.isdigit():
+                    raise BadRequest("give the worker's slots as a whole number")
+                self.app.control_worker(worker, concurrency=int(slots))
+            elif control in ("quiet", "resume", "stop"):
+                asked = {"stop": True} if control == "stop" else {"quiet": control == "quiet"}
+                self.app.control_worker(worker, **asked)
+            else:
+                raise BadRequest("ask a worker to quiet, resume, stop or change its slots")
+            return f"worker_{control}"
 
         return await self.act(request, run, "/workers")
 

@@ -36,6 +36,12 @@ class HandlerThreads:
         self._lock = threading.Lock()
         self._closed = False
 
+    def resize(self, size: int) -> None:
+        """Up to ``size`` threads from now on (more are started as work comes; fewer leave
+        the extra ones idle: the worker's slots say how many handlers run)."""
+        with self._lock:
+            self._size = max(size, 1)
+
     def submit(self, running: Running) -> None:
         """Run ``running``'s sync handler in one of the threads; ``done`` is told after."""
         with self._lock:

@@ -60,6 +60,7 @@ class LeaseKeeper:
         held: Callable[[], Sequence[Running]],
         on_renewed: OnRenewed,
         check_in: bool = True,
+        on_control: Callable[[str | None], None] | None = None,
     ) -> None:
         self._store = store
         self._worker_id = worker_id
@@ -69,6 +70,8 @@ class LeaseKeeper:
         self._on_renewed = on_renewed
         #: Keep the worker's row in the workers list fresh (not for a consumer, which has none).
         self._check_in = check_in
+        #: Told what an operator asked of the worker, at each check-in.
+        self._on_control = on_control
         self._notes: dict[tuple[int, str], str] = {}
         self._notes_lock = threading.Lock()
         self._stop = threading.Event()
@@ -176,9 +179,12 @@ class LeaseKeeper:
         self._write_notes(busy)
         if self._check_in:
             try:
-                self._store.worker_beat(self._worker_id, len(held), utcnow())
+                control = self._store.worker_beat(self._worker_id, len(held), utcnow())
             except Exception as exc:  # only the workers list: never in the way of the leases
                 log.debug("worker check-in failed: %s", exc)
+            else:
+                if self._on_control is not None:
+                    self._on_control(control)
         return bool(busy)
 
     def _write_notes(self, busy: set[int]) -> None:

@@ -46,6 +46,7 @@ from conveyor.job import Job, utcnow
 from conveyor.logs import job_fields
 from conveyor.pacing import DutyBackoff
 from conveyor.store.records import Lease, LeaseStatus
+from conveyor.store.worker_control import read_control
 from conveyor.worker.completer import Completer, CompleterThread, Settlement
 from conveyor.worker.executor import (
     EventLoopThread,
@@ -144,6 +145,11 @@ class Worker:
         self.id = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         #: How jobs of tasks this worker does not know are passed on to the fleet.
         self._fleet = Fleet(self.id, float(unknown_task_patience))
+        #: The slots in use now: the option's, or what an operator asked since.
+        self._concurrency = concurrency
+        #: Claiming nothing new (``conveyor workers quiet``); finishing what it holds.
+        self._quiet = False
+        self._control: dict[str, Any] = {}
         self._lease = timedelta(seconds=lease)
         self._wake = Wakeup()
         self._hooks = WorkerHooks(self)
@@ -185,6 +191,8 @@ class Worker:
         self._recorded: deque[tuple[list[Running], set[int]]] = deque()
         self._renewed: deque[tuple[list[Lease], dict[int, LeaseStatus]]] = deque()
         self._local_cancels: deque[tuple[int, str]] = deque()
+        #: What an operator asked of this worker, as its last check-in read it.
+        self._controls: deque[dict[str, Any]] = deque()
         #: What the lease keeper renews: replaced (never changed) by the control loop.
         self._held_snapshot: tuple[Running, ...] = ()
 
@@ -194,8 +202,9 @@ class Worker:
             Completer(runtime.store, runtime.changes, runtime.codec), self._outcomes_recorded
         )
         self._leases = LeaseKeeper(
-            runtime.store, self.id, lease, lambda: self._held_snapshot, self._leases_renewed
-        )
+            runtime.store, self.id, lease, lambda: self._held_snapshot, self._leases_renewed,
+            on_control=self._control_heard,
+        )  # fmt: skip
         self._maintenance: Maintenance | None = None
         self._started = False
         self._stopping = threading.Event()
@@ -203,6 +212,16 @@ class Worker:
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
         self._began = time.monotonic()
+
+    @property
+    def concurrency(self) -> int:
+        """The slots in use now: as started, or as an operator asked since."""
+        return self._concurrency
+
+    @property
+    def quiet(self) -> bool:
+        """Claiming nothing new, as an operator asked (``conveyor workers quiet``)."""
+        return self._quiet
 
     @property
     def processed(self) -> int:
@@ -414,6 +433,8 @@ class Worker:
                     self._abort(attempt, "lease lost")
                 elif status.cancel_requested:
                     self._abort(attempt, "cancel")
+        while self._controls:
+            self._obey(self._controls.popleft())
         while self._local_cancels:
             job_id, token = self._local_cancels.popleft()
             held = self._held.get(job_id)
@@ -422,6 +443,33 @@ class Worker:
             parked = self._parked.get(job_id)
             if parked is not None and parked.token == token:
                 self._end_parked(parked, Outcome("cancelled"))
+
+    def _control_heard(self, text: str | None) -> None:
+        """From the lease keeper's check-in: what an operator asks now (a change wakes the loop)."""
+        control = read_control(text)
+        if control != self._control:
+            self._control = control
+            self._controls.append(control)
+            self._wake.pull("control")
+
+    def _obey(self, control: dict[str, Any]) -> None:
+        """Quiet, concurrency and stop as an operator asked (conveyor.store.worker_control)."""
+        quiet = bool(control.get("quiet"))
+        if quiet != self._quiet:
+            self._quiet = quiet
+            log.info("worker %s %s", self.id,
+                     "quiet: claims nothing new" if quiet else "claims again")  # fmt: skip
+        concurrency = control.get("concurrency", self.options.concurrency)
+        if concurrency != self._concurrency:
+            log.info("worker %s: concurrency %s (was %s)", self.id, concurrency, self._concurrency)
+            self._concurrency = concurrency
+            self._threads.resize(concurrency)
+            self._start_waiting()
+        if control.get("stop") and not self._stopping.is_set():
+            log.info("worker %s: stop asked by an operator: draining (up to %ss)",
+                     self.id, self.options.stop_timeout)  # fmt: skip
+            self._stopping.set()
+        self._maybe_ready = True
 
     def _parked_renewed(self, parked: Running, status: LeaseStatus | None) -> None:
         """A renewal's answer for a parked claim: drop it, end it, start it, or keep it parked."""
@@ -549,10 +597,12 @@ class Worker:
         next claim then fills the room in one batch instead of a claim per few
         handlers returned, and the slots still never run dry.
         """
-        if self.options.prefetch and len(self._waiting) > self.options.concurrency:
+        if self._quiet:
+            return 0
+        if self.options.prefetch and len(self._waiting) > self._concurrency:
             return 0
         held = self._active + len(self._waiting) + len(self._parked)
-        return self.options.concurrency + self.options.prefetch - held
+        return self._concurrency + self.options.prefetch - held
 
     def _set_next_run_timer(self) -> None:
         # Also when a limit lets the next job through: a worker whose ready jobs a
@@ -613,7 +663,7 @@ class Worker:
     def _start_waiting(self) -> None:
         """Start waiting attempts while slots are free; one that cannot start ends at once."""
         batch: list[Running] = []
-        while self._waiting and self._active < self.options.concurrency:
+        while self._waiting and self._active < self._concurrency:
             running = self._waiting.popleft()
             running.started = time.monotonic()
             self._active += 1

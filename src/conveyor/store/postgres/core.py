@@ -348,10 +348,11 @@ class CoreMixin(PostgresBase):
         }
         self._change_none("worker_register", params)
 
-    def worker_beat(self, worker_id: str, jobs_in_hand: int, now: datetime) -> None:
-        self._change_none(
-            "worker_beat", {"id": worker_id, "jobs_in_hand": jobs_in_hand, "now": now}
-        )
+    def worker_beat(self, worker_id: str, jobs_in_hand: int, now: datetime) -> str | None:
+        params = {"id": worker_id, "jobs_in_hand": jobs_in_hand, "now": now}
+        with self._conn() as conn:
+            row = conn.execute(_Q["worker_beat"], params).fetchone()
+        return None if row is None else row[0]
 
     def worker_unregister(self, worker_id: str) -> None:
         self._change_none("worker_unregister", {"id": worker_id})

@@ -124,6 +124,7 @@ class OperationsMixin(CoreMixin):
                 jobs_in_hand=r[5],
                 started_at=r[6],
                 last_seen_at=r[7],
+                control=json.loads(r[8]) if r[8] else {},
             )
             for r in rows
         ]

@@ -27,6 +27,7 @@ from conveyor.store.postgres.outcomes import OutcomesMixin
 from conveyor.store.postgres.payloads import PostgresPayloads
 from conveyor.store.postgres.steps import StepsMixin
 from conveyor.store.postgres.transactions import TransactionsMixin
+from conveyor.store.postgres.worker_control import PostgresWorkerControl
 from conveyor.store.postgres.workflow_retry import PostgresWorkflowRetry
 from conveyor.store.postgres.workflows import WorkflowsMixin
 
@@ -50,6 +51,7 @@ class PostgresStore(
     PostgresWorkflowRetry,
     PostgresPayloads,
     PostgresTaskMetrics,
+    PostgresWorkerControl,
     # Last: every capability above builds on the core.
     CoreMixin,
 ):

@@ -167,8 +167,9 @@ class CoreMixin(RedisBase):
         info = json.dumps({"host": host, "pid": pid, "queues": queues, "concurrency": concurrency})
         self._run("worker_register", worker_id, info, _ts(now))
 
-    def worker_beat(self, worker_id: str, jobs_in_hand: int, now: datetime) -> None:
-        self._run("worker_beat", worker_id, str(jobs_in_hand), _ts(now))
+    def worker_beat(self, worker_id: str, jobs_in_hand: int, now: datetime) -> str | None:
+        control = self._run("worker_beat", worker_id, str(jobs_in_hand), _ts(now))
+        return control or None
 
     def worker_unregister(self, worker_id: str) -> None:
         self._run("worker_unregister", worker_id)

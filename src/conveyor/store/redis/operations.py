@@ -253,6 +253,7 @@ class OperationsMixin(LimitsMixin):
                     jobs_in_hand=int(row["jobs_in_hand"]),
                     started_at=_dt(row["started_at"]),
                     last_seen_at=_dt(row["last_seen_at"]),
+                    control=json.loads(row.get("control") or "{}"),
                 )
             )
         workers.sort(key=lambda w: (w.started_at, w.id))

@@ -35,6 +35,7 @@ from conveyor.store.redis.operations import OperationsMixin
 from conveyor.store.redis.outcomes import OutcomesMixin
 from conveyor.store.redis.payloads import RedisPayloads
 from conveyor.store.redis.steps import StepsMixin
+from conveyor.store.redis.worker_control import RedisWorkerControl
 from conveyor.store.redis.workflow_retry import RedisWorkflowRetry
 from conveyor.store.redis.workflows import WorkflowsMixin
 
@@ -57,6 +58,7 @@ class RedisStore(
     RedisWorkflowRetry,
     RedisPayloads,
     RedisTaskMetrics,
+    RedisWorkerControl,
     # Last: every capability above builds on the core.
     CoreMixin,
 ):

@@ -240,10 +240,11 @@ class CoreMixin(SQLiteBase):
         with self._write() as conn:
             conn.execute(_Q["worker_register"], params)
 
-    def worker_beat(self, worker_id: str, jobs_in_hand: int, now: datetime) -> None:
+    def worker_beat(self, worker_id: str, jobs_in_hand: int, now: datetime) -> str | None:
         params = {"id": worker_id, "jobs_in_hand": jobs_in_hand, "now": _ts(now)}
         with self._write() as conn:
-            conn.execute(_Q["worker_beat"], params)
+            row = conn.execute(_Q["worker_beat"], params).fetchone()
+        return None if row is None else row[0]
 
     def worker_unregister(self, worker_id: str) -> None:
         with self._write() as conn:

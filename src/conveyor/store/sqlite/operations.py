@@ -138,6 +138,7 @@ class OperationsMixin(CoreMixin):
                 jobs_in_hand=row[5],
                 started_at=_dt_required(row[6]),
                 last_seen_at=_dt_required(row[7]),
+                control=json.loads(row[8]) if row[8] else {},
             )
             for row in self._conn().execute(_Q["worker_list"])
         ]

@@ -27,6 +27,7 @@ from conveyor.store.sqlite.outcomes import OutcomesMixin
 from conveyor.store.sqlite.payloads import SQLitePayloads
 from conveyor.store.sqlite.steps import StepsMixin
 from conveyor.store.sqlite.transactions import TransactionsMixin
+from conveyor.store.sqlite.worker_control import SQLiteWorkerControl
 from conveyor.store.sqlite.workflow_retry import SQLiteWorkflowRetry
 from conveyor.store.sqlite.workflows import WorkflowsMixin
 
@@ -47,6 +48,7 @@ class SQLiteStore(
     SQLiteWorkflowRetry,
     SQLitePayloads,
     SQLiteTaskMetrics,
+    SQLiteWorkerControl,
     # Last: every capability above builds on the core.
     CoreMixin,
 ):
