@@ -184,7 +184,7 @@ def test_the_dashboard_quiets_resizes_and_stops_a_worker(app: App) -> None:
         (status,) = app.workers()
         assert status.quiet and status.concurrency == 3
         shown = client.get("/workers").text
-        assert "state-scheduled\">quiet<" in shown and "0 of 3 slots busy (started with 8)" in shown
+        assert 'state-scheduled">quiet<' in shown and "0 of 3 slots busy (started with 8)" in shown
         assert ask(control="concurrency", slots="lots").status_code == 400
         assert ask(control="dance").status_code == 400
         assert ask(control="stop").status_code == 303
