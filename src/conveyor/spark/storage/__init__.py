@@ -44,6 +44,9 @@ from conveyor.store.base import EventOffset
 from conveyor.store.dsn import check_postgres_dsn, sqlite_path
 
 __all__ = [
+    "PATH_ONE_TRANSACTION",
+    "PATH_PER_PARTITION",
+    "PATH_PIECES",
     "REDIS_REFUSAL",
     "SCAN_ID_COLUMN",
     "TIME_COLUMNS",
@@ -133,6 +136,11 @@ class WriteResult:
     enqueued: int
     #: Rows left out because a job of their queue held their key (see ``unique``).
     skipped: int
+    #: Rows whose key column was null, enqueued without a key (option ``nullKeys``).
+    keyless: int = 0
+    #: How the write committed: "pieces" (parallel pieces committed together), "one
+    #: transaction", or "per partition" (atomic false: each batch on its own).
+    path: str = ""
     #: False when this commit found the write (or the micro-batch) committed
     #: before, and moved nothing.
     new: bool = True
@@ -188,6 +196,10 @@ class SparkStorage(Protocol):
 
     def migrate(self) -> int:
         """Bring the store's own schema up to date (its tables: jobs, events, ...)."""
+        ...
+
+    def schema_version(self) -> int:
+        """The version of the store's own schema, 0 on a database without conveyor's tables."""
         ...
 
     def spark_migrate(self) -> int:
@@ -258,6 +270,7 @@ class SparkStorage(Protocol):
         result_id: str,
         batch: int | None = None,
         pieces: int = 1,
+        keyless: int = 0,
     ) -> WriteResult:
         """Move the staged rows into jobs, record the result, end the write and drop its staging.
 
@@ -266,7 +279,8 @@ class SparkStorage(Protocol):
         When ``result_id`` was recorded before (a rerun with the same write id;
         with ``batch``, a streaming micro-batch at or below the last one
         committed), nothing is moved and that result is returned with ``new``
-        false.
+        false. ``keyless``: rows of the write with a null key (added to the result);
+        the result's ``path`` says whether it committed in pieces or one transaction.
         """
         ...
 
@@ -296,7 +310,9 @@ class SparkStorage(Protocol):
         """
         ...
 
-    def bulk_write_finish(self, write_id: str, now: datetime, result_id: str) -> WriteResult:
+    def bulk_write_finish(
+        self, write_id: str, now: datetime, result_id: str, keyless: int = 0
+    ) -> WriteResult:
         """End a non-atomic write: record the sum of its partitions' counts.
 
         When ``result_id`` was recorded before (another run with the same id
@@ -345,6 +361,12 @@ def no_core_tables(description: str) -> str:
         f"{description} lacks conveyor's tables: run `conveyor migrate` (or app.migrate()) "
         "first; Spark's tables are made on top of them by the first Spark write"
     )
+
+
+#: The ways a write commits (WriteResult.path).
+PATH_PIECES = "pieces"
+PATH_ONE_TRANSACTION = "one transaction"
+PATH_PER_PARTITION = "per partition"
 
 
 #: Why the Spark data source refuses a Redis DSN (docs/redis.md: what each store supports).

@@ -23,6 +23,9 @@ from psycopg import errors as pg_errors
 
 from conveyor.errors import ConfigurationError, SchemaMissingError
 from conveyor.spark.storage import (
+    PATH_ONE_TRANSACTION,
+    PATH_PER_PARTITION,
+    PATH_PIECES,
     SCAN_ID_COLUMN,
     TIME_COLUMNS,
     Cleanup,
@@ -135,6 +138,7 @@ class PostgresSparkStorage(PostgresStore):
         result_id: str,
         batch: int | None = None,
         pieces: int = 1,
+        keyless: int = 0,
     ) -> WriteResult:
         tables = [_stage_table(write_id, s) for s in stages]
         pieces = min(pieces, len(tables))
@@ -142,14 +146,16 @@ class PostgresSparkStorage(PostgresStore):
             with self._conn() as conn:
                 pieces = min(pieces, parallel.room(conn))
         if pieces > 1:
-            return self._commit_in_pieces(write_id, tables, unique, now, result_id, batch, pieces)
+            return self._commit_in_pieces(
+                write_id, tables, unique, now, result_id, batch, pieces, keyless
+            )
         with self._tx() as conn:
             done = _close_write(conn, write_id, tables, result_id, batch)
             if done is not None:
                 _drop_stages(conn, stage_prefix(write_id))
                 return done
             given, enqueued = _move(conn, tables, unique, now)
-            _record(conn, result_id, batch, now, given, enqueued)
+            _record(conn, result_id, batch, now, given, enqueued, keyless, PATH_ONE_TRANSACTION)
             _drop_stages(conn, stage_prefix(write_id))
             result = _result(conn, result_id)
         assert result is not None
@@ -164,6 +170,7 @@ class PostgresSparkStorage(PostgresStore):
         result_id: str,
         batch: int | None,
         pieces: int,
+        keyless: int,
     ) -> WriteResult:
         """bulk_write_commit, its move done by ``pieces`` connections at once (see pieces.py)."""
         token = write_token(write_id)
@@ -180,7 +187,7 @@ class PostgresSparkStorage(PostgresStore):
                     try:
                         lead.execute(_Q["spark_commit_decide"], {"token": token, "now": now})
                         _record(lead, result_id, batch, now, moved if given is None else given,
-                                enqueued)  # fmt: skip
+                                enqueued, keyless, PATH_PIECES)  # fmt: skip
                     except BaseException:
                         move.roll_back()
                         raise
@@ -265,7 +272,9 @@ class PostgresSparkStorage(PostgresStore):
             )
         return InsertCounts(enqueued, given - enqueued)
 
-    def bulk_write_finish(self, write_id: str, now: datetime, result_id: str) -> WriteResult:
+    def bulk_write_finish(
+        self, write_id: str, now: datetime, result_id: str, keyless: int = 0
+    ) -> WriteResult:
         with self._tx() as conn:
             if conn.execute(_Q["spark_write_close"], {"id": write_id}).rowcount != 1:
                 raise WriteEndedError(f"write {write_id} was already committed or aborted")
@@ -280,6 +289,8 @@ class PostgresSparkStorage(PostgresStore):
                     "row_count": given,
                     "enqueued": enqueued,
                     "skipped": skipped,
+                    "keyless": keyless,
+                    "path": PATH_PER_PARTITION,
                 },
             )
             conn.execute(_Q["spark_progress_delete"], {"write_id": write_id})
@@ -455,7 +466,14 @@ def _close_write(
 
 
 def _record(
-    conn: Connection, result_id: str, batch: int | None, now: datetime, given: int, enqueued: int
+    conn: Connection,
+    result_id: str,
+    batch: int | None,
+    now: datetime,
+    given: int,
+    enqueued: int,
+    keyless: int,
+    path: str,
 ) -> None:
     params = {
         "id": result_id,
@@ -464,6 +482,8 @@ def _record(
         "row_count": given,
         "enqueued": enqueued,
         "skipped": given - enqueued,
+        "keyless": keyless,
+        "path": path,
     }
     conn.execute(_Q["spark_write_result_record"], params)
 
@@ -514,10 +534,10 @@ def _result(conn: Connection, result_id: str) -> WriteResult | None:
     row = conn.execute(_Q["spark_write_result_get"], {"id": result_id}).fetchone()
     if row is None:
         return None
-    id_, batch, committed_at, rows, enqueued, skipped = row
+    id_, batch, committed_at, rows, enqueued, skipped, keyless, path = row
     return WriteResult(
         id_, None if batch is None else int(batch), committed_at, int(rows), int(enqueued),
-        int(skipped),
+        int(skipped), int(keyless), path or "",
     )  # fmt: skip
 
 

@@ -18,6 +18,8 @@ from typing import Any, Literal
 
 from conveyor.errors import ConfigurationError, SchemaMissingError
 from conveyor.spark.storage import (
+    PATH_ONE_TRANSACTION,
+    PATH_PER_PARTITION,
     SCAN_ID_COLUMN,
     Cleanup,
     InsertCounts,
@@ -120,6 +122,7 @@ class SQLiteSparkStorage(SQLiteStore):
         result_id: str,
         batch: int | None = None,
         pieces: int = 1,
+        keyless: int = 0,
     ) -> WriteResult:
         # pieces: SQLite has one writer, so a move in parallel pieces gains nothing.
         tables = [_stage_table(write_id, s) for s in stages]
@@ -144,6 +147,8 @@ class SQLiteSparkStorage(SQLiteStore):
                     "row_count": given,
                     "enqueued": enqueued,
                     "skipped": given - enqueued,
+                    "keyless": keyless,
+                    "path": PATH_ONE_TRANSACTION,
                 },
             )
             _drop_stages(conn, write_id)
@@ -193,7 +198,9 @@ class SQLiteSparkStorage(SQLiteStore):
             )
         return InsertCounts(enqueued, given - enqueued)
 
-    def bulk_write_finish(self, write_id: str, now: datetime, result_id: str) -> WriteResult:
+    def bulk_write_finish(
+        self, write_id: str, now: datetime, result_id: str, keyless: int = 0
+    ) -> WriteResult:
         with self._write() as conn:
             if conn.execute(_Q["spark_write_close"], {"id": write_id}).rowcount != 1:
                 raise WriteEndedError(f"write {write_id} was already committed or aborted")
@@ -209,6 +216,8 @@ class SQLiteSparkStorage(SQLiteStore):
                     "row_count": given,
                     "enqueued": enqueued,
                     "skipped": skipped,
+                    "keyless": keyless,
+                    "path": PATH_PER_PARTITION,
                 },
             )
             conn.execute(_Q["spark_progress_delete"], {"write_id": write_id})
@@ -383,10 +392,11 @@ def _result(conn: sqlite3.Connection, result_id: str) -> WriteResult | None:
     row = conn.execute(_Q["spark_write_result_get"], {"id": result_id}).fetchone()
     if row is None:
         return None
-    id_, batch, committed_at, rows, enqueued, skipped = row
+    id_, batch, committed_at, rows, enqueued, skipped, keyless, path = row
     return WriteResult(
-        id_, batch, datetime.fromtimestamp(committed_at, UTC), rows, enqueued, skipped
-    )
+        id_, batch, datetime.fromtimestamp(committed_at, UTC), rows, enqueued, skipped, keyless,
+        path or "",
+    )  # fmt: skip
 
 
 def _progress(conn: sqlite3.Connection, write_id: str, part: int) -> Progress:
