@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
@@ -151,7 +151,8 @@ class WriteRow:
     """One write as ``conveyor spark writes`` lists it."""
 
     id: str
-    #: "committed", "running" (open) or "abandoned" (open longer than allowed).
+    #: "committed", "running" (open), "abandoned" (open longer than allowed) or
+    #: "stalled" (its committer died with pieces prepared: see pieces.py).
     state: str
     #: When it committed, or (open) when it started.
     at: datetime
@@ -168,6 +169,10 @@ class Cleanup:
     cleared: list[str]
     #: Results of past writes purged.
     purged: int
+    #: Writes whose committer died while their pieces were prepared (PostgreSQL's
+    #: parallel commits): the pieces were committed (the write had decided) or
+    #: rolled back and the write ended (it had not).
+    settled: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

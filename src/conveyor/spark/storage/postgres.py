@@ -105,9 +105,9 @@ class PostgresSparkStorage(PostgresStore):
         abandoned_before: datetime,
         result_id: str | None = None,
     ) -> list[str]:
-        self._settle()
+        settled = self._settle()
         with self._tx() as conn:
-            cleared = self._clear_abandoned(conn, abandoned_before)
+            cleared = settled + self._clear_abandoned(conn, abandoned_before)
             try:
                 conn.execute(
                     _Q["spark_write_open"], {"id": write_id, "now": now, "result_id": result_id}
@@ -309,15 +309,25 @@ class PostgresSparkStorage(PostgresStore):
         """
         rows = conn.execute(_Q["spark_write_abandoned"], {"before": before}).fetchall()
         for write_id, _ in rows:
-            conn.execute(_Q["spark_write_close"], {"id": write_id})
-            conn.execute(_Q["spark_progress_delete"], {"write_id": write_id})
-            _drop_stages(conn, stage_prefix(write_id))
+            _end_write(conn, write_id)
         return [str(shown) for _, shown in rows]
 
-    def _settle(self) -> None:
-        """Finish the parallel commits whose committer died (see pieces.settle)."""
+    def _settle(self) -> list[str]:
+        """Finish the parallel commits whose committer died (see pieces.settle); their names."""
+        names: dict[str, str] = {}
+
+        def end_write(conn: Connection, token: str) -> None:
+            for write_id, shown in _open_writes(conn).items():
+                if write_token(write_id) == token:
+                    names[token] = shown
+                    _end_write(conn, write_id)
+            _drop_stages(conn, token_stage_prefix(token))
+
         with self._conn() as conn:
-            parallel.settle(conn, lambda c, token: _drop_stages(c, token_stage_prefix(token)))
+            tokens = parallel.settle(
+                conn, lambda c, token: _drop_stages(c, token_stage_prefix(token)), end_write
+            )
+        return [names.get(token, token) for token in tokens]
 
     # --- what an operator does (conveyor spark writes / cleanup) -------------------
 
@@ -325,22 +335,28 @@ class PostgresSparkStorage(PostgresStore):
         params = {"limit": limit, "abandoned_before": (abandoned_before)}
         with self._conn() as conn:
             rows = conn.execute(_OPS["spark_write_list"], params).fetchall()
+            stalled = parallel.stalled(conn)
+            # Shown names of the open writes whose committer died with pieces prepared.
+            stalled_names = {
+                shown for write_id, shown in _open_writes(conn).items()
+                if write_token(write_id) in stalled
+            }  # fmt: skip
         return [
-            WriteRow(id_, state, at, count, enqueued, skipped)
+            WriteRow(id_, _shown_state(state, id_ in stalled_names), at, count, enqueued, skipped)
             for id_, state, at, count, enqueued, skipped in rows
         ]
 
     def bulk_write_cleanup(
         self, abandoned_before: datetime, results_before: datetime | None
     ) -> Cleanup:
-        self._settle()
+        settled = self._settle()
         with self._tx() as conn:
             cleared = self._clear_abandoned(conn, abandoned_before)
             purged = 0
             if results_before is not None:
                 params = {"before": (results_before)}
                 purged = conn.execute(_OPS["spark_write_results_purge"], params).rowcount
-        return Cleanup(cleared, max(purged, 0))
+        return Cleanup(cleared, max(purged, 0), settled)
 
     def bulk_write_describe(self, result_id: str, options: str) -> None:
         with self._tx() as conn:
@@ -437,6 +453,23 @@ def _stage_table(write_id: str, stage: str) -> str:
 def _check_open(conn: Connection, write_id: str) -> None:
     if conn.execute(_Q["spark_write_is_open"], {"id": write_id}).fetchone() is None:
         raise WriteEndedError(f"write {write_id} was committed or aborted before this task")
+
+
+def _shown_state(state: str, stalled: bool) -> str:
+    return "stalled" if stalled and state != "committed" else state
+
+
+def _end_write(conn: Connection, write_id: str) -> None:
+    """End a write whose driver is gone: none of what it staged becomes a job."""
+    conn.execute(_Q["spark_write_close"], {"id": write_id})
+    conn.execute(_Q["spark_progress_delete"], {"write_id": write_id})
+    _drop_stages(conn, stage_prefix(write_id))
+
+
+def _open_writes(conn: Connection) -> dict[str, str]:
+    """The open writes: each one's id, and the name it is shown by (the caller's writeId)."""
+    rows = conn.execute(_OPS["spark_write_open_list"]).fetchall()
+    return {str(write_id): str(shown) for write_id, shown in rows}
 
 
 def _drop_stages(conn: Connection, prefix: str) -> None:
