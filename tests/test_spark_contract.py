@@ -6,6 +6,8 @@ and the result says how the write committed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
@@ -13,7 +15,7 @@ from pyspark.sql.utils import CapturedException
 
 from conveyor.spark import enqueue, write_result
 from conveyor.store.base import Store
-from spark_helpers import all_jobs, leftovers, spark_tables
+from spark_helpers import all_jobs, leftovers, spark_tables, writer
 
 pytestmark = pytest.mark.sql_only
 
@@ -107,3 +109,36 @@ def test_the_result_says_how_the_write_committed(
     per_partition = enqueue(frame, dsn, task="resize", atomic=False)
     assert per_partition.path == "per partition"
     assert write_result(dsn, per_partition.id) == per_partition
+
+
+def test_writes_from_other_python_threads_find_the_data_source(
+    spark: SparkSession, dsn: str, store: Store
+) -> None:
+    """PySpark's active session is per thread: a pipeline's worker threads write too."""
+    import threading
+
+    from conveyor.spark import activate
+
+    outcomes: list[object] = []
+
+    def in_a_thread(write: Callable[[], object]) -> None:
+        def run() -> None:
+            try:
+                outcomes.append(write())
+            except Exception as exc:  # compared below: the thread's error shows there
+                outcomes.append(exc)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        thread.join()
+
+    in_a_thread(lambda: enqueue(spark.range(0, 4, numPartitions=2), dsn, task="resize").enqueued)
+
+    def direct() -> str:
+        activate(spark)  # df.write in a thread of one's own: activate first
+        writer(spark.range(0, 2), dsn, task="resize").save()
+        return "saved"
+
+    in_a_thread(direct)
+    assert outcomes == [4, "saved"]
+    assert len(all_jobs(store)) == 6
