@@ -142,3 +142,18 @@ def test_writes_from_other_python_threads_find_the_data_source(
     in_a_thread(direct)
     assert outcomes == [4, "saved"]
     assert len(all_jobs(store)) == 6
+
+
+def test_a_table_made_by_save_as_table_is_written_again_and_says_what_it_lacks(
+    spark: SparkSession, dsn: str, store: Store
+) -> None:
+    frame = spark.range(0, 3)
+    name = f"made_{abs(hash(dsn)) % 10**8}"
+    save = writer(frame, dsn, task="resize")
+    save.saveAsTable(name)
+    save.saveAsTable(name)  # again, with its options: enqueues again
+    assert len(all_jobs(store)) == 6
+    with pytest.raises(SparkFailure, match=r"saveAsTable\(...\) or df.writeTo"):
+        frame.write.insertInto(name)
+    assert len(all_jobs(store)) == 6
+    spark.sql(f"DROP TABLE {name}")

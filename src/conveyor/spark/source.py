@@ -170,7 +170,9 @@ _NO_DSN = (
     "source a table's OPTIONS only when CREATE TABLE t USING conveyor OPTIONS (...) has no "
     "column list and no AS SELECT: conveyor then keeps them in the table's schema. Create a "
     "table that enqueues that way, naming its columns in OPTIONS (schema '...'), and INSERT "
-    "INTO it"
+    "INTO it. A table made by df.write.saveAsTable(...) or df.writeTo(...).create() keeps "
+    "none of the write's options, so insertInto, writeTo(...).append() and INSERT INTO it "
+    "end here: write it again with saveAsTable and the options, or create it as above"
 )
 
 
