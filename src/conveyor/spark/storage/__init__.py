@@ -9,9 +9,10 @@ as it goes (``bulk_insert``), recording how far each partition got so that a
 retried task never enqueues a row twice. Reads scan a table by id range (``scan``) and
 follow the event log (``event_stream_*``).
 
-Each database has a module here (``sqlite.py``, ``postgres.py``): a subclass of
-the store, which lends its connections, its write lock and its statements of an
-enqueue, with the Spark layer's own statements in a file beside it
+Each database has a module here (``sqlite.py``, ``postgres.py``): it holds a
+store, whose public session (``store.session()``) lends its connections, its
+write lock and its migrations, and whose statements of an enqueue it includes,
+with the Spark layer's own statements in a file beside it
 (``sqlite.sql``, ``postgres.sql``). Spark's tables (``spark_writes``,
 ``spark_write_results``, ``spark_write_progress``, the staging tables) are the
 Spark layer's: made by its own line of migrations (``migrations/<database>/``,

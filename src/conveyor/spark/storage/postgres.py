@@ -1,4 +1,7 @@
-"""The Spark layer's storage on PostgreSQL: the PostgreSQL store with ``SparkStorage``'s methods.
+"""The Spark layer's storage on PostgreSQL: ``SparkStorage`` on a PostgreSQL store it holds.
+
+It reaches the store's pool, transactions and migrations through the store's
+public session (``PostgresStore.session()``), never its private members.
 
 Staged rows arrive as CSV for ``COPY`` (the fastest way in); the move into
 ``jobs`` ends with ``job_insert_rules``, the store's statement text that ends
@@ -49,7 +52,8 @@ from conveyor.spark.storage import (
 from conveyor.spark.storage import pieces as parallel
 from conveyor.spark.storage.scan import SCAN_COLUMNS
 from conveyor.store.base import EventOffset
-from conveyor.store.postgres.store import PostgresStore, session_options
+from conveyor.store.postgres.session import PostgresSession
+from conveyor.store.postgres.store import PostgresStore
 from conveyor.store.sql import load_migrations, load_queries
 
 _Q = load_queries("conveyor.spark.storage", "postgres.sql")
@@ -64,19 +68,33 @@ _JSON_COLUMNS = frozenset({"args", "kwargs", "result", "headers"})
 Connection = psycopg.Connection[tuple[Any, ...]]
 
 
-class PostgresSparkStorage(PostgresStore):
+class PostgresSparkStorage:
+    """Spark's storage on a PostgreSQL store it holds, through the store's public session."""
+
     stage_format: Literal["rows", "csv"] = "csv"
 
     def __init__(self, dsn: str, **options: Any) -> None:
         options.setdefault("min_size", 1)
         options.setdefault("max_size", 2)
-        super().__init__(dsn, **options)
+        self.store = PostgresStore(dsn, **options)
+        self._db: PostgresSession = self.store.session()
+        self.dsn = dsn
+        self.description = self.store.description
+
+    def migrate(self) -> int:
+        return self.store.migrate()
+
+    def schema_version(self) -> int:
+        return self.store.schema_version()
+
+    def close(self) -> None:
+        self.store.close()
 
     # --- Spark's tables -----------------------------------------------------------
 
     def spark_schema_version(self) -> int:
         # Reads only: creating the table here could race a concurrent spark_migrate().
-        with self._conn() as conn:
+        with self._db.connection() as conn:
             exists = conn.execute(_Q["spark_migrations_exist"]).fetchone()
             if not exists or not exists[0]:
                 return 0
@@ -89,10 +107,10 @@ class PostgresSparkStorage(PostgresStore):
             return current
         if self.schema_version() == 0:
             raise SchemaMissingError(no_core_tables(self.description))
-        with self._tx() as conn:
+        with self._db.transaction() as conn:
             conn.execute(_Q["spark_migrations_lock"])
             conn.execute(_Q["spark_migrations_table"])
-            return self._apply_migrations(
+            return self._db.apply_migrations(
                 conn, _MIGRATIONS, _Q["spark_schema_version"], _Q["spark_migration_record"]
             )
 
@@ -106,7 +124,7 @@ class PostgresSparkStorage(PostgresStore):
         result_id: str | None = None,
     ) -> list[str]:
         settled = self._settle()
-        with self._tx() as conn:
+        with self._db.transaction() as conn:
             cleared = settled + self._clear_abandoned(conn, abandoned_before)
             try:
                 conn.execute(
@@ -117,12 +135,12 @@ class PostgresSparkStorage(PostgresStore):
         return cleared
 
     def bulk_write_touch(self, write_id: str, now: datetime) -> None:
-        with self._conn() as conn:
+        with self._db.connection() as conn:
             conn.execute(_Q["spark_write_touch"], {"id": write_id, "now": now})
 
     def bulk_stage(self, write_id: str, stage: str, rows: Any, *, create: bool) -> None:
         table = _stage_table(write_id, stage)
-        with self._tx() as conn:
+        with self._db.transaction() as conn:
             _check_open(conn, write_id)
             if create:
                 conn.execute(_Q["spark_stage_create"].format(stage=table))
@@ -143,13 +161,13 @@ class PostgresSparkStorage(PostgresStore):
         tables = [_stage_table(write_id, s) for s in stages]
         pieces = min(pieces, len(tables))
         if pieces > 1:
-            with self._conn() as conn:
+            with self._db.connection() as conn:
                 pieces = min(pieces, parallel.room(conn))
         if pieces > 1:
             return self._commit_in_pieces(
                 write_id, tables, unique, now, result_id, batch, pieces, keyless
             )
-        with self._tx() as conn:
+        with self._db.transaction() as conn:
             done = _close_write(conn, write_id, tables, result_id, batch)
             if done is not None:
                 _drop_stages(conn, stage_prefix(write_id))
@@ -174,10 +192,10 @@ class PostgresSparkStorage(PostgresStore):
     ) -> WriteResult:
         """bulk_write_commit, its move done by ``pieces`` connections at once (see pieces.py)."""
         token = write_token(write_id)
-        with self._conn() as lead, parallel.committing(lead, token):
+        with self._db.connection() as lead, parallel.committing(lead, token):
             schema = str(_one(lead, _Q["spark_current_schema"]))
             move = parallel.ParallelMove(
-                self._piece_connection, schema, token, _stage_union(tables), pieces, now
+                self._db.connect, schema, token, _stage_union(tables), pieces, now
             )
             given = _drop_held_keys(lead, tables) if unique == "forever" else None
             with lead.transaction():
@@ -208,26 +226,18 @@ class PostgresSparkStorage(PostgresStore):
         # committer's locks went with the connection, so a settle on another one
         # finishes the pieces and drops the staging.
         self._settle()
-        with self._conn() as conn:
+        with self._db.connection() as conn:
             return _committed(conn, result_id)
-
-    def _piece_connection(self) -> Connection:
-        """A connection of its own for a piece of a parallel commit, set as the pool's are."""
-        return psycopg.connect(
-            self.dsn,
-            options=session_options(self.dsn),
-            connect_timeout=max(1, int(self._connect_timeout)),
-        )
 
     def bulk_write_abort(self, write_id: str) -> None:
         self._settle()  # a commit that failed half-way left pieces: decided ones stay
-        with self._tx() as conn:
+        with self._db.transaction() as conn:
             conn.execute(_Q["spark_write_close"], {"id": write_id})
             conn.execute(_Q["spark_progress_delete"], {"write_id": write_id})
             _drop_stages(conn, stage_prefix(write_id))
 
     def bulk_progress(self, write_id: str, part: int) -> Progress:
-        with self._conn() as conn:
+        with self._db.connection() as conn:
             row = conn.execute(
                 _Q["spark_progress_get"], {"write_id": write_id, "part": part}
             ).fetchone()
@@ -245,7 +255,7 @@ class PostgresSparkStorage(PostgresStore):
     ) -> InsertCounts:
         table = quote_ident(_DIRECT)
         key = {"write_id": write_id, "part": part}
-        with self._tx() as conn:
+        with self._db.transaction() as conn:
             _check_open(conn, write_id)
             conn.execute(_Q["spark_progress_claim"], key)
             row = conn.execute(_Q["spark_progress_lock"], key).fetchone()
@@ -275,7 +285,7 @@ class PostgresSparkStorage(PostgresStore):
     def bulk_write_finish(
         self, write_id: str, now: datetime, result_id: str, keyless: int = 0
     ) -> WriteResult:
-        with self._tx() as conn:
+        with self._db.transaction() as conn:
             if conn.execute(_Q["spark_write_close"], {"id": write_id}).rowcount != 1:
                 raise WriteEndedError(f"write {write_id} was already committed or aborted")
             totals = conn.execute(_Q["spark_progress_totals"], {"write_id": write_id}).fetchone()
@@ -299,7 +309,7 @@ class PostgresSparkStorage(PostgresStore):
         return result
 
     def bulk_write_result(self, result_id: str) -> WriteResult | None:
-        with self._conn() as conn:
+        with self._db.connection() as conn:
             return _result(conn, result_id)
 
     def _clear_abandoned(self, conn: Connection, before: datetime) -> list[str]:
@@ -323,7 +333,7 @@ class PostgresSparkStorage(PostgresStore):
                     _end_write(conn, write_id)
             _drop_stages(conn, token_stage_prefix(token))
 
-        with self._conn() as conn:
+        with self._db.connection() as conn:
             tokens = parallel.settle(
                 conn, lambda c, token: _drop_stages(c, token_stage_prefix(token)), end_write
             )
@@ -333,7 +343,7 @@ class PostgresSparkStorage(PostgresStore):
 
     def bulk_write_list(self, limit: int, abandoned_before: datetime) -> list[WriteRow]:
         params = {"limit": limit, "abandoned_before": (abandoned_before)}
-        with self._conn() as conn:
+        with self._db.connection() as conn:
             rows = conn.execute(_OPS["spark_write_list"], params).fetchall()
             stalled = parallel.stalled(conn)
             # Shown names of the open writes whose committer died with pieces prepared.
@@ -350,7 +360,7 @@ class PostgresSparkStorage(PostgresStore):
         self, abandoned_before: datetime, results_before: datetime | None
     ) -> Cleanup:
         settled = self._settle()
-        with self._tx() as conn:
+        with self._db.transaction() as conn:
             cleared = self._clear_abandoned(conn, abandoned_before)
             purged = 0
             if results_before is not None:
@@ -359,11 +369,11 @@ class PostgresSparkStorage(PostgresStore):
         return Cleanup(cleared, max(purged, 0), settled)
 
     def bulk_write_describe(self, result_id: str, options: str) -> None:
-        with self._tx() as conn:
+        with self._db.transaction() as conn:
             conn.execute(_OPS["spark_write_describe"], {"id": result_id, "options": options})
 
     def bulk_write_options(self, result_id: str) -> str | None:
-        with self._conn() as conn:
+        with self._db.connection() as conn:
             row = conn.execute(_OPS["spark_write_options"], {"id": result_id}).fetchone()
         return None if row is None or row[0] is None else str(row[0])
 
@@ -372,7 +382,7 @@ class PostgresSparkStorage(PostgresStore):
     def scan_id_bounds(self, table: str) -> tuple[int | None, int | None]:
         check_columns(table, [], SCAN_COLUMNS.get(table, ()))
         sql = _Q["scan_id_bounds"].format(id=SCAN_ID_COLUMN[table], table=table)
-        with self._conn() as conn:
+        with self._db.connection() as conn:
             row = conn.execute(sql).fetchone()
         return (row[0], row[1]) if row else (None, None)
 
@@ -392,7 +402,7 @@ class PostgresSparkStorage(PostgresStore):
         return Scan(sql, params, self._copy_out(sql, params))
 
     def _copy_out(self, sql: str, params: list[Any]) -> Generator[Any, None, None]:
-        with self._conn() as conn, conn.cursor().copy(sql, params) as copy:
+        with self._db.connection() as conn, conn.cursor().copy(sql, params) as copy:
             # COPY sends a message per row: they are handed on joined into chunks of
             # about a megabyte, so that what reads them loops per chunk, not per row.
             pending: list[Any] = []
@@ -409,7 +419,7 @@ class PostgresSparkStorage(PostgresStore):
     def event_stream_end(self, after: EventOffset, limit: int | None, floor: int) -> EventOffset:
         params = {"xid": after[0], "seq": after[1], "floor": floor, "limit": limit}
         statement = _Q["event_stream_latest" if limit is None else "event_stream_latest_limited"]
-        with self._conn() as conn:
+        with self._db.connection() as conn:
             row = conn.execute(statement, params).fetchone()
         return after if row is None else (int(row[0]), int(row[1]))
 
@@ -425,13 +435,13 @@ class PostgresSparkStorage(PostgresStore):
             "until_seq": until[1],
             "floor": floor,
         }
-        with self._conn() as conn:
+        with self._db.connection() as conn:
             cursor = conn.execute(sql, params)
             while rows := cursor.fetchmany(10_000):
                 yield rows
 
     def event_first_seq_since(self, at: datetime) -> int | None:
-        with self._conn() as conn:
+        with self._db.connection() as conn:
             row = conn.execute(_Q["event_first_seq_since"], {"at": at}).fetchone()
         return None if row is None or row[0] is None else int(row[0])
 

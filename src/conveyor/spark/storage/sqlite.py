@@ -1,4 +1,7 @@
-"""The Spark layer's storage on SQLite: the SQLite store with the methods of ``SparkStorage``.
+"""The Spark layer's storage on SQLite: ``SparkStorage`` on a SQLite store it holds.
+
+It reaches the store's connections and write lock through the store's public
+session (``SQLiteStore.session()``), never its private members.
 
 Every write happens under the store's own write lock (``BEGIN IMMEDIATE``),
 so what a statement reads stays true until the transaction commits. A move of
@@ -14,6 +17,7 @@ import sqlite3
 from collections.abc import Generator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Literal
 
 from conveyor.errors import ConfigurationError, SchemaMissingError
@@ -40,6 +44,7 @@ from conveyor.spark.storage import (
 from conveyor.spark.storage.scan import SCAN_COLUMNS
 from conveyor.store.base import EventOffset
 from conveyor.store.sql import load_migrations, load_queries
+from conveyor.store.sqlite.session import SQLiteSession
 from conveyor.store.sqlite.store import SQLiteStore
 
 _Q = load_queries("conveyor.spark.storage", "sqlite.sql")
@@ -54,13 +59,29 @@ def _ts(value: datetime) -> float:
     return value.timestamp()
 
 
-class SQLiteSparkStorage(SQLiteStore):
+class SQLiteSparkStorage:
+    """Spark's storage on a SQLite store it holds, through the store's public session."""
+
     stage_format: Literal["rows", "csv"] = "rows"
+
+    def __init__(self, path: str | Path, *, migrate: bool = False) -> None:
+        self.store = SQLiteStore(path, migrate=migrate)
+        self._db: SQLiteSession = self.store.session()
+        self.description = self.store.description
+
+    def migrate(self) -> int:
+        return self.store.migrate()
+
+    def schema_version(self) -> int:
+        return self.store.schema_version()
+
+    def close(self) -> None:
+        self.store.close()
 
     # --- Spark's tables -----------------------------------------------------------
 
     def spark_schema_version(self) -> int:
-        conn = self._conn()
+        conn = self._db.connection()
         if not conn.execute(_Q["spark_migrations_exist"]).fetchone()[0]:
             return 0
         version: int = conn.execute(_Q["spark_schema_version"]).fetchone()[0]
@@ -72,10 +93,10 @@ class SQLiteSparkStorage(SQLiteStore):
             return current
         if self.schema_version() == 0:
             raise SchemaMissingError(no_core_tables(self.description))
-        with self._write() as conn:
+        with self._db.write() as conn:
             # Under the write lock: two drivers starting together migrate once.
             conn.execute(_Q["spark_migrations_table"])
-            return self._apply_migrations(
+            return self._db.apply_migrations(
                 conn, _MIGRATIONS, _Q["spark_schema_version"], _Q["spark_migration_record"]
             )
 
@@ -88,7 +109,7 @@ class SQLiteSparkStorage(SQLiteStore):
         abandoned_before: datetime,
         result_id: str | None = None,
     ) -> list[str]:
-        with self._write() as conn:
+        with self._db.write() as conn:
             cleared = self._clear_abandoned(conn, abandoned_before)
             try:
                 conn.execute(
@@ -100,14 +121,14 @@ class SQLiteSparkStorage(SQLiteStore):
         return cleared
 
     def bulk_write_touch(self, write_id: str, now: datetime) -> None:
-        with self._write() as conn:
+        with self._db.write() as conn:
             conn.execute(_Q["spark_write_touch"], {"id": write_id, "now": _ts(now)})
 
     def bulk_stage(self, write_id: str, stage: str, rows: Any, *, create: bool) -> None:
         table = _stage_table(write_id, stage)
         # One short transaction per batch, not one for the task: SQLite has one
         # writer, and the other tasks stage at the same time.
-        with self._write() as conn:
+        with self._db.write() as conn:
             _check_open(conn, write_id)
             if create:
                 conn.execute(_Q["spark_stage_create"].format(stage=table))
@@ -126,7 +147,7 @@ class SQLiteSparkStorage(SQLiteStore):
     ) -> WriteResult:
         # pieces: SQLite has one writer, so a move in parallel pieces gains nothing.
         tables = [_stage_table(write_id, s) for s in stages]
-        with self._write() as conn:
+        with self._db.write() as conn:
             closed = conn.execute(_Q["spark_write_close"], {"id": write_id}).rowcount == 1
             # A micro-batch whose tasks had no rows was never opened by them.
             if not closed and (batch is None or tables):
@@ -157,13 +178,13 @@ class SQLiteSparkStorage(SQLiteStore):
         return result
 
     def bulk_write_abort(self, write_id: str) -> None:
-        with self._write() as conn:
+        with self._db.write() as conn:
             conn.execute(_Q["spark_write_close"], {"id": write_id})
             conn.execute(_Q["spark_progress_delete"], {"write_id": write_id})
             _drop_stages(conn, write_id)
 
     def bulk_progress(self, write_id: str, part: int) -> Progress:
-        return _progress(self._conn(), write_id, part)
+        return _progress(self._db.connection(), write_id, part)
 
     def bulk_insert(
         self,
@@ -176,7 +197,7 @@ class SQLiteSparkStorage(SQLiteStore):
         now: datetime,
     ) -> InsertCounts:
         table = quote_ident(_DIRECT)
-        with self._write() as conn:
+        with self._db.write() as conn:
             _check_open(conn, write_id)
             current = _progress(conn, write_id, part)
             if current != expected:
@@ -201,7 +222,7 @@ class SQLiteSparkStorage(SQLiteStore):
     def bulk_write_finish(
         self, write_id: str, now: datetime, result_id: str, keyless: int = 0
     ) -> WriteResult:
-        with self._write() as conn:
+        with self._db.write() as conn:
             if conn.execute(_Q["spark_write_close"], {"id": write_id}).rowcount != 1:
                 raise WriteEndedError(f"write {write_id} was already committed or aborted")
             given, enqueued, skipped = conn.execute(
@@ -226,7 +247,7 @@ class SQLiteSparkStorage(SQLiteStore):
         return result
 
     def bulk_write_result(self, result_id: str) -> WriteResult | None:
-        return _result(self._conn(), result_id)
+        return _result(self._db.connection(), result_id)
 
     def _clear_abandoned(self, conn: sqlite3.Connection, before: datetime) -> list[str]:
         """Close writes whose driver died, and drop what they staged: none of it became jobs."""
@@ -242,7 +263,7 @@ class SQLiteSparkStorage(SQLiteStore):
 
     def bulk_write_list(self, limit: int, abandoned_before: datetime) -> list[WriteRow]:
         params = {"limit": limit, "abandoned_before": _ts(abandoned_before)}
-        rows = self._conn().execute(_OPS["spark_write_list"], params).fetchall()
+        rows = self._db.connection().execute(_OPS["spark_write_list"], params).fetchall()
         return [
             WriteRow(id_, state, datetime.fromtimestamp(at, UTC), count, enqueued, skipped)
             for id_, state, at, count, enqueued, skipped in rows
@@ -251,7 +272,7 @@ class SQLiteSparkStorage(SQLiteStore):
     def bulk_write_cleanup(
         self, abandoned_before: datetime, results_before: datetime | None
     ) -> Cleanup:
-        with self._write() as conn:
+        with self._db.write() as conn:
             cleared = self._clear_abandoned(conn, abandoned_before)
             purged = 0
             if results_before is not None:
@@ -260,11 +281,13 @@ class SQLiteSparkStorage(SQLiteStore):
         return Cleanup(cleared, max(purged, 0))
 
     def bulk_write_describe(self, result_id: str, options: str) -> None:
-        with self._write() as conn:
+        with self._db.write() as conn:
             conn.execute(_OPS["spark_write_describe"], {"id": result_id, "options": options})
 
     def bulk_write_options(self, result_id: str) -> str | None:
-        row = self._conn().execute(_OPS["spark_write_options"], {"id": result_id}).fetchone()
+        row = (
+            self._db.connection().execute(_OPS["spark_write_options"], {"id": result_id}).fetchone()
+        )
         return None if row is None or row[0] is None else str(row[0])
 
     # --- reads ------------------------------------------------------------------
@@ -272,7 +295,7 @@ class SQLiteSparkStorage(SQLiteStore):
     def scan_id_bounds(self, table: str) -> tuple[int | None, int | None]:
         check_columns(table, [], SCAN_COLUMNS.get(table, ()))
         sql = _Q["scan_id_bounds"].format(id=SCAN_ID_COLUMN[table], table=table)
-        low, high = self._conn().execute(sql).fetchone()
+        low, high = self._db.connection().execute(sql).fetchone()
         return low, high
 
     def scan(
@@ -291,7 +314,7 @@ class SQLiteSparkStorage(SQLiteStore):
         return Scan(sql, params, self._chunks(sql, params, chunk_rows))
 
     def _chunks(self, sql: str, params: list[Any], size: int) -> Generator[list[Any], None, None]:
-        cursor = self._conn().execute(sql, params)
+        cursor = self._db.connection().execute(sql, params)
         try:
             while rows := cursor.fetchmany(size):
                 yield rows
@@ -300,7 +323,7 @@ class SQLiteSparkStorage(SQLiteStore):
 
     def event_stream_end(self, after: EventOffset, limit: int | None, floor: int) -> EventOffset:
         start = max(after[1], floor - 1)
-        conn = self._conn()
+        conn = self._db.connection()
         if limit is None:
             seq = conn.execute(_Q["event_stream_latest"]).fetchone()[0]
         else:
@@ -314,7 +337,7 @@ class SQLiteSparkStorage(SQLiteStore):
         check_columns("events", columns, SCAN_COLUMNS["events"])
         sql = _Q["event_stream_read"].format(columns=", ".join(columns) or "1")
         params = {"after": max(after[1], floor - 1), "until": until[1]}
-        cursor = self._conn().execute(sql, params)
+        cursor = self._db.connection().execute(sql, params)
         try:
             while rows := cursor.fetchmany(10_000):
                 yield rows
@@ -323,7 +346,9 @@ class SQLiteSparkStorage(SQLiteStore):
 
     def event_first_seq_since(self, at: datetime) -> int | None:
         seq: int | None = (
-            self._conn().execute(_Q["event_first_seq_since"], {"at": _ts(at)}).fetchone()[0]
+            self._db.connection()
+            .execute(_Q["event_first_seq_since"], {"at": _ts(at)})
+            .fetchone()[0]
         )
         return seq
 

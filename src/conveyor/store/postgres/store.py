@@ -1179,6 +1179,15 @@ class PostgresStore:
                 row = conn.execute(_E["step_get"], {"job_id": lease.id, "name": name}).fetchone()
         return None if row is None else _row_to_step(row)
 
+    def session(self) -> Any:
+        """Public access to this store's connections, for a layer built on top of it.
+
+        A ``PostgresSession`` (typed as ``Any`` here so that this file need not import it).
+        """
+        from conveyor.store.postgres.session import PostgresSession
+
+        return PostgresSession(self)
+
 
 def _finish_params(
     finishes: Sequence[Finish], now: datetime | None, flows: bool = False

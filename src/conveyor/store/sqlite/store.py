@@ -1121,6 +1121,15 @@ class SQLiteStore:
                 row = conn.execute(_E["step_get"], {"job_id": lease.id, "name": name}).fetchone()
         return None if row is None else _row_to_step(row)
 
+    def session(self) -> Any:
+        """Public access to this store's connections, for a layer built on top of it.
+
+        A ``SQLiteSession`` (typed as ``Any`` here so that this file need not import it).
+        """
+        from conveyor.store.sqlite.session import SQLiteSession
+
+        return SQLiteSession(self)
+
 
 @contextmanager
 def immediate_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
