@@ -17,6 +17,7 @@ does its part, and closes it.
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, Literal
@@ -50,6 +51,7 @@ from conveyor.spark.storage import (
     write_token,
 )
 from conveyor.spark.storage import pieces as parallel
+from conveyor.spark.storage.common import SQLSparkStorage, check_open, running, stage_table
 from conveyor.spark.storage.scan import SCAN_COLUMNS
 from conveyor.store.base import EventOffset
 from conveyor.store.postgres.session import PostgresSession
@@ -68,10 +70,12 @@ _JSON_COLUMNS = frozenset({"args", "kwargs", "result", "headers"})
 Connection = psycopg.Connection[tuple[Any, ...]]
 
 
-class PostgresSparkStorage:
+class PostgresSparkStorage(SQLSparkStorage):
     """Spark's storage on a PostgreSQL store it holds, through the store's public session."""
 
     stage_format: Literal["rows", "csv"] = "csv"
+    _Q = _Q
+    _OPS = _OPS
 
     def __init__(self, dsn: str, **options: Any) -> None:
         options.setdefault("min_size", 1)
@@ -81,25 +85,22 @@ class PostgresSparkStorage:
         self.dsn = dsn
         self.description = self.store.description
 
-    def migrate(self) -> int:
-        return self.store.migrate()
+    def _reading(self) -> AbstractContextManager[Connection]:
+        return self._db.connection()
 
-    def schema_version(self) -> int:
-        return self.store.schema_version()
+    def _changing(self) -> AbstractContextManager[Connection]:
+        return self._db.transaction()
 
-    def close(self) -> None:
-        self.store.close()
+    @staticmethod
+    def _time(value: datetime) -> datetime:
+        return value
+
+    @staticmethod
+    def _time_back(value: Any) -> datetime:
+        assert isinstance(value, datetime)  # timestamptz: psycopg gives a datetime
+        return value
 
     # --- Spark's tables -----------------------------------------------------------
-
-    def spark_schema_version(self) -> int:
-        # Reads only: creating the table here could race a concurrent spark_migrate().
-        with self._db.connection() as conn:
-            exists = conn.execute(_Q["spark_migrations_exist"]).fetchone()
-            if not exists or not exists[0]:
-                return 0
-            row = conn.execute(_Q["spark_schema_version"]).fetchone()
-            return int(row[0]) if row else 0
 
     def spark_migrate(self) -> int:
         current = self.spark_schema_version()
@@ -131,17 +132,13 @@ class PostgresSparkStorage:
                     _Q["spark_write_open"], {"id": write_id, "now": now, "result_id": result_id}
                 )
             except pg_errors.UniqueViolation:
-                raise ConfigurationError(_running(write_id)) from None
+                raise ConfigurationError(running(write_id)) from None
         return cleared
 
-    def bulk_write_touch(self, write_id: str, now: datetime) -> None:
-        with self._db.connection() as conn:
-            conn.execute(_Q["spark_write_touch"], {"id": write_id, "now": now})
-
     def bulk_stage(self, write_id: str, stage: str, rows: Any, *, create: bool) -> None:
-        table = _stage_table(write_id, stage)
+        table = stage_table(write_id, stage)
         with self._db.transaction() as conn:
-            _check_open(conn, write_id)
+            check_open(conn, _Q["spark_write_is_open"], write_id)
             if create:
                 conn.execute(_Q["spark_stage_create"].format(stage=table))
             with conn.cursor().copy(_Q["spark_stage_copy"].format(stage=table)) as copy:
@@ -158,7 +155,7 @@ class PostgresSparkStorage:
         pieces: int = 1,
         keyless: int = 0,
     ) -> WriteResult:
-        tables = [_stage_table(write_id, s) for s in stages]
+        tables = [stage_table(write_id, s) for s in stages]
         pieces = min(pieces, len(tables))
         if pieces > 1:
             with self._db.connection() as conn:
@@ -236,13 +233,6 @@ class PostgresSparkStorage:
             conn.execute(_Q["spark_progress_delete"], {"write_id": write_id})
             _drop_stages(conn, stage_prefix(write_id))
 
-    def bulk_progress(self, write_id: str, part: int) -> Progress:
-        with self._db.connection() as conn:
-            row = conn.execute(
-                _Q["spark_progress_get"], {"write_id": write_id, "part": part}
-            ).fetchone()
-        return Progress(0, 0) if row is None else Progress(int(row[0]), int(row[1]))
-
     def bulk_insert(
         self,
         write_id: str,
@@ -256,7 +246,7 @@ class PostgresSparkStorage:
         table = quote_ident(_DIRECT)
         key = {"write_id": write_id, "part": part}
         with self._db.transaction() as conn:
-            _check_open(conn, write_id)
+            check_open(conn, _Q["spark_write_is_open"], write_id)
             conn.execute(_Q["spark_progress_claim"], key)
             row = conn.execute(_Q["spark_progress_lock"], key).fetchone()
             current = Progress(0, 0) if row is None else Progress(int(row[0]), int(row[1]))
@@ -342,18 +332,18 @@ class PostgresSparkStorage:
     # --- what an operator does (conveyor spark writes / cleanup) -------------------
 
     def bulk_write_list(self, limit: int, abandoned_before: datetime) -> list[WriteRow]:
-        params = {"limit": limit, "abandoned_before": (abandoned_before)}
+        """As on every database, and an open write whose committer died with pieces prepared
+        is shown "stalled" (a settle ends it; see pieces.py)."""
+        listed = super().bulk_write_list(limit, abandoned_before)
         with self._db.connection() as conn:
-            rows = conn.execute(_OPS["spark_write_list"], params).fetchall()
             stalled = parallel.stalled(conn)
-            # Shown names of the open writes whose committer died with pieces prepared.
-            stalled_names = {
+            names = {
                 shown for write_id, shown in _open_writes(conn).items()
                 if write_token(write_id) in stalled
             }  # fmt: skip
         return [
-            WriteRow(id_, _shown_state(state, id_ in stalled_names), at, count, enqueued, skipped)
-            for id_, state, at, count, enqueued, skipped in rows
+            replace(row, state="stalled") if row.state != "committed" and row.id in names else row
+            for row in listed
         ]
 
     def bulk_write_cleanup(
@@ -367,15 +357,6 @@ class PostgresSparkStorage:
                 params = {"before": (results_before)}
                 purged = conn.execute(_OPS["spark_write_results_purge"], params).rowcount
         return Cleanup(cleared, max(purged, 0), settled)
-
-    def bulk_write_describe(self, result_id: str, options: str) -> None:
-        with self._db.transaction() as conn:
-            conn.execute(_OPS["spark_write_describe"], {"id": result_id, "options": options})
-
-    def bulk_write_options(self, result_id: str) -> str | None:
-        with self._db.connection() as conn:
-            row = conn.execute(_OPS["spark_write_options"], {"id": result_id}).fetchone()
-        return None if row is None or row[0] is None else str(row[0])
 
     # --- reads ------------------------------------------------------------------
 
@@ -444,29 +425,6 @@ class PostgresSparkStorage:
         with self._db.connection() as conn:
             row = conn.execute(_Q["event_first_seq_since"], {"at": at}).fetchone()
         return None if row is None or row[0] is None else int(row[0])
-
-
-def _running(write_id: str) -> str:
-    return (
-        f"a write with id {write_id!r} is open: another write with this id is running, or "
-        "one died without ending (it is cleared once abandonedAfterHours have passed); "
-        "choose another writeId"
-    )
-
-
-def _stage_table(write_id: str, stage: str) -> str:
-    if not stage.startswith(stage_prefix(write_id)):
-        raise ValueError(f"staging table {stage!r} is not one of write {write_id}")
-    return quote_ident(stage)
-
-
-def _check_open(conn: Connection, write_id: str) -> None:
-    if conn.execute(_Q["spark_write_is_open"], {"id": write_id}).fetchone() is None:
-        raise WriteEndedError(f"write {write_id} was committed or aborted before this task")
-
-
-def _shown_state(state: str, stalled: bool) -> str:
-    return "stalled" if stalled and state != "committed" else state
 
 
 def _end_write(conn: Connection, write_id: str) -> None:

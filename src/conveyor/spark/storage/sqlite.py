@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Generator, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,13 +35,13 @@ from conveyor.spark.storage import (
     WriteConflictError,
     WriteEndedError,
     WriteResult,
-    WriteRow,
     check_columns,
     no_core_tables,
     quote_ident,
     scan_query,
     stage_prefix,
 )
+from conveyor.spark.storage.common import SQLSparkStorage, check_open, running, stage_table
 from conveyor.spark.storage.scan import SCAN_COLUMNS
 from conveyor.store.base import EventOffset
 from conveyor.store.sql import load_migrations, load_queries
@@ -59,33 +60,33 @@ def _ts(value: datetime) -> float:
     return value.timestamp()
 
 
-class SQLiteSparkStorage:
+class SQLiteSparkStorage(SQLSparkStorage):
     """Spark's storage on a SQLite store it holds, through the store's public session."""
 
     stage_format: Literal["rows", "csv"] = "rows"
+    _Q = _Q
+    _OPS = _OPS
 
     def __init__(self, path: str | Path, *, migrate: bool = False) -> None:
         self.store = SQLiteStore(path, migrate=migrate)
         self._db: SQLiteSession = self.store.session()
         self.description = self.store.description
 
-    def migrate(self) -> int:
-        return self.store.migrate()
+    def _reading(self) -> AbstractContextManager[sqlite3.Connection]:
+        return nullcontext(self._db.connection())
 
-    def schema_version(self) -> int:
-        return self.store.schema_version()
+    def _changing(self) -> AbstractContextManager[sqlite3.Connection]:
+        return self._db.write()
 
-    def close(self) -> None:
-        self.store.close()
+    @staticmethod
+    def _time(value: datetime) -> float:
+        return _ts(value)
+
+    @staticmethod
+    def _time_back(value: Any) -> datetime:
+        return datetime.fromtimestamp(value, UTC)
 
     # --- Spark's tables -----------------------------------------------------------
-
-    def spark_schema_version(self) -> int:
-        conn = self._db.connection()
-        if not conn.execute(_Q["spark_migrations_exist"]).fetchone()[0]:
-            return 0
-        version: int = conn.execute(_Q["spark_schema_version"]).fetchone()[0]
-        return version
 
     def spark_migrate(self) -> int:
         current = self.spark_schema_version()
@@ -117,19 +118,15 @@ class SQLiteSparkStorage:
                     {"id": write_id, "now": _ts(now), "result_id": result_id},
                 )
             except sqlite3.IntegrityError:
-                raise ConfigurationError(_running(write_id)) from None
+                raise ConfigurationError(running(write_id)) from None
         return cleared
 
-    def bulk_write_touch(self, write_id: str, now: datetime) -> None:
-        with self._db.write() as conn:
-            conn.execute(_Q["spark_write_touch"], {"id": write_id, "now": _ts(now)})
-
     def bulk_stage(self, write_id: str, stage: str, rows: Any, *, create: bool) -> None:
-        table = _stage_table(write_id, stage)
+        table = stage_table(write_id, stage)
         # One short transaction per batch, not one for the task: SQLite has one
         # writer, and the other tasks stage at the same time.
         with self._db.write() as conn:
-            _check_open(conn, write_id)
+            check_open(conn, _Q["spark_write_is_open"], write_id)
             if create:
                 conn.execute(_Q["spark_stage_create"].format(stage=table))
             conn.executemany(_Q["spark_stage_insert"].format(stage=table), rows)
@@ -146,7 +143,7 @@ class SQLiteSparkStorage:
         keyless: int = 0,
     ) -> WriteResult:
         # pieces: SQLite has one writer, so a move in parallel pieces gains nothing.
-        tables = [_stage_table(write_id, s) for s in stages]
+        tables = [stage_table(write_id, s) for s in stages]
         with self._db.write() as conn:
             closed = conn.execute(_Q["spark_write_close"], {"id": write_id}).rowcount == 1
             # A micro-batch whose tasks had no rows was never opened by them.
@@ -183,9 +180,6 @@ class SQLiteSparkStorage:
             conn.execute(_Q["spark_progress_delete"], {"write_id": write_id})
             _drop_stages(conn, write_id)
 
-    def bulk_progress(self, write_id: str, part: int) -> Progress:
-        return _progress(self._db.connection(), write_id, part)
-
     def bulk_insert(
         self,
         write_id: str,
@@ -198,7 +192,7 @@ class SQLiteSparkStorage:
     ) -> InsertCounts:
         table = quote_ident(_DIRECT)
         with self._db.write() as conn:
-            _check_open(conn, write_id)
+            check_open(conn, _Q["spark_write_is_open"], write_id)
             current = _progress(conn, write_id, part)
             if current != expected:
                 raise WriteConflictError(_conflict(write_id, part, expected, current))
@@ -261,14 +255,6 @@ class SQLiteSparkStorage:
 
     # --- what an operator does (conveyor spark writes / cleanup) -------------------
 
-    def bulk_write_list(self, limit: int, abandoned_before: datetime) -> list[WriteRow]:
-        params = {"limit": limit, "abandoned_before": _ts(abandoned_before)}
-        rows = self._db.connection().execute(_OPS["spark_write_list"], params).fetchall()
-        return [
-            WriteRow(id_, state, datetime.fromtimestamp(at, UTC), count, enqueued, skipped)
-            for id_, state, at, count, enqueued, skipped in rows
-        ]
-
     def bulk_write_cleanup(
         self, abandoned_before: datetime, results_before: datetime | None
     ) -> Cleanup:
@@ -279,16 +265,6 @@ class SQLiteSparkStorage:
                 params = {"before": _ts(results_before)}
                 purged = conn.execute(_OPS["spark_write_results_purge"], params).rowcount
         return Cleanup(cleared, max(purged, 0))
-
-    def bulk_write_describe(self, result_id: str, options: str) -> None:
-        with self._db.write() as conn:
-            conn.execute(_OPS["spark_write_describe"], {"id": result_id, "options": options})
-
-    def bulk_write_options(self, result_id: str) -> str | None:
-        row = (
-            self._db.connection().execute(_OPS["spark_write_options"], {"id": result_id}).fetchone()
-        )
-        return None if row is None or row[0] is None else str(row[0])
 
     # --- reads ------------------------------------------------------------------
 
@@ -353,30 +329,11 @@ class SQLiteSparkStorage:
         return seq
 
 
-def _running(write_id: str) -> str:
-    return (
-        f"a write with id {write_id!r} is open: another write with this id is running, or "
-        "one died without ending (it is cleared once abandonedAfterHours have passed); "
-        "choose another writeId"
-    )
-
-
 def _conflict(write_id: str, part: int, expected: Progress, current: Progress) -> str:
     return (
         f"partition {part} of write {write_id}: expected {expected.rows} rows enqueued "
         f"before this batch, found {current.rows}: another attempt of this partition is writing"
     )
-
-
-def _stage_table(write_id: str, stage: str) -> str:
-    if not stage.startswith(stage_prefix(write_id)):
-        raise ValueError(f"staging table {stage!r} is not one of write {write_id}")
-    return quote_ident(stage)
-
-
-def _check_open(conn: sqlite3.Connection, write_id: str) -> None:
-    if conn.execute(_Q["spark_write_is_open"], {"id": write_id}).fetchone() is None:
-        raise WriteEndedError(f"write {write_id} was committed or aborted before this task")
 
 
 def _drop_stages(conn: sqlite3.Connection, write_id: str) -> None:
