@@ -13,11 +13,21 @@ own, where the dialects differ (staging by COPY or by rows, the move, pieces).
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, ClassVar, Literal, Protocol
 
-from conveyor.spark.storage import Progress, WriteEndedError, WriteRow, quote_ident, stage_prefix
+from conveyor.errors import SchemaMissingError
+from conveyor.spark.storage import (
+    Progress,
+    WriteEndedError,
+    WriteRow,
+    no_core_tables,
+    quote_ident,
+    stage_prefix,
+)
+from conveyor.store.sql import Migration
 
 
 class _Store(Protocol):
@@ -32,6 +42,14 @@ class _Store(Protocol):
     def close(self) -> None: ...
 
 
+class _Session(Protocol):
+    """What the storage asks of the store's session (store.session())."""
+
+    def apply_migrations(
+        self, conn: Any, migrations: Sequence[Migration], version: str, record: str
+    ) -> int: ...
+
+
 class SQLSparkStorage:
     """The dialect-neutral part of ``SparkStorage`` on a SQL store (see the module)."""
 
@@ -39,8 +57,11 @@ class SQLSparkStorage:
     #: The dialect's named statements (``sqlite.sql`` or ``postgres.sql``) and operations.
     _Q: ClassVar[dict[str, str]]
     _OPS: ClassVar[dict[str, str]]
+    #: The dialect's line of migrations of Spark's tables.
+    _MIGRATIONS: ClassVar[list[Migration]]
 
     store: _Store
+    _db: _Session
     description: str
 
     # --- what each database says ----------------------------------------------------
@@ -63,6 +84,12 @@ class SQLSparkStorage:
     def _time_back(value: Any) -> datetime:
         """A time as the database's statements give it back."""
 
+    def _lock_migrations(self, conn: Any) -> None:
+        """Take the lock under which one driver at a time migrates Spark's tables.
+
+        Nothing by default: SQLite's write transaction is that lock already.
+        """
+
     # --- the store's own schema -----------------------------------------------------
 
     def migrate(self) -> int:
@@ -84,6 +111,23 @@ class SQLSparkStorage:
                 return 0
             row = conn.execute(self._Q["spark_schema_version"]).fetchone()
             return int(row[0]) if row else 0
+
+    def spark_migrate(self) -> int:
+        current = self.spark_schema_version()
+        if current >= self._MIGRATIONS[-1].version:
+            return current  # nothing pending: one read, no lock
+        if self.schema_version() == 0:
+            raise SchemaMissingError(no_core_tables(self.description))
+        with self._changing() as conn:
+            # Two drivers starting together migrate once: the second finds it done.
+            self._lock_migrations(conn)
+            conn.execute(self._Q["spark_migrations_table"])
+            return self._db.apply_migrations(
+                conn,
+                self._MIGRATIONS,
+                self._Q["spark_schema_version"],
+                self._Q["spark_migration_record"],
+            )
 
     def bulk_write_touch(self, write_id: str, now: datetime) -> None:
         with self._changing() as conn:

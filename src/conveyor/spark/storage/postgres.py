@@ -25,7 +25,7 @@ from typing import Any, Literal
 import psycopg
 from psycopg import errors as pg_errors
 
-from conveyor.errors import ConfigurationError, SchemaMissingError
+from conveyor.errors import ConfigurationError
 from conveyor.spark.storage import (
     PATH_ONE_TRANSACTION,
     PATH_PER_PARTITION,
@@ -43,7 +43,6 @@ from conveyor.spark.storage import (
     WriteResult,
     WriteRow,
     check_columns,
-    no_core_tables,
     quote_ident,
     scan_query,
     stage_prefix,
@@ -76,6 +75,7 @@ class PostgresSparkStorage(SQLSparkStorage):
     stage_format: Literal["rows", "csv"] = "csv"
     _Q = _Q
     _OPS = _OPS
+    _MIGRATIONS = _MIGRATIONS
 
     def __init__(self, dsn: str, **options: Any) -> None:
         options.setdefault("min_size", 1)
@@ -100,20 +100,8 @@ class PostgresSparkStorage(SQLSparkStorage):
         assert isinstance(value, datetime)  # timestamptz: psycopg gives a datetime
         return value
 
-    # --- Spark's tables -----------------------------------------------------------
-
-    def spark_migrate(self) -> int:
-        current = self.spark_schema_version()
-        if current >= _MIGRATIONS[-1].version:
-            return current
-        if self.schema_version() == 0:
-            raise SchemaMissingError(no_core_tables(self.description))
-        with self._db.transaction() as conn:
-            conn.execute(_Q["spark_migrations_lock"])
-            conn.execute(_Q["spark_migrations_table"])
-            return self._db.apply_migrations(
-                conn, _MIGRATIONS, _Q["spark_schema_version"], _Q["spark_migration_record"]
-            )
+    def _lock_migrations(self, conn: Connection) -> None:
+        conn.execute(_Q["spark_migrations_lock"])
 
     # --- writes -----------------------------------------------------------------
 

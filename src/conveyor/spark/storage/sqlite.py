@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from conveyor.errors import ConfigurationError, SchemaMissingError
+from conveyor.errors import ConfigurationError
 from conveyor.spark.storage import (
     PATH_ONE_TRANSACTION,
     PATH_PER_PARTITION,
@@ -36,7 +36,6 @@ from conveyor.spark.storage import (
     WriteEndedError,
     WriteResult,
     check_columns,
-    no_core_tables,
     quote_ident,
     scan_query,
     stage_prefix,
@@ -66,6 +65,7 @@ class SQLiteSparkStorage(SQLSparkStorage):
     stage_format: Literal["rows", "csv"] = "rows"
     _Q = _Q
     _OPS = _OPS
+    _MIGRATIONS = _MIGRATIONS
 
     def __init__(self, path: str | Path, *, migrate: bool = False) -> None:
         self.store = SQLiteStore(path, migrate=migrate)
@@ -85,21 +85,6 @@ class SQLiteSparkStorage(SQLSparkStorage):
     @staticmethod
     def _time_back(value: Any) -> datetime:
         return datetime.fromtimestamp(value, UTC)
-
-    # --- Spark's tables -----------------------------------------------------------
-
-    def spark_migrate(self) -> int:
-        current = self.spark_schema_version()
-        if current >= _MIGRATIONS[-1].version:
-            return current
-        if self.schema_version() == 0:
-            raise SchemaMissingError(no_core_tables(self.description))
-        with self._db.write() as conn:
-            # Under the write lock: two drivers starting together migrate once.
-            conn.execute(_Q["spark_migrations_table"])
-            return self._db.apply_migrations(
-                conn, _MIGRATIONS, _Q["spark_schema_version"], _Q["spark_migration_record"]
-            )
 
     # --- writes -----------------------------------------------------------------
 
