@@ -83,7 +83,7 @@ from pyspark.sql.types import StructType
 from conveyor.job import NewJob
 from conveyor.spark.options import Options
 from conveyor.spark.reader import ROWS_PER_PARTITION, ConveyorReader, IdRange
-from conveyor.spark.source import TABLES, struct_of
+from conveyor.spark.tables import TABLES, struct_of
 from conveyor.store.dsn import open_store
 
 HERE = Path(__file__).resolve().parent

@@ -195,7 +195,7 @@ def read_table(
     """
     from pyspark.sql import functions as F
 
-    from conveyor.spark.source import TABLES
+    from conveyor.spark.tables import TABLES
 
     known = {c.name: c for c in TABLES[table]} if table in TABLES else {}
     activate(spark)
