@@ -3,6 +3,7 @@
     python benchmarks/spark.py                         # both backends, 1,000,000 rows
     python benchmarks/spark.py --backend sqlite --rows 200000
     python benchmarks/spark.py --pg-dsn postgresql://user@host:5432/db
+    python benchmarks/spark.py --backend postgres --tuned   # fsync off, prepared transactions
 
 For each backend, on fresh databases:
 
@@ -10,8 +11,10 @@ For each backend, on fresh databases:
   two task arguments; ``excludeColumns`` keeps the key out of the arguments,
   so the jobs are the store enqueue's) written with ``format("conveyor")``,
   atomic (staged, then moved: on PostgreSQL in parallel pieces, one per
-  partition, as the test server allows prepared transactions; and again with
-  ``commitPieces=1``, moved in one transaction);
+  partition, when the server has room for prepared transactions, else in one
+  transaction; and again with ``commitPieces=1``, moved in one transaction),
+  then with ``atomic=false`` (each batch of each partition commits on its own,
+  as the JDBC writer's partitions do);
 - store enqueue_many: the same jobs through ``Store.job_insert_many`` in
   batches of 10,000, payloads encoded in the timed loop as a producer would;
 - Spark read: every column of every job, ``format("conveyor")`` into Spark's
@@ -21,15 +24,28 @@ For each backend, on fresh databases:
 
 On PostgreSQL, Spark's own JDBC data source beside it, on the same server in
 the same session (PostgreSQL's JDBC driver: Debian's libpostgresql-jdbc-java,
-which ``scripts/ensure-pg-jdbc.sh`` installs; skipped with a note without it):
+which ``scripts/ensure-pg-jdbc.sh`` installs; skipped with a note without it),
+tuned as a data engineer runs it:
 
 - JDBC write: the same rows, shaped as jobs (queue, task, state, kwargs as
   JSON, run_at, key, ...), with ``df.write.jdbc`` in append mode into
   ``CREATE TABLE jdbc_jobs (LIKE jobs INCLUDING ALL)``: the same columns,
-  defaults, constraints and indexes as ``jobs``, batched INSERTs, each
-  partition committing on its own (not atomic, no events, no key rule);
+  defaults, constraints and indexes as ``jobs``, each partition committing on
+  its own (not atomic, no events, no key rule), with
+  ``reWriteBatchedInserts=true`` (the driver sends multi-row INSERTs: twice
+  the rate of Spark's defaults) and ``batchsize`` 10,000;
 - JDBC read: ``jobs`` with ``spark.read.jdbc``, split by id into as many
-  partitions as the conveyor read, into the ``noop`` sink.
+  partitions as the conveyor read (``partitionColumn``, ``lowerBound``,
+  ``upperBound``, ``numPartitions``, as Spark's JDBC guide advises for a
+  parallel read), ``fetchsize`` 10,000, into the ``noop`` sink.
+
+The server the figures come from matters as much as the code: without
+``--pg-dsn`` the script starts a stock one (``fsync`` and ``full_page_writes``
+on, ``max_prepared_transactions`` 0, as PostgreSQL, RDS and Cloud SQL ship),
+where an atomic write commits in one transaction; ``--tuned`` starts one with
+``fsync`` off and room for prepared transactions (parallel pieces). The
+server's ``fsync``, ``synchronous_commit`` and ``max_prepared_transactions``
+are printed beside the figures, whichever server it is.
 
 And what bounds those figures on this machine, measured in the same run:
 
@@ -54,7 +70,8 @@ import sqlite3
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -66,14 +83,23 @@ from pyspark.sql.types import StructType
 from conveyor.job import NewJob
 from conveyor.spark.options import Options
 from conveyor.spark.reader import ROWS_PER_PARTITION, ConveyorReader, IdRange
-from conveyor.spark.source import TABLES, struct_of
+from conveyor.spark.tables import TABLES, struct_of
 from conveyor.store.dsn import open_store
-from pg import postgres
 
 HERE = Path(__file__).resolve().parent
 STORE_BATCH = 10_000
 #: PostgreSQL's JDBC driver as Debian installs it (scripts/ensure-pg-jdbc.sh).
 PG_JDBC_JAR = Path("/usr/share/java/postgresql.jar")
+#: Rows per JDBC batch (with reWriteBatchedInserts) and per fetch: what a data
+#: engineer sets, Spark's defaults (1,000 and the driver's 0, everything at once)
+#: being tuned for neither.
+JDBC_BATCH = 10_000
+JDBC_FETCH = 10_000
+#: The server settings that decide which commit path runs and what a commit costs.
+SERVER_SETTINGS = ("fsync", "full_page_writes", "synchronous_commit", "max_prepared_transactions")
+#: A stock server's settings, over the tests' server's (fsync off, prepared transactions).
+STOCK = ("-c fsync=on", "-c full_page_writes=on", "-c max_prepared_transactions=0")
+TUNED = ("-c fsync=off", "-c full_page_writes=off", "-c max_prepared_transactions=64")
 
 
 @dataclass
@@ -86,6 +112,14 @@ class Result:
     @property
     def rate(self) -> float:
         return self.rows / self.seconds if self.seconds else float("nan")
+
+
+def load() -> str:
+    """The machine's load averages: a busy machine moves every figure (print them beside)."""
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
+LOAD_BEFORE = load()
 
 
 def timed(work: Callable[[], int]) -> tuple[int, float]:
@@ -361,7 +395,8 @@ def jdbc_enqueue(spark: Any, dsn: str, rows: int) -> int:
         "false AS cancel_requested",
         "current_timestamp() AS created_at",
     )
-    jobs.write.jdbc(url, "jdbc_jobs", mode="append", properties=properties)
+    tuned = {**properties, "reWriteBatchedInserts": "true", "batchsize": str(JDBC_BATCH)}
+    jobs.write.jdbc(url, "jdbc_jobs", mode="append", properties=tuned)
     with psycopg.connect(dsn) as pg:
         row = pg.execute("SELECT count(*) FROM jdbc_jobs").fetchone()
     return int(row[0]) if row else 0
@@ -382,7 +417,7 @@ def jdbc_read(spark: Any, dsn: str) -> int:
         lowerBound=low,
         upperBound=high + 1,
         numPartitions=partitions,
-        properties={**properties, "fetchsize": "10000"},
+        properties={**properties, "fetchsize": str(JDBC_FETCH)},
     )
     jobs.write.format("noop").mode("overwrite").save()
     return count_jobs(dsn)
@@ -396,9 +431,10 @@ def jdbc_results(spark: Any, base: str, folder: Path, rows: int, read_dsn: str) 
     jdbc_dsn = fresh_database("postgres", base, folder, "bench_jdbc")
     jdbc_enqueue(spark, jdbc_dsn, 1_000)  # warm: the driver's classes load once
     done, seconds = timed(lambda: jdbc_enqueue(spark, jdbc_dsn, rows))
-    results.append(Result("postgres", "JDBC write into LIKE jobs INCLUDING ALL", done, seconds))
+    measure = "JDBC write into LIKE jobs INCLUDING ALL, reWriteBatchedInserts"
+    results.append(Result("postgres", measure, done, seconds))
     done, seconds = timed(lambda: jdbc_read(spark, read_dsn))
-    results.append(Result("postgres", "JDBC read, all columns", done, seconds))
+    results.append(Result("postgres", "JDBC read, all columns, partitioned by id", done, seconds))
     return results
 
 
@@ -421,6 +457,10 @@ def bench_backend(spark: Any, backend: str, base: str, folder: Path, rows: int) 
         done, seconds = timed(lambda: spark_enqueue(spark, single, rows, commitPieces="1"))
         results.append(Result(backend, "Spark enqueue, one-transaction commit", done, seconds))
 
+    per_partition = fresh_database(backend, base, folder, "bench_per_partition")
+    done, seconds = timed(lambda: spark_enqueue(spark, per_partition, rows, atomic="false"))
+    results.append(Result(backend, "Spark enqueue, atomic=false (per partition)", done, seconds))
+
     done, seconds = timed(lambda: plain_read(spark_dsn))
     results.append(Result(backend, "plain read, one connection", done, seconds))
     done, seconds = timed(lambda: spark_read(spark, spark_dsn))
@@ -437,6 +477,35 @@ def bench_backend(spark: Any, backend: str, base: str, folder: Path, rows: int) 
     return results
 
 
+@contextmanager
+def postgres(dsn: str | None, tuned: bool) -> Iterator[str]:
+    """Yield ``dsn`` when given; otherwise a throwaway server, stock unless ``tuned``."""
+    if dsn:
+        yield dsn
+        return
+    sys.path.insert(0, str(HERE.parent / "tests"))
+    from pg_server import PgServer
+
+    server = PgServer(extra_options=TUNED if tuned else STOCK)
+    server.start()
+    try:
+        yield server.dsn
+    finally:
+        server.stop()
+
+
+def server_settings(dsn: str) -> str:
+    """The settings of the server that decide the figures, as one line."""
+    import psycopg
+
+    with psycopg.connect(dsn) as pg:
+        shown = [
+            f"{name}={row[0] if (row := pg.execute(f'SHOW {name}').fetchone()) else '?'}"
+            for name in SERVER_SETTINGS
+        ]
+    return "PostgreSQL server: " + ", ".join(shown)
+
+
 def print_table(results: list[Result]) -> None:
     print("| backend | measure | rows | seconds | rows/s |")
     print("|---|---|---:|---:|---:|")
@@ -451,20 +520,30 @@ def main() -> None:
     parser.add_argument("--backend", choices=["sqlite", "postgres", "all"], default="all")
     parser.add_argument("--pg-dsn", help="use this PostgreSQL server (it gets bench_* databases)")
     parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument(
+        "--tuned",
+        action="store_true",
+        help="without --pg-dsn: a server with fsync off and prepared transactions, not a stock one",
+    )
     options = parser.parse_args()
 
     spark = spark_session()
     results: list[Result] = []
+    settings = ""
     try:
         with tempfile.TemporaryDirectory() as name:
             folder = Path(name)
             if options.backend in ("sqlite", "all"):
                 results += bench_backend(spark, "sqlite", "", folder, options.rows)
             if options.backend in ("postgres", "all"):
-                with postgres(options.pg_dsn) as base:
+                with postgres(options.pg_dsn, options.tuned) as base:
+                    settings = server_settings(base)
                     results += bench_backend(spark, "postgres", base, folder, options.rows)
     finally:
         spark.stop()
+    if settings:
+        print(settings)
+    print(f"load average before and after: {LOAD_BEFORE} / {load()}")
     print_table(results)
 
 

@@ -138,6 +138,7 @@ def test_a_write_commits_in_pieces_all_its_rows_by_the_rules_of_an_enqueue(
     assert done is not None
     assert (done.rows, done.enqueued, done.skipped) == (PARTS * ROWS, KEY_SPAN,
                                                         PARTS * ROWS - KEY_SPAN)  # fmt: skip
+    assert done.path == "pieces"
 
 
 def test_one_piece_is_one_transaction(db: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -268,6 +269,41 @@ def test_a_committer_that_dies_before_its_decision_leaves_pieces_the_next_settle
     write.abort(messages)
     facts = _facts(db)
     assert (facts["jobs"], facts["prepared"], facts["results"]) == (0, 0, 0)
+    assert leftovers(db) == ([], 0)
+
+
+def test_a_write_whose_committer_died_before_deciding_is_shown_stalled_and_settled_by_cleanup(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No Spark abort: the driver died too. Its pieces hold keys, events and VACUUM back."""
+    from click.testing import CliRunner
+
+    from conveyor.cli import cli
+    from conveyor.spark import writes
+
+    write, _ = _crash_while_committing(db, monkeypatch, "prepare")
+    assert _facts(db)["prepared"] == PARTS
+    assert [(w.id, w.state) for w in writes(db)] == [(write.result_id, "stalled")]
+    out = CliRunner().invoke(cli, ["spark", "cleanup", "--dsn", db])
+    assert out.exit_code == 0, out.output
+    assert f"settled 1 writes left prepared by a committer that died ({write.result_id})" in (
+        out.output
+    )
+    facts = _facts(db)
+    assert (facts["jobs"], facts["prepared"], facts["results"]) == (0, 0, 0)
+    assert leftovers(db) == ([], 0)
+    assert writes(db) == []
+
+
+def test_the_next_write_settles_a_write_whose_committer_died_before_deciding(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _crash_while_committing(db, monkeypatch, "prepare")
+    write = _writer(db)  # opening a write settles what a dead committer left
+    assert _facts(db)["prepared"] == 0
+    assert leftovers(db)[1] == 1  # the new write's row only
+    write.commit(_stage_all(write, monkeypatch))
+    assert _jobs(db) == _expected()
     assert leftovers(db) == ([], 0)
 
 

@@ -461,8 +461,8 @@ def test_available_now_reads_nothing_written_after_it_started(dsn: str, store: S
     """The reader's side of Trigger.AvailableNow: the target is fixed when Spark prepares it."""
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-    from conveyor.spark.source import TABLES
     from conveyor.spark.stream import EventStreamReader
+    from conveyor.spark.tables import TABLES
 
     store.job_insert_many([NewJob("q", "t", "[]", "{}", T0) for _ in range(3)], T0)
     reader = EventStreamReader(

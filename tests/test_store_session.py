@@ -11,10 +11,17 @@ pytestmark = pytest.mark.sql_only
 
 _VERSION = "SELECT coalesce(max(version), 0) FROM layer_migrations"
 _RECORD = {
-    "sqlite": "INSERT INTO layer_migrations (version, name, applied_at) VALUES (?, ?, ?)",
-    "postgres": "INSERT INTO layer_migrations (version, name, applied_at) VALUES (%s, %s, %s)",
+    "sqlite": "INSERT INTO layer_migrations (version, name, applied_at) "
+    "VALUES (:version, :name, :now)",
+    "postgres": "INSERT INTO layer_migrations (version, name, applied_at) "
+    "VALUES (%(version)s, %(name)s, %(now)s)",
 }
-_TABLE = "CREATE TABLE IF NOT EXISTS layer_migrations (version int, name text, applied_at real)"
+_TABLE = {
+    "sqlite": "CREATE TABLE IF NOT EXISTS layer_migrations "
+    "(version int, name text, applied_at real)",
+    "postgres": "CREATE TABLE IF NOT EXISTS layer_migrations "
+    "(version int, name text, applied_at timestamptz)",
+}
 
 
 def test_a_layer_runs_its_own_migrations_and_transactions_through_the_session(
@@ -23,12 +30,12 @@ def test_a_layer_runs_its_own_migrations_and_transactions_through_the_session(
     session = store.session()  # type: ignore[attr-defined]
     backend = "sqlite" if dsn.startswith("sqlite") else "postgres"
     assert session.description == store.description  # type: ignore[attr-defined]
-    line = [Migration(1, "things", "CREATE TABLE layer_things (n int)")]
+    line = [Migration(1, "things", "CREATE TABLE layer_things (n int);")]
 
     def migrate() -> int:
         opened = session.write() if backend == "sqlite" else session.transaction()
         with opened as conn:
-            conn.execute(_TABLE)
+            conn.execute(_TABLE[backend])
             version: int = session.apply_migrations(conn, line, _VERSION, _RECORD[backend])
             return version
 

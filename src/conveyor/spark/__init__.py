@@ -38,6 +38,7 @@ __all__ = [
     "NAME",
     "ConveyorDataSource",
     "WriteResult",
+    "activate",
     "archive",
     "batch_results",
     "cleanup",
@@ -63,9 +64,32 @@ _TIME_BOUNDS = ("_since", "_until")
 
 
 def register(spark: SparkSession) -> None:
-    """Register the ``conveyor`` data source on ``spark`` and turn on filter pushdown."""
+    """Register the ``conveyor`` data source on ``spark`` and turn on filter pushdown.
+
+    Also makes ``spark`` the active session of the calling thread (see ``activate``).
+    """
+    activate(spark)
     spark.conf.set(_PUSHDOWN_CONF, "true")
     spark.dataSource.register(ConveyorDataSource)
+
+
+def activate(spark: SparkSession) -> None:
+    """Make ``spark`` the active session of the calling thread, where Spark looks for data sources.
+
+    On a classic session, Spark finds a Python data source through the JVM's
+    active session, which is per thread: a thread other than the one that made
+    the session has none, and ``df.write.format("conveyor")`` there fails with
+    ``DATA_SOURCE_NOT_FOUND``. ``enqueue``, ``read_table`` and the pipelines
+    call this themselves; a thread that uses ``df.write`` or ``spark.read``
+    directly calls it (or ``register``) first. Spark Connect needs nothing.
+    """
+    jvm = getattr(spark, "_jvm", None)
+    session = getattr(spark, "_jsparkSession", None)
+    if jvm is None or session is None:
+        return  # Spark Connect: the server resolves data sources in its own session
+    from pyspark.sql import SparkSession as ClassicSession
+
+    ClassicSession._get_j_spark_session_class(jvm).setActiveSession(session)
 
 
 def session(
@@ -113,6 +137,7 @@ def enqueue(frame: DataFrame, dsn: str, **options: Any) -> WriteResult:
     # Checked here as typed: PySpark lowercases option names before the data source
     # sees them, and a misspelt keyColum is best quoted as the caller wrote it.
     Options({name: _option_text(value) for name, value in options.items()}, "write")
+    activate(frame.sparkSession)
     names = {name.lower(): name for name in options}
     write_id = str(options[names["writeid"]]) if "writeid" in names else secrets.token_hex(8)
     before = write_result(dsn, write_id) if "writeid" in names else None
@@ -170,9 +195,10 @@ def read_table(
     """
     from pyspark.sql import functions as F
 
-    from conveyor.spark.source import TABLES
+    from conveyor.spark.tables import TABLES
 
     known = {c.name: c for c in TABLES[table]} if table in TABLES else {}
+    activate(spark)
     reader = spark.read.format(NAME).option("dsn", dsn).option("table", table)
     if columns is not None:
         filtered = [n.rsplit("_", 1)[0] if n.endswith(_TIME_BOUNDS) else n for n in filters]

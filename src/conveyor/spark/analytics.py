@@ -9,8 +9,11 @@ DataFrames:
     their jobs), ``succeeded``, ``failed``, ``cancelled``,
     ``retried`` (failed attempts queued again), ``rescued`` (leases that expired),
     ``snoozed``; ``finished`` = succeeded + failed + cancelled;
-    ``throughput_per_minute`` = (succeeded + failed) / minutes in the window,
-    that is jobs that ran to an end; ``peak_per_minute``, the busiest minute;
+    ``throughput_per_minute`` = (succeeded + failed), that is jobs that ran to
+    an end, per minute of the run: the whole minutes from the first such end
+    of the (queue, task) in the window to its last, both counted (a run of 4
+    minutes in a day's window is a rate of those 4 minutes, not of the day's
+    1,440); ``peak_per_minute``, the busiest minute;
     ``success_rate`` and ``failure_rate`` over ``finished``, ``retry_rate`` and
     ``rescue_rate`` over ``attempts`` (null when there is nothing to divide by);
     ``wait_p50/p95/p99`` (seconds from created to started, for jobs started in
@@ -180,9 +183,8 @@ def build_report(
     inputs = [frame.persist(StorageLevel.MEMORY_AND_DISK) for frame in (events, started, finished)]
     events, started, finished = inputs
     try:
-        minutes = (end - start).total_seconds() / 60
         throughput = _throughput(events).localCheckpoint(eager=True)
-        summary = _summary(events, started, finished, throughput, minutes)
+        summary = _summary(events, started, finished, throughput)
         result = Report(
             start=start,
             end=end,
@@ -245,7 +247,6 @@ def _summary(
     started: DataFrame,
     finished: DataFrame,
     throughput: DataFrame,
-    minutes: float,
 ) -> DataFrame:
     from pyspark.sql import functions as F
 
@@ -274,7 +275,12 @@ def _summary(
         .withColumn("attempts", F.col("attempts") + F.col("running_attempts"))
         .drop("running_attempts")
     )
-    peaks = throughput.groupBy("queue", "task").agg(F.max("jobs").alias("peak_per_minute"))
+    minute = F.unix_seconds(F.col("minute"))
+    peaks = throughput.groupBy("queue", "task").agg(
+        F.max("jobs").alias("peak_per_minute"),
+        # The minutes of the run: from the first minute a job ended to the last.
+        ((F.max(minute) - F.min(minute)) / 60 + 1).alias("run_minutes"),
+    )
     waits = _percentiles(
         started.where(F.col("started_at").isNotNull()),
         _seconds_between("created_at", "started_at"),
@@ -311,7 +317,7 @@ def _summary(
         "rescued",
         "snoozed",
         finished_count.alias("finished"),
-        (ran / F.lit(minutes)).alias("throughput_per_minute"),
+        F.coalesce(ran / F.col("run_minutes"), F.lit(0.0)).alias("throughput_per_minute"),
         F.col("peak_per_minute").cast("long").alias("peak_per_minute"),
         ratio(F.col("succeeded"), finished_count).alias("success_rate"),
         ratio(F.col("failed"), finished_count).alias("failure_rate"),

@@ -85,6 +85,8 @@ def cleanup(
         store.close()
     for write_id in done.cleared:
         log.warning("cleared Spark write %s, abandoned by its driver", write_id)
+    for write_id in done.settled:
+        log.warning("settled Spark write %s, whose committer died with pieces prepared", write_id)
     return done
 
 
@@ -106,8 +108,10 @@ def schedule_cleanup(
     def spark_cleanup() -> None:
         done = cleanup(dsn, abandoned_after, results_retention)
         log.info(
-            "Spark cleanup: %d abandoned writes cleared, %d results purged",
+            "Spark cleanup: %d abandoned writes cleared, %d left prepared settled, "
+            "%d results purged",
             len(done.cleared),
+            len(done.settled),
             done.purged,
         )
 

@@ -57,6 +57,8 @@ _OPTIONS: dict[str, tuple[Use, ...]] = {
     "queueColumn": ("write", "stream write", "table"),
     "keyColumn": ("write", "stream write", "table"),
     "unique": ("write", "stream write", "table"),
+    "nullKeys": ("write", "stream write", "table"),
+    "createTables": ("write", "stream write", "table"),
     "groupColumn": ("write", "stream write", "table"),
     "batch": ("write", "stream write", "table"),
     "batchColumn": ("write", "stream write", "table"),

@@ -41,12 +41,12 @@ from pyspark.sql.datasource import (
     LessThan,
     LessThanOrEqual,
 )
-from pyspark.sql.types import BooleanType, IntegerType, LongType, StringType
+from pyspark.sql.types import IntegerType, LongType, StringType
 
 from conveyor.errors import ConfigurationError
 from conveyor.spark.options import Options
-from conveyor.spark.source import TABLES, Column
 from conveyor.spark.storage import Scan, ScanFilter, ScanOp, backend_of, open_storage
+from conveyor.spark.tables import TABLES, Column, arrow_schema, arrow_type, sqlite_array
 
 ROWS_PER_PARTITION = 250_000
 MAX_PARTITIONS = 32
@@ -57,25 +57,6 @@ _RANGE: dict[type, ScanOp] = {
     LessThan: "<",
     LessThanOrEqual: "<=",
 }
-
-
-def arrow_type(column: Column) -> pa.DataType:
-    if column.timestamp:
-        return pa.timestamp("us", tz="UTC")
-    kind = column.type
-    if isinstance(kind, LongType):
-        return pa.int64()
-    if isinstance(kind, IntegerType):
-        return pa.int32()
-    if isinstance(kind, BooleanType):
-        return pa.bool_()
-    if isinstance(kind, StringType):
-        return pa.string()
-    return pa.float64()
-
-
-def arrow_schema(columns: Sequence[Column]) -> pa.Schema:
-    return pa.schema([pa.field(c.name, arrow_type(c), c.nullable) for c in columns])
 
 
 def to_filter(column: Column, filter: Filter) -> ScanFilter | None:
@@ -219,7 +200,7 @@ class ConveyorReader(DataSourceReader):
                     batch = (
                         pa.RecordBatch.from_arrays(
                             [
-                                _sqlite_array(c, v)
+                                sqlite_array(c, v)
                                 for c, v in zip(self.columns, zip(*rows, strict=True), strict=True)
                             ],
                             schema=schema,
@@ -325,18 +306,6 @@ def _pg_csv_type(column: Column) -> pa.DataType:
 
 def _timestamps(micros: pa.Array | pa.ChunkedArray) -> pa.Array:
     return pc.cast(micros, pa.timestamp("us", tz="UTC"))
-
-
-def _sqlite_array(column: Column, values: Sequence[Any]) -> pa.Array:
-    if column.timestamp:
-        # REAL epoch seconds -> whole microseconds, rounded (a double holds them exactly
-        # for dates this side of 2255).
-        seconds = pa.array(values, pa.float64())
-        micros = pc.cast(pc.round(pc.multiply(seconds, 1e6)), pa.int64())
-        return pc.cast(micros, pa.timestamp("us", tz="UTC"))
-    if isinstance(column.type, BooleanType):
-        return pc.cast(pa.array(values, pa.int64()), pa.bool_())
-    return pa.array(values, arrow_type(column))
 
 
 class _CopyStream(io.RawIOBase):

@@ -79,8 +79,11 @@ _COLUMN_OPTIONS = {
 _DATA_FIELDS = ("key", "group", "batch", "priority", "run_at")
 #: Options that change how a write runs, not what it enqueues (left out of ``described``).
 _NOT_DESCRIBED = frozenset(
-    {"dsn", "writeId", "batchSize", "abandonedAfterHours", "atomic", "commitPieces"}
-)
+    {
+        "dsn", "writeId", "batchSize", "abandonedAfterHours", "atomic", "commitPieces",
+        "createTables",
+    }
+)  # fmt: skip
 #: The kwarg_columns entry of tasks the write has no declaration for.
 ANY_TASK = ""
 
@@ -102,6 +105,12 @@ class WritePlan:
     max_attempts: int | None = None
     batch: str | None = None
     unique: Unique = "live"
+    #: Rows whose key column is null: "refuse" them (the write fails, nothing of it is
+    #: enqueued when atomic) or enqueue them "keyless" (option nullKeys).
+    null_keys: str = "refuse"
+    #: Make conveyor's tables on a database that has none (option createTables);
+    #: by default such a write is refused: no worker would read its jobs.
+    create_tables: bool = False
     atomic: bool = True
     batch_size: int = DEFAULT_BATCH_SIZE
     #: How many connections at most commit an atomic write in parallel pieces (1: one
@@ -206,6 +215,8 @@ class WritePlan:
             max_attempts=max_attempts,
             batch=batch,
             unique=options.choice("unique", ("live", "forever"), "live"),  # type: ignore[arg-type]
+            null_keys=options.choice("nullKeys", ("refuse", "keyless"), "refuse"),
+            create_tables=options.boolean("createTables", False),
             atomic=True if stream else options.boolean("atomic", True),
             batch_size=options.integer("batchSize", DEFAULT_BATCH_SIZE) or DEFAULT_BATCH_SIZE,
             commit_pieces=options.integer("commitPieces", DEFAULT_COMMIT_PIECES, maximum=64)
@@ -344,6 +355,10 @@ class JobColumns:
                 self.max_attempts, self.key, self.group, self.batch, strict=True,
             )
         )  # fmt: skip
+
+    def null_keys(self, plan: WritePlan) -> int:
+        """Rows whose key column is null (none when the write has no key column)."""
+        return self.key.count(None) if "key" in plan.columns else 0
 
     def fingerprints(self) -> list[int]:
         """A 64-bit hash of each row, the same in every process (Python's hash() is not)."""

@@ -7,7 +7,7 @@ is read or written (see ``conveyor.spark.options``).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -17,15 +17,8 @@ from pyspark.sql.datasource import (
     DataSourceWriter,
 )
 from pyspark.sql.types import (
-    BooleanType,
-    DataType,
-    DoubleType,
-    IntegerType,
-    LongType,
-    StringType,
     StructField,
     StructType,
-    TimestampType,
 )
 
 from conveyor.errors import ConfigurationError
@@ -39,67 +32,9 @@ from conveyor.spark.options import (
 )
 from conveyor.spark.rows import WritePlan
 from conveyor.spark.storage import backend_of
+from conveyor.spark.tables import TABLES, Column, struct_of
 
 NAME = "conveyor"
-
-
-@dataclass(frozen=True, slots=True)
-class Column:
-    name: str
-    type: DataType
-    nullable: bool = True
-    #: Stored as epoch seconds (SQLite REAL) or timestamptz (PostgreSQL).
-    timestamp: bool = False
-
-
-def _ts(name: str, nullable: bool = True) -> Column:
-    return Column(name, TimestampType(), nullable, timestamp=True)
-
-
-# The columns a DataFrame of each table has, in order. Lease tokens are left
-# out: they are a running worker's secret, of no use to analytics.
-TABLES: dict[str, tuple[Column, ...]] = {
-    "jobs": (
-        Column("id", LongType(), False),
-        Column("queue", StringType(), False),
-        Column("task", StringType(), False),
-        Column("state", StringType(), False),
-        Column("args", StringType(), False),
-        Column("kwargs", StringType(), False),
-        Column("priority", IntegerType(), False),
-        _ts("run_at", False),
-        Column("attempts", IntegerType(), False),
-        Column("max_attempts", IntegerType(), False),
-        Column("key", StringType()),
-        Column("group_key", StringType()),
-        Column("batch", StringType()),
-        Column("worker", StringType()),
-        _ts("lease_expires_at"),
-        Column("cancel_requested", BooleanType(), False),
-        Column("result", StringType()),
-        Column("error", StringType()),
-        Column("progress", DoubleType()),
-        Column("progress_message", StringType()),
-        _ts("created_at", False),
-        _ts("started_at"),
-        _ts("finished_at"),
-    ),
-    "events": (
-        Column("seq", LongType(), False),
-        Column("job_id", LongType(), False),
-        Column("queue", StringType(), False),
-        Column("task", StringType(), False),
-        Column("kind", StringType(), False),
-        Column("attempt", IntegerType(), False),
-        Column("worker", StringType()),
-        _ts("at", False),
-        Column("error", StringType()),
-        # The start of the attempt the event ends (null for events that end none).
-        _ts("started_at"),
-    ),
-}
-#: The column each table is partitioned and ordered by.
-ID_COLUMN = {"jobs": "id", "events": "seq"}
 
 
 def table_option(options: Options) -> str:
@@ -126,15 +61,6 @@ def selected_columns(table: str, options: Options) -> tuple[Column, ...]:
             f"choose from {', '.join(by_name)}"
         )
     return tuple(by_name[name] for name in dict.fromkeys(names))
-
-
-def struct_of(columns: tuple[Column, ...], metadata: dict[str, str] | None = None) -> StructType:
-    return StructType(
-        [
-            StructField(c.name, c.type, c.nullable, metadata if i == 0 else None)
-            for i, c in enumerate(columns)
-        ]
-    )
 
 
 def columns_for_schema(table: str, schema: StructType) -> tuple[Column, ...]:
@@ -170,7 +96,9 @@ _NO_DSN = (
     "source a table's OPTIONS only when CREATE TABLE t USING conveyor OPTIONS (...) has no "
     "column list and no AS SELECT: conveyor then keeps them in the table's schema. Create a "
     "table that enqueues that way, naming its columns in OPTIONS (schema '...'), and INSERT "
-    "INTO it"
+    "INTO it. A table made by df.write.saveAsTable(...) or df.writeTo(...).create() keeps "
+    "none of the write's options, so insertInto, writeTo(...).append() and INSERT INTO it "
+    "end here: write it again with saveAsTable and the options, or create it as above"
 )
 
 

@@ -38,9 +38,8 @@ from pyspark.sql.streaming.datasource import (
 
 from conveyor.errors import ConfigurationError
 from conveyor.spark.options import Options
-from conveyor.spark.reader import _sqlite_array, arrow_schema
-from conveyor.spark.source import Column
 from conveyor.spark.storage import SparkStorage, backend_of, open_storage
+from conveyor.spark.tables import Column, arrow_schema, sqlite_array
 from conveyor.store.records import EventOffset
 
 Offset = dict[str, int]
@@ -169,7 +168,7 @@ def _batch(
         return pa.RecordBatch.from_arrays([], schema=schema, num_rows=len(rows))
     values = list(zip(*rows, strict=True))
     if sqlite:
-        arrays = [_sqlite_array(c, v) for c, v in zip(columns, values, strict=True)]
+        arrays = [sqlite_array(c, v) for c, v in zip(columns, values, strict=True)]
     else:
         # Micro-batches are small: psycopg's datetimes are fine here.
         arrays = [

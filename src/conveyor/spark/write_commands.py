@@ -110,6 +110,13 @@ def cleanup(
     except ConveyorError as exc:
         raise click.ClickException(str(exc)) from None
     cleared = ", ".join(done.cleared) if done.cleared else "none"
+    settled = (
+        f"settled {len(done.settled)} writes left prepared by a committer that died "
+        f"({', '.join(done.settled)}); "
+        if done.settled
+        else ""
+    )
     click.echo(
-        f"Cleared {len(done.cleared)} abandoned writes ({cleared}); purged {done.purged} results."
+        f"Cleared {len(done.cleared)} abandoned writes ({cleared}); {settled}"
+        f"purged {done.purged} results."
     )

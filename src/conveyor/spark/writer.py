@@ -50,9 +50,12 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from conveyor.errors import ConfigurationError
-from conveyor.spark.rows import JobColumns, Where, WritePlan, prepare
+from conveyor.errors import ConfigurationError, SchemaMissingError
+from conveyor.spark.rows import JobColumns, RowError, Where, WritePlan, prepare
 from conveyor.spark.storage import (
+    PATH_ONE_TRANSACTION,
+    PATH_PER_PARTITION,
+    PATH_PIECES,
     Progress,
     SparkStorage,
     WriteConflictError,
@@ -78,12 +81,16 @@ class StagedPart(WriterCommitMessage):
     rows: int
     #: A streaming micro-batch: the query's id, read from the task's context.
     query: str | None = None
+    #: Rows whose key column is null.
+    null_keys: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class InsertedPart(WriterCommitMessage):
     partition: int
     rows: int
+    #: Rows enqueued without a key (their key column was null).
+    keyless: int = 0
 
 
 def driver_log() -> logging.Logger:
@@ -103,10 +110,48 @@ def driver_log() -> logging.Logger:
 
 
 def describe(result: WriteResult) -> str:
+    keyless = f", {result.keyless} enqueued without a key (null key)" if result.keyless else ""
     return (
-        f"{result.rows} rows: {result.enqueued} jobs enqueued, {result.skipped} rows skipped as "
-        "duplicates (a job of their queue held their key)"
+        f"{result.rows} rows: {result.enqueued} jobs enqueued{keyless}, {result.skipped} rows "
+        "skipped as duplicates (a job of their queue held their key)"
     )
+
+
+def committed_how(result: WriteResult) -> str:
+    """The commit path, as the driver's log says it."""
+    return f"committed {_PATH_WORDS.get(result.path, result.path)}"
+
+
+_PATH_WORDS = {
+    PATH_PIECES: "in parallel pieces",
+    PATH_ONE_TRANSACTION: "in one transaction",
+    PATH_PER_PARTITION: "per partition, batch by batch",
+}
+
+
+def null_key_refusal(column: str, count: int, where: str) -> str:
+    return (
+        f"{count} rows {where}have a null key column {column!r}: option nullKeys is "
+        '"refuse" (the default), so the write stops. Filter them out (.where(col.isNotNull())), '
+        'or pass nullKeys "keyless" to enqueue them without a key (then never skipped as '
+        "duplicates)"
+    )
+
+
+def check_tables(store: SparkStorage, plan: WritePlan) -> None:
+    """Refuse a database without conveyor's tables, unless told to make them; bring them up to date.
+
+    Such a database is most often the wrong one (a typo in the DSN, a new SQLite
+    file): jobs enqueued there would never reach a worker.
+    """
+    if store.schema_version() == 0 and not plan.create_tables:
+        raise SchemaMissingError(
+            f"{store.description} has no conveyor tables, so no worker reads jobs from it: "
+            "run `conveyor migrate` against it (or app.migrate()) if it is the right database, "
+            'or pass option createTables "true" to make them with this write'
+        )
+    store.migrate()
+    store.spark_migrate()
 
 
 def _task_context() -> tuple[int, int, Any]:
@@ -150,13 +195,23 @@ class _Staging:
     def _stage(
         self, store: SparkStorage, batches: Iterator[pa.RecordBatch], write_id: str, stage: str,
         partition: int,
-    ) -> int:  # fmt: skip
-        rows = 0
+    ) -> tuple[int, int]:  # fmt: skip
+        """Stage the rows; return how many, and how many of them have a null key."""
+        rows = null_keys = 0
         for batch in batches:
             jobs = prepare(batch, self.plan, Where(partition, rows))
             store.bulk_stage(write_id, stage, staged_rows(store, jobs), create=rows == 0)
             rows += len(jobs)
-        return rows
+            null_keys += jobs.null_keys(self.plan)
+        return rows, null_keys
+
+    def _refuse_null_keys(self, store: SparkStorage, write_id: str, parts: list[StagedPart]) -> int:
+        """The rows with a null key; with nullKeys "refuse", end the write and raise if any."""
+        count = sum(m.null_keys for m in parts)
+        if count and self.plan.null_keys == "refuse":
+            store.bulk_write_abort(write_id)
+            raise RowError(null_key_refusal(self.plan.columns["key"], count, "of the write "))
+        return count
 
 
 class ConveyorWriter(_Staging, DataSourceArrowWriter):
@@ -174,8 +229,7 @@ class ConveyorWriter(_Staging, DataSourceArrowWriter):
         try:
             # Bring the store's schema and Spark's tables up to date once, on the
             # driver, before any task runs.
-            store.migrate()
-            store.spark_migrate()
+            check_tables(store, plan)
             if plan.write_id is not None:
                 self.done_before = store.bulk_write_result(plan.write_id)
                 if self.done_before is not None:
@@ -210,6 +264,7 @@ class ConveyorWriter(_Staging, DataSourceArrowWriter):
                     (m for m in messages if isinstance(m, StagedPart) and m.stage is not None),
                     key=lambda m: m.partition,
                 )
+                keyless = self._refuse_null_keys(store, self.write_id, parts)
                 result = store.bulk_write_commit(
                     self.write_id,
                     [m.stage for m in parts if m.stage is not None],
@@ -217,16 +272,22 @@ class ConveyorWriter(_Staging, DataSourceArrowWriter):
                     datetime.now(UTC),
                     self.result_id,
                     pieces=self.plan.commit_pieces,
+                    keyless=keyless,
                 )
             else:
-                result = store.bulk_write_finish(self.write_id, datetime.now(UTC), self.result_id)
+                keyless = sum(m.keyless for m in messages if isinstance(m, InsertedPart))
+                result = store.bulk_write_finish(
+                    self.write_id, datetime.now(UTC), self.result_id, keyless
+                )
             # After the commit, in a transaction of its own: a driver that dies in
             # between leaves a result without options, which a rerun does not check.
             store.bulk_write_describe(self.result_id, self.plan.described)
         finally:
             store.close()
         if result.new:
-            driver_log().info("conveyor write %s: %s", self.result_id, describe(result))
+            driver_log().info(
+                "conveyor write %s %s: %s", self.result_id, committed_how(result), describe(result)
+            )
         else:
             driver_log().info(
                 "conveyor write %s was committed by another run meanwhile (%s); this run "
@@ -258,22 +319,28 @@ class ConveyorWriter(_Staging, DataSourceArrowWriter):
         store = open_storage(self.dsn)
         try:
             if not self.plan.atomic:
-                return InsertedPart(partition, self._insert_directly(store, batches, partition))
+                return self._insert_directly(store, batches, partition)
             stage = stage_name(self.write_id, partition, attempt)
-            rows = self._stage(store, batches, self.write_id, stage, partition)
+            rows, null_keys = self._stage(store, batches, self.write_id, stage, partition)
         finally:
             store.close()
-        return StagedPart(partition, stage if rows else None, rows)
+        return StagedPart(partition, stage if rows else None, rows, null_keys=null_keys)
 
     def _insert_directly(
         self, store: SparkStorage, batches: Iterator[pa.RecordBatch], partition: int
-    ) -> int:
+    ) -> InsertedPart:
         """Enqueue batch by batch; skip what an earlier attempt of this partition enqueued."""
         done = store.bulk_progress(self.write_id, partition)
         seen = 0  # rows of the input so far
         checksum = 0  # of the rows so far
+        keyless = 0
         for batch in batches:
             jobs = prepare(batch, self.plan, Where(partition, seen))
+            null_keys = jobs.null_keys(self.plan)
+            if null_keys and self.plan.null_keys == "refuse":
+                # Each batch commits on its own: the batches before this one stay.
+                where = f"of a batch of partition {partition} (from row {seen}) "
+                raise RowError(null_key_refusal(self.plan.columns["key"], null_keys, where))
             prints = jobs.fingerprints()
             start = seen
             seen += len(jobs)
@@ -286,6 +353,7 @@ class ConveyorWriter(_Staging, DataSourceArrowWriter):
             if skip:
                 checksum = (checksum + sum(prints[:skip])) % _CHECKSUM_MODULUS
                 _check_retry(self.write_id, partition, done, checksum)
+            keyless += jobs.key[skip:].count(None) if null_keys else 0
             expected = Progress(start + skip, _signed(checksum))
             checksum = (checksum + sum(prints[skip:])) % _CHECKSUM_MODULUS
             after = Progress(seen, _signed(checksum))
@@ -304,7 +372,7 @@ class ConveyorWriter(_Staging, DataSourceArrowWriter):
                 f"{done.rows} rows, this one was given {seen}: the DataFrame is not "
                 "deterministic; use an atomic write"
             )
-        return seen
+        return InsertedPart(partition, seen, keyless)
 
 
 def _check_same_options(write_id: str, kept: str | None, given: str) -> None:
@@ -351,8 +419,7 @@ class ConveyorStreamWriter(_Staging, DataSourceStreamArrowWriter):
         self.plan = plan
         store = open_storage(dsn)
         try:
-            store.migrate()
-            store.spark_migrate()
+            check_tables(store, plan)
         finally:
             store.close()
 
@@ -371,12 +438,12 @@ class ConveyorStreamWriter(_Staging, DataSourceStreamArrowWriter):
         try:
             store.bulk_write_touch(write_id, datetime.now(UTC))
             stage = stage_name(write_id, partition, attempt)
-            rows = self._stage(
+            rows, null_keys = self._stage(
                 store, _rebatch(iterator, self.plan.batch_size), write_id, stage, partition
             )
         finally:
             store.close()
-        return StagedPart(partition, stage if rows else None, rows, query)
+        return StagedPart(partition, stage if rows else None, rows, query, null_keys)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         parts = [m for m in messages if isinstance(m, StagedPart)]
@@ -387,6 +454,7 @@ class ConveyorStreamWriter(_Staging, DataSourceStreamArrowWriter):
         write_id = self._write_id(query, batchId)
         store = open_storage(self.dsn)
         try:
+            keyless = self._refuse_null_keys(store, write_id, parts)
             result = store.bulk_write_commit(
                 write_id,
                 stages,
@@ -395,6 +463,7 @@ class ConveyorStreamWriter(_Staging, DataSourceStreamArrowWriter):
                 f"stream:{query}",
                 batchId,
                 pieces=self.plan.commit_pieces,
+                keyless=keyless,
             )
         finally:
             store.close()

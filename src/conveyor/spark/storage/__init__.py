@@ -9,9 +9,10 @@ as it goes (``bulk_insert``), recording how far each partition got so that a
 retried task never enqueues a row twice. Reads scan a table by id range (``scan``) and
 follow the event log (``event_stream_*``).
 
-Each database has a module here (``sqlite.py``, ``postgres.py``): a subclass of
-the store, which lends its connections, its write lock and its statements of an
-enqueue, with the Spark layer's own statements in a file beside it
+Each database has a module here (``sqlite.py``, ``postgres.py``): it holds a
+store, whose public session (``store.session()``) lends its connections, its
+write lock and its migrations, and whose statements of an enqueue it includes,
+with the Spark layer's own statements in a file beside it
 (``sqlite.sql``, ``postgres.sql``). Spark's tables (``spark_writes``,
 ``spark_write_results``, ``spark_write_progress``, the staging tables) are the
 Spark layer's: made by its own line of migrations (``migrations/<database>/``,
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
@@ -44,6 +45,9 @@ from conveyor.store.dsn import check_postgres_dsn, sqlite_path
 from conveyor.store.records import EventOffset
 
 __all__ = [
+    "PATH_ONE_TRANSACTION",
+    "PATH_PER_PARTITION",
+    "PATH_PIECES",
     "REDIS_REFUSAL",
     "SCAN_ID_COLUMN",
     "TIME_COLUMNS",
@@ -133,6 +137,11 @@ class WriteResult:
     enqueued: int
     #: Rows left out because a job of their queue held their key (see ``unique``).
     skipped: int
+    #: Rows whose key column was null, enqueued without a key (option ``nullKeys``).
+    keyless: int = 0
+    #: How the write committed: "pieces" (parallel pieces committed together), "one
+    #: transaction", or "per partition" (atomic false: each batch on its own).
+    path: str = ""
     #: False when this commit found the write (or the micro-batch) committed
     #: before, and moved nothing.
     new: bool = True
@@ -143,7 +152,8 @@ class WriteRow:
     """One write as ``conveyor spark writes`` lists it."""
 
     id: str
-    #: "committed", "running" (open) or "abandoned" (open longer than allowed).
+    #: "committed", "running" (open), "abandoned" (open longer than allowed) or
+    #: "stalled" (its committer died with pieces prepared: see pieces.py).
     state: str
     #: When it committed, or (open) when it started.
     at: datetime
@@ -160,6 +170,10 @@ class Cleanup:
     cleared: list[str]
     #: Results of past writes purged.
     purged: int
+    #: Writes whose committer died while their pieces were prepared (PostgreSQL's
+    #: parallel commits): the pieces were committed (the write had decided) or
+    #: rolled back and the write ended (it had not).
+    settled: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +202,10 @@ class SparkStorage(Protocol):
 
     def migrate(self) -> int:
         """Bring the store's own schema up to date (its tables: jobs, events, ...)."""
+        ...
+
+    def schema_version(self) -> int:
+        """The version of the store's own schema, 0 on a database without conveyor's tables."""
         ...
 
     def spark_migrate(self) -> int:
@@ -258,6 +276,7 @@ class SparkStorage(Protocol):
         result_id: str,
         batch: int | None = None,
         pieces: int = 1,
+        keyless: int = 0,
     ) -> WriteResult:
         """Move the staged rows into jobs, record the result, end the write and drop its staging.
 
@@ -266,7 +285,8 @@ class SparkStorage(Protocol):
         When ``result_id`` was recorded before (a rerun with the same write id;
         with ``batch``, a streaming micro-batch at or below the last one
         committed), nothing is moved and that result is returned with ``new``
-        false.
+        false. ``keyless``: rows of the write with a null key (added to the result);
+        the result's ``path`` says whether it committed in pieces or one transaction.
         """
         ...
 
@@ -296,7 +316,9 @@ class SparkStorage(Protocol):
         """
         ...
 
-    def bulk_write_finish(self, write_id: str, now: datetime, result_id: str) -> WriteResult:
+    def bulk_write_finish(
+        self, write_id: str, now: datetime, result_id: str, keyless: int = 0
+    ) -> WriteResult:
         """End a non-atomic write: record the sum of its partitions' counts.
 
         When ``result_id`` was recorded before (another run with the same id
@@ -345,6 +367,12 @@ def no_core_tables(description: str) -> str:
         f"{description} lacks conveyor's tables: run `conveyor migrate` (or app.migrate()) "
         "first; Spark's tables are made on top of them by the first Spark write"
     )
+
+
+#: The ways a write commits (WriteResult.path).
+PATH_PIECES = "pieces"
+PATH_ONE_TRANSACTION = "one transaction"
+PATH_PER_PARTITION = "per partition"
 
 
 #: Why the Spark data source refuses a Redis DSN (docs/redis.md: what each store supports).

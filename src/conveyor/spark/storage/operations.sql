@@ -17,6 +17,10 @@ SELECT id, state, at, row_count, enqueued, skipped FROM (
 ORDER BY at DESC, id
 LIMIT :limit
 
+-- name: spark_write_open_list
+-- The open writes, each with the name it is shown by.
+SELECT id, coalesce(result_id, id) FROM spark_writes
+
 -- name: spark_write_results_purge
 -- Results older than the retention: their writeId may then be written again.
 DELETE FROM spark_write_results WHERE committed_at < :before

@@ -147,14 +147,22 @@ class ParallelMove:
             conn.close()
 
 
-def settle(conn: Connection, drop_stages: Callable[[Connection, str], None]) -> None:
+def settle(
+    conn: Connection,
+    drop_stages: Callable[[Connection, str], None],
+    end_write: Callable[[Connection, str], None],
+) -> list[str]:
     """Finish the pieces of committers that ended or died before finishing them.
 
     A decided write's pieces are committed, its staging dropped (through
     ``drop_stages``, given the write's token) and its decision forgotten; an
-    undecided write's pieces are rolled back. A committer still at work holds
-    its lock, and its pieces are left to it. ``conn`` is in autocommit mode.
+    undecided write's pieces are rolled back and the write ended (through
+    ``end_write``, given its token): its committer is gone, so it can never
+    commit. A committer still at work holds its lock, and its pieces are left
+    to it. ``conn`` is in autocommit mode. Returns the tokens of the writes
+    whose pieces it finished.
     """
+    settled: list[str] = []
     pieces: dict[str, list[str]] = {}
     for name, token in conn.execute(_Q["spark_prepared_pieces"]).fetchall():
         pieces.setdefault(token, []).append(name)
@@ -166,12 +174,33 @@ def settle(conn: Connection, drop_stages: Callable[[Connection, str], None]) -> 
         try:
             for name in pieces.get(token, []):
                 _finish(conn, name, commit=token in decided)
-            if token in decided:
-                with conn.transaction():
+            with conn.transaction():
+                if token in decided:
                     drop_stages(conn, token)
                     conn.execute(_Q["spark_commit_forget"], {"token": token})
+                else:
+                    end_write(conn, token)
+            if token in pieces:
+                settled.append(token)
         finally:
             conn.execute(_Q["spark_committer_unlock"], {"token": token})
+    return settled
+
+
+def stalled(conn: Connection) -> set[str]:
+    """Tokens of the writes with pieces prepared and no committer at work on them.
+
+    Their committer died: until a settle finishes them, their pieces hold their
+    keys' locks, and the oldest holds back the event stream and VACUUM.
+    """
+    tokens = {token for _, token in conn.execute(_Q["spark_prepared_pieces"]).fetchall()}
+    found = set()
+    for token in sorted(tokens):
+        row = conn.execute(_Q["spark_committer_try_lock"], {"token": token}).fetchone()
+        if row and row[0]:
+            conn.execute(_Q["spark_committer_unlock"], {"token": token})
+            found.add(token)
+    return found
 
 
 def _finish(conn: Connection, name: str, *, commit: bool) -> None:

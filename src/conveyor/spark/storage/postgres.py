@@ -1,4 +1,7 @@
-"""The Spark layer's storage on PostgreSQL: the PostgreSQL store with ``SparkStorage``'s methods.
+"""The Spark layer's storage on PostgreSQL: ``SparkStorage`` on a PostgreSQL store it holds.
+
+It reaches the store's pool, transactions and migrations through the store's
+public session (``PostgresStore.session()``), never its private members.
 
 Staged rows arrive as CSV for ``COPY`` (the fastest way in); the move into
 ``jobs`` ends with ``job_insert_rules``, the store's statement text that ends
@@ -14,6 +17,7 @@ does its part, and closes it.
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, Literal
@@ -21,8 +25,11 @@ from typing import Any, Literal
 import psycopg
 from psycopg import errors as pg_errors
 
-from conveyor.errors import ConfigurationError, SchemaMissingError
+from conveyor.errors import ConfigurationError
 from conveyor.spark.storage import (
+    PATH_ONE_TRANSACTION,
+    PATH_PER_PARTITION,
+    PATH_PIECES,
     SCAN_ID_COLUMN,
     TIME_COLUMNS,
     Cleanup,
@@ -36,7 +43,6 @@ from conveyor.spark.storage import (
     WriteResult,
     WriteRow,
     check_columns,
-    no_core_tables,
     quote_ident,
     scan_query,
     stage_prefix,
@@ -44,8 +50,10 @@ from conveyor.spark.storage import (
     write_token,
 )
 from conveyor.spark.storage import pieces as parallel
+from conveyor.spark.storage.common import SQLSparkStorage, check_open, running, stage_table
 from conveyor.spark.storage.scan import SCAN_COLUMNS
-from conveyor.store.postgres.store import PostgresStore, session_options
+from conveyor.store.postgres.session import PostgresSession
+from conveyor.store.postgres.store import PostgresStore
 from conveyor.store.records import EventOffset
 from conveyor.store.sql import load_migrations, load_queries
 
@@ -61,37 +69,39 @@ _JSON_COLUMNS = frozenset({"args", "kwargs", "result", "headers"})
 Connection = psycopg.Connection[tuple[Any, ...]]
 
 
-class PostgresSparkStorage(PostgresStore):
+class PostgresSparkStorage(SQLSparkStorage):
+    """Spark's storage on a PostgreSQL store it holds, through the store's public session."""
+
     stage_format: Literal["rows", "csv"] = "csv"
+    _Q = _Q
+    _OPS = _OPS
+    _MIGRATIONS = _MIGRATIONS
 
     def __init__(self, dsn: str, **options: Any) -> None:
         options.setdefault("min_size", 1)
         options.setdefault("max_size", 2)
-        super().__init__(dsn, **options)
+        self.store = PostgresStore(dsn, **options)
+        self._db: PostgresSession = self.store.session()
+        self.dsn = dsn
+        self.description = self.store.description
 
-    # --- Spark's tables -----------------------------------------------------------
+    def _reading(self) -> AbstractContextManager[Connection]:
+        return self._db.connection()
 
-    def spark_schema_version(self) -> int:
-        # Reads only: creating the table here could race a concurrent spark_migrate().
-        with self._conn() as conn:
-            exists = conn.execute(_Q["spark_migrations_exist"]).fetchone()
-            if not exists or not exists[0]:
-                return 0
-            row = conn.execute(_Q["spark_schema_version"]).fetchone()
-            return int(row[0]) if row else 0
+    def _changing(self) -> AbstractContextManager[Connection]:
+        return self._db.transaction()
 
-    def spark_migrate(self) -> int:
-        current = self.spark_schema_version()
-        if current >= _MIGRATIONS[-1].version:
-            return current
-        if self.schema_version() == 0:
-            raise SchemaMissingError(no_core_tables(self.description))
-        with self._tx() as conn:
-            conn.execute(_Q["spark_migrations_lock"])
-            conn.execute(_Q["spark_migrations_table"])
-            return self._apply_migrations(
-                conn, _MIGRATIONS, _Q["spark_schema_version"], _Q["spark_migration_record"]
-            )
+    @staticmethod
+    def _time(value: datetime) -> datetime:
+        return value
+
+    @staticmethod
+    def _time_back(value: Any) -> datetime:
+        assert isinstance(value, datetime)  # timestamptz: psycopg gives a datetime
+        return value
+
+    def _lock_migrations(self, conn: Connection) -> None:
+        conn.execute(_Q["spark_migrations_lock"])
 
     # --- writes -----------------------------------------------------------------
 
@@ -102,25 +112,21 @@ class PostgresSparkStorage(PostgresStore):
         abandoned_before: datetime,
         result_id: str | None = None,
     ) -> list[str]:
-        self._settle()
-        with self._tx() as conn:
-            cleared = self._clear_abandoned(conn, abandoned_before)
+        settled = self._settle()
+        with self._db.transaction() as conn:
+            cleared = settled + self._clear_abandoned(conn, abandoned_before)
             try:
                 conn.execute(
                     _Q["spark_write_open"], {"id": write_id, "now": now, "result_id": result_id}
                 )
             except pg_errors.UniqueViolation:
-                raise ConfigurationError(_running(write_id)) from None
+                raise ConfigurationError(running(write_id)) from None
         return cleared
 
-    def bulk_write_touch(self, write_id: str, now: datetime) -> None:
-        with self._conn() as conn:
-            conn.execute(_Q["spark_write_touch"], {"id": write_id, "now": now})
-
     def bulk_stage(self, write_id: str, stage: str, rows: Any, *, create: bool) -> None:
-        table = _stage_table(write_id, stage)
-        with self._tx() as conn:
-            _check_open(conn, write_id)
+        table = stage_table(write_id, stage)
+        with self._db.transaction() as conn:
+            check_open(conn, _Q["spark_write_is_open"], write_id)
             if create:
                 conn.execute(_Q["spark_stage_create"].format(stage=table))
             with conn.cursor().copy(_Q["spark_stage_copy"].format(stage=table)) as copy:
@@ -135,21 +141,24 @@ class PostgresSparkStorage(PostgresStore):
         result_id: str,
         batch: int | None = None,
         pieces: int = 1,
+        keyless: int = 0,
     ) -> WriteResult:
-        tables = [_stage_table(write_id, s) for s in stages]
+        tables = [stage_table(write_id, s) for s in stages]
         pieces = min(pieces, len(tables))
         if pieces > 1:
-            with self._conn() as conn:
+            with self._db.connection() as conn:
                 pieces = min(pieces, parallel.room(conn))
         if pieces > 1:
-            return self._commit_in_pieces(write_id, tables, unique, now, result_id, batch, pieces)
-        with self._tx() as conn:
+            return self._commit_in_pieces(
+                write_id, tables, unique, now, result_id, batch, pieces, keyless
+            )
+        with self._db.transaction() as conn:
             done = _close_write(conn, write_id, tables, result_id, batch)
             if done is not None:
                 _drop_stages(conn, stage_prefix(write_id))
                 return done
             given, enqueued = _move(conn, tables, unique, now)
-            _record(conn, result_id, batch, now, given, enqueued)
+            _record(conn, result_id, batch, now, given, enqueued, keyless, PATH_ONE_TRANSACTION)
             _drop_stages(conn, stage_prefix(write_id))
             result = _result(conn, result_id)
         assert result is not None
@@ -164,13 +173,14 @@ class PostgresSparkStorage(PostgresStore):
         result_id: str,
         batch: int | None,
         pieces: int,
+        keyless: int,
     ) -> WriteResult:
         """bulk_write_commit, its move done by ``pieces`` connections at once (see pieces.py)."""
         token = write_token(write_id)
-        with self._conn() as lead, parallel.committing(lead, token):
+        with self._db.connection() as lead, parallel.committing(lead, token):
             schema = str(_one(lead, _Q["spark_current_schema"]))
             move = parallel.ParallelMove(
-                self._piece_connection, schema, token, _stage_union(tables), pieces, now
+                self._db.connect, schema, token, _stage_union(tables), pieces, now
             )
             given = _drop_held_keys(lead, tables) if unique == "forever" else None
             with lead.transaction():
@@ -180,7 +190,7 @@ class PostgresSparkStorage(PostgresStore):
                     try:
                         lead.execute(_Q["spark_commit_decide"], {"token": token, "now": now})
                         _record(lead, result_id, batch, now, moved if given is None else given,
-                                enqueued)  # fmt: skip
+                                enqueued, keyless, PATH_PIECES)  # fmt: skip
                     except BaseException:
                         move.roll_back()
                         raise
@@ -201,30 +211,15 @@ class PostgresSparkStorage(PostgresStore):
         # committer's locks went with the connection, so a settle on another one
         # finishes the pieces and drops the staging.
         self._settle()
-        with self._conn() as conn:
+        with self._db.connection() as conn:
             return _committed(conn, result_id)
-
-    def _piece_connection(self) -> Connection:
-        """A connection of its own for a piece of a parallel commit, set as the pool's are."""
-        return psycopg.connect(
-            self.dsn,
-            options=session_options(self.dsn),
-            connect_timeout=max(1, int(self._connect_timeout)),
-        )
 
     def bulk_write_abort(self, write_id: str) -> None:
         self._settle()  # a commit that failed half-way left pieces: decided ones stay
-        with self._tx() as conn:
+        with self._db.transaction() as conn:
             conn.execute(_Q["spark_write_close"], {"id": write_id})
             conn.execute(_Q["spark_progress_delete"], {"write_id": write_id})
             _drop_stages(conn, stage_prefix(write_id))
-
-    def bulk_progress(self, write_id: str, part: int) -> Progress:
-        with self._conn() as conn:
-            row = conn.execute(
-                _Q["spark_progress_get"], {"write_id": write_id, "part": part}
-            ).fetchone()
-        return Progress(0, 0) if row is None else Progress(int(row[0]), int(row[1]))
 
     def bulk_insert(
         self,
@@ -238,8 +233,8 @@ class PostgresSparkStorage(PostgresStore):
     ) -> InsertCounts:
         table = quote_ident(_DIRECT)
         key = {"write_id": write_id, "part": part}
-        with self._tx() as conn:
-            _check_open(conn, write_id)
+        with self._db.transaction() as conn:
+            check_open(conn, _Q["spark_write_is_open"], write_id)
             conn.execute(_Q["spark_progress_claim"], key)
             row = conn.execute(_Q["spark_progress_lock"], key).fetchone()
             current = Progress(0, 0) if row is None else Progress(int(row[0]), int(row[1]))
@@ -265,8 +260,10 @@ class PostgresSparkStorage(PostgresStore):
             )
         return InsertCounts(enqueued, given - enqueued)
 
-    def bulk_write_finish(self, write_id: str, now: datetime, result_id: str) -> WriteResult:
-        with self._tx() as conn:
+    def bulk_write_finish(
+        self, write_id: str, now: datetime, result_id: str, keyless: int = 0
+    ) -> WriteResult:
+        with self._db.transaction() as conn:
             if conn.execute(_Q["spark_write_close"], {"id": write_id}).rowcount != 1:
                 raise WriteEndedError(f"write {write_id} was already committed or aborted")
             totals = conn.execute(_Q["spark_progress_totals"], {"write_id": write_id}).fetchone()
@@ -280,6 +277,8 @@ class PostgresSparkStorage(PostgresStore):
                     "row_count": given,
                     "enqueued": enqueued,
                     "skipped": skipped,
+                    "keyless": keyless,
+                    "path": PATH_PER_PARTITION,
                 },
             )
             conn.execute(_Q["spark_progress_delete"], {"write_id": write_id})
@@ -288,7 +287,7 @@ class PostgresSparkStorage(PostgresStore):
         return result
 
     def bulk_write_result(self, result_id: str) -> WriteResult | None:
-        with self._conn() as conn:
+        with self._db.connection() as conn:
             return _result(conn, result_id)
 
     def _clear_abandoned(self, conn: Connection, before: datetime) -> list[str]:
@@ -298,54 +297,61 @@ class PostgresSparkStorage(PostgresStore):
         """
         rows = conn.execute(_Q["spark_write_abandoned"], {"before": before}).fetchall()
         for write_id, _ in rows:
-            conn.execute(_Q["spark_write_close"], {"id": write_id})
-            conn.execute(_Q["spark_progress_delete"], {"write_id": write_id})
-            _drop_stages(conn, stage_prefix(write_id))
+            _end_write(conn, write_id)
         return [str(shown) for _, shown in rows]
 
-    def _settle(self) -> None:
-        """Finish the parallel commits whose committer died (see pieces.settle)."""
-        with self._conn() as conn:
-            parallel.settle(conn, lambda c, token: _drop_stages(c, token_stage_prefix(token)))
+    def _settle(self) -> list[str]:
+        """Finish the parallel commits whose committer died (see pieces.settle); their names."""
+        names: dict[str, str] = {}
+
+        def end_write(conn: Connection, token: str) -> None:
+            for write_id, shown in _open_writes(conn).items():
+                if write_token(write_id) == token:
+                    names[token] = shown
+                    _end_write(conn, write_id)
+            _drop_stages(conn, token_stage_prefix(token))
+
+        with self._db.connection() as conn:
+            tokens = parallel.settle(
+                conn, lambda c, token: _drop_stages(c, token_stage_prefix(token)), end_write
+            )
+        return [names.get(token, token) for token in tokens]
 
     # --- what an operator does (conveyor spark writes / cleanup) -------------------
 
     def bulk_write_list(self, limit: int, abandoned_before: datetime) -> list[WriteRow]:
-        params = {"limit": limit, "abandoned_before": (abandoned_before)}
-        with self._conn() as conn:
-            rows = conn.execute(_OPS["spark_write_list"], params).fetchall()
+        """As on every database, and an open write whose committer died with pieces prepared
+        is shown "stalled" (a settle ends it; see pieces.py)."""
+        listed = super().bulk_write_list(limit, abandoned_before)
+        with self._db.connection() as conn:
+            stalled = parallel.stalled(conn)
+            names = {
+                shown for write_id, shown in _open_writes(conn).items()
+                if write_token(write_id) in stalled
+            }  # fmt: skip
         return [
-            WriteRow(id_, state, at, count, enqueued, skipped)
-            for id_, state, at, count, enqueued, skipped in rows
+            replace(row, state="stalled") if row.state != "committed" and row.id in names else row
+            for row in listed
         ]
 
     def bulk_write_cleanup(
         self, abandoned_before: datetime, results_before: datetime | None
     ) -> Cleanup:
-        self._settle()
-        with self._tx() as conn:
+        settled = self._settle()
+        with self._db.transaction() as conn:
             cleared = self._clear_abandoned(conn, abandoned_before)
             purged = 0
             if results_before is not None:
                 params = {"before": (results_before)}
                 purged = conn.execute(_OPS["spark_write_results_purge"], params).rowcount
-        return Cleanup(cleared, max(purged, 0))
-
-    def bulk_write_describe(self, result_id: str, options: str) -> None:
-        with self._tx() as conn:
-            conn.execute(_OPS["spark_write_describe"], {"id": result_id, "options": options})
-
-    def bulk_write_options(self, result_id: str) -> str | None:
-        with self._conn() as conn:
-            row = conn.execute(_OPS["spark_write_options"], {"id": result_id}).fetchone()
-        return None if row is None or row[0] is None else str(row[0])
+        return Cleanup(cleared, max(purged, 0), settled)
 
     # --- reads ------------------------------------------------------------------
 
     def scan_id_bounds(self, table: str) -> tuple[int | None, int | None]:
         check_columns(table, [], SCAN_COLUMNS.get(table, ()))
         sql = _Q["scan_id_bounds"].format(id=SCAN_ID_COLUMN[table], table=table)
-        with self._conn() as conn:
+        with self._db.connection() as conn:
             row = conn.execute(sql).fetchone()
         return (row[0], row[1]) if row else (None, None)
 
@@ -365,7 +371,7 @@ class PostgresSparkStorage(PostgresStore):
         return Scan(sql, params, self._copy_out(sql, params))
 
     def _copy_out(self, sql: str, params: list[Any]) -> Generator[Any, None, None]:
-        with self._conn() as conn, conn.cursor().copy(sql, params) as copy:
+        with self._db.connection() as conn, conn.cursor().copy(sql, params) as copy:
             # COPY sends a message per row: they are handed on joined into chunks of
             # about a megabyte, so that what reads them loops per chunk, not per row.
             pending: list[Any] = []
@@ -382,7 +388,7 @@ class PostgresSparkStorage(PostgresStore):
     def event_stream_end(self, after: EventOffset, limit: int | None, floor: int) -> EventOffset:
         params = {"xid": after[0], "seq": after[1], "floor": floor, "limit": limit}
         statement = _Q["event_stream_latest" if limit is None else "event_stream_latest_limited"]
-        with self._conn() as conn:
+        with self._db.connection() as conn:
             row = conn.execute(statement, params).fetchone()
         return after if row is None else (int(row[0]), int(row[1]))
 
@@ -398,34 +404,28 @@ class PostgresSparkStorage(PostgresStore):
             "until_seq": until[1],
             "floor": floor,
         }
-        with self._conn() as conn:
+        with self._db.connection() as conn:
             cursor = conn.execute(sql, params)
             while rows := cursor.fetchmany(10_000):
                 yield rows
 
     def event_first_seq_since(self, at: datetime) -> int | None:
-        with self._conn() as conn:
+        with self._db.connection() as conn:
             row = conn.execute(_Q["event_first_seq_since"], {"at": at}).fetchone()
         return None if row is None or row[0] is None else int(row[0])
 
 
-def _running(write_id: str) -> str:
-    return (
-        f"a write with id {write_id!r} is open: another write with this id is running, or "
-        "one died without ending (it is cleared once abandonedAfterHours have passed); "
-        "choose another writeId"
-    )
+def _end_write(conn: Connection, write_id: str) -> None:
+    """End a write whose driver is gone: none of what it staged becomes a job."""
+    conn.execute(_Q["spark_write_close"], {"id": write_id})
+    conn.execute(_Q["spark_progress_delete"], {"write_id": write_id})
+    _drop_stages(conn, stage_prefix(write_id))
 
 
-def _stage_table(write_id: str, stage: str) -> str:
-    if not stage.startswith(stage_prefix(write_id)):
-        raise ValueError(f"staging table {stage!r} is not one of write {write_id}")
-    return quote_ident(stage)
-
-
-def _check_open(conn: Connection, write_id: str) -> None:
-    if conn.execute(_Q["spark_write_is_open"], {"id": write_id}).fetchone() is None:
-        raise WriteEndedError(f"write {write_id} was committed or aborted before this task")
+def _open_writes(conn: Connection) -> dict[str, str]:
+    """The open writes: each one's id, and the name it is shown by (the caller's writeId)."""
+    rows = conn.execute(_OPS["spark_write_open_list"]).fetchall()
+    return {str(write_id): str(shown) for write_id, shown in rows}
 
 
 def _drop_stages(conn: Connection, prefix: str) -> None:
@@ -455,7 +455,14 @@ def _close_write(
 
 
 def _record(
-    conn: Connection, result_id: str, batch: int | None, now: datetime, given: int, enqueued: int
+    conn: Connection,
+    result_id: str,
+    batch: int | None,
+    now: datetime,
+    given: int,
+    enqueued: int,
+    keyless: int,
+    path: str,
 ) -> None:
     params = {
         "id": result_id,
@@ -464,6 +471,8 @@ def _record(
         "row_count": given,
         "enqueued": enqueued,
         "skipped": given - enqueued,
+        "keyless": keyless,
+        "path": path,
     }
     conn.execute(_Q["spark_write_result_record"], params)
 
@@ -514,10 +523,10 @@ def _result(conn: Connection, result_id: str) -> WriteResult | None:
     row = conn.execute(_Q["spark_write_result_get"], {"id": result_id}).fetchone()
     if row is None:
         return None
-    id_, batch, committed_at, rows, enqueued, skipped = row
+    id_, batch, committed_at, rows, enqueued, skipped, keyless, path = row
     return WriteResult(
         id_, None if batch is None else int(batch), committed_at, int(rows), int(enqueued),
-        int(skipped),
+        int(skipped), int(keyless), path or "",
     )  # fmt: skip
 
 

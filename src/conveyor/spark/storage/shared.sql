@@ -29,19 +29,23 @@ SELECT id, coalesce(result_id, id) FROM spark_writes WHERE started_at < :before
 DROP TABLE IF EXISTS {stage}
 
 -- name: spark_write_result_get
-SELECT id, batch, committed_at, row_count, enqueued, skipped
+SELECT id, batch, committed_at, row_count, enqueued, skipped, keyless, path
 FROM spark_write_results WHERE id = :id
 
 -- name: spark_write_result_record
--- A write's counts; a stream's row adds up its micro-batches and names the last.
-INSERT INTO spark_write_results (id, batch, committed_at, row_count, enqueued, skipped)
-VALUES (:id, :batch, :now, :row_count, :enqueued, :skipped)
+-- A write's counts and how it committed; a stream's row adds up its
+-- micro-batches and names the last.
+INSERT INTO spark_write_results
+    (id, batch, committed_at, row_count, enqueued, skipped, keyless, path)
+VALUES (:id, :batch, :now, :row_count, :enqueued, :skipped, :keyless, :path)
 ON CONFLICT (id) DO UPDATE
 SET batch = excluded.batch,
     committed_at = excluded.committed_at,
     row_count = spark_write_results.row_count + excluded.row_count,
     enqueued = spark_write_results.enqueued + excluded.enqueued,
-    skipped = spark_write_results.skipped + excluded.skipped
+    skipped = spark_write_results.skipped + excluded.skipped,
+    keyless = spark_write_results.keyless + excluded.keyless,
+    path = excluded.path
 
 -- name: spark_progress_get
 SELECT row_count, checksum FROM spark_write_progress

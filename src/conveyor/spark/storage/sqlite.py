@@ -1,4 +1,7 @@
-"""The Spark layer's storage on SQLite: the SQLite store with the methods of ``SparkStorage``.
+"""The Spark layer's storage on SQLite: ``SparkStorage`` on a SQLite store it holds.
+
+It reaches the store's connections and write lock through the store's public
+session (``SQLiteStore.session()``), never its private members.
 
 Every write happens under the store's own write lock (``BEGIN IMMEDIATE``),
 so what a statement reads stays true until the transaction commits. A move of
@@ -12,12 +15,16 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Generator, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Literal
 
-from conveyor.errors import ConfigurationError, SchemaMissingError
+from conveyor.errors import ConfigurationError
 from conveyor.spark.storage import (
+    PATH_ONE_TRANSACTION,
+    PATH_PER_PARTITION,
     SCAN_ID_COLUMN,
     Cleanup,
     InsertCounts,
@@ -28,16 +35,16 @@ from conveyor.spark.storage import (
     WriteConflictError,
     WriteEndedError,
     WriteResult,
-    WriteRow,
     check_columns,
-    no_core_tables,
     quote_ident,
     scan_query,
     stage_prefix,
 )
+from conveyor.spark.storage.common import SQLSparkStorage, check_open, running, stage_table
 from conveyor.spark.storage.scan import SCAN_COLUMNS
 from conveyor.store.records import EventOffset
 from conveyor.store.sql import load_migrations, load_queries
+from conveyor.store.sqlite.session import SQLiteSession
 from conveyor.store.sqlite.store import SQLiteStore
 
 _Q = load_queries("conveyor.spark.storage", "sqlite.sql")
@@ -52,30 +59,32 @@ def _ts(value: datetime) -> float:
     return value.timestamp()
 
 
-class SQLiteSparkStorage(SQLiteStore):
+class SQLiteSparkStorage(SQLSparkStorage):
+    """Spark's storage on a SQLite store it holds, through the store's public session."""
+
     stage_format: Literal["rows", "csv"] = "rows"
+    _Q = _Q
+    _OPS = _OPS
+    _MIGRATIONS = _MIGRATIONS
 
-    # --- Spark's tables -----------------------------------------------------------
+    def __init__(self, path: str | Path, *, migrate: bool = False) -> None:
+        self.store = SQLiteStore(path, migrate=migrate)
+        self._db: SQLiteSession = self.store.session()
+        self.description = self.store.description
 
-    def spark_schema_version(self) -> int:
-        conn = self._conn()
-        if not conn.execute(_Q["spark_migrations_exist"]).fetchone()[0]:
-            return 0
-        version: int = conn.execute(_Q["spark_schema_version"]).fetchone()[0]
-        return version
+    def _reading(self) -> AbstractContextManager[sqlite3.Connection]:
+        return nullcontext(self._db.connection())
 
-    def spark_migrate(self) -> int:
-        current = self.spark_schema_version()
-        if current >= _MIGRATIONS[-1].version:
-            return current
-        if self.schema_version() == 0:
-            raise SchemaMissingError(no_core_tables(self.description))
-        with self._write() as conn:
-            # Under the write lock: two drivers starting together migrate once.
-            conn.execute(_Q["spark_migrations_table"])
-            return self._apply_migrations(
-                conn, _MIGRATIONS, _Q["spark_schema_version"], _Q["spark_migration_record"]
-            )
+    def _changing(self) -> AbstractContextManager[sqlite3.Connection]:
+        return self._db.write()
+
+    @staticmethod
+    def _time(value: datetime) -> float:
+        return _ts(value)
+
+    @staticmethod
+    def _time_back(value: Any) -> datetime:
+        return datetime.fromtimestamp(value, UTC)
 
     # --- writes -----------------------------------------------------------------
 
@@ -86,7 +95,7 @@ class SQLiteSparkStorage(SQLiteStore):
         abandoned_before: datetime,
         result_id: str | None = None,
     ) -> list[str]:
-        with self._write() as conn:
+        with self._db.write() as conn:
             cleared = self._clear_abandoned(conn, abandoned_before)
             try:
                 conn.execute(
@@ -94,19 +103,15 @@ class SQLiteSparkStorage(SQLiteStore):
                     {"id": write_id, "now": _ts(now), "result_id": result_id},
                 )
             except sqlite3.IntegrityError:
-                raise ConfigurationError(_running(write_id)) from None
+                raise ConfigurationError(running(write_id)) from None
         return cleared
 
-    def bulk_write_touch(self, write_id: str, now: datetime) -> None:
-        with self._write() as conn:
-            conn.execute(_Q["spark_write_touch"], {"id": write_id, "now": _ts(now)})
-
     def bulk_stage(self, write_id: str, stage: str, rows: Any, *, create: bool) -> None:
-        table = _stage_table(write_id, stage)
+        table = stage_table(write_id, stage)
         # One short transaction per batch, not one for the task: SQLite has one
         # writer, and the other tasks stage at the same time.
-        with self._write() as conn:
-            _check_open(conn, write_id)
+        with self._db.write() as conn:
+            check_open(conn, _Q["spark_write_is_open"], write_id)
             if create:
                 conn.execute(_Q["spark_stage_create"].format(stage=table))
             conn.executemany(_Q["spark_stage_insert"].format(stage=table), rows)
@@ -120,10 +125,11 @@ class SQLiteSparkStorage(SQLiteStore):
         result_id: str,
         batch: int | None = None,
         pieces: int = 1,
+        keyless: int = 0,
     ) -> WriteResult:
         # pieces: SQLite has one writer, so a move in parallel pieces gains nothing.
-        tables = [_stage_table(write_id, s) for s in stages]
-        with self._write() as conn:
+        tables = [stage_table(write_id, s) for s in stages]
+        with self._db.write() as conn:
             closed = conn.execute(_Q["spark_write_close"], {"id": write_id}).rowcount == 1
             # A micro-batch whose tasks had no rows was never opened by them.
             if not closed and (batch is None or tables):
@@ -144,6 +150,8 @@ class SQLiteSparkStorage(SQLiteStore):
                     "row_count": given,
                     "enqueued": enqueued,
                     "skipped": given - enqueued,
+                    "keyless": keyless,
+                    "path": PATH_ONE_TRANSACTION,
                 },
             )
             _drop_stages(conn, write_id)
@@ -152,13 +160,10 @@ class SQLiteSparkStorage(SQLiteStore):
         return result
 
     def bulk_write_abort(self, write_id: str) -> None:
-        with self._write() as conn:
+        with self._db.write() as conn:
             conn.execute(_Q["spark_write_close"], {"id": write_id})
             conn.execute(_Q["spark_progress_delete"], {"write_id": write_id})
             _drop_stages(conn, write_id)
-
-    def bulk_progress(self, write_id: str, part: int) -> Progress:
-        return _progress(self._conn(), write_id, part)
 
     def bulk_insert(
         self,
@@ -171,8 +176,8 @@ class SQLiteSparkStorage(SQLiteStore):
         now: datetime,
     ) -> InsertCounts:
         table = quote_ident(_DIRECT)
-        with self._write() as conn:
-            _check_open(conn, write_id)
+        with self._db.write() as conn:
+            check_open(conn, _Q["spark_write_is_open"], write_id)
             current = _progress(conn, write_id, part)
             if current != expected:
                 raise WriteConflictError(_conflict(write_id, part, expected, current))
@@ -193,8 +198,10 @@ class SQLiteSparkStorage(SQLiteStore):
             )
         return InsertCounts(enqueued, given - enqueued)
 
-    def bulk_write_finish(self, write_id: str, now: datetime, result_id: str) -> WriteResult:
-        with self._write() as conn:
+    def bulk_write_finish(
+        self, write_id: str, now: datetime, result_id: str, keyless: int = 0
+    ) -> WriteResult:
+        with self._db.write() as conn:
             if conn.execute(_Q["spark_write_close"], {"id": write_id}).rowcount != 1:
                 raise WriteEndedError(f"write {write_id} was already committed or aborted")
             given, enqueued, skipped = conn.execute(
@@ -209,6 +216,8 @@ class SQLiteSparkStorage(SQLiteStore):
                     "row_count": given,
                     "enqueued": enqueued,
                     "skipped": skipped,
+                    "keyless": keyless,
+                    "path": PATH_PER_PARTITION,
                 },
             )
             conn.execute(_Q["spark_progress_delete"], {"write_id": write_id})
@@ -217,7 +226,7 @@ class SQLiteSparkStorage(SQLiteStore):
         return result
 
     def bulk_write_result(self, result_id: str) -> WriteResult | None:
-        return _result(self._conn(), result_id)
+        return _result(self._db.connection(), result_id)
 
     def _clear_abandoned(self, conn: sqlite3.Connection, before: datetime) -> list[str]:
         """Close writes whose driver died, and drop what they staged: none of it became jobs."""
@@ -231,18 +240,10 @@ class SQLiteSparkStorage(SQLiteStore):
 
     # --- what an operator does (conveyor spark writes / cleanup) -------------------
 
-    def bulk_write_list(self, limit: int, abandoned_before: datetime) -> list[WriteRow]:
-        params = {"limit": limit, "abandoned_before": _ts(abandoned_before)}
-        rows = self._conn().execute(_OPS["spark_write_list"], params).fetchall()
-        return [
-            WriteRow(id_, state, datetime.fromtimestamp(at, UTC), count, enqueued, skipped)
-            for id_, state, at, count, enqueued, skipped in rows
-        ]
-
     def bulk_write_cleanup(
         self, abandoned_before: datetime, results_before: datetime | None
     ) -> Cleanup:
-        with self._write() as conn:
+        with self._db.write() as conn:
             cleared = self._clear_abandoned(conn, abandoned_before)
             purged = 0
             if results_before is not None:
@@ -250,20 +251,12 @@ class SQLiteSparkStorage(SQLiteStore):
                 purged = conn.execute(_OPS["spark_write_results_purge"], params).rowcount
         return Cleanup(cleared, max(purged, 0))
 
-    def bulk_write_describe(self, result_id: str, options: str) -> None:
-        with self._write() as conn:
-            conn.execute(_OPS["spark_write_describe"], {"id": result_id, "options": options})
-
-    def bulk_write_options(self, result_id: str) -> str | None:
-        row = self._conn().execute(_OPS["spark_write_options"], {"id": result_id}).fetchone()
-        return None if row is None or row[0] is None else str(row[0])
-
     # --- reads ------------------------------------------------------------------
 
     def scan_id_bounds(self, table: str) -> tuple[int | None, int | None]:
         check_columns(table, [], SCAN_COLUMNS.get(table, ()))
         sql = _Q["scan_id_bounds"].format(id=SCAN_ID_COLUMN[table], table=table)
-        low, high = self._conn().execute(sql).fetchone()
+        low, high = self._db.connection().execute(sql).fetchone()
         return low, high
 
     def scan(
@@ -282,7 +275,7 @@ class SQLiteSparkStorage(SQLiteStore):
         return Scan(sql, params, self._chunks(sql, params, chunk_rows))
 
     def _chunks(self, sql: str, params: list[Any], size: int) -> Generator[list[Any], None, None]:
-        cursor = self._conn().execute(sql, params)
+        cursor = self._db.connection().execute(sql, params)
         try:
             while rows := cursor.fetchmany(size):
                 yield rows
@@ -291,7 +284,7 @@ class SQLiteSparkStorage(SQLiteStore):
 
     def event_stream_end(self, after: EventOffset, limit: int | None, floor: int) -> EventOffset:
         start = max(after[1], floor - 1)
-        conn = self._conn()
+        conn = self._db.connection()
         if limit is None:
             seq = conn.execute(_Q["event_stream_latest"]).fetchone()[0]
         else:
@@ -305,7 +298,7 @@ class SQLiteSparkStorage(SQLiteStore):
         check_columns("events", columns, SCAN_COLUMNS["events"])
         sql = _Q["event_stream_read"].format(columns=", ".join(columns) or "1")
         params = {"after": max(after[1], floor - 1), "until": until[1]}
-        cursor = self._conn().execute(sql, params)
+        cursor = self._db.connection().execute(sql, params)
         try:
             while rows := cursor.fetchmany(10_000):
                 yield rows
@@ -314,17 +307,11 @@ class SQLiteSparkStorage(SQLiteStore):
 
     def event_first_seq_since(self, at: datetime) -> int | None:
         seq: int | None = (
-            self._conn().execute(_Q["event_first_seq_since"], {"at": _ts(at)}).fetchone()[0]
+            self._db.connection()
+            .execute(_Q["event_first_seq_since"], {"at": _ts(at)})
+            .fetchone()[0]
         )
         return seq
-
-
-def _running(write_id: str) -> str:
-    return (
-        f"a write with id {write_id!r} is open: another write with this id is running, or "
-        "one died without ending (it is cleared once abandonedAfterHours have passed); "
-        "choose another writeId"
-    )
 
 
 def _conflict(write_id: str, part: int, expected: Progress, current: Progress) -> str:
@@ -332,17 +319,6 @@ def _conflict(write_id: str, part: int, expected: Progress, current: Progress) -
         f"partition {part} of write {write_id}: expected {expected.rows} rows enqueued "
         f"before this batch, found {current.rows}: another attempt of this partition is writing"
     )
-
-
-def _stage_table(write_id: str, stage: str) -> str:
-    if not stage.startswith(stage_prefix(write_id)):
-        raise ValueError(f"staging table {stage!r} is not one of write {write_id}")
-    return quote_ident(stage)
-
-
-def _check_open(conn: sqlite3.Connection, write_id: str) -> None:
-    if conn.execute(_Q["spark_write_is_open"], {"id": write_id}).fetchone() is None:
-        raise WriteEndedError(f"write {write_id} was committed or aborted before this task")
 
 
 def _drop_stages(conn: sqlite3.Connection, write_id: str) -> None:
@@ -383,10 +359,11 @@ def _result(conn: sqlite3.Connection, result_id: str) -> WriteResult | None:
     row = conn.execute(_Q["spark_write_result_get"], {"id": result_id}).fetchone()
     if row is None:
         return None
-    id_, batch, committed_at, rows, enqueued, skipped = row
+    id_, batch, committed_at, rows, enqueued, skipped, keyless, path = row
     return WriteResult(
-        id_, batch, datetime.fromtimestamp(committed_at, UTC), rows, enqueued, skipped
-    )
+        id_, batch, datetime.fromtimestamp(committed_at, UTC), rows, enqueued, skipped, keyless,
+        path or "",
+    )  # fmt: skip
 
 
 def _progress(conn: sqlite3.Connection, write_id: str, part: int) -> Progress:

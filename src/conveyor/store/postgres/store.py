@@ -25,6 +25,7 @@ from conveyor.store.postgres.metrics import PostgresTaskMetrics
 from conveyor.store.postgres.operations import OperationsMixin
 from conveyor.store.postgres.outcomes import OutcomesMixin
 from conveyor.store.postgres.payloads import PostgresPayloads
+from conveyor.store.postgres.session import PostgresSession
 from conveyor.store.postgres.steps import StepsMixin
 from conveyor.store.postgres.transactions import TransactionsMixin
 from conveyor.store.postgres.worker_control import PostgresWorkerControl
@@ -56,3 +57,8 @@ class PostgresStore(
     CoreMixin,
 ):
     """Every capability of a store, on PostgreSQL (see ``conveyor.store.protocols``)."""
+
+    def session(self) -> PostgresSession:
+        """Public access to this store's connections, transactions and migrations, for a
+        layer built on top of it (Spark's storage) instead of its private members."""
+        return PostgresSession(self)

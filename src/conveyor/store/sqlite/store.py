@@ -25,6 +25,7 @@ from conveyor.store.sqlite.metrics import SQLiteTaskMetrics
 from conveyor.store.sqlite.operations import OperationsMixin
 from conveyor.store.sqlite.outcomes import OutcomesMixin
 from conveyor.store.sqlite.payloads import SQLitePayloads
+from conveyor.store.sqlite.session import SQLiteSession
 from conveyor.store.sqlite.steps import StepsMixin
 from conveyor.store.sqlite.transactions import TransactionsMixin
 from conveyor.store.sqlite.worker_control import SQLiteWorkerControl
@@ -53,3 +54,8 @@ class SQLiteStore(
     CoreMixin,
 ):
     """Every capability of a store, in one SQLite file (see ``conveyor.store.protocols``)."""
+
+    def session(self) -> SQLiteSession:
+        """Public access to this store's connections, transactions and migrations, for a
+        layer built on top of it (Spark's storage) instead of its private members."""
+        return SQLiteSession(self)

@@ -1,0 +1,181 @@
+"""What Spark's storage does the same way on both SQL databases, written once.
+
+``SQLSparkStorage`` holds a store and carries the methods whose statements
+and steps are the same in both dialects: the store's own schema, the version
+of Spark's tables, touching a write, the options and progress of writes, and
+the list of writes an operator sees. A database's storage (``sqlite.py``,
+``postgres.py``) says how it reads (``_reading``), how it changes in one
+transaction (``_changing``), how a time goes in and comes out, and which
+statement files it reads (``_Q``, ``_OPS``); the rest of its methods are its
+own, where the dialects differ (staging by COPY or by rows, the move, pieces).
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any, ClassVar, Literal, Protocol
+
+from conveyor.errors import SchemaMissingError
+from conveyor.spark.storage import (
+    Progress,
+    WriteEndedError,
+    WriteRow,
+    no_core_tables,
+    quote_ident,
+    stage_prefix,
+)
+from conveyor.store.sql import Migration
+
+
+class _Store(Protocol):
+    """What the storage asks of the store it holds (SQLiteStore and PostgresStore both)."""
+
+    description: str
+
+    def migrate(self) -> int: ...
+
+    def schema_version(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class _Session(Protocol):
+    """What the storage asks of the store's session (store.session())."""
+
+    def apply_migrations(
+        self, conn: Any, migrations: Sequence[Migration], version: str, record: str
+    ) -> int: ...
+
+
+class SQLSparkStorage:
+    """The dialect-neutral part of ``SparkStorage`` on a SQL store (see the module)."""
+
+    stage_format: Literal["rows", "csv"]
+    #: The dialect's named statements (``sqlite.sql`` or ``postgres.sql``) and operations.
+    _Q: ClassVar[dict[str, str]]
+    _OPS: ClassVar[dict[str, str]]
+    #: The dialect's line of migrations of Spark's tables.
+    _MIGRATIONS: ClassVar[list[Migration]]
+
+    store: _Store
+    _db: _Session
+    description: str
+
+    # --- what each database says ----------------------------------------------------
+
+    @abstractmethod
+    def _reading(self) -> AbstractContextManager[Any]:
+        """A connection for reads and single statements, each committing on its own."""
+
+    @abstractmethod
+    def _changing(self) -> AbstractContextManager[Any]:
+        """A connection in one transaction (SQLite: under the write lock)."""
+
+    @staticmethod
+    @abstractmethod
+    def _time(value: datetime) -> Any:
+        """A time as the database's statements take it."""
+
+    @staticmethod
+    @abstractmethod
+    def _time_back(value: Any) -> datetime:
+        """A time as the database's statements give it back."""
+
+    def _lock_migrations(self, conn: Any) -> None:
+        """Take the lock under which one driver at a time migrates Spark's tables.
+
+        Nothing by default: SQLite's write transaction is that lock already.
+        """
+
+    # --- the store's own schema -----------------------------------------------------
+
+    def migrate(self) -> int:
+        return self.store.migrate()
+
+    def schema_version(self) -> int:
+        return self.store.schema_version()
+
+    def close(self) -> None:
+        self.store.close()
+
+    # --- Spark's tables and writes ----------------------------------------------------
+
+    def spark_schema_version(self) -> int:
+        # Reads only: creating the table here could race a concurrent spark_migrate().
+        with self._reading() as conn:
+            exists = conn.execute(self._Q["spark_migrations_exist"]).fetchone()
+            if not exists or not exists[0]:
+                return 0
+            row = conn.execute(self._Q["spark_schema_version"]).fetchone()
+            return int(row[0]) if row else 0
+
+    def spark_migrate(self) -> int:
+        current = self.spark_schema_version()
+        if current >= self._MIGRATIONS[-1].version:
+            return current  # nothing pending: one read, no lock
+        if self.schema_version() == 0:
+            raise SchemaMissingError(no_core_tables(self.description))
+        with self._changing() as conn:
+            # Two drivers starting together migrate once: the second finds it done.
+            self._lock_migrations(conn)
+            conn.execute(self._Q["spark_migrations_table"])
+            return self._db.apply_migrations(
+                conn,
+                self._MIGRATIONS,
+                self._Q["spark_schema_version"],
+                self._Q["spark_migration_record"],
+            )
+
+    def bulk_write_touch(self, write_id: str, now: datetime) -> None:
+        with self._changing() as conn:
+            conn.execute(self._Q["spark_write_touch"], {"id": write_id, "now": self._time(now)})
+
+    def bulk_progress(self, write_id: str, part: int) -> Progress:
+        with self._reading() as conn:
+            row = conn.execute(
+                self._Q["spark_progress_get"], {"write_id": write_id, "part": part}
+            ).fetchone()
+        return Progress(0, 0) if row is None else Progress(int(row[0]), int(row[1]))
+
+    def bulk_write_list(self, limit: int, abandoned_before: datetime) -> list[WriteRow]:
+        params = {"limit": limit, "abandoned_before": self._time(abandoned_before)}
+        with self._reading() as conn:
+            rows = conn.execute(self._OPS["spark_write_list"], params).fetchall()
+        return [
+            WriteRow(id_, state, self._time_back(at), count, enqueued, skipped)
+            for id_, state, at, count, enqueued, skipped in rows
+        ]
+
+    def bulk_write_describe(self, result_id: str, options: str) -> None:
+        with self._changing() as conn:
+            conn.execute(self._OPS["spark_write_describe"], {"id": result_id, "options": options})
+
+    def bulk_write_options(self, result_id: str) -> str | None:
+        with self._reading() as conn:
+            row = conn.execute(self._OPS["spark_write_options"], {"id": result_id}).fetchone()
+        return None if row is None or row[0] is None else str(row[0])
+
+
+def running(write_id: str) -> str:
+    """Why a write cannot open under an id that is open already."""
+    return (
+        f"a write with id {write_id!r} is open: another write with this id is running, or "
+        "one died without ending (it is cleared once abandonedAfterHours have passed); "
+        "choose another writeId"
+    )
+
+
+def stage_table(write_id: str, stage: str) -> str:
+    """A task's staging table, quoted, once checked to be one of the write's."""
+    if not stage.startswith(stage_prefix(write_id)):
+        raise ValueError(f"staging table {stage!r} is not one of write {write_id}")
+    return quote_ident(stage)
+
+
+def check_open(conn: Any, statement: str, write_id: str) -> None:
+    """Raise WriteEndedError unless the write is open (``statement``: spark_write_is_open)."""
+    if conn.execute(statement, {"id": write_id}).fetchone() is None:
+        raise WriteEndedError(f"write {write_id} was committed or aborted before this task")
