@@ -35,6 +35,11 @@ from redis_server import RedisServer, RedisServerError
 
 pytest_plugins = ["store_fixtures", "spark_fixtures"]
 
+# pytest-xdist's workers run with COLUMNS=80 in their environment; the command
+# line's tables would then fold as on a terminal. The tests see what a pipe sees.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.pop("COLUMNS", None)
+
 _db_counter = itertools.count(1)
 
 
