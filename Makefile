@@ -7,6 +7,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Two pytest-xdist workers: the suite waits on servers, subprocesses and
+# browsers more than it computes, and each worker starts servers of its own.
+PYTEST_WORKERS ?= -n 2
 # Only paths that exist (an empty directory is not kept by git).
 CODE_PATHS := $(wildcard src tests benchmarks examples)
 
@@ -66,7 +69,7 @@ format: venv
 
 ## pytest: the test suite only
 pytest: venv ensure-postgres ensure-redis ensure-java ensure-chromium
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q $(PYTEST_WORKERS)
 
 ## test-fast: the inner loop: SQLite tests only; needs no PostgreSQL, Java or Chromium
 test-fast: venv
@@ -93,7 +96,7 @@ test: venv ensure-postgres ensure-redis ensure-java ensure-chromium
 	$(BIN)/mypy --strict src
 	$(BIN)/lint-imports
 	$(MAKE) --no-print-directory docs
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q $(PYTEST_WORKERS)
 	$(MAKE) --no-print-directory check-wheel
 
 ## demo: run `conveyor demo` (two workers, one killed midway) on ./conveyor-demo.db
