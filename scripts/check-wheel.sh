@@ -32,7 +32,7 @@ done
 "$env_dir/bin/python" - <<'PY'
 import conveyor.store.postgres, conveyor.store.redis, conveyor.cli, conveyor.web.server, conveyor.spark
 import conveyor.otel
-from conveyor.store.redis.store import _SCRIPTS
+from conveyor.store.redis.base import _SCRIPTS
 # The Lua scripts ship in the wheel: every operation, with common.lua prepended.
 assert {"job_claim", "job_finish", "job_insert_many", "job_rescue_expired"} <= set(_SCRIPTS), _SCRIPTS
 # Spark's storage ships its statements and its own migrations (spark/storage/).
