@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -78,3 +78,20 @@ def limit_status(
         keys_throttled=int(keys_throttled),
         held_back=min(int(ready), int(held)),
     )
+
+
+def limit_set_params(
+    queue: str, limit: Limit | None, per_key: bool, keep: Collection[str], now: object
+) -> dict[str, Any]:
+    """The parameters of both SQL dialects' ``limit_set`` (``now`` as each passes times)."""
+    rate = limit.rate if limit is not None else None
+    return {
+        "queue": queue,
+        "scope": "key" if per_key else "queue",
+        "rate": rate.count if rate is not None else None,
+        "per": rate.per if rate is not None else None,
+        "concurrency": limit.concurrency if limit is not None else None,
+        "keep_rate": "rate" in keep,
+        "keep_concurrency": "concurrency" in keep,
+        "now": now,
+    }

@@ -6,7 +6,7 @@ from collections.abc import Collection
 from datetime import datetime
 
 from conveyor.limits import Limit, QueueLimits
-from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limits_of_row
+from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_set_params, limits_of_row
 from conveyor.store.postgres.base import _Q, _same
 from conveyor.store.postgres.core import CoreMixin
 from conveyor.store.records import LimitStatus
@@ -29,17 +29,7 @@ class LimitsMixin(CoreMixin):
         now: datetime,
         keep: Collection[str] = (),
     ) -> QueueLimits | None:
-        rate = limit.rate if limit is not None else None
-        params = {
-            "queue": queue,
-            "scope": "key" if per_key else "queue",
-            "rate": rate.count if rate is not None else None,
-            "per": rate.per if rate is not None else None,
-            "concurrency": limit.concurrency if limit is not None else None,
-            "keep_rate": "rate" in keep,
-            "keep_concurrency": "concurrency" in keep,
-            "now": now,
-        }
+        params = limit_set_params(queue, limit, per_key, keep, now)
         with self._tx() as conn:
             conn.execute(_Q["limit_set"], params)
             conn.execute(_Q["limit_forget_empty"], params)

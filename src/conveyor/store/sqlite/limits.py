@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 from conveyor.job import utcnow
 from conveyor.limits import Limit, QueueLimits
-from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limits_of_row
+from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_set_params, limits_of_row
 from conveyor.store.records import LimitStatus
 from conveyor.store.sqlite.base import _Q, _dt, _dt_required, _ts
 from conveyor.store.sqlite.core import CoreMixin
@@ -24,17 +24,7 @@ class LimitsMixin(CoreMixin):
         now: datetime,
         keep: Collection[str] = (),
     ) -> QueueLimits | None:
-        rate = limit.rate if limit is not None else None
-        params = {
-            "queue": queue,
-            "scope": "key" if per_key else "queue",
-            "rate": rate.count if rate is not None else None,
-            "per": rate.per if rate is not None else None,
-            "concurrency": limit.concurrency if limit is not None else None,
-            "keep_rate": "rate" in keep,
-            "keep_concurrency": "concurrency" in keep,
-            "now": _ts(now),
-        }
+        params = limit_set_params(queue, limit, per_key, keep, _ts(now))
         with self._write() as conn:
             conn.execute(_Q["limit_set"], params)
             conn.execute(_Q["limit_forget_empty"], {"queue": queue, "now": _ts(now)})
