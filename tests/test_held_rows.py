@@ -213,8 +213,7 @@ def test_finishes_and_renewals_of_the_same_rows_never_deadlock(store: Any, dsn: 
 @sql_only
 def test_a_slow_commit_does_not_run_the_workers_other_jobs_twice(app: App, dsn: str) -> None:
     """While one handler's transaction holds its job (PostgreSQL: its row; SQLite: the write
-    lock) past the lease, the worker's other job keeps its lease: no rescue, no second run
-    (on SQLite, but for the documented window a rescue that did not wait may meet)."""
+    lock) past the lease, the worker's other job keeps its lease: no rescue, no second run."""
     lease = 1.5
     runs: Counter[str] = Counter()
     holding, release, let_other_end = threading.Event(), threading.Event(), threading.Event()
@@ -292,16 +291,6 @@ def test_a_slow_commit_does_not_run_the_workers_other_jobs_twice(app: App, dsn: 
                 rescuer.close()
         assert kinds(app, held.id) == ["enqueued", "claimed", "succeeded"]
         assert app.get(held.id).result == "committed"
-        if rescued and dsn.startswith("sqlite"):
-            # SQLite's documented window (docs/failures.md, "A transaction that holds
-            # a job"): a rescue that did not wait for the commit may meet the lease
-            # that ran out during the hold before its renewal gets the lock; a busy
-            # machine makes that likely. The first attempt's outcome is then dropped,
-            # and the job still ends once.
-            assert rescued == [bystander.id]
-            assert kinds(app, bystander.id).count("succeeded") == 1
-            assert runs == {"slow_commit": 1, "other": 2}
-            return
         assert rescued == []
         assert kinds(app, bystander.id) == ["enqueued", "claimed", "succeeded"]
         assert runs == {"slow_commit": 1, "other": 1}

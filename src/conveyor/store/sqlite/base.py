@@ -55,6 +55,17 @@ BUSY_TIMEOUT_SECONDS = 30.0
 #: 0.5 s covers leases down to 0.75 s, and stays clear of a busy machine's
 #: ordinary waits (a checkpoint holds the lock about 15 ms).
 RESCUE_LOCK_WAIT = 0.5
+#: SQLite's busy handler sleeps up to 100 ms between tries of the write lock. A
+#: rescue writes only RESCUE_QUIET after the end of any long hold of the lock it
+#: may have followed (the lock is tried every RESCUE_PROBE): a renewal that was
+#: waiting for that hold (and whose lease ran out meanwhile) has got the lock
+#: first by then, so its lease is not rescued. A hold is long when the lock was
+#: refused for RESCUE_LONG_HOLD (a lease of 0.75 s runs out only after a hold of
+#: 0.5 s), or refused from the first try on; the lock of a busy database, taken
+#: and let go by many short writes, does not keep a rescue out.
+RESCUE_QUIET = 0.25
+RESCUE_PROBE = 0.05
+RESCUE_LONG_HOLD = 0.3
 
 
 def _ts(value: datetime) -> float:
@@ -189,6 +200,65 @@ class SQLiteBase:
             with self._all_lock:
                 self._all.append(conn)
         return conn
+
+    @contextmanager
+    def _quiet_write(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction begun RESCUE_QUIET after any long hold of the lock ended.
+
+        The lock is tried every RESCUE_PROBE without SQLite's busy handler and let go
+        at once until then: every writer that waited for such a hold, in this
+        process or another, has had its turn. What came before the first try is
+        unknown, so the count starts with it too.
+        """
+        conn = self._conn()
+        first = time.monotonic()
+        deadline = first + self.busy_timeout
+        writes_from = first + RESCUE_QUIET
+        refused_since: float | None = None
+        while True:
+            began = False
+            if self._writer.acquire(blocking=False):
+                try:
+                    conn.execute("PRAGMA busy_timeout = 0")
+                    try:
+                        conn.execute("BEGIN IMMEDIATE")
+                        began = True
+                    finally:
+                        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+                except sqlite3.OperationalError as exc:
+                    if not _is_busy(exc):
+                        self._writer.release()
+                        raise
+                if not began:
+                    self._writer.release()
+            now = time.monotonic()
+            if not began:
+                refused_since = refused_since or now
+                if now > deadline:
+                    raise StoreUnavailableError(
+                        f"{self.description} is locked: another process held the write "
+                        f"lock for over {self.busy_timeout:g}s"
+                    )
+            else:
+                if refused_since is not None and (
+                    refused_since == first or now - refused_since >= RESCUE_LONG_HOLD
+                ):
+                    writes_from = max(writes_from, now + RESCUE_QUIET)
+                refused_since = None
+                if now >= writes_from:
+                    break
+                conn.execute("ROLLBACK")
+                self._writer.release()
+            time.sleep(RESCUE_PROBE)
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        finally:
+            self._writer.release()
 
     @contextmanager
     def _write(self, connection: sqlite3.Connection | None = None) -> Iterator[sqlite3.Connection]:

@@ -18,7 +18,14 @@ from conveyor.store.limiting import LIMIT_SLACK_SECONDS
 from conveyor.store.protocols import ChangeCallback, Subscription
 from conveyor.store.records import LEASE_EXPIRED_ERROR, Finish, Lease, LeaseStatus
 from conveyor.store.sqlite import flows as sqlite_flows
-from conveyor.store.sqlite.base import _Q, SQLiteBase, _dt_required, _finish, _row_to_job, _ts
+from conveyor.store.sqlite.base import (
+    _Q,
+    SQLiteBase,
+    _dt_required,
+    _finish,
+    _row_to_job,
+    _ts,
+)
 from conveyor.store.sqlite.watcher import DataVersionWatcher
 
 #: A count no claim reaches (SQLite's 32-bit "no limit").
@@ -179,20 +186,27 @@ class CoreMixin(SQLiteBase):
             return conn.execute(_Q["job_progress"], params).rowcount == 1
 
     def job_rescue_expired(self, now: datetime | None = None, limit: int = 1000) -> list[int]:
-        with self._write() as conn:
-            waited, self._lock_waited = self._lock_waited, False
-            if waited and not self._rescue_waited:
-                # A write of this process (this round's own, or the maintenance
-                # round's before it) waited for another transaction's write lock:
-                # a handler's ctx.complete before its commit, a backup. The
-                # workers' renewals waited for it too, and leases ran out meanwhile
-                # that no worker could renew. This round is given up, so that
-                # those renewals, queued for the lock as well, come first; the
-                # next round rescues what is still expired. Never twice in a row:
-                # on a database always that busy, dead workers' jobs still come back.
-                self._rescue_waited = True
-                return []
-            self._rescue_waited = False
+        waited, self._lock_waited = self._lock_waited, False
+        if waited and not self._rescue_waited:
+            # A write of this process (the maintenance round's before this one, a
+            # renewal) waited for another transaction's write lock: a handler's
+            # ctx.complete before its commit, a backup. The workers' renewals waited
+            # for it too, and leases ran out meanwhile that no worker could renew.
+            # This round is given up, so that those renewals, queued for the lock as
+            # well, come first; the next round rescues what is still expired. Never
+            # twice in a row: on a database always that busy, dead workers' jobs
+            # still come back.
+            self._rescue_waited = True
+            return []
+        self._rescue_waited = False
+        params = {"now": _ts(now or utcnow()), "limit": limit}
+        if not self._conn().execute(_Q["job_expired_leases"], params).fetchall():
+            return []
+        # Leases ran out. If a transaction held the write lock until just now, their
+        # renewals are still asleep in SQLite's busy handler: this round would take
+        # the lock before them. It waits for the lock to have been free a while
+        # (base.RESCUE_QUIET) instead, and judges the leases again under it.
+        with self._quiet_write() as conn:
             when = _ts(now or utcnow())  # judged under the lock, as renewals write
             params = {"now": when, "limit": limit}
             expired = conn.execute(_Q["job_expired_leases"], params).fetchall()
