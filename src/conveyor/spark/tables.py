@@ -78,6 +78,9 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("error", StringType()),
         # The start of the attempt the event ends (null for events that end none).
         _ts("started_at"),
+        # How many jobs an enqueued event counts: PostgreSQL writes one per queue
+        # and task of an enqueue, named after its first job (null: one job).
+        Column("jobs", IntegerType()),
     ),
 }
 

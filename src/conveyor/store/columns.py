@@ -13,4 +13,5 @@ JOB_COLUMNS = (
 )  # fmt: skip
 EVENT_COLUMNS = (
     "seq", "job_id", "queue", "task", "kind", "attempt", "worker", "at", "error", "started_at",
+    "jobs",
 )  # fmt: skip

@@ -134,7 +134,9 @@ INSERT INTO schema_migrations (version, name, applied_at) VALUES (:version, :nam
 SELECT * FROM jobs WHERE id = :id
 
 -- name: event_list
--- A job's history, every attempt with its start: an attempt's start and worker
+-- A job's history, every attempt with its start. Its enqueue is read from the
+-- job's row (created_at, seq 0), not from the events: PostgreSQL counts the jobs
+-- of an enqueue in one event (migration 023). An attempt's start and worker
 -- are stored on the event that ended it (started_at), not as an event of their
 -- own, and shown here as a "claimed" event with that event's seq; the running
 -- attempt's comes from the job's row, with the seq of the job's last event. A
@@ -142,8 +144,12 @@ SELECT * FROM jobs WHERE id = :id
 -- a cancel request (the one event an attempt records while it runs). Histories
 -- written before started_at existed hold claimed events of their own.
 SELECT seq, job_id, queue, task, kind, attempt, worker, at, error FROM (
-    SELECT seq, seq AS pos, 0 AS part, job_id, queue, task, kind, attempt, worker, at, error
-    FROM events WHERE job_id = :job_id
+    SELECT 0 AS seq, 0 AS pos, 0 AS part, id AS job_id, queue, task, 'enqueued' AS kind,
+           0 AS attempt, NULL AS worker, created_at AS at, NULL AS error
+    FROM jobs WHERE id = :job_id
+    UNION ALL
+    SELECT seq, seq, 0, job_id, queue, task, kind, attempt, worker, at, error
+    FROM events WHERE job_id = :job_id AND kind <> 'enqueued'
     UNION ALL
     SELECT seq,
            coalesce((SELECT max(p.seq) FROM events AS p

@@ -15,7 +15,7 @@ SELECT xid::text, seq FROM task_metrics_folded FOR UPDATE SKIP LOCKED
 -- Add up to %(limit)s events after the offset to task_metrics, and move the
 -- offset past them. As finished_counts_fold, only events of transactions below
 -- the oldest one still running, in (xid, seq) order, so that each is folded once.
--- Samples: each counted kind; run time (start to end) of attempts that ended
+-- Samples: each counted kind (an enqueued event counts its jobs, migration 023); run time (start to end) of attempts that ended
 -- succeeded, failed or retried; wait (due to start) of the attempt that is the
 -- job's newest and started after its job's run_at, read from the job now (an
 -- attempt whose job has moved on, or is gone, gives none). A sample's bucket is
@@ -24,31 +24,32 @@ SELECT xid::text, seq FROM task_metrics_folded FOR UPDATE SKIP LOCKED
 -- each for its task, for every task of its queue (task '') and for everything
 -- (queue ''); rows are changed in key order, as every fold does.
 WITH counted AS MATERIALIZED (
-    SELECT job_id, queue, task, kind, attempt, at, started_at, xid, seq FROM events
+    SELECT job_id, queue, task, kind, attempt, at, started_at, jobs, xid, seq FROM events
     WHERE xid < pg_snapshot_xmin(pg_current_snapshot())
       AND (xid, seq) > (%(xid)s::text::xid8, %(seq)s::bigint)
     ORDER BY xid, seq
     LIMIT %(limit)s
 ), samples AS (
-    SELECT queue, task, kind AS series, 0.0::float8 AS seconds, at FROM counted
+    SELECT queue, task, kind AS series, 0.0::float8 AS seconds, at, coalesce(jobs, 1) AS n
+    FROM counted
     WHERE kind IN ('enqueued', 'succeeded', 'failed', 'cancelled', 'retried', 'rescued',
                    'manual_retry')
     UNION ALL
-    SELECT queue, task, 'run', extract(epoch FROM at - started_at)::float8, at FROM counted
+    SELECT queue, task, 'run', extract(epoch FROM at - started_at)::float8, at, 1 FROM counted
     WHERE kind IN ('succeeded', 'failed', 'retried') AND started_at <= at
     UNION ALL
-    SELECT c.queue, c.task, 'wait', extract(epoch FROM c.started_at - j.run_at)::float8, c.at
+    SELECT c.queue, c.task, 'wait', extract(epoch FROM c.started_at - j.run_at)::float8, c.at, 1
     FROM counted AS c JOIN jobs AS j ON j.id = c.job_id
     WHERE c.kind IN ('succeeded', 'failed', 'cancelled', 'retried')
       AND j.attempts = c.attempt AND j.run_at <= c.started_at
 ), bucketed AS (
-    SELECT s.queue, s.task, s.series, s.seconds, floor(extract(epoch FROM s.at))::bigint AS t,
+    SELECT s.queue, s.task, s.series, s.seconds, s.n, floor(extract(epoch FROM s.at))::bigint AS t,
            CASE WHEN s.series IN ('run', 'wait')
                 THEN (SELECT count(*) FROM task_metric_bounds AS b WHERE b.le < s.seconds)
                 ELSE 0 END AS bucket
     FROM samples AS s
 ), minutes AS (
-    SELECT queue, task, series, bucket, t - t %% 60 AS t, count(*) AS n, sum(seconds) AS seconds
+    SELECT queue, task, series, bucket, t - t %% 60 AS t, sum(n) AS n, sum(seconds) AS seconds
     FROM bucketed
     GROUP BY 1, 2, 3, 4, 5
 ), added AS (

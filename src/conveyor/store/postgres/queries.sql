@@ -474,7 +474,7 @@ GROUP BY queue, state, slot_index
 -- oldest one still running (all of which have ended), in (xid, seq) order: a
 -- transaction can commit a lower seq after a higher one was counted, and is
 -- counted then, once. One statement: one snapshot.
-SELECT queue, kind, count(*), max(ARRAY[xid::text::bigint, seq])
+SELECT queue, kind, sum(coalesce(jobs, 1))::bigint, max(ARRAY[xid::text::bigint, seq])
 FROM events
 WHERE xid < pg_snapshot_xmin(pg_current_snapshot())
   AND (xid, seq) > (%(xid)s::text::xid8, %(seq)s)
@@ -687,9 +687,9 @@ gone AS (
 -- group_key, batch, limit_key, headers json): job_insert ends with it, and so do
 -- the statements of other files that include it (conveyor.store.sql), so a column
 -- added here must be added to their input too. A row whose key a live job of its
--- queue holds is not inserted (jobs_live_key; the first row of a key wins); each
--- new job gets its enqueued event; workers of each queue with new jobs are woken
--- at commit. Ends in CTEs named new (the jobs inserted) and notified.
+-- queue holds is not inserted (jobs_live_key; the first row of a key wins); the
+-- new jobs are counted in an enqueued event per queue and task; workers of each
+-- queue with new jobs are woken at commit. Ends in CTEs named new (the jobs inserted) and notified.
 --
 -- Keyless rows are inserted apart, without ON CONFLICT: with it, PostgreSQL
 -- inserts every row speculatively (a token, then a confirmation record in the
@@ -719,8 +719,12 @@ new_keyed AS (
 ), new AS (
     SELECT * FROM new_keyed UNION ALL SELECT * FROM new_plain
 ), enqueued AS (
-    INSERT INTO events (job_id, queue, task, kind, attempt, at)
-    SELECT id, queue, task, 'enqueued', 0, created_at FROM new ORDER BY id
+    -- One row per queue and task of the statement, counting its jobs (migration
+    -- 023): what the per-task metrics count; a job's history shows its enqueue
+    -- from created_at. Named after the first of them, and deleted with it.
+    INSERT INTO events (job_id, queue, task, kind, attempt, at, jobs)
+    SELECT min(id), queue, task, 'enqueued', 0, min(created_at), count(*)
+    FROM new GROUP BY queue, task ORDER BY min(id)
 ), notified AS (
     SELECT count(pg_notify('conveyor_jobs', q.queue)) AS n
     FROM (SELECT DISTINCT queue FROM new) AS q
