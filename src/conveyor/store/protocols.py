@@ -35,6 +35,7 @@ from conveyor.store.records import (
     Lease,
     LeaseStatus,
     LimitStatus,
+    NewStep,
     Relative,
     RunTimeBucket,
     Stats,
@@ -565,14 +566,7 @@ class StepStore(Protocol):
         """The steps the job recorded, in the order they finished (none for an unknown job)."""
         ...
 
-    def step_record(
-        self,
-        lease: Lease,
-        name: str,
-        result_json: str,
-        started_at: datetime,
-        now: datetime | None = None,
-    ) -> Step | None:
+    def step_record(self, lease: Lease, step: NewStep, now: datetime | None = None) -> Step | None:
         """Record a step's result while ``lease`` holds; the step as recorded.
 
         A step of that name recorded already is kept and returned (one name,

@@ -361,3 +361,14 @@ class Step:
     @property
     def result(self) -> Any:
         return decode_stored(self.result_json, f"the result of step {self.name!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class NewStep:
+    """A step's result to record (``StepStore.step_record``): the attempt that ran
+    it is the lease's, and it finishes when it is recorded."""
+
+    name: str
+    #: The result as JSON text.
+    result_json: str
+    started_at: datetime

@@ -1,0 +1,35 @@
+"""What the PostgreSQL and SQLite stores do alike in Python around their own SQL.
+
+Each function takes an open connection (psycopg's or sqlite3's: both have
+``execute`` returning a cursor) and the dialect's named statements, so that the
+statements stay in each store's ``.sql`` files and the steps between them are
+written once. Values a dialect stores differently (SQLite's timestamps) are
+converted by the caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from conveyor.store.records import Lease, NewStep
+
+
+def record_step(
+    conn: Any, queries: Mapping[str, str], lease: Lease, step: NewStep, started_at: Any, now: Any
+) -> Any:
+    """The row of ``step_record`` (the step as recorded now) or of ``step_get`` (as
+    recorded already); None when the lease no longer holds."""
+    params = {
+        "id": lease.id,
+        "token": lease.token,
+        "name": step.name,
+        "result": step.result_json,
+        "started_at": started_at,
+        "now": now,
+    }
+    row = conn.execute(queries["step_record"], params).fetchone()
+    if row is None:
+        # Recorded already (kept), or the lease is gone (None).
+        row = conn.execute(queries["step_get"], {"job_id": lease.id, "name": step.name}).fetchone()
+    return row
