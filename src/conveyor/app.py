@@ -75,6 +75,7 @@ from conveyor.store.records import (
     BatchStatus,
     FinishedCount,
     JobSelection,
+    LimitChange,
     LimitStatus,
     Relative,
     Stats,
@@ -1295,7 +1296,7 @@ class App:
                     f"app.limit({queue!r}, clear=True) drops the whole limit: "
                     f"give {' or '.join(given)} in another call"
                 )
-            return store.limit_set(queue, None, per_key, utcnow())
+            return store.limit_set(LimitChange(queue, None, per_key), utcnow())
         if not given:
             raise ConfigurationError(
                 "give rate= (such as '10/s'), concurrency=, or both; None drops that part, "
@@ -1305,7 +1306,7 @@ class App:
             None if rate is _UNSET else rate, None if concurrency is _UNSET else concurrency
         )
         keep = [part for part in named if part not in given]
-        return store.limit_set(queue, chosen, per_key, utcnow(), keep=keep)
+        return store.limit_set(LimitChange(queue, chosen, per_key, keep), utcnow())
 
     def limits(self) -> dict[str, LimitStatus]:
         """Every queue's limits and how full they are now: running, started, room, held back."""

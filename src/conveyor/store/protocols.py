@@ -14,7 +14,7 @@ the checks that a store has a capability in ``conveyor.store.capabilities``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -24,7 +24,7 @@ from conveyor.job import (
     Job,
     NewJob,
 )
-from conveyor.limits import Limit, QueueLimits
+from conveyor.limits import QueueLimits
 from conveyor.store.records import (
     BatchStatus,
     EventCounts,
@@ -34,6 +34,7 @@ from conveyor.store.records import (
     JobSelection,
     Lease,
     LeaseStatus,
+    LimitChange,
     LimitStatus,
     NewStep,
     Relative,
@@ -391,19 +392,11 @@ class FlowControlStore(Protocol):
     # Enforced by job_claim itself (one statement on PostgreSQL, one transaction
     # on SQLite): a claim never starts more jobs than a queue's and its keys'
     # limits leave room for, counted at that claim.
-    def limit_set(
-        self,
-        queue: str,
-        limit: Limit | None,
-        per_key: bool,
-        now: datetime,
-        keep: Collection[str] = (),
-    ) -> QueueLimits | None:
-        """Set (or, with None, clear) the queue's own limit, or with ``per_key`` its keys' limit.
+    def limit_set(self, change: LimitChange, now: datetime) -> QueueLimits | None:
+        """Set (or, with None, clear) a queue's own limit or its keys' (see ``LimitChange``).
 
-        The other scope's limit and any throttle stay, and so do the parts of this
-        scope named in ``keep`` ("rate", "concurrency"). Returns what the queue has
-        now (None: nothing). Workers obey it from their next claim.
+        Returns what the queue has now (None: nothing). Workers obey it from
+        their next claim.
         """
         ...
 

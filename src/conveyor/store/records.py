@@ -7,7 +7,7 @@ callers. Nothing here assumes a database.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, Literal, get_args
@@ -341,6 +341,19 @@ class JobSelection:
     def empty(self) -> bool:
         """Selects every job."""
         return all(getattr(self, f.name) is None for f in fields(self))
+
+
+@dataclass(frozen=True, slots=True)
+class LimitChange:
+    """What ``limit_set`` changes: the queue's own limit, or with ``per_key`` its
+    keys' limit, set to ``limit`` (None: cleared). The other scope's limit and
+    any throttle stay, and so do the parts of this scope named in ``keep``
+    ("rate", "concurrency")."""
+
+    queue: str
+    limit: Limit | None
+    per_key: bool = False
+    keep: Collection[str] = ()
 
 
 # --- exactly-once effects -----------------------------------------------------------
