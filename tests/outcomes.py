@@ -8,7 +8,7 @@ from typing import Any
 
 from conveyor.job import Job, NewJob, retry_refusal, utcnow
 from conveyor.store.protocols import Store
-from conveyor.store.records import Finish, JobSelection, Lease
+from conveyor.store.records import Finish, JobSelection, Lease, Page
 
 
 def Failure(  # named like the record it builds
@@ -52,7 +52,7 @@ def listed(
     store: Store, *, before_id: int | None = None, limit: int = 100, **filters: Any
 ) -> list[Job]:
     """A page of jobs newest first, the way the App lists them (``job_select``)."""
-    return store.job_select(JobSelection(**filters), utcnow(), before_id, limit)
+    return store.job_select(JobSelection(**filters), utcnow(), Page(limit, before_id))
 
 
 def purge(store: Store, finished_before: datetime, limit: int = 10_000) -> int:

@@ -77,6 +77,7 @@ from conveyor.store.records import (
     JobSelection,
     LimitChange,
     LimitStatus,
+    Page,
     Relative,
     Stats,
     Step,
@@ -653,7 +654,7 @@ class App:
             state=None if state is None else str(state), queue=queue, task=task, group=group,
             batch=batch, error=error, worker=worker, key=key, limit_key=limit_key, args=args,
         )  # fmt: skip
-        found = store.job_select(selection, utcnow(), before_id, limit)
+        found = store.job_select(selection, utcnow(), Page(limit, before_id))
         return [self._attach(job) for job in found]
 
     def workers(self) -> list[WorkerStatus]:
@@ -688,7 +689,7 @@ class App:
         """
         store = operator_store(self.store, "read the tasks the store has seen")
         known = set(self.tasks) | set(self.store.periodic_last_ticks())
-        newest = store.job_select(JobSelection(), utcnow(), None, KNOWN_TASKS_READ)
+        newest = store.job_select(JobSelection(), utcnow(), Page(KNOWN_TASKS_READ))
         return known | {job.task for job in newest}
 
     @property

@@ -26,6 +26,7 @@ from conveyor.job import (
 )
 from conveyor.limits import QueueLimits
 from conveyor.store.records import (
+    FIRST_PAGE,
     BatchStatus,
     EventCounts,
     EventOffset,
@@ -37,6 +38,7 @@ from conveyor.store.records import (
     LimitChange,
     LimitStatus,
     NewStep,
+    Page,
     Relative,
     RunTimeBucket,
     Stats,
@@ -265,13 +267,9 @@ class OperatorStore(Protocol):
     def worker_list(self) -> list[WorkerInfo]: ...
 
     def job_select(
-        self,
-        selection: JobSelection,
-        now: datetime,
-        before_id: int | None = None,
-        limit: int = 100,
+        self, selection: JobSelection, now: datetime, page: Page = FIRST_PAGE
     ) -> list[Job]:
-        """Jobs matching the selection, newest first, below ``before_id`` (keyset pages).
+        """Jobs matching the selection, newest first, a page at a time (keyset pages).
 
         The one way jobs are listed. ``now`` tells ready, scheduled and retrying
         jobs apart.

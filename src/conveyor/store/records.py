@@ -313,6 +313,20 @@ class WorkflowInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class Page:
+    """A page of a newest-first listing (``job_select``): up to ``limit`` jobs with an
+    id below ``before_id`` (None: from the newest). The next page starts below
+    the last id of this one."""
+
+    limit: int = 100
+    before_id: int | None = None
+
+
+#: The newest 100 jobs.
+FIRST_PAGE = Page()
+
+
+@dataclass(frozen=True, slots=True)
 class JobSelection:
     """Which jobs a listing, a count or a bulk action applies to: every field that is set.
 

@@ -15,10 +15,12 @@ from conveyor.store.postgres import flows as pg_flows
 from conveyor.store.postgres.base import _Q, _row_to_event, _row_to_job
 from conveyor.store.postgres.core import CoreMixin
 from conveyor.store.records import (
+    FIRST_PAGE,
     TAKEN_BACK_ERROR,
     BatchStatus,
     Finish,
     JobSelection,
+    Page,
     Stats,
     WorkerInfo,
 )
@@ -130,11 +132,7 @@ class OperationsMixin(CoreMixin):
         ]
 
     def job_select(
-        self,
-        selection: JobSelection,
-        now: datetime,
-        before_id: int | None = None,
-        limit: int = 100,
+        self, selection: JobSelection, now: datetime, page: Page = FIRST_PAGE
     ) -> list[Job]:
         with self._tx() as conn:
             conn.execute(_Q["plan_for_values"])
@@ -151,11 +149,9 @@ class OperationsMixin(CoreMixin):
                     _row_to_job(r)
                     for r in conn.execute(driven(_Q, "job_select", driver), {**params, "now": now})
                 ]
-                for driver, params in select_queries(
-                    selection, before_id, limit, queue_names, newest_id
-                )
+                for driver, params in select_queries(selection, page, queue_names, newest_id)
             ]
-        return newest_first(pages, limit)
+        return newest_first(pages, page.limit)
 
     def job_count_selected(self, selection: JobSelection, now: datetime) -> dict[str, int]:
         with self._tx() as conn:

@@ -12,10 +12,12 @@ from typing import Any
 
 from conveyor.job import Event, EventKind, Job, JobState, is_sealed
 from conveyor.store.records import (
+    FIRST_PAGE,
     TAKEN_BACK_ERROR,
     BatchStatus,
     Finish,
     JobSelection,
+    Page,
     QueueStats,
     Stats,
     WorkerInfo,
@@ -287,18 +289,14 @@ class OperationsMixin(LimitsMixin):
         return int(self._do(lambda: self._client.get(self._k("ids"))) or 0)
 
     def job_select(
-        self,
-        selection: JobSelection,
-        now: datetime,
-        before_id: int | None = None,
-        limit: int = 100,
+        self, selection: JobSelection, now: datetime, page: Page = FIRST_PAGE
     ) -> list[Job]:
         out: list[Job] = []
-        if limit <= 0:
+        if page.limit <= 0:
             return out
-        for job in self._selected(selection, now, before_id):
+        for job in self._selected(selection, now, page.before_id):
             out.append(job)
-            if len(out) >= limit:
+            if len(out) >= page.limit:
                 break
         return out
 

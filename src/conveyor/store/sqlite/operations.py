@@ -11,10 +11,12 @@ from typing import Any
 from conveyor.job import Event, Job, JobState, utcnow
 from conveyor.store.counting import assemble_stats
 from conveyor.store.records import (
+    FIRST_PAGE,
     TAKEN_BACK_ERROR,
     BatchStatus,
     Finish,
     JobSelection,
+    Page,
     Stats,
     WorkerInfo,
 )
@@ -148,11 +150,7 @@ class OperationsMixin(CoreMixin):
         return {**params, "ids": None if ids is None else json.dumps(ids), "now": _ts(now)}
 
     def job_select(
-        self,
-        selection: JobSelection,
-        now: datetime,
-        before_id: int | None = None,
-        limit: int = 100,
+        self, selection: JobSelection, now: datetime, page: Page = FIRST_PAGE
     ) -> list[Job]:
         conn = self._conn()
         pages = [
@@ -163,10 +161,10 @@ class OperationsMixin(CoreMixin):
                 )
             ]
             for driver, params in select_queries(
-                selection, before_id, limit, self._queue_names, self._newest_id
+                selection, page, self._queue_names, self._newest_id
             )
         ]
-        return newest_first(pages, limit)
+        return newest_first(pages, page.limit)
 
     def _newest_id(self) -> int:
         newest: int = self._conn().execute(_Q["job_newest_id"]).fetchone()[0]
