@@ -8,7 +8,7 @@ from typing import Any
 
 from conveyor.job import Job, NewJob, retry_refusal, utcnow
 from conveyor.store.protocols import Store
-from conveyor.store.records import Finish, JobSelection, Lease, Page
+from conveyor.store.records import Finish, JobSelection, Lease, Page, Purge
 
 
 def Failure(  # named like the record it builds
@@ -57,4 +57,6 @@ def listed(
 
 def purge(store: Store, finished_before: datetime, limit: int = 10_000) -> int:
     """Delete up to ``limit`` jobs in any final state finished before the time."""
-    return store.job_purge_where(finished_before, ("succeeded", "failed", "cancelled"), None, limit)
+    return store.job_purge_where(
+        Purge(finished_before, ("succeeded", "failed", "cancelled")), limit
+    )

@@ -78,6 +78,7 @@ from conveyor.store.records import (
     LimitChange,
     LimitStatus,
     Page,
+    Purge,
     Relative,
     Stats,
     Step,
@@ -858,7 +859,7 @@ class App:
             validate_name("queue", queue)
         total = 0
         while True:
-            deleted = store.job_purge_where(cutoff, chosen, queue)
+            deleted = store.job_purge_where(Purge(cutoff, chosen, queue))
             total += deleted
             if deleted == 0:
                 return total
@@ -1091,7 +1092,7 @@ class App:
         cutoff = utcnow() - check_age(older_than)
         if queue is not None:
             validate_name("queue", queue)
-        return store.job_purge_count(cutoff, check_final_states(states), queue)
+        return store.job_purge_count(Purge(cutoff, check_final_states(states), queue))
 
     def apply_retention(self, now: datetime) -> int:
         """One round of retention now (``conveyor.worker.retention.Retention.apply``), as

@@ -39,6 +39,7 @@ from conveyor.store.records import (
     LimitStatus,
     NewStep,
     Page,
+    Purge,
     Relative,
     RunTimeBucket,
     Stats,
@@ -312,22 +313,11 @@ class OperatorStore(Protocol):
         """
         ...
 
-    def job_purge_where(
-        self,
-        finished_before: datetime,
-        states: Sequence[str],
-        queue: str | None,
-        limit: int = 10_000,
-    ) -> int:
-        """Delete up to ``limit`` jobs in ``states`` (final ones) finished before the time.
-
-        Oldest first, with their events; ``queue`` None means every queue.
-        """
+    def job_purge_where(self, purge: Purge, limit: int = 10_000) -> int:
+        """Delete up to ``limit`` of the jobs ``purge`` names, oldest first, with their events."""
         ...
 
-    def job_purge_count(
-        self, finished_before: datetime, states: Sequence[str], queue: str | None
-    ) -> int:
+    def job_purge_count(self, purge: Purge) -> int:
         """How many jobs ``job_purge_where`` would delete in all (a dry run)."""
         ...
 

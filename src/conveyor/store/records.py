@@ -7,7 +7,7 @@ callers. Nothing here assumes a database.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, Literal, get_args
@@ -310,6 +310,17 @@ class WorkflowInfo:
 
 
 # --- operating in bulk --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Purge:
+    """The finished jobs a purge deletes (``job_purge_where``) or counts
+    (``job_purge_count``): those in ``states`` (final ones) that finished before
+    ``finished_before``, of ``queue`` (None: every queue)."""
+
+    finished_before: datetime
+    states: Sequence[str]
+    queue: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

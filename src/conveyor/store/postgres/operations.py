@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from psycopg import errors as pg_errors
 
@@ -21,6 +22,7 @@ from conveyor.store.records import (
     Finish,
     JobSelection,
     Page,
+    Purge,
     Stats,
     WorkerInfo,
 )
@@ -205,23 +207,13 @@ class OperationsMixin(CoreMixin):
         finishes = [Finish(i, token, "take_back", error=TAKEN_BACK_ERROR) for i, token in held]
         return self.job_finish(finishes, now)
 
-    def job_purge_where(
-        self,
-        finished_before: datetime,
-        states: Sequence[str],
-        queue: str | None,
-        limit: int = 10_000,
-    ) -> int:
-        params = {"before": finished_before, "states": list(states), "queue": queue}
-        (count,) = self._delete("job_purge_where", {**params, "limit": limit})
+    def job_purge_where(self, purge: Purge, limit: int = 10_000) -> int:
+        (count,) = self._delete("job_purge_where", {**_purge_params(purge), "limit": limit})
         return int(count)
 
-    def job_purge_count(
-        self, finished_before: datetime, states: Sequence[str], queue: str | None
-    ) -> int:
-        params = {"before": finished_before, "states": list(states), "queue": queue}
+    def job_purge_count(self, purge: Purge) -> int:
         with self._conn() as conn:
-            row = conn.execute(_Q["job_purge_count"], params).fetchone()
+            row = conn.execute(_Q["job_purge_count"], _purge_params(purge)).fetchone()
         return int(row[0]) if row else 0
 
     def job_purge_beyond(
@@ -233,3 +225,8 @@ class OperationsMixin(CoreMixin):
 
     def queue_delete(self, queue: str) -> None:
         self._change_none("queue_delete", {"name": queue})
+
+
+def _purge_params(purge: Purge) -> dict[str, Any]:
+    """The parameters of job_purge_where and job_purge_count."""
+    return {"before": purge.finished_before, "states": list(purge.states), "queue": purge.queue}

@@ -18,6 +18,7 @@ from conveyor.store.records import (
     Finish,
     JobSelection,
     Page,
+    Purge,
     QueueStats,
     Stats,
     WorkerInfo,
@@ -373,23 +374,16 @@ class OperationsMixin(LimitsMixin):
         ]
         return self.job_finish(finishes, now)
 
-    def job_purge_where(
-        self,
-        finished_before: datetime,
-        states: Sequence[str],
-        queue: str | None,
-        limit: int = 10_000,
-    ) -> int:
+    def job_purge_where(self, purge: Purge, limit: int = 10_000) -> int:
+        finished_before, states, queue = purge.finished_before, purge.states, purge.queue
         cutoff = f"({_ts(finished_before)}"
         ids = self._purge_walks.candidates(self, cutoff, states, queue, limit)
         if queue is None and "failed" in states:
             self._forget_dropped(finished_before, limit)
         return len(self._delete(ids, finished_before, states, queue))
 
-    def job_purge_count(
-        self, finished_before: datetime, states: Sequence[str], queue: str | None
-    ) -> int:
-        return count_matching(self, f"({_ts(finished_before)}", states, queue)
+    def job_purge_count(self, purge: Purge) -> int:
+        return count_matching(self, f"({_ts(purge.finished_before)}", purge.states, purge.queue)
 
     def job_purge_beyond(
         self, queue: str, keep: int, states: Sequence[str], limit: int = 10_000
