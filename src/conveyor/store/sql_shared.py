@@ -9,9 +9,10 @@ converted by the caller.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from conveyor.store.payloads import PayloadChange
 from conveyor.store.records import Lease, NewStep
 
 
@@ -33,3 +34,22 @@ def record_step(
         # Recorded already (kept), or the lease is gone (None).
         row = conn.execute(queries["step_get"], {"job_id": lease.id, "name": step.name}).fetchone()
     return row
+
+
+def rewrite_payloads(
+    conn: Any, queries: Mapping[str, str], changes: Sequence[PayloadChange]
+) -> int:
+    """Apply each change where the value it replaces is still there (payloads.sql);
+    how many were written."""
+    written = 0
+    for change in changes:
+        params = {
+            "id": change.id,
+            "field": change.field,
+            "old": change.old,
+            "new": change.new,
+            "step": change.step,
+        }
+        name = "payload_rewrite_step" if change.field == "step" else "payload_rewrite_job"
+        written += conn.execute(queries[name], params).rowcount
+    return written
