@@ -53,3 +53,14 @@ def rewrite_payloads(
         name = "payload_rewrite_step" if change.field == "step" else "payload_rewrite_job"
         written += conn.execute(queries[name], params).rowcount
     return written
+
+
+def control_worker(
+    conn: Any, queries: Mapping[str, str], worker_id: str, changes: str
+) -> str | None:
+    """Merge ``changes`` (JSON) into the worker's asked controls; what it is asked
+    now, or None for an unknown worker (worker_control.sql)."""
+    found = conn.execute(
+        queries["worker_control"], {"id": worker_id, "changes": changes}
+    ).fetchone()
+    return None if found is None else str(found[0])
