@@ -58,7 +58,7 @@ from conveyor.store.metrics_protocol import (
     TaskMetricsStore,
     span_start,
 )
-from conveyor.store.records import Finish
+from conveyor.store.records import Finish, Purge
 from conveyor.web import task_metrics
 from conveyor.web.metrics import Metrics
 from metrics_prometheus_client import Metrics as WithLibrary
@@ -402,7 +402,7 @@ def measure_redis(dsn: str, count: int, rounds: int) -> list[tuple[str, float]]:
             # No job is cancelled: the round passes over every finished job it may read.
             (
                 "retention round, passing over kept jobs",
-                lambda: store.job_purge_where(utcnow(), ["cancelled"], None),
+                lambda: store.job_purge_where(Purge(utcnow(), ["cancelled"])),
             ),
             (
                 "trim, nothing beyond keep",
@@ -461,7 +461,7 @@ def write_speed(dsns: dict[str, str], rounds: int) -> dict[str, tuple[float, flo
                 rates[name][1].append(claim_rate(app))
                 # Untimed: the round's jobs go, so the empty store stays empty
                 # and the full one keeps its size.
-                while app.store.job_purge_where(utcnow(), ["succeeded"], "default"):
+                while app.store.job_purge_where(Purge(utcnow(), ["succeeded"], "default")):
                     pass
     finally:
         for app in apps.values():

@@ -50,7 +50,7 @@ from conveyor.job import Job, NewJob
 from conveyor.limits import Limit, Rate
 from conveyor.store.dsn import open_store
 from conveyor.store.protocols import Store
-from conveyor.store.records import Finish
+from conveyor.store.records import Finish, LimitChange
 from conveyor.store.sql import load_queries, parse_queries
 from pg import postgres
 from redis_db import redis_database
@@ -421,9 +421,11 @@ def bench_limits(backend: str, dsn: str, drain_count: int, rounds: int) -> list[
     store = open_store(dsn)
     store.migrate()
     now = datetime.now(UTC)
-    store.limit_set(LIMIT_CASES["rate 100,000/s"], RATE, False, now)
-    store.limit_set(LIMIT_CASES["concurrency 10,000"], CONCURRENCY, False, now)
-    store.limit_set(LIMIT_CASES[f"per key: 1 at once, {KEYS:,} keys"], PER_KEY, True, now)
+    store.limit_set(LimitChange(LIMIT_CASES["rate 100,000/s"], RATE), now)
+    store.limit_set(LimitChange(LIMIT_CASES["concurrency 10,000"], CONCURRENCY), now)
+    store.limit_set(
+        LimitChange(LIMIT_CASES[f"per key: 1 at once, {KEYS:,} keys"], PER_KEY, per_key=True), now
+    )
     before = ClaimBeforeLimits(store, backend)
 
     def claimer(queue: str) -> Callable[[int], list[Job]]:

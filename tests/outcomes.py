@@ -8,7 +8,7 @@ from typing import Any
 
 from conveyor.job import Job, NewJob, retry_refusal, utcnow
 from conveyor.store.protocols import Store
-from conveyor.store.records import Finish, JobSelection, Lease
+from conveyor.store.records import Finish, JobSelection, Lease, Page, Purge
 
 
 def Failure(  # named like the record it builds
@@ -52,9 +52,11 @@ def listed(
     store: Store, *, before_id: int | None = None, limit: int = 100, **filters: Any
 ) -> list[Job]:
     """A page of jobs newest first, the way the App lists them (``job_select``)."""
-    return store.job_select(JobSelection(**filters), utcnow(), before_id, limit)
+    return store.job_select(JobSelection(**filters), utcnow(), Page(limit, before_id))
 
 
 def purge(store: Store, finished_before: datetime, limit: int = 10_000) -> int:
     """Delete up to ``limit`` jobs in any final state finished before the time."""
-    return store.job_purge_where(finished_before, ("succeeded", "failed", "cancelled"), None, limit)
+    return store.job_purge_where(
+        Purge(finished_before, ("succeeded", "failed", "cancelled")), limit
+    )

@@ -14,7 +14,7 @@ from conveyor.audit import ACTOR_ENV, entries
 from conveyor.cli import cli
 from conveyor.errors import ConfigurationError
 from conveyor.job import utcnow
-from conveyor.store.audit import FIELD_CHARS, AuditStore
+from conveyor.store.audit import FIELD_CHARS, AuditAction, AuditStore
 from conveyor.store.dsn import DSN_ENV
 from conveyor.store.protocols import Store
 
@@ -35,10 +35,12 @@ def test_entries_come_back_newest_first_a_page_at_a_time(store: Store) -> None:
     assert store.audit_list(10) == []
     start = utcnow().replace(microsecond=0)
     for n in range(7):
-        store.audit_record(f"user{n}", "cli", "retry", f"job {n}", n, start + timedelta(seconds=n))
+        store.audit_record(
+            AuditAction(f"user{n}", "cli", "retry", f"job {n}", n), start + timedelta(seconds=n)
+        )
     # A name is data: quotes, newlines, a key's braces, and a length past the kept one.
     odd = "q'; DROP TABLE audit_log; --\n{x}" + "z" * (FIELD_CHARS * 2)
-    store.audit_record(odd, "dashboard", "pause", odd, None, start + timedelta(seconds=9))
+    store.audit_record(AuditAction(odd, "dashboard", "pause", odd), start + timedelta(seconds=9))
     newest = store.audit_list(3)
     assert [e.actor[:5] for e in newest] == ["q'; D", "user6", "user5"]
     assert newest[0].jobs is None and newest[1].jobs == 6
@@ -65,7 +67,7 @@ def test_redis_keeps_only_the_newest_entries(
         store = app.store
         assert isinstance(store, AuditStore)
         for n in range(12):
-            store.audit_record("ops", "cli", "pause", f"queue q{n}", None, utcnow())
+            store.audit_record(AuditAction("ops", "cli", "pause", f"queue q{n}"), utcnow())
         kept = store.audit_list(100)
         assert [e.target for e in kept] == [f"queue q{n}" for n in range(11, 6, -1)]
         assert [e.target for e in store.audit_list(2, before=kept[1].id)] == [

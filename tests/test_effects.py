@@ -26,7 +26,7 @@ from conveyor import App, Context, FixedBackoff, JobState
 from conveyor.cli import cli
 from conveyor.errors import ConfigurationError, LeaseLostError
 from conveyor.job import NewJob, utcnow
-from conveyor.store.records import Finish, Lease
+from conveyor.store.records import Finish, Lease, NewStep
 from conveyor.testing import drain, inline
 from conveyor.web import create_app
 from store_fixtures import sql_only
@@ -501,13 +501,13 @@ def claimed_lease(store: Any) -> Lease:
 def test_the_store_records_steps_under_the_lease_and_keeps_the_first(store: Any) -> None:
     lease = claimed_lease(store)
     started = utcnow()
-    first = store.step_record(lease, "a", '{"n": 1.5}', started)
+    first = store.step_record(lease, NewStep("a", '{"n": 1.5}', started))
     assert (first.name, first.result, first.attempt) == ("a", {"n": 1.5}, 1)
     assert first.started_at <= first.finished_at
     # Recorded already: kept, whatever the second result (one name, one result).
-    again = store.step_record(lease, "a", '"other"', utcnow())
+    again = store.step_record(lease, NewStep("a", '"other"', utcnow()))
     assert again.result == {"n": 1.5}
-    store.step_record(lease, "b", "[1, 2]", utcnow())
+    store.step_record(lease, NewStep("b", "[1, 2]", utcnow()))
     assert [(s.name, s.result) for s in store.step_list(lease.id)] == [
         ("a", {"n": 1.5}),
         ("b", [1, 2]),
@@ -515,7 +515,7 @@ def test_the_store_records_steps_under_the_lease_and_keeps_the_first(store: Any)
     assert store.step_list(lease.id + 1000) == []
     # A stale lease records nothing.
     assert store.job_finish([Finish.complete(lease.id, lease.token, "null")]) == [lease.id]
-    assert store.step_record(lease, "c", "1", utcnow()) is None
+    assert store.step_record(lease, NewStep("c", "1", utcnow())) is None
     assert [s.name for s in store.step_list(lease.id)] == ["a", "b"]
     assert store.job_delete_many([lease.id]) == [lease.id]
     assert store.step_list(lease.id) == []

@@ -42,7 +42,7 @@ from conveyor.job import NewJob
 from conveyor.store.capabilities import sql_store
 from conveyor.store.dsn import open_store
 from conveyor.store.protocols import SqlStore, Store
-from conveyor.store.records import Finish
+from conveyor.store.records import Finish, Purge
 from conveyor.store.sql import load_migrations, load_queries
 from outcomes import cancel_one, purge, retry_one
 
@@ -209,7 +209,7 @@ class CountsMachine(RuleBasedStateMachine):
         queue=st.sampled_from([None, *QUEUES]),
     )
     def purge_where(self, states: list[str], queue: str | None) -> None:
-        self.store.job_purge_where(self.now + timedelta(seconds=1), states, queue, 3)
+        self.store.job_purge_where(Purge(self.now + timedelta(seconds=1), states, queue), 3)
 
     @rule(queue=st.sampled_from(QUEUES), keep=st.integers(0, 3))
     def keep_finished(self, queue: str, keep: int) -> None:

@@ -17,7 +17,7 @@ from conveyor.job import Job, NewJob
 from conveyor.limits import Limit, Rate, parse_rate
 from conveyor.store.dsn import open_store
 from conveyor.store.protocols import Store
-from conveyor.store.records import Finish
+from conveyor.store.records import Finish, LimitChange
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
@@ -75,7 +75,7 @@ def set_limit(
     per_key: bool = False,
 ) -> None:
     limit = Limit(rate=parse_rate(rate) if rate else None, concurrency=concurrency)
-    store.limit_set(queue, limit, per_key, T0)
+    store.limit_set(LimitChange(queue, limit, per_key), T0)
 
 
 # --- the rules -------------------------------------------------------------------------
@@ -308,10 +308,10 @@ def test_limits_are_set_per_scope_and_cleared(store: Store) -> None:
     assert got is not None
     assert got.limit == Limit(Rate(10, 1.0), 2)
     assert got.key_limit == Limit(None, 1)
-    store.limit_set("api", None, False, T0)
+    store.limit_set(LimitChange("api", None), T0)
     got = store.limit_get("api")
     assert got is not None and got.limit is None and got.key_limit == Limit(None, 1)
-    store.limit_set("api", None, True, T0)
+    store.limit_set(LimitChange("api", None, per_key=True), T0)
     assert store.limit_get("api") is None
 
 
@@ -322,7 +322,7 @@ def test_a_raised_limit_counts_from_the_next_claim(store: Store) -> None:
     assert claim(store, 0.1) == []
     set_limit(store, concurrency=4)
     assert len(claim(store, 0.2)) == 3
-    store.limit_set("api", None, False, T0)
+    store.limit_set(LimitChange("api", None), T0)
     assert len(claim(store, 0.3)) == 6
 
 
@@ -332,7 +332,7 @@ def test_a_limit_set_by_another_process_holds_from_the_next_claim(dsn: str) -> N
         worker.migrate()
         enqueue(worker, 10)
         assert len(worker.job_claim(["api"], 1, "w1", LEASE)) == 1  # no limit yet
-        operator.limit_set("api", Limit(concurrency=2), False, T0)
+        operator.limit_set(LimitChange("api", Limit(concurrency=2)), T0)
         # A store that has not seen the limit yet may pass the queue by, never past it...
         first = worker.job_claim(["api"], 10, "w1", LEASE)
         assert len(first) <= 1
@@ -341,7 +341,7 @@ def test_a_limit_set_by_another_process_holds_from_the_next_claim(dsn: str) -> N
             assert worker.next_run_in(["api"]) == 0
         assert len(worker.job_claim(["api"], 10, "w1", LEASE)) == 1 - len(first)
         assert worker.job_claim(["api"], 10, "w1", LEASE) == []
-        operator.limit_set("api", None, False, T0)
+        operator.limit_set(LimitChange("api", None), T0)
         assert len(worker.job_claim(["api"], 10, "w1", LEASE)) == 8
     finally:
         worker.close()

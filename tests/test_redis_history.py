@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from conveyor.job import NewJob
-from conveyor.store.records import Finish
+from conveyor.store.records import Finish, Purge
 from conveyor.store.redis import RedisStore, history
 
 pytestmark = pytest.mark.redis
@@ -102,7 +102,7 @@ def test_a_retention_round_reads_a_page_and_what_it_deletes(
 ) -> None:
     finish(store, MANY)
     cost = measured(server)
-    assert store.job_purge_where(at(20), ["succeeded"], None, limit=100) == 100
+    assert store.job_purge_where(Purge(at(20), ["succeeded"]), limit=100) == 100
     sent, reads = cost()
     # The hundred oldest finished jobs read and deleted: no more.
     assert reads <= 2 * 100, reads
@@ -122,7 +122,7 @@ def test_a_rule_that_passes_over_kept_jobs_goes_on_where_it_stopped(
         rounds += 1
         assert rounds <= 7, "the rule never reached the jobs it deletes"
         cost = measured(server)
-        deleted += store.job_purge_where(at(20), ["succeeded", "cancelled"], None, limit=200)
+        deleted += store.job_purge_where(Purge(at(20), ["succeeded", "cancelled"]), limit=200)
         reads = cost()[1]
         assert reads <= 1_000 + history.PAGE + 200, (rounds, reads)
     assert deleted == len(doomed)
@@ -130,7 +130,7 @@ def test_a_rule_that_passes_over_kept_jobs_goes_on_where_it_stopped(
     # With nothing left to delete, the next rounds walk again from the oldest, a
     # bounded stretch at a time, and delete nothing.
     for _ in range(4):
-        assert store.job_purge_where(at(20), ["succeeded", "cancelled"], None) == 0
+        assert store.job_purge_where(Purge(at(20), ["succeeded", "cancelled"])) == 0
 
 
 def test_a_trim_reads_counts_and_what_it_deletes(store: RedisStore, server: redis.Redis) -> None:

@@ -32,7 +32,7 @@ from conveyor.job import Event, Job, NewJob, utcnow
 from conveyor.limits import Limit
 from conveyor.store.dsn import open_store
 from conveyor.store.event_kinds import DROPPED_INCOMPLETE, DROPPED_MISSING
-from conveyor.store.records import Finish, Lease
+from conveyor.store.records import Finish, Lease, LimitChange
 from conveyor.store.redis import RedisStore
 from conveyor.store.redis import base as redis_base
 from conveyor.store.redis import core as redis_core
@@ -246,8 +246,8 @@ def test_a_running_job_under_limits_frees_the_queue_and_its_key(
     store: RedisStore, client: Any
 ) -> None:
     now = utcnow()
-    store.limit_set("api", Limit(concurrency=1), False, now)
-    store.limit_set("api", Limit(concurrency=1), True, now)
+    store.limit_set(LimitChange("api", Limit(concurrency=1)), now)
+    store.limit_set(LimitChange("api", Limit(concurrency=1), per_key=True), now)
     jobs = store.job_insert_many(
         [new_job("api", limit_key="acme"), new_job("api", limit_key="acme"),
          new_job("api", limit_key="other")],
@@ -273,7 +273,7 @@ def test_a_running_job_whose_limit_key_is_unknown_has_its_key_counted_again(
     store: RedisStore, client: Any
 ) -> None:
     now = utcnow()
-    store.limit_set("api", Limit(concurrency=1), True, now)
+    store.limit_set(LimitChange("api", Limit(concurrency=1), per_key=True), now)
     jobs = store.job_insert_many(
         [new_job("api", limit_key="acme"), new_job("api", limit_key="zen"),
          new_job("api", limit_key="acme")],
@@ -321,7 +321,7 @@ def test_a_queued_job_holding_a_limit_keys_line_gives_its_place(
     store: RedisStore, client: Any
 ) -> None:
     now = utcnow()
-    store.limit_set("api", Limit(concurrency=1), True, now)
+    store.limit_set(LimitChange("api", Limit(concurrency=1), per_key=True), now)
     first, second = store.job_insert_many(
         [new_job("api", limit_key="acme"), new_job("api", limit_key="acme")], now
     )
@@ -553,7 +553,7 @@ def test_hashes_deleted_at_random_leave_every_index_right_once_met(
     and then every index and count agrees with the hashes left."""
     rng = random.Random(7)
     now = utcnow()
-    store.limit_set("api", Limit(concurrency=3), True, now)
+    store.limit_set(LimitChange("api", Limit(concurrency=3), per_key=True), now)
     new = []
     for _ in range(300):
         queue = rng.choice(["q", "api"])

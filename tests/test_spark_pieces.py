@@ -212,7 +212,7 @@ def _cleanup(db: str) -> None:
 _CRASH = """
 import os, sys
 from datetime import UTC, datetime
-from conveyor.spark.storage import open_storage, pieces
+from conveyor.spark.storage import WriteCommit, open_storage, pieces
 
 db, write_id, result_id, moment, *stages = sys.argv[1:]
 original = getattr(pieces.ParallelMove, moment)
@@ -224,7 +224,9 @@ def crash(self, *args):
 
 setattr(pieces.ParallelMove, moment, crash)
 storage = open_storage(db)
-storage.bulk_write_commit(write_id, stages, "live", datetime.now(UTC), result_id, pieces=4)
+storage.bulk_write_commit(
+    WriteCommit(write_id, stages, "live", datetime.now(UTC), result_id, pieces=4)
+)
 """
 
 

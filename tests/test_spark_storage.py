@@ -19,7 +19,7 @@ from conveyor.errors import SchemaMissingError
 from conveyor.spark import write_result
 from conveyor.spark.options import Options
 from conveyor.spark.rows import WritePlan
-from conveyor.spark.storage import ScanFilter, open_storage, scan_query
+from conveyor.spark.storage import ScanFilter, ScanRange, open_storage, scan_query
 from conveyor.spark.writer import ConveyorWriter
 from conveyor.store.dsn import sqlite_path
 from conveyor.store.protocols import Store
@@ -244,13 +244,9 @@ def test_one_scan_builder_for_both_databases() -> None:
     ]
     known = ("id", "state", "finished_at", "key", "queue")
     template = "SELECT {columns} FROM {table} WHERE {where} ORDER BY {id}"
-    lite, lite_params = scan_query(
-        template, "jobs", ["id", "state"], 1, 9, filters, known=known, placeholder="?",
-        epoch_times=True,
-    )  # fmt: skip
-    pg, pg_params = scan_query(
-        template, "jobs", ["id", "state"], 1, 9, filters, known=known, placeholder="%s"
-    )
+    what = ScanRange("jobs", ["id", "state"], 1, 9, filters)
+    lite, lite_params = scan_query(template, what, known=known, placeholder="?", epoch_times=True)
+    pg, pg_params = scan_query(template, what, known=known, placeholder="%s")
     assert lite == (
         "SELECT id, state FROM jobs WHERE id >= ? AND id < ? AND state IN (?, ?) "
         "AND finished_at >= ? AND key IS NULL AND 1 = 0 ORDER BY id"
@@ -261,4 +257,4 @@ def test_one_scan_builder_for_both_databases() -> None:
     from conveyor.errors import ConfigurationError
 
     with pytest.raises(ConfigurationError, match="jobs has no column"):
-        scan_query(template, "jobs", ["id; DROP"], 1, 9, [], known=known, placeholder="?")
+        scan_query(template, ScanRange("jobs", ["id; DROP"], 1, 9), known=known, placeholder="?")

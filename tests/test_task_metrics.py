@@ -14,6 +14,7 @@ from conveyor.store.metrics_protocol import (
     HOUR,
     MINUTE,
     TOTAL,
+    MetricsQuery,
     TaskMetricRow,
     TaskMetricsStore,
     bucket_of,
@@ -66,7 +67,7 @@ def test_fold_counts_and_percentiles(store: Store) -> None:
     assert store.task_metrics_fold() == 0  # nothing new: nothing folded twice
 
     since = START - timedelta(hours=1)
-    rows = store.task_metrics_read(MINUTE, since, "task")
+    rows = store.task_metrics_read(MetricsQuery(MINUTE, since, "task"))
     assert of(rows, "send", "enqueued") == 22
     assert of(rows, "send", "succeeded") == 20
     assert of(rows, "send", "failed") == 2
@@ -86,9 +87,13 @@ def test_fold_counts_and_percentiles(store: Store) -> None:
     assert percentile(histogram(send, "nothing"), 0.5) is None
 
     # The same samples in the hour rows and the total row, and per minute of one task.
-    assert of(store.task_metrics_read(HOUR, since, "task"), "send", "run") == 22
-    assert of(store.task_metrics_read(TOTAL, since, "task"), "send", "succeeded") == 20
-    per_minute = store.task_metrics_read(MINUTE, since, "time", queue="mail", task="digest")
+    assert of(store.task_metrics_read(MetricsQuery(HOUR, since, "task")), "send", "run") == 22
+    assert (
+        of(store.task_metrics_read(MetricsQuery(TOTAL, since, "task")), "send", "succeeded") == 20
+    )
+    per_minute = store.task_metrics_read(
+        MetricsQuery(MINUTE, since, "time", queue="mail", task="digest")
+    )
     # Enqueued in the minute of START, ended 62 s later: in the next one.
     starts = {r.start: r.series for r in per_minute if r.series in ("enqueued", "succeeded")}
     assert starts == {int(START.timestamp()): "enqueued", int(START.timestamp()) + 60: "succeeded"}
@@ -96,7 +101,7 @@ def test_fold_counts_and_percentiles(store: Store) -> None:
 
     # Every task of a queue, and everything: the rows folded for them, not the tasks'.
     def per_time(queue: str | None, task: str | None, series: str) -> int:
-        rows = store.task_metrics_read(MINUTE, since, "time", queue=queue, task=task)
+        rows = store.task_metrics_read(MetricsQuery(MINUTE, since, "time", queue=queue, task=task))
         return sum(r.jobs for r in rows if r.series == series)
 
     assert per_time("mail", None, "succeeded") == 21
@@ -104,8 +109,8 @@ def test_fold_counts_and_percentiles(store: Store) -> None:
     assert per_time(None, "send", "failed") == 2
     assert per_time("other", None, "succeeded") == 0
     for span in (600, 21600, 86400):
-        assert of(store.task_metrics_read(span, since, "task"), "send", "run") == 22
-    assert store.task_metrics_read(MINUTE, since, "task", queue="nosuch") == []
+        assert of(store.task_metrics_read(MetricsQuery(span, since, "task")), "send", "run") == 22
+    assert store.task_metrics_read(MetricsQuery(MINUTE, since, "task", queue="nosuch")) == []
 
 
 def test_prune_keeps_totals(store: Store) -> None:
@@ -115,11 +120,11 @@ def test_prune_keeps_totals(store: Store) -> None:
     since = START - timedelta(days=30)
     assert store.task_metrics_prune(START + timedelta(hours=1)) == 0
     assert store.task_metrics_prune(START + timedelta(days=1)) > 0  # the minute rows
-    assert store.task_metrics_read(MINUTE, since, "task") == []
-    assert of(store.task_metrics_read(HOUR, since, "task"), "t", "succeeded") == 1
+    assert store.task_metrics_read(MetricsQuery(MINUTE, since, "task")) == []
+    assert of(store.task_metrics_read(MetricsQuery(HOUR, since, "task")), "t", "succeeded") == 1
     assert store.task_metrics_prune(START + timedelta(days=9)) > 0  # the hour rows
-    assert store.task_metrics_read(HOUR, since, "task") == []
-    assert of(store.task_metrics_read(TOTAL, since, "task"), "t", "succeeded") == 1
+    assert store.task_metrics_read(MetricsQuery(HOUR, since, "task")) == []
+    assert of(store.task_metrics_read(MetricsQuery(TOTAL, since, "task")), "t", "succeeded") == 1
 
 
 def test_a_reader_folds_and_prunes(store: Store) -> None:
@@ -127,11 +132,11 @@ def test_a_reader_folds_and_prunes(store: Store) -> None:
     run_jobs(store, "q", "t", [(1.0, 1.0)], "complete")
     fold_for_reading(store, START + timedelta(days=1))  # folds, then drops the minute rows
     since = START - timedelta(days=30)
-    assert store.task_metrics_read(MINUTE, since, "task") == []
-    assert of(store.task_metrics_read(HOUR, since, "task"), "t", "succeeded") == 1
+    assert store.task_metrics_read(MetricsQuery(MINUTE, since, "task")) == []
+    assert of(store.task_metrics_read(MetricsQuery(HOUR, since, "task")), "t", "succeeded") == 1
     run_jobs(store, "q", "t", [(1.0, 1.0)], "complete")
     fold_for_reading(store, START + timedelta(days=1, minutes=1))  # folds; pruned lately
-    assert of(store.task_metrics_read(MINUTE, since, "task"), "t", "succeeded") == 1
+    assert of(store.task_metrics_read(MetricsQuery(MINUTE, since, "task")), "t", "succeeded") == 1
 
 
 def test_names_are_data(store: Store) -> None:
@@ -139,7 +144,9 @@ def test_names_are_data(store: Store) -> None:
     odd = "q'\"; DROP TABLE jobs; --\n:x %s {a}"
     run_jobs(store, odd, odd + "t", [(0.0, 0.5)], "complete")
     fold_all(store)
-    rows = store.task_metrics_read(MINUTE, START - timedelta(hours=1), "task", queue=odd)
+    rows = store.task_metrics_read(
+        MetricsQuery(MINUTE, START - timedelta(hours=1), "task", queue=odd)
+    )
     assert {(r.queue, r.task) for r in rows} == {(odd, odd + "t")}
 
 

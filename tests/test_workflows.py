@@ -16,7 +16,7 @@ import pytest
 from conveyor import App, Context, InvalidJobError, JobState
 from conveyor.errors import JobStateError
 from conveyor.job import EventKind, NewJob
-from conveyor.store.records import Finish
+from conveyor.store.records import Finish, Purge
 from conveyor.testing import drain
 
 T0 = datetime(2031, 1, 1, tzinfo=UTC)
@@ -354,14 +354,14 @@ def test_retention_keeps_a_parent_whose_children_still_wait(app: App) -> None:
     child = t["total"].options(after=[done, later]).enqueue()
     future = datetime.now(UTC) + timedelta(days=1)
 
-    assert app.store.job_purge_where(future, FINAL, None) == 0
+    assert app.store.job_purge_where(Purge(future, FINAL)) == 0
     assert app.store.job_purge_beyond("default", 0, FINAL) == 0  # by count, too
     assert app.get(done.id).state == JobState.SUCCEEDED
 
     app.cancel(later.id)
     assert app.get(child.id).state == JobState.CANCELLED
     assert edge_rows(app) == 2
-    assert app.store.job_purge_where(future, FINAL, None) == 3
+    assert app.store.job_purge_where(Purge(future, FINAL)) == 3
     assert app.jobs() == []
     assert edge_rows(app) == 0  # the edges went with their jobs
 

@@ -75,7 +75,10 @@ from conveyor.store.records import (
     BatchStatus,
     FinishedCount,
     JobSelection,
+    LimitChange,
     LimitStatus,
+    Page,
+    Purge,
     Relative,
     Stats,
     Step,
@@ -652,7 +655,7 @@ class App:
             state=None if state is None else str(state), queue=queue, task=task, group=group,
             batch=batch, error=error, worker=worker, key=key, limit_key=limit_key, args=args,
         )  # fmt: skip
-        found = store.job_select(selection, utcnow(), before_id, limit)
+        found = store.job_select(selection, utcnow(), Page(limit, before_id))
         return [self._attach(job) for job in found]
 
     def workers(self) -> list[WorkerStatus]:
@@ -687,7 +690,7 @@ class App:
         """
         store = operator_store(self.store, "read the tasks the store has seen")
         known = set(self.tasks) | set(self.store.periodic_last_ticks())
-        newest = store.job_select(JobSelection(), utcnow(), None, KNOWN_TASKS_READ)
+        newest = store.job_select(JobSelection(), utcnow(), Page(KNOWN_TASKS_READ))
         return known | {job.task for job in newest}
 
     @property
@@ -856,7 +859,7 @@ class App:
             validate_name("queue", queue)
         total = 0
         while True:
-            deleted = store.job_purge_where(cutoff, chosen, queue)
+            deleted = store.job_purge_where(Purge(cutoff, chosen, queue))
             total += deleted
             if deleted == 0:
                 return total
@@ -1089,7 +1092,7 @@ class App:
         cutoff = utcnow() - check_age(older_than)
         if queue is not None:
             validate_name("queue", queue)
-        return store.job_purge_count(cutoff, check_final_states(states), queue)
+        return store.job_purge_count(Purge(cutoff, check_final_states(states), queue))
 
     def apply_retention(self, now: datetime) -> int:
         """One round of retention now (``conveyor.worker.retention.Retention.apply``), as
@@ -1295,7 +1298,7 @@ class App:
                     f"app.limit({queue!r}, clear=True) drops the whole limit: "
                     f"give {' or '.join(given)} in another call"
                 )
-            return store.limit_set(queue, None, per_key, utcnow())
+            return store.limit_set(LimitChange(queue, None, per_key), utcnow())
         if not given:
             raise ConfigurationError(
                 "give rate= (such as '10/s'), concurrency=, or both; None drops that part, "
@@ -1305,7 +1308,7 @@ class App:
             None if rate is _UNSET else rate, None if concurrency is _UNSET else concurrency
         )
         keep = [part for part in named if part not in given]
-        return store.limit_set(queue, chosen, per_key, utcnow(), keep=keep)
+        return store.limit_set(LimitChange(queue, chosen, per_key, keep), utcnow())
 
     def limits(self) -> dict[str, LimitStatus]:
         """Every queue's limits and how full they are now: running, started, room, held back."""

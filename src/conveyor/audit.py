@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from conveyor.errors import ConfigurationError
 from conveyor.job import utcnow
-from conveyor.store.audit import AuditEntry, AuditStore
+from conveyor.store.audit import AuditAction, AuditEntry, AuditStore
 
 if TYPE_CHECKING:
     from conveyor.app import App
@@ -30,7 +30,7 @@ def record(
     """Add an entry to the store's audit; nothing on a store without one."""
     store = app.store
     if isinstance(store, AuditStore):
-        store.audit_record(actor, source, action, target, jobs, utcnow())
+        store.audit_record(AuditAction(actor, source, action, target, jobs), utcnow())
 
 
 def record_cli(app: App, action: str, target: str, jobs: int | None = None) -> None:

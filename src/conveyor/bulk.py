@@ -23,7 +23,7 @@ from conveyor.job import (
     validate_name,
 )
 from conveyor.store.protocols import OperatorStore
-from conveyor.store.records import JobSelection
+from conveyor.store.records import JobSelection, Page
 
 #: Jobs acted on per transaction by a bulk action.
 BULK_BATCH = 1000
@@ -98,7 +98,7 @@ def walk(
         narrowed = dataclasses.replace(selection, state=state)
         before: int | None = None
         while True:
-            page = store.job_select(narrowed, utcnow(), before, BULK_BATCH)
+            page = store.job_select(narrowed, utcnow(), Page(BULK_BATCH, before))
             if not page:
                 break
             done(act([job.id for job in page], utcnow()))

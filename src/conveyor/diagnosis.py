@@ -18,7 +18,7 @@ from conveyor.limits import fullness_words, window_words
 from conveyor.logs import spelled_duration
 from conveyor.store.limit_keys import LimitKeyStore
 from conveyor.store.protocols import FlowControlStore, JobStore, OperatorStore, WorkflowStore
-from conveyor.store.records import JobSelection, LimitStatus
+from conveyor.store.records import JobSelection, LimitStatus, Page
 
 #: The kinds of reason, in the order they are given (what an operator would
 #: undo first comes first).
@@ -184,7 +184,7 @@ def _group(store: JobStore, job: Job, now: datetime) -> list[Reason]:
     if job.group is None or not isinstance(store, OperatorStore):
         return []
     selection = JobSelection(state=str(JobState.RUNNING), group=job.group)
-    running = [j.id for j in store.job_select(selection, now, None, 1) if j.id != job.id]
+    running = [j.id for j in store.job_select(selection, now, Page(1)) if j.id != job.id]
     if not running:
         return []
     text = f"job {running[0]} of its group {job.group!r} is running (one at a time per group)"

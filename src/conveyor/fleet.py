@@ -11,7 +11,7 @@ from typing import Any
 from conveyor.errors import ConfigurationError
 from conveyor.job import Job, JobState
 from conveyor.store.protocols import OperatorStore
-from conveyor.store.records import JobSelection, WorkerInfo
+from conveyor.store.records import JobSelection, Page, WorkerInfo
 from conveyor.store.worker_control import WorkerControlStore, control_changes, read_control
 
 #: A worker that has not checked in for this long is probably dead: it beats every
@@ -62,7 +62,7 @@ def worker_statuses(
     held: dict[str, list[Job]] = {w.id: [] for w in listed}
     if listed:
         running = JobSelection(state=str(JobState.RUNNING))
-        for job in sorted(store.job_select(running, now, None, MAX_HELD_READ), key=lambda j: j.id):
+        for job in sorted(store.job_select(running, now, Page(MAX_HELD_READ)), key=lambda j: j.id):
             if job.worker in held:
                 held[job.worker].append(attach(job))
     return [

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from conveyor.job import Job, JobState, utcnow
 from conveyor.store.capabilities import operator_store
-from conveyor.store.records import JobSelection
+from conveyor.store.records import JobSelection, Page
 from conveyor.task import Task
 from conveyor.worker.inline import DEFAULT_LIMIT, run_job
 from conveyor.worker.inline import drain as _drain
@@ -128,14 +128,14 @@ def enqueued_jobs(
     )
     found: list[Job] = []
     page = operator_store(app.store, "read enqueued jobs").job_select(
-        selection, utcnow(), None, PAGE
+        selection, utcnow(), Page(PAGE)
     )
     while page:
         found.extend(page)
         if len(page) < PAGE:
             break
         page = operator_store(app.store, "read enqueued jobs").job_select(
-            selection, utcnow(), page[-1].id, PAGE
+            selection, utcnow(), Page(PAGE, page[-1].id)
         )
     # Attached to the App, so that job.wait() and job.refresh() work as on enqueue's Jobs.
     return [app._attach(job) for job in reversed(found) if _matches(job, args, kwargs)]

@@ -45,7 +45,7 @@ from pyspark.sql.types import IntegerType, LongType, StringType
 
 from conveyor.errors import ConfigurationError
 from conveyor.spark.options import Options
-from conveyor.spark.storage import Scan, ScanFilter, ScanOp, backend_of, open_storage
+from conveyor.spark.storage import Scan, ScanFilter, ScanOp, ScanRange, backend_of, open_storage
 from conveyor.spark.tables import TABLES, Column, arrow_schema, arrow_type, sqlite_array
 
 ROWS_PER_PARTITION = 250_000
@@ -159,14 +159,9 @@ class ConveyorReader(DataSourceReader):
             return
         store = open_storage(self.dsn)
         try:
-            scan = store.scan(
-                self.table,
-                [c.name for c in self.columns],
-                bounds.low,
-                bounds.high,
-                self.filters,
-                FETCH_ROWS,
-            )
+            columns = [c.name for c in self.columns]
+            what = ScanRange(self.table, columns, bounds.low, bounds.high, self.filters)
+            scan = store.scan(what, FETCH_ROWS)
             # The chunks are closed before the store: a read Spark stops early
             # (a limit) must not leave a cursor on a closed connection.
             with contextlib.closing(scan.chunks):

@@ -56,8 +56,10 @@ from conveyor.spark.storage import (
     PATH_ONE_TRANSACTION,
     PATH_PER_PARTITION,
     PATH_PIECES,
+    BatchStep,
     Progress,
     SparkStorage,
+    WriteCommit,
     WriteConflictError,
     WriteEndedError,
     WriteResult,
@@ -265,7 +267,7 @@ class ConveyorWriter(_Staging, DataSourceArrowWriter):
                     key=lambda m: m.partition,
                 )
                 keyless = self._refuse_null_keys(store, self.write_id, parts)
-                result = store.bulk_write_commit(
+                commit = WriteCommit(
                     self.write_id,
                     [m.stage for m in parts if m.stage is not None],
                     self.plan.unique,
@@ -274,6 +276,7 @@ class ConveyorWriter(_Staging, DataSourceArrowWriter):
                     pieces=self.plan.commit_pieces,
                     keyless=keyless,
                 )
+                result = store.bulk_write_commit(commit)
             else:
                 keyless = sum(m.keyless for m in messages if isinstance(m, InsertedPart))
                 result = store.bulk_write_finish(
@@ -357,15 +360,9 @@ class ConveyorWriter(_Staging, DataSourceArrowWriter):
             expected = Progress(start + skip, _signed(checksum))
             checksum = (checksum + sum(prints[skip:])) % _CHECKSUM_MODULUS
             after = Progress(seen, _signed(checksum))
-            store.bulk_insert(
-                self.write_id,
-                partition,
-                expected,
-                staged_rows(store, jobs, skip),
-                after,
-                self.plan.unique,
-                datetime.now(UTC),
-            )
+            step = BatchStep(self.write_id, partition, expected, after)
+            rows = staged_rows(store, jobs, skip)
+            store.bulk_insert(step, rows, self.plan.unique, datetime.now(UTC))
         if seen < done.rows:
             raise WriteConflictError(
                 f"partition {partition} of write {self.write_id}: an earlier attempt enqueued "
@@ -455,7 +452,7 @@ class ConveyorStreamWriter(_Staging, DataSourceStreamArrowWriter):
         store = open_storage(self.dsn)
         try:
             keyless = self._refuse_null_keys(store, write_id, parts)
-            result = store.bulk_write_commit(
+            commit = WriteCommit(
                 write_id,
                 stages,
                 self.plan.unique,
@@ -465,6 +462,7 @@ class ConveyorStreamWriter(_Staging, DataSourceStreamArrowWriter):
                 pieces=self.plan.commit_pieces,
                 keyless=keyless,
             )
+            result = store.bulk_write_commit(commit)
         finally:
             store.close()
         if result.new:

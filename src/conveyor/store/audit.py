@@ -42,14 +42,33 @@ class AuditEntry:
         return data
 
 
+@dataclass(frozen=True, slots=True)
+class AuditAction:
+    """An action to record: an entry before the store gives it an id (see ``AuditEntry``)."""
+
+    actor: str
+    source: str
+    action: str
+    target: str
+    jobs: int | None = None
+
+    def kept(self) -> dict[str, Any]:
+        """The fields as an entry keeps them: each text clipped to FIELD_CHARS."""
+        return {
+            "actor": clip(self.actor),
+            "source": clip(self.source),
+            "action": clip(self.action),
+            "target": clip(self.target),
+            "jobs": self.jobs,
+        }
+
+
 @runtime_checkable
 class AuditStore(Protocol):
     """Recording operators' actions and reading them back, newest first."""
 
-    def audit_record(
-        self, actor: str, source: str, action: str, target: str, jobs: int | None, at: datetime
-    ) -> None:
-        """Add one entry."""
+    def audit_record(self, action: AuditAction, at: datetime) -> None:
+        """Add one entry: ``action``, done ``at``."""
         ...
 
     def audit_list(self, limit: int, before: int | None = None) -> list[AuditEntry]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -88,22 +90,23 @@ def open_store(dsn: str | None = None, **options: Any) -> Store:
         return SQLiteStore(sqlite_path(dsn), **options)
     if scheme in ("postgresql", "postgres"):
         check_postgres_dsn(dsn)
-        try:
+        with _extra("PostgreSQL support needs psycopg 3", "postgres"):
             from conveyor.store.postgres import PostgresStore
-        except ImportError as exc:
-            raise ConfigurationError(
-                f"PostgreSQL support needs psycopg 3: pip install 'conveyor[postgres]' ({exc})"
-            ) from None
         return PostgresStore(dsn, **options)
     if scheme in ("redis", "rediss", "unix"):
-        try:
+        with _extra("Redis support needs redis-py", "redis"):
             from conveyor.store.redis import RedisStore
-        except ImportError as exc:
-            raise ConfigurationError(
-                f"Redis support needs redis-py: pip install 'conveyor[redis]' ({exc})"
-            ) from None
         return RedisStore(dsn, **options)
     raise ConfigurationError(f"unsupported DSN {redacted(dsn)!r}: {_HELP}")
+
+
+@contextmanager
+def _extra(what: str, extra: str) -> Iterator[None]:
+    """A store's import: a missing dependency is a ConfigurationError naming its extra."""
+    try:
+        yield
+    except ImportError as exc:
+        raise ConfigurationError(f"{what}: pip install 'conveyor[{extra}]' ({exc})") from None
 
 
 def redacted(dsn: str) -> str:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
 from conveyor.limits import Limit, QueueLimits, Rate
-from conveyor.store.records import LimitStatus
+from conveyor.store.records import LimitChange, LimitStatus
 
 #: Seconds a start is kept past its windows: a clock that steps back by less
 #: than this cannot make a claim forget a start that still counts. (Claims are
@@ -80,18 +80,17 @@ def limit_status(
     )
 
 
-def limit_set_params(
-    queue: str, limit: Limit | None, per_key: bool, keep: Collection[str], now: object
-) -> dict[str, Any]:
+def limit_set_params(change: LimitChange, now: object) -> dict[str, Any]:
     """The parameters of both SQL dialects' ``limit_set`` (``now`` as each passes times)."""
+    limit = change.limit
     rate = limit.rate if limit is not None else None
     return {
-        "queue": queue,
-        "scope": "key" if per_key else "queue",
+        "queue": change.queue,
+        "scope": "key" if change.per_key else "queue",
         "rate": rate.count if rate is not None else None,
         "per": rate.per if rate is not None else None,
         "concurrency": limit.concurrency if limit is not None else None,
-        "keep_rate": "rate" in keep,
-        "keep_concurrency": "concurrency" in keep,
+        "keep_rate": "rate" in change.keep,
+        "keep_concurrency": "concurrency" in change.keep,
         "now": now,
     }

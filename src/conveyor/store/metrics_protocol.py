@@ -92,6 +92,43 @@ class TaskMetricRow:
     seconds: float
 
 
+@dataclass(frozen=True, slots=True)
+class MetricsQuery:
+    """A read of the folded rows: those of ``span`` from ``since`` on (any start
+    for span 0), grouped ``per`` task (of ``queue`` and ``task`` when given),
+    summed over time; or per start, of the selection: one task (of one queue or
+    of all), every task of one queue, or everything."""
+
+    span: int
+    since: datetime
+    per: Grouping
+    queue: str | None = None
+    task: str | None = None
+
+    def statement(self) -> str:
+        """The SQL stores' statement for this read (in their ``metrics.sql``)."""
+        if self.per == "task":
+            return "task_metrics_per_task"
+        if self.task is not None and self.queue is None:
+            return "task_metrics_per_time_of_task"
+        return "task_metrics_per_time"
+
+    def params(self) -> dict[str, Any]:
+        """The parameters of ``statement()``: a read per start of every task of a
+        queue (or of everything) reads the rows of task '' (and queue '')."""
+        queue, task = self.queue, self.task
+        if self.per == "time" and task is None:
+            queue, task = queue or "", ""
+        since = span_start(self.since, self.span) if self.span else 0
+        return {"span": self.span, "since": since, "queue": queue, "task": task}
+
+    def rows(self, found: Iterable[Sequence[Any]]) -> list[TaskMetricRow]:
+        """The SQL stores' result rows of ``statement()`` as records."""
+        if self.per == "task":
+            return [TaskMetricRow(0, q, t, s, b, n, sec) for q, t, s, b, n, sec in found]
+        return [TaskMetricRow(start, "", "", s, b, n, sec) for start, s, b, n, sec in found]
+
+
 @runtime_checkable
 class TaskMetricsStore(Protocol):
     """A store that folds its events into per-task metrics (see the module)."""
@@ -101,18 +138,8 @@ class TaskMetricsStore(Protocol):
         read (0 also when another fold held the offset)."""
         ...
 
-    def task_metrics_read(
-        self,
-        span: int,
-        since: datetime,
-        per: Grouping,
-        queue: str | None = None,
-        task: str | None = None,
-    ) -> list[TaskMetricRow]:
-        """The rows of ``span`` from ``since`` on (any start for span 0): per task
-        (of ``queue`` and ``task`` when given), summed over time; or per start, of
-        the selection: one task (of one queue or of all), every task of one queue,
-        or everything."""
+    def task_metrics_read(self, query: MetricsQuery) -> list[TaskMetricRow]:
+        """The rows the query asks for (see ``MetricsQuery``)."""
         ...
 
     def task_metrics_prune(self, now: datetime) -> int:
@@ -176,18 +203,6 @@ def span_start(moment: datetime, span: int) -> int:
 def prune_cutoffs(now: datetime) -> dict[str, int]:
     """The start before which each span's rows go, as the prune statements take them."""
     return {f"before_{span}": span_start(now - kept, span) for span, kept in KEPT.items()}
-
-
-def per_time_statement(params: dict[str, Any]) -> str:
-    """The SQL stores' statement for a read per start, its ``queue`` and ``task``
-    set to the rows of the selection: a task of a queue, every task of a queue
-    (task ''), everything (both ''), or one task over its queues."""
-    if params["task"] is not None and params["queue"] is None:
-        return "task_metrics_per_time_of_task"
-    if params["task"] is None:
-        params["task"] = ""
-        params["queue"] = params["queue"] or ""
-    return "task_metrics_per_time"
 
 
 #: How often a reader prunes (see fold_for_reading), per store, in this process.

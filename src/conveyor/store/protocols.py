@@ -14,7 +14,7 @@ the checks that a store has a capability in ``conveyor.store.capabilities``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -24,8 +24,9 @@ from conveyor.job import (
     Job,
     NewJob,
 )
-from conveyor.limits import Limit, QueueLimits
+from conveyor.limits import QueueLimits
 from conveyor.store.records import (
+    FIRST_PAGE,
     BatchStatus,
     EventCounts,
     EventOffset,
@@ -34,7 +35,11 @@ from conveyor.store.records import (
     JobSelection,
     Lease,
     LeaseStatus,
+    LimitChange,
     LimitStatus,
+    NewStep,
+    Page,
+    Purge,
     Relative,
     RunTimeBucket,
     Stats,
@@ -263,13 +268,9 @@ class OperatorStore(Protocol):
     def worker_list(self) -> list[WorkerInfo]: ...
 
     def job_select(
-        self,
-        selection: JobSelection,
-        now: datetime,
-        before_id: int | None = None,
-        limit: int = 100,
+        self, selection: JobSelection, now: datetime, page: Page = FIRST_PAGE
     ) -> list[Job]:
-        """Jobs matching the selection, newest first, below ``before_id`` (keyset pages).
+        """Jobs matching the selection, newest first, a page at a time (keyset pages).
 
         The one way jobs are listed. ``now`` tells ready, scheduled and retrying
         jobs apart.
@@ -312,22 +313,11 @@ class OperatorStore(Protocol):
         """
         ...
 
-    def job_purge_where(
-        self,
-        finished_before: datetime,
-        states: Sequence[str],
-        queue: str | None,
-        limit: int = 10_000,
-    ) -> int:
-        """Delete up to ``limit`` jobs in ``states`` (final ones) finished before the time.
-
-        Oldest first, with their events; ``queue`` None means every queue.
-        """
+    def job_purge_where(self, purge: Purge, limit: int = 10_000) -> int:
+        """Delete up to ``limit`` of the jobs ``purge`` names, oldest first, with their events."""
         ...
 
-    def job_purge_count(
-        self, finished_before: datetime, states: Sequence[str], queue: str | None
-    ) -> int:
+    def job_purge_count(self, purge: Purge) -> int:
         """How many jobs ``job_purge_where`` would delete in all (a dry run)."""
         ...
 
@@ -390,19 +380,11 @@ class FlowControlStore(Protocol):
     # Enforced by job_claim itself (one statement on PostgreSQL, one transaction
     # on SQLite): a claim never starts more jobs than a queue's and its keys'
     # limits leave room for, counted at that claim.
-    def limit_set(
-        self,
-        queue: str,
-        limit: Limit | None,
-        per_key: bool,
-        now: datetime,
-        keep: Collection[str] = (),
-    ) -> QueueLimits | None:
-        """Set (or, with None, clear) the queue's own limit, or with ``per_key`` its keys' limit.
+    def limit_set(self, change: LimitChange, now: datetime) -> QueueLimits | None:
+        """Set (or, with None, clear) a queue's own limit or its keys' (see ``LimitChange``).
 
-        The other scope's limit and any throttle stay, and so do the parts of this
-        scope named in ``keep`` ("rate", "concurrency"). Returns what the queue has
-        now (None: nothing). Workers obey it from their next claim.
+        Returns what the queue has now (None: nothing). Workers obey it from
+        their next claim.
         """
         ...
 
@@ -565,14 +547,7 @@ class StepStore(Protocol):
         """The steps the job recorded, in the order they finished (none for an unknown job)."""
         ...
 
-    def step_record(
-        self,
-        lease: Lease,
-        name: str,
-        result_json: str,
-        started_at: datetime,
-        now: datetime | None = None,
-    ) -> Step | None:
+    def step_record(self, lease: Lease, step: NewStep, now: datetime | None = None) -> Step | None:
         """Record a step's result while ``lease`` holds; the step as recorded.
 
         A step of that name recorded already is kept and returned (one name,

@@ -7,7 +7,7 @@ callers. Nothing here assumes a database.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, Literal, get_args
@@ -313,6 +313,31 @@ class WorkflowInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class Purge:
+    """The finished jobs a purge deletes (``job_purge_where``) or counts
+    (``job_purge_count``): those in ``states`` (final ones) that finished before
+    ``finished_before``, of ``queue`` (None: every queue)."""
+
+    finished_before: datetime
+    states: Sequence[str]
+    queue: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """A page of a newest-first listing (``job_select``): up to ``limit`` jobs with an
+    id below ``before_id`` (None: from the newest). The next page starts below
+    the last id of this one."""
+
+    limit: int = 100
+    before_id: int | None = None
+
+
+#: The newest 100 jobs.
+FIRST_PAGE = Page()
+
+
+@dataclass(frozen=True, slots=True)
 class JobSelection:
     """Which jobs a listing, a count or a bulk action applies to: every field that is set.
 
@@ -343,6 +368,19 @@ class JobSelection:
         return all(getattr(self, f.name) is None for f in fields(self))
 
 
+@dataclass(frozen=True, slots=True)
+class LimitChange:
+    """What ``limit_set`` changes: the queue's own limit, or with ``per_key`` its
+    keys' limit, set to ``limit`` (None: cleared). The other scope's limit and
+    any throttle stay, and so do the parts of this scope named in ``keep``
+    ("rate", "concurrency")."""
+
+    queue: str
+    limit: Limit | None
+    per_key: bool = False
+    keep: Collection[str] = ()
+
+
 # --- exactly-once effects -----------------------------------------------------------
 
 
@@ -361,3 +399,14 @@ class Step:
     @property
     def result(self) -> Any:
         return decode_stored(self.result_json, f"the result of step {self.name!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class NewStep:
+    """A step's result to record (``StepStore.step_record``): the attempt that ran
+    it is the lease's, and it finishes when it is recorded."""
+
+    name: str
+    #: The result as JSON text.
+    result_json: str
+    started_at: datetime

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from conveyor.job import WAITING_STATES, Job, JobState, base_state
-from conveyor.store.records import JobSelection
+from conveyor.store.records import JobSelection, Page
 
 #: A keyset page with no ``before_id`` starts below this id (the largest 64-bit integer):
 #: an always-present bound lets the planner walk an index range from it.
@@ -61,8 +61,7 @@ def driven(queries: Mapping[str, str], name: str, driver: str) -> str:
 
 def select_queries(
     selection: JobSelection,
-    before_id: int | None,
-    limit: int,
+    page: Page,
     queue_names: Callable[[], Sequence[str]],
     newest_id: Callable[[], int],
 ) -> list[tuple[str, dict[str, Any]]]:
@@ -72,8 +71,8 @@ def select_queries(
     """
     params = {
         **selection_params(selection, args_floor(selection, newest_id)),
-        "before_id": NO_ID_BOUND if before_id is None else before_id,
-        "limit": limit,
+        "before_id": NO_ID_BOUND if page.before_id is None else page.before_id,
+        "limit": page.limit,
     }
     if selection.ids is not None:
         return [("ids", params)]

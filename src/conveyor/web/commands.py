@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from conveyor.cli.options import dsn_option
 from conveyor.errors import ConveyorError, StoreUnavailableError
 from conveyor.store.dsn import DSN_ENV, default_dsn, redacted, require_existing
 from conveyor.web import require_web_extra
@@ -25,13 +26,7 @@ SECRET_ENV = "CONVEYOR_DASHBOARD_SECRET"
 
 
 @click.command("dashboard")
-@click.option(
-    "--dsn",
-    envvar=DSN_ENV,
-    default=None,
-    show_default=f"${DSN_ENV}, else sqlite:///conveyor.db",
-    help="The store: sqlite:///path.db, postgresql://user@host:port/db or redis://host:port/0.",
-)
+@dsn_option
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
 @click.option(

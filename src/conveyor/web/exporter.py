@@ -17,8 +17,9 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from conveyor.app import App
+from conveyor.cli.options import dsn_option
 from conveyor.errors import ConveyorError, SchemaMissingError
-from conveyor.store.dsn import DSN_ENV, default_dsn, require_existing
+from conveyor.store.dsn import default_dsn, require_existing
 from conveyor.web.metrics import Metrics, metrics_down, metrics_response
 from conveyor.web.outage import unreachable
 
@@ -56,13 +57,7 @@ def create_metrics_app(app: App) -> Starlette:
 
 
 @click.command("metrics")
-@click.option(
-    "--dsn",
-    envvar=DSN_ENV,
-    default=None,
-    show_default=f"${DSN_ENV}, else sqlite:///conveyor.db",
-    help="The store: sqlite:///path.db, postgresql://user@host:port/db or redis://host:port/0.",
-)
+@dsn_option
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(0, 65535))
 def metrics(dsn: str | None, host: str, port: int) -> None:

@@ -29,6 +29,7 @@ from conveyor.job import JobState, utcnow
 from conveyor.store.metrics_protocol import (
     BOUNDS,
     TOTAL,
+    MetricsQuery,
     TaskMetricRow,
     fold_for_reading,
 )
@@ -87,7 +88,7 @@ class Metrics:
         if store is None:
             return []
         fold_for_reading(store, utcnow())
-        return store.task_metrics_read(TOTAL, EPOCH, "task")
+        return store.task_metrics_read(MetricsQuery(TOTAL, EPOCH, "task"))
 
     def render(self) -> str:
         now = utcnow()

@@ -736,40 +736,30 @@ class Dashboard:
         return await self.act(request, run, "/workers")
 
     async def queue_pause(self, request: Request) -> Response:
-        queue: str = request.path_params["queue"]
-
-        def pause(form: dict[str, list[str]]) -> str:
-            self.app.pause(queue)
-            return "paused"
-
-        return await self.act(request, pause, "/")
+        return await self.queue_act(request, self.app.pause, "paused")
 
     async def queue_resume(self, request: Request) -> Response:
-        queue: str = request.path_params["queue"]
-
-        def resume(form: dict[str, list[str]]) -> str:
-            self.app.resume(queue)
-            return "resumed"
-
-        return await self.act(request, resume, "/")
+        return await self.queue_act(request, self.app.resume, "resumed")
 
     async def queue_retry_failed(self, request: Request) -> Response:
-        queue: str = request.path_params["queue"]
-
-        def retry_all(form: dict[str, list[str]]) -> str:
-            return f"retried_all:{self.app.retry_failed(queue)}"
-
-        return await self.act(request, retry_all, "/")
+        return await self.queue_act(request, self.app.retry_failed, "retried_all:{}")
 
     async def queue_delete(self, request: Request) -> Response:
-        queue: str = request.path_params["queue"]
         if request.method == "GET":
             return await run_in_threadpool(self.page(self.queue_delete_confirm), request)
+        return await self.queue_act(request, self.app.delete_queue, "queue_deleted:{}")
 
-        def delete(form: dict[str, list[str]]) -> str:
-            return f"queue_deleted:{self.app.delete_queue(queue)}"
+    async def queue_act(
+        self, request: Request, act: Callable[[str], object], done: str
+    ) -> Response:
+        """An action on the queue of the path: ``act(queue)``, then the notice ``done``
+        with what it returned (a count) in its ``{}``."""
+        queue: str = request.path_params["queue"]
 
-        return await self.act(request, delete, "/")
+        def run(form: dict[str, list[str]]) -> str:
+            return done.format(act(queue))
+
+        return await self.act(request, run, "/")
 
     def queue_delete_confirm(self, request: Request) -> Response:
         queue: str = request.path_params["queue"]

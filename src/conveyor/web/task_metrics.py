@@ -19,6 +19,7 @@ from conveyor.store.metrics_protocol import (
     MINUTE,
     SIX_HOURS,
     TEN_MINUTES,
+    MetricsQuery,
     TaskMetricRow,
     TaskMetricsStore,
     fold_for_reading,
@@ -125,7 +126,7 @@ def context(
 
     table_start = span_start(now - length, table_span)
     table_since = datetime.fromtimestamp(table_start, UTC)
-    table_rows = store.task_metrics_read(table_span, table_since, "task")
+    table_rows = store.task_metrics_read(MetricsQuery(table_span, table_since, "task"))
     lines = task_lines(table_rows, max(now - table_since, timedelta(minutes=1)))
     if task is not None and queue is None:
         # One task across its queues: one range of rows per queue (the rows are
@@ -133,10 +134,10 @@ def context(
         per_time = [
             row
             for q in sorted({line.queue for line in lines if line.task == task})
-            for row in store.task_metrics_read(span, since, "time", q, task)
+            for row in store.task_metrics_read(MetricsQuery(span, since, "time", q, task))
         ]
     else:
-        per_time = store.task_metrics_read(span, since, "time", queue, task)
+        per_time = store.task_metrics_read(MetricsQuery(span, since, "time", queue, task))
     by_slot: list[list[TaskMetricRow]] = [[] for _ in starts]
     for row in per_time:
         if row.start in index:

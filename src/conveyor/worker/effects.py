@@ -13,7 +13,7 @@ from conveyor.errors import ConfigurationError
 from conveyor.job import Job
 from conveyor.store.capabilities import step_store
 from conveyor.store.protocols import TransactionalCompletion
-from conveyor.store.records import Lease, Step
+from conveyor.store.records import Lease, NewStep, Step
 
 #: What a store without StepStore is refused for.
 STEPS = "record durable steps (ctx.step)"
@@ -31,7 +31,7 @@ def steps(store: object, job: Job) -> list[Step]:
 def record_step(
     store: object, job: Job, name: str, result_json: str, started_at: datetime
 ) -> Step | None:
-    return step_store(store, STEPS).step_record(_lease(job), name, result_json, started_at)
+    return step_store(store, STEPS).step_record(_lease(job), NewStep(name, result_json, started_at))
 
 
 def complete_in(store: object, job: Job, connection: Any, result_json: str) -> bool:

@@ -18,6 +18,7 @@ from conveyor.bulk import FINAL_STATES, check_final_states
 from conveyor.errors import ConfigurationError
 from conveyor.job import utcnow, validate_name
 from conveyor.store.protocols import InsightStore, JobStore, OperatorStore
+from conveyor.store.records import Purge
 
 log = logging.getLogger("conveyor.maintenance")
 
@@ -84,9 +85,9 @@ class Retention:
         if self.age is not None:
             rest = [s for s in FINAL_STATES if s not in self.by_state]
             if rest:
-                deleted += store.job_purge_where(now - self.age, rest, None)
+                deleted += store.job_purge_where(Purge(now - self.age, rest))
         for state, age in self.by_state.items():
-            deleted += store.job_purge_where(now - age, [state], None)
+            deleted += store.job_purge_where(Purge(now - age, [state]))
         counting = self.keep_finished is not None or self.keep_by_state
         if counting and time.monotonic() >= self._next_count:
             self._next_count = time.monotonic() + self.count_every

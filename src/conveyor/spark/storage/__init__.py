@@ -38,6 +38,7 @@ from conveyor.spark.storage.scan import (
     Scan,
     ScanFilter,
     ScanOp,
+    ScanRange,
     check_columns,
     scan_query,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "REDIS_REFUSAL",
     "SCAN_ID_COLUMN",
     "TIME_COLUMNS",
+    "BatchStep",
     "Cleanup",
     "InsertCounts",
     "PieceFailedError",
@@ -58,8 +60,10 @@ __all__ = [
     "Scan",
     "ScanFilter",
     "ScanOp",
+    "ScanRange",
     "SparkStorage",
     "Unique",
+    "WriteCommit",
     "WriteConflictError",
     "WriteEndedError",
     "WriteResult",
@@ -124,6 +128,32 @@ def quote_ident(name: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class WriteCommit:
+    """What ``bulk_write_commit`` moves: the staged rows of ``stages`` of a write,
+    under ``unique``'s rule, recorded as ``result_id`` (with ``batch``, a
+    streaming micro-batch), at ``now``."""
+
+    write_id: str
+    stages: Sequence[str]
+    unique: Unique
+    now: datetime
+    result_id: str
+    batch: int | None = None
+    #: On PostgreSQL, up to this many transactions at once (pieces.py).
+    pieces: int = 1
+    #: Rows of the write with a null key (added to the result).
+    keyless: int = 0
+
+    def result(self, given: int, enqueued: int, path: str) -> WriteResult:
+        """What this commit did: of ``given`` rows, ``enqueued`` became jobs (the
+        others' keys were held), by ``path``."""
+        return WriteResult(
+            self.result_id, self.batch, self.now, given, enqueued, given - enqueued,
+            self.keyless, path,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
 class WriteResult:
     """What a committed write did, as the store recorded it."""
 
@@ -183,6 +213,38 @@ class Progress:
     rows: int
     #: Sum of the row hashes of those rows, modulo 2**64 (as a signed 64-bit integer).
     checksum: int
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStep:
+    """One batch of a non-atomic write (``bulk_insert``): it moves partition
+    ``part``'s progress from ``expected`` to ``after``."""
+
+    write_id: str
+    part: int
+    expected: Progress
+    after: Progress
+
+    def check(self, current: Progress) -> None:
+        """Raise WriteConflictError unless the partition is where this batch expects."""
+        if current != self.expected:
+            raise WriteConflictError(
+                f"partition {self.part} of write {self.write_id}: expected "
+                f"{self.expected.rows} rows enqueued before this batch, found {current.rows}: "
+                "another attempt of this partition is writing"
+            )
+
+    def advance_params(self, given: int, enqueued: int) -> dict[str, Any]:
+        """The parameters of ``spark_progress_advance``: of ``given`` rows, ``enqueued``
+        became jobs."""
+        return {
+            "write_id": self.write_id,
+            "part": self.part,
+            "row_count": self.after.rows,
+            "checksum": self.after.checksum,
+            "enqueued": enqueued,
+            "skipped": given - enqueued,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,17 +329,7 @@ class SparkStorage(Protocol):
         """
         ...
 
-    def bulk_write_commit(
-        self,
-        write_id: str,
-        stages: Sequence[str],
-        unique: Unique,
-        now: datetime,
-        result_id: str,
-        batch: int | None = None,
-        pieces: int = 1,
-        keyless: int = 0,
-    ) -> WriteResult:
+    def bulk_write_commit(self, commit: WriteCommit) -> WriteResult:
         """Move the staged rows into jobs, record the result, end the write and drop its staging.
 
         All or nothing: one transaction, or on PostgreSQL up to ``pieces``
@@ -285,8 +337,8 @@ class SparkStorage(Protocol):
         When ``result_id`` was recorded before (a rerun with the same write id;
         with ``batch``, a streaming micro-batch at or below the last one
         committed), nothing is moved and that result is returned with ``new``
-        false. ``keyless``: rows of the write with a null key (added to the result);
-        the result's ``path`` says whether it committed in pieces or one transaction.
+        false. The result's ``path`` says whether it committed in pieces or one
+        transaction.
         """
         ...
 
@@ -299,20 +351,13 @@ class SparkStorage(Protocol):
         ...
 
     def bulk_insert(
-        self,
-        write_id: str,
-        part: int,
-        expected: Progress,
-        rows: Any,
-        after: Progress,
-        unique: Unique,
-        now: datetime,
+        self, step: BatchStep, rows: Any, unique: Unique, now: datetime
     ) -> InsertCounts:
         """Enqueue one batch of a non-atomic write in one transaction, advancing its progress.
 
         Raises WriteEndedError when the write ended, and WriteConflictError when
-        the partition's progress is no longer ``expected`` (another attempt of
-        the partition moved it).
+        the partition's progress is no longer the step's ``expected`` (another
+        attempt of the partition moved it).
         """
         ...
 
@@ -330,16 +375,8 @@ class SparkStorage(Protocol):
 
     def scan_id_bounds(self, table: str) -> tuple[int | None, int | None]: ...
 
-    def scan(
-        self,
-        table: str,
-        columns: Sequence[str],
-        low: int,
-        high: int,
-        filters: Sequence[ScanFilter],
-        chunk_rows: int,
-    ) -> Scan:
-        """Rows of ``table`` with ``low <= id < high`` matching every filter, in id order."""
+    def scan(self, what: ScanRange, chunk_rows: int) -> Scan:
+        """The rows ``what`` names, in id order, in chunks of about ``chunk_rows``."""
         ...
 
     def event_stream_end(self, after: EventOffset, limit: int | None, floor: int) -> EventOffset:

@@ -13,15 +13,17 @@ own, where the dialects differ (staging by COPY or by rows, the move, pieces).
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, ClassVar, Literal, Protocol
 
-from conveyor.errors import SchemaMissingError
+from conveyor.errors import ConfigurationError, SchemaMissingError
 from conveyor.spark.storage import (
+    PATH_PER_PARTITION,
     Progress,
     WriteEndedError,
+    WriteResult,
     WriteRow,
     no_core_tables,
     quote_ident,
@@ -84,6 +86,20 @@ class SQLSparkStorage:
     def _time_back(value: Any) -> datetime:
         """A time as the database's statements give it back."""
 
+    #: What the database raises when a write opens under an id that is open already.
+    _OPEN_ALREADY: ClassVar[type[Exception]]
+
+    @abstractmethod
+    def _clear_abandoned(self, conn: Any, before: datetime) -> list[str]:
+        """Close writes whose driver died, and drop what they staged; their names."""
+
+    def _settle(self) -> list[str]:
+        """Finish what commits whose committer died left; their names.
+
+        Nothing by default: only PostgreSQL's parallel commits leave such work.
+        """
+        return []
+
     def _lock_migrations(self, conn: Any) -> None:
         """Take the lock under which one driver at a time migrates Spark's tables.
 
@@ -129,6 +145,23 @@ class SQLSparkStorage:
                 self._Q["spark_migration_record"],
             )
 
+    def bulk_write_open(
+        self,
+        write_id: str,
+        now: datetime,
+        abandoned_before: datetime,
+        result_id: str | None = None,
+    ) -> list[str]:
+        settled = self._settle()
+        with self._changing() as conn:
+            cleared = settled + self._clear_abandoned(conn, abandoned_before)
+            params = {"id": write_id, "now": self._time(now), "result_id": result_id}
+            try:
+                conn.execute(self._Q["spark_write_open"], params)
+            except self._OPEN_ALREADY:
+                raise ConfigurationError(running(write_id)) from None
+        return cleared
+
     def bulk_write_touch(self, write_id: str, now: datetime) -> None:
         with self._changing() as conn:
             conn.execute(self._Q["spark_write_touch"], {"id": write_id, "now": self._time(now)})
@@ -152,6 +185,46 @@ class SQLSparkStorage:
     def bulk_write_describe(self, result_id: str, options: str) -> None:
         with self._changing() as conn:
             conn.execute(self._OPS["spark_write_describe"], {"id": result_id, "options": options})
+
+    def bulk_write_finish(
+        self, write_id: str, now: datetime, result_id: str, keyless: int = 0
+    ) -> WriteResult:
+        with self._changing() as conn:
+            if conn.execute(self._Q["spark_write_close"], {"id": write_id}).rowcount != 1:
+                raise WriteEndedError(f"write {write_id} was already committed or aborted")
+            totals = conn.execute(self._Q["spark_progress_totals"], {"write_id": write_id})
+            given, enqueued, skipped = totals.fetchone() or (0, 0, 0)
+            self._record_result(
+                conn,
+                WriteResult(
+                    result_id, None, now, given, enqueued, skipped, keyless, PATH_PER_PARTITION
+                ),
+            )
+            conn.execute(self._Q["spark_progress_delete"], {"write_id": write_id})
+            result = self._result(conn, result_id)
+        assert result is not None
+        return result
+
+    def bulk_write_result(self, result_id: str) -> WriteResult | None:
+        with self._reading() as conn:
+            return self._result(conn, result_id)
+
+    def _result(self, conn: Any, result_id: str) -> WriteResult | None:
+        return write_result(conn, self._Q["spark_write_result_get"], result_id, self._time_back)
+
+    def _record_result(self, conn: Any, result: WriteResult) -> None:
+        """Record what a write did, committed at its ``committed_at``."""
+        params = {
+            "id": result.id,
+            "batch": result.batch,
+            "now": self._time(result.committed_at),
+            "row_count": result.rows,
+            "enqueued": result.enqueued,
+            "skipped": result.skipped,
+            "keyless": result.keyless,
+            "path": result.path,
+        }
+        conn.execute(self._Q["spark_write_result_record"], params)
 
     def bulk_write_options(self, result_id: str) -> str | None:
         with self._reading() as conn:
@@ -179,3 +252,18 @@ def check_open(conn: Any, statement: str, write_id: str) -> None:
     """Raise WriteEndedError unless the write is open (``statement``: spark_write_is_open)."""
     if conn.execute(statement, {"id": write_id}).fetchone() is None:
         raise WriteEndedError(f"write {write_id} was committed or aborted before this task")
+
+
+def write_result(
+    conn: Any, statement: str, result_id: str, time_back: Callable[[Any], datetime]
+) -> WriteResult | None:
+    """The result recorded as ``result_id`` (``statement``: spark_write_result_get), if any;
+    ``time_back`` reads the database's time."""
+    row = conn.execute(statement, {"id": result_id}).fetchone()
+    if row is None:
+        return None
+    id_, batch, committed_at, rows, enqueued, skipped, keyless, path = row
+    return WriteResult(
+        id_, None if batch is None else int(batch), time_back(committed_at), int(rows),
+        int(enqueued), int(skipped), int(keyless), path or "",
+    )  # fmt: skip

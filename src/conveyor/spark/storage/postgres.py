@@ -25,20 +25,19 @@ from typing import Any, Literal
 import psycopg
 from psycopg import errors as pg_errors
 
-from conveyor.errors import ConfigurationError
 from conveyor.spark.storage import (
     PATH_ONE_TRANSACTION,
-    PATH_PER_PARTITION,
     PATH_PIECES,
     SCAN_ID_COLUMN,
     TIME_COLUMNS,
+    BatchStep,
     Cleanup,
     InsertCounts,
     Progress,
     Scan,
-    ScanFilter,
+    ScanRange,
     Unique,
-    WriteConflictError,
+    WriteCommit,
     WriteEndedError,
     WriteResult,
     WriteRow,
@@ -50,7 +49,12 @@ from conveyor.spark.storage import (
     write_token,
 )
 from conveyor.spark.storage import pieces as parallel
-from conveyor.spark.storage.common import SQLSparkStorage, check_open, running, stage_table
+from conveyor.spark.storage.common import (
+    SQLSparkStorage,
+    check_open,
+    stage_table,
+    write_result,
+)
 from conveyor.spark.storage.scan import SCAN_COLUMNS
 from conveyor.store.postgres.session import PostgresSession
 from conveyor.store.postgres.store import PostgresStore
@@ -76,6 +80,7 @@ class PostgresSparkStorage(SQLSparkStorage):
     _Q = _Q
     _OPS = _OPS
     _MIGRATIONS = _MIGRATIONS
+    _OPEN_ALREADY = pg_errors.UniqueViolation
 
     def __init__(self, dsn: str, **options: Any) -> None:
         options.setdefault("min_size", 1)
@@ -105,24 +110,6 @@ class PostgresSparkStorage(SQLSparkStorage):
 
     # --- writes -----------------------------------------------------------------
 
-    def bulk_write_open(
-        self,
-        write_id: str,
-        now: datetime,
-        abandoned_before: datetime,
-        result_id: str | None = None,
-    ) -> list[str]:
-        settled = self._settle()
-        with self._db.transaction() as conn:
-            cleared = settled + self._clear_abandoned(conn, abandoned_before)
-            try:
-                conn.execute(
-                    _Q["spark_write_open"], {"id": write_id, "now": now, "result_id": result_id}
-                )
-            except pg_errors.UniqueViolation:
-                raise ConfigurationError(running(write_id)) from None
-        return cleared
-
     def bulk_stage(self, write_id: str, stage: str, rows: Any, *, create: bool) -> None:
         table = stage_table(write_id, stage)
         with self._db.transaction() as conn:
@@ -132,65 +119,47 @@ class PostgresSparkStorage(SQLSparkStorage):
             with conn.cursor().copy(_Q["spark_stage_copy"].format(stage=table)) as copy:
                 copy.write(rows)
 
-    def bulk_write_commit(
-        self,
-        write_id: str,
-        stages: Sequence[str],
-        unique: Unique,
-        now: datetime,
-        result_id: str,
-        batch: int | None = None,
-        pieces: int = 1,
-        keyless: int = 0,
-    ) -> WriteResult:
-        tables = [stage_table(write_id, s) for s in stages]
-        pieces = min(pieces, len(tables))
+    def bulk_write_commit(self, commit: WriteCommit) -> WriteResult:
+        write_id, result_id, now = commit.write_id, commit.result_id, commit.now
+        tables = [stage_table(write_id, s) for s in commit.stages]
+        pieces = min(commit.pieces, len(tables))
         if pieces > 1:
             with self._db.connection() as conn:
                 pieces = min(pieces, parallel.room(conn))
         if pieces > 1:
-            return self._commit_in_pieces(
-                write_id, tables, unique, now, result_id, batch, pieces, keyless
-            )
+            return self._commit_in_pieces(commit, tables, pieces)
         with self._db.transaction() as conn:
-            done = _close_write(conn, write_id, tables, result_id, batch)
+            done = _close_write(conn, write_id, tables, result_id, commit.batch)
             if done is not None:
                 _drop_stages(conn, stage_prefix(write_id))
                 return done
-            given, enqueued = _move(conn, tables, unique, now)
-            _record(conn, result_id, batch, now, given, enqueued, keyless, PATH_ONE_TRANSACTION)
+            given, enqueued = _move(conn, tables, commit.unique, now)
+            self._record_result(conn, commit.result(given, enqueued, PATH_ONE_TRANSACTION))
             _drop_stages(conn, stage_prefix(write_id))
             result = _result(conn, result_id)
         assert result is not None
         return result
 
     def _commit_in_pieces(
-        self,
-        write_id: str,
-        tables: Sequence[str],
-        unique: Unique,
-        now: datetime,
-        result_id: str,
-        batch: int | None,
-        pieces: int,
-        keyless: int,
+        self, commit: WriteCommit, tables: Sequence[str], pieces: int
     ) -> WriteResult:
         """bulk_write_commit, its move done by ``pieces`` connections at once (see pieces.py)."""
+        write_id, result_id, now = commit.write_id, commit.result_id, commit.now
         token = write_token(write_id)
         with self._db.connection() as lead, parallel.committing(lead, token):
             schema = str(_one(lead, _Q["spark_current_schema"]))
             move = parallel.ParallelMove(
                 self._db.connect, schema, token, _stage_union(tables), pieces, now
             )
-            given = _drop_held_keys(lead, tables) if unique == "forever" else None
+            given = _drop_held_keys(lead, tables) if commit.unique == "forever" else None
             with lead.transaction():
-                done = _close_write(lead, write_id, tables, result_id, batch)
+                done = _close_write(lead, write_id, tables, result_id, commit.batch)
                 if done is None:
                     enqueued, moved = move.prepare()
                     try:
                         lead.execute(_Q["spark_commit_decide"], {"token": token, "now": now})
-                        _record(lead, result_id, batch, now, moved if given is None else given,
-                                enqueued, keyless, PATH_PIECES)  # fmt: skip
+                        counted = moved if given is None else given
+                        self._record_result(lead, commit.result(counted, enqueued, PATH_PIECES))
                     except BaseException:
                         move.roll_back()
                         raise
@@ -222,73 +191,21 @@ class PostgresSparkStorage(SQLSparkStorage):
             _drop_stages(conn, stage_prefix(write_id))
 
     def bulk_insert(
-        self,
-        write_id: str,
-        part: int,
-        expected: Progress,
-        rows: Any,
-        after: Progress,
-        unique: Unique,
-        now: datetime,
+        self, step: BatchStep, rows: Any, unique: Unique, now: datetime
     ) -> InsertCounts:
         table = quote_ident(_DIRECT)
-        key = {"write_id": write_id, "part": part}
+        key = {"write_id": step.write_id, "part": step.part}
         with self._db.transaction() as conn:
-            check_open(conn, _Q["spark_write_is_open"], write_id)
+            check_open(conn, _Q["spark_write_is_open"], step.write_id)
             conn.execute(_Q["spark_progress_claim"], key)
             row = conn.execute(_Q["spark_progress_lock"], key).fetchone()
-            current = Progress(0, 0) if row is None else Progress(int(row[0]), int(row[1]))
-            if current != expected:
-                raise WriteConflictError(
-                    f"partition {part} of write {write_id}: expected {expected.rows} rows "
-                    f"enqueued before this batch, found {current.rows}: another attempt of "
-                    "this partition is writing"
-                )
+            step.check(Progress(0, 0) if row is None else Progress(int(row[0]), int(row[1])))
             conn.execute(_Q["spark_direct_create"].format(stage=table))
             with conn.cursor().copy(_Q["spark_stage_copy"].format(stage=table)) as copy:
                 copy.write(rows)
             given, enqueued = _move(conn, [table], unique, now)
-            conn.execute(
-                _Q["spark_progress_advance"],
-                {
-                    **key,
-                    "row_count": after.rows,
-                    "checksum": after.checksum,
-                    "enqueued": enqueued,
-                    "skipped": given - enqueued,
-                },
-            )
+            conn.execute(_Q["spark_progress_advance"], step.advance_params(given, enqueued))
         return InsertCounts(enqueued, given - enqueued)
-
-    def bulk_write_finish(
-        self, write_id: str, now: datetime, result_id: str, keyless: int = 0
-    ) -> WriteResult:
-        with self._db.transaction() as conn:
-            if conn.execute(_Q["spark_write_close"], {"id": write_id}).rowcount != 1:
-                raise WriteEndedError(f"write {write_id} was already committed or aborted")
-            totals = conn.execute(_Q["spark_progress_totals"], {"write_id": write_id}).fetchone()
-            given, enqueued, skipped = totals or (0, 0, 0)
-            conn.execute(
-                _Q["spark_write_result_record"],
-                {
-                    "id": result_id,
-                    "batch": None,
-                    "now": now,
-                    "row_count": given,
-                    "enqueued": enqueued,
-                    "skipped": skipped,
-                    "keyless": keyless,
-                    "path": PATH_PER_PARTITION,
-                },
-            )
-            conn.execute(_Q["spark_progress_delete"], {"write_id": write_id})
-            result = _result(conn, result_id)
-        assert result is not None
-        return result
-
-    def bulk_write_result(self, result_id: str) -> WriteResult | None:
-        with self._db.connection() as conn:
-            return _result(conn, result_id)
 
     def _clear_abandoned(self, conn: Connection, before: datetime) -> list[str]:
         """Close writes whose driver died, and drop what they staged: none of it became jobs.
@@ -355,19 +272,11 @@ class PostgresSparkStorage(SQLSparkStorage):
             row = conn.execute(sql).fetchone()
         return (row[0], row[1]) if row else (None, None)
 
-    def scan(
-        self,
-        table: str,
-        columns: Sequence[str],
-        low: int,
-        high: int,
-        filters: Sequence[ScanFilter],
-        chunk_rows: int,
-    ) -> Scan:
+    def scan(self, what: ScanRange, chunk_rows: int) -> Scan:
+        known = SCAN_COLUMNS.get(what.table, ())
         sql, params = scan_query(
-            _Q["scan_range"], table, columns, low, high, filters,
-            known=SCAN_COLUMNS.get(table, ()), placeholder="%s", select=_select,
-        )  # fmt: skip
+            _Q["scan_range"], what, known=known, placeholder="%s", select=_select
+        )
         return Scan(sql, params, self._copy_out(sql, params))
 
     def _copy_out(self, sql: str, params: list[Any]) -> Generator[Any, None, None]:
@@ -454,29 +363,6 @@ def _close_write(
     return None
 
 
-def _record(
-    conn: Connection,
-    result_id: str,
-    batch: int | None,
-    now: datetime,
-    given: int,
-    enqueued: int,
-    keyless: int,
-    path: str,
-) -> None:
-    params = {
-        "id": result_id,
-        "batch": batch,
-        "now": now,
-        "row_count": given,
-        "enqueued": enqueued,
-        "skipped": given - enqueued,
-        "keyless": keyless,
-        "path": path,
-    }
-    conn.execute(_Q["spark_write_result_record"], params)
-
-
 def _drop_held_keys(conn: Connection, tables: Sequence[str]) -> int:
     """unique = 'forever': leave out staged rows whose key a job holds; return the rows given."""
     given = 0
@@ -520,14 +406,9 @@ def _committed(conn: Connection, result_id: str) -> WriteResult:
 
 
 def _result(conn: Connection, result_id: str) -> WriteResult | None:
-    row = conn.execute(_Q["spark_write_result_get"], {"id": result_id}).fetchone()
-    if row is None:
-        return None
-    id_, batch, committed_at, rows, enqueued, skipped, keyless, path = row
-    return WriteResult(
-        id_, None if batch is None else int(batch), committed_at, int(rows), int(enqueued),
-        int(skipped), int(keyless), path or "",
-    )  # fmt: skip
+    return write_result(
+        conn, _Q["spark_write_result_get"], result_id, PostgresSparkStorage._time_back
+    )
 
 
 def _select(column: str) -> str:

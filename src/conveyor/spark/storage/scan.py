@@ -40,6 +40,18 @@ class ScanFilter:
     values: tuple[Any, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class ScanRange:
+    """What a scan reads: ``columns`` of the rows of ``table`` with ``low <= id <
+    high`` that match every filter."""
+
+    table: str
+    columns: Sequence[str]
+    low: int
+    high: int
+    filters: Sequence[ScanFilter] = ()
+
+
 @dataclass(slots=True)
 class Scan:
     """A running scan: its statement and parameters (for traces) and its chunks of rows.
@@ -69,29 +81,26 @@ def _as_is(column: str) -> str:
 
 def scan_query(
     template: str,
-    table: str,
-    columns: Sequence[str],
-    low: int,
-    high: int,
-    filters: Sequence[ScanFilter],
+    scan: ScanRange,
     *,
     known: Sequence[str],
     placeholder: Placeholder,
     epoch_times: bool = False,
     select: Callable[[str], str] = _as_is,
 ) -> tuple[str, list[Any]]:
-    """The statement and parameters of a scan of ``low <= id < high`` matching every filter.
+    """The statement and parameters of a scan (see ``ScanRange``).
 
     ``template`` is the database's ``scan_range`` block. Names are checked
     against ``known`` (they go into the SQL text); values are parameters, in
     ``placeholder`` style, times as epoch seconds when ``epoch_times``.
     ``select`` says how each column is read.
     """
-    check_columns(table, [*columns, *(f.column for f in filters)], known)
+    table, columns = scan.table, scan.columns
+    check_columns(table, [*columns, *(f.column for f in scan.filters)], known)
     id_column = SCAN_ID_COLUMN[table]
     where = [f"{id_column} >= {placeholder}", f"{id_column} < {placeholder}"]
-    params: list[Any] = [low, high]
-    for item in filters:
+    params: list[Any] = [scan.low, scan.high]
+    for item in scan.filters:
         values = list(item.values)
         if epoch_times and item.column in TIME_COLUMNS:
             values = [v.timestamp() if isinstance(v, datetime) else v for v in values]

@@ -21,18 +21,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from conveyor.errors import ConfigurationError
 from conveyor.spark.storage import (
     PATH_ONE_TRANSACTION,
-    PATH_PER_PARTITION,
     SCAN_ID_COLUMN,
+    BatchStep,
     Cleanup,
     InsertCounts,
     Progress,
     Scan,
-    ScanFilter,
+    ScanRange,
     Unique,
-    WriteConflictError,
+    WriteCommit,
     WriteEndedError,
     WriteResult,
     check_columns,
@@ -40,7 +39,7 @@ from conveyor.spark.storage import (
     scan_query,
     stage_prefix,
 )
-from conveyor.spark.storage.common import SQLSparkStorage, check_open, running, stage_table
+from conveyor.spark.storage.common import SQLSparkStorage, check_open, stage_table
 from conveyor.spark.storage.scan import SCAN_COLUMNS
 from conveyor.store.records import EventOffset
 from conveyor.store.sql import load_migrations, load_queries
@@ -66,6 +65,7 @@ class SQLiteSparkStorage(SQLSparkStorage):
     _Q = _Q
     _OPS = _OPS
     _MIGRATIONS = _MIGRATIONS
+    _OPEN_ALREADY = sqlite3.IntegrityError
 
     def __init__(self, path: str | Path, *, migrate: bool = False) -> None:
         self.store = SQLiteStore(path, migrate=migrate)
@@ -88,24 +88,6 @@ class SQLiteSparkStorage(SQLSparkStorage):
 
     # --- writes -----------------------------------------------------------------
 
-    def bulk_write_open(
-        self,
-        write_id: str,
-        now: datetime,
-        abandoned_before: datetime,
-        result_id: str | None = None,
-    ) -> list[str]:
-        with self._db.write() as conn:
-            cleared = self._clear_abandoned(conn, abandoned_before)
-            try:
-                conn.execute(
-                    _Q["spark_write_open"],
-                    {"id": write_id, "now": _ts(now), "result_id": result_id},
-                )
-            except sqlite3.IntegrityError:
-                raise ConfigurationError(running(write_id)) from None
-        return cleared
-
     def bulk_stage(self, write_id: str, stage: str, rows: Any, *, create: bool) -> None:
         table = stage_table(write_id, stage)
         # One short transaction per batch, not one for the task: SQLite has one
@@ -116,46 +98,25 @@ class SQLiteSparkStorage(SQLSparkStorage):
                 conn.execute(_Q["spark_stage_create"].format(stage=table))
             conn.executemany(_Q["spark_stage_insert"].format(stage=table), rows)
 
-    def bulk_write_commit(
-        self,
-        write_id: str,
-        stages: Sequence[str],
-        unique: Unique,
-        now: datetime,
-        result_id: str,
-        batch: int | None = None,
-        pieces: int = 1,
-        keyless: int = 0,
-    ) -> WriteResult:
+    def bulk_write_commit(self, commit: WriteCommit) -> WriteResult:
         # pieces: SQLite has one writer, so a move in parallel pieces gains nothing.
-        tables = [stage_table(write_id, s) for s in stages]
+        write_id, result_id, batch = commit.write_id, commit.result_id, commit.batch
+        tables = [stage_table(write_id, s) for s in commit.stages]
         with self._db.write() as conn:
             closed = conn.execute(_Q["spark_write_close"], {"id": write_id}).rowcount == 1
             # A micro-batch whose tasks had no rows was never opened by them.
             if not closed and (batch is None or tables):
                 raise WriteEndedError(f"write {write_id} was already committed or aborted")
-            done = _result(conn, result_id)
+            done = self._result(conn, result_id)
             if done is not None and (
                 batch is None or (done.batch is not None and done.batch >= batch)
             ):
                 _drop_stages(conn, write_id)
                 return replace(done, new=False)
-            given, enqueued = _move(conn, tables, unique, _ts(now))
-            conn.execute(
-                _Q["spark_write_result_record"],
-                {
-                    "id": result_id,
-                    "batch": batch,
-                    "now": _ts(now),
-                    "row_count": given,
-                    "enqueued": enqueued,
-                    "skipped": given - enqueued,
-                    "keyless": keyless,
-                    "path": PATH_ONE_TRANSACTION,
-                },
-            )
+            given, enqueued = _move(conn, tables, commit.unique, _ts(commit.now))
+            self._record_result(conn, commit.result(given, enqueued, PATH_ONE_TRANSACTION))
             _drop_stages(conn, write_id)
-            result = _result(conn, result_id)
+            result = self._result(conn, result_id)
         assert result is not None
         return result
 
@@ -166,67 +127,18 @@ class SQLiteSparkStorage(SQLSparkStorage):
             _drop_stages(conn, write_id)
 
     def bulk_insert(
-        self,
-        write_id: str,
-        part: int,
-        expected: Progress,
-        rows: Any,
-        after: Progress,
-        unique: Unique,
-        now: datetime,
+        self, step: BatchStep, rows: Any, unique: Unique, now: datetime
     ) -> InsertCounts:
         table = quote_ident(_DIRECT)
         with self._db.write() as conn:
-            check_open(conn, _Q["spark_write_is_open"], write_id)
-            current = _progress(conn, write_id, part)
-            if current != expected:
-                raise WriteConflictError(_conflict(write_id, part, expected, current))
+            check_open(conn, _Q["spark_write_is_open"], step.write_id)
+            step.check(_progress(conn, step.write_id, step.part))
             conn.execute(_Q["spark_direct_create"].format(stage=table))
             conn.executemany(_Q["spark_stage_insert"].format(stage=table), rows)
             given, enqueued = _move(conn, [table], unique, _ts(now))
             conn.execute(_Q["spark_direct_clear"].format(stage=table))
-            conn.execute(
-                _Q["spark_progress_advance"],
-                {
-                    "write_id": write_id,
-                    "part": part,
-                    "row_count": after.rows,
-                    "checksum": after.checksum,
-                    "enqueued": enqueued,
-                    "skipped": given - enqueued,
-                },
-            )
+            conn.execute(_Q["spark_progress_advance"], step.advance_params(given, enqueued))
         return InsertCounts(enqueued, given - enqueued)
-
-    def bulk_write_finish(
-        self, write_id: str, now: datetime, result_id: str, keyless: int = 0
-    ) -> WriteResult:
-        with self._db.write() as conn:
-            if conn.execute(_Q["spark_write_close"], {"id": write_id}).rowcount != 1:
-                raise WriteEndedError(f"write {write_id} was already committed or aborted")
-            given, enqueued, skipped = conn.execute(
-                _Q["spark_progress_totals"], {"write_id": write_id}
-            ).fetchone()
-            conn.execute(
-                _Q["spark_write_result_record"],
-                {
-                    "id": result_id,
-                    "batch": None,
-                    "now": _ts(now),
-                    "row_count": given,
-                    "enqueued": enqueued,
-                    "skipped": skipped,
-                    "keyless": keyless,
-                    "path": PATH_PER_PARTITION,
-                },
-            )
-            conn.execute(_Q["spark_progress_delete"], {"write_id": write_id})
-            result = _result(conn, result_id)
-        assert result is not None
-        return result
-
-    def bulk_write_result(self, result_id: str) -> WriteResult | None:
-        return _result(self._db.connection(), result_id)
 
     def _clear_abandoned(self, conn: sqlite3.Connection, before: datetime) -> list[str]:
         """Close writes whose driver died, and drop what they staged: none of it became jobs."""
@@ -259,19 +171,11 @@ class SQLiteSparkStorage(SQLSparkStorage):
         low, high = self._db.connection().execute(sql).fetchone()
         return low, high
 
-    def scan(
-        self,
-        table: str,
-        columns: Sequence[str],
-        low: int,
-        high: int,
-        filters: Sequence[ScanFilter],
-        chunk_rows: int,
-    ) -> Scan:
+    def scan(self, what: ScanRange, chunk_rows: int) -> Scan:
+        known = SCAN_COLUMNS.get(what.table, ())
         sql, params = scan_query(
-            _Q["scan_range"], table, columns, low, high, filters,
-            known=SCAN_COLUMNS.get(table, ()), placeholder="?", epoch_times=True,
-        )  # fmt: skip
+            _Q["scan_range"], what, known=known, placeholder="?", epoch_times=True
+        )
         return Scan(sql, params, self._chunks(sql, params, chunk_rows))
 
     def _chunks(self, sql: str, params: list[Any], size: int) -> Generator[list[Any], None, None]:
@@ -314,13 +218,6 @@ class SQLiteSparkStorage(SQLSparkStorage):
         return seq
 
 
-def _conflict(write_id: str, part: int, expected: Progress, current: Progress) -> str:
-    return (
-        f"partition {part} of write {write_id}: expected {expected.rows} rows enqueued "
-        f"before this batch, found {current.rows}: another attempt of this partition is writing"
-    )
-
-
 def _drop_stages(conn: sqlite3.Connection, write_id: str) -> None:
     """Drop every staging table of a write, including those of attempts Spark discarded."""
     # fetchall: SQLite cannot drop a table while a cursor reads the schema.
@@ -353,17 +250,6 @@ def _move(
         offset += count
     conn.execute(_Q["spark_insert_enqueued_events"], {"first": first, "last": last})
     return given, inserted
-
-
-def _result(conn: sqlite3.Connection, result_id: str) -> WriteResult | None:
-    row = conn.execute(_Q["spark_write_result_get"], {"id": result_id}).fetchone()
-    if row is None:
-        return None
-    id_, batch, committed_at, rows, enqueued, skipped, keyless, path = row
-    return WriteResult(
-        id_, batch, datetime.fromtimestamp(committed_at, UTC), rows, enqueued, skipped, keyless,
-        path or "",
-    )  # fmt: skip
 
 
 def _progress(conn: sqlite3.Connection, write_id: str, part: int) -> Progress:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from conveyor.store.audit import AuditEntry, clip
+from conveyor.store.audit import AuditAction, AuditEntry
 from conveyor.store.postgres.base import PostgresBase
 from conveyor.store.sql import load_queries
 
@@ -14,17 +14,8 @@ _A = load_queries("conveyor.store.postgres", "audit.sql")
 class PostgresAudit(PostgresBase):
     """AuditStore for PostgresStore (one of its base classes: uses its pooled ``_conn``)."""
 
-    def audit_record(
-        self, actor: str, source: str, action: str, target: str, jobs: int | None, at: datetime
-    ) -> None:
-        params = {
-            "at": at,
-            "actor": clip(actor),
-            "source": clip(source),
-            "action": clip(action),
-            "target": clip(target),
-            "jobs": jobs,
-        }
+    def audit_record(self, action: AuditAction, at: datetime) -> None:
+        params = {"at": at, **action.kept()}
         with self._conn() as conn:
             conn.execute(_A["audit_insert"], params)
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from datetime import datetime
 
-from conveyor.limits import Limit, QueueLimits
+from conveyor.limits import QueueLimits
 from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_set_params, limits_of_row
 from conveyor.store.postgres.base import _Q, _same
 from conveyor.store.postgres.core import CoreMixin
-from conveyor.store.records import LimitStatus
+from conveyor.store.records import LimitChange, LimitStatus
 
 
 class LimitsMixin(CoreMixin):
@@ -21,20 +20,13 @@ class LimitsMixin(CoreMixin):
             if queue in names:
                 self._saw_limits(names, True)
 
-    def limit_set(
-        self,
-        queue: str,
-        limit: Limit | None,
-        per_key: bool,
-        now: datetime,
-        keep: Collection[str] = (),
-    ) -> QueueLimits | None:
-        params = limit_set_params(queue, limit, per_key, keep, now)
+    def limit_set(self, change: LimitChange, now: datetime) -> QueueLimits | None:
+        params = limit_set_params(change, now)
         with self._tx() as conn:
             conn.execute(_Q["limit_set"], params)
             conn.execute(_Q["limit_forget_empty"], params)
             row = conn.execute(_Q["limit_get"], params).fetchone()
-        self._limits_changed(queue)
+        self._limits_changed(change.queue)
         return None if row is None else limits_of_row(row, _same)
 
     def limit_get(self, queue: str) -> QueueLimits | None:

@@ -6,19 +6,15 @@ A mixin of PostgresStore (its ``_tx`` and ``_conn``); the rules are in
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime
-from typing import Any
 
 from psycopg import errors as pg_errors
 
 from conveyor.store.metrics_protocol import (
     FOLD_LIMIT,
-    Grouping,
+    MetricsQuery,
     TaskMetricRow,
-    per_time_statement,
     prune_cutoffs,
-    span_start,
 )
 from conveyor.store.postgres.base import PostgresBase
 from conveyor.store.sql import load_queries
@@ -46,27 +42,10 @@ class PostgresTaskMetrics(PostgresBase):
         except pg_errors.ReadOnlySqlTransaction:
             return 0
 
-    def task_metrics_read(
-        self,
-        span: int,
-        since: datetime,
-        per: Grouping,
-        queue: str | None = None,
-        task: str | None = None,
-    ) -> list[TaskMetricRow]:
-        params = {
-            "span": span,
-            "since": span_start(since, span) if span else 0,
-            "queue": queue,
-            "task": task,
-        }
+    def task_metrics_read(self, query: MetricsQuery) -> list[TaskMetricRow]:
         with self._tx() as conn:
             conn.execute(_M["task_metrics_plan_for_values"])
-            if per == "task":
-                rows: Iterator[Any] = conn.execute(_M["task_metrics_per_task"], params)
-                return [TaskMetricRow(0, q, t, s, b, n, sec) for q, t, s, b, n, sec in rows]
-            rows = conn.execute(_M[per_time_statement(params)], params)
-            return [TaskMetricRow(start, "", "", s, b, n, sec) for start, s, b, n, sec in rows]
+            return query.rows(conn.execute(_M[query.statement()], query.params()))
 
     def task_metrics_prune(self, now: datetime) -> int:
         params = prune_cutoffs(now)

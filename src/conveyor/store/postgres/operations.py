@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from psycopg import errors as pg_errors
 
@@ -15,10 +16,13 @@ from conveyor.store.postgres import flows as pg_flows
 from conveyor.store.postgres.base import _Q, _row_to_event, _row_to_job
 from conveyor.store.postgres.core import CoreMixin
 from conveyor.store.records import (
+    FIRST_PAGE,
     TAKEN_BACK_ERROR,
     BatchStatus,
     Finish,
     JobSelection,
+    Page,
+    Purge,
     Stats,
     WorkerInfo,
 )
@@ -130,11 +134,7 @@ class OperationsMixin(CoreMixin):
         ]
 
     def job_select(
-        self,
-        selection: JobSelection,
-        now: datetime,
-        before_id: int | None = None,
-        limit: int = 100,
+        self, selection: JobSelection, now: datetime, page: Page = FIRST_PAGE
     ) -> list[Job]:
         with self._tx() as conn:
             conn.execute(_Q["plan_for_values"])
@@ -151,11 +151,9 @@ class OperationsMixin(CoreMixin):
                     _row_to_job(r)
                     for r in conn.execute(driven(_Q, "job_select", driver), {**params, "now": now})
                 ]
-                for driver, params in select_queries(
-                    selection, before_id, limit, queue_names, newest_id
-                )
+                for driver, params in select_queries(selection, page, queue_names, newest_id)
             ]
-        return newest_first(pages, limit)
+        return newest_first(pages, page.limit)
 
     def job_count_selected(self, selection: JobSelection, now: datetime) -> dict[str, int]:
         with self._tx() as conn:
@@ -209,23 +207,13 @@ class OperationsMixin(CoreMixin):
         finishes = [Finish(i, token, "take_back", error=TAKEN_BACK_ERROR) for i, token in held]
         return self.job_finish(finishes, now)
 
-    def job_purge_where(
-        self,
-        finished_before: datetime,
-        states: Sequence[str],
-        queue: str | None,
-        limit: int = 10_000,
-    ) -> int:
-        params = {"before": finished_before, "states": list(states), "queue": queue}
-        (count,) = self._delete("job_purge_where", {**params, "limit": limit})
+    def job_purge_where(self, purge: Purge, limit: int = 10_000) -> int:
+        (count,) = self._delete("job_purge_where", {**_purge_params(purge), "limit": limit})
         return int(count)
 
-    def job_purge_count(
-        self, finished_before: datetime, states: Sequence[str], queue: str | None
-    ) -> int:
-        params = {"before": finished_before, "states": list(states), "queue": queue}
+    def job_purge_count(self, purge: Purge) -> int:
         with self._conn() as conn:
-            row = conn.execute(_Q["job_purge_count"], params).fetchone()
+            row = conn.execute(_Q["job_purge_count"], _purge_params(purge)).fetchone()
         return int(row[0]) if row else 0
 
     def job_purge_beyond(
@@ -237,3 +225,8 @@ class OperationsMixin(CoreMixin):
 
     def queue_delete(self, queue: str) -> None:
         self._change_none("queue_delete", {"name": queue})
+
+
+def _purge_params(purge: Purge) -> dict[str, Any]:
+    """The parameters of job_purge_where and job_purge_count."""
+    return {"before": purge.finished_before, "states": list(purge.states), "queue": purge.queue}

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
 
 from conveyor.store.payloads import PayloadChange, StoredPayload
 from conveyor.store.postgres.base import PostgresBase
 from conveyor.store.sql import load_queries
-
-if TYPE_CHECKING:
-    pass
+from conveyor.store.sql_shared import rewrite_payloads
 
 _P = load_queries("conveyor.store.postgres", "payloads.sql")
 
@@ -32,19 +29,8 @@ class PostgresPayloads(PostgresBase):
         return page, (page[-1].id if len(page) == limit else None)
 
     def payload_rewrite(self, changes: Sequence[PayloadChange]) -> int:
-        written = 0
         with self._tx() as conn:
-            for change in changes:
-                params = {
-                    "id": change.id,
-                    "field": change.field,
-                    "old": change.old,
-                    "new": change.new,
-                    "step": change.step,
-                }
-                name = "payload_rewrite_step" if change.field == "step" else "payload_rewrite_job"
-                written += conn.execute(_P[name], params).rowcount
-        return written
+            return rewrite_payloads(conn, _P, changes)
 
 
 def _steps(text: str) -> Iterator[tuple[str, str]]:

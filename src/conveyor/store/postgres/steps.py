@@ -7,8 +7,9 @@ from datetime import datetime
 from typing import Any
 
 from conveyor.store.postgres.core import CoreMixin
-from conveyor.store.records import Lease, Step
+from conveyor.store.records import Lease, NewStep, Step
 from conveyor.store.sql import load_queries
+from conveyor.store.sql_shared import record_step
 
 _E = load_queries("conveyor.store.postgres", "steps.sql")
 
@@ -25,25 +26,7 @@ class StepsMixin(CoreMixin):
             rows = conn.execute(_E["step_list"], {"job_id": job_id}).fetchall()
         return [_row_to_step(r) for r in rows]
 
-    def step_record(
-        self,
-        lease: Lease,
-        name: str,
-        result_json: str,
-        started_at: datetime,
-        now: datetime | None = None,
-    ) -> Step | None:
-        params = {
-            "id": lease.id,
-            "token": lease.token,
-            "name": name,
-            "result": result_json,
-            "started_at": started_at,
-            "now": now,
-        }
+    def step_record(self, lease: Lease, step: NewStep, now: datetime | None = None) -> Step | None:
         with self._conn() as conn:
-            row = conn.execute(_E["step_record"], params).fetchone()
-            if row is None:
-                # Recorded already (kept), or the lease is gone (None).
-                row = conn.execute(_E["step_get"], {"job_id": lease.id, "name": name}).fetchone()
+            row = record_step(conn, _E, lease, step, step.started_at, now)
         return None if row is None else _row_to_step(row)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from conveyor.store.postgres.base import PostgresBase
 from conveyor.store.sql import load_queries
+from conveyor.store.sql_shared import control_worker
 
 _W = load_queries("conveyor.store.postgres", "worker_control.sql")
 
@@ -14,6 +15,4 @@ class PostgresWorkerControl(PostgresBase):
 
     def worker_control(self, worker_id: str, changes: str) -> str | None:
         with self._conn() as conn:
-            row = conn.execute(_W["worker_control"], {"id": worker_id, "changes": changes})
-            found = row.fetchone()
-        return None if found is None else str(found[0])
+            return control_worker(conn, _W, worker_id, changes)

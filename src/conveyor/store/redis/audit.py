@@ -9,24 +9,15 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
-from conveyor.store.audit import REDIS_KEPT, AuditEntry, clip
+from conveyor.store.audit import REDIS_KEPT, AuditAction, AuditEntry
 from conveyor.store.redis.base import RedisBase
 
 
 class RedisAudit(RedisBase):
     """AuditStore for RedisStore (one of its base classes: uses its ``_run``)."""
 
-    def audit_record(
-        self, actor: str, source: str, action: str, target: str, jobs: int | None, at: datetime
-    ) -> None:
-        entry = {
-            "at": at.timestamp(),
-            "actor": clip(actor),
-            "source": clip(source),
-            "action": clip(action),
-            "target": clip(target),
-            "jobs": jobs,
-        }
+    def audit_record(self, action: AuditAction, at: datetime) -> None:
+        entry = {"at": at.timestamp(), **action.kept()}
         self._run("audit_record", json.dumps(entry), str(REDIS_KEPT))
 
     def audit_list(self, limit: int, before: int | None = None) -> list[AuditEntry]:

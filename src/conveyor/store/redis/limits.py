@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
-from conveyor.limits import Limit, QueueLimits
+from conveyor.limits import QueueLimits
 from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_status, limits_of_row
-from conveyor.store.records import LimitStatus
+from conveyor.store.records import LimitChange, LimitStatus
 from conveyor.store.redis.base import _dt, _nm, _now_arg, _odt, _pairs, _ts
 from conveyor.store.redis.core import CoreMixin
 
@@ -25,25 +24,19 @@ class LimitsMixin(CoreMixin):
         values.append(row.get("throttled_until"))
         return limits_of_row(values, _odt)
 
-    def limit_set(
-        self,
-        queue: str,
-        limit: Limit | None,
-        per_key: bool,
-        now: datetime,
-        keep: Collection[str] = (),
-    ) -> QueueLimits | None:
+    def limit_set(self, change: LimitChange, now: datetime) -> QueueLimits | None:
+        limit, queue = change.limit, change.queue
         rate = limit.rate if limit is not None else None
         concurrency = limit.concurrency if limit is not None else None
         row = self._run(
             "limit_set",
             queue,
-            "key" if per_key else "queue",
+            "key" if change.per_key else "queue",
             "" if rate is None else str(rate.count),
             "" if rate is None else repr(float(rate.per)),
             "" if concurrency is None else str(concurrency),
             _ts(now),
-            ",".join(sorted(keep)),
+            ",".join(sorted(change.keep)),
         )
         return None if row is None else self._limits_of(queue, _pairs(row))
 

@@ -20,7 +20,7 @@ from conveyor.store.metrics_protocol import (
     KEPT,
     SPANS,
     TOTAL,
-    Grouping,
+    MetricsQuery,
     TaskMetricRow,
     span_start,
 )
@@ -40,14 +40,8 @@ class RedisTaskMetrics(RedisBase):
             raise ValueError(f"limit must be at least 1, got {limit!r}")
         return int(self._run("task_metrics_fold", str(limit), _BOUNDS_ARG, _KEPT_ARG))
 
-    def task_metrics_read(
-        self,
-        span: int,
-        since: datetime,
-        per: Grouping,
-        queue: str | None = None,
-        task: str | None = None,
-    ) -> list[TaskMetricRow]:
+    def task_metrics_read(self, query: MetricsQuery) -> list[TaskMetricRow]:
+        span, queue, task = query.span, query.queue, query.task
         if span not in SPANS:
             raise ValueError(f"span must be one of {SPANS}, got {span!r}")
 
@@ -55,9 +49,8 @@ class RedisTaskMetrics(RedisBase):
             if span == TOTAL:
                 return [(0, self._client.hgetall(self._k("tm", "0", "0")))]
             index = self._k("tm", "starts", str(span))
-            starts = [
-                int(s) for s in self._client.zrangebyscore(index, span_start(since, span), "+inf")
-            ]
+            first = span_start(query.since, span)
+            starts = [int(s) for s in self._client.zrangebyscore(index, first, "+inf")]
             pipe = self._client.pipeline(transaction=False)
             for start in starts:
                 pipe.hgetall(self._k("tm", str(span), str(start)))
@@ -67,7 +60,7 @@ class RedisTaskMetrics(RedisBase):
         for start, fields in self._do(read):
             for name, value in fields.items():
                 q, t, series, bucket = json.loads(name[1:])
-                if per == "time":
+                if query.per == "time":
                     # The rows metrics.sql's task_metrics_per_time chooses.
                     if task is not None:
                         chosen = t == task and queue in (None, q)

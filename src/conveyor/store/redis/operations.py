@@ -12,10 +12,13 @@ from typing import Any
 
 from conveyor.job import Event, EventKind, Job, JobState, is_sealed
 from conveyor.store.records import (
+    FIRST_PAGE,
     TAKEN_BACK_ERROR,
     BatchStatus,
     Finish,
     JobSelection,
+    Page,
+    Purge,
     QueueStats,
     Stats,
     WorkerInfo,
@@ -287,18 +290,14 @@ class OperationsMixin(LimitsMixin):
         return int(self._do(lambda: self._client.get(self._k("ids"))) or 0)
 
     def job_select(
-        self,
-        selection: JobSelection,
-        now: datetime,
-        before_id: int | None = None,
-        limit: int = 100,
+        self, selection: JobSelection, now: datetime, page: Page = FIRST_PAGE
     ) -> list[Job]:
         out: list[Job] = []
-        if limit <= 0:
+        if page.limit <= 0:
             return out
-        for job in self._selected(selection, now, before_id):
+        for job in self._selected(selection, now, page.before_id):
             out.append(job)
-            if len(out) >= limit:
+            if len(out) >= page.limit:
                 break
         return out
 
@@ -375,23 +374,16 @@ class OperationsMixin(LimitsMixin):
         ]
         return self.job_finish(finishes, now)
 
-    def job_purge_where(
-        self,
-        finished_before: datetime,
-        states: Sequence[str],
-        queue: str | None,
-        limit: int = 10_000,
-    ) -> int:
+    def job_purge_where(self, purge: Purge, limit: int = 10_000) -> int:
+        finished_before, states, queue = purge.finished_before, purge.states, purge.queue
         cutoff = f"({_ts(finished_before)}"
         ids = self._purge_walks.candidates(self, cutoff, states, queue, limit)
         if queue is None and "failed" in states:
             self._forget_dropped(finished_before, limit)
         return len(self._delete(ids, finished_before, states, queue))
 
-    def job_purge_count(
-        self, finished_before: datetime, states: Sequence[str], queue: str | None
-    ) -> int:
-        return count_matching(self, f"({_ts(finished_before)}", states, queue)
+    def job_purge_count(self, purge: Purge) -> int:
+        return count_matching(self, f"({_ts(purge.finished_before)}", purge.states, purge.queue)
 
     def job_purge_beyond(
         self, queue: str, keep: int, states: Sequence[str], limit: int = 10_000

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from conveyor.store.records import Lease, Step
+from conveyor.store.records import Lease, NewStep, Step
 from conveyor.store.redis.base import _dt, _now_arg, _ts
 from conveyor.store.redis.core import CoreMixin
 
@@ -24,14 +24,7 @@ class StepsMixin(CoreMixin):
         steps = [_step_of(str(name), value) for name, value in found.items()]
         return sorted(steps, key=lambda step: (step.finished_at, step.name))
 
-    def step_record(
-        self,
-        lease: Lease,
-        name: str,
-        result_json: str,
-        started_at: datetime,
-        now: datetime | None = None,
-    ) -> Step | None:
-        step = json.dumps([result_json, None, _ts(started_at), _now_arg(now)])
-        recorded = self._run("step_record", str(lease.id), lease.token, name, step)
-        return None if recorded is None else _step_of(name, recorded)
+    def step_record(self, lease: Lease, step: NewStep, now: datetime | None = None) -> Step | None:
+        recorded_step = json.dumps([step.result_json, None, _ts(step.started_at), _now_arg(now)])
+        recorded = self._run("step_record", str(lease.id), lease.token, step.name, recorded_step)
+        return None if recorded is None else _step_of(step.name, recorded)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from conveyor.store.audit import AuditEntry, clip
+from conveyor.store.audit import AuditAction, AuditEntry
 from conveyor.store.sql import load_queries
 from conveyor.store.sqlite.base import SQLiteBase
 
@@ -14,17 +14,8 @@ _A = load_queries("conveyor.store.sqlite", "audit.sql")
 class SQLiteAudit(SQLiteBase):
     """AuditStore for SQLiteStore (one of its base classes: uses its ``_write`` and ``_conn``)."""
 
-    def audit_record(
-        self, actor: str, source: str, action: str, target: str, jobs: int | None, at: datetime
-    ) -> None:
-        params = {
-            "at": at.timestamp(),
-            "actor": clip(actor),
-            "source": clip(source),
-            "action": clip(action),
-            "target": clip(target),
-            "jobs": jobs,
-        }
+    def audit_record(self, action: AuditAction, at: datetime) -> None:
+        params = {"at": at.timestamp(), **action.kept()}
         with self._write() as conn:
             conn.execute(_A["audit_insert"], params)
 

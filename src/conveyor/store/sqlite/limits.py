@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from datetime import datetime, timedelta
 
 from conveyor.job import utcnow
-from conveyor.limits import Limit, QueueLimits
+from conveyor.limits import QueueLimits
 from conveyor.store.limiting import LIMIT_SLACK_SECONDS, limit_set_params, limits_of_row
-from conveyor.store.records import LimitStatus
+from conveyor.store.records import LimitChange, LimitStatus
 from conveyor.store.sqlite.base import _Q, _dt, _dt_required, _ts
 from conveyor.store.sqlite.core import CoreMixin
 
@@ -16,19 +15,12 @@ from conveyor.store.sqlite.core import CoreMixin
 class LimitsMixin(CoreMixin):
     """Limits and throttles set, read and pruned (``FlowControlStore``)."""
 
-    def limit_set(
-        self,
-        queue: str,
-        limit: Limit | None,
-        per_key: bool,
-        now: datetime,
-        keep: Collection[str] = (),
-    ) -> QueueLimits | None:
-        params = limit_set_params(queue, limit, per_key, keep, _ts(now))
+    def limit_set(self, change: LimitChange, now: datetime) -> QueueLimits | None:
+        params = limit_set_params(change, _ts(now))
         with self._write() as conn:
             conn.execute(_Q["limit_set"], params)
-            conn.execute(_Q["limit_forget_empty"], {"queue": queue, "now": _ts(now)})
-            row = conn.execute(_Q["limit_get"], {"queue": queue}).fetchone()
+            conn.execute(_Q["limit_forget_empty"], {"queue": change.queue, "now": _ts(now)})
+            row = conn.execute(_Q["limit_get"], {"queue": change.queue}).fetchone()
         return None if row is None else limits_of_row(row, _dt)
 
     def limit_get(self, queue: str) -> QueueLimits | None:

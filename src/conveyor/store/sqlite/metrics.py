@@ -10,11 +10,9 @@ from datetime import datetime
 
 from conveyor.store.metrics_protocol import (
     FOLD_LIMIT,
-    Grouping,
+    MetricsQuery,
     TaskMetricRow,
-    per_time_statement,
     prune_cutoffs,
-    span_start,
 )
 from conveyor.store.sql import load_queries
 from conveyor.store.sqlite.base import SQLiteBase
@@ -38,26 +36,8 @@ class SQLiteTaskMetrics(SQLiteBase):
             conn.execute(_M["task_metrics_fold_offset"], {"upto": upto})
             return int(count)
 
-    def task_metrics_read(
-        self,
-        span: int,
-        since: datetime,
-        per: Grouping,
-        queue: str | None = None,
-        task: str | None = None,
-    ) -> list[TaskMetricRow]:
-        params = {
-            "span": span,
-            "since": span_start(since, span) if span else 0,
-            "queue": queue,
-            "task": task,
-        }
-        conn = self._conn()
-        if per == "task":
-            rows = conn.execute(_M["task_metrics_per_task"], params).fetchall()
-            return [TaskMetricRow(0, q, t, s, b, n, sec) for q, t, s, b, n, sec in rows]
-        rows = conn.execute(_M[per_time_statement(params)], params).fetchall()
-        return [TaskMetricRow(start, "", "", s, b, n, sec) for start, s, b, n, sec in rows]
+    def task_metrics_read(self, query: MetricsQuery) -> list[TaskMetricRow]:
+        return query.rows(self._conn().execute(_M[query.statement()], query.params()))
 
     def task_metrics_prune(self, now: datetime) -> int:
         params = prune_cutoffs(now)

@@ -11,10 +11,13 @@ from typing import Any
 from conveyor.job import Event, Job, JobState, utcnow
 from conveyor.store.counting import assemble_stats
 from conveyor.store.records import (
+    FIRST_PAGE,
     TAKEN_BACK_ERROR,
     BatchStatus,
     Finish,
     JobSelection,
+    Page,
+    Purge,
     Stats,
     WorkerInfo,
 )
@@ -148,11 +151,7 @@ class OperationsMixin(CoreMixin):
         return {**params, "ids": None if ids is None else json.dumps(ids), "now": _ts(now)}
 
     def job_select(
-        self,
-        selection: JobSelection,
-        now: datetime,
-        before_id: int | None = None,
-        limit: int = 100,
+        self, selection: JobSelection, now: datetime, page: Page = FIRST_PAGE
     ) -> list[Job]:
         conn = self._conn()
         pages = [
@@ -163,10 +162,10 @@ class OperationsMixin(CoreMixin):
                 )
             ]
             for driver, params in select_queries(
-                selection, before_id, limit, self._queue_names, self._newest_id
+                selection, page, self._queue_names, self._newest_id
             )
         ]
-        return newest_first(pages, limit)
+        return newest_first(pages, page.limit)
 
     def _newest_id(self) -> int:
         newest: int = self._conn().execute(_Q["job_newest_id"]).fetchone()[0]
@@ -238,34 +237,16 @@ class OperationsMixin(CoreMixin):
         finishes = [Finish(i, token, "take_back", error=TAKEN_BACK_ERROR) for i, token in held]
         return self.job_finish(finishes, now)
 
-    def job_purge_where(
-        self,
-        finished_before: datetime,
-        states: Sequence[str],
-        queue: str | None,
-        limit: int = 10_000,
-    ) -> int:
-        params = {
-            "before": _ts(finished_before),
-            "states": json.dumps(list(states)),
-            "queue": queue,
-            "limit": limit,
-        }
+    def job_purge_where(self, purge: Purge, limit: int = 10_000) -> int:
+        params = {**_purge_params(purge), "limit": limit}
         with self._write() as conn:
             ids = [r[0] for r in conn.execute(_Q["job_purge_where_select"], params)]
             ids = sqlite_flows.keep(conn, ids)  # parents of jobs yet to run stay
             self._delete_jobs(conn, ids)
         return len(ids)
 
-    def job_purge_count(
-        self, finished_before: datetime, states: Sequence[str], queue: str | None
-    ) -> int:
-        params = {
-            "before": _ts(finished_before),
-            "states": json.dumps(list(states)),
-            "queue": queue,
-        }
-        count: int = self._conn().execute(_Q["job_purge_count"], params).fetchone()[0]
+    def job_purge_count(self, purge: Purge) -> int:
+        count: int = self._conn().execute(_Q["job_purge_count"], _purge_params(purge)).fetchone()[0]
         return count
 
     def job_purge_beyond(
@@ -281,3 +262,12 @@ class OperationsMixin(CoreMixin):
     def queue_delete(self, queue: str) -> None:
         with self._write() as conn:
             conn.execute(_Q["queue_delete"], {"name": queue})
+
+
+def _purge_params(purge: Purge) -> dict[str, Any]:
+    """The parameters of job_purge_where_select and job_purge_count."""
+    return {
+        "before": _ts(purge.finished_before),
+        "states": json.dumps(list(purge.states)),
+        "queue": purge.queue,
+    }

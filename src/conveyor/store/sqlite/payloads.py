@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from conveyor.store.payloads import PayloadChange, StoredPayload
 from conveyor.store.sql import load_queries
+from conveyor.store.sql_shared import rewrite_payloads
 from conveyor.store.sqlite.base import SQLiteBase
 
 _P = load_queries("conveyor.store.sqlite", "payloads.sql")
@@ -34,16 +35,5 @@ class SQLitePayloads(SQLiteBase):
         return page, (last if len(jobs) == limit else None)
 
     def payload_rewrite(self, changes: Sequence[PayloadChange]) -> int:
-        written = 0
         with self._write() as conn:
-            for change in changes:
-                params = {
-                    "id": change.id,
-                    "field": change.field,
-                    "old": change.old,
-                    "new": change.new,
-                    "step": change.step,
-                }
-                name = "payload_rewrite_step" if change.field == "step" else "payload_rewrite_job"
-                written += conn.execute(_P[name], params).rowcount
-        return written
+            return rewrite_payloads(conn, _P, changes)

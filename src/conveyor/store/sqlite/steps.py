@@ -6,8 +6,9 @@ from datetime import datetime
 from typing import Any
 
 from conveyor.job import utcnow
-from conveyor.store.records import Lease, Step
+from conveyor.store.records import Lease, NewStep, Step
 from conveyor.store.sql import load_queries
+from conveyor.store.sql_shared import record_step
 from conveyor.store.sqlite.base import _dt_required, _ts
 from conveyor.store.sqlite.core import CoreMixin
 
@@ -26,25 +27,7 @@ class StepsMixin(CoreMixin):
         rows = self._conn().execute(_E["step_list"], {"job_id": job_id})
         return [_row_to_step(r) for r in rows]
 
-    def step_record(
-        self,
-        lease: Lease,
-        name: str,
-        result_json: str,
-        started_at: datetime,
-        now: datetime | None = None,
-    ) -> Step | None:
-        params = {
-            "id": lease.id,
-            "token": lease.token,
-            "name": name,
-            "result": result_json,
-            "started_at": _ts(started_at),
-            "now": _ts(now or utcnow()),
-        }
+    def step_record(self, lease: Lease, step: NewStep, now: datetime | None = None) -> Step | None:
         with self._write() as conn:
-            row = conn.execute(_E["step_record"], params).fetchone()
-            if row is None:
-                # Recorded already (kept), or the lease is gone (None).
-                row = conn.execute(_E["step_get"], {"job_id": lease.id, "name": name}).fetchone()
+            row = record_step(conn, _E, lease, step, _ts(step.started_at), _ts(now or utcnow()))
         return None if row is None else _row_to_step(row)
