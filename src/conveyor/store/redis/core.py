@@ -13,6 +13,7 @@ from typing import Any
 
 from conveyor.errors import ConfigurationError
 from conveyor.job import Job, NewJob
+from conveyor.store.finish_fetch import FetchNext
 from conveyor.store.limiting import LIMIT_SLACK_SECONDS
 from conveyor.store.protocols import ChangeCallback, Subscription
 from conveyor.store.records import LEASE_EXPIRED_ERROR, Finish, Lease, LeaseStatus
@@ -98,6 +99,28 @@ class CoreMixin(RedisBase):
     def job_finish(self, finishes: Sequence[Finish], now: datetime | None = None) -> list[int]:
         if not finishes:
             return []
+        return self._finish(finishes, _now_arg(now))[0]
+
+    def job_finish_fetch(
+        self, finishes: Sequence[Finish], fetch: FetchNext
+    ) -> tuple[list[int], list[Job]]:
+        if fetch.limit <= 0 or not fetch.queues:
+            return self.job_finish(finishes), []
+        return self._finish(
+            finishes,
+            "",
+            json.dumps(list(dict.fromkeys(fetch.queues))),
+            str(fetch.limit),
+            fetch.worker,
+            secrets.token_hex(16),
+            f"{fetch.lease.total_seconds():.6f}",
+            str(LIMIT_SLACK_SECONDS),
+        )
+
+    def _finish(
+        self, finishes: Sequence[Finish], now: str, *fetch: str
+    ) -> tuple[list[int], list[Job]]:
+        """job_finish.lua: the ids changed, and the jobs it claimed when ``fetch`` asks."""
         items = [
             [
                 str(f.id),
@@ -109,9 +132,9 @@ class CoreMixin(RedisBase):
             ]
             for f in finishes
         ]
-        changed, unreadable = self._run("job_finish", _now_arg(now), json.dumps(items))
+        changed, unreadable, fetched = self._run("job_finish", now, json.dumps(items), *fetch)
         self._drop(unreadable)
-        return [int(i) for i in changed]
+        return [int(i) for i in changed], [job_of(_pairs(f)) for f in fetched]
 
     def job_progress(
         self, lease: Lease, fraction: float | None, message: str | None, now: datetime

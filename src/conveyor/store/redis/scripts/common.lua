@@ -712,3 +712,45 @@ local function forget_if_empty(q, now)
     redis.call('SREM', P .. 'limited', q)
     limited_queue[q] = false
 end
+
+-- ---------------------------------------------------------------------------
+-- Claiming: job_claim, and job_finish when it fetches the next jobs for the
+-- slots its outcomes free (the same rule, written once).
+
+local CLAIMED = {'state', 'attempts', 'worker', 'lease_token', 'lease_expires_at', 'started_at'}
+
+-- Moves up to ``limit`` jobs that may start (see candidates) to running under
+-- lease ``token`` for ``worker`` until ``expires`` (a time string); a limited
+-- queue records its starts for the rates (and forgets those older than every
+-- window and ``slack`` seconds more). Returns the jobs, in claim order, as flat
+-- lists of fields.
+local function claim(queues, limit, worker, token, expires, now_n, now_s, group, slack)
+    local out, limited = {}, {}
+    for _, c in ipairs(candidates(queues, limit, now_n, group)) do
+        local j, q = c[4], c[3]
+        leave(j)
+        j.state, j.attempts, j.worker = 'running', tostring(tonumber(j.attempts) + 1), worker
+        j.lease_token, j.lease_expires_at, j.started_at = token, expires, now_s
+        save(j, CLAIMED)
+        enter(j)
+        if j.progress or j.progress_message then -- an earlier attempt's
+            j.progress, j.progress_message = nil, nil
+            save(j, {'progress', 'progress_message'})
+        end
+        if limited[q] == nil then limited[q] = limits_of(q) or false end
+        local l = limited[q]
+        if l and (l.rate or l.key_rate) then
+            local mark = tostring(redis.call('INCR', P .. 'startseq'))
+            redis.call('ZADD', qk('starts', q), now_s, mark)
+            if j.limit_key then
+                redis.call('ZADD', kk('kstarts', q, j.limit_key), now_s, mark)
+                redis.call('SADD', qk('kstartkeys', q), j.limit_key)
+            end
+        end
+        out[#out + 1] = reply_of(j)
+    end
+    for q, l in pairs(limited) do
+        if l then prune_starts(q, l, now_n, slack) end
+    end
+    return out
+end
