@@ -102,8 +102,9 @@ local JOB_FIELDS = {
     'max_attempts', 'key', 'group_key', 'batch', 'worker', 'lease_token', 'lease_expires_at',
     'cancel_requested', 'result', 'error', 'progress', 'progress_message', 'created_at',
     'started_at', 'finished_at', 'limit_key', 'headers',
-    -- a job that waits for others or belongs to a declared workflow (flows.lua)
-    'pending', 'on_failure', 'workflow',
+    -- a job that waits for others or belongs to a declared workflow, and ('1') one
+    -- that others wait for (flows.lua)
+    'pending', 'on_failure', 'workflow', 'children',
 }
 -- Besides these a job's hash holds "events", the seqs of its events joined by commas.
 -- A hash without one of these cannot be read (store.py's _REQUIRED says the same):
