@@ -317,6 +317,9 @@ class RedisBase:
         }
         #: Where each retention rule's walk of finished jobs goes on (history.py).
         self._purge_walks = PurgeWalks()
+        #: The next_run_in answer ({now, moment} or {now}) of the last claim on each set
+        #: of queues that took fewer than it could, and when it came (monotonic; core.py).
+        self._next_due: dict[tuple[str, ...], tuple[list[str], float]] = {}
         self.ping()
         if migrate:
             self.migrate()

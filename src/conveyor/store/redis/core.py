@@ -24,6 +24,9 @@ from conveyor.store.redis.listener import RedisListener
 #: is due: keys a slice (a script of about 2 ms at 2,000), seconds of slices a rescue.
 _SWEEP_KEYS = 2_000
 _SWEEP_SECONDS = 0.05
+#: How long a claim's answer to next_run_in stands in for asking (the worker asks
+#: right after a claim that took fewer than it could; later, ask Redis).
+_NEXT_DUE_FRESH = 0.5
 
 
 class CoreMixin(RedisBase):
@@ -50,10 +53,15 @@ class CoreMixin(RedisBase):
     def next_run_in(
         self, queues: Sequence[str], now: datetime | None = None, group: str | None = None
     ) -> float | None:
-        answer, unreadable = self._run(
-            "next_run_in", json.dumps(list(dict.fromkeys(queues))), _now_arg(now), group or ""
-        )
-        self._drop(unreadable)
+        names = tuple(dict.fromkeys(queues))
+        answered = self._next_due.pop(names, None) if now is None and group is None else None
+        if answered is not None and time.monotonic() - answered[1] < _NEXT_DUE_FRESH:
+            answer = answered[0]  # the claim just made on these queues answered it
+        else:
+            answer, unreadable = self._run(
+                "next_run_in", json.dumps(list(names)), _now_arg(now), group or ""
+            )
+            self._drop(unreadable)
         if len(answer) < 2:
             return None
         return max(0.0, float(answer[1]) - float(answer[0]))
@@ -69,9 +77,10 @@ class CoreMixin(RedisBase):
     ) -> list[Job]:
         if limit <= 0 or not queues:
             return []
-        flats, unreadable = self._run(
+        names = tuple(dict.fromkeys(queues))
+        flats, unreadable, due = self._run(
             "job_claim",
-            json.dumps(list(dict.fromkeys(queues))),
+            json.dumps(list(names)),
             str(limit),
             worker,
             secrets.token_hex(16),
@@ -81,6 +90,8 @@ class CoreMixin(RedisBase):
             str(LIMIT_SLACK_SECONDS),
         )
         self._drop(unreadable)
+        if due and now is None and group is None:
+            self._next_due[names] = (due, time.monotonic())
         return [job_of(_pairs(f)) for f in flats]
 
     def job_heartbeat(

@@ -355,7 +355,10 @@ local function leave(j)
     if j.batch then decr(P .. 'bcount:' .. j.batch, j.state) end
     if j.state == 'queued' then
         zrem(qk('ready', q), ready_member(j))
-        zrem(qk('wait', q), id)
+        -- A queued job is in ready: or in wait:, never both; one the claim met in
+        -- ready: (candidates) is not looked for in wait:.
+        if not j.in_ready then zrem(qk('wait', q), id) end
+        j.in_ready = nil
         zrem(qk('due', q), id)
         if j.error then zrem(qk('retrying', q), id) end
         if j.group_key then
@@ -662,7 +665,7 @@ local function candidates(queues, limit, now, group)
                 start, chunk = start + chunk, math.min(chunk * 2, 1000)
                 for _, m in ipairs(members) do
                     local j = load(tonumber(string.sub(m, 12)))
-                    if j then j.member = m end
+                    if j then j.member, j.in_ready = m, true end
                     if not j then
                         unread[#unread + 1] = m
                     elseif may_start(j, q, l, now, group, rooms, taken_group, limit) then
@@ -754,4 +757,56 @@ local function claim(queues, limit, worker, token, expires, now_n, now_s, group,
         if l then prune_starts(q, l, now_n, slack) end
     end
     return out
+end
+
+-- The next moment a claim on ``queues`` could start a job that it cannot now
+-- (the SQL stores' next_run_at): the next queued job's run_at; for a queue
+-- with limits, a throttle's end, the moment a full rate window lets the next
+-- job through, or now when a claim would take a job already. Returns {now,
+-- moment} as strings, or {now} when there is none (next_run_in, and a claim
+-- that took fewer than it could, which answers it in the same script).
+local function nth_newest(key, n, since)
+    local row = redis.call('ZREVRANGEBYSCORE', key, '+inf', '(' .. fmt(since), 'WITHSCORES',
+                           'LIMIT', n - 1, 1)
+    return tonumber(row[2])
+end
+local function next_moment(queues, now_n, now_s, group)
+    zflush() -- reads due: and the limits' sets
+    local best = nil
+    local function consider(at)
+        if at and (best == nil or at < best) then best = at end
+    end
+    for _, q in ipairs(queues) do
+        if redis.call('SISMEMBER', P .. 'paused', q) == 0 then
+            local row = redis.call('ZRANGEBYSCORE', qk('due', q), '(' .. now_s, '+inf',
+                                   'WITHSCORES', 'LIMIT', 0, 1)
+            consider(tonumber(row[2]))
+            local l = limits_of(q)
+            if l then
+                if #candidates({q}, 1, now_n, group) > 0 then consider(now_n) end
+                if l.throttled_until and l.throttled_until > now_n then
+                    consider(l.throttled_until)
+                else
+                    for _, until_ in ipairs(redis.call('HVALS', qk('kthrottle', q))) do
+                        if tonumber(until_) > now_n then consider(tonumber(until_)) end
+                    end
+                    if l.rate and started_since(qk('starts', q), now_n - l.per) >= l.rate then
+                        consider(nth_newest(qk('starts', q), l.rate, now_n - l.per) + l.per)
+                    end
+                    if l.key_rate then
+                        for _, key in ipairs(redis.call('SMEMBERS', qk('kstartkeys', q))) do
+                            local skey = kk('kstarts', q, key)
+                            if started_since(skey, now_n - l.key_per) >= l.key_rate then
+                                consider(nth_newest(skey, l.key_rate, now_n - l.key_per)
+                                         + l.key_per)
+                            end
+                        end
+                    end
+                end
+            end
+        end
+    end
+    local answer = {now_s}
+    if best ~= nil then answer[2] = fmt(best) end
+    return answer
 end
