@@ -643,6 +643,16 @@ local function may_start(j, q, l, now, group, rooms, taken_group, limit)
     return true
 end
 
+-- Whether a queue is paused, read once per script and queue (a claim that took
+-- fewer than it could asks again in next_moment).
+local paused_queue = {}
+local function is_paused(q)
+    if paused_queue[q] == nil then
+        paused_queue[q] = redis.call('SISMEMBER', P .. 'paused', q) == 1
+    end
+    return paused_queue[q]
+end
+
 -- The jobs a claim would take: {id, priority, queue, job} in claim order, at most
 -- ``limit``: queued jobs that may start, of queues not paused, within each
 -- queue's own room.
@@ -650,7 +660,7 @@ local function candidates(queues, limit, now, group)
     zflush()
     local found, seen_queue, taken_group = {}, {}, {}
     for _, q in ipairs(queues) do
-        if not seen_queue[q] and redis.call('SISMEMBER', P .. 'paused', q) == 0 then
+        if not seen_queue[q] and not is_paused(q) then
             seen_queue[q] = true
             promote(q, now)
             local l = limits_of(q)
@@ -662,6 +672,7 @@ local function candidates(queues, limit, now, group)
             while got < want do
                 local members = redis.call('ZRANGE', qk('ready', q), start, start + chunk - 1)
                 if #members == 0 then break end
+                local last = #members < chunk -- the end of ready: (no read more to say so)
                 start, chunk = start + chunk, math.min(chunk * 2, 1000)
                 for _, m in ipairs(members) do
                     local j = load(tonumber(string.sub(m, 12)))
@@ -675,6 +686,7 @@ local function candidates(queues, limit, now, group)
                         if got >= want then break end
                     end
                 end
+                if last then break end
             end
             -- Dropped after the walk, which reads ready: by rank.
             for _, m in ipairs(unread) do
@@ -777,7 +789,7 @@ local function next_moment(queues, now_n, now_s, group)
         if at and (best == nil or at < best) then best = at end
     end
     for _, q in ipairs(queues) do
-        if redis.call('SISMEMBER', P .. 'paused', q) == 0 then
+        if not is_paused(q) then
             local row = redis.call('ZRANGEBYSCORE', qk('due', q), '(' .. now_s, '+inf',
                                    'WITHSCORES', 'LIMIT', 0, 1)
             consider(tonumber(row[2]))
