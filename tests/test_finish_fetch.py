@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -18,7 +19,7 @@ import pytest
 
 from conveyor import App, JobState
 from conveyor.job import Job, NewJob, utcnow
-from conveyor.limits import Limit
+from conveyor.limits import Limit, Rate
 from conveyor.store.finish_fetch import FetchNext, FinishFetchStore
 from conveyor.store.records import Finish
 from conveyor.store.redis import RedisStore
@@ -127,6 +128,25 @@ def test_the_fetch_honours_a_concurrency_limit(store: RedisStore) -> None:
     _, fetched = store.job_finish_fetch([complete(one)], fetch(5))
     assert len(fetched) == 1  # two and the fetched one: the limit's two
     assert store.job_claim(["q"], 5, "w1", LEASE) == []
+
+
+def test_the_fetch_honours_a_rate_and_a_limit_keys_concurrency(store: RedisStore) -> None:
+    store.limit_set("q", Limit(concurrency=1), True, utcnow())  # one at a time per key
+    store.limit_set("r", Limit(rate=Rate(2, 60.0)), False, utcnow())  # two starts a minute
+    a1, a2, a3, b1 = store.job_insert_many(
+        [replace(new_job(), limit_key=k) for k in ("a", "a", "a", "b")], utcnow()
+    )
+    r1, r2, r3 = store.job_insert_many([new_job(queue="r") for _ in range(3)], utcnow())
+    first = store.job_claim(["q"], 1, "w1", LEASE)[0]
+    assert first.id == a1.id
+    _, fetched = store.job_finish_fetch([complete(first)], fetch(5))
+    assert sorted(j.id for j in fetched) == [a2.id, b1.id]  # a1's end frees key a, once
+    assert store.job_get(a3.id).state == JobState.QUEUED  # type: ignore[union-attr]
+    started = store.job_claim(["r"], 1, "w1", LEASE)[0]
+    _, fetched = store.job_finish_fetch([complete(started)], fetch(5, ("r",)))
+    assert [j.id for j in fetched] == [r2.id]  # the window's second start, not a third
+    assert store.job_get(r3.id).state == JobState.QUEUED  # type: ignore[union-attr]
+    assert started.id == r1.id
 
 
 def test_the_fetch_passes_held_jobs_over(store: RedisStore) -> None:
