@@ -11,7 +11,9 @@ The parts, each with one job and its own failures:
   threads, ``async def`` ones on an event loop the worker owns;
 - the completer (``completer.py``) records outcomes in batches, retrying while
   the database is away; an attempt stays held (and its lease renewed) until
-  its outcome is written;
+  its outcome is written. On a store that can (Redis), a batch also claims the
+  jobs for the slots its outcomes free: the control loop promises that room to
+  it (``_fetching``) and starts what comes back as claimed jobs;
 - the lease keeper (``leases.py``) renews every held lease each third of the
   lease, whatever the rest is doing;
 - maintenance (``maintenance.py``): rescue, retention, periodic tasks, one
