@@ -70,8 +70,18 @@ local function zsend(key, buf)
         redis.call(buf.op, key, unpack(buf.args, i, math.min(i + 3999, #buf.args)))
     end
 end
+-- Additions first: over its maxmemory Redis refuses a script's first write that
+-- may grow memory (ZADD, HSET...) but lets one that cannot (ZREM) through, and
+-- after that lets every later write through. Sent first, a growing write makes a
+-- full server refuse the script before it changed anything (a finish that then
+-- claims flushes before its claim, ahead of its counters and events).
 local function zflush()
-    for _, key in ipairs(zkeys) do zsend(key, zbuf[key]) end
+    for _, key in ipairs(zkeys) do
+        if zbuf[key].op == 'ZADD' then zsend(key, zbuf[key]) end
+    end
+    for _, key in ipairs(zkeys) do
+        if zbuf[key].op ~= 'ZADD' then zsend(key, zbuf[key]) end
+    end
     zbuf, zkeys = {}, {}
 end
 local function zwrite(op, key, a, b)
