@@ -70,9 +70,9 @@ local function zsend(key, buf)
         redis.call(buf.op, key, unpack(buf.args, i, math.min(i + 3999, #buf.args)))
     end
 end
--- Additions first: over its maxmemory Redis refuses a script's first write that
--- may grow memory (ZADD, HSET...) but lets one that cannot (ZREM) through, and
--- after that lets every later write through. Sent first, a growing write makes a
+-- Additions first: over its maxmemory Redis refuses a script's write that may
+-- grow memory (ZADD, HSET...) only while the script has written nothing, and a
+-- write that cannot grow it (ZREM) goes through, after which every write does. Sent first, a growing write makes a
 -- full server refuse the script before it changed anything (a finish that then
 -- claims flushes before its claim, ahead of its counters and events).
 local function zflush()
