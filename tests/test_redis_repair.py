@@ -165,7 +165,7 @@ def test_every_script_that_can_meet_such_a_job_drops_it_or_hands_it_back() -> No
     """Scripts with upkeep.lua drop what they cannot read; the others return it."""
     folder = resources.files("conveyor.store.redis").joinpath("scripts")
     reaching = re.compile(
-        r"\b(leave|wake_group|wake_freed|find_key|finish_all|candidates|promote|promote_head)\("
+        r"\b(leave|wake_group|wake_freed|find_key|finish_all|candidates|claim|promote|promote_head)\("
     )
     upkeep_only = re.compile(r"\b(delete|delete_events|requeue_manually|drop)\(")
     for entry in folder.iterdir():
@@ -178,7 +178,7 @@ def test_every_script_that_can_meet_such_a_job_drops_it_or_hands_it_back() -> No
             continue
         assert not upkeep_only.search(text), entry.name
         if reaching.search(text):
-            assert re.search(r"return done\(\{.*, unreadable\}\)", text), entry.name
+            assert re.search(r"return done\(\{.*, unreadable[,}]", text), entry.name
 
 
 # --- a running job whose hash is gone ------------------------------------------------------

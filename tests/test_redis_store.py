@@ -166,8 +166,8 @@ def test_schema_version_is_the_stored_layout(redis_clean_dsn: str) -> None:
     store = open_store(redis_clean_dsn)
     try:
         assert store.schema_version() == 0
-        assert store.migrate() == store.schema_latest() == 2
-        assert store.schema_version() == 2
+        assert store.migrate() == store.schema_latest() == 3
+        assert store.schema_version() == 3
         client = redis.Redis.from_url(redis_clean_dsn)
         client.hset("{conveyor}:meta", "layout", "99")
         client.close()
@@ -195,7 +195,7 @@ def test_layout_1_migrates_forward_with_its_running_jobs_and_history(redis_clean
                       "attempt": 1, "at": "1.5", "worker": "w"}  # fmt: skip
         client.xadd(events, old_fields, id=f"{seq}-0")
         client.hset("{conveyor}:meta", "layout", "1")
-        assert store.migrate() == 2
+        assert store.migrate() == 3
         assert client.exists("{conveyor}:leases") == 0
         assert claimed.lease_expires_at is not None
         assert client.zscore(running, str(job.id)) == claimed.lease_expires_at.timestamp()
@@ -203,6 +203,35 @@ def test_layout_1_migrates_forward_with_its_running_jobs_and_history(redis_clean
         assert (old.kind, old.attempt, old.worker, old.error) == ("old", 1, "w", None)
         assert [e.kind for e in store.event_list(job.id)] == ["enqueued", "claimed"]
         assert store.job_rescue_expired(now=utcnow() + timedelta(seconds=30)) == [job.id]
+    finally:
+        client.close()
+        store.close()
+
+
+def test_layout_2_migrates_forward_marking_the_jobs_others_wait_for(redis_clean_dsn: str) -> None:
+    """Layout 3 reads a job's children only when its hash says it has some: migrate()
+    marks the parents linked under layout 2, whose children then still wait for them."""
+    store = open_store(redis_clean_dsn)
+    client = redis.Redis.from_url(redis_clean_dsn, decode_responses=True)
+    try:
+        store.migrate()
+        (parent,) = store.job_insert_many([new_job()], utcnow())
+        (child,) = store.job_insert_many(
+            [dataclasses.replace(new_job(), after=(parent.id,))], utcnow()
+        )
+        (alone,) = store.job_insert_many([new_job()], utcnow())
+        assert store.job_get(child.id).state == JobState.WAITING  # type: ignore[union-attr]
+        # What layout 2 held: the edge without the mark.
+        assert client.hget(f"{{conveyor}}:job:{parent.id}", "children") == "1"
+        client.hdel(f"{{conveyor}}:job:{parent.id}", "children")
+        client.hset("{conveyor}:meta", "layout", "2")
+        assert store.migrate() == 3
+        assert client.hget(f"{{conveyor}}:job:{parent.id}", "children") == "1"
+        assert client.hget(f"{{conveyor}}:job:{alone.id}", "children") is None
+        claimed = store.job_claim(["default"], 2, "w", timedelta(seconds=30))
+        assert [j.id for j in claimed] == [parent.id, alone.id]
+        store.job_finish([Finish(j.id, j.lease_token or "", "complete") for j in claimed])
+        assert store.job_get(child.id).state == JobState.QUEUED  # type: ignore[union-attr]
     finally:
         client.close()
         store.close()

@@ -93,7 +93,7 @@ def cli(debug: bool, dsn: str | None) -> None:
 #: The schema version this code's migrations reach on the SQL stores, and Redis's key layout
 #: (conveyor.store.redis.store.LAYOUT_VERSION, not imported here: redis-py is optional).
 SCHEMA_VERSION = len(load_migrations("conveyor.store.sqlite"))
-REDIS_LAYOUT = 2
+REDIS_LAYOUT = 3
 cli.help = (
     "conveyor: a durable job queue on SQLite, PostgreSQL or Redis.\n\n"
     "The store is named by --dsn (default $CONVEYOR_DSN, else ./conveyor.db): "

@@ -5,7 +5,9 @@
 through ``CompleterThread``, which writes whatever has piled up in one batch
 while the control loop goes straight back to claiming (on PostgreSQL the
 acknowledgement of one batch and the claim of the next then travel over two
-connections at once).
+connections at once). On a store that can (``FinishFetchStore``: Redis) a batch
+also claims the next jobs for the slots it frees, in the same call: the worker
+says how many with each submit, and gets the jobs back with the batch's answer.
 
 Two kinds of trouble, told apart: a database that is away (a restart, a
 dropped connection, a file locked by another process past the busy timeout, a
@@ -25,9 +27,10 @@ from dataclasses import replace
 from conveyor.changes import ChangeHub
 from conveyor.encryption import PayloadCodec
 from conveyor.errors import StoreUnavailableError
-from conveyor.job import JobState
+from conveyor.job import Job, JobState
 from conveyor.logs import job_fields
 from conveyor.pacing import DutyBackoff
+from conveyor.store.finish_fetch import FetchNext, FinishFetchStore
 from conveyor.store.protocols import JobStore
 from conveyor.worker.executor import Outcome, Running
 
@@ -94,7 +97,7 @@ class Completer:
         if not settle:
             return set(), []
         try:
-            written, busy = self._write(settle)
+            written, busy, _ = self._write(settle)
         except StoreUnavailableError:
             raise
         except Exception as exc:
@@ -108,7 +111,23 @@ class Completer:
                     busy += later
         return written, busy
 
-    def _write(self, settle: Sequence[Settlement]) -> tuple[set[int], list[Settlement]]:
+    def record_fetching(
+        self, settle: Sequence[Settlement], fetch: FetchNext
+    ) -> tuple[set[int], list[Settlement], list[Job]]:
+        """``record_some``, and the jobs ``fetch`` claims in the same call (none on a store
+        without ``FinishFetchStore``, or when the batch is refused and written one by one)."""
+        if not settle or not isinstance(self._store, FinishFetchStore):
+            return (*self.record_some(settle), [])
+        try:
+            return self._write(settle, fetch)
+        except StoreUnavailableError:
+            raise
+        except Exception:
+            return (*self.record_some(settle), [])  # each alone; the refusal is told there
+
+    def _write(
+        self, settle: Sequence[Settlement], fetch: FetchNext | None = None
+    ) -> tuple[set[int], list[Settlement], list[Job]]:
         for running, _ in settle:
             # Progress waiting for its turn (written at most once a second) goes
             # first, under the lease it still holds: a job ends showing the last
@@ -121,7 +140,12 @@ class Completer:
         if self._codec is not None:
             seal = self._codec.seal_result
             finishes = [replace(f, result_json=seal(f.result_json)) for f in finishes]
-        written = set(self._store.job_finish(finishes))
+        fetched: list[Job] = []
+        if fetch is not None and isinstance(self._store, FinishFetchStore):
+            ids, fetched = self._store.job_finish_fetch(finishes, fetch)
+            written = set(ids)
+        else:
+            written = set(self._store.job_finish(finishes))
         busy: list[Settlement] = []
         if len(written) < len(settle):
             done, busy_ids = self._refused(settle, written)
@@ -129,7 +153,7 @@ class Completer:
             busy = [one for one in settle if one[0].id in busy_ids]
         if written:  # wakes waiters in this process at once
             self._changes.publish("done", ",".join(map(str, sorted(written))))
-        return written, busy
+        return written, busy, fetched
 
     def _refused(
         self, settle: Sequence[Settlement], written: set[int]
@@ -174,7 +198,8 @@ class Completer:
         )
         error = f"the outcome ({outcome.kind}) could not be recorded: {refused}"
         try:
-            return self._write([(running, Outcome("fail", error=error))])
+            written, busy, _ = self._write([(running, Outcome("fail", error=error))])
+            return written, busy
         except StoreUnavailableError:
             raise
         except Exception:
@@ -187,17 +212,24 @@ class Completer:
             return set(), []
 
 
-#: Told of each written batch: the attempts and the ids whose lease held.
-OnRecorded = Callable[[list[Running], set[int]], None]
+#: Told of each written batch: the attempts, the ids whose lease held, the jobs the
+#: batch claimed, and how many it was asked to claim (the slots promised to it).
+OnRecorded = Callable[[list[Running], set[int], list[Job], int], None]
 
 
 class CompleterThread:
     """The worker's completer: batches outcomes in a thread, retrying while the database is away."""
 
-    def __init__(self, completer: Completer, on_recorded: OnRecorded) -> None:
+    def __init__(
+        self, completer: Completer, on_recorded: OnRecorded, fetch: FetchNext | None = None
+    ) -> None:
         self._completer = completer
         self._on_recorded = on_recorded
+        #: What a batch claims for the slots it frees (its limit set per batch); None: nothing.
+        self._fetch = fetch
         self._pending: list[Settlement] = []
+        #: Jobs the pending outcomes' batch is asked to claim.
+        self._fetch_asked = 0
         #: Outcomes whose job's row another transaction held, written again at _later_at.
         self._later: list[Settlement] = []
         self._later_at = 0.0
@@ -207,12 +239,23 @@ class CompleterThread:
         self._thread = threading.Thread(target=self._run, name="conveyor-completer", daemon=True)
         self._thread.start()
 
-    def submit(self, settle: list[Settlement]) -> None:
+    def submit(self, settle: list[Settlement], fetch: int = 0) -> None:
+        """Write these outcomes soon; with ``fetch``, claim up to as many jobs with them."""
         if not settle:
             return
         with self._cond:
             self._pending.extend(settle)
+            self._fetch_asked += fetch
             self._cond.notify_all()
+
+    @property
+    def closed(self) -> bool:
+        """Closed: what is submitted now is never written (``record_now`` writes it)."""
+        return self._closing
+
+    def record_now(self, settle: list[Settlement]) -> set[int]:
+        """Write outcomes in the caller's thread (after ``close``): the ids whose lease held."""
+        return self._completer.record(settle)
 
     def close(self, timeout: float) -> bool:
         """Write what was submitted, for up to ``timeout``; True when nothing is left unwritten."""
@@ -242,15 +285,20 @@ class CompleterThread:
                     wait = self._later_at - time.monotonic() if self._later else None
                     self._cond.wait(wait)
                 batch, self._later, self._pending = self._later + self._pending, [], []
+                asked, self._fetch_asked = self._fetch_asked, 0
                 self._busy = True
             later: list[Settlement] = []
+            told = False
             try:
-                written, later = self._write_until_done(batch)
+                written, later, fetched = self._write_until_done(batch, asked)
                 left = {id(running) for running, _ in later}
                 decided = [running for running, _ in batch if id(running) not in left]
-                self._on_recorded(decided, written)
+                told = True
+                self._on_recorded(decided, written, fetched, asked)
             except Exception:  # a bug of ours: say so, and go on with the next batch
                 log.exception("recording %d outcome(s) failed", len(batch))
+                if not told and asked:  # the slots promised to the fetch are free again
+                    self._on_recorded([], set(), [], asked)
             finally:
                 with self._cond:
                     # Rows held by another transaction: written again after a pause
@@ -262,11 +310,17 @@ class CompleterThread:
                     self._busy = False
                     self._cond.notify_all()
 
-    def _write_until_done(self, batch: list[Settlement]) -> tuple[set[int], list[Settlement]]:
+    def _write_until_done(
+        self, batch: list[Settlement], fetch: int
+    ) -> tuple[set[int], list[Settlement], list[Job]]:
         backoff = DutyBackoff(f"recording {len(batch)} outcome(s)", log, ceiling=RETRY_CEILING)
         while True:
             try:
-                recorded = self._completer.record_some(batch)
+                if fetch and self._fetch is not None:
+                    asked = replace(self._fetch, limit=fetch)
+                    recorded = self._completer.record_fetching(batch, asked)
+                else:
+                    recorded = (*self._completer.record_some(batch), [])
                 backoff.succeeded()
                 return recorded
             except StoreUnavailableError as exc:
@@ -280,5 +334,5 @@ class CompleterThread:
                             "will expire and they will run again",
                             len(batch),
                         )
-                        return set(), []
+                        return set(), [], []
                     self._cond.wait(pause)

@@ -11,7 +11,9 @@ The parts, each with one job and its own failures:
   threads, ``async def`` ones on an event loop the worker owns;
 - the completer (``completer.py``) records outcomes in batches, retrying while
   the database is away; an attempt stays held (and its lease renewed) until
-  its outcome is written;
+  its outcome is written. On a store that can (Redis), a batch also claims the
+  jobs for the slots its outcomes free: the control loop promises that room to
+  it (``_fetching``) and starts what comes back as claimed jobs;
 - the lease keeper (``leases.py``) renews every held lease each third of the
   lease, whatever the rest is doing;
 - maintenance (``maintenance.py``): rescue, retention, periodic tasks, one
@@ -45,6 +47,7 @@ from conveyor.errors import ConfigurationError
 from conveyor.job import Job, utcnow
 from conveyor.logs import job_fields
 from conveyor.pacing import DutyBackoff
+from conveyor.store.finish_fetch import FetchNext, FinishFetchStore
 from conveyor.store.records import Lease, LeaseStatus
 from conveyor.store.worker_control import read_control
 from conveyor.worker.completer import Completer, CompleterThread, Settlement
@@ -168,6 +171,9 @@ class Worker:
         self._active = 0
         #: Prefetched attempts: held (leased) and waiting for a free slot, oldest first.
         self._waiting: deque[Running] = deque()
+        #: Slots promised to the jobs the completer's batches in flight claim as they
+        #: finish (a store with FinishFetchStore): no claim of ours takes them meanwhile.
+        self._fetching = 0
         #: Started attempts with a timeout, whose handler has not returned.
         self._timed: set[Running] = set()
         #: ``_held`` changed since its snapshot was last published.
@@ -188,7 +194,7 @@ class Worker:
 
         # --- inboxes: written by other threads, drained by the control loop ---
         self._returned: deque[Running] = deque()
-        self._recorded: deque[tuple[list[Running], set[int]]] = deque()
+        self._recorded: deque[tuple[list[Running], set[int], list[Job], int]] = deque()
         self._renewed: deque[tuple[list[Lease], dict[int, LeaseStatus]]] = deque()
         self._local_cancels: deque[tuple[int, str]] = deque()
         #: What an operator asked of this worker, as its last check-in read it.
@@ -198,8 +204,13 @@ class Worker:
 
         self._threads = HandlerThreads(concurrency, done=self._handler_returned)
         self._loop_thread: EventLoopThread | None = None
+        #: Finishes that claim the next jobs too, where the store can (one round trip).
+        self._finish_fetches = isinstance(runtime.store, FinishFetchStore)
+        fetch = FetchNext(self.options.queues, 0, self.id, self._lease)
         self._completer = CompleterThread(
-            Completer(runtime.store, runtime.changes, runtime.codec), self._outcomes_recorded
+            Completer(runtime.store, runtime.changes, runtime.codec),
+            self._outcomes_recorded,
+            fetch if self._finish_fetches else None,
         )
         self._leases = LeaseKeeper(
             runtime.store, self.id, lease, lambda: self._held_snapshot, self._leases_renewed,
@@ -391,9 +402,11 @@ class Worker:
         self._returned.append(running)
         self._wake.pull("returned")
 
-    def _outcomes_recorded(self, runnings: list[Running], written: set[int]) -> None:
-        """From the completer's thread: a batch was written (or given up)."""
-        self._recorded.append((runnings, written))
+    def _outcomes_recorded(
+        self, runnings: list[Running], written: set[int], fetched: list[Job], asked: int
+    ) -> None:
+        """From the completer's thread: a batch was written (or given up), and what it claimed."""
+        self._recorded.append((runnings, written, fetched, asked))
         self._wake.pull("recorded")
 
     def _leases_renewed(self, renewed: Sequence[Running], statuses: dict[int, LeaseStatus]) -> None:
@@ -411,9 +424,11 @@ class Worker:
                 settled.append((running, outcome))
             # Slots freed: prefetched (and parked) attempts start now.
             self._start_waiting()
-        self._completer.submit(settled)
+        self._completer.submit(settled, self._fetch_room(settled))
         while self._recorded:
-            self._after_recorded(*self._recorded.popleft())
+            runnings, written, fetched, asked = self._recorded.popleft()
+            self._after_recorded(runnings, written)
+            self._fetched(fetched, asked)
         while self._renewed:
             renewed, statuses = self._renewed.popleft()
             for lease in renewed:
@@ -557,6 +572,44 @@ class Worker:
 
     # --- claiming -------------------------------------------------------------------
 
+    def _fetch_room(self, settled: list[Settlement]) -> int:
+        """How many jobs the finish of ``settled`` claims: the room a claim would fill now
+        (promised to it until its answer comes); none while stopping, or when the last
+        claim found all there was (a wake or the poll makes the next claim)."""
+        if not settled or not self._finish_fetches or self._stopping.is_set():
+            return 0
+        if not self._maybe_ready:
+            return 0
+        room = max(0, self._claim_room())
+        self._fetching += room
+        return room
+
+    def _fetched(self, jobs: list[Job], asked: int) -> None:
+        """Jobs a finish claimed: started as a claim's are; a stopping worker gives them back."""
+        self._fetching -= asked
+        if not jobs:
+            return
+        self._now_answers = 0
+        self.runtime.changes.publish("claimed", ids_payload(jobs))
+        if not self._stopping.is_set():
+            self._dispatch(jobs)
+            return
+        # Claimed as the worker began to stop: released at once (the attempt does not
+        # count), held until the release is written so that the drain waits for it.
+        settled: list[Settlement] = []
+        for job in jobs:
+            running = self._running(job)
+            running.returned = True
+            running.recorded = Outcome("release")
+            if job.id not in self._held:
+                self._held[job.id] = running
+                self._held_changed = True
+            settled.append((running, running.recorded))
+        if self._completer.closed:
+            self._after_recorded([r for r, _ in settled], self._completer.record_now(settled))
+        else:
+            self._completer.submit(settled)
+
     def _claim_if_useful(self, now: float) -> bool:
         """Fill free slots when something may be ready; True if anything was claimed."""
         if self._next_timer is not None and self._next_timer <= now:
@@ -601,7 +654,7 @@ class Worker:
             return 0
         if self.options.prefetch and len(self._waiting) > self._concurrency:
             return 0
-        held = self._active + len(self._waiting) + len(self._parked)
+        held = self._active + len(self._waiting) + len(self._parked) + self._fetching
         return self._concurrency + self.options.prefetch - held
 
     def _set_next_run_timer(self) -> None:

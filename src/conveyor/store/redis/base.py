@@ -6,6 +6,7 @@ Every capability mixin of ``RedisStore`` builds on ``RedisBase``.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -25,7 +26,8 @@ from conveyor.store.redis.history import PurgeWalks
 
 #: The layout of keys this code reads and writes (``schema_version`` on Redis). 2: a
 #: queue's running set scored by lease expiry (no ``leases`` set); events in one field.
-LAYOUT_VERSION = 2
+#: 3: a job that others wait for is marked in its hash (``children``).
+LAYOUT_VERSION = 3
 DEFAULT_PREFIX = "{conveyor}:"
 
 #: The fields every job's hash has (REQUIRED in upkeep.lua): one without them cannot be read.
@@ -315,6 +317,9 @@ class RedisBase:
         }
         #: Where each retention rule's walk of finished jobs goes on (history.py).
         self._purge_walks = PurgeWalks()
+        #: The next_run_in answer ({now, moment} or {now}) of the last claim on each set
+        #: of queues that took fewer than it could, and when it came (monotonic; core.py).
+        self._next_due: dict[tuple[str, ...], tuple[list[str], float]] = {}
         self.ping()
         if migrate:
             self.migrate()
@@ -384,8 +389,24 @@ class RedisBase:
             )
         if current == 1:
             self._run("layout_2")
+        if current in (1, 2):
+            self._mark_parents()
         self._do(lambda: self._client.hset(self._k("meta"), "layout", str(LAYOUT_VERSION)))
         return LAYOUT_VERSION
+
+    def _mark_parents(self) -> None:
+        """Layout 3: the jobs with children (a ``wc:`` set) are marked in their hash."""
+        start = len(self._k("wc:"))
+        # The prefix as a glob matches itself only: its special characters escaped.
+        pattern = re.sub(r"([*?\[\]\\])", r"\\\1", self._k("wc:")) + "*"
+
+        def walk() -> list[str]:
+            keys = self._client.scan_iter(match=pattern, count=1000)
+            return [key[start:] for key in keys]
+
+        ids = self._do(walk)
+        for at in range(0, len(ids), 1000):
+            self._run("layout_3", *ids[at : at + 1000])
 
     def _insert(
         self, jobs: Sequence[NewJob], now: datetime, workflow: str = "", name: str = ""

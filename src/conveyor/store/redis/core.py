@@ -13,6 +13,7 @@ from typing import Any
 
 from conveyor.errors import ConfigurationError
 from conveyor.job import Job, NewJob
+from conveyor.store.finish_fetch import FetchNext
 from conveyor.store.limiting import LIMIT_SLACK_SECONDS
 from conveyor.store.protocols import ChangeCallback, Subscription
 from conveyor.store.records import LEASE_EXPIRED_ERROR, Finish, Lease, LeaseStatus
@@ -23,6 +24,9 @@ from conveyor.store.redis.listener import RedisListener
 #: is due: keys a slice (a script of about 2 ms at 2,000), seconds of slices a rescue.
 _SWEEP_KEYS = 2_000
 _SWEEP_SECONDS = 0.05
+#: How long a claim's answer to next_run_in stands in for asking (the worker asks
+#: right after a claim that took fewer than it could; later, ask Redis).
+_NEXT_DUE_FRESH = 0.5
 
 
 class CoreMixin(RedisBase):
@@ -49,10 +53,15 @@ class CoreMixin(RedisBase):
     def next_run_in(
         self, queues: Sequence[str], now: datetime | None = None, group: str | None = None
     ) -> float | None:
-        answer, unreadable = self._run(
-            "next_run_in", json.dumps(list(dict.fromkeys(queues))), _now_arg(now), group or ""
-        )
-        self._drop(unreadable)
+        names = tuple(dict.fromkeys(queues))
+        answered = self._next_due.pop(names, None) if now is None and group is None else None
+        if answered is not None and time.monotonic() - answered[1] < _NEXT_DUE_FRESH:
+            answer = answered[0]  # the claim just made on these queues answered it
+        else:
+            answer, unreadable = self._run(
+                "next_run_in", json.dumps(list(names)), _now_arg(now), group or ""
+            )
+            self._drop(unreadable)
         if len(answer) < 2:
             return None
         return max(0.0, float(answer[1]) - float(answer[0]))
@@ -68,9 +77,10 @@ class CoreMixin(RedisBase):
     ) -> list[Job]:
         if limit <= 0 or not queues:
             return []
-        flats, unreadable = self._run(
+        names = tuple(dict.fromkeys(queues))
+        flats, unreadable, due = self._run(
             "job_claim",
-            json.dumps(list(dict.fromkeys(queues))),
+            json.dumps(list(names)),
             str(limit),
             worker,
             secrets.token_hex(16),
@@ -80,6 +90,8 @@ class CoreMixin(RedisBase):
             str(LIMIT_SLACK_SECONDS),
         )
         self._drop(unreadable)
+        if due and now is None and group is None:
+            self._next_due[names] = (due, time.monotonic())
         return [job_of(_pairs(f)) for f in flats]
 
     def job_heartbeat(
@@ -98,6 +110,28 @@ class CoreMixin(RedisBase):
     def job_finish(self, finishes: Sequence[Finish], now: datetime | None = None) -> list[int]:
         if not finishes:
             return []
+        return self._finish(finishes, _now_arg(now))[0]
+
+    def job_finish_fetch(
+        self, finishes: Sequence[Finish], fetch: FetchNext
+    ) -> tuple[list[int], list[Job]]:
+        if fetch.limit <= 0 or not fetch.queues:
+            return self.job_finish(finishes), []
+        return self._finish(
+            finishes,
+            "",
+            json.dumps(list(dict.fromkeys(fetch.queues))),
+            str(fetch.limit),
+            fetch.worker,
+            secrets.token_hex(16),
+            f"{fetch.lease.total_seconds():.6f}",
+            str(LIMIT_SLACK_SECONDS),
+        )
+
+    def _finish(
+        self, finishes: Sequence[Finish], now: str, *fetch: str
+    ) -> tuple[list[int], list[Job]]:
+        """job_finish.lua: the ids changed, and the jobs it claimed when ``fetch`` asks."""
         items = [
             [
                 str(f.id),
@@ -109,9 +143,9 @@ class CoreMixin(RedisBase):
             ]
             for f in finishes
         ]
-        changed, unreadable = self._run("job_finish", _now_arg(now), json.dumps(items))
+        changed, unreadable, fetched = self._run("job_finish", now, json.dumps(items), *fetch)
         self._drop(unreadable)
-        return [int(i) for i in changed]
+        return [int(i) for i in changed], [job_of(_pairs(f)) for f in fetched]
 
     def job_progress(
         self, lease: Lease, fraction: float | None, message: str | None, now: datetime

@@ -70,8 +70,18 @@ local function zsend(key, buf)
         redis.call(buf.op, key, unpack(buf.args, i, math.min(i + 3999, #buf.args)))
     end
 end
+-- Additions first: over its maxmemory Redis refuses a script's write that may
+-- grow memory (ZADD, HSET...) only while the script has written nothing, and a
+-- write that cannot grow it (ZREM) goes through, after which every write does. Sent first, a growing write makes a
+-- full server refuse the script before it changed anything (a finish that then
+-- claims flushes before its claim, ahead of its counters and events).
 local function zflush()
-    for _, key in ipairs(zkeys) do zsend(key, zbuf[key]) end
+    for _, key in ipairs(zkeys) do
+        if zbuf[key].op == 'ZADD' then zsend(key, zbuf[key]) end
+    end
+    for _, key in ipairs(zkeys) do
+        if zbuf[key].op ~= 'ZADD' then zsend(key, zbuf[key]) end
+    end
     zbuf, zkeys = {}, {}
 end
 local function zwrite(op, key, a, b)
@@ -102,8 +112,9 @@ local JOB_FIELDS = {
     'max_attempts', 'key', 'group_key', 'batch', 'worker', 'lease_token', 'lease_expires_at',
     'cancel_requested', 'result', 'error', 'progress', 'progress_message', 'created_at',
     'started_at', 'finished_at', 'limit_key', 'headers',
-    -- a job that waits for others or belongs to a declared workflow (flows.lua)
-    'pending', 'on_failure', 'workflow',
+    -- a job that waits for others or belongs to a declared workflow, and ('1') one
+    -- that others wait for (flows.lua)
+    'pending', 'on_failure', 'workflow', 'children',
 }
 -- Besides these a job's hash holds "events", the seqs of its events joined by commas.
 -- A hash without one of these cannot be read (store.py's _REQUIRED says the same):
@@ -354,7 +365,10 @@ local function leave(j)
     if j.batch then decr(P .. 'bcount:' .. j.batch, j.state) end
     if j.state == 'queued' then
         zrem(qk('ready', q), ready_member(j))
-        zrem(qk('wait', q), id)
+        -- A queued job is in ready: or in wait:, never both; one the claim met in
+        -- ready: (candidates) is not looked for in wait:.
+        if not j.in_ready then zrem(qk('wait', q), id) end
+        j.in_ready = nil
         zrem(qk('due', q), id)
         if j.error then zrem(qk('retrying', q), id) end
         if j.group_key then
@@ -639,6 +653,16 @@ local function may_start(j, q, l, now, group, rooms, taken_group, limit)
     return true
 end
 
+-- Whether a queue is paused, read once per script and queue (a claim that took
+-- fewer than it could asks again in next_moment).
+local paused_queue = {}
+local function is_paused(q)
+    if paused_queue[q] == nil then
+        paused_queue[q] = redis.call('SISMEMBER', P .. 'paused', q) == 1
+    end
+    return paused_queue[q]
+end
+
 -- The jobs a claim would take: {id, priority, queue, job} in claim order, at most
 -- ``limit``: queued jobs that may start, of queues not paused, within each
 -- queue's own room.
@@ -646,7 +670,7 @@ local function candidates(queues, limit, now, group)
     zflush()
     local found, seen_queue, taken_group = {}, {}, {}
     for _, q in ipairs(queues) do
-        if not seen_queue[q] and redis.call('SISMEMBER', P .. 'paused', q) == 0 then
+        if not seen_queue[q] and not is_paused(q) then
             seen_queue[q] = true
             promote(q, now)
             local l = limits_of(q)
@@ -658,10 +682,11 @@ local function candidates(queues, limit, now, group)
             while got < want do
                 local members = redis.call('ZRANGE', qk('ready', q), start, start + chunk - 1)
                 if #members == 0 then break end
+                local last = #members < chunk -- the end of ready: (no read more to say so)
                 start, chunk = start + chunk, math.min(chunk * 2, 1000)
                 for _, m in ipairs(members) do
                     local j = load(tonumber(string.sub(m, 12)))
-                    if j then j.member = m end
+                    if j then j.member, j.in_ready = m, true end
                     if not j then
                         unread[#unread + 1] = m
                     elseif may_start(j, q, l, now, group, rooms, taken_group, limit) then
@@ -671,6 +696,7 @@ local function candidates(queues, limit, now, group)
                         if got >= want then break end
                     end
                 end
+                if last then break end
             end
             -- Dropped after the walk, which reads ready: by rank.
             for _, m in ipairs(unread) do
@@ -711,4 +737,98 @@ local function forget_if_empty(q, now)
     redis.call('DEL', qk('limit', q), qk('kthrottle', q))
     redis.call('SREM', P .. 'limited', q)
     limited_queue[q] = false
+end
+
+-- ---------------------------------------------------------------------------
+-- Claiming: job_claim, and job_finish when it fetches the next jobs for the
+-- slots its outcomes free (the same rule, written once).
+
+local CLAIMED = {'state', 'attempts', 'worker', 'lease_token', 'lease_expires_at', 'started_at'}
+
+-- Moves up to ``limit`` jobs that may start (see candidates) to running under
+-- lease ``token`` for ``worker`` until ``expires`` (a time string); a limited
+-- queue records its starts for the rates (and forgets those older than every
+-- window and ``slack`` seconds more). Returns the jobs, in claim order, as flat
+-- lists of fields.
+local function claim(queues, limit, worker, token, expires, now_n, now_s, group, slack)
+    local out, limited = {}, {}
+    for _, c in ipairs(candidates(queues, limit, now_n, group)) do
+        local j, q = c[4], c[3]
+        leave(j)
+        j.state, j.attempts, j.worker = 'running', tostring(tonumber(j.attempts) + 1), worker
+        j.lease_token, j.lease_expires_at, j.started_at = token, expires, now_s
+        save(j, CLAIMED)
+        enter(j)
+        if j.progress or j.progress_message then -- an earlier attempt's
+            j.progress, j.progress_message = nil, nil
+            save(j, {'progress', 'progress_message'})
+        end
+        if limited[q] == nil then limited[q] = limits_of(q) or false end
+        local l = limited[q]
+        if l and (l.rate or l.key_rate) then
+            local mark = tostring(redis.call('INCR', P .. 'startseq'))
+            redis.call('ZADD', qk('starts', q), now_s, mark)
+            if j.limit_key then
+                redis.call('ZADD', kk('kstarts', q, j.limit_key), now_s, mark)
+                redis.call('SADD', qk('kstartkeys', q), j.limit_key)
+            end
+        end
+        out[#out + 1] = reply_of(j)
+    end
+    for q, l in pairs(limited) do
+        if l then prune_starts(q, l, now_n, slack) end
+    end
+    return out
+end
+
+-- The next moment a claim on ``queues`` could start a job that it cannot now
+-- (the SQL stores' next_run_at): the next queued job's run_at; for a queue
+-- with limits, a throttle's end, the moment a full rate window lets the next
+-- job through, or now when a claim would take a job already. Returns {now,
+-- moment} as strings, or {now} when there is none (next_run_in, and a claim
+-- that took fewer than it could, which answers it in the same script).
+local function nth_newest(key, n, since)
+    local row = redis.call('ZREVRANGEBYSCORE', key, '+inf', '(' .. fmt(since), 'WITHSCORES',
+                           'LIMIT', n - 1, 1)
+    return tonumber(row[2])
+end
+local function next_moment(queues, now_n, now_s, group)
+    zflush() -- reads due: and the limits' sets
+    local best = nil
+    local function consider(at)
+        if at and (best == nil or at < best) then best = at end
+    end
+    for _, q in ipairs(queues) do
+        if not is_paused(q) then
+            local row = redis.call('ZRANGEBYSCORE', qk('due', q), '(' .. now_s, '+inf',
+                                   'WITHSCORES', 'LIMIT', 0, 1)
+            consider(tonumber(row[2]))
+            local l = limits_of(q)
+            if l then
+                if #candidates({q}, 1, now_n, group) > 0 then consider(now_n) end
+                if l.throttled_until and l.throttled_until > now_n then
+                    consider(l.throttled_until)
+                else
+                    for _, until_ in ipairs(redis.call('HVALS', qk('kthrottle', q))) do
+                        if tonumber(until_) > now_n then consider(tonumber(until_)) end
+                    end
+                    if l.rate and started_since(qk('starts', q), now_n - l.per) >= l.rate then
+                        consider(nth_newest(qk('starts', q), l.rate, now_n - l.per) + l.per)
+                    end
+                    if l.key_rate then
+                        for _, key in ipairs(redis.call('SMEMBERS', qk('kstartkeys', q))) do
+                            local skey = kk('kstarts', q, key)
+                            if started_since(skey, now_n - l.key_per) >= l.key_rate then
+                                consider(nth_newest(skey, l.key_rate, now_n - l.key_per)
+                                         + l.key_per)
+                            end
+                        end
+                    end
+                end
+            end
+        end
+    end
+    local answer = {now_s}
+    if best ~= nil then answer[2] = fmt(best) end
+    return answer
 end

@@ -8,13 +8,16 @@
 --                 state it ended in (each edge is resolved once)
 --   wc:<parent>   zset of the ids of its children (score: id)
 --   a job's hash  pending (parents not yet ended), on_failure ('cancel' or
---                 'run'), workflow: for the jobs that wait or belong to one
+--                 'run'), workflow: for the jobs that wait or belong to one;
+--                 children '1' on a job with a wc: set, so that the end of a
+--                 job that none waits for reads nothing more
 --   wf:<id>       hash of a declared workflow: name, jobs, created_at
 --   wfj:<id>      zset of the ids of its jobs; workflows: zset of ids by created_at
 -- A waiting job is in qs:<q>:waiting and in none of the claim's indexes (common.lua's
 -- leave and enter know the state: every change of state is a move).
 
 local function wkey(what, id) return P .. what .. ':' .. id end
+local CHILDREN = {'children'}
 
 local LOST_HOW = {failed = 'failed', cancelled = 'was cancelled', deleted = 'was deleted',
                   dropped = 'was dropped (its data was deleted or evicted)'}
@@ -53,6 +56,11 @@ local function flow_link(j, parents, on_failure, workflow, now_s)
         local ended = terminal(state)
         redis.call('HSET', wkey('wp', j.id), p, ended and state or '')
         redis.call('ZADD', wkey('wc', p), j.id, j.id)
+        local parent = load(p) -- read already (flow_missing_parent, or inserted here)
+        if parent and parent.children ~= '1' then
+            parent.children = '1'
+            save(parent, CHILDREN)
+        end
         if not ended then
             pending = pending + 1
         elseif state ~= 'succeeded' and not lost then
@@ -126,8 +134,8 @@ local function flow_release(ids, now_s)
         local touched, lost_of, seen = {}, {}, {}
         for _, pid in ipairs(frontier) do
             pid = tostring(pid)
-            local state = job_fields(pid, 'state')[1]
-            if terminal(state) then flow_count_down(pid, state, touched, lost_of, seen) end
+            local f = job_fields(pid, 'state', 'children')
+            if f[2] and terminal(f[1]) then flow_count_down(pid, f[1], touched, lost_of, seen) end
         end
         frontier = flow_settle(touched, lost_of, now_s)
     end
