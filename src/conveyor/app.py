@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
-from conveyor import bulk
+from conveyor import bulk, signals
 from conveyor.bulk import BULK_ACTIONS, check_age, check_final_states, job_selection
 from conveyor.changes import (
     Change,
@@ -796,6 +796,10 @@ class App:
             self.changes.publish("cancel", f"{job.id}:{job.lease_token}")
         return self._attach(job)
 
+    def signal(self, job_id: int, name: str, payload: Any = None) -> bool:
+        """Send signal ``name`` to a job (``ctx.wait_for``); True when it woke the job."""
+        return signals.send(self.store, job_id, name, payload)
+
     def retry(self, job_id: int) -> Job:
         """Queue a failed or cancelled job again with its attempts reset."""
         store = operator_store(self.store, "retry jobs")
@@ -1347,6 +1351,7 @@ class App:
     ahealth = async_twin(health)
     acapabilities = async_twin(capabilities)
     acancel = async_twin(cancel)
+    asignal = async_twin(signal)
     aretry = async_twin(retry)
     aretry_failed = async_twin(retry_failed)
     apurge = async_twin(purge)

@@ -20,7 +20,9 @@ from conveyor.errors import (
     Fail,
     InvalidJobError,
     LeaseLostError,
+    Parked,
     Retry,
+    SignalTimeout,
     Sleeping,
     StoreUnavailableError,
 )
@@ -39,6 +41,7 @@ from conveyor.pacing import DutyBackoff
 
 if TYPE_CHECKING:
     from conveyor.store.records import Relative, Step
+    from conveyor.store.signals import SignalWait
 
 log = logging.getLogger("conveyor.worker")
 #: The longest ``ctx.sleep``: ten years.
@@ -160,6 +163,11 @@ class Hooks(Protocol):
         """Record the job's success in the caller's transaction; False when the lease is lost."""
         ...
 
+    def wait_signal(self, job: Job, name: str, step: str, until: datetime) -> SignalWait | None:
+        """Take signal ``name`` as step ``step``, or time out, or park the job until
+        ``until`` (``SignalStore.signal_wait``); None when the lease is lost."""
+        ...
+
 
 @dataclass(slots=True)
 class Context:
@@ -180,6 +188,11 @@ class Context:
     completed_in_transaction: bool = field(default=False, repr=False)
     #: ctx.sleep calls in this attempt (each names its step by its number).
     _sleeps: int = field(default=0, repr=False)
+    #: ctx.wait_for calls in this attempt, by signal name (each step named by its number).
+    _signal_waits: dict[str, int] | None = field(default=None, repr=False)
+    #: A wait parked the job in the store (queued it for the wait's end): the worker
+    #: records nothing more of this attempt.
+    parked: bool = field(default=False, repr=False)
 
     @property
     def job_id(self) -> int:
@@ -441,6 +454,74 @@ class Context:
         """``ctx.sleep`` for async handlers: the step is read and written on a thread."""
         await asyncio.to_thread(self.sleep, duration, name=name)
 
+    def wait_for(
+        self,
+        name: str,
+        timeout: float | timedelta | datetime | None = None,
+        *,
+        step: str | None = None,
+    ) -> Any:
+        """The payload of signal ``name`` sent to this job (``app.signal``), waiting durably
+        for it until ``timeout`` (seconds, a timedelta, or an aware datetime; None: as
+        long as a sleep may last).
+
+        A signal sent before the job waits is kept for it: it is returned at once.
+        Otherwise the job is parked as ``ctx.sleep`` parks it (no attempt, slot or
+        lease used), and the signal's arrival makes it due at once; the handler
+        then runs again from the top and this call returns the payload. Each
+        signal is taken by one wait, recorded as the durable step
+        ``signal-<name>-1`` (``-2``... for later waits of the same name; give
+        ``step`` when that order can change): a replay returns the same payload.
+        When the timeout passes first, raises ``SignalTimeout`` (catch it to go
+        on without the signal). Raises ``Parked`` to park: let it through. In an
+        async handler, ``await ctx.await_for(...)``.
+        """
+        try:
+            validate_name("signal name", name)
+        except InvalidJobError as exc:
+            raise Fail(f"ctx.wait_for: {exc}") from None
+        if self._signal_waits is None:
+            self._signal_waits = {}
+        number = self._signal_waits[name] = self._signal_waits.get(name, 0) + 1
+        step_name = step if step is not None else f"signal-{name}-{number}"
+        recorded = self._step_begin(step_name)
+        if recorded is None:
+            now = utcnow()
+            until = wake_time(now, MAX_SLEEP if timeout is None else timeout, "ctx.wait_for")
+            if self._hooks is None:
+                raise ConfigurationError(
+                    "ctx.wait_for needs a job run by a worker, by App(inline=True) or by "
+                    "conveyor.testing.drain: this Context was made by hand"
+                )
+            waited = self._hooks.wait_signal(self.job, name, step_name, until)
+            if waited is None:
+                raise LeaseLostError(
+                    f"job {self.job.id}: its lease was lost (another worker may run it now) "
+                    f"while it waited for signal {name!r}"
+                )
+            if waited.outcome == "parked":
+                self.parked = True
+                delay = max((waited.until - utcnow()).total_seconds(), 0.0)
+                raise Parked(waited.until, delay, f"signal {name!r}")
+            assert waited.step is not None and self._steps is not None
+            recorded = self._steps[step_name] = waited.step
+            assert self._steps_run is not None
+            self._steps_run.add(step_name)
+        result = recorded.result
+        if isinstance(result, dict) and "timeout" in result:
+            raise SignalTimeout(self.job.id, name, _moment_text(result["timeout"]))
+        return result["payload"]
+
+    async def await_for(
+        self,
+        name: str,
+        timeout: float | timedelta | datetime | None = None,
+        *,
+        step: str | None = None,
+    ) -> Any:
+        """``ctx.wait_for`` for async handlers: the store is read and written on a thread."""
+        return await asyncio.to_thread(self.wait_for, name, timeout, step=step)
+
     def complete(self, connection: Any, result: Any = None) -> None:
         """Record this job's success in ``connection``'s open transaction, with your writes.
 
@@ -471,15 +552,26 @@ class Context:
         self.completed_in_transaction = True
 
 
-def wake_time(now: datetime, duration: float | timedelta | datetime) -> datetime:
-    """When a sleep of ``duration`` (seconds, a timedelta, or an aware datetime) ends."""
+def _moment_text(value: Any) -> str:
+    """A recorded moment as ISO text: the SQL stores record ISO text, Redis epoch seconds."""
+    try:
+        return datetime.fromtimestamp(float(value), UTC).isoformat()
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def wake_time(
+    now: datetime, duration: float | timedelta | datetime, what: str = "ctx.sleep"
+) -> datetime:
+    """When a sleep (or a wait: ``what``) of ``duration`` (seconds, a timedelta, or an
+    aware datetime) ends."""
     if isinstance(duration, datetime):
         if duration.tzinfo is None:
-            raise Fail("ctx.sleep: give an aware datetime (with its time zone), or seconds")
+            raise Fail(f"{what}: give an aware datetime (with its time zone), or seconds")
         return max(now, duration.astimezone(UTC))
     seconds = duration.total_seconds() if isinstance(duration, timedelta) else duration
     if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-        raise Fail(f"ctx.sleep: give seconds, a timedelta or a datetime, got {duration!r}")
+        raise Fail(f"{what}: give seconds, a timedelta or a datetime, got {duration!r}")
     if not math.isfinite(seconds) or seconds < 0 or seconds > MAX_SLEEP.total_seconds():
-        raise Fail(f"ctx.sleep: {duration!r} is not from 0 to {MAX_SLEEP.days:,} days")
+        raise Fail(f"{what}: {duration!r} is not from 0 to {MAX_SLEEP.days:,} days")
     return now + timedelta(seconds=seconds)

@@ -1,0 +1,43 @@
+"""``conveyor jobs signal``: send a job the signal its handler waits for (ctx.wait_for)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from conveyor.audit import record_cli
+from conveyor.cli.options import JobId, _ParamType, dsn_option, open_app
+
+
+class _Json(_ParamType):
+    """Any JSON document."""
+
+    name = "json"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as exc:
+            self.fail(f"{value!r} is not valid JSON: {exc.msg} at character {exc.pos}", param, ctx)
+
+
+@click.command("signal")
+@click.argument("job_id", type=JobId())
+@click.argument("name")
+@click.option(
+    "--payload", type=_Json(), default="null", show_default=True, help="The payload, as JSON."
+)
+@dsn_option
+def signal_job(job_id: int, name: str, payload: Any, dsn: str | None) -> None:
+    """Send signal NAME to a job (its handler waits with ctx.wait_for).
+
+    A job parked waiting for it is due at once; a live job that does not wait
+    yet keeps it for its wait. A finished or unknown job is refused.
+    """
+    with open_app(dsn) as app:
+        woken = app.signal(job_id, name, payload)
+        record_cli(app, "signal", f"job {job_id}: {name}", 1)
+    said = "it was waiting for it: due now" if woken else "kept until it waits for it"
+    click.echo(f"signal {name!r} sent to job {job_id} ({said})")
