@@ -11,6 +11,7 @@ PUBLIC = [
     "BatchStatus",
     "CancelSignal",
     "Change",
+    "ChildFailed",
     "ConfigurationError",
     "Context",
     "ConveyorError",

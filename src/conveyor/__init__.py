@@ -4,6 +4,7 @@ from conveyor.app import App
 from conveyor.changes import Change
 from conveyor.context import CancelSignal, Context
 from conveyor.errors import (
+    ChildFailed,
     ConfigurationError,
     ConveyorError,
     EncryptedPayloadError,
@@ -36,6 +37,7 @@ __all__ = [
     "BatchStatus",
     "CancelSignal",
     "Change",
+    "ChildFailed",
     "ConfigurationError",
     "Context",
     "ConveyorError",

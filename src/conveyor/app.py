@@ -791,6 +791,7 @@ class App:
         job = self.store.job_get(job_id)
         if job is None:
             raise JobNotFoundError(f"no job with id {job_id}")
+        signals.cancel_children(self.store, job)  # the children it waited for (ctx.wait)
         if job.state == JobState.RUNNING and job.cancel_requested and job.lease_token:
             # A worker of this process holding that attempt hears it at once.
             self.changes.publish("cancel", f"{job.id}:{job.lease_token}")

@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from conveyor.errors import (
+    ChildFailed,
     ConfigurationError,
     Fail,
     InvalidJobError,
@@ -44,6 +45,10 @@ if TYPE_CHECKING:
     from conveyor.store.signals import SignalWait
 
 log = logging.getLogger("conveyor.worker")
+#: The header that names the job a child was spawned by (``ctx.spawn``).
+SPAWNED_BY = "conveyor-spawned-by"
+#: The longest a parent waiting for its children goes without looking (seconds).
+CHILDREN_POLL_MAX = 30.0
 #: The longest ``ctx.sleep``: ten years.
 MAX_SLEEP = timedelta(days=3650)
 #: Failed telemetry writes (progress, a handler's heartbeat) of every job, logged
@@ -163,6 +168,17 @@ class Hooks(Protocol):
         """Record the job's success in the caller's transaction; False when the lease is lost."""
         ...
 
+    def jobs(self, ids: list[int]) -> list[Job]:
+        """The jobs of ``ids`` as stored now (those still stored), their values opened."""
+        ...
+
+    def park_children(
+        self, job: Job, step: str, children: list[int], until: datetime
+    ) -> str | None:
+        """'ended' when every child has ended, else park the job until ``until``
+        (``SignalStore.children_park``); None when the lease is lost."""
+        ...
+
     def wait_signal(self, job: Job, name: str, step: str, until: datetime) -> SignalWait | None:
         """Take signal ``name`` as step ``step``, or time out, or park the job until
         ``until`` (``SignalStore.signal_wait``); None when the lease is lost."""
@@ -190,6 +206,9 @@ class Context:
     _sleeps: int = field(default=0, repr=False)
     #: ctx.wait_for calls in this attempt, by signal name (each step named by its number).
     _signal_waits: dict[str, int] | None = field(default=None, repr=False)
+    #: ctx.spawn and ctx.wait calls in this attempt (each names its step by its number).
+    _spawns: int = field(default=0, repr=False)
+    _child_waits: int = field(default=0, repr=False)
     #: A wait parked the job in the store (queued it for the wait's end): the worker
     #: records nothing more of this attempt.
     parked: bool = field(default=False, repr=False)
@@ -521,6 +540,98 @@ class Context:
     ) -> Any:
         """``ctx.wait_for`` for async handlers: the store is read and written on a thread."""
         return await asyncio.to_thread(self.wait_for, name, timeout, step=step)
+
+    def spawn(self, task: Any, /, *args: Any, key: str | None = None, **kwargs: Any) -> int:
+        """Enqueue a child job of ``task`` (a registered task, or ``task.options(...)``) with
+        these arguments, once: its id, for ``ctx.wait``.
+
+        The child's id is recorded as the durable step ``spawn-1``, ``spawn-2``... (in
+        the order the handler spawns), and the child is enqueued under ``key``, by
+        default ``spawn:<this job's id>:<number>``, unique forever: a replay returns
+        the same child, and a crash between the enqueue and the step finds the child
+        by its key instead of enqueueing another.
+        """
+        self._spawns += 1
+        step = f"spawn-{self._spawns}"
+        recorded = self._step_begin(step)
+        if recorded is not None:
+            return int(recorded.result)
+        child_key = key if key is not None else f"spawn:{self.job.id}:{self._spawns}"
+        headers = {SPAWNED_BY: str(self.job.id)}
+        child = task.options(key=child_key, unique="forever", headers=headers).enqueue(
+            *args, **kwargs
+        )
+        return int(self._step_end(step, child.id, utcnow()))
+
+    def wait(self, children: Any, *, step: str | None = None) -> list[Any]:
+        """The results of ``children`` (ids from ``ctx.spawn``, or jobs), in their order, once
+        every one has ended; until then the job is parked (as ``ctx.sleep`` parks it)
+        and looks again now and then: after a second, then less often as the wait
+        grows long, at most every ``CHILDREN_POLL_MAX`` seconds.
+
+        Raises ``ChildFailed`` when some failed or were cancelled (their errors and
+        the others' results on it). Which children ended how is recorded as the
+        durable step ``wait-1``, ``wait-2``... (or ``step``). Raises ``Parked`` to
+        park: let it through.
+        """
+        if isinstance(children, int) or hasattr(children, "id"):
+            children = [children]
+        ids = [c if isinstance(c, int) else int(c.id) for c in children]
+        self._child_waits += 1
+        step_name = step if step is not None else f"wait-{self._child_waits}"
+        recorded = self._step_begin(step_name)
+        if recorded is None:
+            if self._hooks is None:
+                raise ConfigurationError(
+                    "ctx.wait needs a job run by a worker, by App(inline=True) or by "
+                    "conveyor.testing.drain: this Context was made by hand"
+                )
+            self._park_until_ended(step_name, ids)
+            ended = {job.id: job for job in self._hooks.jobs(ids)}
+            outcome = {
+                str(i): [str(ended[i].state), ended[i].error] if i in ended else ["deleted", None]
+                for i in ids
+            }
+            self._step_end(step_name, outcome, utcnow())
+            recorded = self._steps[step_name] if self._steps is not None else None
+            assert recorded is not None
+        return self._children_results(ids, recorded.result)
+
+    def _park_until_ended(self, step: str, ids: list[int]) -> None:
+        """Return once every child has ended; else park the job (raises ``Parked``)."""
+        assert self._hooks is not None
+        now = utcnow()
+        newest = max((job.created_at for job in self._hooks.jobs(ids)), default=now)
+        # A quarter of the time waited so far: soon for short children, seldom for long ones.
+        seconds = min(max((now - newest).total_seconds() / 4, 1.0), CHILDREN_POLL_MAX)
+        until = now + timedelta(seconds=seconds)
+        parked = self._hooks.park_children(self.job, step, ids, until)
+        if parked is None:
+            raise LeaseLostError(
+                f"job {self.job.id}: its lease was lost (another worker may run it now) "
+                "while it waited for its children"
+            )
+        if parked == "parked":
+            self.parked = True
+            raise Parked(until, seconds, f"{len(ids)} child job(s)")
+
+    def _children_results(self, ids: list[int], outcome: dict[str, Any]) -> list[Any]:
+        """The children's results in order; ``ChildFailed`` when some did not succeed."""
+        assert self._hooks is not None
+        found = {job.id: job for job in self._hooks.jobs(ids)}
+        results: dict[int, Any] = {}
+        errors: dict[int, str] = {}
+        for i in ids:
+            state, error = outcome[str(i)]
+            if state == JobState.SUCCEEDED and i in found:
+                results[i] = found[i].result
+            elif state == JobState.SUCCEEDED:
+                errors[i] = f"job {i} succeeded but was deleted since: its result is gone"
+            else:
+                errors[i] = error or state
+        if errors:
+            raise ChildFailed(self.job.id, errors, results)
+        return [results[i] for i in ids]
 
     def complete(self, connection: Any, result: Any = None) -> None:
         """Record this job's success in ``connection``'s open transaction, with your writes.

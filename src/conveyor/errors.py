@@ -128,5 +128,19 @@ class SignalTimeout(ConveyorError):
         self.until = until
 
 
+class ChildFailed(ConveyorError):
+    """Raised by ``ctx.wait`` when children it waited for failed or were cancelled.
+
+    ``errors`` names each (by id) with its error; ``results`` holds the results
+    of those that succeeded, by id.
+    """
+
+    def __init__(self, job_id: int, errors: dict[int, str], results: dict[int, object]) -> None:
+        listed = "; ".join(f"job {i}: {e}" for i, e in sorted(errors.items()))
+        super().__init__(f"job {job_id}: {len(errors)} child job(s) did not succeed: {listed}")
+        self.errors = errors
+        self.results = results
+
+
 class Fail(Exception):
     """Raised by a handler to fail the job at once, with no further attempts."""

@@ -92,3 +92,11 @@ class SignalStore(Protocol):
     def job_waiting(self, job_id: int) -> Waiting | None:
         """What the job waits for, when a wait parked it."""
         ...
+
+    def children_park(
+        self, lease: Lease, step: str, children: list[int], until: datetime, now: datetime
+    ) -> Literal["ended", "parked"] | None:
+        """Under the attempt's lease: 'ended' when every one of ``children`` has ended;
+        else mark the wait and park the job until ``until`` (when it looks again).
+        None when the lease no longer holds."""
+        ...

@@ -61,6 +61,15 @@ class StoreHooks:
         step = effects.record_step(self.store, job, name, codec.seal(result_json), started_at)
         return None if step is None else codec.open_step(step)
 
+    def jobs(self, ids: list[int]) -> list[Job]:
+        return [self.runtime.attach(job) for job in self.store.job_get_many(ids)]
+
+    def park_children(
+        self, job: Job, step: str, children: list[int], until: datetime
+    ) -> str | None:
+        store = signal_store(self.store, "wait for child jobs (ctx.wait)")
+        return store.children_park(job_lease(job), step, children, until, utcnow())
+
     def wait_signal(self, job: Job, name: str, step: str, until: datetime) -> SignalWait | None:
         store = signal_store(self.store, "wait for signals (ctx.wait_for)")
         return store.signal_wait(job_lease(job), name, step, until, utcnow())

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from conveyor.store.postgres.base import _Q, _finish_params
 from conveyor.store.postgres.core import CoreMixin
@@ -57,6 +57,25 @@ class PostgresSignals(CoreMixin):
             ended = conn.execute(_Q["job_complete_in"], _finish_params(snooze, now, flows=True))
             row = ended.fetchone()
             return SignalWait("parked", marked) if row is not None and row[1] else None
+
+    def children_park(
+        self, lease: Lease, step: str, children: list[int], until: datetime, now: datetime
+    ) -> Literal["ended", "parked"] | None:
+        params = {
+            "id": lease.id, "token": lease.token, "step": step, "ids": children,
+            "children": json.dumps(children), "until": until,
+        }  # fmt: skip
+        with self._tx() as conn:
+            if conn.execute(_S["wait_lock_job"], params).fetchone() is None:
+                return None  # the lease is gone
+            live = conn.execute(_S["children_live"], params).fetchone()
+            if live is None or live[0] == 0:
+                return "ended"
+            conn.execute(_S["children_mark"], params)
+            snooze = [Finish.snooze(lease.id, lease.token, until)]
+            ended = conn.execute(_Q["job_complete_in"], _finish_params(snooze, now, flows=True))
+            row = ended.fetchone()
+            return "parked" if row is not None and row[1] else None
 
     def signal_list(self, job_id: int) -> list[Signal]:
         with self._conn() as conn:

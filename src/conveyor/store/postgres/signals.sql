@@ -75,3 +75,17 @@ SELECT step, signal, children, until FROM job_waits WHERE job_id = %(job_id)s
 -- A job's signals, in the order they were sent.
 SELECT id, name, payload, sent_at, received_at, step
 FROM job_signals WHERE job_id = %(job_id)s ORDER BY id
+
+-- name: children_live
+-- How many of the children waited for have not ended yet.
+SELECT count(*) FROM jobs
+WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('waiting', 'queued', 'running')
+
+-- name: children_mark
+-- The job waits (step %(step)s) for its children until %(until)s (when it looks
+-- again); the caller holds the job's row under the attempt's lease.
+INSERT INTO job_waits (job_id, step, signal, children, until)
+VALUES (%(id)s, %(step)s, NULL, %(children)s, %(until)s)
+ON CONFLICT (job_id) DO UPDATE SET
+    until = excluded.until, step = excluded.step, signal = NULL, children = excluded.children
+RETURNING until

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from typing import Literal
 
 from conveyor.store.records import Lease
 from conveyor.store.redis.base import _dt, _ts
@@ -30,6 +31,15 @@ class RedisSignals(CoreMixin):
         outcome, marked, entry = reply
         recorded = None if not entry else _step_of(step, entry)
         return SignalWait(str(outcome), _dt(marked), recorded)  # type: ignore[arg-type]
+
+    def children_park(
+        self, lease: Lease, step: str, children: list[int], until: datetime, now: datetime
+    ) -> Literal["ended", "parked"] | None:
+        args = (_ts(now), str(lease.id), lease.token, step, json.dumps(children), _ts(until))
+        reply = self._run("children_park", *args)
+        if reply is None:
+            return None
+        return "ended" if reply == "ended" else "parked"
 
     def signal_list(self, job_id: int) -> list[Signal]:
         key = self._k("signals", str(job_id))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from conveyor.store.records import Finish, Lease
 from conveyor.store.signals import Sent, Signal, SignalWait, Waiting
@@ -47,6 +47,22 @@ class SQLiteSignals(CoreMixin):
     def signal_list(self, job_id: int) -> list[Signal]:
         rows = self._conn().execute(_S["signal_list"], {"job_id": job_id}).fetchall()
         return [Signal(r[0], r[1], r[2], _dt_required(r[3]), _dt(r[4]), r[5]) for r in rows]
+
+    def children_park(
+        self, lease: Lease, step: str, children: list[int], until: datetime, now: datetime
+    ) -> Literal["ended", "parked"] | None:
+        params = {
+            "id": lease.id, "token": lease.token, "step": step,
+            "children": json.dumps(children), "until": _ts(until),
+        }  # fmt: skip
+        with self._write() as conn:
+            (live,) = conn.execute(_S["children_live"], params).fetchone()
+            if live == 0:
+                return "ended"
+            if conn.execute(_S["children_mark"], params).fetchone() is None:
+                return None  # the lease is gone
+            parked = _finish(conn, [Finish.snooze(lease.id, lease.token, until)], _ts(now))
+        return "parked" if parked else None
 
     def job_waiting(self, job_id: int) -> Waiting | None:
         row = self._conn().execute(_S["wait_get"], {"job_id": job_id}).fetchone()

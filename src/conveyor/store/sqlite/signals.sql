@@ -63,3 +63,19 @@ SELECT step, signal, children, until FROM job_waits WHERE job_id = :job_id
 -- A job's signals, in the order they were sent.
 SELECT id, name, payload, sent_at, received_at, step
 FROM job_signals WHERE job_id = :job_id ORDER BY id
+
+-- name: children_live
+-- How many of the children waited for have not ended yet.
+SELECT count(*) FROM jobs
+WHERE id IN (SELECT value FROM json_each(:children))
+  AND state IN ('waiting', 'queued', 'running')
+
+-- name: children_mark
+-- The job waits (step :step) for its children :children until :until (when it
+-- looks again), while the attempt's lease holds.
+INSERT INTO job_waits (job_id, step, signal, children, until)
+SELECT id, :step, NULL, :children, :until FROM jobs
+WHERE id = :id AND lease_token = :token AND state = 'running'
+ON CONFLICT (job_id) DO UPDATE SET
+    until = excluded.until, step = excluded.step, signal = NULL, children = excluded.children
+RETURNING until
