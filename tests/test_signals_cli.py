@@ -3,6 +3,7 @@ the action audited; refusals are one clear line."""
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -53,3 +54,21 @@ def test_refusals_say_which(app: App, dsn: str) -> None:
     ended = run("--dsn", dsn, "jobs", "signal", str(job.id), "paid", code=1)
     assert f"job {job.id} has finished (succeeded)" in ended.stderr
     assert signals(app.store, job.id) == []
+
+
+def test_jobs_show_says_what_a_parked_job_waits_for(app: App, dsn: str) -> None:
+    @app.task(queue="cli-sig")
+    def pay(ctx: Context) -> Any:
+        return ctx.wait_for("paid", timeout=3600)
+
+    job = pay.enqueue()
+    assert drain(app, ["cli-sig"]) == {"snoozed": 1}
+    shown = json.loads(run("--dsn", dsn, "jobs", "show", str(job.id), "--json").stdout)
+    assert shown["waiting"]["signal"] == "paid" and shown["waiting"]["step"] == "signal-paid-1"
+    assert shown["waiting"]["until"][:16] == app.get(job.id).run_at.isoformat()[:16]
+    text = " ".join(run("--dsn", dsn, "jobs", "show", str(job.id)).stdout.split())
+    assert "waiting: for signal 'paid' (step signal-paid-1), until" in text
+    app.signal(job.id, "paid", 1)
+    drain(app, ["cli-sig"])
+    done = json.loads(run("--dsn", dsn, "jobs", "show", str(job.id), "--json").stdout)
+    assert done["waiting"] is None

@@ -21,12 +21,7 @@ from conveyor.changes import (
 from conveyor.diagnosis import Why, diagnose
 from conveyor.encryption import ROTATE_BATCH, RotationProgress, payload_codec, reencrypt
 from conveyor.enqueueing import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, new_jobs_of
-from conveyor.errors import (
-    ConfigurationError,
-    JobNotFoundError,
-    JobStateError,
-    UnknownTaskError,
-)
+from conveyor.errors import ConfigurationError, JobNotFoundError, JobStateError, UnknownTaskError
 from conveyor.fleet import SILENT_AFTER, WorkerStatus, control_worker, worker_statuses
 from conveyor.job import (
     DETAILED_STATES,
@@ -81,6 +76,7 @@ from conveyor.store.records import (
     Step,
     WorkflowInfo,
 )
+from conveyor.store.signals import SignalStore
 from conveyor.task import EnqueueOptions, Task, check_timeout
 from conveyor.twins import async_twin
 from conveyor.worker.retention import MAX_KEEP, Keep, Retention, check_keep_finished
@@ -704,6 +700,11 @@ class App:
     def task_metrics(self) -> TaskMetricsStore | None:
         """The per-task metrics the store folds (the tasks page, /metrics); None without."""
         return self.store if isinstance(self.store, TaskMetricsStore) else None
+
+    @property
+    def durable(self) -> SignalStore | None:
+        """Signals sent and what parked jobs wait for (``ctx.wait_for``, ``ctx.wait``): a port."""
+        return self.store if isinstance(self.store, SignalStore) else None
 
     def ping(self) -> None:
         """Raise unless the store answers (a health check's cheapest question)."""

@@ -38,6 +38,7 @@ from conveyor.cli.output import (
     progress,
     when,
 )
+from conveyor.cli.signals import waiting_of, waiting_view
 from conveyor.cli.why import why_dict, why_view
 from conveyor.errors import ConveyorError, JobStateError
 from conveyor.export import event_dict, job_dict, step_dict
@@ -332,6 +333,7 @@ def show_job(job_id: int, dsn: str | None, as_json: bool) -> None:
         parents, children = app.parents(job_id), app.children(job_id)
         steps = app.steps(job_id) if app.capabilities().steps else []
         why = app.why(job_id) if job.state in (JobState.WAITING, JobState.QUEUED) else None
+        waits = waiting_of(app, job_id) if job.state == JobState.QUEUED else None
     if as_json:
         print_json(
             {
@@ -341,10 +343,13 @@ def show_job(job_id: int, dsn: str | None, as_json: bool) -> None:
                 "events": [event_dict(e) for e in events],
                 "steps": [step_dict(s) for s in steps],
                 "why": why_dict(why) if why is not None else None,
+                "waiting": waits,
             }
         )
         return
     console().print(job_view(job, events, steps, parents, children))
+    if waits is not None:
+        console().print(Text(""), waiting_view(waits))
     if why is not None:
         console().print(Text(""), why_view(why))
 

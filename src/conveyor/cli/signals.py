@@ -6,7 +6,9 @@ import json
 from typing import Any
 
 import click
+from rich.text import Text
 
+from conveyor.app import App
 from conveyor.audit import record_cli
 from conveyor.cli.options import JobId, _ParamType, dsn_option, open_app
 
@@ -41,3 +43,30 @@ def signal_job(job_id: int, name: str, payload: Any, dsn: str | None) -> None:
         record_cli(app, "signal", f"job {job_id}: {name}", 1)
     said = "it was waiting for it: due now" if woken else "kept until it waits for it"
     click.echo(f"signal {name!r} sent to job {job_id} ({said})")
+
+
+def waiting_of(app: App, job_id: int) -> dict[str, Any] | None:
+    """What a parked job waits for (a signal or children, until when), as JSON; None when
+    no wait parked it (or the store keeps no waits)."""
+    port = app.durable
+    waits = None if port is None else port.job_waiting(job_id)
+    if waits is None:
+        return None
+    return {
+        "step": waits.step,
+        "signal": waits.signal,
+        "children": waits.children,
+        "until": waits.until.isoformat(),
+    }
+
+
+def waiting_view(waits: dict[str, Any]) -> Text:
+    """``waiting for signal 'paid' until 2026-...`` (or for children 4, 5)."""
+    what = (
+        f"signal {waits['signal']!r}"
+        if waits["signal"] is not None
+        else "children " + ", ".join(str(i) for i in waits["children"] or [])
+    )
+    return Text("waiting: ", style="bold") + Text(
+        f"for {what} (step {waits['step']}), until {waits['until']}"
+    )
