@@ -124,6 +124,8 @@ NOTICES = {
     "worker_resume": "Worker asked to claim again.",
     "worker_stop": "Worker asked to stop: it drains its running jobs, then exits.",
     "worker_concurrency": "Worker asked to change its slots at its next check-in.",
+    "signal_woke": "Signal sent: the job was waiting for it and is due now.",
+    "signal_kept": "Signal sent: kept until the job waits for it.",
     "retried": "Job queued again.",
     "cancelled": "Job cancelled.",
     "cancel_requested": "Cancel requested: the worker running it will stop it.",
@@ -278,6 +280,7 @@ class Dashboard:
             Route("/jobs/bulk", self.bulk_selected, methods=["POST"]),
             Route("/jobs/bulk-matching", self.bulk_matching, methods=["POST"]),
             Route("/jobs/{job_id:int}", self.page(self.job_page), name="job"),
+            Route("/jobs/{job_id:int}/signal", self.job_signal, methods=["POST"]),
             Route("/jobs/{job_id:int}/{action}", self.job_action, methods=["POST"]),
             Route("/workers", self.page(self.workers_page), name="workers"),
             Route("/workflows", self.page(self.workflows_page), name="workflows"),
@@ -508,6 +511,7 @@ class Dashboard:
             "children": self.app.children(job_id),
             "workflow": self.app.workflow_of(job_id),
             "why": self.app.why(job_id) if job.state in ("waiting", "queued") else None,
+            **views.waits_of(self.app, job),
         }
         name = "_job_live.html" if self.live(request) else "job.html"
         return self.render(request, name, context)
@@ -675,6 +679,18 @@ class Dashboard:
             if not job_id_in_range(job_id):
                 raise JobNotFoundError(f"no job with id {job_id}")
             return views.act_on_job(self.app, name, job_id)
+
+        return await self.act(request, run, f"/jobs/{job_id}")
+
+    async def job_signal(self, request: Request) -> Response:
+        """Send the job a signal (``ctx.wait_for``): its name and JSON payload from the form."""
+        job_id: int = request.path_params["job_id"]
+
+        def run(form: dict[str, list[str]]) -> str:
+            if not job_id_in_range(job_id):
+                raise JobNotFoundError(f"no job with id {job_id}")
+            name, payload = views.signal_form(first(form, "name"), first(form, "payload"))
+            return "signal_woke" if self.app.signal(job_id, name, payload) else "signal_kept"
 
         return await self.act(request, run, f"/jobs/{job_id}")
 
