@@ -72,3 +72,21 @@ def test_jobs_show_says_what_a_parked_job_waits_for(app: App, dsn: str) -> None:
     drain(app, ["cli-sig"])
     done = json.loads(run("--dsn", dsn, "jobs", "show", str(job.id), "--json").stdout)
     assert done["waiting"] is None
+
+
+def test_jobs_show_lists_the_children_a_job_spawned(app: App, dsn: str) -> None:
+    @app.task(queue="cli-kids")
+    def kid() -> int:
+        return 1
+
+    @app.task(queue="cli-sig")
+    def parent(ctx: Context) -> Any:
+        return ctx.wait([ctx.spawn(kid)])
+
+    job = parent.enqueue()
+    assert drain(app, ["cli-sig"]) == {"snoozed": 1}
+    (child,) = app.jobs(queue="cli-kids", limit=10)
+    shown = json.loads(run("--dsn", dsn, "jobs", "show", str(job.id), "--json").stdout)
+    assert shown["spawned"] == [child.id] and shown["waiting"]["children"] == [child.id]
+    text = " ".join(run("--dsn", dsn, "jobs", "show", str(job.id)).stdout.split())
+    assert f"spawned: {child.id}" in text and f"for children {child.id}" in text

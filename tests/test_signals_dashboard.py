@@ -71,3 +71,24 @@ def test_the_job_page_shows_the_wait_and_sends_its_signal(app: App, client: Test
         follow_redirects=False,
     )
     assert ended.status_code == 409 and "has finished" in ended.text
+
+
+def test_the_job_page_lists_the_children_a_job_spawned_and_waits_for(
+    app: App, client: TestClient
+) -> None:
+    @app.task(queue="web-kids")
+    def kid(n: int) -> int:
+        return n
+
+    @app.task(queue="web-sig")
+    def parent(ctx: Context) -> Any:
+        return ctx.wait([ctx.spawn(kid, 1), ctx.spawn(kid, 2)])
+
+    job = parent.enqueue()
+    assert drain(app, ["web-sig"]) == {"snoozed": 1}
+    kids = [k.id for k in app.jobs(queue="web-kids", limit=10)]
+    page = client.get(f"/jobs/{job.id}").text
+    spawned = page.split('id="job-spawned"')[1].split("</p>")[0]
+    assert sorted(int(i) for i in re.findall(r'href="/jobs/(\d+)"', spawned)) == sorted(kids)
+    waiting = page.split('id="job-waiting"')[1].split("</p>")[0]
+    assert "children" in waiting and "wait-1" in waiting

@@ -11,7 +11,7 @@ import pytest
 
 from conveyor import App, ChildFailed, Context, Fail, JobState
 from conveyor.context import SPAWNED_BY
-from conveyor.signals import waiting
+from conveyor.signals import spawned, waiting
 from conveyor.testing import drain
 
 
@@ -49,6 +49,8 @@ def test_a_parent_waits_for_its_children_and_merges_their_results(app: App) -> N
     assert drain(app, ["kids"]) == {"succeeded": 3}
     assert drain(app, ["parents"], with_scheduled=True) == {"succeeded": 1}
     assert app.get(parent.id).result == 60
+    assert waiting(app.store, parent.id) is None  # it waits no more
+    assert spawned(app.steps(parent.id)) == calls[0]
     assert [s.name for s in app.steps(parent.id)] == ["spawn-1", "spawn-2", "spawn-3", "wait-1"]
 
 

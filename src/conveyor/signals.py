@@ -13,6 +13,7 @@ from typing import Any
 from conveyor.errors import JobNotFoundError, JobStateError
 from conveyor.job import Job, JobState, encode_json, utcnow, validate_name
 from conveyor.store.capabilities import operator_store, signal_store
+from conveyor.store.records import Step
 from conveyor.store.signals import Signal, SignalStore, Waiting
 
 
@@ -55,3 +56,13 @@ def cancel_children(store: object, parent: Job) -> list[int]:
     if waits is None or not waits.children:
         return []
     return operator_store(store, "cancel jobs").job_cancel_many(waits.children, utcnow())
+
+
+def spawned(steps: list[Step]) -> list[int]:
+    """The ids of the children a job spawned (``ctx.spawn``), read off its ``spawn-N`` steps."""
+    found = []
+    for step in steps:
+        number = step.name.removeprefix("spawn-")
+        if number != step.name and number.isdigit() and isinstance(step.result, int):
+            found.append((int(number), step.result))
+    return [child for _, child in sorted(found)]

@@ -52,6 +52,7 @@ from conveyor.job import (
     validate_max_attempts,
     validate_priority,
 )
+from conveyor.signals import spawned
 from conveyor.store.dsn import DSN_ENV, default_dsn, sqlite_path
 from conveyor.task import EnqueueOptions, Task
 
@@ -344,12 +345,15 @@ def show_job(job_id: int, dsn: str | None, as_json: bool) -> None:
                 "steps": [step_dict(s) for s in steps],
                 "why": why_dict(why) if why is not None else None,
                 "waiting": waits,
+                "spawned": spawned(steps),
             }
         )
         return
     console().print(job_view(job, events, steps, parents, children))
     if waits is not None:
         console().print(Text(""), waiting_view(waits))
+    if spawned(steps):
+        console().print(Text("spawned: ", style="bold") + Text(", ".join(map(str, spawned(steps)))))
     if why is not None:
         console().print(Text(""), why_view(why))
 

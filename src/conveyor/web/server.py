@@ -45,6 +45,7 @@ from conveyor.errors import (
 )
 from conveyor.export import csv_lines, exported_jobs, jsonl_lines
 from conveyor.job import DETAILED_STATES, FILTER_STATES, JobState, utcnow
+from conveyor.signals import spawned
 from conveyor.store.limit_keys import MAX_THROTTLED_KEYS
 from conveyor.store.selection import ARGS_SEARCH_SPAN
 from conveyor.web import charts, graph, task_metrics, views
@@ -512,6 +513,7 @@ class Dashboard:
             "workflow": self.app.workflow_of(job_id),
             "why": self.app.why(job_id) if job.state in ("waiting", "queued") else None,
             **views.waits_of(self.app, job),
+            "spawned": spawned(steps),
         }
         name = "_job_live.html" if self.live(request) else "job.html"
         return self.render(request, name, context)

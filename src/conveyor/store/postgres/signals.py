@@ -70,6 +70,7 @@ class PostgresSignals(CoreMixin):
                 return None  # the lease is gone
             live = conn.execute(_S["children_live"], params).fetchone()
             if live is None or live[0] == 0:
+                conn.execute(_S["wait_end"], params)
                 return "ended"
             conn.execute(_S["children_mark"], params)
             snooze = [Finish.snooze(lease.id, lease.token, until)]

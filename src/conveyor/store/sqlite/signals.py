@@ -58,6 +58,7 @@ class SQLiteSignals(CoreMixin):
         with self._write() as conn:
             (live,) = conn.execute(_S["children_live"], params).fetchone()
             if live == 0:
+                conn.execute(_S["wait_end"], params)
                 return "ended"
             if conn.execute(_S["children_mark"], params).fetchone() is None:
                 return None  # the lease is gone
