@@ -4,15 +4,20 @@ ChildFailed; cancelling the parent cancels its waiting children; on every store.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
+from starlette.testclient import TestClient
 
-from conveyor import App, ChildFailed, Context, Fail, JobState
+from conveyor import App, ChildFailed, Context, Fail, JobState, Workflow
+from conveyor.cli import cli
 from conveyor.context import SPAWNED_BY
 from conveyor.signals import spawned, waiting
 from conveyor.testing import drain
+from conveyor.web import create_app
 
 
 def fan_out(app: App, calls: list[Any]) -> None:
@@ -113,3 +118,29 @@ def test_waiting_for_something_that_is_not_a_job_fails_clearly(app: App, bad: An
     job = odd.enqueue()
     assert drain(app, ["parents"]) == {"failed": 1}
     assert app.get(job.id).error
+
+
+def test_the_workflow_views_draw_spawned_children(app: App, dsn: str) -> None:
+    @app.task(queue="kids")
+    def leaf(n: int) -> int:
+        return n
+
+    @app.task(queue="parents")
+    def fan(ctx: Context) -> int:
+        return sum(ctx.wait([ctx.spawn(leaf, 1), ctx.spawn(leaf, 2)]))
+
+    wf = Workflow("fanning")
+    wf.add(fan.step())
+    (parent,) = wf.enqueue().jobs
+    drain(app, ["parents"])
+    drain(app, ["kids"])
+    assert drain(app, ["parents"], with_scheduled=True) == {"succeeded": 1}
+    kids = sorted(k.id for k in app.jobs(queue="kids", limit=10))
+    with TestClient(create_app(app), base_url="http://127.0.0.1") as client:
+        html = client.get("/workflows/fanning").text
+    assert html.count('<path class="edge edge-spawned"') == 2
+    assert html.count('class="node-succeeded"') == 3
+    shown = CliRunner().invoke(cli, ["workflows", "show", "fanning", "--dsn", dsn, "--json"])
+    assert shown.exit_code == 0, shown.output
+    jobs = {j["id"]: j for j in json.loads(shown.output)["jobs"]}
+    assert [jobs[k]["after"] for k in kids] == [[parent.id], [parent.id]]

@@ -11,6 +11,9 @@ from rich.text import Text
 from conveyor.app import App
 from conveyor.audit import record_cli
 from conveyor.cli.options import JobId, _ParamType, dsn_option, open_app
+from conveyor.errors import JobNotFoundError
+from conveyor.job import Job
+from conveyor.signals import spawned
 
 
 class _Json(_ParamType):
@@ -70,3 +73,31 @@ def waiting_view(waits: dict[str, Any]) -> Text:
     return Text("waiting: ", style="bold") + Text(
         f"for {what} (step {waits['step']}), until {waits['until']}"
     )
+
+
+#: What a spawned child's edge resolved in, as the workflow views draw it.
+SPAWNED = "spawned"
+
+
+def with_spawned(
+    app: App, jobs: list[Job], edges: list[tuple[int, int, str | None]]
+) -> tuple[list[Job], list[tuple[int, int, str | None]]]:
+    """A workflow's jobs and edges (child, parent, resolved) with the children its jobs
+    spawned (``ctx.spawn``), each drawn after its parent by an edge resolved as
+    ``spawned``: read off each job's steps, for the workflow views only."""
+    if not app.capabilities().steps:
+        return jobs, edges
+    known = {job.id for job in jobs}
+    more_jobs, more_edges = list(jobs), list(edges)
+    for job in jobs:
+        for child_id in spawned(app.steps(job.id)):
+            if child_id in known:
+                continue
+            try:
+                child = app.get(child_id)
+            except JobNotFoundError:
+                continue  # deleted since: nothing to draw
+            known.add(child_id)
+            more_jobs.append(child)
+            more_edges.append((child_id, job.id, SPAWNED))
+    return more_jobs, more_edges

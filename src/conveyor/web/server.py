@@ -37,6 +37,7 @@ from starlette.templating import Jinja2Templates
 
 from conveyor import audit
 from conveyor.app import App
+from conveyor.cli.signals import with_spawned
 from conveyor.errors import (
     ConfigurationError,
     ConveyorError,
@@ -559,20 +560,20 @@ class Dashboard:
         except JobNotFoundError as exc:
             return self.problem(request, str(exc), 404)
         now = utcnow()
-        edges = self.app.workflow_edges(workflow_id)
+        jobs, edges = with_spawned(self.app, run.jobs, self.app.workflow_edges(workflow_id))
         parents: dict[int, list[int]] = {}
         for child, parent, _ in edges:
             parents.setdefault(child, []).append(parent)
-        drawn = len(run.jobs) <= graph.MAX_DRAWN
+        drawn = len(jobs) <= graph.MAX_DRAWN
         context = {
             "now": now,
             "run": run,
             "status": self.app.workflow_status(workflow_id),
-            "graph": graph.layout(run.jobs, edges, now) if drawn else None,
+            "graph": graph.layout(jobs, edges, now) if drawn else None,
             "box_w": graph.BOX_W,
             "box_h": graph.BOX_H,
             "parents": parents,
-            "shown_jobs": run.jobs[: graph.MAX_DRAWN],
+            "shown_jobs": jobs[: graph.MAX_DRAWN],
         }
         name = "_workflow_live.html" if self.live(request) else "workflow.html"
         return self.render(request, name, context)
