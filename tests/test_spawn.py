@@ -117,7 +117,20 @@ def test_waiting_for_something_that_is_not_a_job_fails_clearly(app: App, bad: An
 
     job = odd.enqueue()
     assert drain(app, ["parents"]) == {"failed": 1}
-    assert app.get(job.id).error
+    assert "ctx.wait: give child job ids (from ctx.spawn) or jobs, got" in (
+        app.get(job.id).error or ""
+    )
+
+
+def test_spawning_something_that_is_not_a_task_fails_clearly(app: App) -> None:
+    @app.task(queue="parents", max_attempts=1)
+    def odd(ctx: Context) -> Any:
+        return ctx.spawn("count_words", 1)
+
+    job = odd.enqueue()
+    assert drain(app, ["parents"]) == {"failed": 1}
+    assert "ctx.spawn: give a task" in (app.get(job.id).error or "")
+    assert app.steps(job.id) == []
 
 
 def test_the_workflow_views_draw_spawned_children(app: App, dsn: str) -> None:

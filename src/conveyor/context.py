@@ -551,6 +551,10 @@ class Context:
         the same child, and a crash between the enqueue and the step finds the child
         by its key instead of enqueueing another.
         """
+        if not callable(getattr(task, "options", None)):
+            raise Fail(
+                f"ctx.spawn: give a task (from @app.task, or task.options(...)), got {task!r}"
+            )
         self._spawns += 1
         step = f"spawn-{self._spawns}"
         recorded = self._step_begin(step)
@@ -574,9 +578,7 @@ class Context:
         durable step ``wait-1``, ``wait-2``... (or ``step``). Raises ``Parked`` to
         park: let it through.
         """
-        if isinstance(children, int) or hasattr(children, "id"):
-            children = [children]
-        ids = [c if isinstance(c, int) else int(c.id) for c in children]
+        ids = _child_ids(children)
         self._child_waits += 1
         step_name = step if step is not None else f"wait-{self._child_waits}"
         recorded = self._step_begin(step_name)
@@ -661,6 +663,21 @@ class Context:
                 "its success was not written: roll your transaction back"
             )
         self.completed_in_transaction = True
+
+
+def _child_ids(children: Any) -> list[int]:
+    """The ids ``ctx.wait`` was given: one or many, each an id (``ctx.spawn``) or a Job."""
+    if isinstance(children, int | Job):
+        children = [children]
+    ids = []
+    for child in children if isinstance(children, list | tuple) else [children]:
+        if isinstance(child, Job):
+            ids.append(child.id)
+        elif isinstance(child, int) and not isinstance(child, bool):
+            ids.append(child)
+        else:
+            raise Fail(f"ctx.wait: give child job ids (from ctx.spawn) or jobs, got {child!r}")
+    return ids
 
 
 def _moment_text(value: Any) -> str:
