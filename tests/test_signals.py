@@ -57,6 +57,7 @@ def test_a_waiting_job_is_parked_and_woken_by_its_signal(app: App) -> None:
     assert parked.run_at > dt.datetime.now(dt.UTC) + dt.timedelta(minutes=50)
     wait = waiting(app.store, job.id)
     assert wait is not None and wait.signal == "approval" and wait.step == "signal-approval-1"
+    assert parked.waiting() == wait  # as app.get gives the job
     assert abs((wait.until - parked.run_at).total_seconds()) < 0.01
     assert app.signal(job.id, "other", 1) is False  # not what it waits for: stays parked
     assert app.get(job.id).run_at == parked.run_at
