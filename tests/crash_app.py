@@ -36,6 +36,7 @@ import psycopg
 from conveyor import App, Context, FixedBackoff, Retry
 from conveyor.errors import LeaseLostError
 from conveyor.store.dsn import sqlite_path
+from durable_tasks import register_durable
 
 TABLES = (
     "CREATE TABLE IF NOT EXISTS done (job_id bigint NOT NULL, worker_pid integer NOT NULL)",
@@ -324,7 +325,7 @@ def register_effects(app: App) -> App:
 
 
 def build(dsn: str | None = None, **options: Any) -> App:
-    return register_effects(register(App(dsn, **options)))
+    return register_durable(register_effects(register(App(dsn, **options))), _write)
 
 
 _app: App | None = None

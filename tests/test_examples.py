@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from conveyor import App
+from conveyor.signals import signals
 from waiting import wait_until
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -275,3 +276,35 @@ def test_effects_django_runs(tmp_path: Path, request: pytest.FixtureRequest, dat
     assert "welcomed: ['ada', 'grace']" in out
     with App(dsn) as app:
         assert {job.state for job in app.jobs(limit=10)} == {"succeeded"}
+
+
+# The durable execution guide's examples (docs/durable.md).
+def test_reminder_with_timeout_runs(tmp_path: Path) -> None:
+    dsn, out = run_example("reminder_with_timeout", tmp_path)
+    assert "job 1: reminder sent to ann@example.com" in out
+    assert "job 2: bo@example.com answered 'thanks!': no reminder" in out
+    assert out.count("welcome -> ann@example.com") == 1  # once, though the handler ran twice
+    assert "job 1: steps welcome, signal-answer-1, reminder" in out
+    with App(dsn) as app:
+        assert [s.payload for s in signals(app.store, 2)] == ["thanks!"]
+        assert "timeout" in app.steps(1)[1].result
+
+
+def test_payment_callback_runs(tmp_path: Path) -> None:
+    dsn, out = run_example("payment_callback", tmp_path)
+    assert "job 1: order A1 shipped (charge ch_A1_1200)" in out
+    assert "job 2: order B2: payment declined, not shipped" in out
+    with App(dsn) as app:
+        for job_id in (1, 2):
+            (taken,) = signals(app.store, job_id)
+            assert taken.step == "signal-payment-1" and taken.received_at is not None
+
+
+def test_fan_out_merge_runs(tmp_path: Path) -> None:
+    dsn, out = run_example("fan_out_merge", tmp_path)
+    assert "job 1: 9 words" in out
+    assert "job 1: steps spawn-1, spawn-2, spawn-3, wait-1" in out
+    assert "children: {'succeeded': 3}" in out
+    with App(dsn) as app:
+        kids = app.jobs(queue="pages", limit=10)
+    assert sorted(k.key or "" for k in kids) == [f"spawn:1:{n}" for n in (1, 2, 3)]

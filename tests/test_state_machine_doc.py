@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import cast
 
+import signal_actions
 from conveyor.job import Job, JobState, NewJob
 from conveyor.store.protocols import HoldStore, Store
 from conveyor.store.records import Finish
@@ -206,6 +207,7 @@ ACTIONS: dict[tuple[str, str], Callable[[Bench], Job]] = {
     ("queued", "hold"): hold_queued,
     ("running", "hold"): hold_running,
     ("queued", "unhold"): unhold,
+    **signal_actions.ACTIONS,
 }
 
 

@@ -4,6 +4,7 @@ from conveyor.app import App
 from conveyor.changes import Change
 from conveyor.context import CancelSignal, Context
 from conveyor.errors import (
+    ChildFailed,
     ConfigurationError,
     ConveyorError,
     EncryptedPayloadError,
@@ -14,8 +15,10 @@ from conveyor.errors import (
     JobNotFoundError,
     JobStateError,
     LeaseLostError,
+    Parked,
     Retry,
     SchemaMissingError,
+    SignalTimeout,
     Sleeping,
     StoreUnavailableError,
     UnknownTaskError,
@@ -34,6 +37,7 @@ __all__ = [
     "BatchStatus",
     "CancelSignal",
     "Change",
+    "ChildFailed",
     "ConfigurationError",
     "Context",
     "ConveyorError",
@@ -54,8 +58,10 @@ __all__ = [
     "LimitStatus",
     "Middleware",
     "NewJob",
+    "Parked",
     "Retry",
     "SchemaMissingError",
+    "SignalTimeout",
     "Sleeping",
     "Stats",
     "Step",

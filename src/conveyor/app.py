@@ -9,8 +9,8 @@ from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
-from conveyor import bulk
-from conveyor.bulk import BULK_ACTIONS, check_age, check_final_states, job_selection
+from conveyor import bulk, signals
+from conveyor.bulk import BULK_ACTIONS, check_age, check_final_states, job_selection, retry_one
 from conveyor.changes import (
     Change,
     ChangeHub,
@@ -21,12 +21,7 @@ from conveyor.changes import (
 from conveyor.diagnosis import Why, diagnose
 from conveyor.encryption import ROTATE_BATCH, RotationProgress, payload_codec, reencrypt
 from conveyor.enqueueing import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, new_jobs_of
-from conveyor.errors import (
-    ConfigurationError,
-    JobNotFoundError,
-    JobStateError,
-    UnknownTaskError,
-)
+from conveyor.errors import ConfigurationError, JobNotFoundError, JobStateError, UnknownTaskError
 from conveyor.fleet import SILENT_AFTER, WorkerStatus, control_worker, worker_statuses
 from conveyor.job import (
     DETAILED_STATES,
@@ -34,7 +29,6 @@ from conveyor.job import (
     Job,
     JobState,
     NewJob,
-    retry_refusal,
     utcnow,
     validate_max_attempts,
     validate_name,
@@ -84,6 +78,7 @@ from conveyor.store.records import (
     Step,
     WorkflowInfo,
 )
+from conveyor.store.signals import SignalStore
 from conveyor.task import EnqueueOptions, Task, check_timeout
 from conveyor.twins import async_twin
 from conveyor.worker.retention import MAX_KEEP, Keep, Retention, check_keep_finished
@@ -708,6 +703,11 @@ class App:
         """The per-task metrics the store folds (the tasks page, /metrics); None without."""
         return self.store if isinstance(self.store, TaskMetricsStore) else None
 
+    @property
+    def durable(self) -> SignalStore | None:
+        """Signals sent and what parked jobs wait for (``ctx.wait_for``, ``ctx.wait``): a port."""
+        return self.store if isinstance(self.store, SignalStore) else None
+
     def ping(self) -> None:
         """Raise unless the store answers (a health check's cheapest question)."""
         self.store.ping()
@@ -794,21 +794,19 @@ class App:
         job = self.store.job_get(job_id)
         if job is None:
             raise JobNotFoundError(f"no job with id {job_id}")
+        signals.cancel_children(self.store, job)  # the children it waited for (ctx.wait)
         if job.state == JobState.RUNNING and job.cancel_requested and job.lease_token:
             # A worker of this process holding that attempt hears it at once.
             self.changes.publish("cancel", f"{job.id}:{job.lease_token}")
         return self._attach(job)
 
+    def signal(self, job_id: int, name: str, payload: Any = None) -> bool:
+        """Send signal ``name`` to a job (``ctx.wait_for``); True when it woke the job."""
+        return signals.send(self.store, job_id, name, payload)
+
     def retry(self, job_id: int) -> Job:
         """Queue a failed or cancelled job again with its attempts reset."""
-        store = operator_store(self.store, "retry jobs")
-        changed = store.job_retry_many([job_id], utcnow())
-        job = self.store.job_get(job_id)
-        if job is None:
-            raise JobNotFoundError(f"no job with id {job_id}")
-        if not changed:
-            raise retry_refusal(job)
-        return self._attach(job)
+        return self._attach(retry_one(self.store, job_id))
 
     def retry_failed(
         self,
@@ -1350,6 +1348,7 @@ class App:
     ahealth = async_twin(health)
     acapabilities = async_twin(capabilities)
     acancel = async_twin(cancel)
+    asignal = async_twin(signal)
     aretry = async_twin(retry)
     aretry_failed = async_twin(retry_failed)
     apurge = async_twin(purge)

@@ -13,16 +13,19 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
-from conveyor.errors import ConfigurationError
+from conveyor.errors import ConfigurationError, JobNotFoundError
 from conveyor.job import (
     FILTER_STATES,
     TERMINAL_STATES,
     WAITING_STATES,
+    Job,
     JobState,
+    retry_refusal,
     utcnow,
     validate_name,
 )
-from conveyor.store.protocols import OperatorStore
+from conveyor.store.capabilities import operator_store
+from conveyor.store.protocols import JobStore, OperatorStore
 from conveyor.store.records import JobSelection, Page
 
 #: Jobs acted on per transaction by a bulk action.
@@ -180,3 +183,18 @@ def check_final_states(states: Sequence[str] | None) -> list[str]:
     if not states:
         raise ConfigurationError("name at least one final state to purge")
     return list(dict.fromkeys(states))
+
+
+def retry_one(store: JobStore, job_id: int) -> Job:
+    """Queue one failed or cancelled job again with its attempts reset: the job as it is now.
+
+    Raises JobNotFoundError for an unknown job, and the reason a job cannot be
+    retried (retry_refusal) for one that was not.
+    """
+    changed = operator_store(store, "retry jobs").job_retry_many([job_id], utcnow())
+    job = store.job_get(job_id)
+    if job is None:
+        raise JobNotFoundError(f"no job with id {job_id}")
+    if not changed:
+        raise retry_refusal(job)
+    return job

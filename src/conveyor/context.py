@@ -16,11 +16,14 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from conveyor.errors import (
+    ChildFailed,
     ConfigurationError,
     Fail,
     InvalidJobError,
     LeaseLostError,
+    Parked,
     Retry,
+    SignalTimeout,
     Sleeping,
     StoreUnavailableError,
 )
@@ -39,8 +42,13 @@ from conveyor.pacing import DutyBackoff
 
 if TYPE_CHECKING:
     from conveyor.store.records import Relative, Step
+    from conveyor.store.signals import SignalWait
 
 log = logging.getLogger("conveyor.worker")
+#: The header that names the job a child was spawned by (``ctx.spawn``).
+SPAWNED_BY = "conveyor-spawned-by"
+#: The longest a parent waiting for its children goes without looking (seconds).
+CHILDREN_POLL_MAX = 30.0
 #: The longest ``ctx.sleep``: ten years.
 MAX_SLEEP = timedelta(days=3650)
 #: Failed telemetry writes (progress, a handler's heartbeat) of every job, logged
@@ -160,6 +168,22 @@ class Hooks(Protocol):
         """Record the job's success in the caller's transaction; False when the lease is lost."""
         ...
 
+    def jobs(self, ids: list[int]) -> list[Job]:
+        """The jobs of ``ids`` as stored now (those still stored), their values opened."""
+        ...
+
+    def park_children(
+        self, job: Job, step: str, children: list[int], until: datetime
+    ) -> str | None:
+        """'ended' when every child has ended, else park the job until ``until``
+        (``SignalStore.children_park``); None when the lease is lost."""
+        ...
+
+    def wait_signal(self, job: Job, name: str, step: str, until: datetime) -> SignalWait | None:
+        """Take signal ``name`` as step ``step``, or time out, or park the job until
+        ``until`` (``SignalStore.signal_wait``); None when the lease is lost."""
+        ...
+
 
 @dataclass(slots=True)
 class Context:
@@ -180,6 +204,14 @@ class Context:
     completed_in_transaction: bool = field(default=False, repr=False)
     #: ctx.sleep calls in this attempt (each names its step by its number).
     _sleeps: int = field(default=0, repr=False)
+    #: ctx.wait_for calls in this attempt, by signal name (each step named by its number).
+    _signal_waits: dict[str, int] | None = field(default=None, repr=False)
+    #: ctx.spawn and ctx.wait calls in this attempt (each names its step by its number).
+    _spawns: int = field(default=0, repr=False)
+    _child_waits: int = field(default=0, repr=False)
+    #: A wait parked the job in the store (queued it for the wait's end): the worker
+    #: records nothing more of this attempt.
+    parked: bool = field(default=False, repr=False)
 
     @property
     def job_id(self) -> int:
@@ -441,6 +473,168 @@ class Context:
         """``ctx.sleep`` for async handlers: the step is read and written on a thread."""
         await asyncio.to_thread(self.sleep, duration, name=name)
 
+    def wait_for(
+        self,
+        name: str,
+        timeout: float | timedelta | datetime | None = None,
+        *,
+        step: str | None = None,
+    ) -> Any:
+        """The payload of signal ``name`` sent to this job (``app.signal``), waiting durably
+        for it until ``timeout`` (seconds, a timedelta, or an aware datetime; None: as
+        long as a sleep may last).
+
+        A signal sent before the job waits is kept for it: it is returned at once.
+        Otherwise the job is parked as ``ctx.sleep`` parks it (no attempt, slot or
+        lease used), and the signal's arrival makes it due at once; the handler
+        then runs again from the top and this call returns the payload. Each
+        signal is taken by one wait, recorded as the durable step
+        ``signal-<name>-1`` (``-2``... for later waits of the same name; give
+        ``step`` when that order can change): a replay returns the same payload.
+        When the timeout passes first, raises ``SignalTimeout`` (catch it to go
+        on without the signal). Raises ``Parked`` to park: let it through. In an
+        async handler, ``await ctx.await_for(...)``.
+        """
+        try:
+            validate_name("signal name", name)
+        except InvalidJobError as exc:
+            raise Fail(f"ctx.wait_for: {exc}") from None
+        if self._signal_waits is None:
+            self._signal_waits = {}
+        number = self._signal_waits[name] = self._signal_waits.get(name, 0) + 1
+        step_name = step if step is not None else f"signal-{name}-{number}"
+        recorded = self._step_begin(step_name)
+        if recorded is None:
+            now = utcnow()
+            until = wake_time(now, MAX_SLEEP if timeout is None else timeout, "ctx.wait_for")
+            if self._hooks is None:
+                raise ConfigurationError(
+                    "ctx.wait_for needs a job run by a worker, by App(inline=True) or by "
+                    "conveyor.testing.drain: this Context was made by hand"
+                )
+            waited = self._hooks.wait_signal(self.job, name, step_name, until)
+            if waited is None:
+                raise LeaseLostError(
+                    f"job {self.job.id}: its lease was lost (another worker may run it now) "
+                    f"while it waited for signal {name!r}"
+                )
+            if waited.outcome == "parked":
+                self.parked = True
+                delay = max((waited.until - utcnow()).total_seconds(), 0.0)
+                raise Parked(waited.until, delay, f"signal {name!r}")
+            assert waited.step is not None and self._steps is not None
+            recorded = self._steps[step_name] = waited.step
+            assert self._steps_run is not None
+            self._steps_run.add(step_name)
+        result = recorded.result
+        if isinstance(result, dict) and "timeout" in result:
+            raise SignalTimeout(self.job.id, name, _moment_text(result["timeout"]))
+        return result["payload"]
+
+    async def await_for(
+        self,
+        name: str,
+        timeout: float | timedelta | datetime | None = None,
+        *,
+        step: str | None = None,
+    ) -> Any:
+        """``ctx.wait_for`` for async handlers: the store is read and written on a thread."""
+        return await asyncio.to_thread(self.wait_for, name, timeout, step=step)
+
+    def spawn(self, task: Any, /, *args: Any, key: str | None = None, **kwargs: Any) -> int:
+        """Enqueue a child job of ``task`` (a registered task, or ``task.options(...)``) with
+        these arguments, once: its id, for ``ctx.wait``.
+
+        The child's id is recorded as the durable step ``spawn-1``, ``spawn-2``... (in
+        the order the handler spawns), and the child is enqueued under ``key``, by
+        default ``spawn:<this job's id>:<number>``, unique forever: a replay returns
+        the same child, and a crash between the enqueue and the step finds the child
+        by its key instead of enqueueing another.
+        """
+        if not callable(getattr(task, "options", None)):
+            raise Fail(
+                f"ctx.spawn: give a task (from @app.task, or task.options(...)), got {task!r}"
+            )
+        self._spawns += 1
+        step = f"spawn-{self._spawns}"
+        recorded = self._step_begin(step)
+        if recorded is not None:
+            return int(recorded.result)
+        child_key = key if key is not None else f"spawn:{self.job.id}:{self._spawns}"
+        headers = {SPAWNED_BY: str(self.job.id)}
+        child = task.options(key=child_key, unique="forever", headers=headers).enqueue(
+            *args, **kwargs
+        )
+        return int(self._step_end(step, child.id, utcnow()))
+
+    def wait(self, children: Any, *, step: str | None = None) -> list[Any]:
+        """The results of ``children`` (ids from ``ctx.spawn``, or jobs), in their order, once
+        every one has ended; until then the job is parked (as ``ctx.sleep`` parks it)
+        and looks again now and then: after a second, then less often as the wait
+        grows long, at most every ``CHILDREN_POLL_MAX`` seconds.
+
+        Raises ``ChildFailed`` when some failed or were cancelled (their errors and
+        the others' results on it). Which children ended how is recorded as the
+        durable step ``wait-1``, ``wait-2``... (or ``step``). Raises ``Parked`` to
+        park: let it through.
+        """
+        ids = _child_ids(children)
+        self._child_waits += 1
+        step_name = step if step is not None else f"wait-{self._child_waits}"
+        recorded = self._step_begin(step_name)
+        if recorded is None:
+            if self._hooks is None:
+                raise ConfigurationError(
+                    "ctx.wait needs a job run by a worker, by App(inline=True) or by "
+                    "conveyor.testing.drain: this Context was made by hand"
+                )
+            self._park_until_ended(step_name, ids)
+            ended = {job.id: job for job in self._hooks.jobs(ids)}
+            outcome = {
+                str(i): [str(ended[i].state), ended[i].error] if i in ended else ["deleted", None]
+                for i in ids
+            }
+            self._step_end(step_name, outcome, utcnow())
+            recorded = self._steps[step_name] if self._steps is not None else None
+            assert recorded is not None
+        return self._children_results(ids, recorded.result)
+
+    def _park_until_ended(self, step: str, ids: list[int]) -> None:
+        """Return once every child has ended; else park the job (raises ``Parked``)."""
+        assert self._hooks is not None
+        now = utcnow()
+        newest = max((job.created_at for job in self._hooks.jobs(ids)), default=now)
+        # A quarter of the time waited so far: soon for short children, seldom for long ones.
+        seconds = min(max((now - newest).total_seconds() / 4, 1.0), CHILDREN_POLL_MAX)
+        until = now + timedelta(seconds=seconds)
+        parked = self._hooks.park_children(self.job, step, ids, until)
+        if parked is None:
+            raise LeaseLostError(
+                f"job {self.job.id}: its lease was lost (another worker may run it now) "
+                "while it waited for its children"
+            )
+        if parked == "parked":
+            self.parked = True
+            raise Parked(until, seconds, f"{len(ids)} child job(s)")
+
+    def _children_results(self, ids: list[int], outcome: dict[str, Any]) -> list[Any]:
+        """The children's results in order; ``ChildFailed`` when some did not succeed."""
+        assert self._hooks is not None
+        found = {job.id: job for job in self._hooks.jobs(ids)}
+        results: dict[int, Any] = {}
+        errors: dict[int, str] = {}
+        for i in ids:
+            state, error = outcome[str(i)]
+            if state == JobState.SUCCEEDED and i in found:
+                results[i] = found[i].result
+            elif state == JobState.SUCCEEDED:
+                errors[i] = f"job {i} succeeded but was deleted since: its result is gone"
+            else:
+                errors[i] = error or state
+        if errors:
+            raise ChildFailed(self.job.id, errors, results)
+        return [results[i] for i in ids]
+
     def complete(self, connection: Any, result: Any = None) -> None:
         """Record this job's success in ``connection``'s open transaction, with your writes.
 
@@ -471,15 +665,41 @@ class Context:
         self.completed_in_transaction = True
 
 
-def wake_time(now: datetime, duration: float | timedelta | datetime) -> datetime:
-    """When a sleep of ``duration`` (seconds, a timedelta, or an aware datetime) ends."""
+def _child_ids(children: Any) -> list[int]:
+    """The ids ``ctx.wait`` was given: one or many, each an id (``ctx.spawn``) or a Job."""
+    if isinstance(children, int | Job):
+        children = [children]
+    ids = []
+    for child in children if isinstance(children, list | tuple) else [children]:
+        if isinstance(child, Job):
+            ids.append(child.id)
+        elif isinstance(child, int) and not isinstance(child, bool):
+            ids.append(child)
+        else:
+            raise Fail(f"ctx.wait: give child job ids (from ctx.spawn) or jobs, got {child!r}")
+    return ids
+
+
+def _moment_text(value: Any) -> str:
+    """A recorded moment as ISO text: the SQL stores record ISO text, Redis epoch seconds."""
+    try:
+        return datetime.fromtimestamp(float(value), UTC).isoformat()
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def wake_time(
+    now: datetime, duration: float | timedelta | datetime, what: str = "ctx.sleep"
+) -> datetime:
+    """When a sleep (or a wait: ``what``) of ``duration`` (seconds, a timedelta, or an
+    aware datetime) ends."""
     if isinstance(duration, datetime):
         if duration.tzinfo is None:
-            raise Fail("ctx.sleep: give an aware datetime (with its time zone), or seconds")
+            raise Fail(f"{what}: give an aware datetime (with its time zone), or seconds")
         return max(now, duration.astimezone(UTC))
     seconds = duration.total_seconds() if isinstance(duration, timedelta) else duration
     if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-        raise Fail(f"ctx.sleep: give seconds, a timedelta or a datetime, got {duration!r}")
+        raise Fail(f"{what}: give seconds, a timedelta or a datetime, got {duration!r}")
     if not math.isfinite(seconds) or seconds < 0 or seconds > MAX_SLEEP.total_seconds():
-        raise Fail(f"ctx.sleep: {duration!r} is not from 0 to {MAX_SLEEP.days:,} days")
+        raise Fail(f"{what}: {duration!r} is not from 0 to {MAX_SLEEP.days:,} days")
     return now + timedelta(seconds=seconds)

@@ -101,5 +101,46 @@ class Sleeping(Retry):
         self.until = until
 
 
+class Parked(Sleeping):
+    """Not an error: how ``ctx.wait_for`` ends the attempt while the job waits.
+
+    Let it through: the store has queued the job again already, for the
+    wait's end, and a signal of the name waited for makes it due at once.
+    """
+
+    def __init__(self, until: datetime, delay: float, waits_for: str) -> None:
+        super().__init__(until, delay)
+        self.args = (f"waiting for {waits_for} until {until.isoformat()}",)
+        self.waits_for = waits_for
+
+
+class SignalTimeout(ConveyorError):
+    """Raised by ``ctx.wait_for`` when no signal of that name came before its timeout.
+
+    A handler may catch it and go on (the timeout is recorded as the wait's
+    step: a replay raises it again at once).
+    """
+
+    def __init__(self, job_id: int, name: str, until: str) -> None:
+        super().__init__(f"job {job_id}: no signal {name!r} came before {until}")
+        self.job_id = job_id
+        self.name = name
+        self.until = until
+
+
+class ChildFailed(ConveyorError):
+    """Raised by ``ctx.wait`` when children it waited for failed or were cancelled.
+
+    ``errors`` names each (by id) with its error; ``results`` holds the results
+    of those that succeeded, by id.
+    """
+
+    def __init__(self, job_id: int, errors: dict[int, str], results: dict[int, object]) -> None:
+        listed = "; ".join(f"job {i}: {e}" for i, e in sorted(errors.items()))
+        super().__init__(f"job {job_id}: {len(errors)} child job(s) did not succeed: {listed}")
+        self.errors = errors
+        self.results = results
+
+
 class Fail(Exception):
     """Raised by a handler to fail the job at once, with no further attempts."""

@@ -158,6 +158,9 @@ class JobSource(Protocol):
 
     async def await_result(self, job_id: int, timeout: float | None = None) -> Any: ...
 
+    @property
+    def durable(self) -> Any: ...
+
 
 @dataclass(slots=True)
 class Job:
@@ -276,6 +279,15 @@ class Job:
         if self._app is None:
             raise ConfigurationError("this Job is not attached to an App; use app.get(job_id)")
         return self._app.get(self.id)
+
+    def waiting(self) -> Any:
+        """What the job waits for, read now, when a wait parked it (``ctx.wait_for``,
+        ``ctx.wait``): a ``Waiting`` (the signal or the children, the step, until when),
+        else None."""
+        if self._app is None:
+            raise ConfigurationError("this Job is not attached to an App; use app.durable")
+        port = self._app.durable
+        return None if port is None else port.job_waiting(self.id)
 
 
 @dataclass(slots=True, frozen=True)

@@ -38,6 +38,7 @@ from conveyor.cli.output import (
     progress,
     when,
 )
+from conveyor.cli.signals import waiting_of, waiting_view
 from conveyor.cli.why import why_dict, why_view
 from conveyor.errors import ConveyorError, JobStateError
 from conveyor.export import event_dict, job_dict, step_dict
@@ -51,6 +52,7 @@ from conveyor.job import (
     validate_max_attempts,
     validate_priority,
 )
+from conveyor.signals import spawned
 from conveyor.store.dsn import DSN_ENV, default_dsn, sqlite_path
 from conveyor.task import EnqueueOptions, Task
 
@@ -332,6 +334,7 @@ def show_job(job_id: int, dsn: str | None, as_json: bool) -> None:
         parents, children = app.parents(job_id), app.children(job_id)
         steps = app.steps(job_id) if app.capabilities().steps else []
         why = app.why(job_id) if job.state in (JobState.WAITING, JobState.QUEUED) else None
+        waits = waiting_of(app, job_id) if job.state == JobState.QUEUED else None
     if as_json:
         print_json(
             {
@@ -341,10 +344,16 @@ def show_job(job_id: int, dsn: str | None, as_json: bool) -> None:
                 "events": [event_dict(e) for e in events],
                 "steps": [step_dict(s) for s in steps],
                 "why": why_dict(why) if why is not None else None,
+                "waiting": waits,
+                "spawned": spawned(steps),
             }
         )
         return
     console().print(job_view(job, events, steps, parents, children))
+    if waits is not None:
+        console().print(Text(""), waiting_view(waits))
+    if spawned(steps):
+        console().print(Text("spawned: ", style="bold") + Text(", ".join(map(str, spawned(steps)))))
     if why is not None:
         console().print(Text(""), why_view(why))
 

@@ -21,6 +21,7 @@ from conveyor.cli.output import (
     print_json,
     short_when,
 )
+from conveyor.cli.signals import with_spawned
 from conveyor.export import job_dict
 from conveyor.job import utcnow
 
@@ -79,7 +80,7 @@ def show_workflow(workflow_id: str, dsn: str | None, as_json: bool) -> None:
     with open_app(dsn) as app:
         run = app.workflow(workflow_id)
         status = app.workflow_status(workflow_id)
-        edges = app.workflow_edges(workflow_id)
+        jobs, edges = with_spawned(app, run.jobs, app.workflow_edges(workflow_id))
     parents: dict[int, list[int]] = {}
     for child, parent, _ in edges:
         parents.setdefault(child, []).append(parent)
@@ -90,13 +91,13 @@ def show_workflow(workflow_id: str, dsn: str | None, as_json: bool) -> None:
                 "name": run.name,
                 "counts": status.counts,
                 "failed_job": status.failed_job.id if status.failed_job else None,
-                "jobs": [{**job_dict(job), "after": parents.get(job.id, [])} for job in run.jobs],
+                "jobs": [{**job_dict(job), "after": parents.get(job.id, [])} for job in jobs],
             }
         )
         return
     now = utcnow()
     rows: list[list[str | Text]] = []
-    for job in run.jobs:
+    for job in jobs:
         state = job.detailed_state(now)
         rows.append(
             [

@@ -38,6 +38,7 @@ from conveyor.store.protocols import (
     TransactionalStore,
     WorkflowStore,
 )
+from conveyor.store.signals import SignalStore
 from conveyor.store.worker_control import WorkerControlStore
 from conveyor.store.workflow_retry import WorkflowRetryStore
 
@@ -219,3 +220,9 @@ def worker_control_store(store: object, what: str) -> WorkerControlStore:
     if isinstance(store, WorkerControlStore):
         return store
     refuse(store, WorkerControlStore, what)
+
+
+def signal_store(store: object, what: str) -> SignalStore:
+    if isinstance(store, SignalStore):
+        return store
+    refuse(store, SignalStore, what)

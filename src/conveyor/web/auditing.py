@@ -17,6 +17,8 @@ from conveyor.web.security import Access
 #: The audit's name of each outcome; an outcome not named here changed nothing.
 ACTIONS = {
     "retried": "retry",
+    "signal_woke": "signal",
+    "signal_kept": "signal",
     "cancelled": "cancel",
     "cancel_requested": "cancel",
     "run_now": "run now",

@@ -37,6 +37,7 @@ from starlette.templating import Jinja2Templates
 
 from conveyor import audit
 from conveyor.app import App
+from conveyor.cli.signals import with_spawned
 from conveyor.errors import (
     ConfigurationError,
     ConveyorError,
@@ -45,6 +46,7 @@ from conveyor.errors import (
 )
 from conveyor.export import csv_lines, exported_jobs, jsonl_lines
 from conveyor.job import DETAILED_STATES, FILTER_STATES, JobState, utcnow
+from conveyor.signals import spawned
 from conveyor.store.limit_keys import MAX_THROTTLED_KEYS
 from conveyor.store.selection import ARGS_SEARCH_SPAN
 from conveyor.web import charts, graph, task_metrics, views
@@ -124,6 +126,8 @@ NOTICES = {
     "worker_resume": "Worker asked to claim again.",
     "worker_stop": "Worker asked to stop: it drains its running jobs, then exits.",
     "worker_concurrency": "Worker asked to change its slots at its next check-in.",
+    "signal_woke": "Signal sent: the job was waiting for it and is due now.",
+    "signal_kept": "Signal sent: kept until the job waits for it.",
     "retried": "Job queued again.",
     "cancelled": "Job cancelled.",
     "cancel_requested": "Cancel requested: the worker running it will stop it.",
@@ -278,6 +282,7 @@ class Dashboard:
             Route("/jobs/bulk", self.bulk_selected, methods=["POST"]),
             Route("/jobs/bulk-matching", self.bulk_matching, methods=["POST"]),
             Route("/jobs/{job_id:int}", self.page(self.job_page), name="job"),
+            Route("/jobs/{job_id:int}/signal", self.job_signal, methods=["POST"]),
             Route("/jobs/{job_id:int}/{action}", self.job_action, methods=["POST"]),
             Route("/workers", self.page(self.workers_page), name="workers"),
             Route("/workflows", self.page(self.workflows_page), name="workflows"),
@@ -508,6 +513,8 @@ class Dashboard:
             "children": self.app.children(job_id),
             "workflow": self.app.workflow_of(job_id),
             "why": self.app.why(job_id) if job.state in ("waiting", "queued") else None,
+            **views.waits_of(self.app, job),
+            "spawned": spawned(steps),
         }
         name = "_job_live.html" if self.live(request) else "job.html"
         return self.render(request, name, context)
@@ -553,20 +560,20 @@ class Dashboard:
         except JobNotFoundError as exc:
             return self.problem(request, str(exc), 404)
         now = utcnow()
-        edges = self.app.workflow_edges(workflow_id)
+        jobs, edges = with_spawned(self.app, run.jobs, self.app.workflow_edges(workflow_id))
         parents: dict[int, list[int]] = {}
         for child, parent, _ in edges:
             parents.setdefault(child, []).append(parent)
-        drawn = len(run.jobs) <= graph.MAX_DRAWN
+        drawn = len(jobs) <= graph.MAX_DRAWN
         context = {
             "now": now,
             "run": run,
             "status": self.app.workflow_status(workflow_id),
-            "graph": graph.layout(run.jobs, edges, now) if drawn else None,
+            "graph": graph.layout(jobs, edges, now) if drawn else None,
             "box_w": graph.BOX_W,
             "box_h": graph.BOX_H,
             "parents": parents,
-            "shown_jobs": run.jobs[: graph.MAX_DRAWN],
+            "shown_jobs": jobs[: graph.MAX_DRAWN],
         }
         name = "_workflow_live.html" if self.live(request) else "workflow.html"
         return self.render(request, name, context)
@@ -675,6 +682,18 @@ class Dashboard:
             if not job_id_in_range(job_id):
                 raise JobNotFoundError(f"no job with id {job_id}")
             return views.act_on_job(self.app, name, job_id)
+
+        return await self.act(request, run, f"/jobs/{job_id}")
+
+    async def job_signal(self, request: Request) -> Response:
+        """Send the job a signal (``ctx.wait_for``): its name and JSON payload from the form."""
+        job_id: int = request.path_params["job_id"]
+
+        def run(form: dict[str, list[str]]) -> str:
+            if not job_id_in_range(job_id):
+                raise JobNotFoundError(f"no job with id {job_id}")
+            name, payload = views.signal_form(first(form, "name"), first(form, "payload"))
+            return "signal_woke" if self.app.signal(job_id, name, payload) else "signal_kept"
 
         return await self.act(request, run, f"/jobs/{job_id}")
 

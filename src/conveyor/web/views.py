@@ -3,15 +3,18 @@ periodic tasks with their ticks."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from conveyor.app import App
 from conveyor.errors import JobStateError
 from conveyor.fleet import MAX_HELD_READ, WorkerStatus
 from conveyor.job import WAITING_STATES, Job, JobState
 from conveyor.schedule import Cron, Every
+from conveyor.web.params import BadRequest
 
 
 @dataclass(frozen=True)
@@ -153,3 +156,26 @@ def _interval(interval: timedelta) -> str:
         if total % size == 0 and total >= size:
             return f"{total // size} {unit}"
     return f"{total} s"
+
+
+def waits_of(app: App, job: Job) -> dict[str, Any]:
+    """The job page's signals and waits: what a parked job waits for, the signals it was
+    sent, and whether the store keeps them (``durable``: the form to send one)."""
+    port = app.durable
+    if port is None:
+        return {"durable": False, "waits": None, "signals": []}
+    waits = port.job_waiting(job.id) if job.state == JobState.QUEUED else None
+    return {"durable": True, "waits": waits, "signals": port.signal_list(job.id)}
+
+
+def signal_form(name: str, payload: str) -> tuple[str, Any]:
+    """The signal's name and payload as the job page's form gives them (payload: JSON text,
+    empty for null)."""
+    if not name.strip():
+        raise BadRequest("give the signal's name")
+    if not payload.strip():
+        return name, None
+    try:
+        return name, json.loads(payload)
+    except json.JSONDecodeError as exc:
+        raise BadRequest(f"the payload is not JSON: {exc.msg} at character {exc.pos}") from None

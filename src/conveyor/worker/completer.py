@@ -134,18 +134,25 @@ class Completer:
             # progress it reported, not one from up to a second before. Not after
             # ctx.complete: the job's row is the handler's transaction's (held
             # until it ends, then no longer running), and the write would wait.
-            if not running.context.completed_in_transaction:
+            if not running.context.completed_in_transaction and not running.context.parked:
                 running.context.flush_progress()
-        finishes = [outcome.finish(running.id, running.token) for running, outcome in settle]
+        # A wait that parked its job (ctx.wait_for) ended the attempt in the store's
+        # own statement already: nothing more to write.
+        parked = {running.id for running, _ in settle if running.context.parked}
+        finishes = [
+            outcome.finish(running.id, running.token)
+            for running, outcome in settle
+            if running.id not in parked
+        ]
         if self._codec is not None:
             seal = self._codec.seal_result
             finishes = [replace(f, result_json=seal(f.result_json)) for f in finishes]
         fetched: list[Job] = []
         if fetch is not None and isinstance(self._store, FinishFetchStore):
             ids, fetched = self._store.job_finish_fetch(finishes, fetch)
-            written = set(ids)
+            written = set(ids) | parked
         else:
-            written = set(self._store.job_finish(finishes))
+            written = set(self._store.job_finish(finishes)) | parked
         busy: list[Settlement] = []
         if len(written) < len(settle):
             done, busy_ids = self._refused(settle, written)

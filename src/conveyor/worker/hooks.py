@@ -13,7 +13,9 @@ from typing import Any
 
 from conveyor.job import Job, utcnow
 from conveyor.logs import job_fields
+from conveyor.store.capabilities import signal_store
 from conveyor.store.records import Lease, Relative, Step
+from conveyor.store.signals import SignalWait
 from conveyor.worker import effects
 from conveyor.worker.runtime import Runtime
 
@@ -58,6 +60,19 @@ class StoreHooks:
             return effects.record_step(self.store, job, name, result_json, started_at)
         step = effects.record_step(self.store, job, name, codec.seal(result_json), started_at)
         return None if step is None else codec.open_step(step)
+
+    def jobs(self, ids: list[int]) -> list[Job]:
+        return [self.runtime.attach(job) for job in self.store.job_get_many(ids)]
+
+    def park_children(
+        self, job: Job, step: str, children: list[int], until: datetime
+    ) -> str | None:
+        store = signal_store(self.store, "wait for child jobs (ctx.wait)")
+        return store.children_park(job_lease(job), step, children, until, utcnow())
+
+    def wait_signal(self, job: Job, name: str, step: str, until: datetime) -> SignalWait | None:
+        store = signal_store(self.store, "wait for signals (ctx.wait_for)")
+        return store.signal_wait(job_lease(job), name, step, until, utcnow())
 
     def complete_in(self, job: Job, connection: Any, result_json: str) -> bool:
         codec = self.runtime.codec

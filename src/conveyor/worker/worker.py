@@ -444,6 +444,8 @@ class Worker:
                     continue  # another attempt by now, or already being recorded
                 if status is None and attempt.context.completed_in_transaction:
                     continue  # succeeded in the handler's own transaction (ctx.complete)
+                if status is None and attempt.context.parked:
+                    continue  # parked by its wait (ctx.wait_for): queued again already
                 if status is None:
                     self._abort(attempt, "lease lost")
                 elif status.cancel_requested:

@@ -26,6 +26,7 @@ from conveyor.store.postgres.operations import OperationsMixin
 from conveyor.store.postgres.outcomes import OutcomesMixin
 from conveyor.store.postgres.payloads import PostgresPayloads
 from conveyor.store.postgres.session import PostgresSession
+from conveyor.store.postgres.signals import PostgresSignals
 from conveyor.store.postgres.steps import StepsMixin
 from conveyor.store.postgres.transactions import TransactionsMixin
 from conveyor.store.postgres.worker_control import PostgresWorkerControl
@@ -45,6 +46,7 @@ class PostgresStore(
     HoldsMixin,
     OutcomesMixin,
     StepsMixin,
+    PostgresSignals,
     TransactionsMixin,
     ArchiveMixin,
     PostgresAudit,

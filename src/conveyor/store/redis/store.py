@@ -34,6 +34,7 @@ from conveyor.store.redis.metrics import RedisTaskMetrics
 from conveyor.store.redis.operations import OperationsMixin
 from conveyor.store.redis.outcomes import OutcomesMixin
 from conveyor.store.redis.payloads import RedisPayloads
+from conveyor.store.redis.signals import RedisSignals
 from conveyor.store.redis.steps import StepsMixin
 from conveyor.store.redis.worker_control import RedisWorkerControl
 from conveyor.store.redis.workflow_retry import RedisWorkflowRetry
@@ -52,6 +53,7 @@ class RedisStore(
     HoldsMixin,
     OutcomesMixin,
     StepsMixin,
+    RedisSignals,
     DurabilityMixin,
     RedisAudit,
     RedisLimitKeys,

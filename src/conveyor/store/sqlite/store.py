@@ -26,6 +26,7 @@ from conveyor.store.sqlite.operations import OperationsMixin
 from conveyor.store.sqlite.outcomes import OutcomesMixin
 from conveyor.store.sqlite.payloads import SQLitePayloads
 from conveyor.store.sqlite.session import SQLiteSession
+from conveyor.store.sqlite.signals import SQLiteSignals
 from conveyor.store.sqlite.steps import StepsMixin
 from conveyor.store.sqlite.transactions import TransactionsMixin
 from conveyor.store.sqlite.worker_control import SQLiteWorkerControl
@@ -42,6 +43,7 @@ class SQLiteStore(
     HoldsMixin,
     OutcomesMixin,
     StepsMixin,
+    SQLiteSignals,
     TransactionsMixin,
     ArchiveMixin,
     SQLiteAudit,

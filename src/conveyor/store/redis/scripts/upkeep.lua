@@ -25,7 +25,7 @@ local function delete(j)
     if j.batch then zrem(P .. 'batch:' .. j.batch, id) end
     delete_events(j.events)
     flow_forget(j) -- its edges (flows.lua)
-    redis.call('DEL', jkey(id), P .. 'steps:' .. id)
+    redis.call('DEL', jkey(id), P .. 'steps:' .. id, P .. 'signals:' .. id, P .. 'wait:' .. id)
     gone[j], cache[id] = true, nil
     if j.state == 'queued' then wake_group(j) end
 end
@@ -168,7 +168,7 @@ drop = function(id, seen)
     local dropped = state ~= nil or #flat > 0
     if dropped then
         if #flat > 0 then redis.call('DEL', jkey(id)) end
-        redis.call('DEL', P .. 'steps:' .. id)
+        redis.call('DEL', P .. 'steps:' .. id, P .. 'signals:' .. id, P .. 'wait:' .. id)
         if not NOW then clock('') end
         local reason = DATA_MISSING
         if #flat > 0 then

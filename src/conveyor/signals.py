@@ -1,0 +1,68 @@
+"""Sending a signal to a job (``app.signal``), and reading what a parked job waits for.
+
+The store keeps the signal and wakes a job parked waiting for it in one
+transaction (``SignalStore.signal_send``); this module checks what it is given
+and says why a signal was refused: an unknown job, or one that has finished
+and so will never take it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conveyor.errors import JobNotFoundError, JobStateError
+from conveyor.job import Job, JobState, encode_json, utcnow, validate_name
+from conveyor.store.capabilities import operator_store, signal_store
+from conveyor.store.records import Step
+from conveyor.store.signals import Signal, SignalStore, Waiting
+
+
+def send(store: object, job_id: int, name: str, payload: Any = None) -> bool:
+    """Send signal ``name`` with ``payload`` (JSON) to job ``job_id``; whether it woke the job.
+
+    Raises ``JobNotFoundError`` for an unknown job and ``JobStateError`` for a
+    finished one (nothing is kept for it), ``InvalidJobError`` for a bad name or
+    a payload JSON cannot carry.
+    """
+    validate_name("signal name", name)
+    payload_json = encode_json(f"the payload of signal {name!r}", payload)
+    sent = signal_store(store, "send signals").signal_send(job_id, name, payload_json, utcnow())
+    if sent.state is None:
+        raise JobNotFoundError(f"no job with id {job_id}: signal {name!r} was not sent")
+    if not sent.kept:
+        raise JobStateError(
+            f"job {job_id} has finished ({sent.state}) and will take no signal: "
+            f"signal {name!r} was not sent"
+        )
+    return sent.woken
+
+
+def waiting(store: object, job_id: int) -> Waiting | None:
+    """What job ``job_id`` waits for (a signal, children, until when), when a wait parked it."""
+    return signal_store(store, "read what a job waits for").job_waiting(job_id)
+
+
+def signals(store: object, job_id: int) -> list[Signal]:
+    """The signals sent to job ``job_id``, taken or not, in the order they were sent."""
+    return signal_store(store, "read a job's signals").signal_list(job_id)
+
+
+def cancel_children(store: object, parent: Job) -> list[int]:
+    """A cancelled parent's children it waited for (``ctx.wait``), cancelled too (those
+    running asked to stop, as ``app.cancel`` asks); their ids."""
+    if parent.state != JobState.CANCELLED or not isinstance(store, SignalStore):
+        return []
+    waits = store.job_waiting(parent.id)
+    if waits is None or not waits.children:
+        return []
+    return operator_store(store, "cancel jobs").job_cancel_many(waits.children, utcnow())
+
+
+def spawned(steps: list[Step]) -> list[int]:
+    """The ids of the children a job spawned (``ctx.spawn``), read off its ``spawn-N`` steps."""
+    found = []
+    for step in steps:
+        number = step.name.removeprefix("spawn-")
+        if number != step.name and number.isdigit() and isinstance(step.result, int):
+            found.append((int(number), step.result))
+    return [child for _, child in sorted(found)]

@@ -1,0 +1,92 @@
+"""SignalStore on PostgreSQL: signals and parked waits (conveyor.store.signals), in
+``signals.sql``; each method one transaction that locks the job's row first."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any, Literal
+
+from conveyor.store.postgres.base import _Q, _finish_params
+from conveyor.store.postgres.core import CoreMixin
+from conveyor.store.postgres.steps import _row_to_step
+from conveyor.store.records import Finish, Lease
+from conveyor.store.signals import Sent, Signal, SignalWait, Waiting
+from conveyor.store.sql import load_queries
+
+_S = load_queries("conveyor.store.postgres", "signals.sql")
+_STEP_RECORD = load_queries("conveyor.store.postgres", "steps.sql")["step_record"]
+
+
+class PostgresSignals(CoreMixin):
+    """SignalStore for the postgres store."""
+
+    def signal_send(self, job_id: int, name: str, payload_json: str, now: datetime) -> Sent:
+        params = {"job_id": job_id, "name": name, "payload": payload_json, "now": now}
+        with self._tx() as conn:
+            found = conn.execute(_S["signal_lock_job"], params).fetchone()
+            kept = conn.execute(_S["signal_insert"], params).fetchone() is not None
+            woken = kept and conn.execute(_S["signal_wake"], params).fetchone() is not None
+        return Sent(None if found is None else str(found[0]), kept, woken)
+
+    def signal_wait(
+        self, lease: Lease, name: str, step: str, until: datetime, now: datetime
+    ) -> SignalWait | None:
+        params: dict[str, Any] = {
+            "id": lease.id, "token": lease.token, "name": name, "step": step,
+            "children": None, "until": until, "now": now,
+        }  # fmt: skip
+        with self._tx() as conn:
+            if conn.execute(_S["wait_lock_job"], params).fetchone() is None:
+                return None  # the lease is gone
+            row = conn.execute(_S["signal_take"], params).fetchone()
+            if row is not None:
+                conn.execute(_S["wait_end"], params)
+                return SignalWait("received", now, _row_to_step(row))
+            mark = conn.execute(_S["wait_mark"], params).fetchone()
+            assert mark is not None  # an upsert answers its row
+            marked = mark[0]
+            if marked <= now:
+                conn.execute(_S["wait_end"], params)
+                result = json.dumps({"timeout": marked.isoformat()})
+                step_params = {**params, "name": step, "result": result, "started_at": now}
+                found = conn.execute(_STEP_RECORD, step_params).fetchone()
+                return SignalWait("timeout", marked, None if found is None else _row_to_step(found))
+            # Parked as a snooze until the wait's end; the row is ours already.
+            snooze = [Finish.snooze(lease.id, lease.token, marked)]
+            ended = conn.execute(_Q["job_complete_in"], _finish_params(snooze, now, flows=True))
+            row = ended.fetchone()
+            return SignalWait("parked", marked) if row is not None and row[1] else None
+
+    def children_park(
+        self, lease: Lease, step: str, children: list[int], until: datetime, now: datetime
+    ) -> Literal["ended", "parked"] | None:
+        params = {
+            "id": lease.id, "token": lease.token, "step": step, "ids": children,
+            "children": json.dumps(children), "until": until,
+        }  # fmt: skip
+        with self._tx() as conn:
+            if conn.execute(_S["wait_lock_job"], params).fetchone() is None:
+                return None  # the lease is gone
+            live = conn.execute(_S["children_live"], params).fetchone()
+            if live is None or live[0] == 0:
+                conn.execute(_S["wait_end"], params)
+                return "ended"
+            conn.execute(_S["children_mark"], params)
+            snooze = [Finish.snooze(lease.id, lease.token, until)]
+            ended = conn.execute(_Q["job_complete_in"], _finish_params(snooze, now, flows=True))
+            row = ended.fetchone()
+            return "parked" if row is not None and row[1] else None
+
+    def signal_list(self, job_id: int) -> list[Signal]:
+        with self._conn() as conn:
+            rows = conn.execute(_S["signal_list"], {"job_id": job_id}).fetchall()
+        return [Signal(r[0], r[1], r[2], r[3], r[4], r[5]) for r in rows]
+
+    def job_waiting(self, job_id: int) -> Waiting | None:
+        with self._conn() as conn:
+            row = conn.execute(_S["wait_get"], {"job_id": job_id}).fetchone()
+        if row is None:
+            return None
+        children = None if row[2] is None else [int(i) for i in json.loads(row[2])]
+        return Waiting(row[0], row[1], children, row[3])

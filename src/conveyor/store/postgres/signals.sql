@@ -1,0 +1,91 @@
+-- Signals and parked waits (app.signal, ctx.wait_for; docs/durable.md). A
+-- signal and a wait both lock the job's row first (signal_lock_job,
+-- wait_lock_job) and read the other's rows in a later statement of their
+-- transaction: under READ COMMITTED that statement sees what the other
+-- committed, so a signal written first is taken by the wait, and a wait
+-- parked first is woken by the signal; never neither.
+
+-- name: signal_lock_job
+SELECT state FROM jobs WHERE id = %(job_id)s FOR UPDATE
+
+-- name: signal_insert
+-- Kept for a live job only: a finished job will never take it.
+INSERT INTO job_signals (job_id, name, payload, sent_at)
+SELECT id, %(name)s, %(payload)s, %(now)s FROM jobs
+WHERE id = %(job_id)s AND state IN ('waiting', 'queued', 'running')
+RETURNING id
+
+-- name: signal_wake
+-- The job parked until this signal (or its timeout) is due now; its queue's
+-- workers hear of it.
+WITH changed AS (
+    UPDATE jobs SET run_at = %(now)s
+    WHERE id = %(job_id)s AND state = 'queued' AND run_at > %(now)s
+      AND EXISTS (SELECT 1 FROM job_waits w WHERE w.job_id = jobs.id AND w.signal = %(name)s)
+    RETURNING id, queue
+), notified AS (
+    {{conveyor.store.postgres/queries.sql:notify_queues}}
+)
+SELECT changed.id FROM changed, (SELECT count(*) FROM notified) AS n
+
+-- name: wait_lock_job
+SELECT id FROM jobs
+WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running'
+FOR UPDATE
+
+-- name: signal_take
+-- The oldest signal of that name no wait took yet, taken by step %(step)s and
+-- recorded as that step in the same statement, so that a replay returns the
+-- same payload. The caller holds the job's row under the attempt's lease.
+WITH taken AS (
+    UPDATE job_signals SET received_at = %(now)s, step = %(step)s
+    WHERE id = (
+        SELECT id FROM job_signals
+        WHERE job_id = %(id)s AND name = %(name)s AND received_at IS NULL
+        ORDER BY id LIMIT 1
+        FOR UPDATE)
+    RETURNING job_id, step, payload
+)
+INSERT INTO job_steps (job_id, name, result, attempt, started_at, finished_at)
+SELECT jobs.id, taken.step, ('{"payload": ' || taken.payload || '}')::json, jobs.attempts,
+       %(now)s, %(now)s
+FROM taken JOIN jobs ON jobs.id = taken.job_id
+ON CONFLICT (job_id, name) DO NOTHING
+RETURNING name, result, attempt, started_at, finished_at
+
+-- name: wait_mark
+-- The job waits (step %(step)s, for signal %(name)s or children %(children)s)
+-- until %(until)s. A wait of the same step marked by an earlier attempt keeps
+-- its time: a replay does not start the timeout again. Answers the time the
+-- wait ends.
+INSERT INTO job_waits (job_id, step, signal, children, until)
+VALUES (%(id)s, %(step)s, %(name)s, %(children)s, %(until)s)
+ON CONFLICT (job_id) DO UPDATE SET
+    until = CASE WHEN job_waits.step = excluded.step THEN job_waits.until ELSE excluded.until END,
+    step = excluded.step, signal = excluded.signal, children = excluded.children
+RETURNING until
+
+-- name: wait_end
+DELETE FROM job_waits WHERE job_id = %(id)s
+
+-- name: wait_get
+SELECT step, signal, children, until FROM job_waits WHERE job_id = %(job_id)s
+
+-- name: signal_list
+-- A job's signals, in the order they were sent.
+SELECT id, name, payload, sent_at, received_at, step
+FROM job_signals WHERE job_id = %(job_id)s ORDER BY id
+
+-- name: children_live
+-- How many of the children waited for have not ended yet.
+SELECT count(*) FROM jobs
+WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('waiting', 'queued', 'running')
+
+-- name: children_mark
+-- The job waits (step %(step)s) for its children until %(until)s (when it looks
+-- again); the caller holds the job's row under the attempt's lease.
+INSERT INTO job_waits (job_id, step, signal, children, until)
+VALUES (%(id)s, %(step)s, NULL, %(children)s, %(until)s)
+ON CONFLICT (job_id) DO UPDATE SET
+    until = excluded.until, step = excluded.step, signal = NULL, children = excluded.children
+RETURNING until

@@ -1,0 +1,81 @@
+-- Signals and parked waits (app.signal, ctx.wait_for; docs/durable.md). Each
+-- statement runs in one write transaction (SQLite's single write lock), so a
+-- signal and the wait it may wake are ordered one after the other: a signal
+-- written first is taken by the wait; a wait parked first is woken by it.
+
+-- name: signal_job_state
+SELECT state FROM jobs WHERE id = :job_id
+
+-- name: signal_insert
+-- Kept for a live job only: a finished job will never take it.
+INSERT INTO job_signals (job_id, name, payload, sent_at)
+SELECT id, :name, :payload, :now FROM jobs
+WHERE id = :job_id AND state IN ('waiting', 'queued', 'running')
+RETURNING id
+
+-- name: signal_wake
+-- The job parked until this signal (or its timeout) is due now.
+UPDATE jobs SET run_at = :now
+WHERE id = :job_id AND state = 'queued' AND run_at > :now
+  AND EXISTS (SELECT 1 FROM job_waits w WHERE w.job_id = jobs.id AND w.signal = :name)
+RETURNING id
+
+-- name: signal_take
+-- The oldest signal of that name no wait took yet, taken by step :step, while
+-- the attempt's lease holds: taken once, and recorded as the step in the same
+-- transaction (signal_take_step), so that a replay returns the same payload.
+UPDATE job_signals SET received_at = :now, step = :step
+WHERE id = (
+    SELECT s.id FROM job_signals s JOIN jobs ON jobs.id = s.job_id
+    WHERE s.job_id = :id AND s.name = :name AND s.received_at IS NULL
+      AND jobs.lease_token = :token AND jobs.state = 'running'
+    ORDER BY s.id LIMIT 1)
+RETURNING payload
+
+-- name: signal_take_step
+INSERT INTO job_steps (job_id, name, result, attempt, started_at, finished_at)
+SELECT jobs.id, s.step, '{"payload": ' || s.payload || '}', jobs.attempts, :now, :now
+FROM job_signals s JOIN jobs ON jobs.id = s.job_id
+WHERE s.job_id = :id AND s.step = :step
+ON CONFLICT (job_id, name) DO NOTHING
+RETURNING name, result, attempt, started_at, finished_at
+
+-- name: wait_mark
+-- The job waits (step :step, for signal :name or children :children) until
+-- :until, while the attempt's lease holds. A wait of the same step marked by
+-- an earlier attempt keeps its time: a replay does not start the timeout again.
+-- Answers the time the wait ends.
+INSERT INTO job_waits (job_id, step, signal, children, until)
+SELECT id, :step, :name, :children, :until FROM jobs
+WHERE id = :id AND lease_token = :token AND state = 'running'
+ON CONFLICT (job_id) DO UPDATE SET
+    until = CASE WHEN job_waits.step = excluded.step THEN job_waits.until ELSE excluded.until END,
+    step = excluded.step, signal = excluded.signal, children = excluded.children
+RETURNING until
+
+-- name: wait_end
+DELETE FROM job_waits WHERE job_id = :id
+
+-- name: wait_get
+SELECT step, signal, children, until FROM job_waits WHERE job_id = :job_id
+
+-- name: signal_list
+-- A job's signals, in the order they were sent.
+SELECT id, name, payload, sent_at, received_at, step
+FROM job_signals WHERE job_id = :job_id ORDER BY id
+
+-- name: children_live
+-- How many of the children waited for have not ended yet.
+SELECT count(*) FROM jobs
+WHERE id IN (SELECT value FROM json_each(:children))
+  AND state IN ('waiting', 'queued', 'running')
+
+-- name: children_mark
+-- The job waits (step :step) for its children :children until :until (when it
+-- looks again), while the attempt's lease holds.
+INSERT INTO job_waits (job_id, step, signal, children, until)
+SELECT id, :step, NULL, :children, :until FROM jobs
+WHERE id = :id AND lease_token = :token AND state = 'running'
+ON CONFLICT (job_id) DO UPDATE SET
+    until = excluded.until, step = excluded.step, signal = NULL, children = excluded.children
+RETURNING until
