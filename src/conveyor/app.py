@@ -21,6 +21,7 @@ from conveyor.changes import (
 from conveyor.diagnosis import Why, diagnose
 from conveyor.encryption import ROTATE_BATCH, RotationProgress, payload_codec, reencrypt
 from conveyor.enqueueing import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, new_jobs_of
+from conveyor.expiry import check_task_expires
 from conveyor.errors import (
     ConfigurationError,
     JobNotFoundError,
@@ -221,6 +222,7 @@ class App:
         name: str | None = None,
         priority: int = 0,
         backoff: Backoff | None = None,
+        expires: float | timedelta | datetime | None = None,
     ) -> Task[P, R]: ...
 
     @overload
@@ -235,6 +237,7 @@ class App:
         name: str | None = None,
         priority: int = 0,
         backoff: Backoff | None = None,
+        expires: float | timedelta | datetime | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -248,6 +251,7 @@ class App:
         name: str | None = None,
         priority: int = 0,
         backoff: Backoff | None = None,
+        expires: float | timedelta | datetime | None = None,
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Register a handler: ``@app.task`` or ``@app.task(queue="mail", max_attempts=5)``."""
 
@@ -272,6 +276,7 @@ class App:
                 priority=validate_priority(priority),
                 timeout=check_timeout(task_name, timeout),
                 backoff=checked_backoff,
+                expires=check_task_expires(task_name, expires),
             )
             self.tasks[task_name] = task
             return task
@@ -409,7 +414,7 @@ class App:
         """Enqueue by task name, without the handler's code (e.g. from another service).
 
         ``options`` are those of ``task.options(...)``: key, group, priority, delay,
-        run_at, queue, max_attempts, batch, unique, limit_key, connection.
+        run_at, queue, max_attempts, batch, unique, limit_key, expires, connection.
         """
         opts = EnqueueOptions(**options)
         return self.enqueue_calls(task, [(args, kwargs or {})], opts)[0]

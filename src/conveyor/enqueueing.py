@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from conveyor.errors import InvalidJobError
+from conveyor.expiry import resolve_expires
 from conveyor.job import (
     MAX_JOB_ID,
     Job,
@@ -61,6 +62,8 @@ def new_jobs_of(
     now = utcnow()
     run_at = resolve_run_at(now, opts.delay, opts.run_at)
     headers = check_headers(opts.headers)
+    expires = opts.expires if opts.expires is not None else getattr(registered, "expires", None)
+    expires_at = resolve_expires(now, run_at, expires)
     after = parent_ids(opts.after)
     if opts.after_failure not in ("cancel", "run"):
         raise InvalidJobError(
@@ -91,6 +94,7 @@ def new_jobs_of(
                 headers=dict(headers) if headers else None,
                 after=after,
                 after_failure=opts.after_failure,
+                expires_at=expires_at,
             )
         )
     if opts.key is not None and len(new_jobs) > 1:

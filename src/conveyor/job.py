@@ -128,6 +128,8 @@ class NewJob:
     #: What a parent that fails or is cancelled does to this job: "cancel" it,
     #: or "run" it anyway once every parent has ended.
     after_failure: AfterFailure = "cancel"
+    #: The moment by which the job must have started, or None: see expiry.py.
+    expires_at: datetime | None = None
 
     @property
     def waits(self) -> bool:
@@ -523,6 +525,10 @@ def validate_new_job(job: NewJob) -> NewJob:
     validate_max_attempts(job.max_attempts)
     validate_priority(job.priority)
     resolve_run_at(job.run_at, None, job.run_at)
+    if job.expires_at is not None and (
+        job.expires_at.tzinfo is None or job.expires_at <= job.run_at
+    ):
+        raise InvalidJobError("expires_at must be an aware datetime later than run_at")
     if job.unique not in ("live", "forever"):
         raise InvalidJobError(f"unique must be 'live' or 'forever', got {job.unique!r}")
     job.headers = check_headers(job.headers)

@@ -46,6 +46,9 @@ class EnqueueOptions:
     after: Sequence[Job | int] | None = None
     #: What a parent's failure or cancel does: "cancel" this job, or "run" it anyway.
     after_failure: AfterFailure = "cancel"
+    #: The deadline to start by (seconds or a timedelta from now, or an aware
+    #: datetime): a job not started by then never starts (see expiry.py).
+    expires: float | timedelta | datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +148,7 @@ class Task(Generic[P, R]):
         priority: int,
         timeout: float | None,
         backoff: Backoff | None,
+        expires: float | timedelta | datetime | None = None,
     ) -> None:
         self.app = app
         self.fn = fn
@@ -154,6 +158,8 @@ class Task(Generic[P, R]):
         self.priority = priority
         self.timeout = timeout
         self.backoff: Backoff = backoff or DEFAULT_BACKOFF
+        #: The default deadline of its jobs (``expires=`` of an enqueue overrides it).
+        self.expires = expires
         self.is_async = inspect.iscoroutinefunction(fn)
         self.takes_context = context_parameter(fn)
         self._signature = inspect.signature(fn)

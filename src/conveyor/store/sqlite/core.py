@@ -18,6 +18,7 @@ from conveyor.store.limiting import LIMIT_SLACK_SECONDS
 from conveyor.store.protocols import ChangeCallback, Subscription
 from conveyor.store.records import LEASE_EXPIRED_ERROR, Finish, Lease, LeaseStatus
 from conveyor.store.sqlite import flows as sqlite_flows
+from conveyor.store.sqlite.expiry import write_deadlines
 from conveyor.store.sqlite.base import _Q, SQLiteBase, _dt_required, _finish, _row_to_job, _ts
 from conveyor.store.sqlite.watcher import DataVersionWatcher
 
@@ -82,6 +83,8 @@ class CoreMixin(SQLiteBase):
                 conn.execute(
                     _Q["event_insert_enqueued"], {"first": first, "last": first + len(rows) - 1}
                 )
+                if any(new.expires_at is not None for new in jobs):
+                    write_deadlines(conn, {inserted[p].id: jobs[p] for p in plan.insert})
             results = resolve_plan(plan, len(jobs), inserted)
             if workflow is not None or any(new.waits for new in jobs):
                 ids = [job.id for job in results]

@@ -1,0 +1,29 @@
+"""The capability of a store whose jobs can have a deadline to start by (expiry.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+from conveyor.expiry import EXPIRE_LIMIT
+
+
+@runtime_checkable
+class ExpiringStore(Protocol):
+    """Jobs enqueued with ``expires=``: their deadlines read, the expired ones ended.
+
+    The insert writes a job's deadline (``NewJob.expires_at``) with its row, in
+    the insert's own transaction or script; the claim passes by a job whose
+    deadline has passed.
+    """
+
+    def job_expire(self, now: datetime | None = None, limit: int = EXPIRE_LIMIT) -> list[int]:
+        """End up to ``limit`` queued jobs whose deadline is at or before ``now`` (None:
+        the store's clock): ``cancelled`` with ``EXPIRED_ERROR``, each with its
+        event, the jobs waiting for them resolved. Returns their ids."""
+        ...
+
+    def job_expires_at(self, job_ids: Sequence[int]) -> dict[int, datetime]:
+        """The deadlines of those of ``job_ids`` that have one."""
+        ...

@@ -1,0 +1,49 @@
+"""ExpiringStore on SQLite: deadlines to start by (conveyor/expiry.py), in expiry.sql."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from datetime import datetime
+
+from conveyor.expiry import EXPIRE_LIMIT, EXPIRED_ERROR
+from conveyor.job import NewJob, utcnow
+from conveyor.store.sql import load_queries
+from conveyor.store.sqlite import flows as sqlite_flows
+from conveyor.store.sqlite.base import SQLiteBase, _dt_required, _ts
+
+_X = load_queries("conveyor.store.sqlite", "expiry.sql")
+
+
+def write_deadlines(conn: sqlite3.Connection, written: dict[int, NewJob]) -> None:
+    """Give the jobs just inserted (id -> the job) their deadlines, in the insert's
+    transaction; nothing is run when none has one."""
+    rows = [
+        {"id": job_id, "expires_at": _ts(new.expires_at)}
+        for job_id, new in written.items()
+        if new.expires_at is not None
+    ]
+    if rows:
+        conn.executemany(_X["job_set_expiry"], rows)
+
+
+class SQLiteExpiry(SQLiteBase):
+    """Mixed into SQLiteStore: its one writer decides each expiry under the write lock."""
+
+    def job_expire(self, now: datetime | None = None, limit: int = EXPIRE_LIMIT) -> list[int]:
+        now_ts = _ts(now or utcnow())
+        with self._write() as conn:
+            params = {"now": now_ts, "limit": limit, "error": EXPIRED_ERROR}
+            ids = sorted(r[0] for r in conn.execute(_X["job_expire"], params))
+            if ids:
+                conn.execute(_X["event_insert_expired"], {"ids": json.dumps(ids), "now": now_ts})
+                # The jobs waiting for them: cancelled, or run anyway (flows).
+                sqlite_flows.release(conn, ids, now_ts)
+        return ids
+
+    def job_expires_at(self, job_ids: Sequence[int]) -> dict[int, datetime]:
+        if not job_ids:
+            return {}
+        rows = self._conn().execute(_X["job_expires_at"], {"ids": json.dumps(list(job_ids))})
+        return {job_id: _dt_required(at) for job_id, at in rows}

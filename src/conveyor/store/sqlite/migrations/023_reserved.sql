@@ -1,0 +1,2 @@
+-- Reserved: the schema step of this number is made by another change.
+SELECT 1;
