@@ -21,13 +21,13 @@ from conveyor.changes import (
 from conveyor.diagnosis import Why, diagnose
 from conveyor.encryption import ROTATE_BATCH, RotationProgress, payload_codec, reencrypt
 from conveyor.enqueueing import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, new_jobs_of
-from conveyor.expiry import check_task_expires
 from conveyor.errors import (
     ConfigurationError,
     JobNotFoundError,
     JobStateError,
     UnknownTaskError,
 )
+from conveyor.expiry import check_task_expires
 from conveyor.fleet import SILENT_AFTER, WorkerStatus, control_worker, worker_statuses
 from conveyor.job import (
     DETAILED_STATES,

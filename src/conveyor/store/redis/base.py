@@ -163,7 +163,7 @@ def _event_and_start(entry: tuple[str, dict[str, str]]) -> tuple[Event, str | No
 
 
 def _new_job_json(job: NewJob) -> list[str | None]:
-    return [
+    fields = [
         job.queue,
         job.task,
         job.args_json,
@@ -178,6 +178,9 @@ def _new_job_json(job: NewJob) -> list[str | None]:
         job.limit_key,
         job.headers_text(),
     ]
+    if job.expires_at is not None:  # a field only the jobs with a deadline carry
+        fields.append(_ts(job.expires_at))
+    return fields
 
 
 class _WorkflowTaken(Exception):

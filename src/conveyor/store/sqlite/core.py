@@ -18,8 +18,8 @@ from conveyor.store.limiting import LIMIT_SLACK_SECONDS
 from conveyor.store.protocols import ChangeCallback, Subscription
 from conveyor.store.records import LEASE_EXPIRED_ERROR, Finish, Lease, LeaseStatus
 from conveyor.store.sqlite import flows as sqlite_flows
-from conveyor.store.sqlite.expiry import write_deadlines
 from conveyor.store.sqlite.base import _Q, SQLiteBase, _dt_required, _finish, _row_to_job, _ts
+from conveyor.store.sqlite.expiry import write_deadlines
 from conveyor.store.sqlite.watcher import DataVersionWatcher
 
 #: A count no claim reaches (SQLite's 32-bit "no limit").
