@@ -18,7 +18,7 @@ import math
 from datetime import UTC, datetime, timedelta
 
 from conveyor.errors import ConfigurationError, InvalidJobError
-from conveyor.job import MAX_RUN_AT
+from conveyor.job import MAX_RUN_AT, Job, JobState
 
 #: The error of a job that expired: the outcome a listing, the job page and
 #: ``conveyor jobs show`` tell an expired job by (its state is ``cancelled``).
@@ -76,3 +76,8 @@ def check_task_expires(task: str, expires: object) -> Expires | None:
         raise ConfigurationError(f"task {task!r}: {exc}") from None
     assert isinstance(expires, float | int | timedelta | datetime)
     return expires
+
+
+def is_expired(job: Job) -> bool:
+    """Whether ``job`` ended because it was not started by its deadline."""
+    return job.state == JobState.CANCELLED and job.error == EXPIRED_ERROR

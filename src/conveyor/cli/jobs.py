@@ -40,6 +40,7 @@ from conveyor.cli.output import (
 )
 from conveyor.cli.why import why_dict, why_view
 from conveyor.errors import ConveyorError, JobStateError
+from conveyor.expiry import is_expired
 from conveyor.export import event_dict, job_dict, step_dict
 from conveyor.job import (
     DETAILED_STATES,
@@ -52,6 +53,7 @@ from conveyor.job import (
     validate_priority,
 )
 from conveyor.store.dsn import DSN_ENV, default_dsn, sqlite_path
+from conveyor.store.expiring import deadline_of
 from conveyor.task import EnqueueOptions, Task
 
 #: Calls per transaction when enqueueing from a file or with --count.
@@ -332,6 +334,7 @@ def show_job(job_id: int, dsn: str | None, as_json: bool) -> None:
         parents, children = app.parents(job_id), app.children(job_id)
         steps = app.steps(job_id) if app.capabilities().steps else []
         why = app.why(job_id) if job.state in (JobState.WAITING, JobState.QUEUED) else None
+        expires_at = deadline_of(app.store, job_id)
     if as_json:
         print_json(
             {
@@ -341,10 +344,12 @@ def show_job(job_id: int, dsn: str | None, as_json: bool) -> None:
                 "events": [event_dict(e) for e in events],
                 "steps": [step_dict(s) for s in steps],
                 "why": why_dict(why) if why is not None else None,
+                "expires_at": expires_at.isoformat() if expires_at else None,
+                "expired": is_expired(job),
             }
         )
         return
-    console().print(job_view(job, events, steps, parents, children))
+    console().print(job_view(job, events, steps, parents, children, expires_at))
     if why is not None:
         console().print(Text(""), why_view(why))
 

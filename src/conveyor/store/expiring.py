@@ -27,3 +27,20 @@ class ExpiringStore(Protocol):
     def job_expires_at(self, job_ids: Sequence[int]) -> dict[int, datetime]:
         """The deadlines of those of ``job_ids`` that have one."""
         ...
+
+    def job_expired_counts(self) -> dict[str, int]:
+        """The jobs that expired and are still kept (cancelled with ``EXPIRED_ERROR``),
+        per queue; read from an index of those alone."""
+        ...
+
+
+def expired_counts(store: object) -> dict[str, int] | None:
+    """Expired jobs per queue, or None for a store without expiry."""
+    return store.job_expired_counts() if isinstance(store, ExpiringStore) else None
+
+
+def deadline_of(store: object, job_id: int) -> datetime | None:
+    """A job's deadline to start by, or None (none set, or a store without expiry)."""
+    if isinstance(store, ExpiringStore):
+        return store.job_expires_at([job_id]).get(job_id)
+    return None

@@ -41,3 +41,8 @@ class PostgresExpiry(PostgresBase):
         with self._conn() as conn:
             rows = conn.execute(_X["job_expires_at"], {"ids": list(job_ids)}).fetchall()
         return {int(job_id): at for job_id, at in rows}
+
+    def job_expired_counts(self) -> dict[str, int]:
+        with self._conn() as conn:
+            rows = conn.execute(_X["job_expired_counts"], {"error": EXPIRED_ERROR}).fetchall()
+        return {queue: int(count) for queue, count in rows}

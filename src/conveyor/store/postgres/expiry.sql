@@ -36,3 +36,9 @@ SELECT ended.id FROM ended, ({{conveyor.store.postgres/queries.sql:notify_done}}
 
 -- name: job_expires_at
 SELECT id, expires_at FROM jobs WHERE id = ANY(%(ids)s::bigint[]) AND expires_at IS NOT NULL
+
+-- name: job_expired_counts
+-- From the partial index jobs_expired (cancelled jobs that had a deadline).
+SELECT queue, count(*) FROM jobs
+WHERE state = 'cancelled' AND expires_at IS NOT NULL AND error = %(error)s
+GROUP BY queue

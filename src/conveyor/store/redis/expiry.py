@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from conveyor.expiry import EXPIRE_LIMIT, EXPIRED_ERROR
-from conveyor.store.redis.base import _now_arg, _odt
+from conveyor.store.redis.base import _nm, _now_arg, _odt
 from conveyor.store.redis.core import CoreMixin
 
 
@@ -38,3 +38,14 @@ class RedisExpiry(CoreMixin):
             for job_id, value in zip(job_ids, self._do(read), strict=True)
             if (at := _odt(value)) is not None
         }
+
+    def job_expired_counts(self) -> dict[str, int]:
+        names = self._queue_names()
+
+        def read() -> list[int]:
+            pipe = self._client.pipeline(transaction=False)
+            for name in names:
+                pipe.zcard(self._k("expired", _nm(name)))
+            return [int(n) for n in pipe.execute()]
+
+        return {name: n for name, n in zip(names, self._do(read), strict=True) if n}

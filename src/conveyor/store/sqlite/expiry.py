@@ -47,3 +47,7 @@ class SQLiteExpiry(SQLiteBase):
             return {}
         rows = self._conn().execute(_X["job_expires_at"], {"ids": json.dumps(list(job_ids))})
         return {job_id: _dt_required(at) for job_id, at in rows}
+
+    def job_expired_counts(self) -> dict[str, int]:
+        rows = self._conn().execute(_X["job_expired_counts"], {"error": EXPIRED_ERROR})
+        return {queue: int(count) for queue, count in rows}

@@ -29,3 +29,9 @@ ORDER BY id
 -- name: job_expires_at
 SELECT id, expires_at FROM jobs
 WHERE id IN (SELECT value FROM json_each(:ids)) AND expires_at IS NOT NULL
+
+-- name: job_expired_counts
+-- From the partial index jobs_expired (cancelled jobs that had a deadline).
+SELECT queue, count(*) FROM jobs
+WHERE state = 'cancelled' AND expires_at IS NOT NULL AND error = :error
+GROUP BY queue

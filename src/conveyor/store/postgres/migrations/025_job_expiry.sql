@@ -5,3 +5,6 @@
 -- job uses expiry. Adding a nullable column rewrites nothing.
 ALTER TABLE jobs ADD COLUMN expires_at timestamptz;
 CREATE INDEX jobs_expiring ON jobs (expires_at) WHERE state = 'queued' AND expires_at IS NOT NULL;
+-- The jobs that expired, by queue, for their counts (job_expired_counts): only
+-- cancelled jobs that had a deadline are in it.
+CREATE INDEX jobs_expired ON jobs (queue) WHERE state = 'cancelled' AND expires_at IS NOT NULL;

@@ -370,6 +370,7 @@ local function leave(j)
         if j.limit_key then decr(qk('krun', q), j.limit_key) end
     elseif j.state ~= 'waiting' then -- a waiting job is in qs:<q>:waiting alone
         zrem(P .. 'finished', id)
+        if j.expires_at then zrem(qk('expired', q), id) end -- see job_expire.lua
     end
 end
 
