@@ -8,6 +8,7 @@ waiting for an expired one is resolved, and the sweep is bounded per round.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -181,3 +182,12 @@ def test_a_worker_never_runs_an_expired_job_and_maintenance_ends_it(app: App) ->
     Maintenance(app.runtime, "leader", lease=5).run_once()
     ended = app.get(expired.id)
     assert ended.state is JobState.CANCELLED and ended.error == EXPIRED_ERROR
+
+
+def test_the_async_twin_takes_expires(app: App) -> None:
+    @app.task(queue="q")
+    def later() -> None: ...
+
+    job = asyncio.run(later.options(expires=timedelta(minutes=1)).aenqueue())
+    got = expiring(app.store).job_expires_at([job.id])
+    assert got == {job.id: job.created_at + timedelta(minutes=1)}

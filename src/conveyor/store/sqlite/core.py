@@ -19,7 +19,7 @@ from conveyor.store.protocols import ChangeCallback, Subscription
 from conveyor.store.records import LEASE_EXPIRED_ERROR, Finish, Lease, LeaseStatus
 from conveyor.store.sqlite import flows as sqlite_flows
 from conveyor.store.sqlite.base import _Q, SQLiteBase, _dt_required, _finish, _row_to_job, _ts
-from conveyor.store.sqlite.expiry import write_deadlines
+from conveyor.store.sqlite.expiry import insert_with_deadlines
 from conveyor.store.sqlite.watcher import DataVersionWatcher
 
 #: A count no claim reaches (SQLite's 32-bit "no limit").
@@ -79,12 +79,13 @@ class CoreMixin(SQLiteBase):
                 )
                 inserted[position] = new_job_record(job_id, new, now)
             if rows:
-                conn.executemany(_Q["job_insert"], rows)
+                if any(new.expires_at is not None for new in jobs):
+                    insert_with_deadlines(conn, rows, [jobs[p] for p in plan.insert])
+                else:
+                    conn.executemany(_Q["job_insert"], rows)
                 conn.execute(
                     _Q["event_insert_enqueued"], {"first": first, "last": first + len(rows) - 1}
                 )
-                if any(new.expires_at is not None for new in jobs):
-                    write_deadlines(conn, {inserted[p].id: jobs[p] for p in plan.insert})
             results = resolve_plan(plan, len(jobs), inserted)
             if workflow is not None or any(new.waits for new in jobs):
                 ids = [job.id for job in results]

@@ -6,6 +6,7 @@ import json
 import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from conveyor.expiry import EXPIRE_LIMIT, EXPIRED_ERROR
 from conveyor.job import NewJob, utcnow
@@ -16,16 +17,18 @@ from conveyor.store.sqlite.base import SQLiteBase, _dt_required, _ts
 _X = load_queries("conveyor.store.sqlite", "expiry.sql")
 
 
-def write_deadlines(conn: sqlite3.Connection, written: dict[int, NewJob]) -> None:
-    """Give the jobs just inserted (id -> the job) their deadlines, in the insert's
-    transaction; nothing is run when none has one."""
-    rows = [
-        {"id": job_id, "expires_at": _ts(new.expires_at)}
-        for job_id, new in written.items()
-        if new.expires_at is not None
-    ]
-    if rows:
-        conn.executemany(_X["job_set_expiry"], rows)
+def insert_with_deadlines(
+    conn: sqlite3.Connection, rows: list[tuple[Any, ...]], new_jobs: list[NewJob]
+) -> None:
+    """The insert of job_insert_many (``rows`` as job_insert takes them) for a batch
+    in which some job has a deadline: the same insert with the deadline column."""
+    conn.executemany(
+        _X["job_insert_expiring"],
+        [
+            (*row, None if new.expires_at is None else _ts(new.expires_at))
+            for row, new in zip(rows, new_jobs, strict=True)
+        ],
+    )
 
 
 class SQLiteExpiry(SQLiteBase):

@@ -1,9 +1,12 @@
 -- Expiry (conveyor/expiry.py): deadlines written with the jobs that have one,
 -- and the maintenance sweep that ends the queued jobs past theirs.
 
--- name: job_set_expiry
--- Run by the insert's own write transaction, only for jobs enqueued with expires=.
-UPDATE jobs SET expires_at = :expires_at WHERE id = :id
+-- name: job_insert_expiring
+-- job_insert (queries.sql) with the deadline column, for a batch in which a job
+-- has one: the plain insert stays the one every other job pays for.
+INSERT INTO jobs (id, queue, task, args, kwargs, priority, run_at, max_attempts,
+                  key, group_key, batch, created_at, limit_key, headers, expires_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 
 -- name: job_expire
 -- The queued jobs whose deadline has passed (:now), at most :limit, oldest
