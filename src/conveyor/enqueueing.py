@@ -29,6 +29,7 @@ from conveyor.job import (
 from conveyor.store.capabilities import require
 from conveyor.store.protocols import JobStore, WorkflowStore
 from conveyor.task import EnqueueOptions, Task
+from conveyor.unique import resolve_unique
 
 #: The queue of a task (or an enqueue by name) that names none.
 DEFAULT_QUEUE = "default"
@@ -64,6 +65,7 @@ def new_jobs_of(
     headers = check_headers(opts.headers)
     expires = opts.expires if opts.expires is not None else getattr(registered, "expires", None)
     expires_at = resolve_expires(now, run_at, expires)
+    unique, unique_states, unique_since = resolve_unique(now, opts.unique)
     after = parent_ids(opts.after)
     if opts.after_failure not in ("cancel", "run"):
         raise InvalidJobError(
@@ -87,7 +89,9 @@ def new_jobs_of(
                 priority=priority,
                 max_attempts=max_attempts,
                 key=opts.key,
-                unique=opts.unique,
+                unique=unique,  # type: ignore[arg-type]  # "live" or "forever"
+                unique_states=unique_states,
+                unique_since=unique_since,
                 group=opts.group,
                 batch=opts.batch,
                 limit_key=opts.limit_key,

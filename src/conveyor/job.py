@@ -130,6 +130,10 @@ class NewJob:
     after_failure: AfterFailure = "cancel"
     #: The moment by which the job must have started, or None: see expiry.py.
     expires_at: datetime | None = None
+    #: A key's window (unique.py): the finished states that also hold the key (None:
+    #: as ``unique`` says), and the earliest creation time of a job that does.
+    unique_states: tuple[str, ...] | None = None
+    unique_since: datetime | None = None
 
     @property
     def waits(self) -> bool:
@@ -531,6 +535,8 @@ def validate_new_job(job: NewJob) -> NewJob:
         raise InvalidJobError("expires_at must be an aware datetime later than run_at")
     if job.unique not in ("live", "forever"):
         raise InvalidJobError(f"unique must be 'live' or 'forever', got {job.unique!r}")
+    if job.unique_states is not None and not set(job.unique_states) <= TERMINAL_STATES:
+        raise InvalidJobError("unique_states must name finished states only")
     job.headers = check_headers(job.headers)
     for what, text, kind in (("args", job.args_json, list), ("kwargs", job.kwargs_json, dict)):
         try:

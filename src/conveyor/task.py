@@ -14,8 +14,10 @@ from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 from conveyor.arguments import ArgumentTypes, task_schema
 from conveyor.context import Context
 from conveyor.errors import ConfigurationError, InvalidJobError
-from conveyor.job import AfterFailure, Job, Unique
+from conveyor.job import AfterFailure, Job, Unique, utcnow
 from conveyor.retry import DEFAULT_BACKOFF, Backoff
+from conveyor.unique import Unique as UniqueWindow
+from conveyor.unique import resolve_unique
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -33,7 +35,8 @@ class EnqueueOptions:
     run_at: datetime | None = None
     max_attempts: int | None = None
     key: str | None = None
-    unique: Unique = "live"
+    #: "live", "forever", or a window: Unique(period=..., states=[...]) (unique.py).
+    unique: Unique | UniqueWindow = "live"
     group: str | None = None
     batch: str | None = None
     #: The key a per-key limit of the queue counts the job under (e.g. a customer id).
@@ -271,8 +274,8 @@ def _make_options(base: EnqueueOptions, given: dict[str, Any]) -> EnqueueOptions
         raise InvalidJobError(
             f"after_failure must be 'cancel' or 'run', got {given['after_failure']!r}"
         )
-    if "unique" in given and given["unique"] not in ("live", "forever"):
-        raise InvalidJobError(f"unique must be 'live' or 'forever', got {given['unique']!r}")
+    if "unique" in given:
+        resolve_unique(utcnow(), given["unique"])  # refused now, not at enqueue
     return replace(base, **given)
 
 

@@ -162,6 +162,15 @@ def _event_and_start(entry: tuple[str, dict[str, str]]) -> tuple[Event, str | No
     ), None
 
 
+def _unique_arg(job: NewJob) -> str:
+    """A job's key rule as find_key in common.lua reads it: "live", "forever", or a
+    window "w|<earliest creation time, or empty>|<finished states, comma-separated>"."""
+    if job.unique_states is None:
+        return job.unique
+    since = "" if job.unique_since is None else _ts(job.unique_since)
+    return f"w|{since}|{','.join(job.unique_states)}"
+
+
 def _new_job_json(job: NewJob) -> list[str | None]:
     fields = [
         job.queue,
@@ -172,7 +181,7 @@ def _new_job_json(job: NewJob) -> list[str | None]:
         _ts(job.run_at),
         str(job.max_attempts),
         job.key,
-        job.unique,
+        _unique_arg(job),
         job.group,
         job.batch,
         job.limit_key,

@@ -454,9 +454,20 @@ end
 local function find_key(q, key, unique)
     zflush()
     local newest = nil
+    -- A window (conveyor/unique.py): "w|<earliest creation time or ''>|<states>": the
+    -- newest finished job in those states created since then holds the key too.
+    local since, states = nil, nil
+    if string.sub(unique, 1, 2) == 'w|' then
+        local s, names = string.match(unique, '^w|([^|]*)|(.*)$')
+        since, states, unique = tonumber(s), {}, 'forever'
+        for name in string.gmatch(names, '[^,]+') do states[name] = true end
+    end
     for _, id in ipairs(redis.call('ZREVRANGE', kk('key', q, key), 0, -1)) do
-        local state = job_fields(id, 'state')[1]
-        local answers = state and (live(state) or (unique == 'forever' and not newest))
+        local f = job_fields(id, 'state', 'created_at')
+        local state = f[1]
+        local fits = not states or (state and states[state]
+            and (not since or tonumber(f[2]) >= since))
+        local answers = state and (live(state) or (unique == 'forever' and fits and not newest))
         if not state or (answers and not load(id)) then
             drop(id, {queue = q, key = key})
         elseif live(state) then
