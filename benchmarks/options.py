@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import statistics
 import tempfile
 import time
@@ -38,6 +39,11 @@ PLAIN = NewJob(queue="bench", task="noop", args_json="[1]", kwargs_json="{}", ru
 OPTIONS: dict[str, NewJob] = {
     "none": PLAIN,
     "expires": replace(PLAIN, expires_at=NOW + timedelta(days=1)),
+    # A key per job (each new: the lookup finds nothing), as "live" and as a window.
+    "key": PLAIN,
+    "key + Unique(period)": replace(
+        PLAIN, unique_states=("failed", "succeeded"), unique_since=NOW - timedelta(hours=1)
+    ),
 }
 
 
@@ -56,9 +62,13 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
-def enqueue(store: Store, job: NewJob, count: int) -> None:
+def enqueue(store: Store, job: NewJob, count: int, keyed: bool = False) -> None:
     for _ in range(count // BATCH):
-        store.job_insert_many([job] * BATCH, NOW)
+        if keyed:
+            batch = [replace(job, key=secrets.token_hex(8)) for _ in range(BATCH)]
+        else:
+            batch = [job] * BATCH
+        store.job_insert_many(batch, NOW)
 
 
 def drain(store: Store) -> int:
@@ -93,7 +103,8 @@ def bench(backend: str, dsn: str, count: int, rounds: int) -> list[Row]:
         for option, job in OPTIONS.items():
             enqueued, drained, swept = [], [], []
             for _ in range(rounds):
-                enqueued.append(count / timed(lambda: enqueue(store, job, count)))  # noqa: B023
+                keyed = option.startswith("key")
+                enqueued.append(count / timed(lambda: enqueue(store, job, count, keyed)))  # noqa: B023
                 started = time.perf_counter()
                 done = drain(store)
                 drained.append(done / (time.perf_counter() - started))
