@@ -26,6 +26,7 @@ from conveyor.job import (
     validate_name,
     validate_priority,
 )
+from conveyor.replace import check_on_conflict, debounced_run_at
 from conveyor.store.capabilities import require
 from conveyor.store.protocols import JobStore, WorkflowStore
 from conveyor.task import EnqueueOptions, Task
@@ -61,7 +62,12 @@ def new_jobs_of(
         opts.priority if opts.priority is not None else (registered.priority if registered else 0)
     )
     now = utcnow()
-    run_at = resolve_run_at(now, opts.delay, opts.run_at)
+    on_conflict = check_on_conflict(opts.on_conflict, opts.key)
+    if opts.debounce is not None:
+        on_conflict = "replace"
+        run_at = debounced_run_at(now, opts.debounce, opts.key, opts.delay, opts.run_at)
+    else:
+        run_at = resolve_run_at(now, opts.delay, opts.run_at)
     headers = check_headers(opts.headers)
     expires = opts.expires if opts.expires is not None else getattr(registered, "expires", None)
     expires_at = resolve_expires(now, run_at, expires)
@@ -73,6 +79,10 @@ def new_jobs_of(
         )
     if after:
         require(store, WorkflowStore, "make jobs wait for other jobs")
+        if on_conflict == "replace":
+            raise InvalidJobError(
+                "on_conflict='replace' and debounce cannot wait for jobs (after=)"
+            )
     new_jobs = []
     typed = registered.arguments if registered is not None else None
     for args, kwargs in calls:
@@ -92,6 +102,7 @@ def new_jobs_of(
                 unique=unique,  # type: ignore[arg-type]  # "live" or "forever"
                 unique_states=unique_states,
                 unique_since=unique_since,
+                on_conflict=on_conflict,
                 group=opts.group,
                 batch=opts.batch,
                 limit_key=opts.limit_key,

@@ -54,6 +54,7 @@ SEALED_PREFIX = '"\\/fernet:'
 
 Unique = Literal["live", "forever"]
 AfterFailure = Literal["cancel", "run"]
+OnConflict = Literal["answer", "replace"]
 
 
 class JobState(enum.StrEnum):
@@ -95,6 +96,9 @@ class EventKind(enum.StrEnum):
     DROPPED = "dropped"
     # The last job it waited for succeeded (``after=``): waiting -> queued.
     READY = "ready"
+    # A queued job's arguments, run_at and priority replaced by an enqueue of its
+    # key (on_conflict="replace", debounce=).
+    REPLACED = "replaced"
 
 
 def utcnow() -> datetime:
@@ -134,6 +138,9 @@ class NewJob:
     #: as ``unique`` says), and the earliest creation time of a job that does.
     unique_states: tuple[str, ...] | None = None
     unique_since: datetime | None = None
+    #: With a key: "replace" updates the queued job holding it in place (its args,
+    #: run_at and priority); a running one gives its key to a new job (replace.py).
+    on_conflict: OnConflict = "answer"
 
     @property
     def waits(self) -> bool:

@@ -52,6 +52,10 @@ class EnqueueOptions:
     #: The deadline to start by (seconds or a timedelta from now, or an aware
     #: datetime): a job not started by then never starts (see expiry.py).
     expires: float | timedelta | datetime | None = None
+    #: With a key: "replace" updates the queued job holding it (replace.py).
+    on_conflict: str = "answer"
+    #: With a key: a burst of enqueues becomes one job, due this long after the last.
+    debounce: float | timedelta | None = None
 
 
 @dataclass(frozen=True, slots=True)

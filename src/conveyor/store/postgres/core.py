@@ -31,6 +31,7 @@ from conveyor.store.postgres.base import (
 )
 from conveyor.store.postgres.expiry import write_deadlines
 from conveyor.store.postgres.listener import Listener
+from conveyor.store.postgres.replace import insert_replacing_on
 from conveyor.store.protocols import ChangeCallback, Subscription
 from conveyor.store.records import LEASE_EXPIRED_ERROR, Finish, Lease, LeaseStatus
 
@@ -64,6 +65,8 @@ class CoreMixin(PostgresBase):
     ) -> list[Job]:
         if not jobs:
             return []
+        if any(new.on_conflict == "replace" for new in jobs):
+            return insert_replacing_on(self, jobs, now, connection, workflow)
         if connection is None and any(new.waits or new.expires_at for new in jobs):
             # Jobs that wait are linked to their parents in the insert's transaction;
             # deadlines are written in it too (no claim sees a job before its deadline).

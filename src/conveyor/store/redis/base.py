@@ -187,8 +187,11 @@ def _new_job_json(job: NewJob) -> list[str | None]:
         job.limit_key,
         job.headers_text(),
     ]
-    if job.expires_at is not None:  # a field only the jobs with a deadline carry
-        fields.append(_ts(job.expires_at))
+    if job.expires_at is not None or job.on_conflict == "replace":
+        # Fields only the jobs that use them carry: a deadline, the replace rule.
+        fields.append(None if job.expires_at is None else _ts(job.expires_at))
+    if job.on_conflict == "replace":
+        fields.append("replace")
     return fields
 
 

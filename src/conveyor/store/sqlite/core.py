@@ -20,6 +20,7 @@ from conveyor.store.records import LEASE_EXPIRED_ERROR, Finish, Lease, LeaseStat
 from conveyor.store.sqlite import flows as sqlite_flows
 from conveyor.store.sqlite.base import _Q, SQLiteBase, _dt_required, _finish, _row_to_job, _ts
 from conveyor.store.sqlite.expiry import insert_with_deadlines
+from conveyor.store.sqlite.replace import insert_replacing_on
 from conveyor.store.sqlite.watcher import DataVersionWatcher
 
 #: A count no claim reaches (SQLite's 32-bit "no limit").
@@ -39,6 +40,8 @@ class CoreMixin(SQLiteBase):
     ) -> list[Job]:
         if not jobs:
             return []
+        if any(new.on_conflict == "replace" for new in jobs):
+            return insert_replacing_on(self, jobs, now, connection, workflow)
         now_ts = _ts(now)
         with self._write(connection) as conn:
             pairs = key_pairs(jobs)
