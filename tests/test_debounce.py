@@ -5,6 +5,9 @@ with the last arguments."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from datetime import timedelta
 
@@ -89,3 +92,28 @@ def test_bad_options_are_refused(app: App, options: dict[str, object], words: st
     with pytest.raises(InvalidJobError, match=words):
         job.options(**options).enqueue()
     assert app.store.job_get(1) is None
+
+
+DEBOUNCER = """
+import json, sys
+from conveyor import App
+with App(sys.argv[1]) as app:
+    ids = [app.enqueue("t", [n], queue="q", key="k", debounce=60).id for n in range(15)]
+print(json.dumps(ids))
+"""
+
+
+def test_concurrent_debounced_enqueues_give_one_job(app: App, dsn: str) -> None:
+    procs = [
+        subprocess.Popen([sys.executable, "-c", DEBOUNCER, dsn], stdout=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
+    ids: set[int] = set()
+    for proc in procs:
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0
+        ids.update(json.loads(out))
+    assert len(ids) == 1 and len(app.jobs(key="k")) == 1
+    (job_id,) = ids
+    assert app.get(job_id).args == [14]  # the last enqueue of one of them
+    assert len([e for e in app.events(job_id) if e.kind == "replaced"]) == 59

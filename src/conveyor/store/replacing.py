@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from datetime import datetime
 
 from conveyor.errors import InvalidJobError
 from conveyor.job import Job, NewJob
@@ -20,7 +21,7 @@ InsertRest = Callable[[list[NewJob]], list[Job]]
 
 
 def insert_replacing(
-    jobs: Sequence[NewJob], replace_one: ReplaceOne, insert: InsertRest
+    jobs: Sequence[NewJob], now: datetime, replace_one: ReplaceOne, insert: InsertRest
 ) -> list[Job]:
     """The Job of each input position: replaced in place, or inserted (or answered)."""
     answers: dict[int, Job] = {}
@@ -35,7 +36,13 @@ def insert_replacing(
                 continue
         rest.append(position)
     inserted = insert([replace(jobs[p], on_conflict="answer") for p in rest]) if rest else []
-    answers.update(zip(rest, inserted, strict=True))
+    for position, job in zip(rest, inserted, strict=True):
+        new = jobs[position]
+        if new.on_conflict == "replace" and job.created_at != now and job.state == "queued":
+            # Another producer's job took the key between this job's replace and its
+            # insert (a unique violation answered with it): replace that one.
+            job = replace_one(new) or job
+        answers[position] = job
     return [answers[p] for p in range(len(jobs))]
 
 

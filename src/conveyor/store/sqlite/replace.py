@@ -41,4 +41,4 @@ def insert_replacing_on(
             inserted: list[Job] = store.job_insert_many(rest, now, conn, workflow=workflow)
             return inserted
 
-        return insert_replacing(jobs, replace_one, insert)
+        return insert_replacing(jobs, now, replace_one, insert)
