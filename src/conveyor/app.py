@@ -21,12 +21,7 @@ from conveyor.changes import (
 from conveyor.diagnosis import Why, diagnose
 from conveyor.encryption import ROTATE_BATCH, RotationProgress, payload_codec, reencrypt
 from conveyor.enqueueing import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, new_jobs_of
-from conveyor.errors import (
-    ConfigurationError,
-    JobNotFoundError,
-    JobStateError,
-    UnknownTaskError,
-)
+from conveyor.errors import ConfigurationError, JobNotFoundError, JobStateError, UnknownTaskError
 from conveyor.expiry import check_task_expires
 from conveyor.fleet import SILENT_AFTER, WorkerStatus, control_worker, worker_statuses
 from conveyor.job import (
@@ -63,6 +58,7 @@ from conveyor.store.capabilities import (
     workflow_store,
 )
 from conveyor.store.dsn import open_store
+from conveyor.store.expiring import ExpiringStore
 from conveyor.store.limit_keys import KeyThrottle, LimitKeyStore
 from conveyor.store.metrics_protocol import TaskMetricsStore
 from conveyor.store.protocols import (
@@ -704,6 +700,11 @@ class App:
     def insight(self) -> InsightStore:
         """The store's figures (the event feed, counts over time) for /metrics: a named port."""
         return insight_store(self.store, "report figures")
+
+    @property
+    def expiry(self) -> ExpiringStore | None:
+        """Deadlines and expired counts (``expires=``): a named port; None without."""
+        return self.store if isinstance(self.store, ExpiringStore) else None
 
     @property
     def task_metrics(self) -> TaskMetricsStore | None:

@@ -334,7 +334,7 @@ def show_job(job_id: int, dsn: str | None, as_json: bool) -> None:
         parents, children = app.parents(job_id), app.children(job_id)
         steps = app.steps(job_id) if app.capabilities().steps else []
         why = app.why(job_id) if job.state in (JobState.WAITING, JobState.QUEUED) else None
-        expires_at = deadline_of(app.store, job_id)
+        expires_at = deadline_of(app.expiry, job_id)
     if as_json:
         print_json(
             {

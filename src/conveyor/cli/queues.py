@@ -52,14 +52,14 @@ def _show_stats(app: App, watch: bool, interval: float, times: int | None, as_js
         # Redrawn in place on a terminal; a pipe gets one snapshot per interval.
         with Live(console=console(), auto_refresh=False) as live:
             while times is None or shown < times:
-                expired = expired_counts(app.store)
+                expired = expired_counts(app.expiry)
                 live.update(stats_view(app.stats(), app.workers(), expired), refresh=True)
                 shown += 1
                 if times is None or shown < times:
                     time.sleep(interval)
         return
     while times is None or shown < times:
-        snapshot, workers, expired = app.stats(), app.workers(), expired_counts(app.store)
+        snapshot, workers, expired = app.stats(), app.workers(), expired_counts(app.expiry)
         if as_json:
             print_json(stats_dict(snapshot, workers, expired))
         else:

@@ -34,13 +34,11 @@ class ExpiringStore(Protocol):
         ...
 
 
-def expired_counts(store: object) -> dict[str, int] | None:
-    """Expired jobs per queue, or None for a store without expiry."""
-    return store.job_expired_counts() if isinstance(store, ExpiringStore) else None
+def expired_counts(port: ExpiringStore | None) -> dict[str, int] | None:
+    """Expired jobs per queue, or None for a store without expiry (``app.expiry``)."""
+    return None if port is None else port.job_expired_counts()
 
 
-def deadline_of(store: object, job_id: int) -> datetime | None:
+def deadline_of(port: ExpiringStore | None, job_id: int) -> datetime | None:
     """A job's deadline to start by, or None (none set, or a store without expiry)."""
-    if isinstance(store, ExpiringStore):
-        return store.job_expires_at([job_id]).get(job_id)
-    return None
+    return None if port is None else port.job_expires_at([job_id]).get(job_id)

@@ -115,7 +115,7 @@ class Metrics:
         for name, q in stats.queues.items():
             age = q.oldest_ready_age or 0.0
             sample(out, "conveyor_queue_oldest_ready_age_seconds", {"queue": name}, age)
-        expired = expired_counts(self.app.store)
+        expired = expired_counts(self.app.expiry)
         if expired is not None:
             family(
                 out,

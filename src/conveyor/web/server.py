@@ -510,7 +510,7 @@ class Dashboard:
             "children": self.app.children(job_id),
             "workflow": self.app.workflow_of(job_id),
             "why": self.app.why(job_id) if job.state in ("waiting", "queued") else None,
-            "expires_at": deadline_of(self.app.store, job_id),
+            "expires_at": deadline_of(self.app.expiry, job_id),
             "expired": is_expired(job),
         }
         name = "_job_live.html" if self.live(request) else "job.html"
