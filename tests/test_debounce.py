@@ -117,3 +117,17 @@ def test_concurrent_debounced_enqueues_give_one_job(app: App, dsn: str) -> None:
     (job_id,) = ids
     assert app.get(job_id).args == [14]  # the last enqueue of one of them
     assert len([e for e in app.events(job_id) if e.kind == "replaced"]) == 59
+
+
+def test_a_held_job_stays_held_when_replaced(app: App) -> None:
+    @app.task(queue="q")
+    def sync(n: int) -> None: ...
+
+    first = sync.options(key="k").enqueue(1)
+    assert app.hold(first.id).held
+    again = sync.options(key="k", on_conflict="replace", delay=3600).enqueue(2)
+    assert again.id == first.id
+    held = app.get(first.id)
+    assert held.held and held.args == [2]
+    let_go = app.unhold(first.id)
+    assert not let_go.held and let_go.run_at > utcnow() + timedelta(minutes=59)

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from conveyor.job import Job, NewJob
+from conveyor.job import HOLD_AT, Job, NewJob
 from conveyor.store.postgres.base import _own_cursor, _row_to_job
 from conveyor.store.replacing import insert_replacing, replace_params
 from conveyor.store.sql import load_queries
@@ -24,7 +24,7 @@ def insert_replacing_on(
     cur = _own_cursor(connection)
 
     def replace_one(new: NewJob) -> Job | None:
-        params = {**replace_params(new), "run_at": new.run_at, "now": now}
+        params = {**replace_params(new), "run_at": new.run_at, "now": now, "hold_at": HOLD_AT}
         row = cur.execute(_R["job_replace"], params).fetchone()
         if row is None:
             cur.execute(_R["job_key_release"], params)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from conveyor.job import Job, NewJob
+from conveyor.job import HOLD_AT, Job, NewJob
 from conveyor.store.replacing import insert_replacing, replace_params
 from conveyor.store.sql import load_queries
 from conveyor.store.sqlite.base import _row_to_job, _ts
@@ -26,7 +26,7 @@ def insert_replacing_on(
     with store._write(connection) as conn:
 
         def replace_one(new: NewJob) -> Job | None:
-            params = {**replace_params(new), "run_at": _ts(new.run_at)}
+            params = {**replace_params(new), "run_at": _ts(new.run_at), "hold_at": _ts(HOLD_AT)}
             row = conn.execute(_R["job_replace"], params).fetchone()
             if row is None:
                 conn.execute(_R["job_key_release"], params)

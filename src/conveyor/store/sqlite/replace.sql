@@ -3,9 +3,12 @@
 
 -- name: job_replace
 -- The queued job holding the key takes the enqueue's arguments, run_at and
--- priority; the state is checked here, under the write lock.
+-- priority; the state is checked here, under the write lock. A held job stays
+-- held: the new run_at is kept for it in held_run_at (SET reads the old row).
 UPDATE jobs
-SET args = :args, kwargs = :kwargs, run_at = :run_at, priority = :priority
+SET args = :args, kwargs = :kwargs, priority = :priority,
+    run_at = CASE WHEN run_at >= :hold_at THEN run_at ELSE :run_at END,
+    held_run_at = CASE WHEN run_at >= :hold_at THEN :run_at ELSE held_run_at END
 WHERE queue = :queue AND key = :key AND state = 'queued'
 RETURNING *
 

@@ -30,8 +30,14 @@ local function replace_or_release(n, now_s)
     if not j then return end
     if j.state == 'queued' then
         leave(j)
-        j.args, j.kwargs, j.priority, j.run_at = n[3], n[4], n[5], n[6]
-        save(j, {'args', 'kwargs', 'priority', 'run_at'})
+        j.args, j.kwargs, j.priority = n[3], n[4], n[5]
+        if j.held_run_at then -- held: stays held, due at the new run_at once let go
+            j.held_run_at = n[6]
+            save(j, {'args', 'kwargs', 'priority', 'held_run_at'})
+        else
+            j.run_at = n[6]
+            save(j, {'args', 'kwargs', 'priority', 'run_at'})
+        end
         enter(j)
         event(j, 'replaced', tonumber(j.attempts), now_s, nil)
         publish('jobs', j.queue)
