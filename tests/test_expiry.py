@@ -191,3 +191,20 @@ def test_the_async_twin_takes_expires(app: App) -> None:
     job = asyncio.run(later.options(expires=timedelta(minutes=1)).aenqueue())
     got = expiring(app.store).job_expires_at([job.id])
     assert got == {job.id: job.created_at + timedelta(minutes=1)}
+
+
+def test_a_manual_retry_of_an_expired_job_runs_it_without_its_deadline(app: App) -> None:
+    ran: list[int] = []
+
+    @app.task(queue="q")
+    def work(n: int) -> None:
+        ran.append(n)
+
+    job = work.options(expires=0.05).enqueue(1)
+    time.sleep(0.1)
+    expiring(app.store).job_expire()
+    assert app.get(job.id).error == EXPIRED_ERROR
+    app.retry(job.id)
+    assert expiring(app.store).job_expires_at([job.id]) == {}
+    drain(app, queues=["q"])
+    assert ran == [1] and app.get(job.id).state is JobState.SUCCEEDED

@@ -112,8 +112,10 @@ state = 'queued',
 
 -- name: requeue_fresh
 -- What every manual retry resets, whatever state it puts the job in (a
--- workflow's retry puts a job whose parent runs again in waiting).
+-- workflow's retry puts a job whose parent runs again in waiting). A deadline
+-- to start by (expires=) goes too: running it again is the operator's choice.
 attempts = 0,
+expires_at = NULL,
 run_at = {{now}},
 cancel_requested = false,
 worker = NULL,
