@@ -22,6 +22,7 @@ from conveyor.diagnosis import Why, diagnose
 from conveyor.encryption import ROTATE_BATCH, RotationProgress, payload_codec, reencrypt
 from conveyor.enqueueing import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, new_jobs_of
 from conveyor.errors import ConfigurationError, JobNotFoundError, JobStateError, UnknownTaskError
+from conveyor.expiry import check_task_expires
 from conveyor.fleet import SILENT_AFTER, WorkerStatus, control_worker, worker_statuses
 from conveyor.job import (
     DETAILED_STATES,
@@ -56,6 +57,7 @@ from conveyor.store.capabilities import (
     workflow_store,
 )
 from conveyor.store.dsn import open_store
+from conveyor.store.expiring import ExpiringStore
 from conveyor.store.limit_keys import KeyThrottle, LimitKeyStore
 from conveyor.store.metrics_protocol import TaskMetricsStore
 from conveyor.store.protocols import (
@@ -83,7 +85,13 @@ from conveyor.task import EnqueueOptions, Task, check_timeout
 from conveyor.twins import async_twin
 from conveyor.worker.retention import MAX_KEEP, Keep, Retention, check_keep_finished
 from conveyor.worker.runtime import Runtime
-from conveyor.workflow import Workflow, WorkflowRun, WorkflowStatus, check_workflow
+from conveyor.workflow import (
+    Workflow,
+    WorkflowRun,
+    WorkflowStatus,
+    check_workflow,
+    workflow_new_jobs,
+)
 
 if TYPE_CHECKING:
     from conveyor.worker import Worker
@@ -219,6 +227,7 @@ class App:
         name: str | None = None,
         priority: int = 0,
         backoff: Backoff | None = None,
+        expires: float | timedelta | datetime | None = None,
     ) -> Task[P, R]: ...
 
     @overload
@@ -233,6 +242,7 @@ class App:
         name: str | None = None,
         priority: int = 0,
         backoff: Backoff | None = None,
+        expires: float | timedelta | datetime | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -246,6 +256,7 @@ class App:
         name: str | None = None,
         priority: int = 0,
         backoff: Backoff | None = None,
+        expires: float | timedelta | datetime | None = None,
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Register a handler: ``@app.task`` or ``@app.task(queue="mail", max_attempts=5)``."""
 
@@ -270,6 +281,7 @@ class App:
                 priority=validate_priority(priority),
                 timeout=check_timeout(task_name, timeout),
                 backoff=checked_backoff,
+                expires=check_task_expires(task_name, expires),
             )
             self.tasks[task_name] = task
             return task
@@ -407,7 +419,7 @@ class App:
         """Enqueue by task name, without the handler's code (e.g. from another service).
 
         ``options`` are those of ``task.options(...)``: key, group, priority, delay,
-        run_at, queue, max_attempts, batch, unique, limit_key, connection.
+        run_at, queue, max_attempts, batch, unique, limit_key, expires, connection.
         """
         opts = EnqueueOptions(**options)
         return self.enqueue_calls(task, [(args, kwargs or {})], opts)[0]
@@ -515,21 +527,7 @@ class App:
         """
         store = workflow_store(self.store, "enqueue workflows")
         wf = check_workflow(workflow)
-        new_jobs: list[NewJob] = []
-        now = utcnow()
-        for node in wf.nodes:
-            task = node.step.task
-            if task.app is not self:
-                raise ConfigurationError(
-                    f"step {node.step!r} is a task of another App; a workflow is enqueued "
-                    "through the App of its tasks"
-                )
-            call = (node.step.args, node.step.kwargs)
-            (new,), now = new_jobs_of(self.store, task, task.name, [call], node.step.options)
-            new.after = tuple(dict.fromkeys((*new.after, *node.after_jobs)))
-            new.after_new = node.after
-            new.after_failure = node.after_failure
-            new_jobs.append(new)
+        new_jobs, now = workflow_new_jobs(self.store, wf, self)
 
         def insert() -> list[Job]:
             known = None if self.codec is None else self.codec.seal_new(new_jobs)
@@ -697,6 +695,11 @@ class App:
     def insight(self) -> InsightStore:
         """The store's figures (the event feed, counts over time) for /metrics: a named port."""
         return insight_store(self.store, "report figures")
+
+    @property
+    def expiry(self) -> ExpiringStore | None:
+        """Deadlines and expired counts (``expires=``): a named port; None without."""
+        return self.store if isinstance(self.store, ExpiringStore) else None
 
     @property
     def task_metrics(self) -> TaskMetricsStore | None:

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from conveyor.errors import InvalidJobError
+from conveyor.expiry import resolve_expires
 from conveyor.job import (
     MAX_JOB_ID,
     Job,
@@ -25,9 +26,11 @@ from conveyor.job import (
     validate_name,
     validate_priority,
 )
+from conveyor.replace import check_on_conflict, debounced_run_at
 from conveyor.store.capabilities import require
 from conveyor.store.protocols import JobStore, WorkflowStore
 from conveyor.task import EnqueueOptions, Task
+from conveyor.unique import resolve_unique
 
 #: The queue of a task (or an enqueue by name) that names none.
 DEFAULT_QUEUE = "default"
@@ -59,8 +62,16 @@ def new_jobs_of(
         opts.priority if opts.priority is not None else (registered.priority if registered else 0)
     )
     now = utcnow()
-    run_at = resolve_run_at(now, opts.delay, opts.run_at)
+    on_conflict = check_on_conflict(opts.on_conflict, opts.key)
+    if opts.debounce is not None:
+        on_conflict = "replace"
+        run_at = debounced_run_at(now, opts.debounce, opts.key, opts.delay, opts.run_at)
+    else:
+        run_at = resolve_run_at(now, opts.delay, opts.run_at)
     headers = check_headers(opts.headers)
+    expires = opts.expires if opts.expires is not None else getattr(registered, "expires", None)
+    expires_at = resolve_expires(now, run_at, expires)
+    unique, unique_states, unique_since = resolve_unique(now, opts.unique)
     after = parent_ids(opts.after)
     if opts.after_failure not in ("cancel", "run"):
         raise InvalidJobError(
@@ -68,6 +79,10 @@ def new_jobs_of(
         )
     if after:
         require(store, WorkflowStore, "make jobs wait for other jobs")
+        if on_conflict == "replace":
+            raise InvalidJobError(
+                "on_conflict='replace' and debounce cannot wait for jobs (after=)"
+            )
     new_jobs = []
     typed = registered.arguments if registered is not None else None
     for args, kwargs in calls:
@@ -84,13 +99,17 @@ def new_jobs_of(
                 priority=priority,
                 max_attempts=max_attempts,
                 key=opts.key,
-                unique=opts.unique,
+                unique=unique,  # type: ignore[arg-type]  # "live" or "forever"
+                unique_states=unique_states,
+                unique_since=unique_since,
+                on_conflict=on_conflict,
                 group=opts.group,
                 batch=opts.batch,
                 limit_key=opts.limit_key,
                 headers=dict(headers) if headers else None,
                 after=after,
                 after_failure=opts.after_failure,
+                expires_at=expires_at,
             )
         )
     if opts.key is not None and len(new_jobs) > 1:

@@ -54,6 +54,7 @@ SEALED_PREFIX = '"\\/fernet:'
 
 Unique = Literal["live", "forever"]
 AfterFailure = Literal["cancel", "run"]
+OnConflict = Literal["answer", "replace"]
 
 
 class JobState(enum.StrEnum):
@@ -95,6 +96,9 @@ class EventKind(enum.StrEnum):
     DROPPED = "dropped"
     # The last job it waited for succeeded (``after=``): waiting -> queued.
     READY = "ready"
+    # A queued job's arguments, run_at and priority replaced by an enqueue of its
+    # key (on_conflict="replace", debounce=).
+    REPLACED = "replaced"
 
 
 def utcnow() -> datetime:
@@ -128,6 +132,15 @@ class NewJob:
     #: What a parent that fails or is cancelled does to this job: "cancel" it,
     #: or "run" it anyway once every parent has ended.
     after_failure: AfterFailure = "cancel"
+    #: The moment by which the job must have started, or None: see expiry.py.
+    expires_at: datetime | None = None
+    #: A key's window (unique.py): the finished states that also hold the key (None:
+    #: as ``unique`` says), and the earliest creation time of a job that does.
+    unique_states: tuple[str, ...] | None = None
+    unique_since: datetime | None = None
+    #: With a key: "replace" updates the queued job holding it in place (its args,
+    #: run_at and priority); a running one gives its key to a new job (replace.py).
+    on_conflict: OnConflict = "answer"
 
     @property
     def waits(self) -> bool:
@@ -535,8 +548,14 @@ def validate_new_job(job: NewJob) -> NewJob:
     validate_max_attempts(job.max_attempts)
     validate_priority(job.priority)
     resolve_run_at(job.run_at, None, job.run_at)
+    if job.expires_at is not None and (
+        job.expires_at.tzinfo is None or job.expires_at <= job.run_at
+    ):
+        raise InvalidJobError("expires_at must be an aware datetime later than run_at")
     if job.unique not in ("live", "forever"):
         raise InvalidJobError(f"unique must be 'live' or 'forever', got {job.unique!r}")
+    if job.unique_states is not None and not set(job.unique_states) <= TERMINAL_STATES:
+        raise InvalidJobError("unique_states must name finished states only")
     job.headers = check_headers(job.headers)
     for what, text, kind in (("args", job.args_json, list), ("kwargs", job.kwargs_json, dict)):
         try:

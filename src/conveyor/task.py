@@ -14,8 +14,10 @@ from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 from conveyor.arguments import ArgumentTypes, task_schema
 from conveyor.context import Context
 from conveyor.errors import ConfigurationError, InvalidJobError
-from conveyor.job import AfterFailure, Job, Unique
+from conveyor.job import AfterFailure, Job, Unique, utcnow
 from conveyor.retry import DEFAULT_BACKOFF, Backoff
+from conveyor.unique import Unique as UniqueWindow
+from conveyor.unique import resolve_unique
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -33,7 +35,8 @@ class EnqueueOptions:
     run_at: datetime | None = None
     max_attempts: int | None = None
     key: str | None = None
-    unique: Unique = "live"
+    #: "live", "forever", or a window: Unique(period=..., states=[...]) (unique.py).
+    unique: Unique | UniqueWindow = "live"
     group: str | None = None
     batch: str | None = None
     #: The key a per-key limit of the queue counts the job under (e.g. a customer id).
@@ -46,6 +49,13 @@ class EnqueueOptions:
     after: Sequence[Job | int] | None = None
     #: What a parent's failure or cancel does: "cancel" this job, or "run" it anyway.
     after_failure: AfterFailure = "cancel"
+    #: The deadline to start by (seconds or a timedelta from now, or an aware
+    #: datetime): a job not started by then never starts (see expiry.py).
+    expires: float | timedelta | datetime | None = None
+    #: With a key: "replace" updates the queued job holding it (replace.py).
+    on_conflict: str = "answer"
+    #: With a key: a burst of enqueues becomes one job, due this long after the last.
+    debounce: float | timedelta | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +155,7 @@ class Task(Generic[P, R]):
         priority: int,
         timeout: float | None,
         backoff: Backoff | None,
+        expires: float | timedelta | datetime | None = None,
     ) -> None:
         self.app = app
         self.fn = fn
@@ -154,6 +165,8 @@ class Task(Generic[P, R]):
         self.priority = priority
         self.timeout = timeout
         self.backoff: Backoff = backoff or DEFAULT_BACKOFF
+        #: The default deadline of its jobs (``expires=`` of an enqueue overrides it).
+        self.expires = expires
         self.is_async = inspect.iscoroutinefunction(fn)
         self.takes_context = context_parameter(fn)
         self._signature = inspect.signature(fn)
@@ -265,8 +278,8 @@ def _make_options(base: EnqueueOptions, given: dict[str, Any]) -> EnqueueOptions
         raise InvalidJobError(
             f"after_failure must be 'cancel' or 'run', got {given['after_failure']!r}"
         )
-    if "unique" in given and given["unique"] not in ("live", "forever"):
-        raise InvalidJobError(f"unique must be 'live' or 'forever', got {given['unique']!r}")
+    if "unique" in given:
+        resolve_unique(utcnow(), given["unique"])  # refused now, not at enqueue
     return replace(base, **given)
 
 

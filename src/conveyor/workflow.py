@@ -16,10 +16,22 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol, TypeAlias
 
+from conveyor.enqueueing import new_jobs_of
 from conveyor.errors import ConfigurationError, InvalidJobError
-from conveyor.job import MAX_JOB_ID, AfterFailure, Job, JobState, is_job_id, validate_name
+from conveyor.job import (
+    MAX_JOB_ID,
+    AfterFailure,
+    Job,
+    JobState,
+    NewJob,
+    is_job_id,
+    utcnow,
+    validate_name,
+)
+from conveyor.store.protocols import JobStore
 from conveyor.store.records import WorkflowInfo
 from conveyor.task import Step, Task
 
@@ -324,3 +336,27 @@ def check_workflow(wf: object) -> Workflow:
     if not wf.nodes:
         raise InvalidJobError(f"workflow {wf.id!r} has no steps")
     return wf
+
+
+def workflow_new_jobs(
+    store: JobStore, workflow: Workflow, owner: object
+) -> tuple[list[NewJob], datetime]:
+    """The checked records of a workflow's jobs, each with the edges its node declares,
+    and the moment they were made. Every step must be a task of ``owner`` (the App
+    enqueueing them)."""
+    new_jobs: list[NewJob] = []
+    now = utcnow()
+    for node in workflow.nodes:
+        task = node.step.task
+        if task.app is not owner:
+            raise ConfigurationError(
+                f"step {node.step!r} is a task of another App; a workflow is enqueued "
+                "through the App of its tasks"
+            )
+        call = (node.step.args, node.step.kwargs)
+        (new,), now = new_jobs_of(store, task, task.name, [call], node.step.options)
+        new.after = tuple(dict.fromkeys((*new.after, *node.after_jobs)))
+        new.after_new = node.after
+        new.after_failure = node.after_failure
+        new_jobs.append(new)
+    return new_jobs, now

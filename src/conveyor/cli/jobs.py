@@ -41,6 +41,7 @@ from conveyor.cli.output import (
 from conveyor.cli.signals import waiting_of, waiting_view
 from conveyor.cli.why import why_dict, why_view
 from conveyor.errors import ConveyorError, JobStateError
+from conveyor.expiry import is_expired
 from conveyor.export import event_dict, job_dict, step_dict
 from conveyor.job import (
     DETAILED_STATES,
@@ -54,6 +55,7 @@ from conveyor.job import (
 )
 from conveyor.signals import spawned
 from conveyor.store.dsn import DSN_ENV, default_dsn, sqlite_path
+from conveyor.store.expiring import deadline_of
 from conveyor.task import EnqueueOptions, Task
 
 #: Calls per transaction when enqueueing from a file or with --count.
@@ -335,6 +337,7 @@ def show_job(job_id: int, dsn: str | None, as_json: bool) -> None:
         steps = app.steps(job_id) if app.capabilities().steps else []
         why = app.why(job_id) if job.state in (JobState.WAITING, JobState.QUEUED) else None
         waits = waiting_of(app, job_id) if job.state == JobState.QUEUED else None
+        expires_at = deadline_of(app.expiry, job_id)
     if as_json:
         print_json(
             {
@@ -346,10 +349,12 @@ def show_job(job_id: int, dsn: str | None, as_json: bool) -> None:
                 "why": why_dict(why) if why is not None else None,
                 "waiting": waits,
                 "spawned": spawned(steps),
+                "expires_at": expires_at.isoformat() if expires_at else None,
+                "expired": is_expired(job),
             }
         )
         return
-    console().print(job_view(job, events, steps, parents, children))
+    console().print(job_view(job, events, steps, parents, children, expires_at))
     if waits is not None:
         console().print(Text(""), waiting_view(waits))
     if spawned(steps):

@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from conveyor.encryption import SEALED_LABEL
+from conveyor.expiry import is_expired
 from conveyor.export import iso, job_dict
 from conveyor.fleet import WorkerStatus
 from conveyor.job import DETAILED_STATES, FILTER_STATES, Event, Job, JobState, is_sealed, utcnow
@@ -92,7 +93,9 @@ def worker_dict(status: WorkerStatus) -> dict[str, Any]:
     }
 
 
-def stats_dict(stats: Stats, workers: Sequence[WorkerStatus]) -> dict[str, Any]:
+def stats_dict(
+    stats: Stats, workers: Sequence[WorkerStatus], expired: dict[str, int] | None = None
+) -> dict[str, Any]:
     return {
         "queues": {
             name: {
@@ -106,6 +109,8 @@ def stats_dict(stats: Stats, workers: Sequence[WorkerStatus]) -> dict[str, Any]:
         "finished_last_minute": stats.finished_last_minute,
         "workers": [worker_dict(w) for w in workers],
         "limits": _limits_dict(stats),
+        # Kept jobs that were not started by their deadline (cancelled), per queue.
+        "expired": expired or {},
     }
 
 
@@ -293,7 +298,9 @@ def _plain(cell: str | Text) -> str:
     return cell.plain if isinstance(cell, Text) else cell
 
 
-def stats_view(stats: Stats, workers: Sequence[WorkerStatus]) -> RenderableType:
+def stats_view(
+    stats: Stats, workers: Sequence[WorkerStatus], expired: dict[str, int] | None = None
+) -> RenderableType:
     width = _width()
     columns = [
         Col("queue", ratio=1, min_width=6),
@@ -326,6 +333,9 @@ def stats_view(stats: Stats, workers: Sequence[WorkerStatus]) -> RenderableType:
         no_wrap=True,
         overflow="ellipsis",
     )
+    if expired:  # kept jobs that were not started by their deadline (they are cancelled)
+        shown = ", ".join(f"{queue} {n:,}" for queue, n in sorted(expired.items()))
+        throughput.append(f"\nExpired (never started, counted in cancelled): {shown}")
     names = ["worker", "queues", "jobs", "last seen"]
     if width >= WIDE:
         names[1:1] = ["host", "pid"]
@@ -515,6 +525,7 @@ def job_view(
     steps: Sequence[Step] = (),
     parents: Sequence[Job] = (),
     children: Sequence[Job] = (),
+    expires_at: datetime | None = None,
 ) -> RenderableType:
     now = utcnow()
     fields = Table.grid(padding=(0, 2))
@@ -548,6 +559,9 @@ def job_view(
             value = f"{when(stamp)} ({relative(stamp, now)})"
         label = "next run" if name == "run_at" and job.state == JobState.QUEUED else name
         fields.add_row(label, value if isinstance(value, Text) else Text(str(value)))
+        if name == "run_at" and expires_at is not None:  # its deadline to start by
+            gone = "expired: never started" if is_expired(job) else relative(expires_at, now)
+            fields.add_row("expires", Text(f"{when(expires_at)} ({gone})"))
     if parents:
         fields.add_row("waits for" if job.state == JobState.WAITING else "waited for",
                        relatives_text(parents, now))  # fmt: skip
@@ -564,6 +578,7 @@ def job_view(
         parts.append(Text(""))
         # A job that succeeded or waits for a retry keeps the error of an earlier attempt.
         label = "error:" if job.state == JobState.FAILED else "error of an earlier attempt:"
+        label = "expired:" if is_expired(job) else label
         parts.append(Text(label, style="bold red"))
         parts.append(Text(job.error.rstrip()))
     columns = [

@@ -16,6 +16,7 @@ from conveyor.cli.options import Bounded, Duration, dsn_option, json_option, ope
 from conveyor.cli.output import console, interactive, print_json, progress, stats_dict, stats_view
 from conveyor.errors import ConveyorError
 from conveyor.job import validate_name
+from conveyor.store.expiring import expired_counts
 from conveyor.worker.retention import MAX_KEEP
 
 FINAL_STATES = ("succeeded", "failed", "cancelled")
@@ -51,17 +52,18 @@ def _show_stats(app: App, watch: bool, interval: float, times: int | None, as_js
         # Redrawn in place on a terminal; a pipe gets one snapshot per interval.
         with Live(console=console(), auto_refresh=False) as live:
             while times is None or shown < times:
-                live.update(stats_view(app.stats(), app.workers()), refresh=True)
+                expired = expired_counts(app.expiry)
+                live.update(stats_view(app.stats(), app.workers(), expired), refresh=True)
                 shown += 1
                 if times is None or shown < times:
                     time.sleep(interval)
         return
     while times is None or shown < times:
-        snapshot, workers = app.stats(), app.workers()
+        snapshot, workers, expired = app.stats(), app.workers(), expired_counts(app.expiry)
         if as_json:
-            print_json(stats_dict(snapshot, workers))
+            print_json(stats_dict(snapshot, workers, expired))
         else:
-            console().print(stats_view(snapshot, workers))
+            console().print(stats_view(snapshot, workers, expired))
         shown += 1
         if times is None or shown < times:
             time.sleep(interval)

@@ -28,6 +28,16 @@ def match_existing(job: NewJob, candidates: Sequence[Job]) -> Job | None:
     live = next((c for c in candidates if c.state in LIVE_STATES), None)
     if live is not None:
         return live
+    if job.unique_states is not None:  # a window (unique.py): the newest job that fits
+        since = job.unique_since
+        return next(
+            (
+                c
+                for c in candidates
+                if c.state in job.unique_states and (since is None or c.created_at >= since)
+            ),
+            None,
+        )
     if job.unique == "forever" and candidates:
         return candidates[0]
     return None

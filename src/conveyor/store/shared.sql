@@ -83,9 +83,12 @@ ordinal = 1 OR (f.kind IN ('rescue', 'take_back') AND state <> 'queued')
 -- snapshot, so a claimer that started before another claimer's commit can
 -- still see the group idle and pick its next job; the index turns that into a
 -- unique violation, and the store claims again with a fresh snapshot. (The
--- CAST gives PostgreSQL the type of a NULL :group.)
+-- CAST gives PostgreSQL the type of a NULL :group.) A job past its deadline
+-- (expires=) is passed by; the maintenance sweep ends it (job_expire). A job
+-- without one pays a NULL test on the rows the claim takes.
 j.state = 'queued'
 AND j.run_at <= {{now}}
+AND (j.expires_at IS NULL OR j.expires_at > {{now}})
 AND (CAST(:group AS TEXT) IS NULL OR j.group_key = :group)
 AND (j.group_key IS NULL OR (
     NOT EXISTS (SELECT 1 FROM jobs AS r
@@ -109,8 +112,10 @@ state = 'queued',
 
 -- name: requeue_fresh
 -- What every manual retry resets, whatever state it puts the job in (a
--- workflow's retry puts a job whose parent runs again in waiting).
+-- workflow's retry puts a job whose parent runs again in waiting). A deadline
+-- to start by (expires=) goes too: running it again is the operator's choice.
 attempts = 0,
+expires_at = NULL,
 run_at = {{now}},
 cancel_requested = false,
 worker = NULL,

@@ -26,6 +26,7 @@ from starlette.responses import PlainTextResponse, Response
 
 from conveyor.app import App
 from conveyor.job import JobState, utcnow
+from conveyor.store.expiring import expired_counts
 from conveyor.store.metrics_protocol import (
     BOUNDS,
     TOTAL,
@@ -115,6 +116,16 @@ class Metrics:
         for name, q in stats.queues.items():
             age = q.oldest_ready_age or 0.0
             sample(out, "conveyor_queue_oldest_ready_age_seconds", {"queue": name}, age)
+        expired = expired_counts(self.app.expiry)
+        if expired is not None:
+            family(
+                out,
+                "conveyor_jobs_expired",
+                "gauge",
+                "Jobs kept that expired: not started by their deadline (cancelled).",
+            )
+            for name in sorted(set(stats.queues) | set(expired)):
+                sample(out, "conveyor_jobs_expired", {"queue": name}, expired.get(name, 0))
         family(out, "conveyor_queue_paused", "gauge", "1 when the queue is paused.")
         for name, q in stats.queues.items():
             sample(out, "conveyor_queue_paused", {"queue": name}, int(q.paused))

@@ -44,9 +44,11 @@ from conveyor.errors import (
     JobNotFoundError,
     SchemaMissingError,
 )
+from conveyor.expiry import is_expired
 from conveyor.export import csv_lines, exported_jobs, jsonl_lines
 from conveyor.job import DETAILED_STATES, FILTER_STATES, JobState, utcnow
 from conveyor.signals import spawned
+from conveyor.store.expiring import deadline_of
 from conveyor.store.limit_keys import MAX_THROTTLED_KEYS
 from conveyor.store.selection import ARGS_SEARCH_SPAN
 from conveyor.web import charts, graph, task_metrics, views
@@ -515,6 +517,8 @@ class Dashboard:
             "why": self.app.why(job_id) if job.state in ("waiting", "queued") else None,
             **views.waits_of(self.app, job),
             "spawned": spawned(steps),
+            "expires_at": deadline_of(self.app.expiry, job_id),
+            "expired": is_expired(job),
         }
         name = "_job_live.html" if self.live(request) else "job.html"
         return self.render(request, name, context)

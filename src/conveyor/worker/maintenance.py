@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 
 from conveyor.job import NewJob, resolve_run_at, utcnow
 from conveyor.pacing import DutyBackoff
+from conveyor.store.expiring import ExpiringStore
 from conveyor.store.metrics_protocol import FOLD_LIMIT, TaskMetricsStore
 from conveyor.store.protocols import FlowControlStore, OperatorStore
 from conveyor.worker.retention import Housekeeping
@@ -114,6 +115,9 @@ class Maintenance(_Background):
         # Capabilities beyond the core: a store without them has nothing to do here.
         if isinstance(store, OperatorStore) and self.runtime.retention.enabled:
             actions.append(("retention", lambda: self._retention.run(wall)))
+        if isinstance(store, ExpiringStore):
+            # Jobs past their deadline end now, not when a worker would reach them.
+            actions.append(("expiry", lambda: self._expire(store, now)))
         if isinstance(store, FlowControlStore):
             # Claims prune the starts of the queues they claim; this, the rest.
             actions.append(("limits", lambda: store.limit_prune(wall)))
@@ -132,6 +136,11 @@ class Maintenance(_Background):
     def _rescue(self, now: datetime | None) -> None:
         rescued = self.store.job_rescue_expired(now)
         log_rescued(log, self.store, rescued, "worker")
+
+    def _expire(self, store: ExpiringStore, now: datetime | None) -> None:
+        expired = store.job_expire(now)
+        if expired:
+            log.info("%d job(s) expired before they started: %s", len(expired), expired[:10])
 
     def _enqueue_periodic(self, now: datetime) -> None:
         for periodic in self.runtime.periodic:

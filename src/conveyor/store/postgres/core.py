@@ -29,7 +29,9 @@ from conveyor.store.postgres.base import (
     _own_cursor,
     _row_to_job,
 )
+from conveyor.store.postgres.expiry import write_deadlines
 from conveyor.store.postgres.listener import Listener
+from conveyor.store.postgres.replace import insert_replacing_on
 from conveyor.store.protocols import ChangeCallback, Subscription
 from conveyor.store.records import LEASE_EXPIRED_ERROR, Finish, Lease, LeaseStatus
 
@@ -63,8 +65,11 @@ class CoreMixin(PostgresBase):
     ) -> list[Job]:
         if not jobs:
             return []
-        if connection is None and any(new.waits for new in jobs):
-            # Jobs that wait are linked to their parents in the insert's transaction.
+        if any(new.on_conflict == "replace" for new in jobs):
+            return insert_replacing_on(self, jobs, now, connection, workflow)
+        if connection is None and any(new.waits or new.expires_at for new in jobs):
+            # Jobs that wait are linked to their parents in the insert's transaction;
+            # deadlines are written in it too (no claim sees a job before its deadline).
             with self._tx() as own:
                 return self.job_insert_many(jobs, now, connection=own)
         with self._conn(connection) as own:
@@ -97,6 +102,8 @@ class CoreMixin(PostgresBase):
                         f"{len(pending)} jobs kept changing hands; try again"
                     )
             results = resolve_plan(plan, len(jobs), inserted)
+            if any(new.expires_at is not None for new in jobs):
+                write_deadlines(conn, {inserted[p].id: jobs[p] for p in set(inserted) - answered})
             if workflow is not None or any(new.waits for new in jobs):
                 ids = [job.id for job in results]
                 written = sorted(set(inserted) - answered)

@@ -17,6 +17,7 @@ from conveyor.store.postgres.archive import ArchiveMixin
 from conveyor.store.postgres.audit import PostgresAudit
 from conveyor.store.postgres.base import _away, _missing_table, session_options
 from conveyor.store.postgres.core import CoreMixin
+from conveyor.store.postgres.expiry import PostgresExpiry
 from conveyor.store.postgres.holds import HoldsMixin
 from conveyor.store.postgres.insight import InsightMixin
 from conveyor.store.postgres.limit_keys import PostgresLimitKeys
@@ -55,6 +56,7 @@ class PostgresStore(
     PostgresPayloads,
     PostgresTaskMetrics,
     PostgresWorkerControl,
+    PostgresExpiry,
     # Last: every capability above builds on the core.
     CoreMixin,
 ):

@@ -164,8 +164,17 @@ def _event_and_start(entry: tuple[str, dict[str, str]]) -> tuple[Event, str | No
     ), None
 
 
+def _unique_arg(job: NewJob) -> str:
+    """A job's key rule as find_key in common.lua reads it: "live", "forever", or a
+    window "w|<earliest creation time, or empty>|<finished states, comma-separated>"."""
+    if job.unique_states is None:
+        return job.unique
+    since = "" if job.unique_since is None else _ts(job.unique_since)
+    return f"w|{since}|{','.join(job.unique_states)}"
+
+
 def _new_job_json(job: NewJob) -> list[str | None]:
-    return [
+    fields = [
         job.queue,
         job.task,
         job.args_json,
@@ -174,12 +183,18 @@ def _new_job_json(job: NewJob) -> list[str | None]:
         _ts(job.run_at),
         str(job.max_attempts),
         job.key,
-        job.unique,
+        _unique_arg(job),
         job.group,
         job.batch,
         job.limit_key,
         job.headers_text(),
     ]
+    if job.expires_at is not None or job.on_conflict == "replace":
+        # Fields only the jobs that use them carry: a deadline, the replace rule.
+        fields.append(None if job.expires_at is None else _ts(job.expires_at))
+    if job.on_conflict == "replace":
+        fields.append("replace")
+    return fields
 
 
 class _WorkflowTaken(Exception):

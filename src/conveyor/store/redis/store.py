@@ -26,6 +26,7 @@ from conveyor.store.redis.audit import RedisAudit
 from conveyor.store.redis.base import LAYOUT_VERSION
 from conveyor.store.redis.core import CoreMixin
 from conveyor.store.redis.durability import DurabilityMixin
+from conveyor.store.redis.expiry import RedisExpiry
 from conveyor.store.redis.holds import HoldsMixin
 from conveyor.store.redis.insight import InsightMixin
 from conveyor.store.redis.limit_keys import RedisLimitKeys
@@ -61,6 +62,7 @@ class RedisStore(
     RedisPayloads,
     RedisTaskMetrics,
     RedisWorkerControl,
+    RedisExpiry,
     # Last: every capability above builds on the core.
     CoreMixin,
 ):

@@ -26,6 +26,8 @@ from conveyor.store.sqlite.base import (
     _row_to_job,
     _ts,
 )
+from conveyor.store.sqlite.expiry import insert_with_deadlines
+from conveyor.store.sqlite.replace import insert_replacing_on
 from conveyor.store.sqlite.watcher import DataVersionWatcher
 
 #: A count no claim reaches (SQLite's 32-bit "no limit").
@@ -45,6 +47,8 @@ class CoreMixin(SQLiteBase):
     ) -> list[Job]:
         if not jobs:
             return []
+        if any(new.on_conflict == "replace" for new in jobs):
+            return insert_replacing_on(self, jobs, now, connection, workflow)
         now_ts = _ts(now)
         with self._write(connection) as conn:
             pairs = key_pairs(jobs)
@@ -85,7 +89,10 @@ class CoreMixin(SQLiteBase):
                 )
                 inserted[position] = new_job_record(job_id, new, now)
             if rows:
-                conn.executemany(_Q["job_insert"], rows)
+                if any(new.expires_at is not None for new in jobs):
+                    insert_with_deadlines(conn, rows, [jobs[p] for p in plan.insert])
+                else:
+                    conn.executemany(_Q["job_insert"], rows)
                 conn.execute(
                     _Q["event_insert_enqueued"], {"first": first, "last": first + len(rows) - 1}
                 )

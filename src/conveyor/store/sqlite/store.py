@@ -17,6 +17,7 @@ from conveyor.store.sqlite.archive import ArchiveMixin
 from conveyor.store.sqlite.audit import SQLiteAudit
 from conveyor.store.sqlite.base import _away, _missing_table
 from conveyor.store.sqlite.core import CoreMixin
+from conveyor.store.sqlite.expiry import SQLiteExpiry
 from conveyor.store.sqlite.holds import HoldsMixin
 from conveyor.store.sqlite.insight import InsightMixin
 from conveyor.store.sqlite.limit_keys import SQLiteLimitKeys
@@ -52,6 +53,7 @@ class SQLiteStore(
     SQLitePayloads,
     SQLiteTaskMetrics,
     SQLiteWorkerControl,
+    SQLiteExpiry,
     # Last: every capability above builds on the core.
     CoreMixin,
 ):

@@ -115,6 +115,8 @@ local JOB_FIELDS = {
     -- a job that waits for others or belongs to a declared workflow, and ('1') one
     -- that others wait for (flows.lua)
     'pending', 'on_failure', 'workflow', 'children',
+    -- a job enqueued with a deadline to start by (expires=; see job_expire.lua)
+    'expires_at',
 }
 -- Besides these a job's hash holds "events", the seqs of its events joined by commas.
 -- A hash without one of these cannot be read (store.py's _REQUIRED says the same):
@@ -376,11 +378,13 @@ local function leave(j)
             promote_head(j.group_key)
         end
         if j.limit_key then leave_key_line(q, j.limit_key, id) end
+        if j.expires_at then zrem(P .. 'expiring', id) end
     elseif j.state == 'running' then
         if j.group_key then decr(P .. 'grun', j.group_key) end
         if j.limit_key then decr(qk('krun', q), j.limit_key) end
     elseif j.state ~= 'waiting' then -- a waiting job is in qs:<q>:waiting alone
         zrem(P .. 'finished', id)
+        if j.expires_at then zrem(qk('expired', q), id) end -- see job_expire.lua
     end
 end
 
@@ -403,6 +407,8 @@ local function enter(j)
             redis.call('ZADD', kk('kq', q, j.limit_key), id, id)
             redis.call('SADD', qk('kqkeys', q), j.limit_key)
         end
+        -- A deadline to start by (expires=): the sweep's index (job_expire.lua).
+        if j.expires_at then zadd(P .. 'expiring', j.expires_at, id) end
     elseif j.state == 'running' then
         -- By lease expiry: the rescue's range (and ZCARD the count).
         zadd(state_key(q, 'running'), j.lease_expires_at, id)
@@ -462,9 +468,20 @@ end
 local function find_key(q, key, unique)
     zflush()
     local newest = nil
+    -- A window (conveyor/unique.py): "w|<earliest creation time or ''>|<states>": the
+    -- newest finished job in those states created since then holds the key too.
+    local since, states = nil, nil
+    if string.sub(unique, 1, 2) == 'w|' then
+        local s, names = string.match(unique, '^w|([^|]*)|(.*)$')
+        since, states, unique = tonumber(s), {}, 'forever'
+        for name in string.gmatch(names, '[^,]+') do states[name] = true end
+    end
     for _, id in ipairs(redis.call('ZREVRANGE', kk('key', q, key), 0, -1)) do
-        local state = job_fields(id, 'state')[1]
-        local answers = state and (live(state) or (unique == 'forever' and not newest))
+        local f = job_fields(id, 'state', 'created_at')
+        local state = f[1]
+        local fits = not states or (state and states[state]
+            and (not since or tonumber(f[2]) >= since))
+        local answers = state and (live(state) or (unique == 'forever' and fits and not newest))
         if not state or (answers and not load(id)) then
             drop(id, {queue = q, key = key})
         elseif live(state) then
@@ -486,7 +503,7 @@ local function insert(n, now_s, id)
         id = id, queue = n[1], task = n[2], state = 'queued', args = n[3], kwargs = n[4],
         priority = n[5], run_at = n[6], attempts = '0', max_attempts = n[7], key = v(n[8]),
         group_key = v(n[10]), batch = v(n[11]), created_at = now_s, limit_key = v(n[12]),
-        headers = v(n[13]),
+        headers = v(n[13]), expires_at = v(n[14]),
     }
     cache[id], held[j] = j, FRESH
     save(j, {})
@@ -689,6 +706,8 @@ local function candidates(queues, limit, now, group)
                     if j then j.member, j.in_ready = m, true end
                     if not j then
                         unread[#unread + 1] = m
+                    elseif j.expires_at and tonumber(j.expires_at) <= now then
+                        -- Past its deadline: never started; job_expire.lua ends it.
                     elseif may_start(j, q, l, now, group, rooms, taken_group, limit) then
                         if j.group_key then taken_group[j.group_key] = true end
                         found[#found + 1] = {tonumber(j.id), tonumber(j.priority), q, j}

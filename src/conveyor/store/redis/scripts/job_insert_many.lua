@@ -21,12 +21,39 @@ end
 local missing = flow_missing_parent(links)
 if missing then return {'missing', missing} end
 local jobs, plan, first, count = cjson.decode(ARGV[2]), {}, {}, 0
+-- on_conflict="replace" (n[15]; conveyor/replace.py): the queued job holding the
+-- key takes the new arguments, run_at and priority (the plan then answers with
+-- it); a running one gives its key up, so that the plan inserts a new job.
+local function replace_or_release(n, now_s)
+    local holder = find_key(n[1], n[8], 'live')
+    local j = holder and load(holder)
+    if not j then return end
+    if j.state == 'queued' then
+        leave(j)
+        j.args, j.kwargs, j.priority = n[3], n[4], n[5]
+        if j.held_run_at then -- held: stays held, due at the new run_at once let go
+            j.held_run_at = n[6]
+            save(j, {'args', 'kwargs', 'priority', 'held_run_at'})
+        else
+            j.run_at = n[6]
+            save(j, {'args', 'kwargs', 'priority', 'run_at'})
+        end
+        enter(j)
+        event(j, 'replaced', tonumber(j.attempts), now_s, nil)
+        publish('jobs', j.queue)
+    elseif j.state == 'running' then
+        redis.call('ZREM', kk('key', j.queue, j.key), j.id)
+        j.key = nil
+        save(j, {'key'})
+    end
+end
 -- First what becomes of each job ('new', the id of a job holding its key, or
 -- minus the position of the first job of the batch with its key), then one
 -- range of ids for those inserted.
 for i, n in ipairs(jobs) do
     local pair = v(n[8]) and nm(n[1]) .. ':' .. n[8]
     local same = pair and first[pair]
+    if pair and not same and n[15] == 'replace' then replace_or_release(n, now_s) end
     plan[i] = same and -same or (pair and find_key(n[1], n[8], n[9])) or 'new'
     if pair and not same then first[pair] = i end
     if plan[i] == 'new' then count = count + 1 end

@@ -34,7 +34,7 @@ end
 local function requeue_manually(j, now_s)
     move(j, 'queued', 'attempts', '0', 'run_at', now_s, 'cancel_requested', false, 'worker', false,
          'result', false, 'error', false, 'progress', false, 'progress_message', false,
-         'started_at', false, 'finished_at', false)
+         'started_at', false, 'finished_at', false, 'expires_at', false)
     publish('jobs', j.queue)
 end
 
