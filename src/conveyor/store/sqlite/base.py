@@ -251,12 +251,8 @@ class SQLiteBase:
                 self._writer.release()
             time.sleep(RESCUE_PROBE)
         try:
-            yield conn
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
+            with committed(conn):
+                yield conn
         finally:
             self._writer.release()
 
@@ -384,6 +380,13 @@ class SQLiteBase:
 def immediate_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     """A transaction under SQLite's write lock: what it reads stays true until it commits."""
     conn.execute("BEGIN IMMEDIATE")
+    with committed(conn):
+        yield conn
+
+
+@contextmanager
+def committed(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """The end of a transaction begun on ``conn``: committed, or rolled back on any error."""
     try:
         yield conn
         conn.execute("COMMIT")
