@@ -27,6 +27,7 @@ from conveyor.errors import (
     JobStateError,
     UnknownTaskError,
 )
+from conveyor.fair import FairQueue, set_fair
 from conveyor.fleet import SILENT_AFTER, WorkerStatus, control_worker, worker_statuses
 from conveyor.job import (
     DETAILED_STATES,
@@ -1307,6 +1308,12 @@ class App:
         keep = [part for part in named if part not in given]
         return store.limit_set(queue, chosen, per_key, utcnow(), keep=keep)
 
+    def fair(self, queue: str, weights: Mapping[str, float] | None = None, *,
+             default_weight: float = 1.0, enabled: bool = True) -> FairQueue | None:  # fmt: skip
+        """Claim ``queue``'s ready jobs from its keys (limit_key) in turn, weighted
+        (``weights={"gold": 3}``); ``enabled=False`` undoes it. See conveyor.fair."""
+        return set_fair(self.store, queue, weights, default_weight, enabled)
+
     def limits(self) -> dict[str, LimitStatus]:
         """Every queue's limits and how full they are now: running, started, room, held back."""
         store = flow_control_store(self.store, "read limits")
@@ -1370,6 +1377,7 @@ class App:
     atake_back = async_twin(take_back)
     adelete_queue = async_twin(delete_queue)
     alimit = async_twin(limit)
+    afair = async_twin(fair)
     alimits = async_twin(limits)
     athrottle = async_twin(throttle)
     aenqueue_workflow = async_twin(enqueue_workflow)

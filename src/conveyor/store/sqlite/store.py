@@ -17,6 +17,7 @@ from conveyor.store.sqlite.archive import ArchiveMixin
 from conveyor.store.sqlite.audit import SQLiteAudit
 from conveyor.store.sqlite.base import _away, _missing_table
 from conveyor.store.sqlite.core import CoreMixin
+from conveyor.store.sqlite.fair import SQLiteFair
 from conveyor.store.sqlite.holds import HoldsMixin
 from conveyor.store.sqlite.insight import InsightMixin
 from conveyor.store.sqlite.limit_keys import SQLiteLimitKeys
@@ -50,6 +51,7 @@ class SQLiteStore(
     SQLitePayloads,
     SQLiteTaskMetrics,
     SQLiteWorkerControl,
+    SQLiteFair,  # its claim first: a fair queue's, the others to the core's
     # Last: every capability above builds on the core.
     CoreMixin,
 ):

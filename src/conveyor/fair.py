@@ -1,0 +1,92 @@
+"""Fair turns across the keys of a queue (``app.fair``): the settings checked, and set.
+
+A queue shared by many tenants lets one tenant's backlog make every other wait:
+claims take the oldest ready job of the highest priority. A fair queue's claims
+take ready jobs from its keys in turn instead (a job's key is its ``limit_key``;
+jobs without one share one key), within the priority order, a key of weight 3
+three times as often as one of weight 1. The store decides the turns in the
+claim itself (see ``conveyor.store.fair``); queues that are not fair are claimed
+as before and pay nothing for it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from conveyor.errors import ConfigurationError
+from conveyor.job import utcnow, validate_name
+from conveyor.store.capabilities import refuse
+from conveyor.store.fair import FairQueue, FairStore
+
+__all__ = ["FairQueue", "check_weight", "check_weights", "fair_queues", "fair_store", "set_fair"]
+
+#: The largest weight: a key of this weight takes this many turns to one of weight 1.
+MAX_WEIGHT = 1_000_000.0
+#: Most keys a queue's weights may name (the weights are read by every claim).
+MAX_WEIGHTS = 10_000
+
+
+def fair_store(store: object, what: str) -> FairStore:
+    if isinstance(store, FairStore):
+        return store
+    refuse(store, FairStore, what)
+
+
+def check_weight(what: str, value: object) -> float:
+    """A weight: a number above 0 and at most MAX_WEIGHT."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigurationError(f"{what} must be a number, got {type(value).__name__}")
+    weight = float(value)
+    if not math.isfinite(weight) or not 0 < weight <= MAX_WEIGHT:
+        raise ConfigurationError(
+            f"{what} must be above 0 and at most {MAX_WEIGHT:,.0f}, got {value!r}"
+        )
+    return weight
+
+
+def check_weights(weights: Mapping[str, object] | None) -> dict[str, float]:
+    """Weights by key, checked: each key a name, each weight a number above 0."""
+    if weights is None:
+        return {}
+    if not isinstance(weights, Mapping):
+        raise ConfigurationError(
+            f"weights must be a mapping of key to weight, got {type(weights).__name__}"
+        )
+    if len(weights) > MAX_WEIGHTS:
+        raise ConfigurationError(f"weights name {len(weights):,} keys; the most is {MAX_WEIGHTS:,}")
+    checked: dict[str, float] = {}
+    for key, weight in weights.items():
+        validate_name("fair key", key)
+        checked[key] = check_weight(f"the weight of key {key!r}", weight)
+    return checked
+
+
+def set_fair(
+    store: object,
+    queue: str,
+    weights: Mapping[str, object] | None,
+    default_weight: object,
+    enabled: bool,
+) -> FairQueue | None:
+    """What ``app.fair`` does: check, store, and answer what the queue has now."""
+    validate_name("queue", queue)
+    fair = fair_store(store, "make queues fair")
+    if not isinstance(enabled, bool):
+        raise ConfigurationError(f"enabled must be True or False, got {enabled!r}")
+    if not enabled:
+        if weights:
+            raise ConfigurationError(f"app.fair({queue!r}, enabled=False) takes no weights")
+        fair.fair_set(queue, None, 1.0, utcnow())
+        return None
+    checked, default = check_weights(weights), check_weight("default_weight", default_weight)
+    fair.fair_set(queue, checked, default, utcnow())
+    return FairQueue(queue, checked, default)
+
+
+def fair_queues(store: object, queue: str | None = None) -> dict[str, FairQueue]:
+    """The fair queues (or ``queue`` alone, when fair) with their busiest keys."""
+    if queue is not None:
+        validate_name("queue", queue)
+    found = fair_store(store, "read fair queues").fair_status(queue, utcnow())
+    return {f.queue: f for f in found}
