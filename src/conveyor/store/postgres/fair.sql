@@ -16,7 +16,7 @@ WHERE f.queue = ANY(%(queues)s::text[])
 -- name: fair_key_jobs
 -- The claimable jobs of key k.fair_key of queue k.queue (NULL: the jobs without
 -- a key), unordered: the caller orders and limits. A key's jobs are found by
--- jobs_limit_queued; the jobs without a key among the queue's first 1,000 ready
+-- jobs_limit_queued; the jobs without a key among the queue's first 200 ready
 -- jobs in claim order (no index holds them apart, and one that would costs every
 -- job of every queue): further back, they come into reach as the jobs ahead start.
 SELECT j.id, j.priority FROM jobs AS j
@@ -29,7 +29,7 @@ SELECT w.id, w.priority FROM (
     WHERE k.fair_key IS NULL AND j.queue = k.queue
       AND {{conveyor.store.postgres/queries.sql:claimable}}
     ORDER BY j.priority DESC, j.id
-    LIMIT 1000
+    LIMIT 200
 ) AS w
 WHERE w.limit_key IS NULL
 

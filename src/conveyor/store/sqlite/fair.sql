@@ -12,7 +12,7 @@ SELECT queue FROM fair_queues WHERE queue IN (SELECT value FROM json_each(:queue
 
 -- name: fair_key_jobs
 -- The claimable jobs of key k.fair_key of queue k.queue (NULL: the jobs without
--- a key, among the queue's first 1,000 ready jobs in claim order), unordered.
+-- a key, among the queue's first 200 ready jobs in claim order), unordered.
 SELECT j.id, j.priority FROM jobs AS j
 WHERE k.fair_key IS NOT NULL
   AND j.queue = k.queue AND j.limit_key = k.fair_key AND j.limit_key IS NOT NULL
@@ -23,7 +23,7 @@ SELECT w.id, w.priority FROM (
     WHERE k.fair_key IS NULL AND j.queue = k.queue
       AND {{conveyor.store.sqlite/queries.sql:claimable}}
     ORDER BY j.priority DESC, j.id
-    LIMIT 1000
+    LIMIT 200
 ) AS w
 WHERE w.limit_key IS NULL
 

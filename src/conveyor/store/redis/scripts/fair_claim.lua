@@ -1,0 +1,151 @@
+-- name: fair_claim
+-- ARGV: queue, limit, worker, token, lease seconds, now ('' = Redis's clock),
+-- group ('' = any).
+-- The claim of a fair queue (see conveyor.store.fair, and fair_claim on
+-- PostgreSQL for the rule): weighted fair queueing by start tags. Key k's turn
+-- stands at pass(k); its i-th ready job would start at pass(k) + i/weight(k); the
+-- claim takes the jobs with the smallest tags (of the jobs read, the highest
+-- priority first), so that keys alternate by weight. A key that comes (back)
+-- starts at the queue's clock, never behind it.
+--
+-- A key's jobs are its line kq:<q>:<key> (every queued job with a limit key is
+-- in one, oldest first), read lazily: the keys are ranked by their next tag and
+-- a key is opened only while its next tag could be among the :limit smallest.
+-- The jobs without a key are looked for among the first 200 of ready:<q>.
+-- fair:<q> holds the settings (weights JSON, default, clock); fturn:<q> one field
+-- per key ('' for no key): "pass starts recent recent_at", read and written once.
+-- Returns {the jobs, in claim order, the jobs it could not read}.
+gather = true
+local q, limit = ARGV[1], tonumber(ARGV[2])
+local now_n, now_s = clock(ARGV[6])
+local group = v(ARGV[7] ~= '' and ARGV[7])
+local expires = fmt(now_n + tonumber(ARGV[5]))
+local settings = redis.call('HMGET', qk('fair', q), 'weights', 'default', 'clock')
+if not settings[1] or redis.call('SISMEMBER', P .. 'paused', q) == 1 then
+    return done({{}, unreadable})
+end
+local weights, default = cjson.decode(settings[1]), tonumber(settings[2])
+local clock_at = tonumber(settings[3]) or 0
+promote(q, now_n)
+
+local function weight_of(key)
+    local w = key ~= '' and weights[key]
+    return tonumber(w) or default
+end
+
+-- The keys with queued jobs, and where each one's turn stands.
+local names = redis.call('SMEMBERS', qk('kqkeys', q))
+names[#names + 1] = ''
+local turns = redis.call('HMGET', qk('fturn', q), unpack(names))
+local keys = {}
+for i, key in ipairs(names) do
+    local t = turns[i] and {string.match(turns[i], '^(%S+) (%S+) (%S+) (%S+)$')} or {}
+    local pass = math.max(tonumber(t[1]) or clock_at, clock_at)
+    local w = weight_of(key)
+    keys[#keys + 1] = {key = key, w = w, pass = pass, next = pass + 1 / w,
+                       starts = tonumber(t[2]) or 0, recent = tonumber(t[3]) or 0,
+                       recent_at = tonumber(t[4]) or now_n, jobs = nil, taken = 0}
+end
+table.sort(keys, function(a, b)
+    if a.next ~= b.next then return a.next < b.next end
+    return a.key < b.key
+end)
+
+-- A key's claimable jobs (at most :limit), highest priority first, then oldest.
+local rooms, taken_group, unread = {}, {}, {}
+local function open(k)
+    local found = {}
+    if k.key == '' then
+        for _, m in ipairs(redis.call('ZRANGE', qk('ready', q), 0, 199)) do
+            local j = load(tonumber(string.sub(m, 12)))
+            if not j then
+                unread[#unread + 1] = m
+            elseif not j.limit_key and may_start(j, q, nil, now_n, group, rooms, taken_group, limit) then
+                found[#found + 1] = j
+                if #found >= limit then break end
+            end
+        end
+    else
+        local line = kk('kq', q, k.key)
+        local start, chunk = 0, limit
+        while #found < limit do
+            local ids = redis.call('ZRANGE', line, start, start + chunk - 1)
+            if #ids == 0 then break end
+            start, chunk = start + chunk, math.min(chunk * 2, 1000)
+            for _, id in ipairs(ids) do
+                local j = load(id)
+                if j and j.state == 'queued'
+                        and may_start(j, q, nil, now_n, group, rooms, taken_group, limit) then
+                    found[#found + 1] = j
+                    if #found >= limit then break end
+                end
+            end
+        end
+        table.sort(found, function(a, b)
+            local pa, pb = tonumber(a.priority), tonumber(b.priority)
+            if pa ~= pb then return pa > pb end
+            return tonumber(a.id) < tonumber(b.id)
+        end)
+    end
+    k.jobs = found
+end
+
+-- Candidates by tag: open keys in rank order while a closed key's first tag is
+-- below the :limit-th smallest tag seen; then take the smallest tags.
+local tagged = {}
+for _, k in ipairs(keys) do
+    if #tagged >= limit and k.next > tagged[limit][1] then break end
+    open(k)
+    for i, j in ipairs(k.jobs) do
+        tagged[#tagged + 1] = {k.pass + i / k.w, tonumber(j.priority), tonumber(j.id), j, k}
+    end
+    table.sort(tagged, function(a, b)
+        if a[1] ~= b[1] then return a[1] < b[1] end
+        return a[3] < b[3]
+    end)
+    while #tagged > limit do table.remove(tagged) end
+end
+for _, m in ipairs(unread) do
+    drop(tostring(tonumber(string.sub(m, 12))), {queue = q, state = 'queued', member = m})
+end
+-- Of the chosen, the highest priority first (claim order).
+table.sort(tagged, function(a, b)
+    if a[2] ~= b[2] then return a[2] > b[2] end
+    if a[1] ~= b[1] then return a[1] < b[1] end
+    return a[3] < b[3]
+end)
+
+local out, CLAIMED = {}, {'state', 'attempts', 'worker', 'lease_token', 'lease_expires_at', 'started_at'}
+local least = nil
+for _, c in ipairs(tagged) do
+    local j, k = c[4], c[5]
+    leave(j)
+    j.state, j.attempts, j.worker = 'running', tostring(tonumber(j.attempts) + 1), ARGV[3]
+    j.lease_token, j.lease_expires_at, j.started_at = ARGV[4], expires, now_s
+    save(j, CLAIMED)
+    enter(j)
+    if j.progress or j.progress_message then -- an earlier attempt's
+        j.progress, j.progress_message = nil, nil
+        save(j, {'progress', 'progress_message'})
+    end
+    k.taken = k.taken + 1
+    if least == nil or k.pass < least then least = k.pass end
+    out[#out + 1] = reply_of(j)
+end
+
+-- The turns move on: each key by its starts / its weight; the clock to the least
+-- turn this claim started from.
+if #out > 0 then
+    local set = {}
+    for _, k in ipairs(keys) do
+        if k.taken > 0 then
+            local recent = k.recent * math.exp(-math.max(now_n - k.recent_at, 0) / 60) + k.taken
+            set[#set + 1] = k.key
+            set[#set + 1] = string.format('%.17g %d %.17g %s', k.pass + k.taken / k.w,
+                                          k.starts + k.taken, recent, now_s)
+        end
+    end
+    redis.call('HSET', qk('fturn', q), unpack(set))
+    if least > clock_at then redis.call('HSET', qk('fair', q), 'clock', string.format('%.17g', least)) end
+end
+return done({out, unreadable})
