@@ -7,6 +7,7 @@ keys every claim started; the fleet test runs real worker processes.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -18,11 +19,14 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner, Result
 
 import fair_app
 from conveyor import App, JobState
+from conveyor.cli import cli
 from conveyor.errors import ConfigurationError, InvalidJobError
 from conveyor.job import NewJob, utcnow
+from conveyor.store.dsn import DSN_ENV
 
 LEASE = timedelta(minutes=5)
 TESTS_DIR = Path(__file__).resolve().parent
@@ -85,12 +89,13 @@ def test_the_default_weight_and_many_keys(app: App) -> None:
 
 
 def test_jobs_without_a_key_share_one_turn(app: App) -> None:
-    # Looked for among the first 200 ready jobs of the queue (further back, they
-    # come into reach as the jobs ahead start).
+    # Looked for among the first 200 ready jobs of the queue (on Redis, twice as
+    # many as the claim takes, 200 at most); further back, they come into reach
+    # as the jobs ahead start.
     app.fair("q")
     app.enqueue_many(_jobs("q", "A", 150))
     app.enqueue_many(_jobs("q", None, 50))
-    started = _claim(app, "q", 100)
+    started = _claim(app, "q", 100, per_claim=100)
     assert 40 <= started[None] <= 50, started
 
 
@@ -173,7 +178,7 @@ def test_what_a_fair_queue_says_of_its_keys(app: App) -> None:
     assert seen.weights == {"gold": 3.0} and seen.default_weight == 1.0
     keys = {k.key: k for k in seen.keys}
     assert keys["gold"].starts + keys["A"].starts + keys[None].starts == 80
-    assert keys["gold"].ready == 100 - keys["gold"].starts
+    assert keys["gold"].queued == 100 - keys["gold"].starts
     assert 0.6 < seen.share(keys["gold"]) < 0.8
     assert fair_queues(app.store, "other") == {}
 
@@ -290,3 +295,36 @@ def test_four_worker_processes_share_the_turns(dsn: str, tmp_path: Path) -> None
         # Equal weights: A's share of the starts is a third (and the claims in
         # flight when the last of B and C started).
         assert a_meanwhile < 300, a_meanwhile
+
+
+# --------------------------------------------------------------------------- the command line
+
+
+def _cli(*args: str, code: int = 0) -> Result:
+    env: dict[str, str | None] = {DSN_ENV: os.environ.get(DSN_ENV)}
+    result = CliRunner().invoke(cli, list(args), env=env)
+    assert result.exit_code == code, (result.stdout, result.stderr, result.exception)
+    return result
+
+
+def test_the_command_line_makes_a_queue_fair_and_shows_it(app: App, dsn: str) -> None:
+    app.enqueue_many(_jobs("q", "gold", 30) + _jobs("q", "A", 30))
+    said = _cli("--dsn", dsn, "queues", "fair", "q", "--weight", "gold=3", "--weight", "x=y=2")
+    assert "queue q is fair by limit_key: default weight 1; gold=3, x=y=2" in said.stdout
+    time.sleep(1.1)  # what a store read of fair queues, it trusts for a second
+    _claim(app, "q", 20)
+    shown = json.loads(_cli("--dsn", dsn, "queues", "show", "q", "--json").stdout)
+    assert shown["fair"]["weights"] == {"gold": 3.0, "x=y": 2.0}
+    keys = {k["key"]: k for k in shown["fair"]["keys"]}
+    assert keys["gold"]["starts"] + keys["A"]["starts"] == 20
+    assert keys["gold"]["queued"] == 30 - keys["gold"]["starts"]
+    assert 0.65 <= keys["gold"]["recent_share"] <= 0.85
+    text = _cli("--dsn", dsn, "queues", "show", "q").stdout
+    assert "fair: by limit_key, default weight 1, weights gold=3, x=y=2" in text
+    assert "gold" in text and "(no key)" not in text
+    bad = _cli("--dsn", dsn, "queues", "fair", "q", "--weight", "gold=0", code=2)
+    assert "must be above 0" in bad.stderr
+    assert _cli("--dsn", dsn, "queues", "fair", "q", "--weight", "gold", code=2)
+    _cli("--dsn", dsn, "queues", "fair", "q", "--off")
+    assert "fair: no" in _cli("--dsn", dsn, "queues", "show", "q").stdout
+    assert [e.action for e in app.store.audit_list(2)] == ["fair off", "fair"]  # type: ignore[attr-defined]

@@ -13,13 +13,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
 from conveyor.errors import ConfigurationError
 from conveyor.job import utcnow, validate_name
 from conveyor.store.capabilities import refuse
 from conveyor.store.fair import FairQueue, FairStore
 
-__all__ = ["FairQueue", "check_weight", "check_weights", "fair_queues", "fair_store", "set_fair"]
+__all__ = [
+    "FairQueue",
+    "check_weight",
+    "check_weights",
+    "fair_dict",
+    "fair_queues",
+    "fair_store",
+    "set_fair",
+]
 
 #: The largest weight: a key of this weight takes this many turns to one of weight 1.
 MAX_WEIGHT = 1_000_000.0
@@ -82,6 +91,25 @@ def set_fair(
     checked, default = check_weights(weights), check_weight("default_weight", default_weight)
     fair.fair_set(queue, checked, default, utcnow())
     return FairQueue(queue, checked, default)
+
+
+def fair_dict(queue: FairQueue) -> dict[str, Any]:
+    """A fair queue as plain data (``conveyor queues show --json``, the dashboard)."""
+    return {
+        "by": "limit_key",
+        "weights": queue.weights,
+        "default_weight": queue.default_weight,
+        "keys": [
+            {
+                "key": key.key,
+                "weight": queue.weight(key.key),
+                "queued": key.queued,
+                "recent_share": round(queue.share(key), 4),
+                "starts": key.starts,
+            }
+            for key in queue.keys
+        ],
+    }
 
 
 def fair_queues(store: object, queue: str | None = None) -> dict[str, FairQueue]:

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 #: Most keys one read of a fair queue returns (the busiest: most recent starts, then
-#: most ready jobs), so that pages and /metrics stay bounded whatever the keys.
+#: most queued jobs), so that pages and /metrics stay bounded whatever the keys.
 MAX_FAIR_KEYS = 50
 #: Time constant, in seconds, of the decay of a key's recent starts (the share shown).
 RECENT_SECONDS = 60.0
@@ -26,12 +26,12 @@ FAIR_RECHECK_SECONDS = 1.0
 
 @dataclass(frozen=True, slots=True)
 class FairKey:
-    """One key of a fair queue: its ready jobs and its starts."""
+    """One key of a fair queue: its queued jobs and its starts."""
 
     #: The key (a limit_key), None for the jobs without one.
     key: str | None
-    #: Queued jobs of the key that are due.
-    ready: int
+    #: Queued jobs of the key (due or not).
+    queued: int
     #: Starts of the key, decayed with a time constant of RECENT_SECONDS.
     recent_starts: float
     #: Starts of the key since the queue was made fair.

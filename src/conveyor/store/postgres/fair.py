@@ -128,8 +128,8 @@ class PostgresFair(CoreMixin):
                     _F["fair_keys"], {"queue": name, "now": now, "top": MAX_FAIR_KEYS}
                 ).fetchall()
                 keys = tuple(
-                    FairKey(key or None, int(ready), decayed(recent, float(since)), int(starts))
-                    for key, ready, recent, since, starts in rows
+                    FairKey(key or None, int(queued), decayed(recent, float(since)), int(starts))
+                    for key, queued, recent, since, starts in rows
                 )
                 found.append(FairQueue(name, dict(json.loads(weights)), float(default), keys))
         return found

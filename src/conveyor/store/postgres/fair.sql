@@ -148,14 +148,14 @@ WHERE %(queue)s::text IS NULL OR f.queue = %(queue)s
 ORDER BY f.queue
 
 -- name: fair_keys
--- The busiest keys of fair queue %(queue)s ('' for the jobs without a key): ready
--- jobs (due), recent starts as written and the seconds since, all starts.
-SELECT coalesce(r.fair_key, t.fair_key), coalesce(r.ready, 0), coalesce(t.recent, 0),
+-- The busiest keys of fair queue %(queue)s ('' for the jobs without a key): queued
+-- jobs, recent starts as written and the seconds since, all starts.
+SELECT coalesce(r.fair_key, t.fair_key), coalesce(r.queued, 0), coalesce(t.recent, 0),
        coalesce(extract(epoch FROM {{now}} - t.recent_at), 0)::float8, coalesce(t.starts, 0)
-FROM (SELECT coalesce(j.limit_key, '') AS fair_key, count(*) AS ready FROM jobs AS j
-      WHERE j.queue = %(queue)s AND j.state = 'queued' AND j.run_at <= {{now}}
+FROM (SELECT coalesce(j.limit_key, '') AS fair_key, count(*) AS queued FROM jobs AS j
+      WHERE j.queue = %(queue)s AND j.state = 'queued'
       GROUP BY 1) AS r
 FULL JOIN (SELECT * FROM fair_turns WHERE queue = %(queue)s) AS t ON t.fair_key = r.fair_key
 ORDER BY coalesce(t.recent, 0) * exp(-greatest(extract(epoch FROM {{now}} - t.recent_at), 0) / 60) DESC NULLS LAST,
-         coalesce(r.ready, 0) DESC, 1
+         coalesce(r.queued, 0) DESC, 1
 LIMIT %(top)s

@@ -109,7 +109,7 @@ class RedisFair(CoreMixin):
                 for key in {**queued, **kept}
                 if queued.get(key, 0) or key in kept
             ]
-            keys.sort(key=lambda k: (-k.recent_starts, -k.ready, k.key or ""))
+            keys.sort(key=lambda k: (-k.recent_starts, -k.queued, k.key or ""))
             found.append(
                 FairQueue(
                     _text(name),

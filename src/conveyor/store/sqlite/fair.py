@@ -110,8 +110,8 @@ class SQLiteFair(CoreMixin):
         for name, weights, default in conn.execute(_F["fair_queues"], {"queue": queue}).fetchall():
             params = {"queue": name, "now": _ts(now), "top": MAX_FAIR_KEYS}
             keys = tuple(
-                FairKey(key or None, int(ready), decayed(recent, since), int(starts))
-                for key, ready, recent, since, starts in conn.execute(_F["fair_keys"], params)
+                FairKey(key or None, int(queued), decayed(recent, since), int(starts))
+                for key, queued, recent, since, starts in conn.execute(_F["fair_keys"], params)
             )
             found.append(FairQueue(name, dict(json.loads(weights)), float(default), keys))
         return found

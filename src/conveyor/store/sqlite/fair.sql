@@ -132,11 +132,11 @@ ORDER BY f.queue
 -- name: fair_keys
 -- See fair_keys on PostgreSQL (SQLite has no FULL JOIN before 3.39: two halves).
 WITH r AS (
-    SELECT coalesce(j.limit_key, '') AS fair_key, count(*) AS ready FROM jobs AS j
-    WHERE j.queue = :queue AND j.state = 'queued' AND j.run_at <= :now
+    SELECT coalesce(j.limit_key, '') AS fair_key, count(*) AS queued FROM jobs AS j
+    WHERE j.queue = :queue AND j.state = 'queued'
     GROUP BY 1
 ), t AS (SELECT * FROM fair_turns WHERE queue = :queue), both_halves AS (
-    SELECT r.fair_key, r.ready, coalesce(t.recent, 0) AS recent,
+    SELECT r.fair_key, r.queued, coalesce(t.recent, 0) AS recent,
            coalesce(:now - t.recent_at, 0) AS since, coalesce(t.starts, 0) AS starts
     FROM r LEFT JOIN t ON t.fair_key = r.fair_key
     UNION ALL
@@ -144,5 +144,5 @@ WITH r AS (
     FROM t WHERE t.fair_key NOT IN (SELECT fair_key FROM r)
 )
 SELECT * FROM both_halves
-ORDER BY recent * exp(-max(since, 0) / 60.0) DESC, ready DESC, fair_key
+ORDER BY recent * exp(-max(since, 0) / 60.0) DESC, queued DESC, fair_key
 LIMIT :top

@@ -11,7 +11,7 @@
 -- A key's jobs are its line kq:<q>:<key> (every queued job with a limit key is
 -- in one, oldest first), read lazily: the keys are ranked by their next tag and
 -- a key is opened only while its next tag could be among the :limit smallest.
--- The jobs without a key are looked for among the first 200 of ready:<q>.
+-- The jobs without a key are looked for at the head of ready:<q> alone.
 -- fair:<q> holds the settings (weights JSON, default, clock); fturn:<q> one field
 -- per key ('' for no key): "pass starts recent recent_at", read and written once.
 -- Returns {the jobs, in claim order, the jobs it could not read}.
@@ -33,9 +33,26 @@ local function weight_of(key)
     return tonumber(w) or default
 end
 
+-- The head of the queue in claim order (its first 2 x :limit ready jobs, 20 at
+-- least, 200 at most), by key: the jobs without a key are looked for there
+-- alone, and a key's jobs there join its oldest ones (so that a key's job of a
+-- higher priority is seen, not only its oldest).
+local rooms, taken_group, unread, head = {}, {}, {}, {}
+for _, m in ipairs(redis.call('ZRANGE', qk('ready', q), 0, math.min(math.max(2 * limit, 20), 200) - 1)) do
+    local j = load(tonumber(string.sub(m, 12)))
+    if not j then
+        unread[#unread + 1] = m
+    elseif may_start(j, q, nil, now_n, group, rooms, taken_group, limit) then
+        local key = j.limit_key or ''
+        head[key] = head[key] or {}
+        table.insert(head[key], j)
+    end
+end
+
 -- The keys with queued jobs, and where each one's turn stands.
 local names = redis.call('SMEMBERS', qk('kqkeys', q))
-names[#names + 1] = ''
+if head[''] then names[#names + 1] = '' end
+if #names == 0 then return done({{}, unreadable}) end
 local turns = redis.call('HMGET', qk('fturn', q), unpack(names))
 local keys = {}
 for i, key in ipairs(names) do
@@ -52,68 +69,73 @@ table.sort(keys, function(a, b)
 end)
 
 -- A key's claimable jobs (at most :limit), highest priority first, then oldest.
-local rooms, taken_group, unread = {}, {}, {}
 local function open(k)
-    local found = {}
-    if k.key == '' then
-        for _, m in ipairs(redis.call('ZRANGE', qk('ready', q), 0, 199)) do
-            local j = load(tonumber(string.sub(m, 12)))
-            if not j then
-                unread[#unread + 1] = m
-            elseif not j.limit_key and may_start(j, q, nil, now_n, group, rooms, taken_group, limit) then
-                found[#found + 1] = j
-                if #found >= limit then break end
-            end
-        end
-    else
+    local found, seen = {}, {}
+    for _, j in ipairs(head[k.key] or {}) do
+        found[#found + 1] = j
+        seen[j.id] = true
+    end
+    if k.key ~= '' then
         local line = kk('kq', q, k.key)
-        local start, chunk = 0, limit
-        while #found < limit do
+        local start, chunk, more = 0, limit, 0
+        while more < limit do
             local ids = redis.call('ZRANGE', line, start, start + chunk - 1)
             if #ids == 0 then break end
             start, chunk = start + chunk, math.min(chunk * 2, 1000)
             for _, id in ipairs(ids) do
-                local j = load(id)
+                local j = not seen[id] and load(id)
                 if j and j.state == 'queued'
                         and may_start(j, q, nil, now_n, group, rooms, taken_group, limit) then
                     found[#found + 1] = j
-                    if #found >= limit then break end
+                    more = more + 1
+                    if more >= limit then break end
                 end
             end
         end
-        table.sort(found, function(a, b)
-            local pa, pb = tonumber(a.priority), tonumber(b.priority)
-            if pa ~= pb then return pa > pb end
-            return tonumber(a.id) < tonumber(b.id)
-        end)
     end
+    table.sort(found, function(a, b)
+        local pa, pb = tonumber(a.priority), tonumber(b.priority)
+        if pa ~= pb then return pa > pb end
+        return tonumber(a.id) < tonumber(b.id)
+    end)
+    while #found > limit do table.remove(found) end
     k.jobs = found
 end
 
--- Candidates by tag: open keys in rank order while a closed key's first tag is
--- below the :limit-th smallest tag seen; then take the smallest tags.
-local tagged = {}
-for _, k in ipairs(keys) do
-    if #tagged >= limit and k.next > tagged[limit][1] then break end
+-- Candidates: the keys met at the head first (their jobs may be of a higher
+-- priority), then the others in rank order while a key's first tag is below the
+-- :limit-th smallest tag seen.
+local tagged, tags = {}, {}
+local function add(k)
     open(k)
+    k.opened = true
     for i, j in ipairs(k.jobs) do
-        tagged[#tagged + 1] = {k.pass + i / k.w, tonumber(j.priority), tonumber(j.id), j, k}
+        local tag = k.pass + i / k.w
+        tagged[#tagged + 1] = {tag, tonumber(j.priority), tonumber(j.id), j, k}
+        tags[#tags + 1] = tag
     end
-    table.sort(tagged, function(a, b)
-        if a[1] ~= b[1] then return a[1] < b[1] end
-        return a[3] < b[3]
-    end)
-    while #tagged > limit do table.remove(tagged) end
+    table.sort(tags)
+    while #tags > limit do table.remove(tags) end
+end
+for _, k in ipairs(keys) do
+    if head[k.key] then add(k) end
+end
+for _, k in ipairs(keys) do
+    if not k.opened then
+        if #tags >= limit and k.next > tags[limit] then break end
+        add(k)
+    end
 end
 for _, m in ipairs(unread) do
     drop(tostring(tonumber(string.sub(m, 12))), {queue = q, state = 'queued', member = m})
 end
--- Of the chosen, the highest priority first (claim order).
+-- The highest priority first, then the smallest tags: claim order.
 table.sort(tagged, function(a, b)
     if a[2] ~= b[2] then return a[2] > b[2] end
     if a[1] ~= b[1] then return a[1] < b[1] end
     return a[3] < b[3]
 end)
+while #tagged > limit do table.remove(tagged) end
 
 local out, CLAIMED = {}, {'state', 'attempts', 'worker', 'lease_token', 'lease_expires_at', 'started_at'}
 local least = nil
