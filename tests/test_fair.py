@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -25,6 +25,7 @@ import fair_app
 from conveyor import App, JobState
 from conveyor.cli import cli
 from conveyor.errors import ConfigurationError, InvalidJobError
+from conveyor.fair import Aging
 from conveyor.job import NewJob, utcnow
 from conveyor.store.dsn import DSN_ENV
 
@@ -33,9 +34,14 @@ TESTS_DIR = Path(__file__).resolve().parent
 
 
 def _jobs(
-    queue: str, key: str | None, count: int, priority: int = 0, **more: object
+    queue: str,
+    key: str | None,
+    count: int,
+    priority: int = 0,
+    run_at: datetime | None = None,
+    **more: object,
 ) -> list[NewJob]:
-    now = utcnow()
+    now = run_at or utcnow()
     return [
         NewJob(task="t", queue=queue, limit_key=key, priority=priority, args_json="[]",
                kwargs_json="{}", run_at=now, **more)  # type: ignore[arg-type]
@@ -209,6 +215,54 @@ def test_a_key_is_data_never_syntax(app: App) -> None:
     started = _claim(app, "q", 60)
     assert set(started) == set(odd)
     assert started[odd[0]] >= 3 * min(started[k] for k in odd[1:]) - 3
+
+
+# --------------------------------------------------------------------------- aging
+
+
+def _starved_until(app: App, queue: str) -> int | None:
+    """Seconds until a priority-0 job starts under a stream of priority-3 jobs (each
+    5 s, more than a claim takes), on a clock the test moves; None: never (2 min)."""
+    start = utcnow()
+    (low,) = app.enqueue_many(_jobs(queue, "A", 1, run_at=start))
+    for second in range(0, 120, 5):
+        at = start + timedelta(seconds=second)
+        app.enqueue_many(_jobs(queue, "A", 6, priority=3, run_at=at))
+        claimed = app.store.job_claim([queue], 5, "w", LEASE, now=at)
+        assert len(claimed) == 5
+        if low.id in {j.id for j in claimed}:
+            return second
+    return None
+
+
+def test_aging_lifts_a_job_starved_by_a_stream_of_higher_ones(app: App) -> None:
+    app.fair("plain")
+    assert _starved_until(app, "plain") is None
+    # One level a 10 s, up to 5: level with the stream at 30 s, and the older.
+    app.fair("aged", aging=Aging(every=timedelta(seconds=10), step=1, cap=5))
+    assert _starved_until(app, "aged") == 30
+    app.fair("stepped", aging=Aging(every=20, step=3, cap=3))
+    assert _starved_until(app, "stepped") == 20
+    from conveyor.fair import fair_queues
+
+    assert fair_queues(app.store)["aged"].aging == Aging(10.0, 1, 5)
+    assert fair_queues(app.store)["plain"].aging is None
+
+
+@pytest.mark.parametrize(
+    ("aging", "message"),
+    [
+        (Aging(every=0), "above 0"),
+        (Aging(every=timedelta(0)), "above 0"),
+        (Aging(every="1m"), "seconds or a timedelta"),  # type: ignore[arg-type]
+        (Aging(every=5, step=0), "step must be a whole number"),
+        (Aging(every=5, cap=1.5), "cap must be a whole number"),  # type: ignore[arg-type]
+        ({"every": 5}, "must be an Aging"),
+    ],
+)
+def test_bad_aging_is_refused(app: App, aging: object, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        app.fair("q", aging=aging)  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------- a fleet

@@ -27,7 +27,7 @@ from conveyor.errors import (
     JobStateError,
     UnknownTaskError,
 )
-from conveyor.fair import FairQueue, set_fair
+from conveyor.fair import Aging, FairQueue, set_fair
 from conveyor.fleet import SILENT_AFTER, WorkerStatus, control_worker, worker_statuses
 from conveyor.job import (
     DETAILED_STATES,
@@ -1309,10 +1309,10 @@ class App:
         return store.limit_set(queue, chosen, per_key, utcnow(), keep=keep)
 
     def fair(self, queue: str, weights: Mapping[str, float] | None = None, *,
-             default_weight: float = 1.0, enabled: bool = True) -> FairQueue | None:  # fmt: skip
-        """Claim ``queue``'s ready jobs from its keys (limit_key) in turn, weighted
-        (``weights={"gold": 3}``); ``enabled=False`` undoes it. See conveyor.fair."""
-        return set_fair(self.store, queue, weights, default_weight, enabled)
+             default_weight: float = 1.0, enabled: bool = True,
+             aging: Aging | None = None) -> FairQueue | None:  # fmt: skip
+        """Claim ``queue``'s jobs from its keys (limit_key) in turn, weighted; see conveyor.fair."""
+        return set_fair(self.store, queue, weights, default_weight, enabled, aging)
 
     def limits(self) -> dict[str, LimitStatus]:
         """Every queue's limits and how full they are now: running, started, room, held back."""

@@ -13,15 +13,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 from conveyor.errors import ConfigurationError
 from conveyor.job import utcnow, validate_name
 from conveyor.store.capabilities import refuse
-from conveyor.store.fair import FairQueue, FairStore
+from conveyor.store.fair import Aging, FairQueue, FairStore
 
 __all__ = [
+    "Aging",
     "FairQueue",
+    "check_aging",
     "check_weight",
     "check_weights",
     "fair_dict",
@@ -71,12 +74,40 @@ def check_weights(weights: Mapping[str, object] | None) -> dict[str, float]:
     return checked
 
 
+#: The most levels aging may add to a job's priority.
+MAX_AGING_CAP = 1_000_000
+
+
+def check_aging(aging: object) -> Aging | None:
+    """An Aging, checked: ``every`` above 0 seconds (a number or a timedelta), ``step``
+    and ``cap`` whole numbers of at least 1."""
+    if aging is None:
+        return None
+    if not isinstance(aging, Aging):
+        raise ConfigurationError(f"aging must be an Aging(every=..., step=, cap=), got {aging!r}")
+    every: object = aging.every
+    if isinstance(every, timedelta):
+        every = every.total_seconds()
+    if isinstance(every, bool) or not isinstance(every, int | float):
+        raise ConfigurationError(f"aging's every must be seconds or a timedelta, got {every!r}")
+    if not math.isfinite(every) or every <= 0:
+        raise ConfigurationError(f"aging's every must be above 0 seconds, got {every!r}")
+    for name in ("step", "cap"):
+        value = getattr(aging, name)
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_AGING_CAP:
+            raise ConfigurationError(
+                f"aging's {name} must be a whole number from 1 to {MAX_AGING_CAP:,}, got {value!r}"
+            )
+    return Aging(float(every), aging.step, aging.cap)
+
+
 def set_fair(
     store: object,
     queue: str,
     weights: Mapping[str, object] | None,
     default_weight: object,
     enabled: bool,
+    aging: object = None,
 ) -> FairQueue | None:
     """What ``app.fair`` does: check, store, and answer what the queue has now."""
     validate_name("queue", queue)
@@ -84,21 +115,28 @@ def set_fair(
     if not isinstance(enabled, bool):
         raise ConfigurationError(f"enabled must be True or False, got {enabled!r}")
     if not enabled:
-        if weights:
-            raise ConfigurationError(f"app.fair({queue!r}, enabled=False) takes no weights")
+        if weights or aging is not None:
+            raise ConfigurationError(
+                f"app.fair({queue!r}, enabled=False) takes no weights and no aging"
+            )
         fair.fair_set(queue, None, 1.0, utcnow())
         return None
     checked, default = check_weights(weights), check_weight("default_weight", default_weight)
-    fair.fair_set(queue, checked, default, utcnow())
-    return FairQueue(queue, checked, default)
+    rule = check_aging(aging)
+    fair.fair_set(queue, checked, default, utcnow(), rule)
+    return FairQueue(queue, checked, default, aging=rule)
 
 
 def fair_dict(queue: FairQueue) -> dict[str, Any]:
     """A fair queue as plain data (``conveyor queues show --json``, the dashboard)."""
+    aging = queue.aging
     return {
         "by": "limit_key",
         "weights": queue.weights,
         "default_weight": queue.default_weight,
+        "aging": None
+        if aging is None
+        else {"every": aging.every, "step": aging.step, "cap": aging.cap},
         "keys": [
             {
                 "key": key.key,

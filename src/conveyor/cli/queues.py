@@ -303,6 +303,9 @@ def show(queue: str, dsn: str | None, as_json: bool) -> None:
         f"  fair: by limit_key, default weight {turns.default_weight:g}"
         + (f", weights {named}" if named else "")
     )
+    if turns.aging is not None:
+        rule = turns.aging
+        click.echo(f"  aging: +{rule.step} priority every {rule.every:g}s waited, +{rule.cap} at most")
     if turns.keys:
         click.echo(f"  {'key':<24} {'weight':>7} {'queued':>9} {'recent share':>13} {'starts':>9}")
     for key in turns.keys:

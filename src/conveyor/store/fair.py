@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
 
 #: Most keys one read of a fair queue returns (the busiest: most recent starts, then
@@ -22,6 +22,18 @@ RECENT_SECONDS = 60.0
 #: How long a store trusts what it read of which queues are fair before reading
 #: again: a queue made fair (or not) is claimed so by every worker within this.
 FAIR_RECHECK_SECONDS = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Aging:
+    """A queued job's priority counts ``step`` more for every ``every`` seconds it has
+    been due, up to ``cap`` more, in the claim's order: no job waits forever behind
+    a stream of higher ones."""
+
+    #: Seconds (a timedelta is taken too, and kept as seconds).
+    every: float | timedelta
+    step: int = 1
+    cap: int = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +58,7 @@ class FairQueue:
     weights: dict[str, float]
     default_weight: float
     keys: tuple[FairKey, ...] = field(default=())
+    aging: Aging | None = None
 
     def weight(self, key: str | None) -> float:
         return self.default_weight if key is None else self.weights.get(key, self.default_weight)
@@ -64,12 +77,30 @@ def decayed(recent: float, seconds_since: float) -> float:
 @runtime_checkable
 class FairStore(Protocol):
     def fair_set(
-        self, queue: str, weights: dict[str, float] | None, default_weight: float, now: datetime
+        self,
+        queue: str,
+        weights: dict[str, float] | None,
+        default_weight: float,
+        now: datetime,
+        aging: Aging | None = None,
     ) -> None:
-        """Make ``queue`` fair with these weights (kept turns stay), or, ``weights``
-        None, not fair (its turns forgotten)."""
+        """Make ``queue`` fair with these weights and aging (kept turns stay), or,
+        ``weights`` None, not fair (its turns forgotten)."""
         ...
 
     def fair_status(self, queue: str | None, now: datetime) -> list[FairQueue]:
         """The fair queues (or ``queue`` alone, if fair) with their busiest keys."""
         ...
+
+
+def aging_params(aging: Aging | None) -> dict[str, float | int | None]:
+    """The aging columns of a fair queue's row (the SQL stores' fair_set)."""
+    if aging is None:
+        return {"aging_every": None, "aging_step": 1, "aging_cap": 0}
+    every = aging.every.total_seconds() if isinstance(aging.every, timedelta) else aging.every
+    return {"aging_every": every, "aging_step": aging.step, "aging_cap": aging.cap}
+
+
+def aging_of(every: float | None, step: int, cap: int) -> Aging | None:
+    """A fair queue's aging as its row holds it."""
+    return None if every is None else Aging(float(every), int(step), int(cap))

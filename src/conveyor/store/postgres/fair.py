@@ -19,7 +19,16 @@ from typing import Any
 from psycopg import errors as pg_errors
 
 from conveyor.job import Job
-from conveyor.store.fair import FAIR_RECHECK_SECONDS, MAX_FAIR_KEYS, FairKey, FairQueue, decayed
+from conveyor.store.fair import (
+    FAIR_RECHECK_SECONDS,
+    MAX_FAIR_KEYS,
+    Aging,
+    FairKey,
+    FairQueue,
+    aging_of,
+    aging_params,
+    decayed,
+)
 from conveyor.store.postgres.base import _row_to_job
 from conveyor.store.postgres.core import CoreMixin
 from conveyor.store.sql import load_queries
@@ -108,13 +117,19 @@ class PostgresFair(CoreMixin):
         return []
 
     def fair_set(
-        self, queue: str, weights: dict[str, float] | None, default_weight: float, now: datetime
+        self,
+        queue: str,
+        weights: dict[str, float] | None,
+        default_weight: float,
+        now: datetime,
+        aging: Aging | None = None,
     ) -> None:
         params = {
             "queue": queue,
             "weights": None if weights is None else json.dumps(weights),
             "default_weight": default_weight,
             "now": now,
+            **aging_params(aging),
         }
         with self._conn() as conn:
             conn.execute(_F["fair_set" if weights is not None else "fair_off"], params)
@@ -123,7 +138,7 @@ class PostgresFair(CoreMixin):
     def fair_status(self, queue: str | None, now: datetime) -> list[FairQueue]:
         found: list[FairQueue] = []
         with self._conn() as conn:
-            for name, weights, default in conn.execute(_F["fair_queues"], {"queue": queue}):
+            for name, weights, default, *aging in conn.execute(_F["fair_queues"], {"queue": queue}):
                 rows = conn.execute(
                     _F["fair_keys"], {"queue": name, "now": now, "top": MAX_FAIR_KEYS}
                 ).fetchall()
@@ -131,5 +146,9 @@ class PostgresFair(CoreMixin):
                     FairKey(key or None, int(queued), decayed(recent, float(since)), int(starts))
                     for key, queued, recent, since, starts in rows
                 )
-                found.append(FairQueue(name, dict(json.loads(weights)), float(default), keys))
+                found.append(
+                    FairQueue(
+                        name, dict(json.loads(weights)), float(default), keys, aging_of(*aging)
+                    )
+                )
         return found

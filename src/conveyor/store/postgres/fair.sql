@@ -13,19 +13,28 @@ SELECT coalesce(array_agg(f.queue), '{}'::text[]),
 FROM fair_queues AS f
 WHERE f.queue = ANY(%(queues)s::text[])
 
+-- name: aged
+-- The priority job j claims with: its own, plus k.aging_step for every
+-- k.aging_every seconds it has been due, up to k.aging_cap more (aging).
+j.priority + CASE WHEN k.aging_every IS NULL THEN 0
+                  ELSE least(k.aging_cap, k.aging_step * floor(
+                           greatest(extract(epoch FROM {{now}} - j.run_at), 0) / k.aging_every))
+             END::integer
+
 -- name: fair_key_jobs
 -- The claimable jobs of key k.fair_key of queue k.queue (NULL: the jobs without
--- a key), unordered: the caller orders and limits. A key's jobs are found by
+-- a key) with the priority they claim with (aged), unordered: the caller orders
+-- and limits. A key's jobs are found by
 -- jobs_limit_queued; the jobs without a key among the queue's first 200 ready
 -- jobs in claim order (no index holds them apart, and one that would costs every
 -- job of every queue): further back, they come into reach as the jobs ahead start.
-SELECT j.id, j.priority FROM jobs AS j
+SELECT j.id, {{aged}} AS priority FROM jobs AS j
 WHERE k.fair_key IS NOT NULL
   AND j.queue = k.queue AND j.limit_key = k.fair_key AND j.limit_key IS NOT NULL
   AND {{conveyor.store.postgres/queries.sql:claimable}}
 UNION ALL
 SELECT w.id, w.priority FROM (
-    SELECT j.id, j.priority, j.limit_key FROM jobs AS j
+    SELECT j.id, {{aged}} AS priority, j.limit_key FROM jobs AS j
     WHERE k.fair_key IS NULL AND j.queue = k.queue
       AND {{conveyor.store.postgres/queries.sql:claimable}}
     ORDER BY j.priority DESC, j.id
@@ -54,7 +63,8 @@ WHERE w.limit_key IS NULL
 -- move on in the same statement: each key's pass by its starts/weight, from the
 -- newest value (concurrent claims add up), and the queue's clock.
 WITH RECURSIVE fair AS MATERIALIZED (
-    SELECT f.queue, f.weights, f.default_weight, f.clock FROM fair_queues AS f
+    SELECT f.queue, f.weights, f.default_weight, f.clock, f.aging_every, f.aging_step, f.aging_cap
+    FROM fair_queues AS f
     WHERE f.queue = %(queue)s
       AND NOT EXISTS (SELECT 1 FROM queues AS p WHERE p.name = f.queue AND p.paused)
 ), keyed (fair_key) AS (
@@ -71,8 +81,9 @@ WITH RECURSIVE fair AS MATERIALIZED (
     FROM keyed AS k WHERE k.fair_key IS NOT NULL
 ), keys AS MATERIALIZED (
     SELECT k.queue, k.fair_key, k.weight, greatest(coalesce(t.pass, k.clock), k.clock) AS pass,
-           h.priority AS top
+           h.priority AS top, k.aging_every, k.aging_step, k.aging_cap
     FROM (SELECT fair.queue, named.fair_key, fair.clock,
+                 fair.aging_every, fair.aging_step, fair.aging_cap,
                  coalesce((fair.weights ->> named.fair_key)::float8, fair.default_weight) AS weight
           FROM fair CROSS JOIN (SELECT fair_key FROM keyed WHERE fair_key IS NOT NULL
                                 UNION ALL SELECT NULL) AS named) AS k
@@ -130,12 +141,15 @@ clocked AS (
 SELECT claimed.* FROM claimed
 
 -- name: fair_set
--- Make a queue fair, or change its weights: the turns already taken stay.
-INSERT INTO fair_queues (queue, weights, default_weight, updated_at)
-VALUES (%(queue)s, %(weights)s::jsonb, %(default_weight)s, {{now}})
+-- Make a queue fair, or change its weights or aging: the turns already taken stay.
+INSERT INTO fair_queues (queue, weights, default_weight, aging_every, aging_step, aging_cap,
+                         updated_at)
+VALUES (%(queue)s, %(weights)s::jsonb, %(default_weight)s, %(aging_every)s, %(aging_step)s,
+        %(aging_cap)s, {{now}})
 ON CONFLICT (queue) DO UPDATE
 SET weights = EXCLUDED.weights, default_weight = EXCLUDED.default_weight,
-    updated_at = EXCLUDED.updated_at
+    aging_every = EXCLUDED.aging_every, aging_step = EXCLUDED.aging_step,
+    aging_cap = EXCLUDED.aging_cap, updated_at = EXCLUDED.updated_at
 
 -- name: fair_off
 -- A queue no longer fair: its settings and turns forgotten.
@@ -143,7 +157,8 @@ WITH turns AS (DELETE FROM fair_turns WHERE queue = %(queue)s)
 DELETE FROM fair_queues WHERE queue = %(queue)s
 
 -- name: fair_queues
-SELECT f.queue, f.weights::text, f.default_weight FROM fair_queues AS f
+SELECT f.queue, f.weights::text, f.default_weight, f.aging_every, f.aging_step, f.aging_cap
+FROM fair_queues AS f
 WHERE %(queue)s::text IS NULL OR f.queue = %(queue)s
 ORDER BY f.queue
 

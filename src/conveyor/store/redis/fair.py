@@ -16,7 +16,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from conveyor.job import Job
-from conveyor.store.fair import FAIR_RECHECK_SECONDS, MAX_FAIR_KEYS, FairKey, FairQueue, decayed
+from conveyor.store.fair import (
+    FAIR_RECHECK_SECONDS,
+    MAX_FAIR_KEYS,
+    Aging,
+    FairKey,
+    FairQueue,
+    aging_of,
+    decayed,
+)
 from conveyor.store.redis.base import _now_arg, _pairs, job_of
 from conveyor.store.redis.core import CoreMixin
 
@@ -84,16 +92,24 @@ class RedisFair(CoreMixin):
         return jobs
 
     def fair_set(
-        self, queue: str, weights: dict[str, float] | None, default_weight: float, now: datetime
+        self,
+        queue: str,
+        weights: dict[str, float] | None,
+        default_weight: float,
+        now: datetime,
+        aging: Aging | None = None,
     ) -> None:
         text = "" if weights is None else json.dumps(weights)
-        self._run("fair_set", queue, text, repr(float(default_weight)))
+        every, step, cap = (
+            ("", 1, 0) if aging is None else (repr(aging.every), aging.step, aging.cap)
+        )
+        self._run("fair_set", queue, text, repr(float(default_weight)), every, str(step), str(cap))
         self._fair_seen().clear()
 
     def fair_status(self, queue: str | None, now: datetime) -> list[FairQueue]:
         found: list[FairQueue] = []
         at = now.timestamp()
-        for name, weights, default, turns, counts in self._run("fair_status", queue or ""):
+        for name, weights, default, aging, turns, counts in self._run("fair_status", queue or ""):
             queued = {_text(counts[i]): int(counts[i + 1]) for i in range(0, len(counts), 2)}
             kept: dict[str, tuple[float, float, int]] = {}
             for i in range(0, len(turns), 2):
@@ -116,6 +132,7 @@ class RedisFair(CoreMixin):
                     dict(json.loads(_text(weights))),
                     float(_text(default)),
                     tuple(keys[:MAX_FAIR_KEYS]),
+                    aging_of(float(aging[0]), int(aging[1]), int(aging[2])) if aging else None,
                 )
             )
         return found

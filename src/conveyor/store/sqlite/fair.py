@@ -17,7 +17,16 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from conveyor.job import Job, utcnow
-from conveyor.store.fair import FAIR_RECHECK_SECONDS, MAX_FAIR_KEYS, FairKey, FairQueue, decayed
+from conveyor.store.fair import (
+    FAIR_RECHECK_SECONDS,
+    MAX_FAIR_KEYS,
+    Aging,
+    FairKey,
+    FairQueue,
+    aging_of,
+    aging_params,
+    decayed,
+)
 from conveyor.store.sql import load_queries
 from conveyor.store.sqlite.base import _Q, _row_to_job, _ts
 from conveyor.store.sqlite.core import CoreMixin
@@ -88,13 +97,19 @@ class SQLiteFair(CoreMixin):
         return jobs
 
     def fair_set(
-        self, queue: str, weights: dict[str, float] | None, default_weight: float, now: datetime
+        self,
+        queue: str,
+        weights: dict[str, float] | None,
+        default_weight: float,
+        now: datetime,
+        aging: Aging | None = None,
     ) -> None:
         params = {
             "queue": queue,
             "weights": None if weights is None else json.dumps(weights),
             "default_weight": default_weight,
             "now": _ts(now),
+            **aging_params(aging),
         }
         with self._write() as conn:
             if weights is None:
@@ -107,13 +122,17 @@ class SQLiteFair(CoreMixin):
     def fair_status(self, queue: str | None, now: datetime) -> list[FairQueue]:
         conn = self._conn()
         found: list[FairQueue] = []
-        for name, weights, default in conn.execute(_F["fair_queues"], {"queue": queue}).fetchall():
+        for name, weights, default, *aging in conn.execute(
+            _F["fair_queues"], {"queue": queue}
+        ).fetchall():
             params = {"queue": name, "now": _ts(now), "top": MAX_FAIR_KEYS}
             keys = tuple(
                 FairKey(key or None, int(queued), decayed(recent, since), int(starts))
                 for key, queued, recent, since, starts in conn.execute(_F["fair_keys"], params)
             )
-            found.append(FairQueue(name, dict(json.loads(weights)), float(default), keys))
+            found.append(
+                FairQueue(name, dict(json.loads(weights)), float(default), keys, aging_of(*aging))
+            )
         return found
 
 

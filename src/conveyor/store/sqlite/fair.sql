@@ -10,16 +10,23 @@
 -- name: fair_any
 SELECT queue FROM fair_queues WHERE queue IN (SELECT value FROM json_each(:queues))
 
+-- name: aged
+-- The priority job j claims with (see aged on PostgreSQL).
+j.priority + CASE WHEN k.aging_every IS NULL THEN 0
+                  ELSE min(k.aging_cap, k.aging_step * CAST(
+                           max(:now - j.run_at, 0) / k.aging_every AS INTEGER))
+             END
+
 -- name: fair_key_jobs
 -- The claimable jobs of key k.fair_key of queue k.queue (NULL: the jobs without
 -- a key, among the queue's first 200 ready jobs in claim order), unordered.
-SELECT j.id, j.priority FROM jobs AS j
+SELECT j.id, {{aged}} AS priority FROM jobs AS j
 WHERE k.fair_key IS NOT NULL
   AND j.queue = k.queue AND j.limit_key = k.fair_key AND j.limit_key IS NOT NULL
   AND {{conveyor.store.sqlite/queries.sql:claimable}}
 UNION ALL
 SELECT w.id, w.priority FROM (
-    SELECT j.id, j.priority, j.limit_key FROM jobs AS j
+    SELECT j.id, {{aged}} AS priority, j.limit_key FROM jobs AS j
     WHERE k.fair_key IS NULL AND j.queue = k.queue
       AND {{conveyor.store.sqlite/queries.sql:claimable}}
     ORDER BY j.priority DESC, j.id
@@ -31,7 +38,9 @@ WHERE w.limit_key IS NULL
 -- Each key of fair queue :queue with a ready job: its weight, its pass (never
 -- behind the queue's clock) and its best ready job's priority.
 WITH RECURSIVE fair AS (
-    SELECT f.queue, f.weights, f.default_weight, f.clock FROM fair_queues AS f
+    SELECT f.queue, f.weights, f.default_weight, f.clock, f.aging_every, f.aging_step,
+           f.aging_cap
+    FROM fair_queues AS f
     WHERE f.queue = :queue AND f.queue NOT IN (SELECT name FROM queues WHERE paused)
 ), keyed (fair_key) AS (
     SELECT (SELECT j.limit_key FROM jobs AS j
@@ -45,13 +54,14 @@ WITH RECURSIVE fair AS (
             ORDER BY j.limit_key LIMIT 1)
     FROM keyed AS k WHERE k.fair_key IS NOT NULL
 ), named AS (
-    SELECT fair.queue, n.fair_key, fair.clock,
+    SELECT fair.queue, n.fair_key, fair.clock, fair.aging_every, fair.aging_step, fair.aging_cap,
            coalesce((SELECT w.value FROM json_each(fair.weights) AS w WHERE w.key = n.fair_key),
                     fair.default_weight) AS weight
     FROM fair CROSS JOIN (SELECT fair_key FROM keyed WHERE fair_key IS NOT NULL
                           UNION ALL SELECT NULL) AS n
 )
 SELECT k.queue, k.fair_key, k.weight, max(coalesce(t.pass, k.clock), k.clock) AS pass,
+       k.aging_every, k.aging_step, k.aging_cap,
        (SELECT s.priority FROM ({{fair_key_jobs}}) AS s
         ORDER BY s.priority DESC, s.id LIMIT 1) AS top
 FROM named AS k
@@ -67,11 +77,11 @@ WITH keys AS MATERIALIZED (
     SELECT * FROM keys AS k ORDER BY k.top DESC, k.pass + 1.0 / k.weight, k.fair_key
     LIMIT :limit
 ), ranked AS (
-    SELECT x.id, x.priority,
-           k.pass + row_number() OVER (PARTITION BY k.fair_key ORDER BY x.priority DESC, x.id)
+    SELECT j.id, {{aged}} AS priority,
+           k.pass + row_number() OVER (PARTITION BY k.fair_key ORDER BY {{aged}} DESC, j.id)
                     * 1.0 / k.weight AS tag
     FROM chosen AS k
-    JOIN jobs AS x ON x.id IN (
+    JOIN jobs AS j ON j.id IN (
         SELECT s.id FROM ({{fair_key_jobs}}) AS s ORDER BY s.priority DESC, s.id LIMIT :limit)
 )
 UPDATE jobs SET {{conveyor.store.sqlite/queries.sql:claim_set}}
@@ -112,11 +122,13 @@ SET pass = max(t.pass, (SELECT clock FROM fair_queues WHERE queue = :queue))
     recent_at = max(t.recent_at, excluded.recent_at)
 
 -- name: fair_set
-INSERT INTO fair_queues (queue, weights, default_weight, updated_at)
-VALUES (:queue, :weights, :default_weight, :now)
+INSERT INTO fair_queues (queue, weights, default_weight, aging_every, aging_step, aging_cap,
+                         updated_at)
+VALUES (:queue, :weights, :default_weight, :aging_every, :aging_step, :aging_cap, :now)
 ON CONFLICT (queue) DO UPDATE
 SET weights = excluded.weights, default_weight = excluded.default_weight,
-    updated_at = excluded.updated_at
+    aging_every = excluded.aging_every, aging_step = excluded.aging_step,
+    aging_cap = excluded.aging_cap, updated_at = excluded.updated_at
 
 -- name: fair_off_turns
 DELETE FROM fair_turns WHERE queue = :queue
@@ -125,7 +137,8 @@ DELETE FROM fair_turns WHERE queue = :queue
 DELETE FROM fair_queues WHERE queue = :queue
 
 -- name: fair_queues
-SELECT f.queue, f.weights, f.default_weight FROM fair_queues AS f
+SELECT f.queue, f.weights, f.default_weight, f.aging_every, f.aging_step, f.aging_cap
+FROM fair_queues AS f
 WHERE :queue IS NULL OR f.queue = :queue
 ORDER BY f.queue
 

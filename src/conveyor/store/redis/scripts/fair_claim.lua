@@ -20,12 +20,23 @@ local q, limit = ARGV[1], tonumber(ARGV[2])
 local now_n, now_s = clock(ARGV[6])
 local group = v(ARGV[7] ~= '' and ARGV[7])
 local expires = fmt(now_n + tonumber(ARGV[5]))
-local settings = redis.call('HMGET', qk('fair', q), 'weights', 'default', 'clock')
+local settings = redis.call('HMGET', qk('fair', q), 'weights', 'default', 'clock',
+                            'aging_every', 'aging_step', 'aging_cap')
 if not settings[1] or redis.call('SISMEMBER', P .. 'paused', q) == 1 then
     return done({{}, unreadable})
 end
 local weights, default = cjson.decode(settings[1]), tonumber(settings[2])
 local clock_at = tonumber(settings[3]) or 0
+local aging_every, aging_step, aging_cap = tonumber(settings[4]), tonumber(settings[5]), tonumber(settings[6])
+
+-- The priority a job claims with: its own, plus aging_step for every aging_every
+-- seconds it has been due, up to aging_cap more (aging, when the queue has it).
+local function aged(j)
+    local p = tonumber(j.priority)
+    if not aging_every then return p end
+    local waited = math.max(now_n - tonumber(j.run_at), 0)
+    return p + math.min(aging_cap, aging_step * math.floor(waited / aging_every))
+end
 promote(q, now_n)
 
 local function weight_of(key)
@@ -94,7 +105,7 @@ local function open(k)
         end
     end
     table.sort(found, function(a, b)
-        local pa, pb = tonumber(a.priority), tonumber(b.priority)
+        local pa, pb = aged(a), aged(b)
         if pa ~= pb then return pa > pb end
         return tonumber(a.id) < tonumber(b.id)
     end)
@@ -111,7 +122,7 @@ local function add(k)
     k.opened = true
     for i, j in ipairs(k.jobs) do
         local tag = k.pass + i / k.w
-        tagged[#tagged + 1] = {tag, tonumber(j.priority), tonumber(j.id), j, k}
+        tagged[#tagged + 1] = {tag, aged(j), tonumber(j.id), j, k}
         tags[#tags + 1] = tag
     end
     table.sort(tags)

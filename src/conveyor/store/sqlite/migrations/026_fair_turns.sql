@@ -6,6 +6,9 @@ CREATE TABLE fair_queues (
     weights         text NOT NULL DEFAULT '{}',
     default_weight  real NOT NULL DEFAULT 1 CHECK (default_weight > 0),
     clock           real NOT NULL DEFAULT 0,
+    aging_every     real CHECK (aging_every > 0),
+    aging_step      integer NOT NULL DEFAULT 1,
+    aging_cap       integer NOT NULL DEFAULT 0,
     updated_at      real
 );
 
