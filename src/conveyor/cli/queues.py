@@ -305,7 +305,8 @@ def show(queue: str, dsn: str | None, as_json: bool) -> None:
     )
     if turns.aging is not None:
         rule = turns.aging
-        click.echo(f"  aging: +{rule.step} priority every {rule.every:g}s waited, +{rule.cap} at most")
+        every = f"{rule.every:g}s" if isinstance(rule.every, float) else str(rule.every)
+        click.echo(f"  aging: +{rule.step} priority every {every} waited, +{rule.cap} at most")
     if turns.keys:
         click.echo(f"  {'key':<24} {'weight':>7} {'queued':>9} {'recent share':>13} {'starts':>9}")
     for key in turns.keys:
