@@ -175,18 +175,16 @@ def test_a_queue_made_unfair_claims_in_order_again(app: App) -> None:
 
 
 def test_what_a_fair_queue_says_of_its_keys(app: App) -> None:
-    from conveyor.fair import fair_queues
-
     app.fair("q", weights={"gold": 3})
     app.enqueue_many(_jobs("q", "gold", 100) + _jobs("q", "A", 100) + _jobs("q", None, 4))
     _claim(app, "q", 80)
-    seen = fair_queues(app.store)["q"]
+    seen = app.fair_queues()["q"]
     assert seen.weights == {"gold": 3.0} and seen.default_weight == 1.0
     keys = {k.key: k for k in seen.keys}
     assert keys["gold"].starts + keys["A"].starts + keys[None].starts == 80
     assert keys["gold"].queued == 100 - keys["gold"].starts
     assert 0.6 < seen.share(keys["gold"]) < 0.8
-    assert fair_queues(app.store, "other") == {}
+    assert app.fair_queues("other") == {}
 
 
 @pytest.mark.parametrize(
@@ -243,10 +241,8 @@ def test_aging_lifts_a_job_starved_by_a_stream_of_higher_ones(app: App) -> None:
     assert _starved_until(app, "aged") == 30
     app.fair("stepped", aging=Aging(every=20, step=3, cap=3))
     assert _starved_until(app, "stepped") == 20
-    from conveyor.fair import fair_queues
-
-    assert fair_queues(app.store)["aged"].aging == Aging(10.0, 1, 5)
-    assert fair_queues(app.store)["plain"].aging is None
+    assert app.fair_queues()["aged"].aging == Aging(10.0, 1, 5)
+    assert app.fair_queues()["plain"].aging is None
 
 
 @pytest.mark.parametrize(

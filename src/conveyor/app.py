@@ -10,6 +10,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from conveyor import bulk
+from conveyor import fair as fair_turns
 from conveyor.bulk import BULK_ACTIONS, check_age, check_final_states, job_selection
 from conveyor.changes import (
     Change,
@@ -27,7 +28,6 @@ from conveyor.errors import (
     JobStateError,
     UnknownTaskError,
 )
-from conveyor.fair import Aging, FairQueue, set_fair
 from conveyor.fleet import SILENT_AFTER, WorkerStatus, control_worker, worker_statuses
 from conveyor.job import (
     DETAILED_STATES,
@@ -1308,11 +1308,8 @@ class App:
         keep = [part for part in named if part not in given]
         return store.limit_set(queue, chosen, per_key, utcnow(), keep=keep)
 
-    def fair(self, queue: str, weights: Mapping[str, float] | None = None, *,
-             default_weight: float = 1.0, enabled: bool = True,
-             aging: Aging | None = None) -> FairQueue | None:  # fmt: skip
-        """Claim ``queue``'s jobs from its keys (limit_key) in turn, weighted; see conveyor.fair."""
-        return set_fair(self.store, queue, weights, default_weight, enabled, aging)
+    fair = fair_turns.fair  # make a queue's claims take turns across its keys, weighted
+    fair_queues = fair_turns.fair_queues  # the fair queues, their busiest keys
 
     def limits(self) -> dict[str, LimitStatus]:
         """Every queue's limits and how full they are now: running, started, room, held back."""
@@ -1377,7 +1374,7 @@ class App:
     atake_back = async_twin(take_back)
     adelete_queue = async_twin(delete_queue)
     alimit = async_twin(limit)
-    afair = async_twin(fair)
+    afair, afair_queues = async_twin(fair), async_twin(fair_queues)
     alimits = async_twin(limits)
     athrottle = async_twin(throttle)
     aenqueue_workflow = async_twin(enqueue_workflow)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from conveyor.errors import ConfigurationError
 from conveyor.job import utcnow, validate_name
@@ -27,6 +27,7 @@ __all__ = [
     "check_aging",
     "check_weight",
     "check_weights",
+    "fair",
     "fair_dict",
     "fair_queues",
     "fair_store",
@@ -150,9 +151,40 @@ def fair_dict(queue: FairQueue) -> dict[str, Any]:
     }
 
 
-def fair_queues(store: object, queue: str | None = None) -> dict[str, FairQueue]:
-    """The fair queues (or ``queue`` alone, when fair) with their busiest keys."""
+class _HasStore(Protocol):
+    @property
+    def store(self) -> Any: ...
+
+
+# The App's methods (app.py names them: the App stays a facade).
+
+
+def fair(
+    app: _HasStore,
+    queue: str,
+    weights: Mapping[str, float] | None = None,
+    *,
+    default_weight: float = 1.0,
+    enabled: bool = True,
+    aging: Aging | None = None,
+) -> FairQueue | None:
+    """Claim ``queue``'s ready jobs from its keys (their ``limit_key``) in turn, weighted.
+
+    ``app.fair("reports", weights={"gold": 3})``: a key of weight 3 takes three
+    turns to one of ``default_weight``; jobs without a key share one key; turns
+    are decided within the priority order. ``aging=Aging(every=60, step=1,
+    cap=5)`` also raises a queued job's priority by ``step`` for every ``every``
+    seconds it has waited, up to ``cap`` more. ``enabled=False`` makes the
+    queue claim in priority order again. Stored in the database: every worker
+    claims so within a second. Returns what the queue has now (None: not fair).
+    """
+    return set_fair(app.store, queue, weights, default_weight, enabled, aging)
+
+
+def fair_queues(app: _HasStore, queue: str | None = None) -> dict[str, FairQueue]:
+    """The fair queues (or ``queue`` alone, when fair) with their busiest keys: queued
+    jobs, share of the recent starts, starts since the queue was made fair."""
     if queue is not None:
         validate_name("queue", queue)
-    found = fair_store(store, "read fair queues").fair_status(queue, utcnow())
+    found = fair_store(app.store, "read fair queues").fair_status(queue, utcnow())
     return {f.queue: f for f in found}

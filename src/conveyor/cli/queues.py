@@ -15,9 +15,8 @@ from conveyor.bulk import check_age
 from conveyor.cli.options import Bounded, Duration, dsn_option, json_option, open_app, within
 from conveyor.cli.output import console, interactive, print_json, progress, stats_dict, stats_view
 from conveyor.errors import ConveyorError
-from conveyor.fair import check_weight, fair_dict, fair_queues
+from conveyor.fair import check_weight, fair_dict
 from conveyor.job import validate_name
-from conveyor.store.fair import FairStore
 from conveyor.worker.retention import MAX_KEEP
 
 FINAL_STATES = ("succeeded", "failed", "cancelled")
@@ -285,9 +284,7 @@ def show(queue: str, dsn: str | None, as_json: bool) -> None:
     with open_app(dsn) as app:
         counts = app.count_jobs(None, queue=queue)
         stats = app.stats().queues.get(queue)
-        turns = (
-            fair_queues(app.store, queue).get(queue) if isinstance(app.store, FairStore) else None
-        )
+        turns = app.fair_queues(queue).get(queue)
     paused = bool(stats and stats.paused)
     if as_json:
         fairness = None if turns is None else fair_dict(turns)

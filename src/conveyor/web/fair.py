@@ -7,16 +7,16 @@ from typing import Any
 
 from conveyor.app import App
 from conveyor.errors import ConfigurationError
-from conveyor.fair import fair_dict, fair_queues
-from conveyor.store.fair import FairStore
+from conveyor.fair import fair_dict
 
 
 def fair_context(app: App, queue: str) -> dict[str, Any] | None:
     """The fair panel of a queue's page: None when the store has no fair turns;
     ``fair`` None when the queue is not fair."""
-    if not isinstance(app.store, FairStore):
+    try:
+        found = app.fair_queues(queue).get(queue)
+    except ConfigurationError:  # a store without fair turns
         return None
-    found = fair_queues(app.store, queue).get(queue)
     return {"fair": None if found is None else fair_dict(found)}
 
 
@@ -41,7 +41,10 @@ def fair_metrics(out: list[str], app: App) -> None:
     MAX_FAIR_KEYS, so the series stay bounded whatever the keys)."""
     from conveyor.web.metrics import family, sample  # the writer of the text format
 
-    found = fair_queues(app.store) if isinstance(app.store, FairStore) else {}
+    try:
+        found = app.fair_queues()
+    except ConfigurationError:  # a store without fair turns
+        found = {}
     help_text = "Jobs a key of a fair queue started since the queue was made fair (busiest keys)."
     family(out, "conveyor_fair_key_starts_total", "counter", help_text)
     for name, queue in sorted(found.items()):
