@@ -44,12 +44,12 @@ local function weight_of(key)
     return tonumber(w) or default
 end
 
--- The head of the queue in claim order (its first 2 x :limit ready jobs, 20 at
+-- The head of the queue in claim order (its first :limit ready jobs, 20 at
 -- least, 200 at most), by key: the jobs without a key are looked for there
 -- alone, and a key's jobs there join its oldest ones (so that a key's job of a
 -- higher priority is seen, not only its oldest).
 local rooms, taken_group, unread, head = {}, {}, {}, {}
-for _, m in ipairs(redis.call('ZRANGE', qk('ready', q), 0, math.min(math.max(2 * limit, 20), 200) - 1)) do
+for _, m in ipairs(redis.call('ZRANGE', qk('ready', q), 0, math.min(math.max(limit, 20), 200) - 1)) do
     local j = load(tonumber(string.sub(m, 12)))
     if not j then
         unread[#unread + 1] = m
@@ -64,7 +64,11 @@ end
 local names = redis.call('SMEMBERS', qk('kqkeys', q))
 if head[''] then names[#names + 1] = '' end
 if #names == 0 then return done({{}, unreadable}) end
-local turns = redis.call('HMGET', qk('fturn', q), unpack(names))
+local turns = {}
+for i = 1, #names, 1000 do -- unpack takes a few thousand values at most
+    local part = redis.call('HMGET', qk('fturn', q), unpack(names, i, math.min(i + 999, #names)))
+    for _, t in ipairs(part) do turns[#turns + 1] = t end
+end
 local keys = {}
 for i, key in ipairs(names) do
     local t = turns[i] and {string.match(turns[i], '^(%S+) (%S+) (%S+) (%S+)$')} or {}
@@ -79,6 +83,26 @@ table.sort(keys, function(a, b)
     return a.key < b.key
 end)
 
+-- How many of its oldest jobs each key is read for: those whose tags could be
+-- among the :limit smallest, were every key's line long enough (the turn T by
+-- which :limit jobs would start, found by halving), and one more.
+local function starting_by(t)
+    local n = 0
+    for _, k in ipairs(keys) do
+        if k.next > t then break end -- no job of it, nor of those after, starts by t
+        n = n + math.floor((t - k.pass) * k.w)
+    end
+    return n
+end
+local low, high = keys[1].pass, keys[1].pass + limit / keys[1].w
+for _ = 1, 30 do
+    local mid = (low + high) / 2
+    if starting_by(mid) >= limit then high = mid else low = mid end
+end
+for _, k in ipairs(keys) do
+    k.want = math.min(limit, math.max(1, math.ceil((high - k.pass) * k.w) + 1))
+end
+
 -- A key's claimable jobs (at most :limit), highest priority first, then oldest.
 local function open(k)
     local found, seen = {}, {}
@@ -88,8 +112,8 @@ local function open(k)
     end
     if k.key ~= '' then
         local line = kk('kq', q, k.key)
-        local start, chunk, more = 0, limit, 0
-        while more < limit do
+        local start, chunk, more = 0, k.want, 0
+        while more < k.want do
             local ids = redis.call('ZRANGE', line, start, start + chunk - 1)
             if #ids == 0 then break end
             start, chunk = start + chunk, math.min(chunk * 2, 1000)
@@ -99,7 +123,7 @@ local function open(k)
                         and may_start(j, q, nil, now_n, group, rooms, taken_group, limit) then
                     found[#found + 1] = j
                     more = more + 1
-                    if more >= limit then break end
+                    if more >= k.want then break end
                 end
             end
         end
