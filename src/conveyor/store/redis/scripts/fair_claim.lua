@@ -157,7 +157,7 @@ for _, k in ipairs(keys) do
 end
 for _, k in ipairs(keys) do
     if not k.opened then
-        if #tags >= limit and k.next > tags[limit] then break end
+        if #tags >= limit and k.next >= tags[limit] then break end
         add(k)
     end
 end
