@@ -126,7 +126,7 @@ clocked AS (
            count(*), count(*), {{now}}
     FROM claimed AS c
     CROSS JOIN fair
-    JOIN keys AS k ON k.fair_key IS NOT DISTINCT FROM c.limit_key
+    JOIN chosen AS k ON k.fair_key IS NOT DISTINCT FROM c.limit_key
     WHERE EXISTS (SELECT 1 FROM clocked)
     GROUP BY c.limit_key, fair.clock
     ORDER BY coalesce(c.limit_key, '')
