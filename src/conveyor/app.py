@@ -10,6 +10,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from conveyor import bulk, signals
+from conveyor import fair as fair_turns
 from conveyor.bulk import BULK_ACTIONS, check_age, check_final_states, job_selection, retry_one
 from conveyor.changes import (
     Change,
@@ -717,13 +718,12 @@ class App:
 
     def queue_names(self) -> list[str]:
         """Every queue the store knows: with jobs, paused, or limited."""
-        store = insight_store(self.store, "list queues")
-        return store.queue_names()
+        return insight_store(self.store, "list queues").queue_names()
 
     def finished_per_slot(self, since: datetime, slot: timedelta) -> list[FinishedCount]:
         """Jobs finished since ``since``, per queue, state and slot of ``slot`` length."""
-        store = insight_store(self.store, "count finished jobs over time")
-        return store.stats_finished_per_slot(since, slot)
+        insight = insight_store(self.store, "count finished jobs over time")
+        return insight.stats_finished_per_slot(since, slot)
 
     def periodic_ticks(self) -> dict[str, datetime]:
         """The last tick enqueued of each periodic task the store has seen, by name."""
@@ -731,8 +731,7 @@ class App:
 
     def events(self, job_id: int) -> list[Any]:
         """The job's history, oldest first."""
-        store = operator_store(self.store, "read a job's history")
-        return list(store.event_list(job_id))
+        return list(operator_store(self.store, "read a job's history").event_list(job_id))
 
     def steps(self, job_id: int) -> list[Step]:
         """The job's durable steps (``ctx.step``), in the order they finished."""
@@ -1311,6 +1310,9 @@ class App:
         keep = [part for part in named if part not in given]
         return store.limit_set(LimitChange(queue, chosen, per_key, keep), utcnow())
 
+    fair = fair_turns.fair  # make a queue's claims take turns across its keys, weighted
+    fair_queues = fair_turns.fair_queues  # the fair queues, their busiest keys
+
     def limits(self) -> dict[str, LimitStatus]:
         """Every queue's limits and how full they are now: running, started, room, held back."""
         store = flow_control_store(self.store, "read limits")
@@ -1375,6 +1377,7 @@ class App:
     atake_back = async_twin(take_back)
     adelete_queue = async_twin(delete_queue)
     alimit = async_twin(limit)
+    afair, afair_queues = async_twin(fair), async_twin(fair_queues)
     alimits = async_twin(limits)
     athrottle = async_twin(throttle)
     aenqueue_workflow = async_twin(enqueue_workflow)

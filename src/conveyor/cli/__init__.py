@@ -18,7 +18,7 @@ from conveyor.cli.export import export
 from conveyor.cli.group import ConveyorGroup, LazyCommand
 from conveyor.cli.jobs import enqueue, jobs
 from conveyor.cli.limits import limit, limits
-from conveyor.cli.queues import delete_queue, pause, purge, resume, stats, trim
+from conveyor.cli.queues import delete_queue, pause, purge, queues, resume, stats, trim
 from conveyor.cli.signals import signal_job
 from conveyor.cli.tasks import tasks
 from conveyor.cli.worker import HANDLER_THREAD_PREFIX, load_app, migrate, worker
@@ -105,6 +105,6 @@ cli.help = (
 
 for _command in (migrate, worker, enqueue, jobs, stats, purge, trim, pause, resume, delete_queue):
     cli.add_command(_command)
-for _command in (limit, limits, workflows, tasks, audit, encryption, export, workers):
+for _command in (limit, limits, workflows, tasks, audit, encryption, export, workers, queues):
     cli.add_command(_command)
 jobs.add_command(signal_job)

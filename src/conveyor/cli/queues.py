@@ -1,5 +1,5 @@
 """Looking after queues: ``conveyor stats``, ``pause``, ``resume``, ``delete-queue``, ``purge``,
-``trim``."""
+``trim``; ``conveyor queues show`` and ``conveyor queues fair`` (fair turns)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from conveyor.bulk import check_age
 from conveyor.cli.options import Bounded, Duration, dsn_option, json_option, open_app, within
 from conveyor.cli.output import console, interactive, print_json, progress, stats_dict, stats_view
 from conveyor.errors import ConveyorError
+from conveyor.fair import check_weight, fair_dict
 from conveyor.job import validate_name
 from conveyor.store.expiring import expired_counts
 from conveyor.worker.retention import MAX_KEEP
@@ -217,3 +218,98 @@ def delete_queue(queue: str, yes: bool, dsn: str | None) -> None:
         deleted = app.delete_queue(queue)
         record_cli(app, "delete queue", f"queue {queue}", deleted)
     click.echo(f"queue {queue} deleted with {deleted:,} job(s)")
+
+
+# --- conveyor queues: show a queue, make it fair ------------------------------------
+
+
+@click.group()
+def queues() -> None:
+    """Look at a queue (show), or make its claims take turns across its keys (fair)."""
+
+
+def _weight_pair(text: str) -> tuple[str, float]:
+    key, sep, number = text.rpartition("=")
+    if not sep or not key:
+        raise click.BadParameter(
+            f"{text!r}: give KEY=WEIGHT, such as gold=3", param_hint="--weight"
+        )
+    try:
+        return key, check_weight(f"the weight of key {key!r}", float(number))
+    except (ValueError, ConveyorError) as exc:
+        raise click.BadParameter(f"{text!r}: {exc}", param_hint="--weight") from exc
+
+
+@queues.command("fair")
+@click.argument("queue")
+@click.option(
+    "--weight",
+    "weights",
+    multiple=True,
+    metavar="KEY=WEIGHT",
+    help="A key's weight (repeatable): gold=3 takes three turns to a key of weight 1.",
+)
+@click.option("--default-weight", type=float, default=1.0, show_default=True,
+              help="The weight of a key not named.")  # fmt: skip
+@click.option("--off", is_flag=True, help="Claim QUEUE in priority order again (no turns).")
+@dsn_option
+def fair(
+    queue: str, weights: tuple[str, ...], default_weight: float, off: bool, dsn: str | None
+) -> None:
+    """Make QUEUE fair: its claims take ready jobs from its keys (limit_key) in turn."""
+    pairs = dict(_weight_pair(text) for text in weights)
+    if off and (pairs or default_weight != 1.0):
+        raise ConveyorError("--off takes no weights")
+    with open_app(dsn) as app:
+        _warn_if_unknown(app, queue)
+        app.fair(queue, pairs, default_weight=default_weight, enabled=not off)
+        shown = ", ".join(f"{k}={w:g}" for k, w in pairs.items())
+        record_cli(
+            app, "fair off" if off else "fair", f"queue {queue}" + (f" ({shown})" if shown else "")
+        )
+    if off:
+        click.echo(f"queue {queue} claims in priority order (not fair)")
+    else:
+        click.echo(
+            f"queue {queue} is fair by limit_key: default weight {default_weight:g}"
+            + (f"; {shown}" if shown else "")
+        )
+
+
+@queues.command("show")
+@click.argument("queue")
+@dsn_option
+@json_option
+def show(queue: str, dsn: str | None, as_json: bool) -> None:
+    """What QUEUE holds, whether it is paused, and whether it is fair (with its busiest keys)."""
+    validate_name("queue", queue)
+    with open_app(dsn) as app:
+        counts = app.count_jobs(None, queue=queue)
+        stats = app.stats().queues.get(queue)
+        turns = app.fair_queues(queue).get(queue)
+    paused = bool(stats and stats.paused)
+    if as_json:
+        fairness = None if turns is None else fair_dict(turns)
+        print_json({"queue": queue, "paused": paused, "counts": counts, "fair": fairness})
+        return
+    click.echo(f"queue {queue}" + (" (paused)" if paused else ""))
+    click.echo("  jobs: " + (", ".join(f"{s} {n:,}" for s, n in counts.items()) or "none"))
+    if turns is None:
+        click.echo("  fair: no (claims in priority order, oldest first)")
+        return
+    named = ", ".join(f"{k}={w:g}" for k, w in sorted(turns.weights.items()))
+    click.echo(
+        f"  fair: by limit_key, default weight {turns.default_weight:g}"
+        + (f", weights {named}" if named else "")
+    )
+    if turns.aging is not None:
+        rule = turns.aging
+        every = f"{rule.every:g}s" if isinstance(rule.every, float) else str(rule.every)
+        click.echo(f"  aging: +{rule.step} priority every {every} waited, +{rule.cap} at most")
+    if turns.keys:
+        click.echo(f"  {'key':<24} {'weight':>7} {'queued':>9} {'recent share':>13} {'starts':>9}")
+    for key in turns.keys:
+        click.echo(
+            f"  {key.key if key.key is not None else '(no key)':<24} {turns.weight(key.key):>7g} "
+            f"{key.queued:>9,} {turns.share(key):>12.0%} {key.starts:>9,}"
+        )

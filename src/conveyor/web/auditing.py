@@ -40,6 +40,8 @@ ACTIONS = {
     "limit_set": "limit set",
     "limit_cleared": "limit clear",
     "throttle_lifted": "throttle lift",
+    "fair_set": "fair",
+    "fair_off": "fair off",
     "workflow_cancelled": "cancel workflow",
     "worker_quiet": "worker quiet",
     "worker_resume": "worker resume",

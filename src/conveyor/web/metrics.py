@@ -35,6 +35,7 @@ from conveyor.store.metrics_protocol import (
     fold_for_reading,
 )
 from conveyor.version import __version__
+from conveyor.web.fair import fair_metrics
 from conveyor.web.limits import limit_metrics
 
 #: The histograms' bounds as exposed: every fourth of the store's (each four
@@ -145,6 +146,7 @@ class Metrics:
             sample(out, "conveyor_worker_jobs_in_hand", {"host": host}, count)
 
         limit_metrics(out, stats.limits, now)
+        fair_metrics(out, self.app)
         task_counters(out, rows)
         task_histograms(out, rows)
         return "\n".join(out) + "\n"

@@ -53,6 +53,7 @@ from conveyor.store.limit_keys import MAX_THROTTLED_KEYS
 from conveyor.store.selection import ARGS_SEARCH_SPAN
 from conveyor.web import charts, graph, task_metrics, views
 from conveyor.web.auditing import audit_action
+from conveyor.web.fair import fair_context, parse_weights
 from conveyor.web.format import FILTERS
 from conveyor.web.hosts import LOOPBACK_NAMES
 from conveyor.web.limits import limit_rows
@@ -144,6 +145,8 @@ NOTICES = {
     "retried_all": "Failed jobs of the queue queued again: {n}.",
     "purged": "Finished jobs deleted: {n}.",
     "queue_deleted": "Queue deleted with its jobs: {n}.",
+    "fair_set": "Fair turns set: every worker claims so within a second.",
+    "fair_off": "Fair turns off: claims take the oldest ready job of the highest priority.",
     "bulk_retry": "Jobs queued again: {n}.",
     "bulk_cancel": "Jobs cancelled or asked to stop: {n}.",
     "bulk_delete": "Jobs deleted: {n}.",
@@ -308,6 +311,7 @@ class Dashboard:
             Route("/limits/{queue:name}/set", self.limit_set, methods=["POST"]),
             Route("/limits/{queue:name}/clear", self.limit_clear, methods=["POST"]),
             Route("/limits/{queue:name}/lift", self.limit_lift, methods=["POST"]),
+            Route("/limits/{queue:name}/fair", self.fair_set, methods=["POST"]),
             Route("/limits/{queue:name}", self.page(self.limit_page), name="limit"),
             Route("/purge", self.purge, methods=["GET", "POST"], name="purge"),
             Route("/metrics", self.metrics_text, name="metrics"),
@@ -804,6 +808,7 @@ class Dashboard:
             "row": limit_rows({queue: status})[0] if status is not None else None,
             "now": utcnow(),
             "throttled_keys": self.app.throttled_keys(queue, MAX_THROTTLED_KEYS),
+            "turns": fair_context(self.app, queue),
         }
         return self.render(request, "limit.html", context)
 
@@ -821,6 +826,21 @@ class Dashboard:
             return "limit_set"
 
         return await self.act(request, set_limit, limit_path(queue))
+
+    async def fair_set(self, request: Request) -> Response:
+        queue: str = request.path_params["queue"]
+
+        def set_fair(form: dict[str, list[str]]) -> str:
+            off = first(form, "off") == "1"
+            try:
+                weights = {} if off else parse_weights(first(form, "weights") or "")
+                default = float(first(form, "default_weight") or "1")
+                self.app.fair(queue, weights, default_weight=default, enabled=not off)
+            except (ConfigurationError, ValueError) as exc:
+                raise BadRequest(str(exc)) from None
+            return "fair_off" if off else "fair_set"
+
+        return await self.act(request, set_fair, limit_path(queue))
 
     async def limit_clear(self, request: Request) -> Response:
         queue: str = request.path_params["queue"]

@@ -18,6 +18,7 @@ from conveyor.store.postgres.audit import PostgresAudit
 from conveyor.store.postgres.base import _away, _missing_table, session_options
 from conveyor.store.postgres.core import CoreMixin
 from conveyor.store.postgres.expiry import PostgresExpiry
+from conveyor.store.postgres.fair import PostgresFair
 from conveyor.store.postgres.holds import HoldsMixin
 from conveyor.store.postgres.insight import InsightMixin
 from conveyor.store.postgres.limit_keys import PostgresLimitKeys
@@ -57,6 +58,7 @@ class PostgresStore(
     PostgresTaskMetrics,
     PostgresWorkerControl,
     PostgresExpiry,
+    PostgresFair,  # its claim first: a fair queue's, the others to the core's
     # Last: every capability above builds on the core.
     CoreMixin,
 ):

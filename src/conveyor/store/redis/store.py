@@ -27,6 +27,7 @@ from conveyor.store.redis.base import LAYOUT_VERSION
 from conveyor.store.redis.core import CoreMixin
 from conveyor.store.redis.durability import DurabilityMixin
 from conveyor.store.redis.expiry import RedisExpiry
+from conveyor.store.redis.fair import RedisFair
 from conveyor.store.redis.holds import HoldsMixin
 from conveyor.store.redis.insight import InsightMixin
 from conveyor.store.redis.limit_keys import RedisLimitKeys
@@ -63,6 +64,7 @@ class RedisStore(
     RedisTaskMetrics,
     RedisWorkerControl,
     RedisExpiry,
+    RedisFair,  # its claim first: a fair queue's, the others to the core's
     # Last: every capability above builds on the core.
     CoreMixin,
 ):

@@ -18,6 +18,7 @@ from conveyor.store.sqlite.audit import SQLiteAudit
 from conveyor.store.sqlite.base import _away, _missing_table
 from conveyor.store.sqlite.core import CoreMixin
 from conveyor.store.sqlite.expiry import SQLiteExpiry
+from conveyor.store.sqlite.fair import SQLiteFair
 from conveyor.store.sqlite.holds import HoldsMixin
 from conveyor.store.sqlite.insight import InsightMixin
 from conveyor.store.sqlite.limit_keys import SQLiteLimitKeys
@@ -54,6 +55,7 @@ class SQLiteStore(
     SQLiteTaskMetrics,
     SQLiteWorkerControl,
     SQLiteExpiry,
+    SQLiteFair,  # its claim first: a fair queue's, the others to the core's
     # Last: every capability above builds on the core.
     CoreMixin,
 ):

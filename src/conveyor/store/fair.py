@@ -1,0 +1,106 @@
+"""Fair turns: the capability a store gives a fair queue (app.fair), and what it reads back.
+
+A fair queue's claims take ready jobs from its keys in turn (a job's key is its
+``limit_key``; jobs without one share one key), weighted, within the priority
+order. The turns live in the store, advanced by the claim that starts the jobs,
+so every worker of every process shares them. Each store implements it in a
+module of its own (``fair.py``, with its claim in ``fair.sql`` or ``fair_claim.lua``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Protocol, runtime_checkable
+
+#: Most keys one read of a fair queue returns (the busiest: most recent starts, then
+#: most queued jobs), so that pages and /metrics stay bounded whatever the keys.
+MAX_FAIR_KEYS = 50
+#: Time constant, in seconds, of the decay of a key's recent starts (the share shown).
+RECENT_SECONDS = 60.0
+#: How long a store trusts what it read of which queues are fair before reading
+#: again: a queue made fair (or not) is claimed so by every worker within this.
+FAIR_RECHECK_SECONDS = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Aging:
+    """A queued job's priority counts ``step`` more for every ``every`` seconds it has
+    been due, up to ``cap`` more, in the claim's order: no job waits forever behind
+    a stream of higher ones."""
+
+    #: Seconds (a timedelta is taken too, and kept as seconds).
+    every: float | timedelta
+    step: int = 1
+    cap: int = 10
+
+
+@dataclass(frozen=True, slots=True)
+class FairKey:
+    """One key of a fair queue: its queued jobs and its starts."""
+
+    #: The key (a limit_key), None for the jobs without one.
+    key: str | None
+    #: Queued jobs of the key (due or not).
+    queued: int
+    #: Starts of the key, decayed with a time constant of RECENT_SECONDS.
+    recent_starts: float
+    #: Starts of the key since the queue was made fair.
+    starts: int
+
+
+@dataclass(frozen=True, slots=True)
+class FairQueue:
+    """A fair queue's settings and, when read with them, its busiest keys."""
+
+    queue: str
+    weights: dict[str, float]
+    default_weight: float
+    keys: tuple[FairKey, ...] = field(default=())
+    aging: Aging | None = None
+
+    def weight(self, key: str | None) -> float:
+        return self.default_weight if key is None else self.weights.get(key, self.default_weight)
+
+    def share(self, key: FairKey) -> float:
+        """The key's share of the recent starts of the keys read (0 to 1)."""
+        total = sum(k.recent_starts for k in self.keys)
+        return key.recent_starts / total if total > 0 else 0.0
+
+
+def decayed(recent: float, seconds_since: float) -> float:
+    """A recent-starts figure ``seconds_since`` after it was written."""
+    return recent * math.exp(-max(seconds_since, 0.0) / RECENT_SECONDS)
+
+
+@runtime_checkable
+class FairStore(Protocol):
+    def fair_set(
+        self,
+        queue: str,
+        weights: dict[str, float] | None,
+        default_weight: float,
+        now: datetime,
+        aging: Aging | None = None,
+    ) -> None:
+        """Make ``queue`` fair with these weights and aging (kept turns stay), or,
+        ``weights`` None, not fair (its turns forgotten)."""
+        ...
+
+    def fair_status(self, queue: str | None, now: datetime) -> list[FairQueue]:
+        """The fair queues (or ``queue`` alone, if fair) with their busiest keys."""
+        ...
+
+
+def aging_params(aging: Aging | None) -> dict[str, float | int | None]:
+    """The aging columns of a fair queue's row (the SQL stores' fair_set)."""
+    if aging is None:
+        return {"aging_every": None, "aging_step": 1, "aging_cap": 0}
+    every = aging.every.total_seconds() if isinstance(aging.every, timedelta) else aging.every
+    return {"aging_every": every, "aging_step": aging.step, "aging_cap": aging.cap}
+
+
+def aging_of(every: float | None, step: int, cap: int) -> Aging | None:
+    """A fair queue's aging as its row holds it."""
+    return None if every is None else Aging(float(every), int(step), int(cap))

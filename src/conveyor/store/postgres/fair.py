@@ -1,0 +1,154 @@
+"""Fair turns on PostgreSQL (conveyor.store.fair): a fair queue's claim is
+``fair_claim`` of ``fair.sql``; the other queues go to the core's claim untouched.
+
+Which queues are fair is read at most once a FAIR_RECHECK_SECONDS per set of
+queues claimed, by the statement that also tells whether they have limits (the
+question the core's claim asks as often), so a worker of queues that are not
+fair runs no statement more than before.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from psycopg import errors as pg_errors
+
+from conveyor.job import Job
+from conveyor.store.fair import (
+    FAIR_RECHECK_SECONDS,
+    MAX_FAIR_KEYS,
+    Aging,
+    FairKey,
+    FairQueue,
+    aging_of,
+    aging_params,
+    decayed,
+)
+from conveyor.store.postgres.base import _row_to_job
+from conveyor.store.postgres.core import CoreMixin
+from conveyor.store.sql import load_queries
+
+_F = load_queries("conveyor.store.postgres", "fair.sql")
+#: Claims retried after a group race (as the core's claim does).
+_CLAIM_ATTEMPTS = 5
+
+
+class PostgresFair(CoreMixin):
+    """FairStore for the postgres store, and the claim that obeys it."""
+
+    def _fair_seen(self) -> dict[tuple[str, ...], tuple[frozenset[str], float]]:
+        seen: dict[tuple[str, ...], tuple[frozenset[str], float]] | None
+        seen = self.__dict__.get("_fair_seen_cache")
+        if seen is None:
+            seen = self.__dict__["_fair_seen_cache"] = {}
+        return seen
+
+    def _fair_of(self, names: tuple[str, ...]) -> frozenset[str]:
+        """The fair queues among ``names``, as last read (see the module's docstring)."""
+        known = self._fair_seen().get(names)
+        now = time.monotonic()
+        if known is not None and now - known[1] < FAIR_RECHECK_SECONDS:
+            return known[0]
+        with self._conn() as conn:
+            row = conn.execute(_F["fair_any"], {"queues": list(names)}).fetchone()
+        fair = frozenset(row[0]) if row else frozenset()
+        self._fair_seen()[names] = (fair, now)
+        self._saw_limits(names, bool(row and row[1]))
+        return fair
+
+    def job_claim(
+        self,
+        queues: Sequence[str],
+        limit: int,
+        worker: str,
+        lease: timedelta,
+        now: datetime | None = None,
+        group: str | None = None,
+    ) -> list[Job]:
+        if limit <= 0 or not queues:
+            return []
+        names = tuple(dict.fromkeys(queues))
+        fair = self._fair_of(names)
+        # A fair queue with limits is claimed by the limits' claim (its limits
+        # hold; its per-key limits spread the starts over its keys).
+        if not fair or self._has_limits(names):
+            return super().job_claim(names, limit, worker, lease, now, group)
+        jobs: list[Job] = []
+        for queue in names:
+            if queue in fair and len(jobs) < limit:
+                jobs += self._fair_claim(queue, limit - len(jobs), worker, lease, now, group)
+        rest = [q for q in names if q not in fair]
+        if rest and len(jobs) < limit:
+            jobs += super().job_claim(rest, limit - len(jobs), worker, lease, now, group)
+        return jobs
+
+    def _fair_claim(
+        self,
+        queue: str,
+        limit: int,
+        worker: str,
+        lease: timedelta,
+        now: datetime | None,
+        group: str | None,
+    ) -> list[Job]:
+        params: dict[str, Any] = {
+            "queue": queue,
+            "limit": limit,
+            "worker": worker,
+            "token": secrets.token_hex(16),
+            "lease": lease,
+            "now": now,
+            "group": group,
+        }
+        for _ in range(_CLAIM_ATTEMPTS):
+            try:
+                with self._conn() as conn:
+                    rows = conn.execute(_F["fair_claim"], params).fetchall()
+            except pg_errors.UniqueViolation:
+                continue  # lost a group race: look again with a new snapshot
+            jobs = [_row_to_job(row) for row in rows]
+            jobs.sort(key=lambda j: (-j.priority, j.id))
+            return jobs
+        return []
+
+    def fair_set(
+        self,
+        queue: str,
+        weights: dict[str, float] | None,
+        default_weight: float,
+        now: datetime,
+        aging: Aging | None = None,
+    ) -> None:
+        params = {
+            "queue": queue,
+            "weights": None if weights is None else json.dumps(weights),
+            "default_weight": default_weight,
+            "now": now,
+            **aging_params(aging),
+        }
+        with self._conn() as conn:
+            conn.execute(_F["fair_set" if weights is not None else "fair_off"], params)
+        self._fair_seen().clear()
+
+    def fair_status(self, queue: str | None, now: datetime) -> list[FairQueue]:
+        found: list[FairQueue] = []
+        with self._conn() as conn:
+            for name, weights, default, *aging in conn.execute(_F["fair_queues"], {"queue": queue}):
+                rows = conn.execute(
+                    _F["fair_keys"], {"queue": name, "now": now, "top": MAX_FAIR_KEYS}
+                ).fetchall()
+                keys = tuple(
+                    FairKey(key or None, int(queued), decayed(recent, float(since)), int(starts))
+                    for key, queued, recent, since, starts in rows
+                )
+                found.append(
+                    FairQueue(
+                        name, dict(json.loads(weights)), float(default), keys, aging_of(*aging)
+                    )
+                )
+        return found
