@@ -21,7 +21,7 @@ from conveyor import App, JobState
 from conveyor.job import Job, NewJob, utcnow
 from conveyor.limits import Limit, Rate
 from conveyor.store.finish_fetch import FetchNext, FinishFetchStore
-from conveyor.store.records import Finish
+from conveyor.store.records import Finish, LimitChange
 from conveyor.store.redis import RedisStore
 from waiting import wait_until
 
@@ -122,7 +122,7 @@ def test_the_fetch_takes_the_groups_next_job_once_the_finish_frees_it(store: Red
 
 
 def test_the_fetch_honours_a_concurrency_limit(store: RedisStore) -> None:
-    store.limit_set("q", Limit(concurrency=2), False, utcnow())
+    store.limit_set(LimitChange("q", Limit(concurrency=2)), utcnow())
     store.job_insert_many([new_job() for _ in range(5)], utcnow())
     one, _two = store.job_claim(["q"], 5, "w1", LEASE)
     _, fetched = store.job_finish_fetch([complete(one)], fetch(5))
@@ -131,8 +131,9 @@ def test_the_fetch_honours_a_concurrency_limit(store: RedisStore) -> None:
 
 
 def test_the_fetch_honours_a_rate_and_a_limit_keys_concurrency(store: RedisStore) -> None:
-    store.limit_set("q", Limit(concurrency=1), True, utcnow())  # one at a time per key
-    store.limit_set("r", Limit(rate=Rate(2, 60.0)), False, utcnow())  # two starts a minute
+    # One at a time per key; two starts a minute in r.
+    store.limit_set(LimitChange("q", Limit(concurrency=1), per_key=True), utcnow())
+    store.limit_set(LimitChange("r", Limit(rate=Rate(2, 60.0))), utcnow())
     a1, a2, a3, b1 = store.job_insert_many(
         [replace(new_job(), limit_key=k) for k in ("a", "a", "a", "b")], utcnow()
     )
