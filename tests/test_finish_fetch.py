@@ -225,7 +225,9 @@ def test_fetched_jobs_run_once_each_within_the_slots(redis_clean_dsn: str, kind:
 
         fetched = counting_fetches(app)
         handles = app.tasks["work"].enqueue_many([((n,), {}) for n in range(count)])
-        app.run_worker(queues=["q"], concurrency=concurrency, burst=True, maintenance=False)
+        app.run_worker(
+            queues=["q"], concurrency=concurrency, burst=True, maintenance=False, finish_fetch=True
+        )
 
         assert sorted(ran) == list(range(count))  # each once
         assert most[0] <= concurrency
@@ -246,7 +248,8 @@ def test_a_stopping_worker_fetches_nothing_and_leaves_nothing_running(
 
         fetched = counting_fetches(app)
         handles = nap.enqueue_many([((), {})] * 400)
-        worker = app.worker(queues=["q"], concurrency=3, maintenance=False).start()
+        options = {"concurrency": 3, "maintenance": False, "finish_fetch": True}
+        worker = app.worker(queues=["q"], **options).start()
         wait_until(lambda: sum(fetched) >= 20, what="jobs fetched by finishes")
         worker.stop()
         assert worker.wait_stopped(DEADLINE)

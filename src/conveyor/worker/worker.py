@@ -125,6 +125,7 @@ class Worker:
         name: str | None = None,
         prefetch: int = 0,
         unknown_task_patience: float = DEFAULT_UNKNOWN_TASK_PATIENCE,
+        finish_fetch: bool = False,
     ) -> None:
         if concurrency < 1:
             raise ConfigurationError("concurrency must be at least 1")
@@ -205,7 +206,10 @@ class Worker:
         self._threads = HandlerThreads(concurrency, done=self._handler_returned)
         self._loop_thread: EventLoopThread | None = None
         #: Finishes that claim the next jobs too, where the store can (one round trip).
-        self._finish_fetches = isinstance(runtime.store, FinishFetchStore)
+        #: Off unless asked for: measured at 30,000 jobs on Redis, a worker that left
+        #: its freed slots to its next finish ran 0.53-0.62x BullMQ's speed, against
+        #: 0.67-0.85x claiming them itself (BENCHMARKS.md, 2026-11-28).
+        self._finish_fetches = finish_fetch and isinstance(runtime.store, FinishFetchStore)
         fetch = FetchNext(self.options.queues, 0, self.id, self._lease)
         self._completer = CompleterThread(
             Completer(runtime.store, runtime.changes, runtime.codec),
