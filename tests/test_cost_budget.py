@@ -74,7 +74,7 @@ class Budget:
 # loaded machine makes more, smaller ones): their budgets leave room for that,
 # and still fail at one more statement or command a job.
 BUDGETS = {
-    "postgres": Budget(burst_calls=0.1, burst_bytes=2350, lone_calls=3.1, lone_bytes=2250),
+    "postgres": Budget(burst_calls=0.1, burst_bytes=1980, lone_calls=3.1, lone_bytes=2250),
     "sqlite": Budget(burst_calls=1.5, burst_bytes=0, lone_calls=27, lone_bytes=0),
     "redis": Budget(burst_calls=7.8, burst_bytes=1350, lone_calls=34.5, lone_bytes=2080),
 }
