@@ -17,6 +17,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner, Result
 
 from conveyor import App, JobState
@@ -124,6 +125,10 @@ def test_dsn_and_debug_before_or_after_the_command(app: App, dsn: str) -> None:
     assert run("jobs", "show", "999999", "--dsn", dsn, code=1).stderr.startswith("error: no job")
 
 
+# Each wait below is for an event, bounded for a machine at several times its cores'
+# load (a fresh interpreter can take a minute to import there): the whole test
+# may take that long, and pytest's default limit would cut it short.
+@pytest.mark.timeout(400)
 def test_ctrl_c_on_watch_exits_quietly(tmp_path: Path) -> None:
     dsn = f"sqlite:///{tmp_path / 'w.db'}"
     with App(dsn) as app:
@@ -153,7 +158,7 @@ def test_ctrl_c_on_watch_exits_quietly(tmp_path: Path) -> None:
         assert shown.wait(120), "no two snapshots within 120 s"
         assert proc.poll() is None, "the watch ended by itself"
         proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=60)
+        proc.wait(timeout=120)
         reader.join(timeout=60)
         assert proc.stderr is not None
         err = proc.stderr.read()
