@@ -18,7 +18,7 @@ import math
 from datetime import UTC, datetime, timedelta
 
 from conveyor.errors import ConfigurationError, InvalidJobError
-from conveyor.job import MAX_RUN_AT, Job, JobState
+from conveyor.job import MAX_RUN_AT, Job, JobState, seconds_later
 
 #: The error of a job that expired: the outcome a listing, the job page and
 #: ``conveyor jobs show`` tell an expired job by (its state is ``cancelled``).
@@ -52,10 +52,7 @@ def resolve_expires(now: datetime, run_at: datetime, expires: object) -> datetim
             )
         if not math.isfinite(seconds) or seconds <= 0:
             raise InvalidJobError(f"expires must be a positive number of seconds, got {seconds}")
-        try:
-            deadline = now + timedelta(seconds=seconds)
-        except OverflowError:
-            deadline = MAX_RUN_AT
+        deadline = seconds_later(now, seconds)
     if deadline >= MAX_RUN_AT:
         raise InvalidJobError(f"expires is too far ahead: give a deadline before {MAX_RUN_AT}")
     if deadline <= run_at:

@@ -46,6 +46,15 @@ MAX_RUN_AT = datetime(9999, 1, 1, tzinfo=UTC)
 #: claim takes due jobs only, so no worker starts a held job.
 HOLD_AT = MAX_RUN_AT
 
+
+def seconds_later(now: datetime, seconds: float) -> datetime:
+    """``now`` plus ``seconds``, or MAX_RUN_AT when that is past what a datetime holds."""
+    try:
+        return now + timedelta(seconds=seconds)
+    except OverflowError:
+        return MAX_RUN_AT
+
+
 #: How an encrypted value begins (see conveyor.encryption): a JSON string, so the
 #: json columns of PostgreSQL take it, opening with an escaped slash, which no JSON
 #: our encoder writes ever holds (it never escapes "/"): a clear value is never
@@ -505,10 +514,7 @@ def resolve_run_at(
         raise InvalidJobError(f"delay must be a number of seconds, got {type(delay).__name__}")
     if not math.isfinite(seconds) or seconds < 0:
         raise InvalidJobError(f"delay must be a finite number of seconds >= 0, got {seconds}")
-    try:
-        when = now + timedelta(seconds=seconds)
-    except OverflowError:
-        when = MAX_RUN_AT
+    when = seconds_later(now, seconds)
     if when >= MAX_RUN_AT:
         raise InvalidJobError(
             f"delay of {seconds} seconds is too long: jobs must be due before "

@@ -33,7 +33,7 @@ from typing import Any
 from conveyor.context import Context
 from conveyor.encryption import PayloadCodec
 from conveyor.errors import EncryptedPayloadError, Fail, InvalidJobError, Retry, UnknownTaskError
-from conveyor.job import MAX_RUN_AT, Job, encode_json, utcnow
+from conveyor.job import MAX_RUN_AT, Job, encode_json, seconds_later, utcnow
 from conveyor.logs import job_fields, spelled_duration
 from conveyor.middleware import Attempt, Middleware, OutcomeName, run_after, run_before
 from conveyor.store.records import Finish, FinishKind
@@ -255,10 +255,7 @@ def run_again_at(now: datetime, delay: Any, what: str) -> datetime:
         raise InvalidJobError(f"{what} must be a number of seconds, got {delay!r}")
     if not math.isfinite(seconds) or not seconds >= 0:
         raise InvalidJobError(f"{what} must be a finite number of seconds >= 0, got {delay!r}")
-    try:
-        when = now + timedelta(seconds=seconds)
-    except OverflowError:
-        when = MAX_RUN_AT
+    when = seconds_later(now, seconds)
     if when >= MAX_RUN_AT:
         raise InvalidJobError(f"{what} of {delay!r} seconds runs past the year 9999")
     return when
