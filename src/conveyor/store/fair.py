@@ -10,9 +10,12 @@ module of its own (``fair.py``, with its claim in ``fair.sql`` or ``fair_claim.l
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
+
+from conveyor.job import Job
 
 #: Most keys one read of a fair queue returns (the busiest: most recent starts, then
 #: most queued jobs), so that pages and /metrics stay bounded whatever the keys.
@@ -72,6 +75,26 @@ class FairQueue:
 def decayed(recent: float, seconds_since: float) -> float:
     """A recent-starts figure ``seconds_since`` after it was written."""
     return recent * math.exp(-max(seconds_since, 0.0) / RECENT_SECONDS)
+
+
+def claim_in_turns(
+    names: Sequence[str],
+    fair: frozenset[str],
+    limit: int,
+    fair_claim: Callable[[str, int], list[Job]],
+    plain_claim: Callable[[list[str], int], list[Job]],
+) -> list[Job]:
+    """Up to ``limit`` jobs: each fair queue's by its turns (``fair_claim(queue, room)``),
+    in the order asked, then the other queues' by the plain claim
+    (``plain_claim(queues, room)``)."""
+    jobs: list[Job] = []
+    for queue in names:
+        if queue in fair and len(jobs) < limit:
+            jobs += fair_claim(queue, limit - len(jobs))
+    rest = [q for q in names if q not in fair]
+    if rest and len(jobs) < limit:
+        jobs += plain_claim(rest, limit - len(jobs))
+    return jobs
 
 
 @runtime_checkable

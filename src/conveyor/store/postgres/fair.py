@@ -27,6 +27,7 @@ from conveyor.store.fair import (
     FairQueue,
     aging_of,
     aging_params,
+    claim_in_turns,
     decayed,
 )
 from conveyor.store.postgres.base import _row_to_job
@@ -78,14 +79,15 @@ class PostgresFair(CoreMixin):
         # hold; its per-key limits spread the starts over its keys).
         if not fair or self._has_limits(names):
             return super().job_claim(names, limit, worker, lease, now, group)
-        jobs: list[Job] = []
-        for queue in names:
-            if queue in fair and len(jobs) < limit:
-                jobs += self._fair_claim(queue, limit - len(jobs), worker, lease, now, group)
-        rest = [q for q in names if q not in fair]
-        if rest and len(jobs) < limit:
-            jobs += super().job_claim(rest, limit - len(jobs), worker, lease, now, group)
-        return jobs
+        return claim_in_turns(
+            names,
+            fair,
+            limit,
+            lambda queue, room: self._fair_claim(queue, room, worker, lease, now, group),
+            lambda rest, room: super(PostgresFair, self).job_claim(
+                rest, room, worker, lease, now, group
+            ),
+        )
 
     def _fair_claim(
         self,

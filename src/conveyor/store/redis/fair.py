@@ -23,6 +23,7 @@ from conveyor.store.fair import (
     FairKey,
     FairQueue,
     aging_of,
+    claim_in_turns,
     decayed,
 )
 from conveyor.store.redis.base import _now_arg, _pairs, job_of
@@ -71,25 +72,37 @@ class RedisFair(CoreMixin):
         # hold; its per-key limits spread the starts over its keys).
         if not fair or limited:
             return super().job_claim(names, limit, worker, lease, now, group)
-        jobs: list[Job] = []
-        for queue in names:
-            if queue in fair and len(jobs) < limit:
-                flats, unreadable = self._run(
-                    "fair_claim",
-                    queue,
-                    str(limit - len(jobs)),
-                    worker,
-                    secrets.token_hex(16),
-                    f"{lease.total_seconds():.6f}",
-                    _now_arg(now),
-                    group or "",
-                )
-                self._drop(unreadable)
-                jobs += [job_of(_pairs(f)) for f in flats]
-        rest = [q for q in names if q not in fair]
-        if rest and len(jobs) < limit:
-            jobs += super().job_claim(rest, limit - len(jobs), worker, lease, now, group)
-        return jobs
+        return claim_in_turns(
+            names,
+            fair,
+            limit,
+            lambda queue, room: self._fair_claim(queue, room, worker, lease, now, group),
+            lambda rest, room: super(RedisFair, self).job_claim(
+                rest, room, worker, lease, now, group
+            ),
+        )
+
+    def _fair_claim(
+        self,
+        queue: str,
+        limit: int,
+        worker: str,
+        lease: timedelta,
+        now: datetime | None,
+        group: str | None,
+    ) -> list[Job]:
+        flats, unreadable = self._run(
+            "fair_claim",
+            queue,
+            str(limit),
+            worker,
+            secrets.token_hex(16),
+            f"{lease.total_seconds():.6f}",
+            _now_arg(now),
+            group or "",
+        )
+        self._drop(unreadable)
+        return [job_of(_pairs(f)) for f in flats]
 
     def fair_set(
         self,
