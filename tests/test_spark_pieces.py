@@ -107,7 +107,10 @@ def _facts(db: str) -> dict[str, Any]:
 
         return {
             "jobs": one("SELECT count(*) FROM jobs"),
-            "enqueued": one("SELECT count(*) FROM events WHERE kind = 'enqueued'"),
+            # An enqueued event counts its jobs (one per statement on PostgreSQL).
+            "enqueued": one(
+                "SELECT coalesce(sum(coalesce(jobs, 1)), 0) FROM events WHERE kind = 'enqueued'"
+            ),
             "transactions": one("SELECT count(DISTINCT xid) FROM events"),
             "prepared": one(
                 "SELECT count(*) FROM pg_prepared_xacts WHERE database = current_database()"

@@ -15,7 +15,7 @@ from conveyor.bulk import check_age
 from conveyor.cli.options import Bounded, Duration, dsn_option, json_option, open_app, within
 from conveyor.cli.output import console, interactive, print_json, progress, stats_dict, stats_view
 from conveyor.errors import ConveyorError
-from conveyor.fair import check_weight, fair_dict
+from conveyor.fair import MAX_WEIGHT, check_weight, fair_dict
 from conveyor.job import validate_name
 from conveyor.store.expiring import expired_counts
 from conveyor.worker.retention import MAX_KEEP
@@ -249,8 +249,8 @@ def _weight_pair(text: str) -> tuple[str, float]:
     metavar="KEY=WEIGHT",
     help="A key's weight (repeatable): gold=3 takes three turns to a key of weight 1.",
 )
-@click.option("--default-weight", type=float, default=1.0, show_default=True,
-              help="The weight of a key not named.")  # fmt: skip
+@click.option("--default-weight", type=click.FloatRange(0, MAX_WEIGHT, min_open=True),
+              default=1.0, show_default=True, help="The weight of a key not named.")  # fmt: skip
 @click.option("--off", is_flag=True, help="Claim QUEUE in priority order again (no turns).")
 @dsn_option
 def fair(

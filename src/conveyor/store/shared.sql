@@ -146,7 +146,8 @@ SELECT * FROM jobs WHERE id = :id
 -- own, and shown here as a "claimed" event with that event's seq; the running
 -- attempt's comes from the job's row, with the seq of the job's last event. A
 -- claim is placed (pos) right after the job's last event before it other than
--- a cancel request (the one event an attempt records while it runs). Histories
+-- a cancel request (the one event an attempt records while it runs) and an
+-- enqueue's (shown first, from the row, on both stores). Histories
 -- written before started_at existed hold claimed events of their own.
 SELECT seq, job_id, queue, task, kind, attempt, worker, at, error FROM (
     SELECT 0 AS seq, 0 AS pos, 0 AS part, id AS job_id, queue, task, 'enqueued' AS kind,
@@ -159,13 +160,13 @@ SELECT seq, job_id, queue, task, kind, attempt, worker, at, error FROM (
     SELECT seq,
            coalesce((SELECT max(p.seq) FROM events AS p
                      WHERE p.job_id = :job_id AND p.seq < e.seq
-                       AND p.kind <> 'cancel_requested'), 0),
+                       AND p.kind NOT IN ('cancel_requested', 'enqueued')), 0),
            1, job_id, queue, task, 'claimed', attempt, worker, started_at, NULL
     FROM events AS e WHERE job_id = :job_id AND started_at IS NOT NULL
     UNION ALL
     SELECT coalesce((SELECT max(p.seq) FROM events AS p WHERE p.job_id = :job_id), 0),
            coalesce((SELECT max(p.seq) FROM events AS p
-                     WHERE p.job_id = :job_id AND p.kind <> 'cancel_requested'), 0),
+                     WHERE p.job_id = :job_id AND p.kind NOT IN ('cancel_requested', 'enqueued')), 0),
            1, id, queue, task, 'claimed', attempts, worker, started_at, NULL
     FROM jobs WHERE id = :job_id AND state = 'running'
 ) AS history

@@ -28,7 +28,8 @@ class RedisSignals(CoreMixin):
         reply = self._run("signal_wait", *args)
         if reply is None:
             return None
-        outcome, marked, entry = reply
+        outcome, marked, entry, unreadable = reply
+        self._drop(unreadable)
         recorded = None if not entry else _step_of(step, entry)
         return SignalWait(str(outcome), _dt(marked), recorded)  # type: ignore[arg-type]
 
@@ -39,7 +40,9 @@ class RedisSignals(CoreMixin):
         reply = self._run("children_park", *args)
         if reply is None:
             return None
-        return "ended" if reply == "ended" else "parked"
+        outcome, unreadable = reply
+        self._drop(unreadable)
+        return "ended" if outcome == "ended" else "parked"
 
     def signal_list(self, job_id: int) -> list[Signal]:
         key = self._k("signals", str(job_id))

@@ -2,8 +2,9 @@
 -- ARGV: now, id, token, step name, children (JSON ids), until.
 -- Under the attempt's lease: when every child waited for has ended, answers
 -- 'ended' (the job waits no more); else marks the wait (wait:<id>: step, children,
--- until) and parks the job until then (a snooze: finish_all). Returns nil when
--- the lease is gone.
+-- until) and parks the job until then (a snooze: finish_all). Returns {that
+-- answer, the jobs it could not read (unreadable, common.lua)}, or nil when the
+-- lease is gone.
 gather = true -- the sorted-set writes sent at done() (see zwrite)
 local now_n, now_s = clock(ARGV[1])
 local id, token, step = ARGV[2], ARGV[3], ARGV[4]
@@ -16,7 +17,7 @@ for _, child in ipairs(cjson.decode(ARGV[5])) do
 end
 local wait = P .. 'wait:' .. id
 redis.call('DEL', wait)
-if live_children == 0 then return done('ended') end
+if live_children == 0 then return done({'ended', unreadable}) end
 redis.call('HSET', wait, 'step', step, 'children', ARGV[5], 'until', ARGV[6])
 finish_all({{id, token, 'snooze', false, false, ARGV[6]}}, now_n, now_s)
-return done('parked')
+return done({'parked', unreadable})

@@ -161,8 +161,10 @@ for _, k in ipairs(keys) do
         add(k)
     end
 end
+-- Handed back in unreadable (common.lua), for the store to drop with job_drop.
 for _, m in ipairs(unread) do
-    drop(tostring(tonumber(string.sub(m, 12))), {queue = q, state = 'queued', member = m})
+    local seen = {id = tostring(tonumber(string.sub(m, 12))), queue = q, state = 'queued', member = m}
+    unreadable[#unreadable + 1] = cjson.encode(seen)
 end
 -- The highest priority first, then the smallest tags: claim order.
 table.sort(tagged, function(a, b)

@@ -5,7 +5,8 @@
 -- marks the wait (wait:<id>: step, signal, until; a wait of the same step marked
 -- by an earlier attempt keeps its time), and once that time is over records the
 -- step as timed out, else parks the job until then (a snooze: finish_all).
--- Returns {outcome, until, step entry or false}, or nil when the lease is gone.
+-- Returns {outcome, until, step entry or false, the jobs it could not read
+-- (unreadable, common.lua)}, or nil when the lease is gone.
 gather = true -- the sorted-set writes sent at done() (see zwrite)
 local now_n, now_s = clock(ARGV[1])
 local id, token, name, step = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
@@ -28,7 +29,7 @@ for i, raw in ipairs(entries) do
     if s[1] == name and not v(s[4]) then
         s[4], s[5] = now_s, step
         redis.call('LSET', list, i - 1, cjson.encode(s))
-        return done({'received', now_s, record('{"payload": ' .. s[2] .. '}')})
+        return done({'received', now_s, record('{"payload": ' .. s[2] .. '}'), unreadable})
     end
 end
 
@@ -38,7 +39,7 @@ if marked[1] == step and marked[2] then until_s = marked[2] end
 redis.call('HSET', wait, 'step', step, 'signal', name, 'until', until_s)
 redis.call('HDEL', wait, 'children')
 if tonumber(until_s) <= now_n then
-    return done({'timeout', until_s, record(cjson.encode({timeout = until_s}))})
+    return done({'timeout', until_s, record(cjson.encode({timeout = until_s})), unreadable})
 end
 finish_all({{id, token, 'snooze', false, false, until_s}}, now_n, now_s)
-return done({'parked', until_s, false})
+return done({'parked', until_s, false, unreadable})
