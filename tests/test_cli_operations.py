@@ -125,6 +125,10 @@ def test_dsn_and_debug_before_or_after_the_command(app: App, dsn: str) -> None:
     assert run("jobs", "show", "999999", "--dsn", dsn, code=1).stderr.startswith("error: no job")
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 # Each wait below is for an event, bounded for a machine at several times its cores'
 # load (a fresh interpreter can take a minute to import there): the whole test
 # may take that long, and pytest's default limit would cut it short.
@@ -138,6 +142,9 @@ def test_ctrl_c_on_watch_exits_quietly(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # As a terminal starts it: a pytest-xdist worker ignores SIGINT, and an ignored
+        # signal stays ignored across exec (Python then installs no Ctrl-C handler).
+        preexec_fn=_sigint_default,
     )
     out: list[str] = []
     shown = threading.Event()
