@@ -10,12 +10,15 @@ module of its own (``fair.py``, with its claim in ``fair.sql`` or ``fair_claim.l
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Protocol, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from conveyor.job import Job
+
+T = TypeVar("T")
 
 #: Most keys one read of a fair queue returns (the busiest: most recent starts, then
 #: most queued jobs), so that pages and /metrics stay bounded whatever the keys.
@@ -75,6 +78,32 @@ class FairQueue:
 def decayed(recent: float, seconds_since: float) -> float:
     """A recent-starts figure ``seconds_since`` after it was written."""
     return recent * math.exp(-max(seconds_since, 0.0) / RECENT_SECONDS)
+
+
+class FairSeen(Generic[T]):
+    """What a store last read of which queues are fair, per set of queues asked,
+    read again once it is FAIR_RECHECK_SECONDS old (and at once after fair_set)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, ...], tuple[T, float]] = {}
+
+    def get(self, names: tuple[str, ...], read: Callable[[], T]) -> T:
+        known = self._seen.get(names)
+        now = time.monotonic()
+        if known is not None and now - known[1] < FAIR_RECHECK_SECONDS:
+            return known[0]
+        answer = read()
+        self._seen[names] = (answer, now)
+        return answer
+
+    def clear(self) -> None:
+        self._seen.clear()
+
+
+def fair_seen(store: object) -> FairSeen[Any]:
+    """The store's FairSeen, made on first use (the mixins have no __init__ of their own)."""
+    seen: FairSeen[Any] = vars(store).setdefault("_fair_seen_cache", FairSeen())
+    return seen
 
 
 def claim_in_turns(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -20,7 +19,6 @@ from psycopg import errors as pg_errors
 
 from conveyor.job import Job
 from conveyor.store.fair import (
-    FAIR_RECHECK_SECONDS,
     MAX_FAIR_KEYS,
     Aging,
     FairKey,
@@ -29,6 +27,7 @@ from conveyor.store.fair import (
     aging_params,
     claim_in_turns,
     decayed,
+    fair_seen,
 )
 from conveyor.store.postgres.base import _row_to_job
 from conveyor.store.postgres.core import CoreMixin
@@ -42,24 +41,16 @@ _CLAIM_ATTEMPTS = 5
 class PostgresFair(CoreMixin):
     """FairStore for the postgres store, and the claim that obeys it."""
 
-    def _fair_seen(self) -> dict[tuple[str, ...], tuple[frozenset[str], float]]:
-        seen: dict[tuple[str, ...], tuple[frozenset[str], float]] | None
-        seen = self.__dict__.get("_fair_seen_cache")
-        if seen is None:
-            seen = self.__dict__["_fair_seen_cache"] = {}
-        return seen
-
     def _fair_of(self, names: tuple[str, ...]) -> frozenset[str]:
         """The fair queues among ``names``, as last read (see the module's docstring)."""
-        known = self._fair_seen().get(names)
-        now = time.monotonic()
-        if known is not None and now - known[1] < FAIR_RECHECK_SECONDS:
-            return known[0]
-        with self._conn() as conn:
-            row = conn.execute(_F["fair_any"], {"queues": list(names)}).fetchone()
-        fair = frozenset(row[0]) if row else frozenset()
-        self._fair_seen()[names] = (fair, now)
-        self._saw_limits(names, bool(row and row[1]))
+
+        def read() -> frozenset[str]:
+            with self._conn() as conn:
+                row = conn.execute(_F["fair_any"], {"queues": list(names)}).fetchone()
+            self._saw_limits(names, bool(row and row[1]))
+            return frozenset(row[0]) if row else frozenset()
+
+        fair: frozenset[str] = fair_seen(self).get(names, read)
         return fair
 
     def job_claim(
@@ -135,7 +126,7 @@ class PostgresFair(CoreMixin):
         }
         with self._conn() as conn:
             conn.execute(_F["fair_set" if weights is not None else "fair_off"], params)
-        self._fair_seen().clear()
+        fair_seen(self).clear()
 
     def fair_status(self, queue: str | None, now: datetime) -> list[FairQueue]:
         found: list[FairQueue] = []

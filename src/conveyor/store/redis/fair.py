@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import json
 import secrets
-import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from conveyor.job import Job
 from conveyor.store.fair import (
-    FAIR_RECHECK_SECONDS,
     MAX_FAIR_KEYS,
     Aging,
     FairKey,
@@ -25,6 +23,7 @@ from conveyor.store.fair import (
     aging_of,
     claim_in_turns,
     decayed,
+    fair_seen,
 )
 from conveyor.store.redis.base import _now_arg, _pairs, job_of
 from conveyor.store.redis.core import CoreMixin
@@ -37,22 +36,14 @@ def _text(value: Any) -> str:
 class RedisFair(CoreMixin):
     """FairStore for the redis store, and the claim that obeys it."""
 
-    def _fair_seen(self) -> dict[tuple[str, ...], tuple[frozenset[str], bool, float]]:
-        seen: dict[tuple[str, ...], tuple[frozenset[str], bool, float]] | None
-        seen = self.__dict__.get("_fair_seen_cache")
-        if seen is None:
-            seen = self.__dict__["_fair_seen_cache"] = {}
-        return seen
-
     def _fair_of(self, names: tuple[str, ...]) -> tuple[frozenset[str], bool]:
         """The fair queues among ``names``, and whether any has limits, as last read."""
-        known = self._fair_seen().get(names)
-        now = time.monotonic()
-        if known is not None and now - known[2] < FAIR_RECHECK_SECONDS:
-            return known[0], known[1]
-        fair, limited = self._run("fair_any", json.dumps(names))
-        answer = (frozenset(_text(q) for q in fair), bool(int(limited)))
-        self._fair_seen()[names] = (*answer, now)
+
+        def read() -> tuple[frozenset[str], bool]:
+            fair, limited = self._run("fair_any", json.dumps(names))
+            return frozenset(_text(q) for q in fair), bool(int(limited))
+
+        answer: tuple[frozenset[str], bool] = fair_seen(self).get(names, read)
         return answer
 
     def job_claim(
@@ -117,7 +108,7 @@ class RedisFair(CoreMixin):
             ("", 1, 0) if aging is None else (repr(aging.every), aging.step, aging.cap)
         )
         self._run("fair_set", queue, text, repr(float(default_weight)), every, str(step), str(cap))
-        self._fair_seen().clear()
+        fair_seen(self).clear()
 
     def fair_status(self, queue: str | None, now: datetime) -> list[FairQueue]:
         found: list[FairQueue] = []

@@ -12,13 +12,11 @@ from __future__ import annotations
 import json
 import secrets
 import sqlite3
-import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from conveyor.job import Job, utcnow
 from conveyor.store.fair import (
-    FAIR_RECHECK_SECONDS,
     MAX_FAIR_KEYS,
     Aging,
     FairKey,
@@ -26,6 +24,7 @@ from conveyor.store.fair import (
     aging_of,
     aging_params,
     decayed,
+    fair_seen,
 )
 from conveyor.store.sql import load_queries
 from conveyor.store.sqlite.base import _Q, _row_to_job, _ts
@@ -37,22 +36,14 @@ _F = load_queries("conveyor.store.sqlite", "fair.sql")
 class SQLiteFair(CoreMixin):
     """FairStore for the sqlite store, and the claim that obeys it."""
 
-    def _fair_seen(self) -> dict[tuple[str, ...], tuple[frozenset[str], float]]:
-        seen: dict[tuple[str, ...], tuple[frozenset[str], float]] | None
-        seen = self.__dict__.get("_fair_seen_cache")
-        if seen is None:
-            seen = self.__dict__["_fair_seen_cache"] = {}
-        return seen
-
     def _fair_of(self, names: tuple[str, ...]) -> frozenset[str]:
         """The fair queues among ``names``, as last read (see the module's docstring)."""
-        known = self._fair_seen().get(names)
-        now = time.monotonic()
-        if known is not None and now - known[1] < FAIR_RECHECK_SECONDS:
-            return known[0]
-        rows = self._conn().execute(_F["fair_any"], {"queues": json.dumps(names)}).fetchall()
-        fair = frozenset(row[0] for row in rows)
-        self._fair_seen()[names] = (fair, now)
+
+        def read() -> frozenset[str]:
+            rows = self._conn().execute(_F["fair_any"], {"queues": json.dumps(names)})
+            return frozenset(row[0] for row in rows)
+
+        fair: frozenset[str] = fair_seen(self).get(names, read)
         return fair
 
     def job_claim(
@@ -117,7 +108,7 @@ class SQLiteFair(CoreMixin):
                 conn.execute(_F["fair_off"], params)
             else:
                 conn.execute(_F["fair_set"], params)
-        self._fair_seen().clear()
+        fair_seen(self).clear()
 
     def fair_status(self, queue: str | None, now: datetime) -> list[FairQueue]:
         conn = self._conn()
