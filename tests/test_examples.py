@@ -217,11 +217,12 @@ def test_fastapi_app_runs(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(420)  # the example's own limit governs, not the suite's 120 s
 def test_spark_pipeline_runs(tmp_path: Path) -> None:
     # As the suite's Spark fixture: Spark's Python workers must be this
     # interpreter (the one with conveyor installed), on loopback.
     env = {"PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
-    dsn, out = run_example("spark_pipeline", tmp_path, timeout=180, **env)
+    dsn, out = run_example("spark_pipeline", tmp_path, timeout=360, **env)
     assert "write: 200 rows, 200 jobs enqueued, 0 skipped" in out
     assert "the same write again: new=False" in out
     assert "jobs succeeded: 200" in out

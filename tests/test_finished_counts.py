@@ -58,6 +58,10 @@ SETTINGS = settings(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 
+# 900 steps against a real server take seconds on a quiet machine and minutes on a
+# loaded one; a time limit hit halfway also shows up as Hypothesis's "flaky" error.
+STATEFUL_LIMIT = pytest.mark.timeout(900)
+
 # --- counting directly ---------------------------------------------------------------------------
 
 
@@ -250,6 +254,7 @@ def _machine(open_fresh: Callable[[], tuple[Store, str, Callable[[], None]]]) ->
     return type("Machine", (CountsMachine,), {"open_fresh": staticmethod(open_fresh)})
 
 
+@STATEFUL_LIMIT
 def test_sqlite_counts_stay_exact(tmp_path: Path) -> None:
     counter = itertools.count()
 
@@ -280,6 +285,7 @@ def _empty_postgres(dsn: str) -> None:
         conn.execute("UPDATE finished_counts_folded SET xid = '0', seq = 0")
 
 
+@STATEFUL_LIMIT
 def test_postgres_counts_stay_exact(pg_clean_dsn: str) -> None:
     open_store(pg_clean_dsn).migrate()
 
@@ -291,6 +297,7 @@ def test_postgres_counts_stay_exact(pg_clean_dsn: str) -> None:
     run_state_machine_as_test(_machine(open_fresh), settings=SETTINGS)
 
 
+@STATEFUL_LIMIT
 def test_redis_counts_stay_exact(redis_clean_dsn: str) -> None:
     import redis
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -519,3 +521,20 @@ def test_stream_delivers_an_event_committed_late(
         assert _seqs(spark, out) == [early_seq, late_seq, next_seq]
     finally:
         store.close()
+
+
+def test_a_python_worker_imports_only_the_data_source() -> None:
+    # Spark starts a fresh interpreter for each data source plan and gives it about
+    # ten seconds to connect back; on a loaded machine every import counts. The
+    # data source's modules must not pull in the App, the worker or the dashboard.
+    script = (
+        "import sys\n"
+        "import conveyor.spark.source, conveyor.spark.writer, conveyor.spark.reader\n"
+        "import conveyor.spark.stream\n"
+        "heavy = ('conveyor.app', 'conveyor.worker', 'conveyor.web', 'conveyor.cli')\n"
+        "print(sorted(m for m in sys.modules if m.startswith(heavy)))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    assert out.strip() == "[]"
