@@ -178,11 +178,7 @@ def _warn_if_unknown(app: App, queue: str) -> None:
 @dsn_option
 def pause(queue: str, dsn: str | None) -> None:
     """Stop workers claiming from QUEUE (running jobs finish)."""
-    with open_app(dsn) as app:
-        _warn_if_unknown(app, queue)
-        app.pause(queue)
-        record_cli(app, "pause", f"queue {queue}")
-    click.echo(f"queue {queue} paused")
+    _pause_or_resume(queue, dsn, pausing=True)
 
 
 @click.command()
@@ -190,11 +186,18 @@ def pause(queue: str, dsn: str | None) -> None:
 @dsn_option
 def resume(queue: str, dsn: str | None) -> None:
     """Let workers claim from QUEUE again."""
+    _pause_or_resume(queue, dsn, pausing=False)
+
+
+def _pause_or_resume(queue: str, dsn: str | None, *, pausing: bool) -> None:
     with open_app(dsn) as app:
         _warn_if_unknown(app, queue)
-        app.resume(queue)
-        record_cli(app, "resume", f"queue {queue}")
-    click.echo(f"queue {queue} resumed")
+        if pausing:
+            app.pause(queue)
+        else:
+            app.resume(queue)
+        record_cli(app, "pause" if pausing else "resume", f"queue {queue}")
+    click.echo(f"queue {queue} {'paused' if pausing else 'resumed'}")
 
 
 @click.command("delete-queue")
