@@ -12,7 +12,7 @@ from rich.live import Live
 from conveyor.app import App
 from conveyor.audit import record_cli
 from conveyor.bulk import check_age
-from conveyor.cli.options import Bounded, Duration, dsn_option, json_option, open_app, within
+from conveyor.cli.options import Duration, bounded_option, dsn_option, json_option, open_app
 from conveyor.cli.output import console, interactive, print_json, progress, stats_dict, stats_view
 from conveyor.errors import ConveyorError
 from conveyor.fair import MAX_WEIGHT, check_weight, fair_dict
@@ -25,12 +25,14 @@ FINAL_STATES = ("succeeded", "failed", "cancelled")
 
 @click.command()
 @click.option("--watch", is_flag=True, help="Refresh until interrupted (Ctrl-C).")
-@click.option(
+@bounded_option(
     "--interval",
-    type=Bounded(click.FLOAT, within("--interval", 0.1, 3600, " seconds")),
+    click.FLOAT,
+    0.1,
+    3600,
+    unit=" seconds",
     default=2.0,
-    show_default=True,
-    help="Seconds between two refreshes of --watch (0.1 to 3600).",
+    help_text="Seconds between two refreshes of --watch (0.1 to 3600).",
 )
 @click.option("--times", type=click.IntRange(1, 1_000_000), default=None, hidden=True)
 @dsn_option
