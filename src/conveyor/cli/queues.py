@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import timedelta
 
 import click
@@ -12,7 +13,7 @@ from rich.live import Live
 from conveyor.app import App
 from conveyor.audit import record_cli
 from conveyor.bulk import check_age
-from conveyor.cli.options import Duration, bounded_option, dsn_option, json_option, open_app
+from conveyor.cli.options import Duration, F, bounded_option, dsn_option, json_option, open_app
 from conveyor.cli.output import console, interactive, print_json, progress, stats_dict, stats_view
 from conveyor.errors import ConveyorError
 from conveyor.fair import MAX_WEIGHT, check_weight, fair_dict
@@ -21,6 +22,13 @@ from conveyor.store.expiring import expired_counts
 from conveyor.worker.retention import MAX_KEEP
 
 FINAL_STATES = ("succeeded", "failed", "cancelled")
+
+
+def _final_states(help_text: str) -> Callable[[F], F]:
+    """--state, repeatable: the final states whose jobs a deleting command takes."""
+    return click.option(
+        "--state", "states", type=click.Choice(FINAL_STATES), multiple=True, help=help_text
+    )
 
 
 @click.command()
@@ -79,13 +87,7 @@ def _show_stats(app: App, watch: bool, interval: float, times: int | None, as_js
     required=True,
     help="Finished more than this long ago: 7d, 24h, 30m, 90s (0s: all of them).",
 )
-@click.option(
-    "--state",
-    "states",
-    type=click.Choice(FINAL_STATES),
-    multiple=True,
-    help="Only jobs that ended so (repeat for several; default: all three).",
-)
+@_final_states("Only jobs that ended so (repeat for several; default: all three).")
 @click.option("--queue", default=None, help="Only jobs of this queue.")
 @click.option("--dry-run", is_flag=True, help="Count the jobs it would delete; delete none.")
 @click.option("--yes", "-y", is_flag=True, help="Delete without asking.")
@@ -130,12 +132,8 @@ def purge(
     required=True,
     help="How many of the newest finished jobs to keep (0: none).",
 )
-@click.option(
-    "--state",
-    "states",
-    type=click.Choice(FINAL_STATES),
-    multiple=True,
-    help="Only jobs that ended so, counted together (repeat for several; default: all three).",
+@_final_states(
+    "Only jobs that ended so, counted together (repeat for several; default: all three)."
 )
 @click.option("--yes", "-y", is_flag=True, help="Delete without asking.")
 @dsn_option
