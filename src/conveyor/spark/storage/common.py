@@ -3,19 +3,20 @@
 ``SQLSparkStorage`` holds a store and carries the methods whose statements
 and steps are the same in both dialects: the store's own schema, the version
 of Spark's tables, staging a batch, touching, aborting and clearing writes,
-the options and progress of writes, the list of writes an operator sees, and
-the id bounds of a scan. A database's storage (``sqlite.py``, ``postgres.py``)
-says how it reads (``_reading``), how it changes in one transaction
-(``_changing``), how it writes staged rows (``_stage_rows``), how a time goes
-in and comes out, and which statement files it reads (``_Q``, ``_OPS``); the
-rest of its methods are its own, where the dialects differ (the move, pieces,
-the event stream).
+the options and progress of writes, the list of writes an operator sees, the
+id bounds of a scan and the reads of the event stream. A database's storage
+(``sqlite.py``, ``postgres.py``) says how it reads (``_reading``), how it
+changes in one transaction (``_changing``), how it writes staged rows
+(``_stage_rows``), how it bounds the event stream (``_stream_range``), how a
+time goes in and comes out, and which statement files it reads (``_Q``,
+``_OPS``); the rest of its methods are its own, where the dialects differ (the
+move, pieces, the end of the event stream).
 """
 
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, ClassVar, Literal, Protocol
@@ -35,6 +36,7 @@ from conveyor.spark.storage import (
     stage_prefix,
 )
 from conveyor.spark.storage.scan import SCAN_COLUMNS
+from conveyor.store.records import EventOffset
 from conveyor.store.sql import Migration
 
 
@@ -91,6 +93,11 @@ class SQLSparkStorage:
     @abstractmethod
     def _time_back(value: Any) -> datetime:
         """A time as the database's statements give it back."""
+
+    @abstractmethod
+    def _stream_range(self, after: EventOffset, until: EventOffset, floor: int) -> dict[str, Any]:
+        """The parameters of ``event_stream_read``: the events after ``after`` up to
+        ``until``, none below the sequence ``floor``."""
 
     #: What the database raises when a write opens under an id that is open already.
     _OPEN_ALREADY: ClassVar[type[Exception]]
@@ -297,6 +304,24 @@ class SQLSparkStorage:
         with self._reading() as conn:
             row = conn.execute(sql).fetchone()
         return (row[0], row[1]) if row else (None, None)
+
+    def event_stream_read(
+        self, after: EventOffset, until: EventOffset, columns: Sequence[str], floor: int
+    ) -> Generator[list[tuple[Any, ...]], None, None]:
+        check_columns("events", columns, SCAN_COLUMNS["events"])
+        sql = self._Q["event_stream_read"].format(columns=", ".join(columns) or "1")
+        with self._reading() as conn:
+            cursor = conn.execute(sql, self._stream_range(after, until, floor))
+            try:
+                while rows := cursor.fetchmany(10_000):
+                    yield rows
+            finally:
+                cursor.close()
+
+    def event_first_seq_since(self, at: datetime) -> int | None:
+        with self._reading() as conn:
+            row = conn.execute(self._Q["event_first_seq_since"], {"at": self._time(at)}).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
 
 
 def running(write_id: str) -> str:

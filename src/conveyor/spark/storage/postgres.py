@@ -39,7 +39,6 @@ from conveyor.spark.storage import (
     WriteEndedError,
     WriteResult,
     WriteRow,
-    check_columns,
     quote_ident,
     scan_query,
     stage_prefix,
@@ -102,6 +101,15 @@ class PostgresSparkStorage(SQLSparkStorage):
     def _time_back(value: Any) -> datetime:
         assert isinstance(value, datetime)  # timestamptz: psycopg gives a datetime
         return value
+
+    def _stream_range(self, after: EventOffset, until: EventOffset, floor: int) -> dict[str, Any]:
+        return {
+            "after_xid": after[0],
+            "after_seq": after[1],
+            "until_xid": until[0],
+            "until_seq": until[1],
+            "floor": floor,
+        }
 
     def _lock_migrations(self, conn: Connection) -> None:
         conn.execute(_Q["spark_migrations_lock"])
@@ -256,28 +264,6 @@ class PostgresSparkStorage(SQLSparkStorage):
         with self._db.connection() as conn:
             row = conn.execute(statement, params).fetchone()
         return after if row is None else (int(row[0]), int(row[1]))
-
-    def event_stream_read(
-        self, after: EventOffset, until: EventOffset, columns: Sequence[str], floor: int
-    ) -> Generator[list[tuple[Any, ...]], None, None]:
-        check_columns("events", columns, SCAN_COLUMNS["events"])
-        sql = _Q["event_stream_read"].format(columns=", ".join(columns) or "1")
-        params = {
-            "after_xid": after[0],
-            "after_seq": after[1],
-            "until_xid": until[0],
-            "until_seq": until[1],
-            "floor": floor,
-        }
-        with self._db.connection() as conn:
-            cursor = conn.execute(sql, params)
-            while rows := cursor.fetchmany(10_000):
-                yield rows
-
-    def event_first_seq_since(self, at: datetime) -> int | None:
-        with self._db.connection() as conn:
-            row = conn.execute(_Q["event_first_seq_since"], {"at": at}).fetchone()
-        return None if row is None or row[0] is None else int(row[0])
 
 
 def _open_writes(conn: Connection) -> dict[str, str]:

@@ -32,7 +32,6 @@ from conveyor.spark.storage import (
     WriteCommit,
     WriteEndedError,
     WriteResult,
-    check_columns,
     quote_ident,
     scan_query,
     stage_prefix,
@@ -83,6 +82,10 @@ class SQLiteSparkStorage(SQLSparkStorage):
     @staticmethod
     def _time_back(value: Any) -> datetime:
         return datetime.fromtimestamp(value, UTC)
+
+    def _stream_range(self, after: EventOffset, until: EventOffset, floor: int) -> dict[str, Any]:
+        # One sequence: the transaction id of an offset is always 0 here.
+        return {"after": max(after[1], floor - 1), "until": until[1]}
 
     # --- writes -----------------------------------------------------------------
 
@@ -151,27 +154,6 @@ class SQLiteSparkStorage(SQLSparkStorage):
             bounds = {"after": start, "limit": limit}
             seq = conn.execute(_Q["event_stream_latest_limited"], bounds).fetchone()[0]
         return (0, max(seq or 0, after[1]))
-
-    def event_stream_read(
-        self, after: EventOffset, until: EventOffset, columns: Sequence[str], floor: int
-    ) -> Generator[list[tuple[Any, ...]], None, None]:
-        check_columns("events", columns, SCAN_COLUMNS["events"])
-        sql = _Q["event_stream_read"].format(columns=", ".join(columns) or "1")
-        params = {"after": max(after[1], floor - 1), "until": until[1]}
-        cursor = self._db.connection().execute(sql, params)
-        try:
-            while rows := cursor.fetchmany(10_000):
-                yield rows
-        finally:
-            cursor.close()
-
-    def event_first_seq_since(self, at: datetime) -> int | None:
-        seq: int | None = (
-            self._db.connection()
-            .execute(_Q["event_first_seq_since"], {"at": _ts(at)})
-            .fetchone()[0]
-        )
-        return seq
 
 
 def _move(
