@@ -8,6 +8,7 @@ import os
 import sys
 import threading
 import time
+from typing import Any
 
 import click
 
@@ -114,14 +115,9 @@ def worker(
     app_path: str,
     dsn: str | None,
     queues: str | None,
-    concurrency: int,
-    prefetch: int,
-    burst: bool,
-    stop_timeout: float,
-    lease: float,
-    poll_interval: float,
     log_level: str,
     log_format: str,
+    **running: Any,
 ) -> None:
     """Run a worker for the App at MODULE:APP until SIGTERM or SIGINT.
 
@@ -137,15 +133,10 @@ def worker(
     configure_logging(log_level, log_format)
     app = load_app(app_path)
     app.check_schema()  # "run conveyor migrate" rather than a traceback from the worker
-    code = app.run_worker(
-        queues=[q.strip() for q in queues.split(",") if q.strip()] if queues else None,
-        concurrency=concurrency,
-        burst=burst,
-        stop_timeout=stop_timeout,
-        lease=lease,
-        poll_interval=poll_interval,
-        prefetch=prefetch,
-    )
+    chosen = [q.strip() for q in queues.split(",") if q.strip()] if queues else None
+    # The other options (--concurrency, --prefetch, --burst, --stop-timeout, --lease,
+    # --poll-interval) are named after run_worker's parameters, and go as given.
+    code = app.run_worker(queues=chosen, **running)
     if _handlers_still_running():
         # Their jobs were released when the drain ended (a sync handler cannot be
         # interrupted). Waiting for their threads would keep the process, and the
