@@ -1056,7 +1056,6 @@ class App:
                 "re-encrypting needs the encryption keys (App(encryption_keys=...) or "
                 "CONVEYOR_ENCRYPTION_KEYS, newest first)"
             )
-        store = store
         return reencrypt(
             store, self.codec, after_id=after_id, batch_size=batch_size, on_batch=on_batch
         )
@@ -1185,7 +1184,6 @@ class App:
     ) -> int:
         """Hold the queued jobs among those named (ids and/or filters); returns how many."""
         store = hold_store(self.store, "hold jobs")
-        store = store
 
         def hold(batch: Sequence[int], now: datetime) -> list[int]:
             changed = store.job_hold(batch, now)
@@ -1205,7 +1203,6 @@ class App:
     ) -> int:
         """Let the held jobs among those named go; returns how many."""
         store = hold_store(self.store, "let held jobs go")
-        store = store
         return self._bulk("unhold", ids, filters, on_batch, store.job_unhold)
 
     def held_jobs(

@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 from conveyor.errors import (
     ConfigurationError,
@@ -20,6 +20,9 @@ from conveyor.errors import (
     InvalidJobError,
     JobStateError,
 )
+
+#: What a job's stored arguments decode to: a list (args) or a dict (kwargs).
+_Payload = TypeVar("_Payload")
 
 #: Longest queue, task, key, group or batch name, in characters.
 MAX_NAME_LENGTH = 200
@@ -229,18 +232,19 @@ class Job:
     def args(self) -> list[Any]:
         if self.args_json == "[]":  # most jobs of many tasks: no decoding
             return []
-        value = decode_stored(self.args_json, f"job {self.id}'s arguments", plural=True)
-        if not isinstance(value, list):
-            raise ValueError(f"job {self.id}: args are not a JSON array")
-        return value
+        return self._arguments(self.args_json, list, "args are not a JSON array")
 
     @property
     def kwargs(self) -> dict[str, Any]:
         if self.kwargs_json == "{}":
             return {}
-        value = decode_stored(self.kwargs_json, f"job {self.id}'s arguments", plural=True)
-        if not isinstance(value, dict):
-            raise ValueError(f"job {self.id}: kwargs are not a JSON object")
+        return self._arguments(self.kwargs_json, dict, "kwargs are not a JSON object")
+
+    def _arguments(self, text: str, kind: type[_Payload], wrong: str) -> _Payload:
+        """Stored arguments decoded, refused (``wrong`` says why) unless a ``kind``."""
+        value = decode_stored(text, f"job {self.id}'s arguments", plural=True)
+        if not isinstance(value, kind):
+            raise ValueError(f"job {self.id}: {wrong}")
         return value
 
     @property
@@ -284,32 +288,33 @@ class Job:
         message)`` hears the handler's progress at once when it runs in this
         process.
         """
-        if self._app is None:
-            raise ConfigurationError("this Job is not attached to an App; use app.wait(job_id)")
-        return self._app.wait(self.id, timeout=timeout, on_progress=on_progress)
+        return self._attached("app.wait(job_id)").wait(
+            self.id, timeout=timeout, on_progress=on_progress
+        )
 
     async def await_result(self, timeout: float | None = None) -> Any:
         """``wait()`` for async code: does not block the event loop."""
-        if self._app is None:
-            raise ConfigurationError(
-                "this Job is not attached to an App; use app.await_result(job_id)"
-            )
-        return await self._app.await_result(self.id, timeout=timeout)
+        return await self._attached("app.await_result(job_id)").await_result(
+            self.id, timeout=timeout
+        )
 
     def refresh(self) -> Job:
         """Read the job again from the store."""
-        if self._app is None:
-            raise ConfigurationError("this Job is not attached to an App; use app.get(job_id)")
-        return self._app.get(self.id)
+        return self._attached("app.get(job_id)").get(self.id)
 
     def waiting(self) -> Any:
         """What the job waits for, read now, when a wait parked it (``ctx.wait_for``,
         ``ctx.wait``): a ``Waiting`` (the signal or the children, the step, until when),
         else None."""
-        if self._app is None:
-            raise ConfigurationError("this Job is not attached to an App; use app.durable")
-        port = self._app.durable
+        port = self._attached("app.durable").durable
         return None if port is None else port.job_waiting(self.id)
+
+    def _attached(self, instead: str) -> JobSource:
+        """The App this job was read through; refused, naming the call to use
+        ``instead``, for a job built or unpickled without one."""
+        if self._app is None:
+            raise ConfigurationError(f"this Job is not attached to an App; use {instead}")
+        return self._app
 
 
 @dataclass(slots=True, frozen=True)

@@ -8,7 +8,6 @@ import json
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -121,19 +120,13 @@ def enqueue(
     task: str,
     args: list[Any],
     kwargs: dict[str, Any],
-    queue: str | None,
-    key: str | None,
-    group: str | None,
-    limit_key: str | None,
-    delay: timedelta | None,
-    priority: int | None,
-    max_attempts: int | None,
     count: int,
     calls_file: Any,
     app_path: str | None,
     any_task: bool,
     dsn: str | None,
     as_json: bool,
+    **options: Any,
 ) -> None:
     """Enqueue jobs of TASK by name (the handler's code is not needed here).
 
@@ -154,15 +147,9 @@ def enqueue(
         )
     if registry is None and not any_task:
         _check_known(task, dsn)
-    opts = EnqueueOptions(
-        queue=queue,
-        key=key,
-        group=group,
-        limit_key=limit_key,
-        delay=delay,
-        priority=priority,
-        max_attempts=max_attempts,
-    )
+    # The other options (--queue, --key, --group, --limit-key, --delay, --priority,
+    # --max-attempts) are named after EnqueueOptions' fields, and go as given.
+    opts = EnqueueOptions(**options)
     if calls_file is not None:
         calls: Iterator[tuple[list[Any], dict[str, Any]]] = _calls_from_file(calls_file)
         total = None

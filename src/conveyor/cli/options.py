@@ -176,6 +176,25 @@ def within(what: str, low: float, high: float, unit: str = "", *, low_open: bool
     return check
 
 
+def bounded_option(
+    flag: str,
+    kind: _ParamType,
+    low: float,
+    high: float,
+    *,
+    default: float,
+    help_text: str,
+    unit: str = "",
+    low_open: bool = False,
+) -> Callable[[F], F]:
+    """The option ``flag``: a number read by ``kind``, refused in words that name the
+    flag unless within ``low`` and ``high`` (see ``within``); its default is shown."""
+    check = within(flag, low, high, unit, low_open=low_open)
+    return click.option(
+        flag, type=Bounded(kind, check), default=default, show_default=True, help=help_text
+    )
+
+
 def _shown(number: float) -> str:
     """``10,000``, ``0.1``: a bound as people write it."""
     return f"{int(number):,}" if float(number).is_integer() else f"{number:g}"

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import timedelta
 
 import click
@@ -12,7 +13,7 @@ from rich.live import Live
 from conveyor.app import App
 from conveyor.audit import record_cli
 from conveyor.bulk import check_age
-from conveyor.cli.options import Bounded, Duration, dsn_option, json_option, open_app, within
+from conveyor.cli.options import Duration, F, bounded_option, dsn_option, json_option, open_app
 from conveyor.cli.output import console, interactive, print_json, progress, stats_dict, stats_view
 from conveyor.errors import ConveyorError
 from conveyor.fair import MAX_WEIGHT, check_weight, fair_dict
@@ -23,14 +24,23 @@ from conveyor.worker.retention import MAX_KEEP
 FINAL_STATES = ("succeeded", "failed", "cancelled")
 
 
+def _final_states(help_text: str) -> Callable[[F], F]:
+    """--state, repeatable: the final states whose jobs a deleting command takes."""
+    return click.option(
+        "--state", "states", type=click.Choice(FINAL_STATES), multiple=True, help=help_text
+    )
+
+
 @click.command()
 @click.option("--watch", is_flag=True, help="Refresh until interrupted (Ctrl-C).")
-@click.option(
+@bounded_option(
     "--interval",
-    type=Bounded(click.FLOAT, within("--interval", 0.1, 3600, " seconds")),
+    click.FLOAT,
+    0.1,
+    3600,
+    unit=" seconds",
     default=2.0,
-    show_default=True,
-    help="Seconds between two refreshes of --watch (0.1 to 3600).",
+    help_text="Seconds between two refreshes of --watch (0.1 to 3600).",
 )
 @click.option("--times", type=click.IntRange(1, 1_000_000), default=None, hidden=True)
 @dsn_option
@@ -77,13 +87,7 @@ def _show_stats(app: App, watch: bool, interval: float, times: int | None, as_js
     required=True,
     help="Finished more than this long ago: 7d, 24h, 30m, 90s (0s: all of them).",
 )
-@click.option(
-    "--state",
-    "states",
-    type=click.Choice(FINAL_STATES),
-    multiple=True,
-    help="Only jobs that ended so (repeat for several; default: all three).",
-)
+@_final_states("Only jobs that ended so (repeat for several; default: all three).")
 @click.option("--queue", default=None, help="Only jobs of this queue.")
 @click.option("--dry-run", is_flag=True, help="Count the jobs it would delete; delete none.")
 @click.option("--yes", "-y", is_flag=True, help="Delete without asking.")
@@ -128,12 +132,8 @@ def purge(
     required=True,
     help="How many of the newest finished jobs to keep (0: none).",
 )
-@click.option(
-    "--state",
-    "states",
-    type=click.Choice(FINAL_STATES),
-    multiple=True,
-    help="Only jobs that ended so, counted together (repeat for several; default: all three).",
+@_final_states(
+    "Only jobs that ended so, counted together (repeat for several; default: all three)."
 )
 @click.option("--yes", "-y", is_flag=True, help="Delete without asking.")
 @dsn_option
@@ -178,11 +178,7 @@ def _warn_if_unknown(app: App, queue: str) -> None:
 @dsn_option
 def pause(queue: str, dsn: str | None) -> None:
     """Stop workers claiming from QUEUE (running jobs finish)."""
-    with open_app(dsn) as app:
-        _warn_if_unknown(app, queue)
-        app.pause(queue)
-        record_cli(app, "pause", f"queue {queue}")
-    click.echo(f"queue {queue} paused")
+    _pause_or_resume(queue, dsn, pausing=True)
 
 
 @click.command()
@@ -190,11 +186,18 @@ def pause(queue: str, dsn: str | None) -> None:
 @dsn_option
 def resume(queue: str, dsn: str | None) -> None:
     """Let workers claim from QUEUE again."""
+    _pause_or_resume(queue, dsn, pausing=False)
+
+
+def _pause_or_resume(queue: str, dsn: str | None, *, pausing: bool) -> None:
     with open_app(dsn) as app:
         _warn_if_unknown(app, queue)
-        app.resume(queue)
-        record_cli(app, "resume", f"queue {queue}")
-    click.echo(f"queue {queue} resumed")
+        if pausing:
+            app.pause(queue)
+        else:
+            app.resume(queue)
+        record_cli(app, "pause" if pausing else "resume", f"queue {queue}")
+    click.echo(f"queue {queue} {'paused' if pausing else 'resumed'}")
 
 
 @click.command("delete-queue")

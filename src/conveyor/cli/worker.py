@@ -8,12 +8,13 @@ import os
 import sys
 import threading
 import time
+from typing import Any
 
 import click
 
 from conveyor.app import App
 from conveyor.cli.logs import FORMATS, LEVELS, configure_logging
-from conveyor.cli.options import Bounded, dsn_option, open_app, within
+from conveyor.cli.options import bounded_option, dsn_option, open_app
 from conveyor.errors import ConfigurationError
 from conveyor.store.dsn import DSN_ENV
 
@@ -55,41 +56,46 @@ def load_app(target: str) -> App:
 @click.argument("app_path", metavar="MODULE:APP")
 @dsn_option
 @click.option("--queues", default=None, help="Comma-separated queues (default: all the app's).")
-@click.option(
-    "--concurrency",
-    type=Bounded(click.INT, within("--concurrency", 1, MAX_WORKER_CONCURRENCY)),
-    default=8,
-    show_default=True,
-    help="Jobs run at once.",
+@bounded_option(
+    "--concurrency", click.INT, 1, MAX_WORKER_CONCURRENCY, default=8, help_text="Jobs run at once."
 )
-@click.option(
+@bounded_option(
     "--prefetch",
-    type=Bounded(click.INT, within("--prefetch", 0, MAX_WORKER_CONCURRENCY)),
+    click.INT,
+    0,
+    MAX_WORKER_CONCURRENCY,
     default=0,
-    show_default=True,
-    help="Jobs claimed beyond the free slots, held until a slot frees (see docs/workers.md).",
+    help_text="Jobs claimed beyond the free slots, held until a slot frees (see docs/workers.md).",
 )
 @click.option("--burst", is_flag=True, help="Return when no job is ready or running.")
-@click.option(
+@bounded_option(
     "--stop-timeout",
-    type=Bounded(click.FLOAT, within("--stop-timeout", 0, DAY, " seconds")),
+    click.FLOAT,
+    0,
+    DAY,
+    unit=" seconds",
     default=30.0,
-    show_default=True,
-    help="Seconds to drain.",
+    help_text="Seconds to drain.",
 )
-@click.option(
+@bounded_option(
     "--lease",
-    type=Bounded(click.FLOAT, within("--lease", 0.1, DAY, " seconds", low_open=True)),
+    click.FLOAT,
+    0.1,
+    DAY,
+    unit=" seconds",
+    low_open=True,
     default=30.0,
-    show_default=True,
-    help="Lease length in seconds.",
+    help_text="Lease length in seconds.",
 )
-@click.option(
+@bounded_option(
     "--poll-interval",
-    type=Bounded(click.FLOAT, within("--poll-interval", 0, 3600, " seconds", low_open=True)),
+    click.FLOAT,
+    0,
+    3600,
+    unit=" seconds",
+    low_open=True,
     default=1.0,
-    show_default=True,
-    help="Fallback poll, seconds.",
+    help_text="Fallback poll, seconds.",
 )
 @click.option(
     "--log-level",
@@ -109,14 +115,9 @@ def worker(
     app_path: str,
     dsn: str | None,
     queues: str | None,
-    concurrency: int,
-    prefetch: int,
-    burst: bool,
-    stop_timeout: float,
-    lease: float,
-    poll_interval: float,
     log_level: str,
     log_format: str,
+    **running: Any,
 ) -> None:
     """Run a worker for the App at MODULE:APP until SIGTERM or SIGINT.
 
@@ -132,15 +133,10 @@ def worker(
     configure_logging(log_level, log_format)
     app = load_app(app_path)
     app.check_schema()  # "run conveyor migrate" rather than a traceback from the worker
-    code = app.run_worker(
-        queues=[q.strip() for q in queues.split(",") if q.strip()] if queues else None,
-        concurrency=concurrency,
-        burst=burst,
-        stop_timeout=stop_timeout,
-        lease=lease,
-        poll_interval=poll_interval,
-        prefetch=prefetch,
-    )
+    chosen = [q.strip() for q in queues.split(",") if q.strip()] if queues else None
+    # The other options (--concurrency, --prefetch, --burst, --stop-timeout, --lease,
+    # --poll-interval) are named after run_worker's parameters, and go as given.
+    code = app.run_worker(queues=chosen, **running)
     if _handlers_still_running():
         # Their jobs were released when the drain ended (a sync handler cannot be
         # interrupted). Waiting for their threads would keep the process, and the

@@ -3,6 +3,7 @@ resume, stop, concurrency), carried by the store to whichever machine runs it.""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -25,6 +26,16 @@ def workers() -> None:
     """The registered workers; quiet, resume, stop or resize one, on any machine."""
 
 
+def _worker_command(name: str) -> Callable[[Callable[..., None]], click.Command]:
+    """A ``conveyor workers`` command on one worker: WORKER_ID first, then any
+    arguments of its own, and --dsn."""
+
+    def command(fn: Callable[..., None]) -> click.Command:
+        return workers.command(name)(WORKER_ID(dsn_option(fn)))
+
+    return command
+
+
 @workers.command("list")
 @dsn_option
 @json_option
@@ -45,9 +56,7 @@ def list_workers(dsn: str | None, as_json: bool) -> None:
     console().print(fitted_table(columns, rows))
 
 
-@workers.command("show")
-@WORKER_ID
-@dsn_option
+@_worker_command("show")
 def show_worker(worker_id: str, dsn: str | None) -> None:
     """One worker as JSON: where it runs, its slots, the jobs it holds, what it was asked."""
     with open_app(dsn) as app:
@@ -82,34 +91,26 @@ def _ask(worker_id: str, dsn: str | None, what: str, **asked: Any) -> None:
     click.echo(f"worker {worker_id}: {what} asked; it obeys at its next check-in")
 
 
-@workers.command("quiet")
-@WORKER_ID
-@dsn_option
+@_worker_command("quiet")
 def quiet_worker(worker_id: str, dsn: str | None) -> None:
     """Claim nothing new; finish what it holds (undo with resume)."""
     _ask(worker_id, dsn, "quiet", quiet=True)
 
 
-@workers.command("resume")
-@WORKER_ID
-@dsn_option
+@_worker_command("resume")
 def resume_worker(worker_id: str, dsn: str | None) -> None:
     """Claim again after a quiet."""
     _ask(worker_id, dsn, "resume", quiet=False)
 
 
-@workers.command("stop")
-@WORKER_ID
-@dsn_option
+@_worker_command("stop")
 def stop_worker(worker_id: str, dsn: str | None) -> None:
     """Stop gracefully: claim nothing new, let running jobs finish (up to its stop timeout)."""
     _ask(worker_id, dsn, "stop", stop=True)
 
 
-@workers.command("concurrency")
-@WORKER_ID
+@_worker_command("concurrency")
 @click.argument("slots", type=click.IntRange(1, MAX_CONCURRENCY))
-@dsn_option
 def worker_concurrency(worker_id: str, slots: int, dsn: str | None) -> None:
     """Run SLOTS jobs at once from now on (jobs already running finish first)."""
     _ask(worker_id, dsn, f"concurrency {slots}", concurrency=slots)

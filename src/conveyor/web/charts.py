@@ -50,33 +50,10 @@ def per_slot(rows: Sequence[FinishedCount], queue: str | None) -> dict[str, list
 def bar_chart(
     series: dict[str, list[int]], start: datetime, width: int, height: int, gap: float = 1.0
 ) -> Chart:
-    """Stacked bars, one per slot, scaled to the busiest slot."""
-    totals = [sum(series[state][i] for state in STATES) for i in range(SLOTS)]
-    chart = Chart(width=width, height=height, peak=max(totals), total=sum(totals))
-    if chart.peak == 0:
-        return chart
-    step = width / SLOTS
-    for i in range(SLOTS):
-        base = float(height)
-        minute = (start + SLOT * i).strftime("%H:%M")
-        for state in STATES:
-            count = series[state][i]
-            if count == 0:
-                continue
-            # At least one pixel, so a single failure in a busy hour still shows.
-            h = max(1.0, height * count / chart.peak)
-            base -= h
-            chart.bars.append(
-                Bar(
-                    x=round(i * step, 2),
-                    y=round(base, 2),
-                    width=round(max(step - gap, 0.5), 2),
-                    height=round(h, 2),
-                    state=state,
-                    title=f"{minute} UTC: {count} {state}",
-                )
-            )
-    return chart
+    """Stacked bars, one per minute of the window, scaled to the busiest minute."""
+    titles = [f"{(start + SLOT * i).strftime('%H:%M')} UTC" for i in range(SLOTS)]
+    in_order = {state: series[state] for state in STATES}
+    return _stack(in_order, titles, width, height, gap, count_format="")
 
 
 # --- per-task metrics: any number of slots ----------------------------------------------
@@ -87,13 +64,27 @@ def stacked_bars(
 ) -> Chart:
     """Stacked bars, one per slot (``titles`` name the slots), bottom up in the
     order of ``series``, scaled to the busiest slot."""
+    # No gap between bars too thin to spare a pixel.
+    gap = 1.0 if width / max(len(titles), 1) > 4 else 0.0
+    return _stack(series, titles, width, height, gap, count_format=",")
+
+
+def _stack(
+    series: dict[str, list[int]],
+    titles: Sequence[str],
+    width: int,
+    height: int,
+    gap: float,
+    count_format: str,
+) -> Chart:
+    """The bars of both charts: one per slot, bottom up in the order of ``series``;
+    ``count_format`` writes a count in a bar's title."""
     slots = len(titles)
     totals = [sum(values[i] for values in series.values()) for i in range(slots)]
     chart = Chart(width=width, height=height, peak=max(totals, default=0), total=sum(totals))
     if chart.peak == 0:
         return chart
     step = width / slots
-    gap = 1.0 if step > 4 else 0.0
     for i in range(slots):
         base = float(height)
         for name, values in series.items():
@@ -109,7 +100,7 @@ def stacked_bars(
                     width=round(max(step - gap, 0.5), 2),
                     height=round(h, 2),
                     state=name,
-                    title=f"{titles[i]}: {values[i]:,} {name}",
+                    title=f"{titles[i]}: {values[i]:{count_format}} {name}",
                 )
             )
     return chart

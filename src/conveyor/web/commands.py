@@ -7,9 +7,11 @@ and a CLI without the web extra still starts.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
+from click.decorators import FC
 
 from conveyor.cli.options import dsn_option
 from conveyor.errors import ConveyorError, StoreUnavailableError
@@ -25,22 +27,26 @@ READ_TOKEN_ENV = "CONVEYOR_DASHBOARD_READ_TOKEN"
 SECRET_ENV = "CONVEYOR_DASHBOARD_SECRET"
 
 
+def _secret_option(flag: str, env: str, help_text: str) -> Callable[[FC], FC]:
+    """An option read from ``env`` when not given, so a secret need not stand on the
+    command line (where any user of the machine can read it)."""
+    return click.option(flag, envvar=env, default=None, help=help_text)
+
+
 @click.command("dashboard")
 @dsn_option
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
-@click.option(
+@_secret_option(
     "--token",
-    envvar=TOKEN_ENV,
-    default=None,
-    help=f"Require this token on every request (also ${TOKEN_ENV}); "
+    TOKEN_ENV,
+    f"Require this token on every request (also ${TOKEN_ENV}); "
     "needed to listen on anything but loopback.",
 )
-@click.option(
+@_secret_option(
     "--read-token",
-    envvar=READ_TOKEN_ENV,
-    default=None,
-    help=f"A second token, for read-only access: every action refused (also ${READ_TOKEN_ENV}).",
+    READ_TOKEN_ENV,
+    f"A second token, for read-only access: every action refused (also ${READ_TOKEN_ENV}).",
 )
 @click.option(
     "--trust-user-header",
@@ -58,11 +64,10 @@ SECRET_ENV = "CONVEYOR_DASHBOARD_SECRET"
     help="A user's role, admin or read (repeat; '*=read' for everyone else). "
     "Without any, every user the header names is an admin.",
 )
-@click.option(
+@_secret_option(
     "--secret",
-    envvar=SECRET_ENV,
-    default=None,
-    help=f"Key that signs session cookies (also ${SECRET_ENV}; default: from the tokens).",
+    SECRET_ENV,
+    f"Key that signs session cookies (also ${SECRET_ENV}; default: from the tokens).",
 )
 @click.option(
     "--app",
@@ -108,7 +113,7 @@ def dashboard(
         "secret": secret or None,
     }
     try:
-        AccessRules(token, **access)  # refused at once, before the store is opened
+        rules = AccessRules(token, **access)  # refused at once, before the store is opened
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     guarded = token is not None or any(v is not None for v in access.values())
@@ -144,7 +149,7 @@ def dashboard(
             return opened[-1]
 
         described = redacted(dsn)
-        web = create_app_opening(opener, described, token, allowed_hosts=allowed, **access)
+        web = create_app_opening(opener, described, rules, allowed)
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"conveyor dashboard on http://{shown}:{port}/ ({described})")
     try:

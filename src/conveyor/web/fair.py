@@ -3,11 +3,13 @@ and in /metrics (each fair queue's busiest keys: their starts and queued jobs)."
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from conveyor.app import App
 from conveyor.errors import ConfigurationError
 from conveyor.fair import fair_dict
+from conveyor.store.fair import FairKey
 
 
 def fair_context(app: App, queue: str) -> dict[str, Any] | None:
@@ -45,15 +47,23 @@ def fair_metrics(out: list[str], app: App) -> None:
         found = app.fair_queues()
     except ConfigurationError:  # a store without fair turns
         found = {}
-    help_text = "Jobs a key of a fair queue started since the queue was made fair (busiest keys)."
-    family(out, "conveyor_fair_key_starts_total", "counter", help_text)
-    for name, queue in sorted(found.items()):
-        for key in queue.keys:
-            labels = {"queue": name, "key": key.key if key.key is not None else ""}
-            sample(out, "conveyor_fair_key_starts_total", labels, key.starts)
-    help_text = "Queued jobs of a key of a fair queue (busiest keys)."
-    family(out, "conveyor_fair_key_queued", "gauge", help_text)
-    for name, queue in sorted(found.items()):
-        for key in queue.keys:
-            labels = {"queue": name, "key": key.key if key.key is not None else ""}
-            sample(out, "conveyor_fair_key_queued", labels, key.queued)
+    families: tuple[tuple[str, str, str, Callable[[FairKey], int]], ...] = (
+        (
+            "conveyor_fair_key_starts_total",
+            "counter",
+            "Jobs a key of a fair queue started since the queue was made fair (busiest keys).",
+            lambda key: key.starts,
+        ),
+        (
+            "conveyor_fair_key_queued",
+            "gauge",
+            "Queued jobs of a key of a fair queue (busiest keys).",
+            lambda key: key.queued,
+        ),
+    )
+    for metric, kind, help_text, value in families:
+        family(out, metric, kind, help_text)
+        for name, queue in sorted(found.items()):
+            for key in queue.keys:
+                labels = {"queue": name, "key": key.key if key.key is not None else ""}
+                sample(out, metric, labels, value(key))

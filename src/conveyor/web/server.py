@@ -190,21 +190,16 @@ def create_app(
 def create_app_opening(
     opener: Callable[[], App],
     store: str,
-    token: str | None = None,
-    *,
-    read_token: str | None = None,
-    user_header: str | None = None,
-    roles: RoleMap | None = None,
-    secret: str | None = None,
+    rules: AccessRules,
     allowed_hosts: Sequence[str] | None = None,
 ) -> Starlette:
-    """The dashboard of the App ``opener`` gives, opened by the first request that can.
+    """The dashboard of the App ``opener`` gives, opened by the first request that can;
+    who may do what as ``create_app``'s arguments make ``rules``.
 
     For a store that cannot be reached when the dashboard starts: until it can,
     every page answers 503 naming ``store`` (a DSN without its password), as
     while any outage.
     """
-    rules = AccessRules(token, read_token, user_header, roles, secret)
     return Dashboard(None, opener=opener, store=store).build(rules, _hosts(rules, allowed_hosts))
 
 

@@ -2,18 +2,21 @@
 
 ``SQLSparkStorage`` holds a store and carries the methods whose statements
 and steps are the same in both dialects: the store's own schema, the version
-of Spark's tables, touching a write, the options and progress of writes, and
-the list of writes an operator sees. A database's storage (``sqlite.py``,
-``postgres.py``) says how it reads (``_reading``), how it changes in one
-transaction (``_changing``), how a time goes in and comes out, and which
-statement files it reads (``_Q``, ``_OPS``); the rest of its methods are its
-own, where the dialects differ (staging by COPY or by rows, the move, pieces).
+of Spark's tables, staging a batch, touching, aborting and clearing writes,
+the options and progress of writes, the list of writes an operator sees, the
+id bounds of a scan and the reads of the event stream. A database's storage
+(``sqlite.py``, ``postgres.py``) says how it reads (``_reading``), how it
+changes in one transaction (``_changing``), how it writes staged rows
+(``_stage_rows``), how it bounds the event stream (``_stream_range``), how a
+time goes in and comes out, and which statement files it reads (``_Q``,
+``_OPS``); the rest of its methods are its own, where the dialects differ (the
+move, pieces, the end of the event stream).
 """
 
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, ClassVar, Literal, Protocol
@@ -21,14 +24,19 @@ from typing import Any, ClassVar, Literal, Protocol
 from conveyor.errors import ConfigurationError, SchemaMissingError
 from conveyor.spark.storage import (
     PATH_PER_PARTITION,
+    SCAN_ID_COLUMN,
+    Cleanup,
     Progress,
     WriteEndedError,
     WriteResult,
     WriteRow,
+    check_columns,
     no_core_tables,
     quote_ident,
     stage_prefix,
 )
+from conveyor.spark.storage.scan import SCAN_COLUMNS
+from conveyor.store.records import EventOffset
 from conveyor.store.sql import Migration
 
 
@@ -86,12 +94,17 @@ class SQLSparkStorage:
     def _time_back(value: Any) -> datetime:
         """A time as the database's statements give it back."""
 
+    @abstractmethod
+    def _stream_range(self, after: EventOffset, until: EventOffset, floor: int) -> dict[str, Any]:
+        """The parameters of ``event_stream_read``: the events after ``after`` up to
+        ``until``, none below the sequence ``floor``."""
+
     #: What the database raises when a write opens under an id that is open already.
     _OPEN_ALREADY: ClassVar[type[Exception]]
 
     @abstractmethod
-    def _clear_abandoned(self, conn: Any, before: datetime) -> list[str]:
-        """Close writes whose driver died, and drop what they staged; their names."""
+    def _stage_rows(self, conn: Any, table: str, rows: Any) -> None:
+        """Write a batch of rows (as ``stage_format`` says) into the staging ``table``."""
 
     def _settle(self) -> list[str]:
         """Finish what commits whose committer died left; their names.
@@ -162,6 +175,58 @@ class SQLSparkStorage:
                 raise ConfigurationError(running(write_id)) from None
         return cleared
 
+    def bulk_stage(self, write_id: str, stage: str, rows: Any, *, create: bool) -> None:
+        table = stage_table(write_id, stage)
+        # One short transaction per batch, not one for the task: SQLite has one
+        # writer, and the other tasks stage at the same time.
+        with self._changing() as conn:
+            check_open(conn, self._Q["spark_write_is_open"], write_id)
+            if create:
+                conn.execute(self._Q["spark_stage_create"].format(stage=table))
+            self._stage_rows(conn, table, rows)
+
+    def bulk_write_abort(self, write_id: str) -> None:
+        self._settle()  # a commit that failed half-way left pieces: decided ones stay
+        with self._changing() as conn:
+            self._end_write(conn, write_id)
+
+    def bulk_write_cleanup(
+        self, abandoned_before: datetime, results_before: datetime | None
+    ) -> Cleanup:
+        settled = self._settle()
+        with self._changing() as conn:
+            cleared = self._clear_abandoned(conn, abandoned_before)
+            purged = 0
+            if results_before is not None:
+                params = {"before": self._time(results_before)}
+                purged = conn.execute(self._OPS["spark_write_results_purge"], params).rowcount
+        return Cleanup(cleared, max(purged, 0), settled)
+
+    def _clear_abandoned(self, conn: Any, before: datetime) -> list[str]:
+        """Close writes whose driver died, and drop what they staged: none of it became jobs.
+
+        Called after ``_settle``, so that no write it closes has pieces left.
+        """
+        params = {"before": self._time(before)}
+        rows = conn.execute(self._Q["spark_write_abandoned"], params).fetchall()
+        for write_id, _ in rows:
+            self._end_write(conn, write_id)
+        return [str(shown) for _, shown in rows]
+
+    def _end_write(self, conn: Any, write_id: str) -> None:
+        """End a write in this transaction: none of what it staged becomes a job."""
+        conn.execute(self._Q["spark_write_close"], {"id": write_id})
+        conn.execute(self._Q["spark_progress_delete"], {"write_id": write_id})
+        self._drop_stages(conn, stage_prefix(write_id))
+
+    def _drop_stages(self, conn: Any, prefix: str) -> None:
+        """Drop every staging table under ``prefix`` (a write's: with those of the attempts
+        Spark discarded)."""
+        # fetchall: SQLite cannot drop a table while a cursor reads the schema.
+        tables = conn.execute(self._Q["spark_stage_tables"], {"prefix": prefix}).fetchall()
+        for (table,) in tables:
+            conn.execute(self._Q["spark_stage_drop"].format(stage=quote_ident(table)))
+
     def bulk_write_touch(self, write_id: str, now: datetime) -> None:
         with self._changing() as conn:
             conn.execute(self._Q["spark_write_touch"], {"id": write_id, "now": self._time(now)})
@@ -230,6 +295,33 @@ class SQLSparkStorage:
         with self._reading() as conn:
             row = conn.execute(self._OPS["spark_write_options"], {"id": result_id}).fetchone()
         return None if row is None or row[0] is None else str(row[0])
+
+    # --- reads ------------------------------------------------------------------------
+
+    def scan_id_bounds(self, table: str) -> tuple[int | None, int | None]:
+        check_columns(table, [], SCAN_COLUMNS.get(table, ()))
+        sql = self._Q["scan_id_bounds"].format(id=SCAN_ID_COLUMN[table], table=table)
+        with self._reading() as conn:
+            row = conn.execute(sql).fetchone()
+        return (row[0], row[1]) if row else (None, None)
+
+    def event_stream_read(
+        self, after: EventOffset, until: EventOffset, columns: Sequence[str], floor: int
+    ) -> Generator[list[tuple[Any, ...]], None, None]:
+        check_columns("events", columns, SCAN_COLUMNS["events"])
+        sql = self._Q["event_stream_read"].format(columns=", ".join(columns) or "1")
+        with self._reading() as conn:
+            cursor = conn.execute(sql, self._stream_range(after, until, floor))
+            try:
+                while rows := cursor.fetchmany(10_000):
+                    yield rows
+            finally:
+                cursor.close()
+
+    def event_first_seq_since(self, at: datetime) -> int | None:
+        with self._reading() as conn:
+            row = conn.execute(self._Q["event_first_seq_since"], {"at": self._time(at)}).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
 
 
 def running(write_id: str) -> str:

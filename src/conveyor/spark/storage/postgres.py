@@ -28,10 +28,8 @@ from psycopg import errors as pg_errors
 from conveyor.spark.storage import (
     PATH_ONE_TRANSACTION,
     PATH_PIECES,
-    SCAN_ID_COLUMN,
     TIME_COLUMNS,
     BatchStep,
-    Cleanup,
     InsertCounts,
     Progress,
     Scan,
@@ -41,7 +39,6 @@ from conveyor.spark.storage import (
     WriteEndedError,
     WriteResult,
     WriteRow,
-    check_columns,
     quote_ident,
     scan_query,
     stage_prefix,
@@ -105,19 +102,23 @@ class PostgresSparkStorage(SQLSparkStorage):
         assert isinstance(value, datetime)  # timestamptz: psycopg gives a datetime
         return value
 
+    def _stream_range(self, after: EventOffset, until: EventOffset, floor: int) -> dict[str, Any]:
+        return {
+            "after_xid": after[0],
+            "after_seq": after[1],
+            "until_xid": until[0],
+            "until_seq": until[1],
+            "floor": floor,
+        }
+
     def _lock_migrations(self, conn: Connection) -> None:
         conn.execute(_Q["spark_migrations_lock"])
 
     # --- writes -----------------------------------------------------------------
 
-    def bulk_stage(self, write_id: str, stage: str, rows: Any, *, create: bool) -> None:
-        table = stage_table(write_id, stage)
-        with self._db.transaction() as conn:
-            check_open(conn, _Q["spark_write_is_open"], write_id)
-            if create:
-                conn.execute(_Q["spark_stage_create"].format(stage=table))
-            with conn.cursor().copy(_Q["spark_stage_copy"].format(stage=table)) as copy:
-                copy.write(rows)
+    def _stage_rows(self, conn: Connection, table: str, rows: Any) -> None:
+        with conn.cursor().copy(_Q["spark_stage_copy"].format(stage=table)) as copy:
+            copy.write(rows)
 
     def bulk_write_commit(self, commit: WriteCommit) -> WriteResult:
         write_id, result_id, now = commit.write_id, commit.result_id, commit.now
@@ -131,11 +132,11 @@ class PostgresSparkStorage(SQLSparkStorage):
         with self._db.transaction() as conn:
             done = _close_write(conn, write_id, tables, result_id, commit.batch)
             if done is not None:
-                _drop_stages(conn, stage_prefix(write_id))
+                self._drop_stages(conn, stage_prefix(write_id))
                 return done
             given, enqueued = _move(conn, tables, commit.unique, now)
             self._record_result(conn, commit.result(given, enqueued, PATH_ONE_TRANSACTION))
-            _drop_stages(conn, stage_prefix(write_id))
+            self._drop_stages(conn, stage_prefix(write_id))
             result = _result(conn, result_id)
         assert result is not None
         return result
@@ -165,7 +166,7 @@ class PostgresSparkStorage(SQLSparkStorage):
                         raise
             if done is not None:  # committed by an earlier run: nothing was prepared
                 with lead.transaction():
-                    _drop_stages(lead, stage_prefix(write_id))
+                    self._drop_stages(lead, stage_prefix(write_id))
                 return done
             try:
                 move.commit(lead)
@@ -173,7 +174,7 @@ class PostgresSparkStorage(SQLSparkStorage):
                 pass  # the connection was lost: see below
             else:
                 with lead.transaction():
-                    _drop_stages(lead, stage_prefix(write_id))
+                    self._drop_stages(lead, stage_prefix(write_id))
                     lead.execute(_Q["spark_commit_forget"], {"token": token})
                     return _committed(lead, result_id)
         # The connection was lost after the decision: the write is committed, and the
@@ -182,13 +183,6 @@ class PostgresSparkStorage(SQLSparkStorage):
         self._settle()
         with self._db.connection() as conn:
             return _committed(conn, result_id)
-
-    def bulk_write_abort(self, write_id: str) -> None:
-        self._settle()  # a commit that failed half-way left pieces: decided ones stay
-        with self._db.transaction() as conn:
-            conn.execute(_Q["spark_write_close"], {"id": write_id})
-            conn.execute(_Q["spark_progress_delete"], {"write_id": write_id})
-            _drop_stages(conn, stage_prefix(write_id))
 
     def bulk_insert(
         self, step: BatchStep, rows: Any, unique: Unique, now: datetime
@@ -201,21 +195,10 @@ class PostgresSparkStorage(SQLSparkStorage):
             row = conn.execute(_Q["spark_progress_lock"], key).fetchone()
             step.check(Progress(0, 0) if row is None else Progress(int(row[0]), int(row[1])))
             conn.execute(_Q["spark_direct_create"].format(stage=table))
-            with conn.cursor().copy(_Q["spark_stage_copy"].format(stage=table)) as copy:
-                copy.write(rows)
+            self._stage_rows(conn, table, rows)
             given, enqueued = _move(conn, [table], unique, now)
             conn.execute(_Q["spark_progress_advance"], step.advance_params(given, enqueued))
         return InsertCounts(enqueued, given - enqueued)
-
-    def _clear_abandoned(self, conn: Connection, before: datetime) -> list[str]:
-        """Close writes whose driver died, and drop what they staged: none of it became jobs.
-
-        Called after ``_settle``, so that no write it closes has pieces left.
-        """
-        rows = conn.execute(_Q["spark_write_abandoned"], {"before": before}).fetchall()
-        for write_id, _ in rows:
-            _end_write(conn, write_id)
-        return [str(shown) for _, shown in rows]
 
     def _settle(self) -> list[str]:
         """Finish the parallel commits whose committer died (see pieces.settle); their names."""
@@ -225,12 +208,12 @@ class PostgresSparkStorage(SQLSparkStorage):
             for write_id, shown in _open_writes(conn).items():
                 if write_token(write_id) == token:
                     names[token] = shown
-                    _end_write(conn, write_id)
-            _drop_stages(conn, token_stage_prefix(token))
+                    self._end_write(conn, write_id)
+            self._drop_stages(conn, token_stage_prefix(token))
 
         with self._db.connection() as conn:
             tokens = parallel.settle(
-                conn, lambda c, token: _drop_stages(c, token_stage_prefix(token)), end_write
+                conn, lambda c, token: self._drop_stages(c, token_stage_prefix(token)), end_write
             )
         return [names.get(token, token) for token in tokens]
 
@@ -251,26 +234,7 @@ class PostgresSparkStorage(SQLSparkStorage):
             for row in listed
         ]
 
-    def bulk_write_cleanup(
-        self, abandoned_before: datetime, results_before: datetime | None
-    ) -> Cleanup:
-        settled = self._settle()
-        with self._db.transaction() as conn:
-            cleared = self._clear_abandoned(conn, abandoned_before)
-            purged = 0
-            if results_before is not None:
-                params = {"before": (results_before)}
-                purged = conn.execute(_OPS["spark_write_results_purge"], params).rowcount
-        return Cleanup(cleared, max(purged, 0), settled)
-
     # --- reads ------------------------------------------------------------------
-
-    def scan_id_bounds(self, table: str) -> tuple[int | None, int | None]:
-        check_columns(table, [], SCAN_COLUMNS.get(table, ()))
-        sql = _Q["scan_id_bounds"].format(id=SCAN_ID_COLUMN[table], table=table)
-        with self._db.connection() as conn:
-            row = conn.execute(sql).fetchone()
-        return (row[0], row[1]) if row else (None, None)
 
     def scan(self, what: ScanRange, chunk_rows: int) -> Scan:
         known = SCAN_COLUMNS.get(what.table, ())
@@ -301,46 +265,11 @@ class PostgresSparkStorage(SQLSparkStorage):
             row = conn.execute(statement, params).fetchone()
         return after if row is None else (int(row[0]), int(row[1]))
 
-    def event_stream_read(
-        self, after: EventOffset, until: EventOffset, columns: Sequence[str], floor: int
-    ) -> Generator[list[tuple[Any, ...]], None, None]:
-        check_columns("events", columns, SCAN_COLUMNS["events"])
-        sql = _Q["event_stream_read"].format(columns=", ".join(columns) or "1")
-        params = {
-            "after_xid": after[0],
-            "after_seq": after[1],
-            "until_xid": until[0],
-            "until_seq": until[1],
-            "floor": floor,
-        }
-        with self._db.connection() as conn:
-            cursor = conn.execute(sql, params)
-            while rows := cursor.fetchmany(10_000):
-                yield rows
-
-    def event_first_seq_since(self, at: datetime) -> int | None:
-        with self._db.connection() as conn:
-            row = conn.execute(_Q["event_first_seq_since"], {"at": at}).fetchone()
-        return None if row is None or row[0] is None else int(row[0])
-
-
-def _end_write(conn: Connection, write_id: str) -> None:
-    """End a write whose driver is gone: none of what it staged becomes a job."""
-    conn.execute(_Q["spark_write_close"], {"id": write_id})
-    conn.execute(_Q["spark_progress_delete"], {"write_id": write_id})
-    _drop_stages(conn, stage_prefix(write_id))
-
 
 def _open_writes(conn: Connection) -> dict[str, str]:
     """The open writes: each one's id, and the name it is shown by (the caller's writeId)."""
     rows = conn.execute(_OPS["spark_write_open_list"]).fetchall()
     return {str(write_id): str(shown) for write_id, shown in rows}
-
-
-def _drop_stages(conn: Connection, prefix: str) -> None:
-    """Drop every staging table of a write, including those of attempts Spark discarded."""
-    for (table,) in conn.execute(_Q["spark_stage_tables"], {"prefix": prefix}).fetchall():
-        conn.execute(_Q["spark_stage_drop"].format(stage=quote_ident(table)))
 
 
 def _close_write(

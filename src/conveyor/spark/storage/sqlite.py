@@ -23,9 +23,7 @@ from typing import Any, Literal
 
 from conveyor.spark.storage import (
     PATH_ONE_TRANSACTION,
-    SCAN_ID_COLUMN,
     BatchStep,
-    Cleanup,
     InsertCounts,
     Progress,
     Scan,
@@ -34,7 +32,6 @@ from conveyor.spark.storage import (
     WriteCommit,
     WriteEndedError,
     WriteResult,
-    check_columns,
     quote_ident,
     scan_query,
     stage_prefix,
@@ -86,17 +83,14 @@ class SQLiteSparkStorage(SQLSparkStorage):
     def _time_back(value: Any) -> datetime:
         return datetime.fromtimestamp(value, UTC)
 
+    def _stream_range(self, after: EventOffset, until: EventOffset, floor: int) -> dict[str, Any]:
+        # One sequence: the transaction id of an offset is always 0 here.
+        return {"after": max(after[1], floor - 1), "until": until[1]}
+
     # --- writes -----------------------------------------------------------------
 
-    def bulk_stage(self, write_id: str, stage: str, rows: Any, *, create: bool) -> None:
-        table = stage_table(write_id, stage)
-        # One short transaction per batch, not one for the task: SQLite has one
-        # writer, and the other tasks stage at the same time.
-        with self._db.write() as conn:
-            check_open(conn, _Q["spark_write_is_open"], write_id)
-            if create:
-                conn.execute(_Q["spark_stage_create"].format(stage=table))
-            conn.executemany(_Q["spark_stage_insert"].format(stage=table), rows)
+    def _stage_rows(self, conn: sqlite3.Connection, table: str, rows: Any) -> None:
+        conn.executemany(_Q["spark_stage_insert"].format(stage=table), rows)
 
     def bulk_write_commit(self, commit: WriteCommit) -> WriteResult:
         # pieces: SQLite has one writer, so a move in parallel pieces gains nothing.
@@ -111,20 +105,14 @@ class SQLiteSparkStorage(SQLSparkStorage):
             if done is not None and (
                 batch is None or (done.batch is not None and done.batch >= batch)
             ):
-                _drop_stages(conn, write_id)
+                self._drop_stages(conn, stage_prefix(write_id))
                 return replace(done, new=False)
             given, enqueued = _move(conn, tables, commit.unique, _ts(commit.now))
             self._record_result(conn, commit.result(given, enqueued, PATH_ONE_TRANSACTION))
-            _drop_stages(conn, write_id)
+            self._drop_stages(conn, stage_prefix(write_id))
             result = self._result(conn, result_id)
         assert result is not None
         return result
-
-    def bulk_write_abort(self, write_id: str) -> None:
-        with self._db.write() as conn:
-            conn.execute(_Q["spark_write_close"], {"id": write_id})
-            conn.execute(_Q["spark_progress_delete"], {"write_id": write_id})
-            _drop_stages(conn, write_id)
 
     def bulk_insert(
         self, step: BatchStep, rows: Any, unique: Unique, now: datetime
@@ -134,42 +122,13 @@ class SQLiteSparkStorage(SQLSparkStorage):
             check_open(conn, _Q["spark_write_is_open"], step.write_id)
             step.check(_progress(conn, step.write_id, step.part))
             conn.execute(_Q["spark_direct_create"].format(stage=table))
-            conn.executemany(_Q["spark_stage_insert"].format(stage=table), rows)
+            self._stage_rows(conn, table, rows)
             given, enqueued = _move(conn, [table], unique, _ts(now))
             conn.execute(_Q["spark_direct_clear"].format(stage=table))
             conn.execute(_Q["spark_progress_advance"], step.advance_params(given, enqueued))
         return InsertCounts(enqueued, given - enqueued)
 
-    def _clear_abandoned(self, conn: sqlite3.Connection, before: datetime) -> list[str]:
-        """Close writes whose driver died, and drop what they staged: none of it became jobs."""
-        params = {"before": _ts(before)}
-        rows = conn.execute(_Q["spark_write_abandoned"], params).fetchall()
-        for write_id, _ in rows:
-            conn.execute(_Q["spark_write_close"], {"id": write_id})
-            conn.execute(_Q["spark_progress_delete"], {"write_id": write_id})
-            _drop_stages(conn, write_id)
-        return [str(shown) for _, shown in rows]
-
-    # --- what an operator does (conveyor spark writes / cleanup) -------------------
-
-    def bulk_write_cleanup(
-        self, abandoned_before: datetime, results_before: datetime | None
-    ) -> Cleanup:
-        with self._db.write() as conn:
-            cleared = self._clear_abandoned(conn, abandoned_before)
-            purged = 0
-            if results_before is not None:
-                params = {"before": _ts(results_before)}
-                purged = conn.execute(_OPS["spark_write_results_purge"], params).rowcount
-        return Cleanup(cleared, max(purged, 0))
-
     # --- reads ------------------------------------------------------------------
-
-    def scan_id_bounds(self, table: str) -> tuple[int | None, int | None]:
-        check_columns(table, [], SCAN_COLUMNS.get(table, ()))
-        sql = _Q["scan_id_bounds"].format(id=SCAN_ID_COLUMN[table], table=table)
-        low, high = self._db.connection().execute(sql).fetchone()
-        return low, high
 
     def scan(self, what: ScanRange, chunk_rows: int) -> Scan:
         known = SCAN_COLUMNS.get(what.table, ())
@@ -195,35 +154,6 @@ class SQLiteSparkStorage(SQLSparkStorage):
             bounds = {"after": start, "limit": limit}
             seq = conn.execute(_Q["event_stream_latest_limited"], bounds).fetchone()[0]
         return (0, max(seq or 0, after[1]))
-
-    def event_stream_read(
-        self, after: EventOffset, until: EventOffset, columns: Sequence[str], floor: int
-    ) -> Generator[list[tuple[Any, ...]], None, None]:
-        check_columns("events", columns, SCAN_COLUMNS["events"])
-        sql = _Q["event_stream_read"].format(columns=", ".join(columns) or "1")
-        params = {"after": max(after[1], floor - 1), "until": until[1]}
-        cursor = self._db.connection().execute(sql, params)
-        try:
-            while rows := cursor.fetchmany(10_000):
-                yield rows
-        finally:
-            cursor.close()
-
-    def event_first_seq_since(self, at: datetime) -> int | None:
-        seq: int | None = (
-            self._db.connection()
-            .execute(_Q["event_first_seq_since"], {"at": _ts(at)})
-            .fetchone()[0]
-        )
-        return seq
-
-
-def _drop_stages(conn: sqlite3.Connection, write_id: str) -> None:
-    """Drop every staging table of a write, including those of attempts Spark discarded."""
-    # fetchall: SQLite cannot drop a table while a cursor reads the schema.
-    params = {"prefix": stage_prefix(write_id)}
-    for (table,) in conn.execute(_Q["spark_stage_tables"], params).fetchall():
-        conn.execute(_Q["spark_stage_drop"].format(stage=quote_ident(table)))
 
 
 def _move(

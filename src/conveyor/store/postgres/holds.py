@@ -6,23 +6,16 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from conveyor.job import HOLD_AT
+from conveyor.store.holding import HoldByName
 from conveyor.store.postgres.base import _S
 from conveyor.store.postgres.core import CoreMixin
 from conveyor.store.selection import NO_ID_BOUND
 
 
-class HoldsMixin(CoreMixin):
+class HoldsMixin(HoldByName, CoreMixin):
     """Held jobs (``HoldStore``)."""
 
-    def job_hold(self, job_ids: Sequence[int], now: datetime) -> list[int]:
-        return self._hold("job_hold", job_ids, now)
-
-    def job_unhold(self, job_ids: Sequence[int], now: datetime) -> list[int]:
-        return self._hold("job_unhold", job_ids, now)
-
     def _hold(self, name: str, job_ids: Sequence[int], now: datetime) -> list[int]:
-        if not job_ids:
-            return []
         params = {"ids": list(job_ids), "now": now, "hold_at": HOLD_AT}
         with self._conn() as conn:
             return sorted(r[0] for r in conn.execute(_S[name], params).fetchall())

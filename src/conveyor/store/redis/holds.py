@@ -7,23 +7,16 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from conveyor.job import HOLD_AT
+from conveyor.store.holding import HoldByName
 from conveyor.store.redis.base import _nm, _ts
 from conveyor.store.redis.core import CoreMixin
 from conveyor.store.selection import NO_ID_BOUND
 
 
-class HoldsMixin(CoreMixin):
+class HoldsMixin(HoldByName, CoreMixin):
     """Held jobs (``HoldStore``)."""
 
-    def job_hold(self, job_ids: Sequence[int], now: datetime) -> list[int]:
-        return self._hold("job_hold", job_ids, now)
-
-    def job_unhold(self, job_ids: Sequence[int], now: datetime) -> list[int]:
-        return self._hold("job_unhold", job_ids, now)
-
     def _hold(self, name: str, job_ids: Sequence[int], now: datetime) -> list[int]:
-        if not job_ids:
-            return []
         ordered = json.dumps([str(i) for i in sorted(set(job_ids))])
         changed = self._run(name, _ts(now), ordered, _ts(HOLD_AT))
         return sorted(int(i) for i in changed)
