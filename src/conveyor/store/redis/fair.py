@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from conveyor.job import Job
+from conveyor.store.claims import ClaimAsk
 from conveyor.store.fair import (
     MAX_FAIR_KEYS,
-    Aging,
     FairKey,
     FairQueue,
     aging_of,
@@ -46,68 +45,40 @@ class RedisFair(CoreMixin):
         answer: tuple[frozenset[str], bool] = fair_seen(self).get(names, read)
         return answer
 
-    def job_claim(
-        self,
-        queues: Sequence[str],
-        limit: int,
-        worker: str,
-        lease: timedelta,
-        now: datetime | None = None,
-        group: str | None = None,
-    ) -> list[Job]:
-        if limit <= 0 or not queues:
-            return []
-        names = tuple(dict.fromkeys(queues))
-        fair, limited = self._fair_of(names)
+    def _claim(self, ask: ClaimAsk) -> list[Job]:
+        fair, limited = self._fair_of(ask.queues)
         # A fair queue with limits is claimed by the limits' claim (its limits
         # hold; its per-key limits spread the starts over its keys).
         if not fair or limited:
-            return super().job_claim(names, limit, worker, lease, now, group)
-        return claim_in_turns(
-            names,
-            fair,
-            limit,
-            lambda queue, room: self._fair_claim(queue, room, worker, lease, now, group),
-            lambda rest, room: super(RedisFair, self).job_claim(
-                rest, room, worker, lease, now, group
-            ),
-        )
+            return super()._claim(ask)
+        return claim_in_turns(ask, fair, self._fair_claim, super()._claim)
 
-    def _fair_claim(
-        self,
-        queue: str,
-        limit: int,
-        worker: str,
-        lease: timedelta,
-        now: datetime | None,
-        group: str | None,
-    ) -> list[Job]:
+    def _fair_claim(self, ask: ClaimAsk) -> list[Job]:
+        """The claim of the one fair queue ``ask`` names, by its turns."""
         flats, unreadable = self._run(
             "fair_claim",
-            queue,
-            str(limit),
-            worker,
+            ask.queues[0],
+            str(ask.limit),
+            ask.worker,
             secrets.token_hex(16),
-            f"{lease.total_seconds():.6f}",
-            _now_arg(now),
-            group or "",
+            f"{ask.lease.total_seconds():.6f}",
+            _now_arg(ask.now),
+            ask.group or "",
         )
         self._drop(unreadable)
         return [job_of(_pairs(f)) for f in flats]
 
-    def fair_set(
-        self,
-        queue: str,
-        weights: dict[str, float] | None,
-        default_weight: float,
-        now: datetime,
-        aging: Aging | None = None,
-    ) -> None:
-        text = "" if weights is None else json.dumps(weights)
+    def fair_set(self, fair: FairQueue, now: datetime) -> None:
+        aging = fair.aging
         every, step, cap = (
             ("", 1, 0) if aging is None else (repr(aging.every), aging.step, aging.cap)
         )
-        self._run("fair_set", queue, text, repr(float(default_weight)), every, str(step), str(cap))
+        weights, default = json.dumps(fair.weights), repr(float(fair.default_weight))
+        self._run("fair_set", fair.queue, weights, default, every, str(step), str(cap))
+        fair_seen(self).clear()
+
+    def fair_off(self, queue: str, now: datetime) -> None:
+        self._run("fair_set", queue, "", "1.0", "", "1", "0")
         fair_seen(self).clear()
 
     def fair_status(self, queue: str | None, now: datetime) -> list[FairQueue]:

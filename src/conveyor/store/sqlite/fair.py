@@ -12,17 +12,17 @@ from __future__ import annotations
 import json
 import secrets
 import sqlite3
-from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from conveyor.job import Job, utcnow
+from conveyor.store.claims import ClaimAsk
 from conveyor.store.fair import (
     MAX_FAIR_KEYS,
-    Aging,
     FairKey,
     FairQueue,
     aging_of,
     aging_params,
+    claim_in_turns,
     decayed,
     fair_seen,
 )
@@ -46,68 +46,41 @@ class SQLiteFair(CoreMixin):
         fair: frozenset[str] = fair_seen(self).get(names, read)
         return fair
 
-    def job_claim(
-        self,
-        queues: Sequence[str],
-        limit: int,
-        worker: str,
-        lease: timedelta,
-        now: datetime | None = None,
-        group: str | None = None,
-    ) -> list[Job]:
-        if limit <= 0 or not queues:
-            return []
-        names = tuple(dict.fromkeys(queues))
-        fair = self._fair_of(names)
+    def _claim(self, ask: ClaimAsk) -> list[Job]:
+        fair = self._fair_of(ask.queues)
         if not fair:
-            return super().job_claim(names, limit, worker, lease, now, group)
-        jobs: list[Job] = []
-        rest = list(names)
+            return super()._claim(ask)
         with self._write() as conn:
             # A fair queue with limits is claimed by the limits' claim (its limits
             # hold; its per-key limits spread the starts over its keys).
-            limited = conn.execute(_Q["limit_any"], {"queues": json.dumps(names)}).fetchone()
-            if limited is None:
-                when = now or utcnow()
-                params = {
-                    "limit": limit,
-                    "worker": worker,
-                    "token": secrets.token_hex(16),
-                    "lease_expires_at": _ts(when + lease),
-                    "now": _ts(when),
-                    "group": group,
-                }
-                for queue in names:
-                    if queue in fair and len(jobs) < limit:
-                        params["queue"], params["limit"] = queue, limit - len(jobs)
-                        jobs += _fair_claim(conn, params)
-                rest = [q for q in names if q not in fair]
-        if rest and len(jobs) < limit:
-            jobs += super().job_claim(rest, limit - len(jobs), worker, lease, now, group)
-        jobs.sort(key=lambda j: (-j.priority, j.id))
-        return jobs
+            limited = conn.execute(_Q["limit_any"], {"queues": json.dumps(ask.queues)})
+            if limited.fetchone() is not None:
+                jobs = self._claim_in(conn, ask)
+                jobs.sort(key=lambda j: (-j.priority, j.id))
+                return jobs
+            return claim_in_turns(
+                ask,
+                fair,
+                lambda one: _fair_claim(conn, one),
+                lambda rest: self._claim_in(conn, rest),
+            )
 
-    def fair_set(
-        self,
-        queue: str,
-        weights: dict[str, float] | None,
-        default_weight: float,
-        now: datetime,
-        aging: Aging | None = None,
-    ) -> None:
+    def fair_set(self, fair: FairQueue, now: datetime) -> None:
         params = {
-            "queue": queue,
-            "weights": None if weights is None else json.dumps(weights),
-            "default_weight": default_weight,
+            "queue": fair.queue,
+            "weights": json.dumps(fair.weights),
+            "default_weight": fair.default_weight,
             "now": _ts(now),
-            **aging_params(aging),
+            **aging_params(fair.aging),
         }
         with self._write() as conn:
-            if weights is None:
-                conn.execute(_F["fair_off_turns"], params)
-                conn.execute(_F["fair_off"], params)
-            else:
-                conn.execute(_F["fair_set"], params)
+            conn.execute(_F["fair_set"], params)
+        fair_seen(self).clear()
+
+    def fair_off(self, queue: str, now: datetime) -> None:
+        with self._write() as conn:
+            conn.execute(_F["fair_off_turns"], {"queue": queue})
+            conn.execute(_F["fair_off"], {"queue": queue})
         fair_seen(self).clear()
 
     def fair_status(self, queue: str | None, now: datetime) -> list[FairQueue]:
@@ -127,8 +100,19 @@ class SQLiteFair(CoreMixin):
         return found
 
 
-def _fair_claim(conn: sqlite3.Connection, params: dict[str, object]) -> list[Job]:
-    """One fair queue's claim, and its turns moved on, in the caller's transaction."""
+def _fair_claim(conn: sqlite3.Connection, ask: ClaimAsk) -> list[Job]:
+    """The claim of the one fair queue ``ask`` names, and its turns moved on, in
+    the caller's write transaction."""
+    when = ask.now or utcnow()
+    params = {
+        "queue": ask.queues[0],
+        "limit": ask.limit,
+        "worker": ask.worker,
+        "token": secrets.token_hex(16),
+        "lease_expires_at": _ts(when + ask.lease),
+        "now": _ts(when),
+        "group": ask.group,
+    }
     jobs = [_row_to_job(row) for row in conn.execute(_F["fair_claim"], params)]
     if jobs:
         turns = {"queue": params["queue"], "ids": json.dumps([j.id for j in jobs])}
