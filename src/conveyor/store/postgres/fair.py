@@ -28,6 +28,7 @@ from conveyor.store.fair import (
     decayed,
     fair_seen,
 )
+from conveyor.store.limiting import LIMIT_SLACK_SECONDS
 from conveyor.store.postgres.base import _row_to_job
 from conveyor.store.postgres.core import CoreMixin
 from conveyor.store.sql import load_queries
@@ -54,9 +55,7 @@ class PostgresFair(CoreMixin):
 
     def _claim(self, ask: ClaimAsk) -> list[Job]:
         fair = self._fair_of(ask.queues)
-        # A fair queue with limits is claimed by the limits' claim (its limits
-        # hold; its per-key limits spread the starts over its keys).
-        if not fair or self._has_limits(ask.queues):
+        if not fair:
             return super()._claim(ask)
         return claim_in_turns(ask, fair, self._fair_claim, super()._claim)
 
@@ -70,6 +69,7 @@ class PostgresFair(CoreMixin):
             "lease": ask.lease,
             "now": ask.now,
             "group": ask.group,
+            "slack": LIMIT_SLACK_SECONDS,
         }
         for _ in range(_CLAIM_ATTEMPTS):
             try:

@@ -24,6 +24,7 @@ from conveyor.store.fair import (
     decayed,
     fair_seen,
 )
+from conveyor.store.limiting import LIMIT_SLACK_SECONDS
 from conveyor.store.redis.base import _now_arg, _pairs, job_of
 from conveyor.store.redis.core import CoreMixin
 
@@ -35,21 +36,18 @@ def _text(value: Any) -> str:
 class RedisFair(CoreMixin):
     """FairStore for the redis store, and the claim that obeys it."""
 
-    def _fair_of(self, names: tuple[str, ...]) -> tuple[frozenset[str], bool]:
-        """The fair queues among ``names``, and whether any has limits, as last read."""
+    def _fair_of(self, names: tuple[str, ...]) -> frozenset[str]:
+        """The fair queues among ``names``, as last read."""
 
-        def read() -> tuple[frozenset[str], bool]:
-            fair, limited = self._run("fair_any", json.dumps(names))
-            return frozenset(_text(q) for q in fair), bool(int(limited))
+        def read() -> frozenset[str]:
+            return frozenset(_text(q) for q in self._run("fair_any", json.dumps(names)))
 
-        answer: tuple[frozenset[str], bool] = fair_seen(self).get(names, read)
-        return answer
+        fair: frozenset[str] = fair_seen(self).get(names, read)
+        return fair
 
     def _claim(self, ask: ClaimAsk) -> list[Job]:
-        fair, limited = self._fair_of(ask.queues)
-        # A fair queue with limits is claimed by the limits' claim (its limits
-        # hold; its per-key limits spread the starts over its keys).
-        if not fair or limited:
+        fair = self._fair_of(ask.queues)
+        if not fair:
             return super()._claim(ask)
         return claim_in_turns(ask, fair, self._fair_claim, super()._claim)
 
@@ -64,6 +62,7 @@ class RedisFair(CoreMixin):
             f"{ask.lease.total_seconds():.6f}",
             _now_arg(ask.now),
             ask.group or "",
+            str(LIMIT_SLACK_SECONDS),
         )
         self._drop(unreadable)
         return [job_of(_pairs(f)) for f in flats]

@@ -51,19 +51,35 @@ class SQLiteFair(CoreMixin):
         if not fair:
             return super()._claim(ask)
         with self._write() as conn:
-            # A fair queue with limits is claimed by the limits' claim (its limits
-            # hold; its per-key limits spread the starts over its keys).
-            limited = conn.execute(_Q["limit_any"], {"queues": json.dumps(ask.queues)})
-            if limited.fetchone() is not None:
-                jobs = self._claim_in(conn, ask)
-                jobs.sort(key=lambda j: (-j.priority, j.id))
-                return jobs
             return claim_in_turns(
                 ask,
                 fair,
-                lambda one: _fair_claim(conn, one),
+                lambda one: self._fair_claim(conn, one),
                 lambda rest: self._claim_in(conn, rest),
             )
+
+    def _fair_claim(self, conn: sqlite3.Connection, ask: ClaimAsk) -> list[Job]:
+        """The claim of the one fair queue ``ask`` names, its turns moved on and, if
+        it has limits, its starts recorded, in the caller's write transaction."""
+        queue = json.dumps(ask.queues)
+        when = ask.now or utcnow()
+        params = {
+            "queue": ask.queues[0],
+            "limit": ask.limit,
+            "worker": ask.worker,
+            "token": secrets.token_hex(16),
+            "lease_expires_at": _ts(when + ask.lease),
+            "now": _ts(when),
+            "group": ask.group,
+        }
+        jobs = [_row_to_job(row) for row in conn.execute(_F["fair_claim"], params)]
+        if jobs:
+            turns = {"queue": params["queue"], "ids": json.dumps([j.id for j in jobs])}
+            conn.execute(_F["fair_clock"], turns)
+            conn.execute(_F["fair_turns"], {**turns, "now": params["now"]})
+        if conn.execute(_Q["limit_any"], {"queues": queue}).fetchone() is not None:
+            self._record_starts(conn, queue, [j.id for j in jobs], _ts(when))
+        return jobs
 
     def fair_set(self, fair: FairQueue, now: datetime) -> None:
         params = {
@@ -98,24 +114,3 @@ class SQLiteFair(CoreMixin):
                 FairQueue(name, dict(json.loads(weights)), float(default), keys, aging_of(*aging))
             )
         return found
-
-
-def _fair_claim(conn: sqlite3.Connection, ask: ClaimAsk) -> list[Job]:
-    """The claim of the one fair queue ``ask`` names, and its turns moved on, in
-    the caller's write transaction."""
-    when = ask.now or utcnow()
-    params = {
-        "queue": ask.queues[0],
-        "limit": ask.limit,
-        "worker": ask.worker,
-        "token": secrets.token_hex(16),
-        "lease_expires_at": _ts(when + ask.lease),
-        "now": _ts(when),
-        "group": ask.group,
-    }
-    jobs = [_row_to_job(row) for row in conn.execute(_F["fair_claim"], params)]
-    if jobs:
-        turns = {"queue": params["queue"], "ids": json.dumps([j.id for j in jobs])}
-        conn.execute(_F["fair_clock"], turns)
-        conn.execute(_F["fair_turns"], {**turns, "now": params["now"]})
-    return jobs

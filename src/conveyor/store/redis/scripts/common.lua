@@ -745,6 +745,16 @@ local function prune_starts(q, l, now, slack)
     end
 end
 
+-- A start of job j of limited queue q at now_s, for the rates that count it.
+local function record_start(q, j, now_s)
+    local mark = tostring(redis.call('INCR', P .. 'startseq'))
+    redis.call('ZADD', qk('starts', q), now_s, mark)
+    if j.limit_key then
+        redis.call('ZADD', kk('kstarts', q, j.limit_key), now_s, mark)
+        redis.call('SADD', qk('kstartkeys', q), j.limit_key)
+    end
+end
+
 -- A queue left with no limit and no throttle goes back to the plain claim.
 local function forget_if_empty(q, now)
     local l = limits_of(q)
@@ -784,14 +794,7 @@ local function claim(queues, limit, worker, token, expires, now_n, now_s, group,
         end
         if limited[q] == nil then limited[q] = limits_of(q) or false end
         local l = limited[q]
-        if l and (l.rate or l.key_rate) then
-            local mark = tostring(redis.call('INCR', P .. 'startseq'))
-            redis.call('ZADD', qk('starts', q), now_s, mark)
-            if j.limit_key then
-                redis.call('ZADD', kk('kstarts', q, j.limit_key), now_s, mark)
-                redis.call('SADD', qk('kstartkeys', q), j.limit_key)
-            end
-        end
+        if l and (l.rate or l.key_rate) then record_start(q, j, now_s) end
         out[#out + 1] = reply_of(j)
     end
     for q, l in pairs(limited) do
