@@ -136,24 +136,12 @@ class CoreMixin(ClaimEntry, SQLiteBase):
     def _claim_in(self, conn: sqlite3.Connection, ask: ClaimAsk) -> list[Job]:
         """The claim of ``ask``, in the caller's write transaction (unordered)."""
         names = json.dumps(list(ask.queues))
-        # One machine, one clock: the file's users share it. Read under the
-        # write lock, so that claims' clocks run in commit order and a rate's
-        # window is never judged by a moment older than a start it counts.
-        when = ask.now or utcnow()
-        params = {
-            "queues": names,
-            "limit": ask.limit,
-            "worker": ask.worker,
-            "token": secrets.token_hex(16),
-            "lease_expires_at": _ts(when + ask.lease),
-            "now": _ts(when),
-            "group": ask.group,
-        }
+        params = {**claim_params(ask), "queues": names}
         limited = conn.execute(_Q["limit_any"], {"queues": names}).fetchone() is not None
         if not limited:  # the plain claim, as if limits did not exist
             return [_row_to_job(r) for r in conn.execute(_Q["job_claim"], params)]
         jobs = [_row_to_job(r) for r in conn.execute(_Q["job_claim_limited"], params)]
-        self._record_starts(conn, names, [j.id for j in jobs], _ts(when))
+        self._record_starts(conn, names, [j.id for j in jobs], params["now"])
         return jobs
 
     def job_heartbeat(
@@ -290,3 +278,19 @@ class CoreMixin(ClaimEntry, SQLiteBase):
             conn.execute(_Q["limit_record_starts"], {"ids": json.dumps(ids), "now": now_ts})
         params = {"queues": queues, "now": now_ts, "slack": LIMIT_SLACK_SECONDS}
         conn.execute(_Q["limit_prune_starts"], params)
+
+
+def claim_params(ask: ClaimAsk) -> dict[str, Any]:
+    """The parameters every claim statement of ``ask`` takes (to run under the write
+    lock: one machine, one clock, read under the lock, so that claims' clocks run
+    in commit order and a rate's window is never judged by a moment older than a
+    start it counts)."""
+    when = ask.now or utcnow()
+    return {
+        "limit": ask.limit,
+        "worker": ask.worker,
+        "token": secrets.token_hex(16),
+        "lease_expires_at": _ts(when + ask.lease),
+        "now": _ts(when),
+        "group": ask.group,
+    }

@@ -10,11 +10,10 @@ second, and nothing per job.
 from __future__ import annotations
 
 import json
-import secrets
 import sqlite3
 from datetime import datetime
 
-from conveyor.job import Job, utcnow
+from conveyor.job import Job
 from conveyor.store.claims import ClaimAsk
 from conveyor.store.fair import (
     MAX_FAIR_KEYS,
@@ -28,7 +27,7 @@ from conveyor.store.fair import (
 )
 from conveyor.store.sql import load_queries
 from conveyor.store.sqlite.base import _Q, _row_to_job, _ts
-from conveyor.store.sqlite.core import CoreMixin
+from conveyor.store.sqlite.core import CoreMixin, claim_params
 
 _F = load_queries("conveyor.store.sqlite", "fair.sql")
 
@@ -62,23 +61,14 @@ class SQLiteFair(CoreMixin):
         """The claim of the one fair queue ``ask`` names, its turns moved on and, if
         it has limits, its starts recorded, in the caller's write transaction."""
         queue = json.dumps(ask.queues)
-        when = ask.now or utcnow()
-        params = {
-            "queue": ask.queues[0],
-            "limit": ask.limit,
-            "worker": ask.worker,
-            "token": secrets.token_hex(16),
-            "lease_expires_at": _ts(when + ask.lease),
-            "now": _ts(when),
-            "group": ask.group,
-        }
+        params = {**claim_params(ask), "queue": ask.queues[0]}
         jobs = [_row_to_job(row) for row in conn.execute(_F["fair_claim"], params)]
         if jobs:
             turns = {"queue": params["queue"], "ids": json.dumps([j.id for j in jobs])}
             conn.execute(_F["fair_clock"], turns)
             conn.execute(_F["fair_turns"], {**turns, "now": params["now"]})
         if conn.execute(_Q["limit_any"], {"queues": queue}).fetchone() is not None:
-            self._record_starts(conn, queue, [j.id for j in jobs], _ts(when))
+            self._record_starts(conn, queue, [j.id for j in jobs], params["now"])
         return jobs
 
     def fair_set(self, fair: FairQueue, now: datetime) -> None:

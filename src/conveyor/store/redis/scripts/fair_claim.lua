@@ -179,19 +179,10 @@ table.sort(tagged, function(a, b)
 end)
 while #tagged > limit do table.remove(tagged) end
 
-local out, CLAIMED = {}, {'state', 'attempts', 'worker', 'lease_token', 'lease_expires_at', 'started_at'}
-local least = nil
+local out, least = {}, nil
 for _, c in ipairs(tagged) do
     local j, k = c[4], c[5]
-    leave(j)
-    j.state, j.attempts, j.worker = 'running', tostring(tonumber(j.attempts) + 1), ARGV[3]
-    j.lease_token, j.lease_expires_at, j.started_at = ARGV[4], expires, now_s
-    save(j, CLAIMED)
-    enter(j)
-    if j.progress or j.progress_message then -- an earlier attempt's
-        j.progress, j.progress_message = nil, nil
-        save(j, {'progress', 'progress_message'})
-    end
+    start_job(j, ARGV[3], ARGV[4], expires, now_s)
     k.taken = k.taken + 1
     if least == nil or k.pass < least then least = k.pass end
     if l and (l.rate or l.key_rate) then record_start(q, j, now_s) end
