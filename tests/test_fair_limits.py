@@ -8,8 +8,11 @@ from __future__ import annotations
 from collections import Counter
 from datetime import timedelta
 
+import pytest
+
 from conveyor import App
 from conveyor.job import Job, NewJob, utcnow
+from conveyor.store.finish_fetch import FetchNext, FinishFetchStore
 from conveyor.store.records import Finish
 
 LEASE = timedelta(minutes=5)
@@ -120,3 +123,17 @@ def test_groups_holds_and_pauses_hold_with_limits_too(app: App) -> None:
     assert _claim(app, 20) == []
     app.resume("q")
     assert _keys(_claim(app, 20)) == {"A": 2, "B": 1}
+
+
+def test_a_finish_that_fetches_the_next_jobs_takes_them_by_turns(app: App) -> None:
+    if not isinstance(app.store, FinishFetchStore):
+        pytest.skip("a finish fetches the next jobs on Redis alone")
+    app.fair("q")
+    app.enqueue_many(_jobs("A", 300))
+    first = _claim(app, 6)
+    app.enqueue_many(_jobs("B", 30) + _jobs("C", 30))
+    finishes = [Finish(j.id, j.lease_token or "", "complete") for j in first]
+    ids, fetched = app.store.job_finish_fetch(finishes, FetchNext(("q",), 6, "w", LEASE))
+    assert sorted(ids) == sorted(j.id for j in first)
+    # The plain claim's rule would fetch six more of A; A's turns are six ahead.
+    assert _keys(fetched) == {"B": 3, "C": 3}

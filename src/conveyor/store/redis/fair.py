@@ -1,5 +1,6 @@
 """Fair turns on Redis (conveyor.store.fair): a fair queue's claim is
-``fair_claim.lua``; the other queues go to the core's claim script untouched.
+``fair_claim.lua``, also when a worker's finish fetches its next jobs; the other
+queues go to the core's claim script untouched.
 
 Which queues are fair is read at most once a FAIR_RECHECK_SECONDS per set of
 queues claimed (``fair_any.lua``): a worker of queues that are not fair pays
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -24,7 +26,9 @@ from conveyor.store.fair import (
     decayed,
     fair_seen,
 )
+from conveyor.store.finish_fetch import FetchNext
 from conveyor.store.limiting import LIMIT_SLACK_SECONDS
+from conveyor.store.records import Finish
 from conveyor.store.redis.base import _now_arg, _pairs, job_of
 from conveyor.store.redis.core import CoreMixin
 
@@ -50,6 +54,17 @@ class RedisFair(CoreMixin):
         if not fair:
             return super()._claim(ask)
         return claim_in_turns(ask, fair, self._fair_claim, super()._claim)
+
+    def job_finish_fetch(
+        self, finishes: Sequence[Finish], fetch: FetchNext
+    ) -> tuple[list[int], list[Job]]:
+        # The finish script fetches by the plain claim's rule: the next jobs of a
+        # fair queue are claimed by its turns instead, in a call of their own.
+        names = tuple(dict.fromkeys(fetch.queues))
+        if fetch.limit <= 0 or not names or not self._fair_of(names):
+            return super().job_finish_fetch(finishes, fetch)
+        ids = self.job_finish(finishes)
+        return ids, self._claim(ClaimAsk(names, fetch.limit, fetch.worker, fetch.lease, None, None))
 
     def _fair_claim(self, ask: ClaimAsk) -> list[Job]:
         """The claim of the one fair queue ``ask`` names, by its turns."""
