@@ -154,24 +154,10 @@ clocked AS (
         recent = t.recent * exp(-greatest(extract(epoch FROM EXCLUDED.recent_at - t.recent_at), 0) / 60)
                  + EXCLUDED.starts,
         recent_at = greatest(t.recent_at, EXCLUDED.recent_at)
-), started AS (
-    -- A queue with limits: as job_claim_limited, its starts recorded for the
-    -- rates, the starts that left every window forgotten, its version bumped.
-    INSERT INTO limit_starts (queue, limit_key, at, jobs)
-    SELECT c.queue, c.limit_key, {{now}}, count(*)
-    FROM claimed AS c JOIN allowed AS a ON a.queue = c.queue
-    WHERE a.rate IS NOT NULL OR a.key_rate IS NOT NULL
-    GROUP BY c.queue, c.limit_key
-), expired AS (
-    DELETE FROM limit_starts AS s
-    USING allowed AS a
-    WHERE s.queue = a.queue
-      AND s.at < {{now}} - make_interval(secs => %(slack)s::float8 + greatest(a.per, a.key_per))
-), bumped AS (
-    UPDATE limits SET version = limits.version + 1
-    WHERE limits.queue IN (SELECT a.queue FROM allowed AS a)
-      AND EXISTS (SELECT 1 FROM claimed)
-)
+),
+-- A queue with limits: its starts recorded for the rates, the starts that left
+-- every window forgotten, its version bumped (as job_claim_limited).
+{{conveyor.store.postgres/queries.sql:limited_claim_kept}}
 SELECT claimed.* FROM claimed
 
 -- name: fair_set
