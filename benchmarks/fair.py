@@ -3,6 +3,7 @@ per job, and jobs/s, at 100 jobs in flight, with 10 and with 10,000 active keys.
 
     python benchmarks/fair.py                          # every backend (starts PostgreSQL, Redis)
     python benchmarks/fair.py --backend sqlite --jobs 3000
+    python benchmarks/fair.py --limited                # both queues with limits too
 
 Two queues of one database hold the same jobs (``--jobs`` of them, and at least
 two a key, spread evenly over the keys as their limit_key): ``plain`` and
@@ -12,7 +13,9 @@ the meters count what the loop made the store do. Statements: PostgreSQL's
 pg_stat_statements (the server is started with it), SQLite's trace callback;
 commands: Redis's INFO commandstats (a script's own calls included). WAL bytes:
 pg_current_wal_lsn() around the loop, a CHECKPOINT first. The load average is
-printed before and after: these 2 cores are shared.
+printed before and after: these 2 cores are shared. With ``--limited`` both
+queues have a concurrency limit and a per-key one (LIMITED_CONCURRENCY, never
+reached): the limits' claim beside the fair claim that keeps them.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ from redis_db import redis_database
 
 HERE = Path(__file__).resolve().parent
 IN_FLIGHT = 100
+#: The queue's and each key's concurrency limit with --limited: checked, never reached.
+LIMITED_CONCURRENCY = 10 * IN_FLIGHT
 LEASE = timedelta(minutes=5)
 
 
@@ -149,12 +154,17 @@ def pg_stat_server() -> Iterator[str]:
         server.stop()
 
 
-def measure(dsn: str, meter: Any, keys: int, count: int) -> dict[str, tuple[float, float, float]]:
+def measure(
+    dsn: str, meter: Any, keys: int, count: int, limited: bool
+) -> dict[str, tuple[float, float, float]]:
     """queue -> (calls per job, bytes per job, jobs/s)."""
     out: dict[str, tuple[float, float, float]] = {}
     with App(dsn) as app:
         app.migrate()
         app.fair("fair")
+        for queue in ("plain", "fair") if limited else ():
+            app.limit(queue, concurrency=LIMITED_CONCURRENCY)
+            app.limit(queue, concurrency=LIMITED_CONCURRENCY, per_key=True)
         for queue in ("plain", "fair"):
             app.enqueue_many(jobs_of(queue, keys, count))
         # One claim each first: the store's look-ups of limits and fair queues.
@@ -169,12 +179,15 @@ def measure(dsn: str, meter: Any, keys: int, count: int) -> dict[str, tuple[floa
     return out
 
 
-def report(backend: str, keys: int, figures: dict[str, tuple[float, float, float]]) -> None:
+def report(
+    backend: str, keys: int, figures: dict[str, tuple[float, float, float]], limited: bool
+) -> None:
     plain, fair = figures["plain"], figures["fair"]
     unit = {"postgres": "statements", "sqlite": "statements", "redis": "commands"}[backend]
     written = {"postgres": "WAL bytes", "sqlite": "-", "redis": "AOF bytes"}[backend]
+    label = f"{backend}, limited" if limited else backend
     print(
-        f"| {backend} | {keys:,} | {unit} {plain[0]:.3f} → {fair[0]:.3f} "
+        f"| {label} | {keys:,} | {unit} {plain[0]:.3f} → {fair[0]:.3f} "
         f"({fair[0] / plain[0]:.2f}x) | {written} {plain[1]:.0f} → {fair[1]:.0f}"
         + (f" ({fair[1] / plain[1]:.2f}x)" if plain[1] else "")
         + f" | {plain[2]:,.0f} → {fair[2]:,.0f} jobs/s |"
@@ -188,9 +201,11 @@ def main() -> None:
         "--jobs", type=int, default=5000, help="jobs per queue (at least 2 per key)"
     )
     parser.add_argument("--keys", type=int, action="append", help="active keys (10, 10000)")
+    parser.add_argument("--limited", action="store_true", help="both queues with limits")
     options = parser.parse_args()
     backends = options.backend or ["sqlite", "postgres", "redis"]
     key_counts = options.keys or [10, 10_000]
+    limited = bool(options.limited)
     print(f"load average before: {os.getloadavg()}")
     print("| store | keys | per job (plain → fair) | written per job | speed |")
     print("|---|---|---|---|---|")
@@ -200,13 +215,14 @@ def main() -> None:
                 count = max(options.jobs, 2 * keys)
                 if backend == "sqlite":
                     dsn = f"sqlite:///{folder}/fair-{keys}.db"
-                    report(backend, keys, measure(dsn, SqliteMeter(), keys, count))
+                    figures = measure(dsn, SqliteMeter(), keys, count, limited)
                 elif backend == "postgres":
                     with pg_stat_server() as dsn:
-                        report(backend, keys, measure(dsn, PgMeter(dsn), keys, count))
+                        figures = measure(dsn, PgMeter(dsn), keys, count, limited)
                 else:
                     with redis_database(None) as dsn:
-                        report(backend, keys, measure(dsn, RedisMeter(dsn), keys, count))
+                        figures = measure(dsn, RedisMeter(dsn), keys, count, limited)
+                report(backend, keys, figures, limited)
     print(f"load average after: {os.getloadavg()}")
 
 

@@ -149,7 +149,6 @@ def test_a_per_key_limit_holds_in_a_fair_queue(app: App) -> None:
     app.fair("q")
     app.limit("q", concurrency=2, per_key=True)
     app.enqueue_many(_jobs("q", "A", 50) + _jobs("q", "B", 50))
-    time.sleep(1.1)  # what a store read of fair queues and limits, it trusts for a second
     got = app.store.job_claim(["q"], 20, "w", LEASE)
     assert Counter(j.limit_key for j in got) == {"A": 2, "B": 2}
 

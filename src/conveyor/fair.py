@@ -120,12 +120,13 @@ def set_fair(
             raise ConfigurationError(
                 f"app.fair({queue!r}, enabled=False) takes no weights and no aging"
             )
-        fair.fair_set(queue, None, 1.0, utcnow())
+        fair.fair_off(queue, utcnow())
         return None
     checked, default = check_weights(weights), check_weight("default_weight", default_weight)
     rule = check_aging(aging)
-    fair.fair_set(queue, checked, default, utcnow(), rule)
-    return FairQueue(queue, checked, default, aging=rule)
+    settings = FairQueue(queue, checked, default, aging=rule)
+    fair.fair_set(settings, utcnow())
+    return settings
 
 
 def fair_dict(queue: FairQueue) -> dict[str, Any]:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from conveyor.job import Job
+from conveyor.store.claims import ClaimAsk
 
 T = TypeVar("T")
 
@@ -107,37 +108,33 @@ def fair_seen(store: object) -> FairSeen[Any]:
 
 
 def claim_in_turns(
-    names: Sequence[str],
+    ask: ClaimAsk,
     fair: frozenset[str],
-    limit: int,
-    fair_claim: Callable[[str, int], list[Job]],
-    plain_claim: Callable[[list[str], int], list[Job]],
+    fair_claim: Callable[[ClaimAsk], list[Job]],
+    plain_claim: Callable[[ClaimAsk], list[Job]],
 ) -> list[Job]:
-    """Up to ``limit`` jobs: each fair queue's by its turns (``fair_claim(queue, room)``),
-    in the order asked, then the other queues' by the plain claim
-    (``plain_claim(queues, room)``)."""
+    """Up to ``ask.limit`` jobs: each fair queue's by its turns (``fair_claim`` of that
+    queue alone), in the order asked, then the other queues' by the plain claim."""
     jobs: list[Job] = []
-    for queue in names:
-        if queue in fair and len(jobs) < limit:
-            jobs += fair_claim(queue, limit - len(jobs))
-    rest = [q for q in names if q not in fair]
-    if rest and len(jobs) < limit:
-        jobs += plain_claim(rest, limit - len(jobs))
+    for queue in ask.queues:
+        if queue in fair and len(jobs) < ask.limit:
+            jobs += fair_claim(ask.part([queue], ask.limit - len(jobs)))
+    rest = [q for q in ask.queues if q not in fair]
+    if rest and len(jobs) < ask.limit:
+        jobs += plain_claim(ask.part(rest, ask.limit - len(jobs)))
+    jobs.sort(key=lambda j: (-j.priority, j.id))
     return jobs
 
 
 @runtime_checkable
 class FairStore(Protocol):
-    def fair_set(
-        self,
-        queue: str,
-        weights: dict[str, float] | None,
-        default_weight: float,
-        now: datetime,
-        aging: Aging | None = None,
-    ) -> None:
-        """Make ``queue`` fair with these weights and aging (kept turns stay), or,
-        ``weights`` None, not fair (its turns forgotten)."""
+    def fair_set(self, fair: FairQueue, now: datetime) -> None:
+        """Make ``fair.queue`` fair with its weights and aging (kept turns stay; its
+        ``keys`` are not read)."""
+        ...
+
+    def fair_off(self, queue: str, now: datetime) -> None:
+        """Make ``queue`` not fair (its turns forgotten)."""
         ...
 
     def fair_status(self, queue: str | None, now: datetime) -> list[FairQueue]:

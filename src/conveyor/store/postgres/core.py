@@ -16,6 +16,7 @@ from psycopg import errors as pg_errors
 
 from conveyor.errors import StoreUnavailableError
 from conveyor.job import Job, NewJob
+from conveyor.store.claims import ClaimAsk, ClaimEntry
 from conveyor.store.flows import first_states
 from conveyor.store.keys import key_pairs, new_job_record, plan_insert, resolve_plan
 from conveyor.store.limiting import LIMIT_SLACK_SECONDS
@@ -52,7 +53,7 @@ _INSERT_ROUNDS = 5
 LIMITS_RECHECK_SECONDS = 1.0
 
 
-class CoreMixin(PostgresBase):
+class CoreMixin(ClaimEntry, PostgresBase):
     """The core every capability builds on (``JobStore``)."""
 
     def job_insert_many(
@@ -185,24 +186,14 @@ class CoreMixin(PostgresBase):
                 answer = conn.execute(_Q[name], params).fetchone()
         return None if answer is None or answer[0] is None else max(0.0, float(answer[0]))
 
-    def job_claim(
-        self,
-        queues: Sequence[str],
-        limit: int,
-        worker: str,
-        lease: timedelta,
-        now: datetime | None = None,
-        group: str | None = None,
-    ) -> list[Job]:
-        if limit <= 0 or not queues:
-            return []
-        names = tuple(dict.fromkeys(queues))  # a queue named twice is searched once
+    def _claim(self, ask: ClaimAsk) -> list[Job]:
+        names, now, group = ask.queues, ask.now, ask.group
         params = {
             "queues": list(names),
-            "limit": limit,
-            "worker": worker,
+            "limit": ask.limit,
+            "worker": ask.worker,
             "token": secrets.token_hex(16),
-            "lease": lease,
+            "lease": ask.lease,
             "now": now,
             "group": group,
             "slack": LIMIT_SLACK_SECONDS,

@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from psycopg import errors as pg_errors
 
 from conveyor.job import Job
+from conveyor.store.claims import ClaimAsk
 from conveyor.store.fair import (
     MAX_FAIR_KEYS,
-    Aging,
     FairKey,
     FairQueue,
     aging_of,
@@ -29,6 +28,7 @@ from conveyor.store.fair import (
     decayed,
     fair_seen,
 )
+from conveyor.store.limiting import LIMIT_SLACK_SECONDS
 from conveyor.store.postgres.base import _row_to_job
 from conveyor.store.postgres.core import CoreMixin
 from conveyor.store.sql import load_queries
@@ -53,50 +53,23 @@ class PostgresFair(CoreMixin):
         fair: frozenset[str] = fair_seen(self).get(names, read)
         return fair
 
-    def job_claim(
-        self,
-        queues: Sequence[str],
-        limit: int,
-        worker: str,
-        lease: timedelta,
-        now: datetime | None = None,
-        group: str | None = None,
-    ) -> list[Job]:
-        if limit <= 0 or not queues:
-            return []
-        names = tuple(dict.fromkeys(queues))
-        fair = self._fair_of(names)
-        # A fair queue with limits is claimed by the limits' claim (its limits
-        # hold; its per-key limits spread the starts over its keys).
-        if not fair or self._has_limits(names):
-            return super().job_claim(names, limit, worker, lease, now, group)
-        return claim_in_turns(
-            names,
-            fair,
-            limit,
-            lambda queue, room: self._fair_claim(queue, room, worker, lease, now, group),
-            lambda rest, room: super(PostgresFair, self).job_claim(
-                rest, room, worker, lease, now, group
-            ),
-        )
+    def _claim(self, ask: ClaimAsk) -> list[Job]:
+        fair = self._fair_of(ask.queues)
+        if not fair:
+            return super()._claim(ask)
+        return claim_in_turns(ask, fair, self._fair_claim, super()._claim)
 
-    def _fair_claim(
-        self,
-        queue: str,
-        limit: int,
-        worker: str,
-        lease: timedelta,
-        now: datetime | None,
-        group: str | None,
-    ) -> list[Job]:
+    def _fair_claim(self, ask: ClaimAsk) -> list[Job]:
+        """The claim of the one fair queue ``ask`` names, by its turns."""
         params: dict[str, Any] = {
-            "queue": queue,
-            "limit": limit,
-            "worker": worker,
+            "queue": ask.queues[0],
+            "limit": ask.limit,
+            "worker": ask.worker,
             "token": secrets.token_hex(16),
-            "lease": lease,
-            "now": now,
-            "group": group,
+            "lease": ask.lease,
+            "now": ask.now,
+            "group": ask.group,
+            "slack": LIMIT_SLACK_SECONDS,
         }
         for _ in range(_CLAIM_ATTEMPTS):
             try:
@@ -104,28 +77,24 @@ class PostgresFair(CoreMixin):
                     rows = conn.execute(_F["fair_claim"], params).fetchall()
             except pg_errors.UniqueViolation:
                 continue  # lost a group race: look again with a new snapshot
-            jobs = [_row_to_job(row) for row in rows]
-            jobs.sort(key=lambda j: (-j.priority, j.id))
-            return jobs
+            return [_row_to_job(row) for row in rows]
         return []
 
-    def fair_set(
-        self,
-        queue: str,
-        weights: dict[str, float] | None,
-        default_weight: float,
-        now: datetime,
-        aging: Aging | None = None,
-    ) -> None:
+    def fair_set(self, fair: FairQueue, now: datetime) -> None:
         params = {
-            "queue": queue,
-            "weights": None if weights is None else json.dumps(weights),
-            "default_weight": default_weight,
+            "queue": fair.queue,
+            "weights": json.dumps(fair.weights),
+            "default_weight": fair.default_weight,
             "now": now,
-            **aging_params(aging),
+            **aging_params(fair.aging),
         }
         with self._conn() as conn:
-            conn.execute(_F["fair_set" if weights is not None else "fair_off"], params)
+            conn.execute(_F["fair_set"], params)
+        fair_seen(self).clear()
+
+    def fair_off(self, queue: str, now: datetime) -> None:
+        with self._conn() as conn:
+            conn.execute(_F["fair_off"], {"queue": queue})
         fair_seen(self).clear()
 
     def fair_status(self, queue: str | None, now: datetime) -> list[FairQueue]:

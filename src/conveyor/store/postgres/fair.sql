@@ -48,8 +48,9 @@ WHERE w.limit_key IS NULL
  FROM fair_queues AS f WHERE f.queue = EXCLUDED.queue)
 
 -- name: fair_claim
--- A claim of fair queue %(queue)s (not paused; one that has limits is claimed by
--- job_claim_limited instead). Weighted fair queueing by start tags: key k's
+-- A claim of fair queue %(queue)s (not paused; within its limits, read and kept
+-- as job_claim_limited does: the queue's room caps the claim, each key's room
+-- its jobs). Weighted fair queueing by start tags: key k's
 -- turn stands at pass(k); its i-th ready job would start at pass(k) + i/weight(k);
 -- the claim takes the jobs of the highest priority with the smallest tags, so
 -- that keys alternate, a key of weight 3 three times as often as one of weight
@@ -62,11 +63,23 @@ WHERE w.limit_key IS NULL
 -- LOCKED, in claim order, so a concurrent claimer takes the next ones). The turns
 -- move on in the same statement: each key's pass by its starts/weight, from the
 -- newest value (concurrent claims add up), and the queue's clock.
-WITH RECURSIVE fair AS MATERIALIZED (
+WITH RECURSIVE lim AS MATERIALIZED (
+    -- The queue's limits, as job_claim_limited reads them: its row locked (one
+    -- claim of the queue at a time), and current (the version this snapshot reads).
+    SELECT l.* FROM limits AS l WHERE l.queue = %(queue)s FOR UPDATE SKIP LOCKED
+), allowed AS MATERIALIZED (
+    SELECT u.*, {{conveyor.store.postgres/queries.sql:queue_allow}} AS allow
+    FROM (SELECT {{conveyor.store.postgres/queries.sql:limit_use}}
+          FROM lim AS l
+          JOIN limits AS seen ON seen.queue = l.queue AND seen.version = l.version) AS u
+), fair AS MATERIALIZED (
     SELECT f.queue, f.weights, f.default_weight, f.clock, f.aging_every, f.aging_step, f.aging_cap
     FROM fair_queues AS f
     WHERE f.queue = %(queue)s
       AND NOT EXISTS (SELECT 1 FROM queues AS p WHERE p.name = f.queue AND p.paused)
+      -- A queue with limits only when its row was this claim's, and has room.
+      AND (NOT EXISTS (SELECT 1 FROM limits AS l WHERE l.queue = f.queue)
+           OR EXISTS (SELECT 1 FROM allowed AS a WHERE a.allow > 0))
 ), keyed (fair_key) AS (
     -- The keys with queued jobs, one index probe each (a loose scan of jobs_limit_queued).
     (SELECT j.limit_key FROM jobs AS j
@@ -81,7 +94,10 @@ WITH RECURSIVE fair AS MATERIALIZED (
     FROM keyed AS k WHERE k.fair_key IS NOT NULL
 ), keys AS MATERIALIZED (
     SELECT k.queue, k.fair_key, k.weight, greatest(coalesce(t.pass, k.clock), k.clock) AS pass,
-           h.priority AS top, k.aging_every, k.aging_step, k.aging_cap
+           h.priority AS top, k.aging_every, k.aging_step, k.aging_cap,
+           -- The room the queue's per-key limits leave the key (NULL: no limit).
+           (SELECT {{conveyor.store.postgres/queries.sql:key_room}}
+            FROM allowed AS a CROSS JOIN (SELECT k.fair_key AS limit_key) AS j) AS room
     FROM (SELECT fair.queue, named.fair_key, fair.clock,
                  fair.aging_every, fair.aging_step, fair.aging_cap,
                  coalesce((fair.weights ->> named.fair_key)::float8, fair.default_weight) AS weight
@@ -92,7 +108,8 @@ WITH RECURSIVE fair AS MATERIALIZED (
         SELECT s.priority FROM ({{fair_key_jobs}}) AS s ORDER BY s.priority DESC, s.id LIMIT 1
     ) AS h
 ), chosen AS MATERIALIZED (
-    SELECT * FROM keys AS k ORDER BY k.top DESC, k.pass + 1 / k.weight, k.fair_key
+    SELECT * FROM keys AS k WHERE coalesce(k.room, 1) > 0
+    ORDER BY k.top DESC, k.pass + 1 / k.weight, k.fair_key
     LIMIT %(limit)s
 ), ranked AS MATERIALIZED (
     SELECT x.id, x.priority, k.weight,
@@ -101,13 +118,13 @@ WITH RECURSIVE fair AS MATERIALIZED (
     FROM chosen AS k
     CROSS JOIN LATERAL (
         SELECT s.id, s.priority FROM ({{fair_key_jobs}}) AS s
-        ORDER BY s.priority DESC, s.id LIMIT %(limit)s
+        ORDER BY s.priority DESC, s.id LIMIT least(%(limit)s, k.room)
     ) AS x
 ), candidates AS MATERIALIZED (
     SELECT j.id, r.tag, r.weight FROM ranked AS r
     JOIN jobs AS j ON j.id = r.id AND j.state = 'queued'
     ORDER BY r.priority DESC, r.tag, r.id
-    LIMIT %(limit)s
+    LIMIT least(%(limit)s, (SELECT a.allow FROM allowed AS a))
     FOR UPDATE OF j SKIP LOCKED
 ),
 {{conveyor.store.postgres/queries.sql:claim_apply}},
@@ -137,7 +154,10 @@ clocked AS (
         recent = t.recent * exp(-greatest(extract(epoch FROM EXCLUDED.recent_at - t.recent_at), 0) / 60)
                  + EXCLUDED.starts,
         recent_at = greatest(t.recent_at, EXCLUDED.recent_at)
-)
+),
+-- A queue with limits: its starts recorded for the rates, the starts that left
+-- every window forgotten, its version bumped (as job_claim_limited).
+{{conveyor.store.postgres/queries.sql:limited_claim_kept}}
 SELECT claimed.* FROM claimed
 
 -- name: fair_set

@@ -792,6 +792,17 @@ WITH lim AS MATERIALIZED (
     LIMIT %(limit)s
 ),
 {{claim_apply}},
+{{limited_claim_kept}}
+-- As job_claim: a last column saying whether any of the queues has limits.
+SELECT claimed.*, seen.limited
+FROM (SELECT EXISTS (SELECT 1 FROM limits WHERE queue = ANY(%(queues)s::text[])) AS limited)
+     AS seen
+LEFT JOIN claimed ON true
+
+-- name: limited_claim_kept
+-- After CTEs named allowed (rows of limit_use, locked and current) and claimed:
+-- what a claim of limited queues keeps (job_claim_limited, and the fair claim of
+-- a queue with limits). Ends in a CTE named bumped.
 started AS (
     -- The starts of this claim, for the rates that count them: one row per queue
     -- and limit key, with the number of its jobs this claim started.
@@ -812,11 +823,6 @@ started AS (
     WHERE limits.queue IN (SELECT a.queue FROM allowed AS a)
       AND limits.queue IN (SELECT c.queue FROM claimed AS c)
 )
--- As job_claim: a last column saying whether any of the queues has limits.
-SELECT claimed.*, seen.limited
-FROM (SELECT EXISTS (SELECT 1 FROM limits WHERE queue = ANY(%(queues)s::text[])) AS limited)
-     AS seen
-LEFT JOIN claimed ON true
 
 -- name: limit_use
 -- How full limits row l is: its running jobs, its starts in the queue rate's

@@ -13,6 +13,7 @@ from typing import Any
 
 from conveyor.errors import ConfigurationError
 from conveyor.job import Job, NewJob
+from conveyor.store.claims import ClaimAsk, ClaimEntry
 from conveyor.store.finish_fetch import FetchNext
 from conveyor.store.limiting import LIMIT_SLACK_SECONDS
 from conveyor.store.protocols import ChangeCallback, Subscription
@@ -29,7 +30,7 @@ _SWEEP_SECONDS = 0.05
 _NEXT_DUE_FRESH = 0.5
 
 
-class CoreMixin(RedisBase):
+class CoreMixin(ClaimEntry, RedisBase):
     """The core every capability builds on (``JobStore``)."""
 
     def job_insert_many(
@@ -66,25 +67,15 @@ class CoreMixin(RedisBase):
             return None
         return max(0.0, float(answer[1]) - float(answer[0]))
 
-    def job_claim(
-        self,
-        queues: Sequence[str],
-        limit: int,
-        worker: str,
-        lease: timedelta,
-        now: datetime | None = None,
-        group: str | None = None,
-    ) -> list[Job]:
-        if limit <= 0 or not queues:
-            return []
-        names = tuple(dict.fromkeys(queues))
+    def _claim(self, ask: ClaimAsk) -> list[Job]:
+        names, now, group = ask.queues, ask.now, ask.group
         flats, unreadable, due = self._run(
             "job_claim",
             json.dumps(list(names)),
-            str(limit),
-            worker,
+            str(ask.limit),
+            ask.worker,
             secrets.token_hex(16),
-            f"{lease.total_seconds():.6f}",
+            f"{ask.lease.total_seconds():.6f}",
             _now_arg(now),
             group or "",
             str(LIMIT_SLACK_SECONDS),

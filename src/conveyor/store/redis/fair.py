@@ -1,5 +1,6 @@
 """Fair turns on Redis (conveyor.store.fair): a fair queue's claim is
-``fair_claim.lua``; the other queues go to the core's claim script untouched.
+``fair_claim.lua``, also when a worker's finish fetches its next jobs; the other
+queues go to the core's claim script untouched.
 
 Which queues are fair is read at most once a FAIR_RECHECK_SECONDS per set of
 queues claimed (``fair_any.lua``): a worker of queues that are not fair pays
@@ -11,13 +12,13 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from conveyor.job import Job
+from conveyor.store.claims import ClaimAsk
 from conveyor.store.fair import (
     MAX_FAIR_KEYS,
-    Aging,
     FairKey,
     FairQueue,
     aging_of,
@@ -25,6 +26,9 @@ from conveyor.store.fair import (
     decayed,
     fair_seen,
 )
+from conveyor.store.finish_fetch import FetchNext
+from conveyor.store.limiting import LIMIT_SLACK_SECONDS
+from conveyor.store.records import Finish
 from conveyor.store.redis.base import _now_arg, _pairs, job_of
 from conveyor.store.redis.core import CoreMixin
 
@@ -36,78 +40,59 @@ def _text(value: Any) -> str:
 class RedisFair(CoreMixin):
     """FairStore for the redis store, and the claim that obeys it."""
 
-    def _fair_of(self, names: tuple[str, ...]) -> tuple[frozenset[str], bool]:
-        """The fair queues among ``names``, and whether any has limits, as last read."""
+    def _fair_of(self, names: tuple[str, ...]) -> frozenset[str]:
+        """The fair queues among ``names``, as last read."""
 
-        def read() -> tuple[frozenset[str], bool]:
-            fair, limited = self._run("fair_any", json.dumps(names))
-            return frozenset(_text(q) for q in fair), bool(int(limited))
+        def read() -> frozenset[str]:
+            return frozenset(_text(q) for q in self._run("fair_any", json.dumps(names)))
 
-        answer: tuple[frozenset[str], bool] = fair_seen(self).get(names, read)
-        return answer
+        fair: frozenset[str] = fair_seen(self).get(names, read)
+        return fair
 
-    def job_claim(
-        self,
-        queues: Sequence[str],
-        limit: int,
-        worker: str,
-        lease: timedelta,
-        now: datetime | None = None,
-        group: str | None = None,
-    ) -> list[Job]:
-        if limit <= 0 or not queues:
-            return []
-        names = tuple(dict.fromkeys(queues))
-        fair, limited = self._fair_of(names)
-        # A fair queue with limits is claimed by the limits' claim (its limits
-        # hold; its per-key limits spread the starts over its keys).
-        if not fair or limited:
-            return super().job_claim(names, limit, worker, lease, now, group)
-        return claim_in_turns(
-            names,
-            fair,
-            limit,
-            lambda queue, room: self._fair_claim(queue, room, worker, lease, now, group),
-            lambda rest, room: super(RedisFair, self).job_claim(
-                rest, room, worker, lease, now, group
-            ),
-        )
+    def _claim(self, ask: ClaimAsk) -> list[Job]:
+        fair = self._fair_of(ask.queues)
+        if not fair:
+            return super()._claim(ask)
+        return claim_in_turns(ask, fair, self._fair_claim, super()._claim)
 
-    def _fair_claim(
-        self,
-        queue: str,
-        limit: int,
-        worker: str,
-        lease: timedelta,
-        now: datetime | None,
-        group: str | None,
-    ) -> list[Job]:
+    def job_finish_fetch(
+        self, finishes: Sequence[Finish], fetch: FetchNext
+    ) -> tuple[list[int], list[Job]]:
+        # The finish script fetches by the plain claim's rule: the next jobs of a
+        # fair queue are claimed by its turns instead, in a call of their own.
+        names = tuple(dict.fromkeys(fetch.queues))
+        if fetch.limit <= 0 or not names or not self._fair_of(names):
+            return super().job_finish_fetch(finishes, fetch)
+        ids = self.job_finish(finishes)
+        return ids, self._claim(ClaimAsk(names, fetch.limit, fetch.worker, fetch.lease, None, None))
+
+    def _fair_claim(self, ask: ClaimAsk) -> list[Job]:
+        """The claim of the one fair queue ``ask`` names, by its turns."""
         flats, unreadable = self._run(
             "fair_claim",
-            queue,
-            str(limit),
-            worker,
+            ask.queues[0],
+            str(ask.limit),
+            ask.worker,
             secrets.token_hex(16),
-            f"{lease.total_seconds():.6f}",
-            _now_arg(now),
-            group or "",
+            f"{ask.lease.total_seconds():.6f}",
+            _now_arg(ask.now),
+            ask.group or "",
+            str(LIMIT_SLACK_SECONDS),
         )
         self._drop(unreadable)
         return [job_of(_pairs(f)) for f in flats]
 
-    def fair_set(
-        self,
-        queue: str,
-        weights: dict[str, float] | None,
-        default_weight: float,
-        now: datetime,
-        aging: Aging | None = None,
-    ) -> None:
-        text = "" if weights is None else json.dumps(weights)
+    def fair_set(self, fair: FairQueue, now: datetime) -> None:
+        aging = fair.aging
         every, step, cap = (
             ("", 1, 0) if aging is None else (repr(aging.every), aging.step, aging.cap)
         )
-        self._run("fair_set", queue, text, repr(float(default_weight)), every, str(step), str(cap))
+        weights, default = json.dumps(fair.weights), repr(float(fair.default_weight))
+        self._run("fair_set", fair.queue, weights, default, every, str(step), str(cap))
+        fair_seen(self).clear()
+
+    def fair_off(self, queue: str, now: datetime) -> None:
+        self._run("fair_set", queue, "", "1.0", "", "1", "0")
         fair_seen(self).clear()
 
     def fair_status(self, queue: str | None, now: datetime) -> list[FairQueue]:

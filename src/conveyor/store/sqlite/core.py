@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from conveyor.job import Job, NewJob, utcnow
+from conveyor.store.claims import ClaimAsk, ClaimEntry
 from conveyor.store.flows import first_states
 from conveyor.store.keys import key_pairs, new_job_record, plan_insert, resolve_plan
 from conveyor.store.limiting import LIMIT_SLACK_SECONDS
@@ -34,7 +35,7 @@ from conveyor.store.sqlite.watcher import DataVersionWatcher
 _NO_LIMIT = 2**31 - 1
 
 
-class CoreMixin(SQLiteBase):
+class CoreMixin(ClaimEntry, SQLiteBase):
     """The core every capability builds on (``JobStore``)."""
 
     def job_insert_many(
@@ -125,42 +126,22 @@ class CoreMixin(SQLiteBase):
         value = self._conn().execute(_Q["next_run_at"], params).fetchone()[0]
         return None if value is None else max(0.0, value - now_ts)
 
-    def job_claim(
-        self,
-        queues: Sequence[str],
-        limit: int,
-        worker: str,
-        lease: timedelta,
-        now: datetime | None = None,
-        group: str | None = None,
-    ) -> list[Job]:
-        if limit <= 0 or not queues:
-            return []
-        # Named twice, a queue would be scanned twice and its jobs counted twice.
-        names = json.dumps(list(dict.fromkeys(queues)))
-        token = secrets.token_hex(16)
+    def _claim(self, ask: ClaimAsk) -> list[Job]:
         with self._write() as conn:
-            # One machine, one clock: the file's users share it. Read under the
-            # write lock, so that claims' clocks run in commit order and a rate's
-            # window is never judged by a moment older than a start it counts.
-            when = now or utcnow()
-            params = {
-                "queues": names,
-                "limit": limit,
-                "worker": worker,
-                "token": token,
-                "lease_expires_at": _ts(when + lease),
-                "now": _ts(when),
-                "group": group,
-            }
-            limited = conn.execute(_Q["limit_any"], {"queues": names}).fetchone() is not None
-            if not limited:  # the plain claim, as if limits did not exist
-                jobs = [_row_to_job(r) for r in conn.execute(_Q["job_claim"], params)]
-            else:
-                jobs = [_row_to_job(r) for r in conn.execute(_Q["job_claim_limited"], params)]
-                self._record_starts(conn, names, [j.id for j in jobs], _ts(when))
+            jobs = self._claim_in(conn, ask)
         # RETURNING order is unspecified: hand jobs out in claim order.
         jobs.sort(key=lambda j: (-j.priority, j.id))
+        return jobs
+
+    def _claim_in(self, conn: sqlite3.Connection, ask: ClaimAsk) -> list[Job]:
+        """The claim of ``ask``, in the caller's write transaction (unordered)."""
+        names = json.dumps(list(ask.queues))
+        params = {**claim_params(ask), "queues": names}
+        limited = conn.execute(_Q["limit_any"], {"queues": names}).fetchone() is not None
+        if not limited:  # the plain claim, as if limits did not exist
+            return [_row_to_job(r) for r in conn.execute(_Q["job_claim"], params)]
+        jobs = [_row_to_job(r) for r in conn.execute(_Q["job_claim_limited"], params)]
+        self._record_starts(conn, names, [j.id for j in jobs], params["now"])
         return jobs
 
     def job_heartbeat(
@@ -297,3 +278,19 @@ class CoreMixin(SQLiteBase):
             conn.execute(_Q["limit_record_starts"], {"ids": json.dumps(ids), "now": now_ts})
         params = {"queues": queues, "now": now_ts, "slack": LIMIT_SLACK_SECONDS}
         conn.execute(_Q["limit_prune_starts"], params)
+
+
+def claim_params(ask: ClaimAsk) -> dict[str, Any]:
+    """The parameters every claim statement of ``ask`` takes (to run under the write
+    lock: one machine, one clock, read under the lock, so that claims' clocks run
+    in commit order and a rate's window is never judged by a moment older than a
+    start it counts)."""
+    when = ask.now or utcnow()
+    return {
+        "limit": ask.limit,
+        "worker": ask.worker,
+        "token": secrets.token_hex(16),
+        "lease_expires_at": _ts(when + ask.lease),
+        "now": _ts(when),
+        "group": ask.group,
+    }

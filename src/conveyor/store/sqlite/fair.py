@@ -10,25 +10,24 @@ second, and nothing per job.
 from __future__ import annotations
 
 import json
-import secrets
 import sqlite3
-from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from conveyor.job import Job, utcnow
+from conveyor.job import Job
+from conveyor.store.claims import ClaimAsk
 from conveyor.store.fair import (
     MAX_FAIR_KEYS,
-    Aging,
     FairKey,
     FairQueue,
     aging_of,
     aging_params,
+    claim_in_turns,
     decayed,
     fair_seen,
 )
 from conveyor.store.sql import load_queries
 from conveyor.store.sqlite.base import _Q, _row_to_job, _ts
-from conveyor.store.sqlite.core import CoreMixin
+from conveyor.store.sqlite.core import CoreMixin, claim_params
 
 _F = load_queries("conveyor.store.sqlite", "fair.sql")
 
@@ -46,68 +45,48 @@ class SQLiteFair(CoreMixin):
         fair: frozenset[str] = fair_seen(self).get(names, read)
         return fair
 
-    def job_claim(
-        self,
-        queues: Sequence[str],
-        limit: int,
-        worker: str,
-        lease: timedelta,
-        now: datetime | None = None,
-        group: str | None = None,
-    ) -> list[Job]:
-        if limit <= 0 or not queues:
-            return []
-        names = tuple(dict.fromkeys(queues))
-        fair = self._fair_of(names)
+    def _claim(self, ask: ClaimAsk) -> list[Job]:
+        fair = self._fair_of(ask.queues)
         if not fair:
-            return super().job_claim(names, limit, worker, lease, now, group)
-        jobs: list[Job] = []
-        rest = list(names)
+            return super()._claim(ask)
         with self._write() as conn:
-            # A fair queue with limits is claimed by the limits' claim (its limits
-            # hold; its per-key limits spread the starts over its keys).
-            limited = conn.execute(_Q["limit_any"], {"queues": json.dumps(names)}).fetchone()
-            if limited is None:
-                when = now or utcnow()
-                params = {
-                    "limit": limit,
-                    "worker": worker,
-                    "token": secrets.token_hex(16),
-                    "lease_expires_at": _ts(when + lease),
-                    "now": _ts(when),
-                    "group": group,
-                }
-                for queue in names:
-                    if queue in fair and len(jobs) < limit:
-                        params["queue"], params["limit"] = queue, limit - len(jobs)
-                        jobs += _fair_claim(conn, params)
-                rest = [q for q in names if q not in fair]
-        if rest and len(jobs) < limit:
-            jobs += super().job_claim(rest, limit - len(jobs), worker, lease, now, group)
-        jobs.sort(key=lambda j: (-j.priority, j.id))
+            return claim_in_turns(
+                ask,
+                fair,
+                lambda one: self._fair_claim(conn, one),
+                lambda rest: self._claim_in(conn, rest),
+            )
+
+    def _fair_claim(self, conn: sqlite3.Connection, ask: ClaimAsk) -> list[Job]:
+        """The claim of the one fair queue ``ask`` names, its turns moved on and, if
+        it has limits, its starts recorded, in the caller's write transaction."""
+        queue = json.dumps(ask.queues)
+        params = {**claim_params(ask), "queue": ask.queues[0]}
+        jobs = [_row_to_job(row) for row in conn.execute(_F["fair_claim"], params)]
+        if jobs:
+            turns = {"queue": params["queue"], "ids": json.dumps([j.id for j in jobs])}
+            conn.execute(_F["fair_clock"], turns)
+            conn.execute(_F["fair_turns"], {**turns, "now": params["now"]})
+        if conn.execute(_Q["limit_any"], {"queues": queue}).fetchone() is not None:
+            self._record_starts(conn, queue, [j.id for j in jobs], params["now"])
         return jobs
 
-    def fair_set(
-        self,
-        queue: str,
-        weights: dict[str, float] | None,
-        default_weight: float,
-        now: datetime,
-        aging: Aging | None = None,
-    ) -> None:
+    def fair_set(self, fair: FairQueue, now: datetime) -> None:
         params = {
-            "queue": queue,
-            "weights": None if weights is None else json.dumps(weights),
-            "default_weight": default_weight,
+            "queue": fair.queue,
+            "weights": json.dumps(fair.weights),
+            "default_weight": fair.default_weight,
             "now": _ts(now),
-            **aging_params(aging),
+            **aging_params(fair.aging),
         }
         with self._write() as conn:
-            if weights is None:
-                conn.execute(_F["fair_off_turns"], params)
-                conn.execute(_F["fair_off"], params)
-            else:
-                conn.execute(_F["fair_set"], params)
+            conn.execute(_F["fair_set"], params)
+        fair_seen(self).clear()
+
+    def fair_off(self, queue: str, now: datetime) -> None:
+        with self._write() as conn:
+            conn.execute(_F["fair_off_turns"], {"queue": queue})
+            conn.execute(_F["fair_off"], {"queue": queue})
         fair_seen(self).clear()
 
     def fair_status(self, queue: str | None, now: datetime) -> list[FairQueue]:
@@ -125,13 +104,3 @@ class SQLiteFair(CoreMixin):
                 FairQueue(name, dict(json.loads(weights)), float(default), keys, aging_of(*aging))
             )
         return found
-
-
-def _fair_claim(conn: sqlite3.Connection, params: dict[str, object]) -> list[Job]:
-    """One fair queue's claim, and its turns moved on, in the caller's transaction."""
-    jobs = [_row_to_job(row) for row in conn.execute(_F["fair_claim"], params)]
-    if jobs:
-        turns = {"queue": params["queue"], "ids": json.dumps([j.id for j in jobs])}
-        conn.execute(_F["fair_clock"], turns)
-        conn.execute(_F["fair_turns"], {**turns, "now": params["now"]})
-    return jobs

@@ -69,15 +69,27 @@ LEFT JOIN fair_turns AS t ON t.queue = k.queue AND t.fair_key = coalesce(k.fair_
 
 -- name: fair_claim
 -- The claim (see fair_claim on PostgreSQL): the first :limit keys by their best
--- job and next tag, searched further; their jobs ranked by start tag. Ends in
--- the claimed jobs; fair_clock and fair_turns then move the turns on.
-WITH keys AS MATERIALIZED (
-    SELECT * FROM ({{fair_keys_ranked}}) WHERE top IS NOT NULL
+-- job and next tag, searched further; their jobs ranked by start tag; within the
+-- queue's limits (its room caps the claim, each key's room its jobs). Ends in the
+-- claimed jobs; fair_clock and fair_turns then move the turns on (and the
+-- caller records the starts of a limited queue, as for job_claim_limited).
+WITH allowed AS MATERIALIZED (
+    -- The queue's limits, as job_claim_limited reads them (none: no row).
+    SELECT u.*, {{conveyor.store.sqlite/queries.sql:queue_allow}} AS allow
+    FROM (SELECT {{conveyor.store.sqlite/queries.sql:limit_use}}
+          FROM limits AS l WHERE l.queue = :queue) AS u
+), keys AS MATERIALIZED (
+    -- Each key with a ready job, and the room its per-key limits leave it (NULL: none).
+    SELECT r.*, (SELECT {{conveyor.store.sqlite/queries.sql:key_room}}
+                 FROM allowed AS a, (SELECT r.fair_key AS limit_key) AS j) AS room
+    FROM ({{fair_keys_ranked}}) AS r WHERE r.top IS NOT NULL
 ), chosen AS MATERIALIZED (
-    SELECT * FROM keys AS k ORDER BY k.top DESC, k.pass + 1.0 / k.weight, k.fair_key
+    SELECT * FROM keys AS k WHERE coalesce(k.room, 1) > 0
+    ORDER BY k.top DESC, k.pass + 1.0 / k.weight, k.fair_key
     LIMIT :limit
 ), ranked AS (
-    SELECT j.id, {{aged}} AS priority,
+    SELECT j.id, {{aged}} AS priority, k.room,
+           row_number() OVER (PARTITION BY k.fair_key ORDER BY {{aged}} DESC, j.id) AS nth,
            k.pass + row_number() OVER (PARTITION BY k.fair_key ORDER BY {{aged}} DESC, j.id)
                     * 1.0 / k.weight AS tag
     FROM chosen AS k
@@ -85,7 +97,10 @@ WITH keys AS MATERIALIZED (
         SELECT s.id FROM ({{fair_key_jobs}}) AS s ORDER BY s.priority DESC, s.id LIMIT :limit)
 )
 UPDATE jobs SET {{conveyor.store.sqlite/queries.sql:claim_set}}
-WHERE id IN (SELECT r.id FROM ranked AS r ORDER BY r.priority DESC, r.tag, r.id LIMIT :limit)
+WHERE id IN (SELECT r.id FROM ranked AS r
+             WHERE r.room IS NULL OR r.nth <= r.room
+             ORDER BY r.priority DESC, r.tag, r.id
+             LIMIT coalesce((SELECT a.allow FROM allowed AS a), :limit))
 RETURNING *
 
 -- name: fair_clock

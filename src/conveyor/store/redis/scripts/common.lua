@@ -745,6 +745,16 @@ local function prune_starts(q, l, now, slack)
     end
 end
 
+-- A start of job j of limited queue q at now_s, for the rates that count it.
+local function record_start(q, j, now_s)
+    local mark = tostring(redis.call('INCR', P .. 'startseq'))
+    redis.call('ZADD', qk('starts', q), now_s, mark)
+    if j.limit_key then
+        redis.call('ZADD', kk('kstarts', q, j.limit_key), now_s, mark)
+        redis.call('SADD', qk('kstartkeys', q), j.limit_key)
+    end
+end
+
 -- A queue left with no limit and no throttle goes back to the plain claim.
 local function forget_if_empty(q, now)
     local l = limits_of(q)
@@ -764,6 +774,20 @@ end
 
 local CLAIMED = {'state', 'attempts', 'worker', 'lease_token', 'lease_expires_at', 'started_at'}
 
+-- Starts queued job j: running under lease ``token`` for ``worker`` until
+-- ``expires``, its indexes moved, an earlier attempt's progress cleared.
+local function start_job(j, worker, token, expires, now_s)
+    leave(j)
+    j.state, j.attempts, j.worker = 'running', tostring(tonumber(j.attempts) + 1), worker
+    j.lease_token, j.lease_expires_at, j.started_at = token, expires, now_s
+    save(j, CLAIMED)
+    enter(j)
+    if j.progress or j.progress_message then -- an earlier attempt's
+        j.progress, j.progress_message = nil, nil
+        save(j, {'progress', 'progress_message'})
+    end
+end
+
 -- Moves up to ``limit`` jobs that may start (see candidates) to running under
 -- lease ``token`` for ``worker`` until ``expires`` (a time string); a limited
 -- queue records its starts for the rates (and forgets those older than every
@@ -773,25 +797,10 @@ local function claim(queues, limit, worker, token, expires, now_n, now_s, group,
     local out, limited = {}, {}
     for _, c in ipairs(candidates(queues, limit, now_n, group)) do
         local j, q = c[4], c[3]
-        leave(j)
-        j.state, j.attempts, j.worker = 'running', tostring(tonumber(j.attempts) + 1), worker
-        j.lease_token, j.lease_expires_at, j.started_at = token, expires, now_s
-        save(j, CLAIMED)
-        enter(j)
-        if j.progress or j.progress_message then -- an earlier attempt's
-            j.progress, j.progress_message = nil, nil
-            save(j, {'progress', 'progress_message'})
-        end
+        start_job(j, worker, token, expires, now_s)
         if limited[q] == nil then limited[q] = limits_of(q) or false end
         local l = limited[q]
-        if l and (l.rate or l.key_rate) then
-            local mark = tostring(redis.call('INCR', P .. 'startseq'))
-            redis.call('ZADD', qk('starts', q), now_s, mark)
-            if j.limit_key then
-                redis.call('ZADD', kk('kstarts', q, j.limit_key), now_s, mark)
-                redis.call('SADD', qk('kstartkeys', q), j.limit_key)
-            end
-        end
+        if l and (l.rate or l.key_rate) then record_start(q, j, now_s) end
         out[#out + 1] = reply_of(j)
     end
     for q, l in pairs(limited) do

@@ -1,12 +1,14 @@
 -- name: fair_claim
 -- ARGV: queue, limit, worker, token, lease seconds, now ('' = Redis's clock),
--- group ('' = any).
+-- group ('' = any), slack seconds (of the limits' starts).
 -- The claim of a fair queue (see conveyor.store.fair, and fair_claim on
 -- PostgreSQL for the rule): weighted fair queueing by start tags. Key k's turn
 -- stands at pass(k); its i-th ready job would start at pass(k) + i/weight(k); the
 -- claim takes the jobs with the smallest tags (of the jobs read, the highest
 -- priority first), so that keys alternate by weight. A key that comes (back)
--- starts at the queue's clock, never behind it.
+-- starts at the queue's clock, never behind it. A queue with limits keeps them
+-- as the plain claim does: its room caps the claim, each key's room its jobs, and
+-- the starts are recorded for the rates.
 --
 -- A key's jobs are its line kq:<q>:<key> (every queued job with a limit key is
 -- in one, oldest first), read lazily: the keys are ranked by their next tag and
@@ -25,6 +27,9 @@ local settings = redis.call('HMGET', qk('fair', q), 'weights', 'default', 'clock
 if not settings[1] or redis.call('SISMEMBER', P .. 'paused', q) == 1 then
     return done({{}, unreadable})
 end
+local l = limits_of(q)
+if l then limit = math.min(limit, room(q, l, '', nil, limit, now_n)) end
+if limit <= 0 then return done({{}, unreadable}) end
 local weights, default = cjson.decode(settings[1]), tonumber(settings[2])
 local clock_at = tonumber(settings[3]) or 0
 local aging_every, aging_step, aging_cap = tonumber(settings[4]), tonumber(settings[5]), tonumber(settings[6])
@@ -53,7 +58,7 @@ for _, m in ipairs(redis.call('ZRANGE', qk('ready', q), 0, math.min(math.max(lim
     local j = load(tonumber(string.sub(m, 12)))
     if not j then
         unread[#unread + 1] = m
-    elseif may_start(j, q, nil, now_n, group, rooms, taken_group, limit) then
+    elseif may_start(j, q, l, now_n, group, rooms, taken_group, limit) then
         local key = j.limit_key or ''
         head[key] = head[key] or {}
         table.insert(head[key], j)
@@ -120,7 +125,7 @@ local function open(k)
             for _, id in ipairs(ids) do
                 local j = not seen[id] and load(id)
                 if j and j.state == 'queued'
-                        and may_start(j, q, nil, now_n, group, rooms, taken_group, limit) then
+                        and may_start(j, q, l, now_n, group, rooms, taken_group, limit) then
                     found[#found + 1] = j
                     more = more + 1
                     if more >= k.want then break end
@@ -174,23 +179,16 @@ table.sort(tagged, function(a, b)
 end)
 while #tagged > limit do table.remove(tagged) end
 
-local out, CLAIMED = {}, {'state', 'attempts', 'worker', 'lease_token', 'lease_expires_at', 'started_at'}
-local least = nil
+local out, least = {}, nil
 for _, c in ipairs(tagged) do
     local j, k = c[4], c[5]
-    leave(j)
-    j.state, j.attempts, j.worker = 'running', tostring(tonumber(j.attempts) + 1), ARGV[3]
-    j.lease_token, j.lease_expires_at, j.started_at = ARGV[4], expires, now_s
-    save(j, CLAIMED)
-    enter(j)
-    if j.progress or j.progress_message then -- an earlier attempt's
-        j.progress, j.progress_message = nil, nil
-        save(j, {'progress', 'progress_message'})
-    end
+    start_job(j, ARGV[3], ARGV[4], expires, now_s)
     k.taken = k.taken + 1
     if least == nil or k.pass < least then least = k.pass end
+    if l and (l.rate or l.key_rate) then record_start(q, j, now_s) end
     out[#out + 1] = reply_of(j)
 end
+if l then prune_starts(q, l, now_n, tonumber(ARGV[8])) end
 
 -- The turns move on: each key by its starts / its weight; the clock to the least
 -- turn this claim started from.
