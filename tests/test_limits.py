@@ -257,6 +257,14 @@ def test_a_key_over_its_limit_does_not_hold_other_keys_back(store: Store) -> Non
     assert store.next_run_in(["api"], at(0.1)) is None
 
 
+def test_a_keys_jobs_that_are_not_due_do_not_take_its_room(store: Store) -> None:
+    # Three older jobs of key "a" are due in an hour; two newer ones are due now.
+    enqueue(store, 3, limit_key="a", run_at=at(3600))
+    due = enqueue(store, 2, limit_key="a")
+    set_limit(store, concurrency=3, per_key=True)
+    assert sorted(j.id for j in claim(store, 0.0)) == sorted(j.id for j in due)
+
+
 def test_queue_and_key_limits_hold_together(store: Store) -> None:
     for key in "abcd":
         enqueue(store, 3, limit_key=key)

@@ -654,8 +654,9 @@ end
 
 -- Whether a queued job may start now: due, of the asked group, the head of its
 -- group with none of it running (and none taken by this claim), within its
--- limit key's room (one of the key's oldest queued jobs, as many as there is
--- room for). ``rooms`` and ``taken_group`` are the claim's.
+-- limit key's room, of which a job that may start takes one (callers take or
+-- set aside every job it lets through). ``rooms`` and ``taken_group`` are the
+-- claim's.
 local function may_start(j, q, l, now, group, rooms, taken_group, limit)
     local g, key = j.group_key, j.limit_key
     if tonumber(j.run_at) > now or (group and g ~= group) then return false end
@@ -665,7 +666,10 @@ local function may_start(j, q, l, now, group, rooms, taken_group, limit)
     end
     if l and key then
         if rooms[key] == nil then rooms[key] = room(q, l, 'key_', key, limit, now) end
-        return rooms[key] > 0 and redis.call('ZCOUNT', kk('kq', q, key), '-inf', '(' .. j.id) < rooms[key]
+        -- The key's room goes to the first of its jobs that this claim meets and
+        -- that may start: one not due yet or held is never met, so it takes none.
+        if rooms[key] <= 0 then return false end
+        rooms[key] = rooms[key] - 1
     end
     return true
 end
