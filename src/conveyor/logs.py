@@ -71,14 +71,26 @@ class JsonFormatter(logging.Formatter):
 
 
 def spelled_duration(seconds: float) -> str:
-    """A span of time as people read it: ``2.1 s``, ``4 min``, ``2 h 5 min``."""
+    """A span of time as people read it: ``2.1 s``, ``42 s``, ``3 min 5 s``, ``3 d 4 h``.
+
+    The one way durations are written: in the worker's log, by the command line
+    and on the dashboard. Two units at most; a part that is zero is left out
+    (``10 min``, not ``10 min 0 s``); a negative span is written as none.
+    """
     seconds = max(0.0, seconds)
-    if seconds < 60:
+    if seconds < 10:
         return f"{seconds:.1f} s"
-    minutes = round(seconds / 60)
+    total = round(seconds)
+    if total < 60:
+        return f"{total} s"
+    minutes, secs = divmod(total, 60)
     if minutes < 60:
-        return f"{minutes} min"
-    return f"{minutes // 60} h {minutes % 60} min"
+        return f"{minutes} min {secs} s" if secs else f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h" if hours else f"{days} d"
 
 
 def configure(level: str = "INFO", *, json: bool = False, stream: TextIO | None = None) -> None:

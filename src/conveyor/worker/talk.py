@@ -133,9 +133,9 @@ def log_summary(worker_id: str, counts: Mapping[str, int], elapsed: float) -> No
     done = sum(counts.values())
     parts = ", ".join(f"{name} {count}" for name, count in sorted(counts.items()) if count)
     log.info(
-        "worker %s stopped: %d job(s) in %.1fs%s",
+        "worker %s stopped: %d job(s) in %s%s",
         worker_id,
         done,
-        elapsed,
+        spelled_duration(elapsed),
         f" ({parts})" if parts else "",
     )

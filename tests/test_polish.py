@@ -1,0 +1,71 @@
+"""Small things an operator reads: one way of writing durations, messages that say what is wrong."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conveyor import App
+from conveyor.cli import cli
+from conveyor.cli.output import age
+from conveyor.logs import spelled_duration
+from conveyor.web.format import seconds
+
+
+@pytest.mark.parametrize(
+    ("value", "written"),
+    [
+        (0.0, "0.0 s"),
+        (2.14, "2.1 s"),
+        (42.4, "42 s"),
+        (59.7, "1 min"),
+        (185, "3 min 5 s"),
+        (600, "10 min"),
+        (599.99, "10 min"),
+        (3599.2, "59 min 59 s"),
+        (7800, "2 h 10 min"),
+        (7200, "2 h"),
+        (3 * 86400 + 4 * 3600, "3 d 4 h"),
+        (-5, "0.0 s"),
+    ],
+)
+def test_durations_are_written_one_way_everywhere(value: float, written: str) -> None:
+    assert spelled_duration(value) == written  # the worker's log
+    assert seconds(value) == written  # the dashboard
+    assert age(value) == written  # the command line
+
+
+def test_a_missing_duration_is_a_dash() -> None:
+    assert seconds(None) == seconds(math.nan) == "—"
+    assert age(None) == age(math.inf) == "-"
+
+
+def test_a_bulk_action_on_a_queue_that_does_not_exist_says_so(tmp_path: Path) -> None:
+    dsn = f"sqlite:///{tmp_path / 'jobs.db'}"
+    with App(dsn) as app:
+        app.enqueue("send", [1], queue="mail")
+    runner = CliRunner()
+    result = runner.invoke(cli, ["--dsn", dsn, "jobs", "cancel", "--queue", "mial", "--yes"])
+    assert result.exit_code == 1
+    assert "there is no queue 'mial' (queues: mail)" in result.stderr
+    # An existing queue with nothing to cancel is not an error.
+    result = runner.invoke(
+        cli, ["--dsn", dsn, "jobs", "retry", "--queue", "mail", "--state", "failed", "--yes"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "0 job(s) match (none)" in result.output
+
+
+def test_purge_of_every_age_does_not_say_older_than_zero(tmp_path: Path) -> None:
+    dsn = f"sqlite:///{tmp_path / 'jobs.db'}"
+    with App(dsn) as app:
+        app.migrate()
+    runner = CliRunner()
+    result = runner.invoke(cli, ["--dsn", dsn, "purge", "--older-than", "0s", "--yes"])
+    assert result.exit_code == 0, result.output
+    assert "of any age" in result.output and "0:00:00" not in result.output
+    result = runner.invoke(cli, ["--dsn", dsn, "purge", "--older-than", "90m", "--yes"])
+    assert "older than 1 h 30 min" in result.output
