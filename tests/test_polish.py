@@ -69,3 +69,21 @@ def test_purge_of_every_age_does_not_say_older_than_zero(tmp_path: Path) -> None
     assert "of any age" in result.output and "0:00:00" not in result.output
     result = runner.invoke(cli, ["--dsn", dsn, "purge", "--older-than", "90m", "--yes"])
     assert "older than 1 h 30 min" in result.output
+
+
+def test_the_dashboard_writes_counts_with_thousands_separated(tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from conveyor.job import NewJob, utcnow
+    from conveyor.web import create_app
+
+    with App(f"sqlite:///{tmp_path / 'jobs.db'}") as app:
+        app.migrate()
+        new = NewJob(queue="mail", task="send", args_json="[]", kwargs_json="{}", run_at=utcnow())
+        app.store.job_insert_many([new] * 1234, now=utcnow())
+        client = TestClient(create_app(app), base_url="http://127.0.0.1")
+        overview = client.get("/").text
+        assert ">1,234</a>" in overview and ">1234<" not in overview
+        assert "Finished jobs deleted: 12,000." in client.get("/?notice=purged&n=12000").text
+        confirm = client.get("/jobs/confirm?action=cancel&queue=mail").text
+        assert "1,234" in confirm and "1234" not in confirm

@@ -30,6 +30,13 @@ def seconds(value: float | None) -> str:
     return spelled_duration(value)
 
 
+def thousands(value: object) -> str:
+    """A count with its thousands separated: 20,000 (anything else as it is)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
+
+
 def ago(value: datetime | None, now: datetime) -> str:
     if value is None:
         return "—"
@@ -89,6 +96,7 @@ def percent(value: Any) -> str:
 
 FILTERS = {
     "ago": ago,
+    "thousands": thousands,
     "when": when,
     "iso": iso,
     "seconds": seconds,

@@ -978,4 +978,4 @@ def notice(request: Request) -> str | None:
     if text is None:
         return None
     n = request.query_params.get("n", "")
-    return text.format(n=int(n) if n.isascii() and n.isdigit() else "?")
+    return text.format(n=f"{int(n):,}" if n.isascii() and n.isdigit() else "?")
