@@ -87,3 +87,26 @@ def test_the_dashboard_writes_counts_with_thousands_separated(tmp_path: Path) ->
         assert "Finished jobs deleted: 12,000." in client.get("/?notice=purged&n=12000").text
         confirm = client.get("/jobs/confirm?action=cancel&queue=mail").text
         assert "1,234" in confirm and "1234" not in confirm
+
+
+def complete(words: str, env: dict[str, str] | None = None) -> list[str]:
+    """What ``conveyor`` answers bash's completion asking about ``words`` (the last is typed)."""
+    import os
+    import subprocess
+    import sys
+
+    parts = words.split(" ")
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "conveyor")],
+        env={**os.environ, "COMP_WORDS": words, "COMP_CWORD": str(len(parts) - 1),
+             "_CONVEYOR_COMPLETE": "bash_complete", **(env or {})},
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    return [line.partition(",")[2] for line in result.stdout.splitlines()]
+
+
+def test_shell_completion_works_as_the_cli_guide_says() -> None:
+    guide = (Path(__file__).resolve().parent.parent / "docs" / "cli.md").read_text()
+    assert 'eval "$(_CONVEYOR_COMPLETE=bash_source conveyor)"' in guide
+    assert complete("conveyor jobs l") == ["list"]
+    assert "ready" in complete("conveyor jobs list --state ")
