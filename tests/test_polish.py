@@ -110,3 +110,28 @@ def test_shell_completion_works_as_the_cli_guide_says() -> None:
     assert 'eval "$(_CONVEYOR_COMPLETE=bash_source conveyor)"' in guide
     assert complete("conveyor jobs l") == ["list"]
     assert "ready" in complete("conveyor jobs list --state ")
+
+
+@pytest.mark.parametrize(
+    "dsn", ["postgresql://nobody@127.0.0.1:1/jobs", "redis://127.0.0.1:1/0"], ids=["pg", "redis"]
+)
+def test_a_connection_error_is_written_in_sentences(dsn: str) -> None:
+    from conveyor.errors import StoreUnavailableError
+
+    with pytest.raises(StoreUnavailableError) as caught:
+        App(dsn).stats()
+    text = str(caught.value)
+    assert "127.0.0.1:1" in text and text.endswith("Is the server running, and is the DSN right?")
+    assert "?." not in text and ".." not in text and ". ." not in text
+
+
+def test_a_drivers_reason_ends_as_one_sentence() -> None:
+    from conveyor.errors import StoreUnavailableError
+
+    said = StoreUnavailableError.saying
+    assert (
+        str(said("at x", "refused."))
+        == "at x: refused. Is the server running, and is the DSN right?"
+    )
+    assert str(said("at x", "refused..  ")).startswith("at x: refused. Is")
+    assert str(said("at x", "accepting connections?")).startswith("at x: accepting connections? Is")

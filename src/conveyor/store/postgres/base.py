@@ -176,10 +176,7 @@ class PostgresBase:
                 probe.execute("SELECT 1")
         except psycopg.Error as direct:
             reason = str(direct).strip().splitlines()[-1] or reason
-        return StoreUnavailableError(
-            f"cannot connect to PostgreSQL at {self.where}: {reason}. "
-            "Is the server running, and is the DSN right?"
-        )
+        return StoreUnavailableError.saying(f"cannot connect to PostgreSQL at {self.where}", reason)
 
     @contextmanager
     def _conn(self, connection: Any = None) -> Iterator[Connection]:
