@@ -233,7 +233,7 @@ def test_delete_a_queue_after_seeing_what_it_holds(app: App, client: TestClient)
     assert "It holds 3 job(s)" in page and "Delete the queue and its 3 job(s)" in page
     token = csrf_of(client)
     response = post(client, "/queues/team%2Fold/delete", {"csrf_token": token})
-    assert response.headers["location"] == "/?notice=queue_deleted&n=3"
+    assert response.headers["location"] == "/?notice=queue_deleted&n=3&queue=team%2Fold"
     assert "team/old" not in app.store.queue_names()
     assert client.get("/queues/team%2Fold/delete").status_code == 404
 

@@ -135,3 +135,27 @@ def test_a_drivers_reason_ends_as_one_sentence() -> None:
     )
     assert str(said("at x", "refused..  ")).startswith("at x: refused. Is")
     assert str(said("at x", "accepting connections?")).startswith("at x: accepting connections? Is")
+
+
+def test_a_queues_notice_names_the_queue_and_only_a_queue_the_store_knows(tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from conveyor.web import create_app
+
+    with App(f"sqlite:///{tmp_path / 'jobs.db'}") as app:
+        app.enqueue("send", [1], queue="mail")
+        client = TestClient(create_app(app), base_url="http://127.0.0.1")
+        page = client.get("/")
+        token = page.text.split('name="csrf_token" value="')[1].split('"')[0]
+        done = client.post(
+            "/queues/mail/pause",
+            data={"csrf_token": token},
+            headers={"origin": "http://127.0.0.1"},
+            follow_redirects=False,
+        )
+        assert done.status_code == 303, done.text
+        shown = client.get(done.headers["location"]).text
+        assert "Queue mail paused: workers no longer claim its jobs." in shown
+        # An address cannot make the page say a name the store does not know.
+        forged = client.get("/?notice=paused&queue=call%20555-0100%20now").text
+        assert "Queue paused: workers" in forged and "555-0100" not in forged
