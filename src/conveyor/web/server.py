@@ -330,7 +330,8 @@ class Dashboard:
         access = access_of(request)
         context = {
             "csrf_token": self.csrf.value,
-            "notice": notice(request, self.app.queue_names),
+            # Asked only for a notice naming a queue: an outage page has no App to ask.
+            "notice": notice(request, lambda: self.app.queue_names()),
             # Links start at the mount's path; a read-only user gets no action buttons.
             "root": request.scope.get("root_path", ""),
             "can_act": access.can_act,
@@ -975,6 +976,13 @@ def limit_form(form: dict[str, list[str]]) -> tuple[str | None, int | None, bool
     return rate, concurrency, first(form, "scope") == "key"
 
 
+def _known(queue: str, queue_names: Callable[[], list[str]]) -> bool:
+    try:
+        return queue in queue_names()
+    except Exception:  # the store cannot answer now: the notice names no queue
+        return False
+
+
 def notice(request: Request, queue_names: Callable[[], list[str]]) -> str | None:
     code = request.query_params.get("notice")
     text = NOTICES.get(code or "")
@@ -983,7 +991,7 @@ def notice(request: Request, queue_names: Callable[[], list[str]]) -> str | None
     n = request.query_params.get("n", "")
     queue = request.query_params.get("queue", "")
     # A queue just deleted is known no more: its notice then says "Queue deleted".
-    if queue and ("{queue}" in text or "{on}" in text) and queue not in queue_names():
+    if queue and ("{queue}" in text or "{on}" in text) and not _known(queue, queue_names):
         queue = ""
     return text.format(
         n=f"{int(n):,}" if n.isascii() and n.isdigit() else "?",
