@@ -929,6 +929,8 @@ class Dashboard:
             if not unreachable(exc):
                 raise
             health = {"ok": False, "store": self.store_name, "error": str(exc)}
+        if health["ok"]:
+            self.watch.answered()  # the pages need not wait for their next try to know
         return JSONResponse(health, status_code=200 if health["ok"] else 503)
 
 
