@@ -80,14 +80,17 @@ test-fast: venv
 # does not import it), so a fresh machine builds it in well under a minute; an
 # existing dev .venv, which has the docs extra too, is used when present.
 # Material for MkDocs prints a notice about its future on every build; it is not about this site.
+# Not --quiet: it hides the warnings from the count that --strict fails on.
 DOCS_VENV := $(if $(wildcard $(STAMP)),$(VENV),.venv-docs)
 
 docs: docs-venv
-	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict
 
-## docs-serve: serve the documentation on http://127.0.0.1:8000, rebuilt as its pages change
+## docs-serve: serve the documentation on http://127.0.0.1:8000 (DOCS_ADDR=...), rebuilt as its pages change
+DOCS_ADDR ?= 127.0.0.1:8000
+
 docs-serve: docs-venv
-	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs serve
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs serve --dev-addr $(DOCS_ADDR)
 
 docs-venv:
 	@if [ ! -x $(DOCS_VENV)/bin/mkdocs ]; then \

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -128,3 +129,34 @@ def test_make_docs_builds_a_site_that_works_opened_from_disk() -> None:
     assert 'href="getting-started.html"' in index
     assert 'href="getting-started/"' not in index
     assert (ROOT / "site" / "getting-started.html").exists()
+
+
+@pytest.mark.slow
+def test_make_docs_serve_serves_the_site() -> None:
+    port = free_port()
+    server = subprocess.Popen(
+        ["make", "--no-print-directory", "docs-serve", f"DOCS_ADDR=127.0.0.1:{port}"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as answer:
+                    body = answer.read().decode()
+                break
+            except OSError:
+                assert server.poll() is None, server.stderr.read().decode()  # type: ignore[union-attr]
+                assert time.monotonic() < deadline, "make docs-serve did not serve"
+                time.sleep(0.5)
+        assert "getting-started.html" in body
+    finally:
+        # make and the mkdocs it started: the session this test made for them.
+        os.killpg(server.pid, signal.SIGINT)
+        server.communicate(timeout=30)
+
+
+def test_the_demo_and_docs_targets_install_what_they_need() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    assert "pip install -q -e '.[cli,web]'" in makefile  # the dashboard the demo points to
+    assert "pip install -q -e '.[docs]'" in makefile  # the docs extra alone
