@@ -15,7 +15,7 @@ CODE_PATHS := $(wildcard src tests benchmarks examples)
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv test test-fast lint format typecheck pytest docs ensure-postgres ensure-redis ensure-java ensure-chromium demo bench dist check-wheel clean
+.PHONY: venv test test-fast lint format typecheck pytest docs docs-serve docs-venv ensure-postgres ensure-redis ensure-java ensure-chromium demo bench dist check-wheel clean
 
 ## venv: create .venv and install the package with its dev extras (re-run when pyproject.toml changes)
 venv: $(STAMP)
@@ -76,9 +76,32 @@ test-fast: venv
 	CONVEYOR_TEST_FAST=1 $(BIN)/pytest -q -x
 
 ## docs: build the documentation site into site/ (a broken link, anchor or reference fails it)
+# Its own small environment (the docs extra alone: MkDocs reads the source, it
+# does not import it), so a fresh machine builds it in well under a minute; an
+# existing dev .venv, which has the docs extra too, is used when present.
 # Material for MkDocs prints a notice about its future on every build; it is not about this site.
-docs: venv
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+# Not --quiet: it hides the warnings from the count that --strict fails on.
+DOCS_VENV := $(if $(wildcard $(STAMP)),$(VENV),.venv-docs)
+
+docs: docs-venv
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict
+
+## docs-serve: serve the documentation on http://127.0.0.1:8000 (DOCS_ADDR=...), rebuilt as its pages change
+DOCS_ADDR ?= 127.0.0.1:8000
+
+docs-serve: docs-venv
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs serve --dev-addr $(DOCS_ADDR)
+
+docs-venv:
+	@if [ ! -x $(DOCS_VENV)/bin/mkdocs ]; then \
+		echo "Creating $(DOCS_VENV) with $(PYTHON)"; \
+		$(PYTHON) -m venv $(DOCS_VENV) || { \
+			if [ "$$(id -u)" -eq 0 ]; then sudo=; else sudo=sudo; fi; \
+			$$sudo env DEBIAN_FRONTEND=noninteractive apt-get update; \
+			$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y python3-venv; \
+			rm -rf $(DOCS_VENV); $(PYTHON) -m venv $(DOCS_VENV); }; \
+		$(DOCS_VENV)/bin/python -m pip install -q -e '.[docs]'; \
+	fi
 
 ## dist: build the wheel into dist/
 dist: venv
@@ -100,19 +123,20 @@ test: venv ensure-postgres ensure-redis ensure-java ensure-chromium
 	$(MAKE) --no-print-directory check-wheel
 
 ## demo: run `conveyor demo` (two workers, one killed midway) on ./conveyor-demo.db
-# Its own light environment (the cli extra only: no Spark, no PostgreSQL), so a
-# fresh machine is ready in seconds; an existing dev .venv is used when present.
+# Its own light environment (the cli and web extras: no Spark, no PostgreSQL), so a
+# fresh machine is ready in seconds and the dashboard the demo points to starts;
+# an existing dev .venv is used when present.
 DEMO_VENV := $(if $(wildcard $(STAMP)),$(VENV),.venv-demo)
 
 demo:
-	@if [ ! -x $(DEMO_VENV)/bin/conveyor ]; then \
+	@if [ ! -x $(DEMO_VENV)/bin/conveyor ] || [ ! -x $(DEMO_VENV)/bin/uvicorn ]; then \
 		echo "Creating $(DEMO_VENV) with $(PYTHON)"; \
 		$(PYTHON) -m venv $(DEMO_VENV) || { \
 			if [ "$$(id -u)" -eq 0 ]; then sudo=; else sudo=sudo; fi; \
 			$$sudo env DEBIAN_FRONTEND=noninteractive apt-get update; \
 			$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y python3-venv; \
 			rm -rf $(DEMO_VENV); $(PYTHON) -m venv $(DEMO_VENV); }; \
-		$(DEMO_VENV)/bin/python -m pip install -q -e '.[cli]'; \
+		$(DEMO_VENV)/bin/python -m pip install -q -e '.[cli,web]'; \
 	fi
 	$(DEMO_VENV)/bin/conveyor demo
 
@@ -121,4 +145,4 @@ bench: venv ensure-postgres ensure-redis
 	$(BIN)/python benchmarks/store.py
 
 clean:
-	rm -rf $(VENV) .venv-demo site .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist src/*.egg-info
+	rm -rf $(VENV) .venv-demo .venv-docs site .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist src/*.egg-info

@@ -18,12 +18,19 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 from psycopg_pool import ConnectionPool
 
 from conveyor import App, Context, FixedBackoff
 
-DSN = os.environ["CONVEYOR_DSN"]  # a postgresql:// DSN: the queue and the app share it
+DSN = os.environ.get("CONVEYOR_DSN", "")  # the queue and the app share the database
+if not DSN.startswith(("postgresql://", "postgres://")):
+    # Said at once: a pool given anything else would wait out its timeout first.
+    sys.exit(
+        "effects_psycopg_pool.py needs PostgreSQL: set CONVEYOR_DSN=postgresql://... "
+        f"(it is {DSN.partition(':')[0] + ':...' if DSN else 'unset'})"
+    )
 app = App(DSN)
 pool = ConnectionPool(DSN, min_size=1, max_size=4, open=False)
 

@@ -9,8 +9,9 @@
 answer is the result, or 202 with the job's id when it takes longer, to be
 fetched later from ``GET /jobs/{id}``. A worker runs in this process for the
 example's sake (started and drained by the app's lifespan); in production
-workers are processes of their own (``conveyor worker fastapi_app:app``) and
-the web process only enqueues and reads.
+workers are processes of their own (``PYTHONPATH=examples conveyor worker
+fastapi_app:app``, from the same directory: the same ./conveyor.db) and the
+web process only enqueues and reads.
 
 The jobs go to the store named by CONVEYOR_DSN, else to ./conveyor.db.
 """

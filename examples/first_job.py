@@ -3,11 +3,12 @@
     python examples/first_job.py
 
 The jobs go to the store named by CONVEYOR_DSN, else to ./conveyor.db (a
-SQLite file, created on first use). The worker runs in this process, in a
-background thread; in production it is a process of its own (here, run in
-examples/ with the same CONVEYOR_DSN):
+SQLite file, created on first use, in the directory you run from). The worker
+runs in this process, in a background thread; in production it is a process
+of its own, started from the same directory so that it opens the same
+database (PYTHONPATH finds the module):
 
-    conveyor worker first_job:app --queues greetings
+    PYTHONPATH=examples conveyor worker first_job:app --queues greetings
 """
 
 from __future__ import annotations

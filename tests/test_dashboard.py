@@ -195,10 +195,11 @@ def test_cancel_pause_resume_retry_all_and_purge(
     assert not app.stats().queues["mail"].paused
 
     response = post(client, "/queues/reports/retry-failed", csrf_token=token)
-    assert response.headers["location"] == "/?notice=retried_all&n=1"
+    assert response.headers["location"] == "/?notice=retried_all&n=1&queue=reports"
     assert app.get(seeded.failed_id).state == JobState.QUEUED
     assert (
-        "Failed jobs of the queue queued again: 1." in client.get(response.headers["location"]).text
+        "Failed jobs of the queue reports queued again: 1."
+        in client.get(response.headers["location"]).text
     )
 
     # Purge deletes what finished before the cutoff: nothing is a day old yet...

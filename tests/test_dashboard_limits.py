@@ -40,11 +40,11 @@ def test_set_change_clear_a_limit_and_lift_a_throttle(app: App) -> None:
 
         done = post(client, "/limits/partner/set", csrf_token=token, rate="1/m", concurrency="2")
         assert done.status_code == 303
-        assert done.headers["location"] == "/limits/partner?notice=limit_set"
+        assert done.headers["location"] == "/limits/partner?notice=limit_set&queue=partner"
         status = app.limits()["partner"]
         assert str(status.limit) == "1/m, 2 at once"
         shown = client.get(done.headers["location"]).text
-        assert "Limit set: workers obey it from their next claim." in shown
+        assert "Limit set on partner: workers obey it from their next claim." in shown
         assert "0 running; limit 2 · 0 started in the last minute; limit 1" in shown
         assert 'href="/limits/partner">Change…</a>' in client.get("/").text
 
@@ -67,7 +67,7 @@ def test_set_change_clear_a_limit_and_lift_a_throttle(app: App) -> None:
         page = client.get("/limits/partner").text
         assert "Lift the throttle" in page and "1 key throttled" in page
         lifted = post(client, "/limits/partner/lift", csrf_token=token)
-        assert lifted.headers["location"] == "/limits/partner?notice=throttle_lifted"
+        assert lifted.headers["location"] == "/limits/partner?notice=throttle_lifted&queue=partner"
         assert app.limits()["partner"].throttled_until is None
         post(client, "/limits/partner/lift", csrf_token=token, limit_key="c-1")
         assert app.limits()["partner"].keys_throttled == 0
@@ -75,6 +75,6 @@ def test_set_change_clear_a_limit_and_lift_a_throttle(app: App) -> None:
         post(client, "/limits/partner/clear", csrf_token=token, scope="key")
         assert app.limits()["partner"].key_limit is None
         cleared = post(client, "/limits/partner/clear", csrf_token=token, scope="queue")
-        assert cleared.headers["location"] == "/limits/partner?notice=limit_cleared"
+        assert cleared.headers["location"] == "/limits/partner?notice=limit_cleared&queue=partner"
         assert "partner" not in app.limits()
         assert "No limit and no throttle" in client.get("/limits/partner").text

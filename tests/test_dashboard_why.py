@@ -86,7 +86,7 @@ def test_the_limits_page_names_throttled_keys_and_lifts_each(app: App) -> None:
 
         token = token_of(client, "/limits/partner")
         lifted = post(client, "/limits/partner/lift", csrf_token=token, limit_key=ODD_KEY)
-        assert lifted.headers["location"] == "/limits/partner?notice=throttle_lifted"
+        assert lifted.headers["location"] == "/limits/partner?notice=throttle_lifted&queue=partner"
         left = app.store.limit_throttled_keys(utcnow(), 10, "partner")
         assert [t.limit_key for t in left] == ["c-2", "c-3"]
         assert [t.until for t in left] == [ends["c-2"], ends["c-3"]]

@@ -65,6 +65,50 @@ def test_first_job_runs(tmp_path: Path) -> None:
         assert [job.state for job in app.jobs(limit=10)] == ["succeeded", "succeeded"]
 
 
+def test_first_jobs_worker_line_opens_the_same_database(tmp_path: Path) -> None:
+    """The docstring's worker line, run where the example ran, serves the example's jobs."""
+    (line,) = [
+        text.strip()
+        for text in (EXAMPLES / "first_job.py").read_text().splitlines()
+        if "conveyor worker first_job:app" in text
+    ]
+    env = {k: v for k, v in os.environ.items() if k != "CONVEYOR_DSN"}
+    with App(f"sqlite:///{tmp_path / 'conveyor.db'}") as app:  # the example's default
+        app.migrate()
+        job = app.enqueue("greet", ["Lin"], queue="greetings")
+    assert line.startswith("PYTHONPATH=examples conveyor worker ")
+    command = line.removeprefix("PYTHONPATH=examples conveyor ").split()
+    (tmp_path / "examples").symlink_to(EXAMPLES)
+    result = subprocess.run(
+        [sys.executable, "-m", "conveyor", *command, "--burst"],
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": "examples"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    with App(f"sqlite:///{tmp_path / 'conveyor.db'}") as app:
+        assert app.get(job.id).result == "Hello, Lin!"
+
+
+def test_effects_psycopg_pool_says_at_once_that_it_needs_postgresql(tmp_path: Path) -> None:
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / "effects_psycopg_pool.py")],
+        cwd=tmp_path,
+        env={**os.environ, "CONVEYOR_DSN": f"sqlite:///{tmp_path / 'jobs.db'}"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 1
+    assert "needs PostgreSQL: set CONVEYOR_DSN=postgresql://" in result.stderr
+    assert "(it is sqlite:...)" in result.stderr and "Traceback" not in result.stderr
+    assert time.monotonic() - started < 10
+    assert not (tmp_path / "jobs.db").exists()
+
+
 def test_retries_runs(tmp_path: Path) -> None:
     dsn, out = run_example("retries", tmp_path)
     assert "flaky charge: charged 1250 cents to card-0001" in out

@@ -39,7 +39,7 @@ def test_the_dashboard_and_metrics_show_a_fair_queue(app: App) -> None:
             follow_redirects=False,
         )
         assert done.status_code == 303
-        assert done.headers["location"] == "/limits/q?notice=fair_set"
+        assert done.headers["location"] == "/limits/q?notice=fair_set&queue=q"
         time.sleep(1.1)  # what a store read of fair queues, it trusts for a second
         started = [j.limit_key for j in app.store.job_claim(["q"], 20, "w", timedelta(minutes=1))]
         assert started.count("gold") == 15, started
@@ -63,7 +63,7 @@ def test_the_dashboard_and_metrics_show_a_fair_queue(app: App) -> None:
             data={"csrf_token": token.group(1), "off": "1"},
             follow_redirects=False,
         )
-        assert off.headers["location"] == "/limits/q?notice=fair_off"
+        assert off.headers["location"] == "/limits/q?notice=fair_off&queue=q"
         assert "Not fair" in client.get("/limits/q").text
         assert "conveyor_fair_key_starts_total{" not in client.get("/metrics").text
     assert [e.action for e in app.store.audit_list(2)] == ["fair off", "fair"]  # type: ignore[attr-defined]

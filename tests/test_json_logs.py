@@ -8,6 +8,7 @@ lines, and ``conveyor.logs.configure(json=True)`` for applications.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import logging
@@ -66,6 +67,45 @@ def test_a_json_worker_log_names_each_jobs_fields(dsn: str) -> None:
     ]
     assert all(c["task"] == "crash" and c["queue"] == "logged" for c in crashes)
     assert crashes[-1]["message"].endswith("(attempt 2/2): RuntimeError: disk on fire")
+    # The error as fields, and the worker that ran each attempt.
+    assert all(c["error.type"] == "RuntimeError" for c in crashes)
+    assert all(c["error.message"] == "disk on fire" for c in crashes)
+    (started,) = [line for line in lines if line["message"].startswith("worker ")][:1]
+    worker_id = started["message"].split()[1]
+    assert greeting["worker"] == worker_id and all(c["worker"] == worker_id for c in crashes)
+    assert "error.type" not in greeting
+
+
+def test_a_jobs_fields_carry_the_trace_it_was_enqueued_in() -> None:
+    trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+    now = utcnow()
+    job = Job(
+        id=7, queue="q", task="t", state=JobState.RUNNING, args_json="[]", kwargs_json="{}",
+        priority=0, run_at=now, attempts=1, max_attempts=3, created_at=now,
+        worker="host:1:abc",
+        headers_json=json.dumps({"traceparent": f"00-{trace}-00f067aa0ba902b7-01"}),
+    )  # fmt: skip
+    fields = job_fields(job)
+    assert (fields["trace_id"], fields["worker"]) == (trace, "host:1:abc")
+    job = dataclasses.replace(job, headers_json=json.dumps({"traceparent": "garbage"}))
+    assert "trace_id" not in job_fields(job)
+
+
+def test_a_logged_exception_gives_its_type_and_message() -> None:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("conveyor.test.errors")
+    logger.addHandler(handler)
+    try:
+        try:
+            raise KeyError("missing")
+        except KeyError:
+            logger.error("it broke", exc_info=True)
+    finally:
+        logger.removeHandler(handler)
+    entry = json.loads(stream.getvalue())
+    assert (entry["error.type"], entry["error.message"]) == ("KeyError", "'missing'")
 
 
 def test_a_rescue_logs_each_rescued_job_with_its_fields(

@@ -593,3 +593,27 @@ def test_archive_command(
     assert spark.read.parquet(str(to)).count() == 7
     assert store.job_get(seeded.recent.id) is None
     assert all(store.job_get(j.id) is not None for j in seeded.live)
+
+
+def test_archive_command_keeps_what_it_wrote(
+    spark: SparkSession, sqlite_store: tuple[str, Store], tmp_path: Path
+) -> None:
+    dsn, store = sqlite_store
+    seeded = seed_archive_jobs(store)
+    to = tmp_path / "archive"
+
+    args = ["--older-than", "1d", "--to", str(to), "--dsn", dsn, "--keep"]
+    result = CliRunner().invoke(commands.archive, args, env={"COLUMNS": "200"})
+
+    assert result.exit_code == 0, result.output
+    assert "Archived 7 jobs" in result.output
+    assert "kept them in the store (--keep)" in result.output
+    assert spark.read.parquet(str(to)).count() == 7
+    assert all(store.job_get(j.id) is not None for j in [*seeded.old, seeded.recent])
+    # A later run without --keep writes nothing twice and deletes what the copy holds.
+    result = CliRunner().invoke(commands.archive, args[:-1], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "Archived 0 jobs" in result.output and "(7 were already in the archive)" in result.output
+    assert "deleted 7 from the store" in result.output
+    assert spark.read.parquet(str(to)).count() == 7
+    assert store.job_get(seeded.recent.id) is None

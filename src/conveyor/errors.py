@@ -38,6 +38,15 @@ class UnknownTaskError(ConveyorError, KeyError):
 class StoreUnavailableError(ConveyorError):
     """The database cannot be reached; the message names where conveyor tried to connect."""
 
+    @classmethod
+    def saying(cls, where: str, reason: str) -> StoreUnavailableError:
+        """``{where}: {reason}``, the driver's reason ending as one sentence (a driver's
+        own full stop or question mark kept, not doubled), then what to check."""
+        reason = reason.strip()
+        if not reason.endswith(("?", "!")):
+            reason = reason.rstrip(". ") + "."
+        return cls(f"{where}: {reason} Is the server running, and is the DSN right?")
+
 
 class SchemaMissingError(ConveyorError):
     """The database lacks conveyor's tables, or an upgrade of them: run ``conveyor migrate``.

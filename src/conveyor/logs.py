@@ -37,8 +37,50 @@ _STANDARD = frozenset(
 
 
 def job_fields(job: Job) -> dict[str, Any]:
-    """The fields of every log record about a job: ``log.warning(..., extra=job_fields(job))``."""
-    return {"job_id": job.id, "task": job.task, "queue": job.queue, "attempt": job.attempts}
+    """The fields of every log record about a job: ``log.warning(..., extra=job_fields(job))``.
+
+    Besides the job's id, task, queue and attempt: the ``worker`` that holds it
+    (when one does) and the ``trace_id`` of the trace it was enqueued in (from
+    its ``traceparent`` header, when OpenTelemetry put one there), so that a
+    log pipeline joins a job's lines to its worker and to its trace.
+    """
+    fields: dict[str, Any] = {
+        "job_id": job.id,
+        "task": job.task,
+        "queue": job.queue,
+        "attempt": job.attempts,
+    }
+    if job.worker:
+        fields["worker"] = job.worker
+    trace_id = _trace_id(job.headers)
+    if trace_id is not None:
+        fields["trace_id"] = trace_id
+    return fields
+
+
+def _trace_id(headers: dict[str, str] | None) -> str | None:
+    """The trace id of a W3C ``traceparent`` (version-traceid-spanid-flags), if well formed."""
+    parent = (headers or {}).get("traceparent")
+    parts = parent.split("-") if isinstance(parent, str) else []
+    if len(parts) != 4 or len(parts[1]) != 32 or parts[1] == "0" * 32:
+        return None
+    try:
+        int(parts[1], 16)
+    except ValueError:
+        return None
+    return parts[1]
+
+
+def error_fields(error: str | None) -> dict[str, str]:
+    """``error.type`` and ``error.message`` of a stored error (a traceback's last line:
+    ``ValueError: card declined``), for a log record's fields; nothing if there is none."""
+    lines = [line.strip() for line in (error or "").strip().splitlines() if line.strip()]
+    if not lines:
+        return {}
+    kind, colon, message = lines[-1].partition(":")
+    if colon and kind and all(part.isidentifier() for part in kind.split(".")):
+        return {"error.type": kind, "error.message": message.strip()}
+    return {"error.message": lines[-1]}
 
 
 class JsonFormatter(logging.Formatter):
@@ -63,6 +105,10 @@ class JsonFormatter(logging.Formatter):
                 entry[name] = value
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
+            exc = record.exc_info[1]
+            if exc is not None:
+                entry.setdefault("error.type", type(exc).__qualname__)
+                entry.setdefault("error.message", str(exc))
         elif record.exc_text:
             entry["exception"] = record.exc_text
         if record.stack_info:
@@ -71,14 +117,26 @@ class JsonFormatter(logging.Formatter):
 
 
 def spelled_duration(seconds: float) -> str:
-    """A span of time as people read it: ``2.1 s``, ``4 min``, ``2 h 5 min``."""
+    """A span of time as people read it: ``2.1 s``, ``42 s``, ``3 min 5 s``, ``3 d 4 h``.
+
+    The one way durations are written: in the worker's log, by the command line
+    and on the dashboard. Two units at most; a part that is zero is left out
+    (``10 min``, not ``10 min 0 s``); a negative span is written as none.
+    """
     seconds = max(0.0, seconds)
-    if seconds < 60:
+    if seconds < 10:
         return f"{seconds:.1f} s"
-    minutes = round(seconds / 60)
+    total = round(seconds)
+    if total < 60:
+        return f"{total} s"
+    minutes, secs = divmod(total, 60)
     if minutes < 60:
-        return f"{minutes} min"
-    return f"{minutes // 60} h {minutes % 60} min"
+        return f"{minutes} min {secs} s" if secs else f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h" if hours else f"{days} d"
 
 
 def configure(level: str = "INFO", *, json: bool = False, stream: TextIO | None = None) -> None:

@@ -11,6 +11,7 @@ stats``, ``conveyor jobs ...``, the dashboard and the Spark report.
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import signal
 import subprocess
 import sys
@@ -285,14 +286,46 @@ def run_demo(dsn: str | None, total: int, lease: float, concurrency: int, report
         out.print(stats_view(app.stats(), app.workers()))
         _summary(app, chosen, workers, work, started)
     _report(chosen, report)
-    click.echo(
-        f"\nEvery state, per queue:  conveyor stats --dsn {chosen}\n"
-        f"Waiting out a backoff:   conveyor jobs list --state retrying --dsn {chosen}\n"
-        f"  ...run them now:       conveyor jobs run-now --state retrying --dsn {chosen}\n"
-        f"Due later:               conveyor jobs list --state scheduled --dsn {chosen}\n"
-        f"Failed for good:         conveyor jobs list --state failed --dsn {chosen}\n"
-        f"Open the dashboard:      conveyor dashboard --dsn {chosen}   "
-        "(then http://127.0.0.1:8080/jobs?state=retrying)\n"
+    click.echo(next_steps(chosen, log_path))
+
+
+def program() -> str:
+    """How to run ``conveyor`` in a new shell: as a word when the PATH finds this one.
+
+    A fresh virtual environment is not on the PATH of the shell that made it, so
+    the commands the demo prints name the script of the environment it runs in.
+    """
+    here = Path(sys.executable).parent / "conveyor"
+    found = shutil.which("conveyor")
+    if found is not None and (not here.exists() or Path(found).resolve() == here.resolve()):
+        return "conveyor"
+    if not here.exists():
+        return f"{sys.executable} -m conveyor"
+    try:
+        return str(here.absolute().relative_to(Path.cwd()))
+    except ValueError:
+        return str(here.absolute())
+
+
+def next_steps(dsn: str, log_path: Path) -> str:
+    """The commands to read the demo's database further, each runnable as printed."""
+    run = program()
+    if importlib.util.find_spec("starlette") and importlib.util.find_spec("uvicorn"):
+        dashboard = (
+            f"{run} dashboard --dsn {dsn}   (then http://127.0.0.1:8080/jobs?state=retrying)"
+        )
+    else:
+        dashboard = (
+            f"pip install 'conveyor[web]', then: {run} dashboard --dsn {dsn}   "
+            "(this environment lacks the web extra)"
+        )
+    return (
+        f"\nEvery state, per queue:  {run} stats --dsn {dsn}\n"
+        f"Waiting out a backoff:   {run} jobs list --state retrying --dsn {dsn}\n"
+        f"  ...run them now:       {run} jobs run-now --state retrying --dsn {dsn}\n"
+        f"Due later:               {run} jobs list --state scheduled --dsn {dsn}\n"
+        f"Failed for good:         {run} jobs list --state failed --dsn {dsn}\n"
+        f"Open the dashboard:      {dashboard}\n"
         f"Worker logs:             {log_path}"
     )
 
@@ -408,7 +441,7 @@ def _summary(
         click.echo(
             f"jobs of the killed worker: {', '.join(map(str, killed.held[:10]))}"
             f"{' ...' if len(killed.held) > 10 else ''}; "
-            f"see one with: conveyor jobs show {sample} --dsn {_shown_dsn(dsn)}"
+            f"see one with: {program()} jobs show {sample} --dsn {_shown_dsn(dsn)}"
         )
         click.echo(
             f"(worker 1, pid {killed.pid}, stays in the list of workers, marked probably dead "
@@ -428,7 +461,7 @@ def _report(dsn: str, wanted: bool) -> None:
     if importlib.util.find_spec("pyspark") is None:
         click.echo(
             "\nThe Spark report needs the spark extra: pip install 'conveyor[spark]', "
-            f"then: conveyor report --dsn {dsn}"
+            f"then: {program()} report --dsn {dsn}"
         )
         return
     try:

@@ -444,6 +444,8 @@ def _act(
             return
         counts = app.count_jobs(list(job_ids) or None, **filters)
         matching = sum(counts.values())
+        if not matching and "queue" in filters:
+            _check_queue(app, filters["queue"])
         changing = sum(counts.get(state, 0) for state in action.applies_to)
         found = ", ".join(f"{state} {n:,}" for state, n in counts.items()) or "none"
         click.echo(f"{matching:,} job(s) match ({found}); {changing:,} can be {action.past}")
@@ -461,6 +463,14 @@ def _act(
             changed = act(list(job_ids) or None, on_batch=advance, **filters)
         record_cli(app, _audit_name(action), _audit_target(job_ids, filters), changed)
     click.echo(f"{changed:,} job(s) {action.past}")
+
+
+def _check_queue(app: App, queue: str) -> None:
+    """A queue the store does not know is a typo more often than an empty queue: say so."""
+    known = app.queue_names()
+    if queue not in known:
+        listed = ", ".join(sorted(known)[:20]) or "none yet"
+        raise ConveyorError(f"there is no queue {queue!r} (queues: {listed})")
 
 
 def _audit_name(action: BulkAction) -> str:

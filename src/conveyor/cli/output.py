@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import sys
@@ -25,6 +26,7 @@ from conveyor.expiry import is_expired
 from conveyor.export import iso, job_dict
 from conveyor.fleet import WorkerStatus
 from conveyor.job import DETAILED_STATES, FILTER_STATES, Event, Job, JobState, is_sealed, utcnow
+from conveyor.logs import spelled_duration
 from conveyor.store.records import QueueStats, Stats, Step
 
 STATES = [str(s) for s in JobState]
@@ -148,17 +150,10 @@ SHORT = {
 
 
 def age(seconds: float | None) -> str:
-    """A short human duration: 4s, 3m12s, 2h05m, 3d04h."""
-    if seconds is None:
+    """A duration as the dashboard and the worker's log write it: 4.0 s, 3 min 12 s, 2 h 5 min."""
+    if seconds is None or not math.isfinite(seconds):
         return "-"
-    whole = int(seconds)
-    if whole < 60:
-        return f"{seconds:.1f}s" if seconds < 10 else f"{whole}s"
-    if whole < 3600:
-        return f"{whole // 60}m{whole % 60:02d}s"
-    if whole < 86400:
-        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
-    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
+    return spelled_duration(seconds)
 
 
 def when(value: datetime | None) -> str:

@@ -18,6 +18,7 @@ from conveyor.cli.output import console, interactive, print_json, progress, stat
 from conveyor.errors import ConveyorError
 from conveyor.fair import MAX_WEIGHT, check_weight, fair_dict
 from conveyor.job import validate_name
+from conveyor.logs import spelled_duration
 from conveyor.store.expiring import expired_counts
 from conveyor.worker.retention import MAX_KEEP
 
@@ -105,7 +106,10 @@ def purge(
     Counts them first and asks before deleting (--yes does not ask).
     """
     chosen = list(states) or None
-    what = f"{'/'.join(states or FINAL_STATES)} job(s) older than {older_than}"
+    # "older than 0:00:00" says nothing: --older-than 0s means every finished job.
+    age = older_than.total_seconds()
+    aged = f" older than {spelled_duration(age)}" if age > 0 else " of any age"
+    what = f"{'/'.join(states or FINAL_STATES)} job(s){aged}"
     if queue is not None:
         what += f" in queue {queue}"
     with open_app(dsn) as app:

@@ -87,12 +87,15 @@ def archive(
     now: datetime | None = None,
     progress: Progress | None = None,
     delete_chunk: int = DELETE_CHUNK,
+    keep: bool = False,
 ) -> ArchiveResult:
     """Move terminal jobs finished more than ``older_than`` ago to Parquet at ``to``.
 
     See the module for the layout and why a rerun finishes what a crashed run
     started. ``progress`` is told how far the run got (the command line shows
-    it; raising from it stops the run there, as a crash would).
+    it; raising from it stops the run there, as a crash would). ``keep=True``
+    writes the archive and deletes nothing: a copy, which a later run (with or
+    without ``keep``) does not write again, since it skips what the archive holds.
     """
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
@@ -154,7 +157,7 @@ def archive(
         written = sum(found.values())
         report("written", written, total)
         ids = sorted(found)
-        deleted = _delete(dsn, ids, cutoff, delete_chunk, report)
+        deleted = 0 if keep else _delete(dsn, ids, cutoff, delete_chunk, report)
     finally:
         selected.unpersist()
     return ArchiveResult(to, run, cutoff, total, written, deleted)

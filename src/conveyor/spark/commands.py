@@ -248,13 +248,18 @@ def _print_report(console: Console, result: Report, summary: list[Row], errors: 
     required=True,
     help="Where the Parquet archive lives (a folder, or a URL Spark can write to).",
 )
+@click.option(
+    "--keep",
+    is_flag=True,
+    help="Write the archive and delete nothing from the store (a copy).",
+)
 @dsn_option
 @master_option
-def archive(older_than: timedelta, to: str, dsn: str | None, master: str) -> None:
+def archive(older_than: timedelta, to: str, dsn: str | None, master: str, keep: bool) -> None:
     """Move finished jobs and their events to Parquet, then delete them from the store.
 
     Only what the archive holds is deleted; a run that stopped half-way is
-    finished by running the command again.
+    finished by running the command again. With --keep nothing is deleted.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
 
@@ -283,7 +288,7 @@ def archive(older_than: timedelta, to: str, dsn: str | None, master: str) -> Non
                 progress.update(step, completed=done, total=total)
 
         with progress:
-            result = run_archive(spark, dsn, older_than, to, progress=show)
+            result = run_archive(spark, dsn, older_than, to, progress=show, keep=keep)
     else:
 
         def log(stage: str, done: int, total: int) -> None:
@@ -292,11 +297,16 @@ def archive(older_than: timedelta, to: str, dsn: str | None, master: str) -> Non
             elif stage == "written":
                 console.print(f"{done} written to {to} by this run")
 
-        result = run_archive(spark, dsn, older_than, to, progress=log)
+        result = run_archive(spark, dsn, older_than, to, progress=log, keep=keep)
     earlier = result.selected - result.written
     note = f" ({earlier} were already in the archive)" if earlier else ""
     console.print(
         f"Archived {result.written} jobs finished before {result.cutoff:%Y-%m-%d %H:%M} UTC "
-        f"to {to}{note}; deleted {result.deleted} from the store.",
+        f"to {to}{note}; "
+        + (
+            "kept them in the store (--keep)."
+            if keep
+            else f"deleted {result.deleted} from the store."
+        ),
         highlight=False,
     )

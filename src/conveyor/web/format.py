@@ -15,6 +15,7 @@ from urllib.parse import quote
 
 from conveyor.encryption import SEALED_LABEL
 from conveyor.job import is_sealed
+from conveyor.logs import spelled_duration
 
 
 def segment(value: str) -> str:
@@ -23,20 +24,17 @@ def segment(value: str) -> str:
 
 
 def seconds(value: float | None) -> str:
-    """A duration as people read it: 42 s, 3 min 5 s, 2 h 10 min, 3 d 4 h."""
+    """A duration as the worker's log and the command line write it: 42 s, 3 min 5 s."""
     if value is None or not math.isfinite(value):
         return "—"
-    total = int(value)
-    if total < 60:
-        return f"{value:.1f} s" if value < 10 else f"{total} s"
-    minutes, secs = divmod(total, 60)
-    if minutes < 60:
-        return f"{minutes} min {secs} s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours} h {minutes} min"
-    days, hours = divmod(hours, 24)
-    return f"{days} d {hours} h"
+    return spelled_duration(value)
+
+
+def thousands(value: object) -> str:
+    """A count with its thousands separated: 20,000 (anything else as it is)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
 
 
 def ago(value: datetime | None, now: datetime) -> str:
@@ -98,6 +96,7 @@ def percent(value: Any) -> str:
 
 FILTERS = {
     "ago": ago,
+    "thousands": thousands,
     "when": when,
     "iso": iso,
     "seconds": seconds,

@@ -18,8 +18,10 @@ from datetime import datetime
 from conveyor.errors import StoreUnavailableError
 from conveyor.job import utcnow
 
-#: Seconds between two tries of a store that could not be reached.
-RETRY_SECONDS = 5.0
+#: Seconds between two tries of a store that could not be reached: short, so that
+#: the pages are back soon after the store (the others answer 503 at once meanwhile).
+#: A /healthz that reaches the store ends the outage at once.
+RETRY_SECONDS = 2.0
 #: What a SQLite error says when the file is away or held by another process.
 _SQLITE_AWAY = ("locked", "busy", "unable to open", "disk i/o")
 #: Driver errors of a server that went away (the stores wrap most of them already).

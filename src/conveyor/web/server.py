@@ -123,7 +123,8 @@ PURGE_CHOICES = {
 #: The header live.js sends to ask for a page's live part alone.
 LIVE_HEADER = "x-conveyor-live"
 #: Messages an action can leave for the page it redirects to (by code: the
-#: address never carries text to show).
+#: address never carries text to show). An action on a queue names it: the
+#: address carries the queue, shown only if the store knows a queue of that name.
 NOTICES = {
     "worker_quiet": "Worker asked to go quiet: it claims nothing new from its next check-in.",
     "worker_resume": "Worker asked to claim again.",
@@ -140,22 +141,22 @@ NOTICES = {
     "deleted": "Job deleted with its history.",
     "taken_back": "Job taken back from its worker and queued again.",
     "taken_back_failed": "Job taken back from its worker; out of attempts, it failed.",
-    "paused": "Queue paused: workers no longer claim its jobs.",
-    "resumed": "Queue resumed.",
-    "retried_all": "Failed jobs of the queue queued again: {n}.",
+    "paused": "Queue{queue} paused: workers no longer claim its jobs.",
+    "resumed": "Queue{queue} resumed.",
+    "retried_all": "Failed jobs of the queue{queue} queued again: {n}.",
     "purged": "Finished jobs deleted: {n}.",
-    "queue_deleted": "Queue deleted with its jobs: {n}.",
-    "fair_set": "Fair turns set: every worker claims so within a second.",
-    "fair_off": "Fair turns off: claims take the oldest ready job of the highest priority.",
+    "queue_deleted": "Queue{queue} deleted with its jobs: {n}.",
+    "fair_set": "Fair turns set{on}: every worker claims so within a second.",
+    "fair_off": "Fair turns off{on}: claims take the oldest ready job of the highest priority.",
     "bulk_retry": "Jobs queued again: {n}.",
     "bulk_cancel": "Jobs cancelled or asked to stop: {n}.",
     "bulk_delete": "Jobs deleted: {n}.",
     "bulk_run_now": "Jobs made due now: {n}.",
     "bulk_take_back": "Running jobs taken back (queued again, or failed if out of attempts): {n}.",
     "none_selected": "Tick the jobs to act on first.",
-    "limit_set": "Limit set: workers obey it from their next claim.",
-    "limit_cleared": "Limit cleared.",
-    "throttle_lifted": "Throttle lifted.",
+    "limit_set": "Limit set{on}: workers obey it from their next claim.",
+    "limit_cleared": "Limit cleared{on}.",
+    "throttle_lifted": "Throttle lifted{on}.",
     "workflow_cancelled": "Jobs of the workflow cancelled or asked to stop: {n}.",
     "workflow_retried": "Jobs of the workflow put back to run again: {n}.",
 }
@@ -324,7 +325,8 @@ class Dashboard:
         access = access_of(request)
         context = {
             "csrf_token": self.csrf.value,
-            "notice": notice(request),
+            # Asked only for a notice naming a queue: an outage page has no App to ask.
+            "notice": notice(request, lambda: self.app.queue_names()),
             # Links start at the mount's path; a read-only user gets no action buttons.
             "root": request.scope.get("root_path", ""),
             "can_act": access.can_act,
@@ -667,6 +669,8 @@ class Dashboard:
         code, _, target = code.partition("@")
         code, _, n = code.partition(":")
         params = {"notice": code, **({"n": n} if n else {})}
+        if "queue" in request.path_params:
+            params["queue"] = request.path_params["queue"]
         root = request.scope.get("root_path", "")  # back within the mount
         if target:
             path, _, rest = target.partition("?")
@@ -920,6 +924,8 @@ class Dashboard:
             if not unreachable(exc):
                 raise
             health = {"ok": False, "store": self.store_name, "error": str(exc)}
+        if health["ok"]:
+            self.watch.answered()  # the pages need not wait for their next try to know
         return JSONResponse(health, status_code=200 if health["ok"] else 503)
 
 
@@ -967,10 +973,25 @@ def limit_form(form: dict[str, list[str]]) -> tuple[str | None, int | None, bool
     return rate, concurrency, first(form, "scope") == "key"
 
 
-def notice(request: Request) -> str | None:
+def _known(queue: str, queue_names: Callable[[], list[str]]) -> bool:
+    try:
+        return queue in queue_names()
+    except Exception:  # the store cannot answer now: the notice names no queue
+        return False
+
+
+def notice(request: Request, queue_names: Callable[[], list[str]]) -> str | None:
     code = request.query_params.get("notice")
     text = NOTICES.get(code or "")
     if text is None:
         return None
     n = request.query_params.get("n", "")
-    return text.format(n=int(n) if n.isascii() and n.isdigit() else "?")
+    queue = request.query_params.get("queue", "")
+    # A queue just deleted is known no more: its notice then says "Queue deleted".
+    if queue and ("{queue}" in text or "{on}" in text) and not _known(queue, queue_names):
+        queue = ""
+    return text.format(
+        n=f"{int(n):,}" if n.isascii() and n.isdigit() else "?",
+        queue=f" {queue}" if queue else "",
+        on=f" on {queue}" if queue else "",
+    )

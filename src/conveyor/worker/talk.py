@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping
 
 from conveyor.job import utcnow
-from conveyor.logs import job_fields, spelled_duration
+from conveyor.logs import error_fields, job_fields, spelled_duration
 from conveyor.store.protocols import JobStore
 from conveyor.version import __version__
 from conveyor.worker.executor import Running, outcome_name
@@ -97,7 +97,12 @@ def describe_finished(running: Running) -> str:
             job.attempts,
             job.max_attempts,
             error,
-            extra={**job_fields(job), "outcome": label, "duration_ms": round(took, 3)},
+            extra={
+                **job_fields(job),
+                "outcome": label,
+                "duration_ms": round(took, 3),
+                **(error_fields(outcome.error) if error and outcome is not None else {}),
+            },
         )
     return label
 
@@ -133,9 +138,9 @@ def log_summary(worker_id: str, counts: Mapping[str, int], elapsed: float) -> No
     done = sum(counts.values())
     parts = ", ".join(f"{name} {count}" for name, count in sorted(counts.items()) if count)
     log.info(
-        "worker %s stopped: %d job(s) in %.1fs%s",
+        "worker %s stopped: %d job(s) in %s%s",
         worker_id,
         done,
-        elapsed,
+        spelled_duration(elapsed),
         f" ({parts})" if parts else "",
     )

@@ -22,6 +22,7 @@ from conveyor.errors import ConfigurationError, StoreUnavailableError
 from conveyor.job import Event, Job, JobState
 from conveyor.store.limiting import limit_status, limits_of_row
 from conveyor.store.postgres.choices import check_choices
+from conveyor.store.postgres.pool_log import quiet_pool_warnings
 from conveyor.store.records import Finish, LimitStatus
 from conveyor.store.sql import Migration, load_migrations, load_queries
 
@@ -143,6 +144,7 @@ class PostgresBase:
         #: The next_run_in answer of the last claim of each set of queues that took
         #: fewer jobs than it could: (seconds, limits seen, when), taken once.
         self._next_due: dict[tuple[str, ...], tuple[float | None, bool, float]] = {}
+        quiet_pool_warnings()
         self._pool: ConnectionPool[Connection] = ConnectionPool(
             dsn,
             min_size=min_size,
@@ -176,10 +178,7 @@ class PostgresBase:
                 probe.execute("SELECT 1")
         except psycopg.Error as direct:
             reason = str(direct).strip().splitlines()[-1] or reason
-        return StoreUnavailableError(
-            f"cannot connect to PostgreSQL at {self.where}: {reason}. "
-            "Is the server running, and is the DSN right?"
-        )
+        return StoreUnavailableError.saying(f"cannot connect to PostgreSQL at {self.where}", reason)
 
     @contextmanager
     def _conn(self, connection: Any = None) -> Iterator[Connection]:

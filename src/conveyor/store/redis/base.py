@@ -346,9 +346,8 @@ class RedisBase:
             yield
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             reason = str(exc).strip() or type(exc).__name__
-            raise StoreUnavailableError(
-                f"cannot reach Redis at {self.where}: {reason}. "
-                "Is the server running, and is the DSN right?"
+            raise StoreUnavailableError.saying(
+                f"cannot reach Redis at {self.where}", reason
             ) from exc
         except redis.AuthenticationError as exc:  # pragma: no cover - a subclass above
             raise StoreUnavailableError(f"Redis at {self.where} refused us: {exc}") from exc
