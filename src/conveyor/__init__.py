@@ -1,9 +1,7 @@
 """conveyor: a durable job queue for Python on SQLite, PostgreSQL and Redis."""
 
-from __future__ import annotations
-
-import importlib
-from typing import TYPE_CHECKING, Any
+import importlib as _importlib
+import typing as _typing
 
 from conveyor.errors import (
     ChildFailed,
@@ -27,7 +25,7 @@ from conveyor.errors import (
 )
 from conveyor.version import __version__
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from conveyor.app import App
     from conveyor.changes import Change
     from conveyor.context import CancelSignal, Context
@@ -69,11 +67,11 @@ _HOME = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     home = _HOME.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
+    value = getattr(_importlib.import_module(home), name)
     globals()[name] = value
     return value
 
