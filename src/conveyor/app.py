@@ -740,9 +740,9 @@ class App:
         return steps if self.codec is None else [self.codec.open_step(s) for s in steps]
 
     def stats(self) -> Stats:
-        """Counts per queue and state, oldest ready age, jobs finished in the last minute."""
+        """Counts per queue and state, parked jobs, oldest ready age, last minute's finishes."""
         store = operator_store(self.store, "count jobs")
-        return store.stats(utcnow())
+        return signals.with_parked(store, store.stats(utcnow()), utcnow())
 
     def batch_status(self, batch: str) -> BatchStatus:
         """How many of a batch's jobs are done (succeeded), failed, cancelled and outstanding.

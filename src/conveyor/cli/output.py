@@ -103,6 +103,8 @@ def stats_dict(
                 "counts": {state: q.counts.get(state, 0) for state in STATES},
                 "detailed_counts": q.detailed_counts(),
                 "oldest_ready_age": q.oldest_ready_age,
+                # Of the scheduled and retrying: parked by a sleep or a wait (docs/durable.md).
+                "parked": q.parked,
             }
             for name, q in stats.queues.items()
         },
@@ -305,6 +307,7 @@ def stats_view(
     columns = [
         Col("queue", ratio=1, min_width=6),
         *(Col(state, justify="right", style=STATE_STYLE[state]) for state in DETAILED_STATES),
+        Col("parked", justify="right"),
         Col("oldest ready", justify="right"),
         Col("paused"),
     ]
@@ -315,12 +318,13 @@ def stats_view(
             [
                 name,
                 *(f"{counts[state]:,}" for state in DETAILED_STATES),
+                f"{q.parked:,}",
                 age(q.oldest_ready_age),
                 "paused" if q.paused else "",
             ]
         )
     if not stats.queues:
-        rows.append(["(no jobs)", *[""] * (len(DETAILED_STATES) + 2)])
+        rows.append(["(no jobs)", *[""] * (len(DETAILED_STATES) + 3)])
     # A table when it fits whole; else one short block per queue.
     queues: RenderableType = (
         fitted_table(columns, rows, title="Queues")
@@ -420,7 +424,8 @@ def _queue_lines(name: str, q: QueueStats) -> list[Text]:
         line.append(f"{SHORT[state]} ", style="dim")
         line.append(f"{counts[state]:,}", style=STATE_STYLE[state])
         line.append("  ")
-    line.rstrip()
+    line.append("parked ", style="dim")
+    line.append(f"{q.parked:,}")
     return [title, line]
 
 

@@ -83,6 +83,32 @@ class PostgresSignals(CoreMixin):
             rows = conn.execute(_S["signal_list"], {"job_id": job_id}).fetchall()
         return [Signal(r[0], r[1], r[2], r[3], r[4], r[5]) for r in rows]
 
+    def sleep_mark(
+        self, lease: Lease, step: str, until: datetime, now: datetime
+    ) -> datetime | None:
+        params = {"id": lease.id, "token": lease.token, "step": step, "until": until, "now": now}
+        with self._tx() as conn:
+            row = conn.execute(_S["sleep_mark"], params).fetchone()
+            if row is None:
+                return None  # the lease is gone
+            if row[0] <= now:
+                conn.execute(_S["sleep_end"], params)
+        marked: datetime = row[0]
+        return marked
+
+    def wait_wake(self, job_id: int, now: datetime) -> bool:
+        params = {"job_id": job_id, "now": now}
+        with self._tx() as conn:
+            if conn.execute(_S["wait_wake"], params).fetchone() is None:
+                return False
+            conn.execute(_S["wait_wake_job"], params)
+        return True
+
+    def parked_counts(self, now: datetime) -> dict[str, int]:
+        with self._conn() as conn:
+            rows = conn.execute(_S["parked_counts"], {"now": now}).fetchall()
+        return {str(queue): int(n) for queue, n in rows}
+
     def job_waiting(self, job_id: int) -> Waiting | None:
         with self._conn() as conn:
             row = conn.execute(_S["wait_get"], {"job_id": job_id}).fetchone()

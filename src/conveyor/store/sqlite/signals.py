@@ -65,6 +65,30 @@ class SQLiteSignals(CoreMixin):
             parked = _finish(conn, [Finish.snooze(lease.id, lease.token, until)], _ts(now))
         return "parked" if parked else None
 
+    def sleep_mark(
+        self, lease: Lease, step: str, until: datetime, now: datetime
+    ) -> datetime | None:
+        params = {"id": lease.id, "token": lease.token, "step": step, "until": _ts(until)}
+        with self._write() as conn:
+            row = conn.execute(_S["sleep_mark"], params).fetchone()
+            if row is None:
+                return None  # the lease is gone
+            if row[0] <= _ts(now):
+                conn.execute(_S["sleep_end"], {"id": lease.id, "now": _ts(now)})
+        return _dt_required(row[0])
+
+    def wait_wake(self, job_id: int, now: datetime) -> bool:
+        params = {"job_id": job_id, "now": _ts(now)}
+        with self._write() as conn:
+            if conn.execute(_S["wait_wake"], params).fetchone() is None:
+                return False
+            conn.execute(_S["wait_wake_job"], params)
+        return True
+
+    def parked_counts(self, now: datetime) -> dict[str, int]:
+        rows = self._conn().execute(_S["parked_counts"], {"now": _ts(now)}).fetchall()
+        return {str(queue): int(n) for queue, n in rows}
+
     def job_waiting(self, job_id: int) -> Waiting | None:
         row = self._conn().execute(_S["wait_get"], {"job_id": job_id}).fetchone()
         if row is None:
