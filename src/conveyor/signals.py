@@ -14,8 +14,8 @@ from datetime import datetime
 from typing import Any
 
 from conveyor.errors import JobNotFoundError, JobStateError
-from conveyor.job import Job, JobState, encode_json, utcnow, validate_name
-from conveyor.store.capabilities import operator_store, signal_store
+from conveyor.job import Job, encode_json, utcnow, validate_name
+from conveyor.store.capabilities import signal_store
 from conveyor.store.records import Stats, Step
 from conveyor.store.signals import Signal, SignalStore, Waiting
 
@@ -74,17 +74,6 @@ def with_parked(store: object, stats: Stats, now: datetime) -> Stats:
 def signals(store: object, job_id: int) -> list[Signal]:
     """The signals sent to job ``job_id``, taken or not, in the order they were sent."""
     return signal_store(store, "read a job's signals").signal_list(job_id)
-
-
-def cancel_children(store: object, parent: Job) -> list[int]:
-    """A cancelled parent's children it waited for (``ctx.wait``), cancelled too (those
-    running asked to stop, as ``app.cancel`` asks); their ids."""
-    if parent.state != JobState.CANCELLED or not isinstance(store, SignalStore):
-        return []
-    waits = store.job_waiting(parent.id)
-    if waits is None or not waits.children:
-        return []
-    return operator_store(store, "cancel jobs").job_cancel_many(waits.children, utcnow())
 
 
 def spawned(steps: list[Step]) -> list[int]:

@@ -304,10 +304,12 @@ def stats_view(
     stats: Stats, workers: Sequence[WorkerStatus], expired: dict[str, int] | None = None
 ) -> RenderableType:
     width = _width()
+    # Parked jobs (of the scheduled and retrying) get a column when some queue has any.
+    parked = any(q.parked for q in stats.queues.values())
     columns = [
         Col("queue", ratio=1, min_width=6),
         *(Col(state, justify="right", style=STATE_STYLE[state]) for state in DETAILED_STATES),
-        Col("parked", justify="right"),
+        *([Col("parked", justify="right")] if parked else []),
         Col("oldest ready", justify="right"),
         Col("paused"),
     ]
@@ -318,13 +320,13 @@ def stats_view(
             [
                 name,
                 *(f"{counts[state]:,}" for state in DETAILED_STATES),
-                f"{q.parked:,}",
+                *([f"{q.parked:,}"] if parked else []),
                 age(q.oldest_ready_age),
                 "paused" if q.paused else "",
             ]
         )
     if not stats.queues:
-        rows.append(["(no jobs)", *[""] * (len(DETAILED_STATES) + 3)])
+        rows.append(["(no jobs)", *[""] * (len(DETAILED_STATES) + 2)])
     # A table when it fits whole; else one short block per queue.
     queues: RenderableType = (
         fitted_table(columns, rows, title="Queues")
@@ -424,8 +426,10 @@ def _queue_lines(name: str, q: QueueStats) -> list[Text]:
         line.append(f"{SHORT[state]} ", style="dim")
         line.append(f"{counts[state]:,}", style=STATE_STYLE[state])
         line.append("  ")
-    line.append("parked ", style="dim")
-    line.append(f"{q.parked:,}")
+    if q.parked:  # of the scheduled and retrying: parked by a sleep or a wait
+        line.append("parked ", style="dim")
+        line.append(f"{q.parked:,}")
+    line.rstrip()
     return [title, line]
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal
 
@@ -116,3 +117,10 @@ class PostgresSignals(CoreMixin):
             return None
         children = None if row[2] is None else [int(i) for i in json.loads(row[2])]
         return Waiting(row[0], row[1], children, row[3])
+
+
+def with_children(conn: Any, job_ids: Sequence[int]) -> list[int]:
+    """``job_ids`` and the children each queued parent among them waits for (and
+    theirs): what an operator's cancel reaches, read in the caller's transaction."""
+    rows = conn.execute(_S["cancel_with_children"], {"ids": list(job_ids)}).fetchall()
+    return [int(r[0]) for r in rows]

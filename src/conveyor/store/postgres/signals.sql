@@ -133,3 +133,18 @@ SELECT changed.id FROM changed, (SELECT count(*) FROM notified) AS n
 SELECT jobs.queue, count(*) FROM job_waits JOIN jobs ON jobs.id = job_waits.job_id
 WHERE jobs.state = 'queued' AND jobs.run_at > %(now)s
 GROUP BY jobs.queue
+
+-- name: cancel_with_children
+-- The jobs an operator's cancel of %(ids)s reaches: each queued parent among them
+-- parked waiting for its children (ctx.wait) brings its children, and theirs in
+-- turn, as the cancel of the parent's own wait cancels them.
+WITH RECURSIVE reached(id) AS (
+    SELECT unnest(%(ids)s::bigint[])
+    UNION
+    SELECT child.value::bigint
+    FROM reached
+    JOIN jobs parent ON parent.id = reached.id AND parent.state = 'queued'
+    JOIN job_waits w ON w.job_id = parent.id AND w.children IS NOT NULL
+    CROSS JOIN LATERAL json_array_elements_text(w.children::json) AS child(value)
+)
+SELECT id FROM reached ORDER BY id

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal
 
@@ -95,6 +96,13 @@ class SQLiteSignals(CoreMixin):
             return None
         children = None if row[2] is None else [int(i) for i in json.loads(row[2])]
         return Waiting(row[0], row[1], children, _dt_required(row[3]))
+
+
+def with_children(conn: Any, job_ids: Sequence[int]) -> list[int]:
+    """``job_ids`` and the children each queued parent among them waits for (and
+    theirs): what an operator's cancel reaches, read in the caller's transaction."""
+    rows = conn.execute(_S["cancel_with_children"], {"ids": json.dumps(list(job_ids))})
+    return [int(r[0]) for r in rows]
 
 
 def _wait_or_park(conn: Any, lease: Lease, params: dict[str, Any]) -> SignalWait | None:

@@ -116,3 +116,18 @@ RETURNING id
 SELECT jobs.queue, count(*) FROM job_waits JOIN jobs ON jobs.id = job_waits.job_id
 WHERE jobs.state = 'queued' AND jobs.run_at > :now
 GROUP BY jobs.queue
+
+-- name: cancel_with_children
+-- The jobs an operator's cancel of :ids reaches: each queued parent among them
+-- parked waiting for its children (ctx.wait) brings its children, and theirs in
+-- turn, as the cancel of the parent's own wait cancels them.
+WITH RECURSIVE reached(id) AS (
+    SELECT CAST(value AS INTEGER) FROM json_each(:ids)
+    UNION
+    SELECT CAST(child.value AS INTEGER)
+    FROM reached
+    JOIN jobs parent ON parent.id = reached.id AND parent.state = 'queued'
+    JOIN job_waits w ON w.job_id = parent.id AND w.children IS NOT NULL,
+    json_each(w.children) AS child
+)
+SELECT id FROM reached ORDER BY id
