@@ -57,6 +57,8 @@ class SQLiteSignals(CoreMixin):
             "children": json.dumps(children), "until": _ts(until),
         }  # fmt: skip
         with self._write() as conn:
+            if conn.execute(_S["wait_lease"], params).fetchone() is None:
+                return None  # the lease is gone: the wait is another attempt's now
             (live,) = conn.execute(_S["children_live"], params).fetchone()
             if live == 0:
                 conn.execute(_S["wait_end"], params)

@@ -64,6 +64,10 @@ SELECT step, signal, children, until FROM job_waits WHERE job_id = :job_id
 SELECT id, name, payload, sent_at, received_at, step
 FROM job_signals WHERE job_id = :job_id ORDER BY id
 
+-- name: wait_lease
+-- Whether the attempt's lease still holds the job.
+SELECT id FROM jobs WHERE id = :id AND lease_token = :token AND state = 'running'
+
 -- name: children_live
 -- How many of the children waited for have not ended yet.
 SELECT count(*) FROM jobs
