@@ -102,13 +102,13 @@ def with_spawned(
     app: App, jobs: list[Job], edges: list[tuple[int, int, str | None]]
 ) -> tuple[list[Job], list[tuple[int, int, str | None]]]:
     """A workflow's jobs and edges (child, parent, resolved) with the children its jobs
-    spawned (``ctx.spawn``), each drawn after its parent by an edge resolved as
-    ``spawned``: read off each job's steps, for the workflow views only."""
+    spawned (``ctx.spawn``), and theirs, each drawn after its parent by an edge resolved
+    as ``spawned``: read off each job's steps, for the workflow views only."""
     if not app.capabilities().steps:
         return jobs, edges
     known = {job.id for job in jobs}
     more_jobs, more_edges = list(jobs), list(edges)
-    for job in jobs:
+    for job in more_jobs:  # the children drawn, in turn: their own children too
         for child_id in spawned(app.steps(job.id)):
             if child_id in known:
                 continue
