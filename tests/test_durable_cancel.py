@@ -5,15 +5,18 @@ the store's cancel statement or script, on every store."""
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 from click.testing import CliRunner, Result
+from starlette.testclient import TestClient
 
 from conveyor import App, Context, JobState
 from conveyor.cli import cli
 from conveyor.signals import spawned
 from conveyor.store.dsn import DSN_ENV
 from conveyor.testing import drain
+from conveyor.web import create_app
 
 
 def run(*args: str) -> Result:
@@ -91,5 +94,18 @@ def test_the_cli_bulk_cancel_cascades_too(app: App, dsn: str) -> None:
     tops, family, napper_leaf = parked_family(app)
     said = run("jobs", "cancel", "--queue", "tops", "--yes", "--dsn", dsn).stdout
     assert f"{3 + len(family)} job(s) cancelled" in said
+    assert {app.get(i).state for i in tops + family} == {JobState.CANCELLED}
+    assert app.get(napper_leaf).state == JobState.QUEUED
+
+
+def test_the_dashboards_bulk_cancel_cascades_too(app: App) -> None:
+    three_levels(app)
+    tops, family, napper_leaf = parked_family(app)
+    with TestClient(create_app(app), base_url="http://127.0.0.1") as client:
+        match = re.search(r'name="csrf_token" value="([^"]+)"', client.get("/jobs").text)
+        assert match
+        form = {"csrf_token": match.group(1), "action": "cancel", "id": [str(i) for i in tops]}
+        response = client.post("/jobs/bulk", data=form, follow_redirects=False)
+    assert response.headers["location"].endswith(f"notice=bulk_cancel&n={2 + len(family)}")
     assert {app.get(i).state for i in tops + family} == {JobState.CANCELLED}
     assert app.get(napper_leaf).state == JobState.QUEUED
