@@ -194,13 +194,12 @@ class DurableRules:
         woken = self._signals.wait_wake(job_id, now)
         job = self.model.jobs.get(job_id)
         wait = self.durable.waits.get(job_id)
-        expected = job is not None and job.state == QUEUED and wait is not None and wait.until > now
-        assert woken == expected
+        parked = job is not None and job.state == QUEUED and job.run_at > now
+        assert woken == (parked and wait is not None and wait.until > now)
         if woken:
             assert job is not None and wait is not None
             wait.until = now
-            if job.run_at > now:
-                job.run_at, job.held_run_at = now, None
+            job.run_at, job.held_run_at = now, None
 
     def cancel_children(self, job_id: int, was_queued: bool) -> None:
         """After the machine's cancel of ``job_id`` (queued before it, or not): the

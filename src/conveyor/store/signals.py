@@ -107,7 +107,7 @@ class SignalStore(Protocol):
     def wait_wake(self, job_id: int, now: datetime) -> bool:
         """An operator's wake of a parked job: its wait ends now (a sleep is over, a
         signal's wait times out, a wait for children looks again) and it is due now.
-        False when the job is not queued with a wait that ends later."""
+        False unless the job is queued, not due yet, with a wait that ends later."""
         ...
 
     def parked_counts(self, now: datetime) -> dict[str, int]:

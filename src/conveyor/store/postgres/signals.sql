@@ -109,11 +109,12 @@ RETURNING until
 DELETE FROM job_waits WHERE job_id = %(id)s AND until <= %(now)s
 
 -- name: wait_wake
--- An operator wakes a parked job early: its wait ends now (a sleep is over, a
--- signal's wait times out, a wait for children looks again).
+-- An operator wakes a parked job early (queued, not due yet): its wait ends now
+-- (a sleep is over, a signal's wait times out, a wait for children looks again).
 UPDATE job_waits SET until = %(now)s
 WHERE job_id = %(job_id)s AND until > %(now)s
-  AND EXISTS (SELECT 1 FROM jobs WHERE id = %(job_id)s AND state = 'queued')
+  AND EXISTS (SELECT 1 FROM jobs
+              WHERE id = %(job_id)s AND state = 'queued' AND run_at > %(now)s)
 RETURNING job_id
 
 -- name: wait_wake_job

@@ -103,11 +103,11 @@ RETURNING until
 DELETE FROM job_waits WHERE job_id = :id AND until <= :now
 
 -- name: wait_wake
--- An operator wakes a parked job early: its wait ends now (a sleep is over, a
--- signal's wait times out, a wait for children looks again).
+-- An operator wakes a parked job early (queued, not due yet): its wait ends now
+-- (a sleep is over, a signal's wait times out, a wait for children looks again).
 UPDATE job_waits SET until = :now
 WHERE job_id = :job_id AND until > :now
-  AND EXISTS (SELECT 1 FROM jobs WHERE id = :job_id AND state = 'queued')
+  AND EXISTS (SELECT 1 FROM jobs WHERE id = :job_id AND state = 'queued' AND run_at > :now)
 RETURNING job_id
 
 -- name: wait_wake_job
