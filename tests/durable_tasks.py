@@ -1,4 +1,4 @@
-"""crash_app's durable handlers: a signal waited for, a child spawned and waited for,
+"""crash_app's durable handlers: a sleep, a signal waited for, a child spawned and waited for,
 steps on either side; each run of a step or child leaves a row in ``runs``
 (name, the attempt that ran it), so the crash tests see what ran how often."""
 
@@ -32,6 +32,7 @@ def register_durable(app: App, write: object) -> App:
             return name
 
         ctx.step("before", run, "before")
+        ctx.sleep(pause)  # parked a moment: a kill may land before, during or after
         payload = ctx.wait_for("go", timeout=600)
         kid = ctx.spawn(durable_child, pause)
         results = ctx.wait([kid])

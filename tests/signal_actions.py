@@ -9,7 +9,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from conveyor.job import Job
-from conveyor.store.records import Lease
+from conveyor.store.records import Finish, Lease
 from conveyor.store.signals import SignalStore
 
 if TYPE_CHECKING:
@@ -68,6 +68,49 @@ def wait_for_children(live: bool) -> Callable[[Bench], Job]:
     return run
 
 
+def sleep(over: bool) -> Callable[[Bench], Job]:
+    """ctx.sleep: the wait marked, then the worker's snooze to its time (or, its time
+    over, the wait ended and the job runs on)."""
+
+    def run(bench: Bench) -> Job:
+        job = bench.claim(bench.enqueue())
+        store = cast(SignalStore, bench.store)
+        until = _now() + timedelta(hours=-1 if over else 1)
+        assert store.sleep_mark(_lease(job), "sleep-1", until, _now()) == until
+        waits = store.job_waiting(job.id)
+        if over:
+            assert waits is None
+            return job
+        assert waits is not None and (waits.signal, waits.children) == (None, None)
+        assert job.lease_token is not None
+        snooze = Finish.snooze(job.id, job.lease_token, until)
+        assert bench.store.job_finish([snooze], _now()) == [job.id]
+        return job
+
+    return run
+
+
+def wake_parked(bench: Bench) -> Job:
+    job = sleep(over=False)(bench)
+    store = cast(SignalStore, bench.store)
+    assert store.wait_wake(job.id, _now())
+    (after,) = bench.store.job_get_many([job.id])
+    waits = store.job_waiting(job.id)
+    assert after.run_at <= _now() and waits is not None and waits.until <= _now()
+    return job
+
+
+def cancel_parked_parent(bench: Bench) -> Job:
+    parent = wait_for_children(live=True)(bench)
+    waits = cast(SignalStore, bench.store).job_waiting(parent.id)
+    assert waits is not None and waits.children
+    cancelled = bench.store.job_cancel_many([parent.id], _now())  # type: ignore[attr-defined]
+    assert sorted(cancelled) == sorted([parent.id, *waits.children])
+    children = bench.store.job_get_many(waits.children)
+    assert {str(child.state) for child in children} == {"cancelled"}
+    return parent
+
+
 ACTIONS: dict[tuple[str, str], Callable[[Bench], Job]] = {
     ("running", "wait for a signal, none sent"): wait_for_signal(sent=False),
     ("running", "wait for a signal, one sent"): wait_for_signal(sent=True),
@@ -75,4 +118,8 @@ ACTIONS: dict[tuple[str, str], Callable[[Bench], Job]] = {
     ("queued", "signal a job parked waiting for it"): signal_parked,
     ("running", "wait for children, one live"): wait_for_children(live=True),
     ("running", "wait for children, all ended"): wait_for_children(live=False),
+    ("running", "sleep"): sleep(over=False),
+    ("running", "sleep, its time over"): sleep(over=True),
+    ("queued", "wake a parked job"): wake_parked,
+    ("queued", "cancel a parent parked waiting for children"): cancel_parked_parent,
 }

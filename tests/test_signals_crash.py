@@ -1,5 +1,5 @@
-"""Signals and children under crashes: worker processes SIGKILLed again and again while
-durable handlers record a step, wait for a signal, spawn a child, wait for it and
+"""Sleeps, signals and children under crashes: worker processes SIGKILLed again and again
+while durable handlers record a step, sleep, wait for a signal, spawn a child, wait for it and
 record another step (tests/durable_tasks.py), on every store. Whatever was killed
 when: no step runs again once recorded, each signal is taken once and none is lost,
 and each parent has exactly one child."""
@@ -13,7 +13,7 @@ import pytest
 
 import crash_app
 from conveyor import App, JobState
-from conveyor.signals import signals
+from conveyor.signals import signals, waiting
 from test_crash import (  # the fixtures too: a fleet of worker processes, crash_app's App
     Fleet,
     all_jobs,
@@ -90,7 +90,8 @@ def test_killed_workers_lose_no_signal_take_none_twice_and_spawn_each_child_once
         (sent,) = signals(crash.store, parent.id)
         assert sent.step == "signal-go-1" and sent.received_at is not None
         steps = {s.name: s for s in crash.steps(parent.id)}
-        assert set(steps) == {"before", "signal-go-1", "spawn-1", "wait-1", "after"}
+        assert set(steps) == {"before", "sleep-1", "signal-go-1", "spawn-1", "wait-1", "after"}
+        assert waiting(crash.store, parent.id) is None  # every wait ended, the sleep's too
         assert steps["signal-go-1"].result == {"payload": {"job": parent.id}}
         # A step may run again only on an attempt before the one that recorded it.
         for name in ("before", "after"):

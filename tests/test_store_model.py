@@ -43,6 +43,7 @@ from conveyor.job import HOLD_AT, Job, JobState, NewJob
 from conveyor.store.dsn import open_store
 from conveyor.store.protocols import HoldStore, Store
 from conveyor.store.records import Finish, Lease
+from durable_model import DurableRules
 from outcomes import Failure, cancel_one, cancelled, listed, purge, released, retry_one
 
 START = datetime(2030, 1, 1, tzinfo=UTC)
@@ -154,7 +155,7 @@ class Model:
         return sorted(found, key=lambda j: -j.id)
 
 
-class StoreMachine(RuleBasedStateMachine):
+class StoreMachine(DurableRules, RuleBasedStateMachine):
     """Subclassed by each test with ``open_fresh_store``: a store on an empty database."""
 
     open_fresh_store: Callable[[], tuple[Store, Callable[[], None]]]
@@ -464,6 +465,7 @@ class StoreMachine(RuleBasedStateMachine):
         if job is None:
             assert got is None
             return
+        self.cancel_children(job_id, job.state == QUEUED)  # parked waiting for them (ctx.wait)
         if job.state == QUEUED:
             job.finish(CANCELLED, now)
             job.events.append(("cancelled", job.attempts))
@@ -515,6 +517,7 @@ class StoreMachine(RuleBasedStateMachine):
         assert purge(self.store, before) == len(doomed)
         for job_id in doomed:
             del self.model.jobs[job_id]
+        self.forget_waits(doomed)
 
     @rule(data=st.data())
     def hold(self, data: st.DataObject) -> None:

@@ -740,9 +740,9 @@ class App:
         return steps if self.codec is None else [self.codec.open_step(s) for s in steps]
 
     def stats(self) -> Stats:
-        """Counts per queue and state, oldest ready age, jobs finished in the last minute."""
+        """Counts per queue and state, parked jobs, oldest ready age, last minute's finishes."""
         store = operator_store(self.store, "count jobs")
-        return store.stats(utcnow())
+        return signals.with_parked(store, store.stats(utcnow()), utcnow())
 
     def batch_status(self, batch: str) -> BatchStatus:
         """How many of a batch's jobs are done (succeeded), failed, cancelled and outstanding.
@@ -789,14 +789,14 @@ class App:
     # --- operating ----------------------------------------------------------------
 
     def cancel(self, job_id: int) -> Job:
-        """Cancel a queued job, ask the worker of a running one to stop; a finished job stays."""
+        """Cancel a queued job (and the children it waits for, ``ctx.wait``), ask the worker
+        of a running one to stop; a finished job stays."""
         store = operator_store(self.store, "cancel jobs")
         # The bulk operation with one id: one way to cancel, in every store.
         store.job_cancel_many([job_id], utcnow())
         job = self.store.job_get(job_id)
         if job is None:
             raise JobNotFoundError(f"no job with id {job_id}")
-        signals.cancel_children(self.store, job)  # the children it waited for (ctx.wait)
         if job.state == JobState.RUNNING and job.cancel_requested and job.lease_token:
             # A worker of this process holding that attempt hears it at once.
             self.changes.publish("cancel", f"{job.id}:{job.lease_token}")

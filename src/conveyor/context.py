@@ -179,6 +179,14 @@ class Hooks(Protocol):
         (``SignalStore.children_park``); None when the lease is lost."""
         ...
 
+    def mark_sleep(
+        self, job: Job, step: str, until: datetime, over_from: datetime
+    ) -> datetime | None:
+        """Mark that the job sleeps until ``until`` (an earlier mark keeps its time),
+        under its lease (``SignalStore.sleep_mark``): the time marked; None when the
+        lease is lost. A store that keeps no waits answers ``until``."""
+        ...
+
     def wait_signal(self, job: Job, name: str, step: str, until: datetime) -> SignalWait | None:
         """Take signal ``name`` as step ``step``, or time out, or park the job until
         ``until`` (``SignalStore.signal_wait``); None when the lease is lost."""
@@ -464,7 +472,18 @@ class Context:
             until = datetime.fromisoformat(recorded.result["until"])
         # Over once the job was queued for its wake time (or later): not cut
         # short by a rescue after a crash, which leaves the old run_at.
-        if until > max(utcnow(), self.job.run_at):
+        over_from = max(utcnow(), self.job.run_at)
+        if self._hooks is not None:
+            # Marked as the job's wait while it sleeps (seen, counted as parked),
+            # ended once over; an operator's wake marked it over early.
+            marked = self._hooks.mark_sleep(self.job, step, until, over_from)
+            if marked is None:
+                raise LeaseLostError(
+                    f"job {self.job.id}: its lease was lost (another worker may run it now) "
+                    "while it slept"
+                )
+            until = marked
+        if until > over_from:
             raise Sleeping(until, (until - utcnow()).total_seconds())
 
     async def asleep(

@@ -8,12 +8,15 @@ and so will never take it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from conveyor.errors import JobNotFoundError, JobStateError
-from conveyor.job import Job, JobState, encode_json, utcnow, validate_name
-from conveyor.store.capabilities import operator_store, signal_store
-from conveyor.store.records import Step
+from conveyor.job import Job, encode_json, utcnow, validate_name
+from conveyor.store.capabilities import signal_store
+from conveyor.store.records import Stats, Step
 from conveyor.store.signals import Signal, SignalStore, Waiting
 
 
@@ -37,25 +40,40 @@ def send(store: object, job_id: int, name: str, payload: Any = None) -> bool:
     return sent.woken
 
 
+def wake(durable: SignalStore | None, job_id: int, get: Callable[[int], Job]) -> None:
+    """Wake a parked job early (an operator's act): its wait ends now and it is due now.
+
+    A sleep is over, a wait for a signal times out (``SignalTimeout`` in the
+    handler), a wait for children looks again. ``durable`` is the App's port
+    (``app.durable``), ``get`` reads a job (``app.get``: ``JobNotFoundError`` for an
+    unknown one); ``JobStateError`` for a job that no wait parks.
+    """
+    if signal_store(durable, "wake parked jobs").wait_wake(job_id, utcnow()):
+        return
+    job = get(job_id)
+    raise JobStateError(
+        f"job {job_id} is {job.detailed_state()}, not parked by a sleep or a wait: nothing to wake"
+    )
+
+
 def waiting(store: object, job_id: int) -> Waiting | None:
     """What job ``job_id`` waits for (a signal, children, until when), when a wait parked it."""
     return signal_store(store, "read what a job waits for").job_waiting(job_id)
 
 
+def with_parked(store: object, stats: Stats, now: datetime) -> Stats:
+    """``stats`` with each queue's parked jobs counted (``QueueStats.parked``), read
+    from the store's waits: on a store without signals, unchanged."""
+    if not isinstance(store, SignalStore):
+        return stats
+    parked = store.parked_counts(now)
+    queues = {name: replace(q, parked=parked.get(name, 0)) for name, q in stats.queues.items()}
+    return replace(stats, queues=queues)
+
+
 def signals(store: object, job_id: int) -> list[Signal]:
     """The signals sent to job ``job_id``, taken or not, in the order they were sent."""
     return signal_store(store, "read a job's signals").signal_list(job_id)
-
-
-def cancel_children(store: object, parent: Job) -> list[int]:
-    """A cancelled parent's children it waited for (``ctx.wait``), cancelled too (those
-    running asked to stop, as ``app.cancel`` asks); their ids."""
-    if parent.state != JobState.CANCELLED or not isinstance(store, SignalStore):
-        return []
-    waits = store.job_waiting(parent.id)
-    if waits is None or not waits.children:
-        return []
-    return operator_store(store, "cancel jobs").job_cancel_many(waits.children, utcnow())
 
 
 def spawned(steps: list[Step]) -> list[int]:

@@ -19,7 +19,7 @@ from conveyor.cli.group import ConveyorGroup, LazyCommand
 from conveyor.cli.jobs import enqueue, jobs
 from conveyor.cli.limits import limit, limits
 from conveyor.cli.queues import delete_queue, pause, purge, queues, resume, stats, trim
-from conveyor.cli.signals import signal_job
+from conveyor.cli.signals import signal_job, wake_job
 from conveyor.cli.tasks import tasks
 from conveyor.cli.worker import HANDLER_THREAD_PREFIX, load_app, migrate, worker
 from conveyor.cli.workers import workers
@@ -108,3 +108,4 @@ for _command in (migrate, worker, enqueue, jobs, stats, purge, trim, pause, resu
 for _command in (limit, limits, workflows, tasks, audit, encryption, export, workers, queues):
     cli.add_command(_command)
 jobs.add_command(signal_job)
+jobs.add_command(wake_job)

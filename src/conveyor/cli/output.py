@@ -105,6 +105,8 @@ def stats_dict(
                 "counts": {state: q.counts.get(state, 0) for state in STATES},
                 "detailed_counts": q.detailed_counts(),
                 "oldest_ready_age": q.oldest_ready_age,
+                # Of the scheduled and retrying: parked by a sleep or a wait (docs/durable.md).
+                "parked": q.parked,
             }
             for name, q in stats.queues.items()
         },
@@ -297,9 +299,12 @@ def stats_view(
     stats: Stats, workers: Sequence[WorkerStatus], expired: dict[str, int] | None = None
 ) -> RenderableType:
     width = _width()
+    # Parked jobs (of the scheduled and retrying) get a column when some queue has any.
+    parked = any(q.parked for q in stats.queues.values())
     columns = [
         Col("queue", ratio=1, min_width=6),
         *(Col(state, justify="right", style=STATE_STYLE[state]) for state in DETAILED_STATES),
+        *([Col("parked", justify="right")] if parked else []),
         Col("oldest ready", justify="right"),
         Col("paused"),
     ]
@@ -310,6 +315,7 @@ def stats_view(
             [
                 name,
                 *(f"{counts[state]:,}" for state in DETAILED_STATES),
+                *([f"{q.parked:,}"] if parked else []),
                 age(q.oldest_ready_age),
                 "paused" if q.paused else "",
             ]
@@ -415,6 +421,9 @@ def _queue_lines(name: str, q: QueueStats) -> list[Text]:
         line.append(f"{SHORT[state]} ", style="dim")
         line.append(f"{counts[state]:,}", style=STATE_STYLE[state])
         line.append("  ")
+    if q.parked:  # of the scheduled and retrying: parked by a sleep or a wait
+        line.append("parked ", style="dim")
+        line.append(f"{q.parked:,}")
     line.rstrip()
     return [title, line]
 

@@ -13,7 +13,7 @@ from conveyor.audit import record_cli
 from conveyor.cli.options import JobId, _ParamType, dsn_option, open_app
 from conveyor.errors import JobNotFoundError
 from conveyor.job import Job
-from conveyor.signals import spawned
+from conveyor.signals import spawned, wake
 
 
 class _Json(_ParamType):
@@ -55,7 +55,9 @@ def waiting_of(app: App, job_id: int) -> dict[str, Any] | None:
     waits = None if port is None else port.job_waiting(job_id)
     if waits is None:
         return None
+    sleeps = waits.signal is None and waits.children is None
     return {
+        "kind": "sleep" if sleeps else "signal" if waits.signal is not None else "children",
         "step": waits.step,
         "signal": waits.signal,
         "children": waits.children,
@@ -64,15 +66,32 @@ def waiting_of(app: App, job_id: int) -> dict[str, Any] | None:
 
 
 def waiting_view(waits: dict[str, Any]) -> Text:
-    """``waiting for signal 'paid' until 2026-...`` (or for children 4, 5)."""
-    what = (
-        f"signal {waits['signal']!r}"
-        if waits["signal"] is not None
-        else "children " + ", ".join(str(i) for i in waits["children"] or [])
-    )
+    """``waiting: for signal 'paid' (step ...), until 2026-...`` (or for children 4, 5;
+    or sleeps)."""
+    if waits["kind"] == "sleep":
+        what = "sleeps"
+    elif waits["kind"] == "signal":
+        what = f"for signal {waits['signal']!r}"
+    else:
+        what = "for children " + ", ".join(str(i) for i in waits["children"] or [])
     return Text("waiting: ", style="bold") + Text(
-        f"for {what} (step {waits['step']}), until {waits['until']}"
+        f"{what} (step {waits['step']}), until {waits['until']}"
     )
+
+
+@click.command("wake")
+@click.argument("job_id", type=JobId())
+@dsn_option
+def wake_job(job_id: int, dsn: str | None) -> None:
+    """Wake a parked job now (ctx.sleep, ctx.wait_for, ctx.wait).
+
+    Its wait ends: a sleep is over, a wait for a signal times out, a wait for
+    children looks again; the job is due now. A job no wait parks is refused.
+    """
+    with open_app(dsn) as app:
+        wake(app.durable, job_id, app.get)
+        record_cli(app, "wake", f"job {job_id}", 1)
+    click.echo(f"job {job_id} woken: due now")
 
 
 #: What a spawned child's edge resolved in, as the workflow views draw it.
@@ -83,13 +102,13 @@ def with_spawned(
     app: App, jobs: list[Job], edges: list[tuple[int, int, str | None]]
 ) -> tuple[list[Job], list[tuple[int, int, str | None]]]:
     """A workflow's jobs and edges (child, parent, resolved) with the children its jobs
-    spawned (``ctx.spawn``), each drawn after its parent by an edge resolved as
-    ``spawned``: read off each job's steps, for the workflow views only."""
+    spawned (``ctx.spawn``), and theirs, each drawn after its parent by an edge resolved
+    as ``spawned``: read off each job's steps, for the workflow views only."""
     if not app.capabilities().steps:
         return jobs, edges
     known = {job.id for job in jobs}
     more_jobs, more_edges = list(jobs), list(edges)
-    for job in jobs:
+    for job in more_jobs:  # the children drawn, in turn: their own children too
         for child_id in spawned(app.steps(job.id)):
             if child_id in known:
                 continue

@@ -124,6 +124,9 @@ class QueueStats:
     #: Of the queued jobs: due later (scheduled), and due later after a failed attempt (retrying).
     scheduled: int = 0
     retrying: int = 0
+    #: Of the queued jobs due later: those a wait parked (``ctx.sleep``, ``ctx.wait_for``,
+    #: ``ctx.wait``), counted in scheduled or retrying too.
+    parked: int = 0
 
     @property
     def ready(self) -> int:

@@ -35,7 +35,8 @@ class SignalWait:
 
 @dataclass(frozen=True, slots=True)
 class Waiting:
-    """What a parked job waits for: the step that waits, a signal or children, until when."""
+    """What a parked job waits for: the step that waits, a signal or children, until
+    when; neither a signal nor children: it sleeps (``ctx.sleep``)."""
 
     step: str
     signal: str | None
@@ -91,6 +92,27 @@ class SignalStore(Protocol):
 
     def job_waiting(self, job_id: int) -> Waiting | None:
         """What the job waits for, when a wait parked it."""
+        ...
+
+    def sleep_mark(
+        self, lease: Lease, step: str, until: datetime, now: datetime
+    ) -> datetime | None:
+        """Under the attempt's lease: mark that the job sleeps (``ctx.sleep``, step
+        ``step``) until ``until``, a wait with neither signal nor children; a mark of
+        the same step keeps its time (an operator's wake made it now). Once that time
+        is not after ``now`` the sleep is over and its wait ends. The time marked;
+        None when the lease no longer holds."""
+        ...
+
+    def wait_wake(self, job_id: int, now: datetime) -> bool:
+        """An operator's wake of a parked job: its wait ends now (a sleep is over, a
+        signal's wait times out, a wait for children looks again) and it is due now.
+        False unless the job is queued, not due yet, with a wait that ends later."""
+        ...
+
+    def parked_counts(self, now: datetime) -> dict[str, int]:
+        """Per queue, the jobs a wait parked (sleeping, waiting for a signal or for
+        children) that are not due yet; queues with none are left out."""
         ...
 
     def children_park(

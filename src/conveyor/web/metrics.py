@@ -110,6 +110,14 @@ class Metrics:
                 sample(out, "conveyor_jobs", {"queue": name, "state": str(state)}, count)
         family(
             out,
+            "conveyor_jobs_parked",
+            "gauge",
+            "Queued jobs parked by ctx.sleep, ctx.wait_for or ctx.wait, not due yet.",
+        )
+        for name, q in stats.queues.items():
+            sample(out, "conveyor_jobs_parked", {"queue": name}, q.parked)
+        family(
+            out,
             "conveyor_queue_oldest_ready_age_seconds",
             "gauge",
             "How long the oldest ready job of the queue has waited (0 when none is ready).",

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from conveyor import signals
 from conveyor.app import App
 from conveyor.errors import JobStateError
 from conveyor.fleet import MAX_HELD_READ, WorkerStatus
@@ -62,7 +63,7 @@ BULK_ACTIONS = {
     )
 }
 #: The buttons of a job's page, by the path segment of their POST.
-JOB_ACTIONS = ("retry", "cancel", "run-now", "delete", "take-back", "hold", "unhold")
+JOB_ACTIONS = ("retry", "cancel", "run-now", "delete", "take-back", "hold", "unhold", "wake")
 
 
 def act_on_job(app: App, name: str, job_id: int) -> str:
@@ -79,6 +80,9 @@ def act_on_job(app: App, name: str, job_id: int) -> str:
     if name == "unhold":
         app.unhold(job_id)
         return "unheld"
+    if name == "wake":  # a parked job (ctx.sleep, ctx.wait_for, ctx.wait): due now
+        signals.wake(app.durable, job_id, app.get)
+        return "run_now"
     job = app.get(job_id)
     state = job.detailed_state()
     if name == "run-now":

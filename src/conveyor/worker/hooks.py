@@ -15,7 +15,7 @@ from conveyor.job import Job, utcnow
 from conveyor.logs import job_fields
 from conveyor.store.capabilities import signal_store
 from conveyor.store.records import Lease, Relative, Step
-from conveyor.store.signals import SignalWait
+from conveyor.store.signals import SignalStore, SignalWait
 from conveyor.worker import effects
 from conveyor.worker.runtime import Runtime
 
@@ -69,6 +69,13 @@ class StoreHooks:
     ) -> str | None:
         store = signal_store(self.store, "wait for child jobs (ctx.wait)")
         return store.children_park(job_lease(job), step, children, until, utcnow())
+
+    def mark_sleep(
+        self, job: Job, step: str, until: datetime, over_from: datetime
+    ) -> datetime | None:
+        if not isinstance(self.store, SignalStore):
+            return until  # a store without waits: the sleep is not shown as one
+        return self.store.sleep_mark(job_lease(job), step, until, over_from)
 
     def wait_signal(self, job: Job, name: str, step: str, until: datetime) -> SignalWait | None:
         store = signal_store(self.store, "wait for signals (ctx.wait_for)")

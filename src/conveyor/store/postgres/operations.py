@@ -15,6 +15,7 @@ from conveyor.store.counting import assemble_stats
 from conveyor.store.postgres import flows as pg_flows
 from conveyor.store.postgres.base import _Q, _row_to_event, _row_to_job
 from conveyor.store.postgres.core import CoreMixin
+from conveyor.store.postgres.signals import with_children
 from conveyor.store.records import (
     FIRST_PAGE,
     TAKEN_BACK_ERROR,
@@ -182,6 +183,7 @@ class OperationsMixin(CoreMixin):
         if not job_ids:
             return []
         with self._tx() as conn:
+            job_ids = with_children(conn, job_ids)  # of the parents parked by ctx.wait
             params = {"ids": list(job_ids), "now": now}
             ids = [r[0] for r in conn.execute(_Q["job_cancel_many"], params).fetchall()]
             # Waiting jobs, and the jobs waiting for the jobs cancelled now.

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal
 
@@ -83,6 +84,32 @@ class PostgresSignals(CoreMixin):
             rows = conn.execute(_S["signal_list"], {"job_id": job_id}).fetchall()
         return [Signal(r[0], r[1], r[2], r[3], r[4], r[5]) for r in rows]
 
+    def sleep_mark(
+        self, lease: Lease, step: str, until: datetime, now: datetime
+    ) -> datetime | None:
+        params = {"id": lease.id, "token": lease.token, "step": step, "until": until, "now": now}
+        with self._tx() as conn:
+            row = conn.execute(_S["sleep_mark"], params).fetchone()
+            if row is None:
+                return None  # the lease is gone
+            if row[0] <= now:
+                conn.execute(_S["sleep_end"], params)
+        marked: datetime = row[0]
+        return marked
+
+    def wait_wake(self, job_id: int, now: datetime) -> bool:
+        params = {"job_id": job_id, "now": now}
+        with self._tx() as conn:
+            if conn.execute(_S["wait_wake"], params).fetchone() is None:
+                return False
+            conn.execute(_S["wait_wake_job"], params)
+        return True
+
+    def parked_counts(self, now: datetime) -> dict[str, int]:
+        with self._conn() as conn:
+            rows = conn.execute(_S["parked_counts"], {"now": now}).fetchall()
+        return {str(queue): int(n) for queue, n in rows}
+
     def job_waiting(self, job_id: int) -> Waiting | None:
         with self._conn() as conn:
             row = conn.execute(_S["wait_get"], {"job_id": job_id}).fetchone()
@@ -90,3 +117,10 @@ class PostgresSignals(CoreMixin):
             return None
         children = None if row[2] is None else [int(i) for i in json.loads(row[2])]
         return Waiting(row[0], row[1], children, row[3])
+
+
+def with_children(conn: Any, job_ids: Sequence[int]) -> list[int]:
+    """``job_ids`` and the children each queued parent among them waits for (and
+    theirs): what an operator's cancel reaches, read in the caller's transaction."""
+    rows = conn.execute(_S["cancel_with_children"], {"ids": list(job_ids)}).fetchall()
+    return [int(r[0]) for r in rows]

@@ -89,3 +89,63 @@ VALUES (%(id)s, %(step)s, NULL, %(children)s, %(until)s)
 ON CONFLICT (job_id) DO UPDATE SET
     until = excluded.until, step = excluded.step, signal = NULL, children = excluded.children
 RETURNING until
+
+-- name: sleep_mark
+-- The job sleeps (ctx.sleep, step %(step)s) until %(until)s, while the attempt's
+-- lease holds: marked as a wait with neither signal nor children, so that the
+-- job shows what it waits for and is counted as parked. A mark of the same step
+-- keeps its time: a replay after a crash sleeps on, and an operator's wake
+-- (wait_wake) ends the sleep. Answers the time the sleep ends.
+INSERT INTO job_waits (job_id, step, signal, children, until)
+SELECT id, %(step)s, NULL, NULL, %(until)s FROM jobs
+WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running'
+ON CONFLICT (job_id) DO UPDATE SET
+    until = CASE WHEN job_waits.step = excluded.step THEN job_waits.until ELSE excluded.until END,
+    step = excluded.step, signal = NULL, children = NULL
+RETURNING until
+
+-- name: sleep_end
+-- The sleep is over: the job waits no more.
+DELETE FROM job_waits WHERE job_id = %(id)s AND until <= %(now)s
+
+-- name: wait_wake
+-- An operator wakes a parked job early (queued, not due yet): its wait ends now
+-- (a sleep is over, a signal's wait times out, a wait for children looks again).
+UPDATE job_waits SET until = %(now)s
+WHERE job_id = %(job_id)s AND until > %(now)s
+  AND EXISTS (SELECT 1 FROM jobs
+              WHERE id = %(job_id)s AND state = 'queued' AND run_at > %(now)s)
+RETURNING job_id
+
+-- name: wait_wake_job
+-- The job woken is due now; its queue's workers hear of it.
+WITH changed AS (
+    UPDATE jobs SET run_at = %(now)s
+    WHERE id = %(job_id)s AND state = 'queued' AND run_at > %(now)s
+    RETURNING id, queue
+), notified AS (
+    {{conveyor.store.postgres/queries.sql:notify_queues}}
+)
+SELECT changed.id FROM changed, (SELECT count(*) FROM notified) AS n
+
+-- name: parked_counts
+-- Per queue, the jobs parked by a wait: queued for the wait's end, not due yet
+-- (a signal or an operator that made one due has woken it).
+SELECT jobs.queue, count(*) FROM job_waits JOIN jobs ON jobs.id = job_waits.job_id
+WHERE jobs.state = 'queued' AND jobs.run_at > %(now)s
+GROUP BY jobs.queue
+
+-- name: cancel_with_children
+-- The jobs an operator's cancel of %(ids)s reaches: each queued parent among them
+-- parked waiting for its children (ctx.wait) brings its children, and theirs in
+-- turn, as the cancel of the parent's own wait cancels them.
+WITH RECURSIVE reached(id) AS (
+    SELECT unnest(%(ids)s::bigint[])
+    UNION
+    SELECT child.value::bigint
+    FROM reached
+    JOIN jobs parent ON parent.id = reached.id AND parent.state = 'queued'
+    JOIN job_waits w ON w.job_id = parent.id AND w.children IS NOT NULL
+    CROSS JOIN LATERAL json_array_elements_text(w.children::json) AS child(value)
+)
+SELECT id FROM reached ORDER BY id

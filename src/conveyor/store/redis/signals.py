@@ -54,6 +54,19 @@ class RedisSignals(CoreMixin):
             signals.append(Signal(number, name, payload, _dt(sent_at), received, step or None))
         return signals
 
+    def sleep_mark(
+        self, lease: Lease, step: str, until: datetime, now: datetime
+    ) -> datetime | None:
+        marked = self._run("sleep_mark", _ts(now), str(lease.id), lease.token, step, _ts(until))
+        return None if marked is None else _dt(marked)
+
+    def wait_wake(self, job_id: int, now: datetime) -> bool:
+        return bool(self._run("wait_wake", _ts(now), str(job_id)))
+
+    def parked_counts(self, now: datetime) -> dict[str, int]:
+        flat = self._run("parked_counts", _ts(now))
+        return {str(flat[i]): int(flat[i + 1]) for i in range(0, len(flat), 2)}
+
     def job_waiting(self, job_id: int) -> Waiting | None:
         found = self._do(lambda: self._client.hgetall(self._k("wait", str(job_id))))
         if not found or "step" not in found:

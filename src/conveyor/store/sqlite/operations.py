@@ -33,6 +33,7 @@ from conveyor.store.sqlite.base import (
     immediate_transaction,
 )
 from conveyor.store.sqlite.core import CoreMixin
+from conveyor.store.sqlite.signals import with_children
 
 
 class OperationsMixin(CoreMixin):
@@ -208,6 +209,7 @@ class OperationsMixin(CoreMixin):
             return []
         now_ts = _ts(now)
         with self._write() as conn:
+            job_ids = with_children(conn, job_ids)  # of the parents parked by ctx.wait
             params = {"ids": json.dumps(list(job_ids)), "now": now_ts}
             ids = [r[0] for r in conn.execute(_Q["job_cancel_many_queued"], params)]
             ids += [r[0] for r in conn.execute(_Q["job_cancel_many_running"], params)]

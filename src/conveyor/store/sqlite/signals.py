@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal
 
@@ -56,6 +57,8 @@ class SQLiteSignals(CoreMixin):
             "children": json.dumps(children), "until": _ts(until),
         }  # fmt: skip
         with self._write() as conn:
+            if conn.execute(_S["wait_lease"], params).fetchone() is None:
+                return None  # the lease is gone: the wait is another attempt's now
             (live,) = conn.execute(_S["children_live"], params).fetchone()
             if live == 0:
                 conn.execute(_S["wait_end"], params)
@@ -65,12 +68,43 @@ class SQLiteSignals(CoreMixin):
             parked = _finish(conn, [Finish.snooze(lease.id, lease.token, until)], _ts(now))
         return "parked" if parked else None
 
+    def sleep_mark(
+        self, lease: Lease, step: str, until: datetime, now: datetime
+    ) -> datetime | None:
+        params = {"id": lease.id, "token": lease.token, "step": step, "until": _ts(until)}
+        with self._write() as conn:
+            row = conn.execute(_S["sleep_mark"], params).fetchone()
+            if row is None:
+                return None  # the lease is gone
+            if row[0] <= _ts(now):
+                conn.execute(_S["sleep_end"], {"id": lease.id, "now": _ts(now)})
+        return _dt_required(row[0])
+
+    def wait_wake(self, job_id: int, now: datetime) -> bool:
+        params = {"job_id": job_id, "now": _ts(now)}
+        with self._write() as conn:
+            if conn.execute(_S["wait_wake"], params).fetchone() is None:
+                return False
+            conn.execute(_S["wait_wake_job"], params)
+        return True
+
+    def parked_counts(self, now: datetime) -> dict[str, int]:
+        rows = self._conn().execute(_S["parked_counts"], {"now": _ts(now)}).fetchall()
+        return {str(queue): int(n) for queue, n in rows}
+
     def job_waiting(self, job_id: int) -> Waiting | None:
         row = self._conn().execute(_S["wait_get"], {"job_id": job_id}).fetchone()
         if row is None:
             return None
         children = None if row[2] is None else [int(i) for i in json.loads(row[2])]
         return Waiting(row[0], row[1], children, _dt_required(row[3]))
+
+
+def with_children(conn: Any, job_ids: Sequence[int]) -> list[int]:
+    """``job_ids`` and the children each queued parent among them waits for (and
+    theirs): what an operator's cancel reaches, read in the caller's transaction."""
+    rows = conn.execute(_S["cancel_with_children"], {"ids": json.dumps(list(job_ids))})
+    return [int(r[0]) for r in rows]
 
 
 def _wait_or_park(conn: Any, lease: Lease, params: dict[str, Any]) -> SignalWait | None:

@@ -64,6 +64,10 @@ SELECT step, signal, children, until FROM job_waits WHERE job_id = :job_id
 SELECT id, name, payload, sent_at, received_at, step
 FROM job_signals WHERE job_id = :job_id ORDER BY id
 
+-- name: wait_lease
+-- Whether the attempt's lease still holds the job.
+SELECT id FROM jobs WHERE id = :id AND lease_token = :token AND state = 'running'
+
 -- name: children_live
 -- How many of the children waited for have not ended yet.
 SELECT count(*) FROM jobs
@@ -79,3 +83,55 @@ WHERE id = :id AND lease_token = :token AND state = 'running'
 ON CONFLICT (job_id) DO UPDATE SET
     until = excluded.until, step = excluded.step, signal = NULL, children = excluded.children
 RETURNING until
+
+-- name: sleep_mark
+-- The job sleeps (ctx.sleep, step :step) until :until, while the attempt's
+-- lease holds: marked as a wait with neither signal nor children, so that the
+-- job shows what it waits for and is counted as parked. A mark of the same step
+-- keeps its time: a replay after a crash sleeps on, and an operator's wake
+-- (wait_wake) ends the sleep. Answers the time the sleep ends.
+INSERT INTO job_waits (job_id, step, signal, children, until)
+SELECT id, :step, NULL, NULL, :until FROM jobs
+WHERE id = :id AND lease_token = :token AND state = 'running'
+ON CONFLICT (job_id) DO UPDATE SET
+    until = CASE WHEN job_waits.step = excluded.step THEN job_waits.until ELSE excluded.until END,
+    step = excluded.step, signal = NULL, children = NULL
+RETURNING until
+
+-- name: sleep_end
+-- The sleep is over: the job waits no more.
+DELETE FROM job_waits WHERE job_id = :id AND until <= :now
+
+-- name: wait_wake
+-- An operator wakes a parked job early (queued, not due yet): its wait ends now
+-- (a sleep is over, a signal's wait times out, a wait for children looks again).
+UPDATE job_waits SET until = :now
+WHERE job_id = :job_id AND until > :now
+  AND EXISTS (SELECT 1 FROM jobs WHERE id = :job_id AND state = 'queued' AND run_at > :now)
+RETURNING job_id
+
+-- name: wait_wake_job
+UPDATE jobs SET run_at = :now WHERE id = :job_id AND state = 'queued' AND run_at > :now
+RETURNING id
+
+-- name: parked_counts
+-- Per queue, the jobs parked by a wait: queued for the wait's end, not due yet
+-- (a signal or an operator that made one due has woken it).
+SELECT jobs.queue, count(*) FROM job_waits JOIN jobs ON jobs.id = job_waits.job_id
+WHERE jobs.state = 'queued' AND jobs.run_at > :now
+GROUP BY jobs.queue
+
+-- name: cancel_with_children
+-- The jobs an operator's cancel of :ids reaches: each queued parent among them
+-- parked waiting for its children (ctx.wait) brings its children, and theirs in
+-- turn, as the cancel of the parent's own wait cancels them.
+WITH RECURSIVE reached(id) AS (
+    SELECT CAST(value AS INTEGER) FROM json_each(:ids)
+    UNION
+    SELECT CAST(child.value AS INTEGER)
+    FROM reached
+    JOIN jobs parent ON parent.id = reached.id AND parent.state = 'queued'
+    JOIN job_waits w ON w.job_id = parent.id AND w.children IS NOT NULL,
+    json_each(w.children) AS child
+)
+SELECT id FROM reached ORDER BY id

@@ -17,7 +17,11 @@ for _, child in ipairs(cjson.decode(ARGV[5])) do
 end
 local wait = P .. 'wait:' .. id
 redis.call('DEL', wait)
-if live_children == 0 then return done({'ended', unreadable}) end
+if live_children == 0 then
+    redis.call('SREM', P .. 'parked', id)
+    return done({'ended', unreadable})
+end
+redis.call('SADD', P .. 'parked', id) -- counted while it waits (parked_counts)
 redis.call('HSET', wait, 'step', step, 'children', ARGV[5], 'until', ARGV[6])
 finish_all({{id, token, 'snooze', false, false, ARGV[6]}}, now_n, now_s)
 return done({'parked', unreadable})

@@ -3,11 +3,23 @@
 -- ARGV: now, ids (JSON, ascending).
 -- Cancels queued jobs at once; flags running ones (cancel_requested: their
 -- worker aborts the handler and records the cancel); leaves finished ones
--- alone. Returns the ids changed.
+-- alone. A queued parent parked waiting for its children (ctx.wait, wait:<id>)
+-- brings its children to the cancel, and theirs in turn. Returns the ids changed.
 local now_n, now_s = clock(ARGV[1])
 local changed = {}
-for _, id in ipairs(cjson.decode(ARGV[2])) do
-    local j = load(id)
+local todo, seen = cjson.decode(ARGV[2]), {}
+local next_one = 1
+while next_one <= #todo do
+    local id = todo[next_one]
+    next_one = next_one + 1
+    local j = not seen[id] and load(id)
+    seen[id] = true
+    if j and j.state == 'queued' then
+        local children = redis.call('HGET', P .. 'wait:' .. j.id, 'children')
+        for _, child in ipairs(children and cjson.decode(children) or {}) do
+            todo[#todo + 1] = child
+        end
+    end
     local kind = j and (j.state == 'queued' and 'cancelled'
         or (j.state == 'running' and j.cancel_requested ~= '1' and 'cancel_requested'))
     if kind == 'cancelled' then

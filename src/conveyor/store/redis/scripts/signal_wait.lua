@@ -19,6 +19,7 @@ local function record(result)
         redis.call('HSET', steps, step, cjson.encode({result, j.attempts, now_s, now_s}))
     end
     redis.call('DEL', wait)
+    redis.call('SREM', P .. 'parked', id)
     return redis.call('HGET', steps, step)
 end
 
@@ -41,5 +42,6 @@ redis.call('HDEL', wait, 'children')
 if tonumber(until_s) <= now_n then
     return done({'timeout', until_s, record(cjson.encode({timeout = until_s})), unreadable})
 end
+redis.call('SADD', P .. 'parked', id) -- counted while it waits (parked_counts)
 finish_all({{id, token, 'snooze', false, false, until_s}}, now_n, now_s)
 return done({'parked', until_s, false, unreadable})

@@ -26,6 +26,7 @@ local function delete(j)
     delete_events(j.events)
     flow_forget(j) -- its edges (flows.lua)
     redis.call('DEL', jkey(id), P .. 'steps:' .. id, P .. 'signals:' .. id, P .. 'wait:' .. id)
+    redis.call('SREM', P .. 'parked', id)
     gone[j], cache[id] = true, nil
     if j.state == 'queued' then wake_group(j) end
 end
@@ -169,6 +170,7 @@ drop = function(id, seen)
     if dropped then
         if #flat > 0 then redis.call('DEL', jkey(id)) end
         redis.call('DEL', P .. 'steps:' .. id, P .. 'signals:' .. id, P .. 'wait:' .. id)
+        redis.call('SREM', P .. 'parked', id)
         if not NOW then clock('') end
         local reason = DATA_MISSING
         if #flat > 0 then
