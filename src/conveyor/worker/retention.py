@@ -19,6 +19,7 @@ from conveyor.errors import ConfigurationError
 from conveyor.job import utcnow, validate_name
 from conveyor.store.protocols import InsightStore, JobStore, OperatorStore
 from conveyor.store.records import Purge
+from conveyor.store.retaining import own_retention
 
 log = logging.getLogger("conveyor.maintenance")
 
@@ -77,17 +78,20 @@ class Retention:
             or self.keep_finished is not None
         )
 
-    def apply(self, store: OperatorStore, now: datetime) -> int:
+    def apply(self, store: OperatorStore, now: datetime, *, own: bool = False) -> int:
         """One round; returns the jobs deleted. Each rule deletes at most 10,000 jobs a
         round, so a big backlog goes over a few rounds; the count rules run at most
-        every ``count_every`` seconds, as they count finished jobs to do so."""
-        deleted = 0
+        every ``count_every`` seconds, as they count finished jobs to do so. The age
+        rules pass over the jobs with a rule of their own for the state they ended in
+        (``retain=``): the maintenance round applies those (``job_purge_retained``), and
+        this round too with ``own`` (``app.apply_retention``)."""
+        deleted = own_retention(store, now) if own else 0
         if self.age is not None:
             rest = [s for s in FINAL_STATES if s not in self.by_state]
             if rest:
-                deleted += store.job_purge_where(Purge(now - self.age, rest))
+                deleted += store.job_purge_where(Purge(now - self.age, rest, by_policy=True))
         for state, age in self.by_state.items():
-            deleted += store.job_purge_where(Purge(now - age, [state]))
+            deleted += store.job_purge_where(Purge(now - age, [state], by_policy=True))
         counting = self.keep_finished is not None or self.keep_by_state
         if counting and time.monotonic() >= self._next_count:
             self._next_count = time.monotonic() + self.count_every
