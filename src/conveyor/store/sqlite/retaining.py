@@ -18,9 +18,9 @@ _T = load_queries("conveyor.store.sqlite", "retaining.sql")
 def write_retain(conn: sqlite3.Connection, rules: list[tuple[int, str | None]]) -> None:
     """Give the jobs just inserted (id, rule) their own retention, in the insert's
     transaction; nothing is run when none has one."""
-    params = [{"id": i, "retain": rule} for i, rule in rules if rule is not None]
-    if params:
-        conn.executemany(_T["job_set_retain"], params)
+    pairs = [[i, rule] for i, rule in rules if rule is not None]
+    if pairs:
+        conn.execute(_T["job_set_retain"], {"rules": json.dumps(pairs)})
 
 
 class SQLiteRetaining(SQLiteBase):

@@ -3,8 +3,11 @@
 
 -- name: job_set_retain
 -- Run in the insert's own transaction, only for jobs enqueued with retain=:
--- the enqueue's statement itself stays the one every job pays for.
-UPDATE jobs SET retain = :retain WHERE id = :id
+-- the enqueue's statement itself stays the one every job pays for. :rules is a
+-- JSON list of [id, rule] pairs: one statement for the batch.
+UPDATE jobs SET retain = r.value ->> '$[1]'
+FROM json_each(:rules) AS r
+WHERE jobs.id = r.value ->> '$[0]'
 
 -- name: job_purge_retained_select
 -- The finished jobs whose own rule for the state they ended in has run out at
