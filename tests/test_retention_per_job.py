@@ -28,7 +28,7 @@ from conveyor.store.retaining import RetainingStore
 from conveyor.testing import drain
 from conveyor.web import create_app
 from conveyor.worker.maintenance import Maintenance
-from conveyor.worker.retention import Retention
+from conveyor.worker.retention import Housekeeping, Retention
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
@@ -218,3 +218,18 @@ def test_cli_and_job_page_show_the_jobs_own_retention(app: App, dsn: str) -> Non
         page = client.get(f"/jobs/{mine.id}").text
         assert 'id="job-kept"' in page and "failed 30d, succeeded 1h" in page
         assert 'id="job-kept"' not in client.get(f"/jobs/{plain.id}").text
+
+
+def test_a_consumers_housekeeping_applies_the_jobs_own_rules_without_a_policy(
+    store: Store,
+) -> None:
+    mine, plain = store.job_insert_many([new({"succeeded": 0}), new()], NOW)
+    finish_all(store, ["complete", "complete"], NOW)
+    no_policy = Retention()
+    assert not no_policy.enabled
+    worker_side = Housekeeping(store, no_policy, "worker", timedelta(seconds=5))
+    assert worker_side.run(NOW) == 0  # a worker's maintenance applies them itself
+    consumer = Housekeeping(store, no_policy, "consumer", timedelta(seconds=5), own=True)
+    assert consumer.run(NOW) == 1 and consumer.is_leader
+    assert alive(store, mine.id, plain.id) == [plain.id]
+    consumer.release()

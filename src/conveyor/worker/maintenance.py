@@ -187,7 +187,8 @@ class Rescuer(_Background):
         self.interval = round_interval(lease)  # as often as maintenance
         self._rescued = rescued
         ttl = timedelta(seconds=max(self.interval * 3, 1.0))
-        self._housekeeping = Housekeeping(runtime.store, runtime.retention, holder, ttl)
+        # With the jobs' own rules (retain=): no worker's maintenance applies them here.
+        self._housekeeping = Housekeeping(runtime.store, runtime.retention, holder, ttl, own=True)
         super().__init__("conveyor-rescue")
 
     def stop(self) -> None:

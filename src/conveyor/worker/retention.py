@@ -19,7 +19,7 @@ from conveyor.errors import ConfigurationError
 from conveyor.job import utcnow, validate_name
 from conveyor.store.protocols import InsightStore, JobStore, OperatorStore
 from conveyor.store.records import Purge
-from conveyor.store.retaining import own_retention
+from conveyor.store.retaining import RetainingStore, own_retention
 
 log = logging.getLogger("conveyor.maintenance")
 
@@ -113,21 +113,32 @@ class Housekeeping:
     so that a consume-only service prunes as a worker does; the holder of the
     retention lease acts, the others skip their turn."""
 
-    def __init__(self, store: JobStore, retention: Retention, holder: str, ttl: timedelta):
+    def __init__(
+        self,
+        store: JobStore,
+        retention: Retention,
+        holder: str,
+        ttl: timedelta,
+        *,
+        own: bool = False,
+    ):
         self.store = store
         self.retention = retention
         self.holder = holder
         self.ttl = ttl
         self.is_leader = False
+        #: Whether its rounds apply the jobs' own rules too (a consumer's: a worker's
+        #: maintenance applies those itself, every round).
+        self.own = own and isinstance(store, RetainingStore)
 
     def run(self, now: datetime | None = None) -> int:
         """One round of retention if this process leads it; the jobs deleted."""
         store = self.store
-        if not isinstance(store, OperatorStore) or not self.retention.enabled:
+        if not isinstance(store, OperatorStore) or not (self.retention.enabled or self.own):
             return 0
         wall = now or utcnow()
         self.is_leader = store.leader_acquire(RETENTION_LEADER, self.holder, self.ttl, wall)
-        return self.retention.apply(store, wall) if self.is_leader else 0
+        return self.retention.apply(store, wall, own=self.own) if self.is_leader else 0
 
     def release(self) -> None:
         if self.is_leader:
