@@ -39,8 +39,10 @@ from hypothesis.stateful import (
 from psycopg import sql
 
 from conveyor.errors import JobStateError
+from conveyor.expiry import EXPIRED_ERROR
 from conveyor.job import HOLD_AT, Job, JobState, NewJob
 from conveyor.store.dsn import open_store
+from conveyor.store.expiring import ExpiringStore
 from conveyor.store.protocols import HoldStore, Store
 from conveyor.store.records import Finish, Lease
 from durable_model import DurableRules
@@ -100,6 +102,10 @@ class ModelJob:
     events: list[tuple[str, int]] = field(default_factory=list)
     #: While held (run_at parked at HOLD_AT): the run_at it had.
     held_run_at: datetime | None = None
+    #: When it was enqueued (a unique window counts from it).
+    created_at: datetime = START
+    #: Its deadline to start by (expires=), cleared by a manual retry.
+    expires_at: datetime | None = None
 
     @property
     def live(self) -> bool:
@@ -127,6 +133,8 @@ class Model:
     def ready(self, job: ModelJob) -> bool:
         if job.state != QUEUED or job.run_at > self.now or job.queue in self.paused:
             return False
+        if job.expires_at is not None and job.expires_at <= self.now:
+            return False  # past its deadline: never claimed
         if job.group is None:
             return True
         same_group = [j for j in self.jobs.values() if j.group == job.group]
@@ -268,6 +276,7 @@ class StoreMachine(DurableRules, RuleBasedStateMachine):
                 key=new.key,
                 group=new.group,
                 events=[("enqueued", 0)],
+                created_at=now,
             )
 
     # --- working ---------------------------------------------------------------
@@ -303,6 +312,7 @@ class StoreMachine(DurableRules, RuleBasedStateMachine):
             assert job.state == RUNNING
             assert job.attempts == mine.attempts
             self.leases.append(Lease(job.id, job.lease_token or ""))
+        self._claim_may_end_expired(queues)
 
     END_ARGS: ClassVar[dict[str, st.SearchStrategy[Any]]] = {
         "data": st.data(),
@@ -454,6 +464,159 @@ class StoreMachine(DurableRules, RuleBasedStateMachine):
                 job.finish(FAILED, now)
                 job.events.append(("failed", job.attempts))
 
+    # --- enqueue options: expiry, unique windows, replace ----------------------------
+
+    @rule(spec=JOB_SPECS, expires_in=st.sampled_from([1, 10, 45]))
+    def enqueue_expiring(self, spec: JobSpec, expires_in: int) -> None:
+        """A job with a deadline to start by (never in a group: a head that expired
+        would hold its group back, a case the expiry tests cover)."""
+        queue, key, unique, _, priority, delay, max_attempts = spec
+        now = self.model.now
+        run_at = now + timedelta(seconds=delay)
+        expires_at = run_at + timedelta(seconds=expires_in)
+        new = NewJob(
+            queue, "t", "[]", "{}", run_at=run_at, priority=priority, max_attempts=max_attempts,
+            key=key, unique=unique, expires_at=expires_at,  # type: ignore[arg-type]
+        )  # fmt: skip
+        self._enqueue_one(new)
+
+    @precondition(lambda self: any(j.key is not None for j in self.model.jobs.values()))
+    @rule(
+        data=st.data(),
+        period=st.sampled_from([None, 15.5, 45.5]),
+        states=st.sampled_from([("succeeded",), ("succeeded", "failed"), ("cancelled",), ()]),
+    )
+    def enqueue_in_a_window(
+        self, data: st.DataObject, period: float | None, states: tuple[str, ...]
+    ) -> None:
+        """A key unique for a period after its job was enqueued, among chosen states
+        (the periods end half-way between two ticks of the clock: never on a job)."""
+        old = self._keyed_job(data)
+        now = self.model.now
+        since = None if period is None else now - timedelta(seconds=period)
+        new = NewJob(
+            old.queue, "t", "[]", "{}", run_at=now, key=old.key, unique="live",
+            unique_states=states, unique_since=since,
+        )  # fmt: skip
+        self._enqueue_one(new)
+
+    @precondition(lambda self: any(j.key is not None for j in self.model.jobs.values()))
+    @rule(data=st.data(), period=st.sampled_from([None, 15.5]), state=st.sampled_from(TERMINAL))
+    def enqueue_in_a_window_again(
+        self, data: st.DataObject, period: float | None, state: str
+    ) -> None:
+        """The same rule twice, so that windows meet finished jobs often."""
+        self.enqueue_in_a_window(data, period, (str(state),))
+
+    @precondition(lambda self: any(j.key is not None for j in self.model.jobs.values()))
+    @rule(data=st.data(), priority=st.integers(0, 2), delay=st.sampled_from(DELAYS))
+    def enqueue_replacing(self, data: st.DataObject, priority: int, delay: int) -> None:
+        """on_conflict="replace": the queued job of the key takes the new run_at and
+        priority (a held one keeps its hold); a running one gives its key up."""
+        old = self._keyed_job(data)
+        run_at = self.model.now + timedelta(seconds=delay)
+        new = NewJob(
+            old.queue, "t", "[]", "{}", run_at=run_at, priority=priority, key=old.key,
+            on_conflict="replace",
+        )  # fmt: skip
+        self._enqueue_one(new)
+
+    @rule()
+    def expire(self) -> None:
+        """The maintenance sweep: queued jobs past their deadline end cancelled."""
+        now = self.model.now
+        due = sorted(
+            j.id
+            for j in self.model.jobs.values()
+            if j.state == QUEUED and j.expires_at is not None and j.expires_at <= now
+        )
+        assert isinstance(self.store, ExpiringStore)
+        assert self.store.job_expire(now) == due
+        for job_id in due:
+            self._expired(self.model.jobs[job_id])
+
+    def _keyed_job(self, data: st.DataObject) -> ModelJob:
+        """A job with a key, mostly one whose key no live job holds (so that a window
+        is judged on finished jobs alone)."""
+        keyed = sorted(
+            (j for j in self.model.jobs.values() if j.key is not None), key=lambda j: j.id
+        )
+        free = [
+            j
+            for j in keyed
+            if not any(h.live for h in self.model.key_holders(j.queue, j.key or ""))
+        ]
+        if free and data.draw(st.integers(0, 3), label="free key?") > 0:
+            return data.draw(st.sampled_from(free), label="same free key as")
+        return data.draw(st.sampled_from(keyed), label="same key as")
+
+    def _expired(self, job: ModelJob) -> None:
+        job.finish(CANCELLED, self.model.now)
+        job.error = EXPIRED_ERROR
+        job.events.append(("cancelled", job.attempts))
+
+    def _claim_may_end_expired(self, queues: list[str]) -> None:
+        """A claim may end the queued jobs past their deadline that it meets (Redis's
+        does, the SQL stores' pass them by): which ones depends on its walk, so the
+        model takes each from the store, and checks that it ended as an expiry."""
+        now = self.model.now
+        for job in list(self.model.jobs.values()):
+            if job.queue not in queues or job.state != QUEUED or job.expires_at is None:
+                continue
+            if job.expires_at <= now and job.queue not in self.model.paused:
+                stored = self.store.job_get(job.id)
+                assert stored is not None and stored.state in (QUEUED, CANCELLED)
+                if stored.state == CANCELLED:
+                    assert stored.error == EXPIRED_ERROR and stored.finished_at == now
+                    self._expired(job)
+
+    def _enqueue_one(self, new: NewJob) -> None:
+        now = self.model.now
+        (got,) = self.store.job_insert_many([new], now)
+        holders = self.model.key_holders(new.queue, new.key) if new.key is not None else []
+        live = [j for j in holders if j.live]
+        if new.on_conflict == "replace" and live:
+            holder = live[0]
+            if holder.state == QUEUED:
+                holder.priority = new.priority
+                if holder.run_at >= HOLD_AT:
+                    holder.held_run_at = new.run_at
+                else:
+                    holder.run_at = new.run_at
+                holder.events.append(("replaced", holder.attempts))
+                assert got.id == holder.id, "the queued job of the key is replaced"
+                return
+            holder.key = None  # running: never changed, but its key goes to a new job
+            holders, live = [j for j in holders if j is not holder], []
+        existing = live[0] if live else None
+        if existing is None and new.unique_states is not None:
+            since = new.unique_since
+            fits = [
+                j
+                for j in holders
+                if str(j.state) in new.unique_states and (since is None or j.created_at >= since)
+            ]
+            existing = fits[0] if fits else None
+        elif existing is None and new.unique == "forever" and holders:
+            existing = holders[0]
+        if existing is not None:
+            assert got.id == existing.id, "expected the job holding the key"
+            return
+        assert got.id > self.model.last_id and got.state == QUEUED
+        self.model.last_id = got.id
+        self.model.jobs[got.id] = ModelJob(
+            id=got.id,
+            queue=new.queue,
+            priority=new.priority,
+            run_at=new.run_at,
+            max_attempts=new.max_attempts,
+            key=new.key,
+            group=None,
+            events=[("enqueued", 0)],
+            created_at=now,
+            expires_at=new.expires_at,
+        )
+
     # --- operating ---------------------------------------------------------------
 
     @rule(data=st.data())
@@ -501,6 +664,7 @@ class StoreMachine(DurableRules, RuleBasedStateMachine):
         job.cancel_requested = False
         job.finished_at = None
         job.error = None
+        job.expires_at = None  # running it again is the operator's choice
         job.events.append(("manual_retry", 0))
         assert got is not None
         assert got.id == job_id

@@ -12,13 +12,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 from conveyor import bulk, signals
 from conveyor import fair as fair_turns
 from conveyor.bulk import BULK_ACTIONS, check_age, check_final_states, job_selection, retry_one
-from conveyor.changes import (
-    Change,
-    ChangeHub,
-    ChangeListener,
-    notifications_setting,
-    wait_for_job,
-)
+from conveyor.changes import Change, ChangeHub, ChangeListener, notifications_setting, wait_for_job
 from conveyor.diagnosis import Why, diagnose
 from conveyor.encryption import ROTATE_BATCH, RotationProgress, payload_codec, reencrypt
 from conveyor.enqueueing import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, new_jobs_of
@@ -40,6 +34,7 @@ from conveyor.job import (
 from conveyor.limits import QueueLimits, Rate, make_limit, throttle_seconds
 from conveyor.middleware import Middleware, around_enqueue, check_middleware
 from conveyor.middleware import chain as middleware_chain
+from conveyor.retain import Retain
 from conveyor.retry import Backoff, check_backoff
 from conveyor.schedule import Periodic, make_schedule
 from conveyor.store.capabilities import (
@@ -229,6 +224,7 @@ class App:
         priority: int = 0,
         backoff: Backoff | None = None,
         expires: float | timedelta | datetime | None = None,
+        retain: Retain | None = None,
     ) -> Task[P, R]: ...
 
     @overload
@@ -244,6 +240,7 @@ class App:
         priority: int = 0,
         backoff: Backoff | None = None,
         expires: float | timedelta | datetime | None = None,
+        retain: Retain | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -258,6 +255,7 @@ class App:
         priority: int = 0,
         backoff: Backoff | None = None,
         expires: float | timedelta | datetime | None = None,
+        retain: Retain | None = None,
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Register a handler: ``@app.task`` or ``@app.task(queue="mail", max_attempts=5)``."""
 
@@ -283,6 +281,7 @@ class App:
                 timeout=check_timeout(task_name, timeout),
                 backoff=checked_backoff,
                 expires=check_task_expires(task_name, expires),
+                retain=retain,
             )
             self.tasks[task_name] = task
             return task
@@ -1097,7 +1096,7 @@ class App:
         """One round of retention now (``conveyor.worker.retention.Retention.apply``), as
         its leader among the workers and consumers runs it; returns the jobs deleted."""
         store = operator_store(self.store, "apply retention")
-        return self.runtime.retention.apply(store, now)
+        return self.runtime.retention.apply(store, now, own=True)
 
     def trim(
         self,

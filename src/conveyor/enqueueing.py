@@ -27,6 +27,7 @@ from conveyor.job import (
     validate_priority,
 )
 from conveyor.replace import check_on_conflict, debounced_run_at
+from conveyor.retain import resolve_retain
 from conveyor.store.capabilities import require
 from conveyor.store.protocols import JobStore, WorkflowStore
 from conveyor.task import EnqueueOptions, Task
@@ -72,6 +73,9 @@ def new_jobs_of(
     expires = opts.expires if opts.expires is not None else getattr(registered, "expires", None)
     expires_at = resolve_expires(now, run_at, expires)
     unique, unique_states, unique_since = resolve_unique(now, opts.unique)
+    retain = resolve_retain(
+        opts.retain if opts.retain is not None else getattr(registered, "retain", None)
+    )
     after = parent_ids(opts.after)
     if opts.after_failure not in ("cancel", "run"):
         raise InvalidJobError(
@@ -110,6 +114,7 @@ def new_jobs_of(
                 after=after,
                 after_failure=opts.after_failure,
                 expires_at=expires_at,
+                retain=retain,
             )
         )
     if opts.key is not None and len(new_jobs) > 1:

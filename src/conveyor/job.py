@@ -146,6 +146,8 @@ class NewJob:
     after_failure: AfterFailure = "cancel"
     #: The moment by which the job must have started, or None: see expiry.py.
     expires_at: datetime | None = None
+    #: How long the job is kept once finished, by final state (JSON; retain.py), or None.
+    retain: str | None = None
     #: A key's window (unique.py): the finished states that also hold the key (None:
     #: as ``unique`` says), and the earliest creation time of a job that does.
     unique_states: tuple[str, ...] | None = None

@@ -15,6 +15,7 @@ from conveyor.arguments import ArgumentTypes, task_schema
 from conveyor.context import Context
 from conveyor.errors import ConfigurationError, InvalidJobError
 from conveyor.job import AfterFailure, Job, Unique, utcnow
+from conveyor.retain import Retain, check_task_retain
 from conveyor.retry import DEFAULT_BACKOFF, Backoff
 from conveyor.unique import Unique as UniqueWindow
 from conveyor.unique import resolve_unique
@@ -52,6 +53,8 @@ class EnqueueOptions:
     #: The deadline to start by (seconds or a timedelta from now, or an aware
     #: datetime): a job not started by then never starts (see expiry.py).
     expires: float | timedelta | datetime | None = None
+    #: How long the finished job is kept, overriding its queue's age rules (retain.py).
+    retain: Retain | None = None
     #: With a key: "replace" updates the queued job holding it (replace.py).
     on_conflict: str = "answer"
     #: With a key: a burst of enqueues becomes one job, due this long after the last.
@@ -156,6 +159,7 @@ class Task(Generic[P, R]):
         timeout: float | None,
         backoff: Backoff | None,
         expires: float | timedelta | datetime | None = None,
+        retain: Retain | None = None,
     ) -> None:
         self.app = app
         self.fn = fn
@@ -167,6 +171,8 @@ class Task(Generic[P, R]):
         self.backoff: Backoff = backoff or DEFAULT_BACKOFF
         #: The default deadline of its jobs (``expires=`` of an enqueue overrides it).
         self.expires = expires
+        #: The default retention of its finished jobs (``retain=`` of an enqueue overrides it).
+        self.retain = check_task_retain(name, retain)
         self.is_async = inspect.iscoroutinefunction(fn)
         self.takes_context = context_parameter(fn)
         self._signature = inspect.signature(fn)

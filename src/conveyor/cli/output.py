@@ -7,10 +7,10 @@ import math
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import click
@@ -27,6 +27,7 @@ from conveyor.export import iso, job_dict
 from conveyor.fleet import WorkerStatus
 from conveyor.job import DETAILED_STATES, FILTER_STATES, Event, Job, JobState, is_sealed, utcnow
 from conveyor.logs import spelled_duration
+from conveyor.retain import describe_retain
 from conveyor.store.records import QueueStats, Stats, Step
 
 STATES = [str(s) for s in JobState]
@@ -530,6 +531,7 @@ def job_view(
     parents: Sequence[Job] = (),
     children: Sequence[Job] = (),
     expires_at: datetime | None = None,
+    kept: Mapping[str, timedelta] | None = None,
 ) -> RenderableType:
     now = utcnow()
     fields = Table.grid(padding=(0, 2))
@@ -566,6 +568,8 @@ def job_view(
         if name == "run_at" and expires_at is not None:  # its deadline to start by
             gone = "expired: never started" if is_expired(job) else relative(expires_at, now)
             fields.add_row("expires", Text(f"{when(expires_at)} ({gone})"))
+    if kept:  # its own retention, over the queue's policy
+        fields.add_row("kept", Text(f"{describe_retain(kept)} after it finishes"))
     if parents:
         fields.add_row("waits for" if job.state == JobState.WAITING else "waited for",
                        relatives_text(parents, now))  # fmt: skip

@@ -319,11 +319,14 @@ class WorkflowInfo:
 class Purge:
     """The finished jobs a purge deletes (``job_purge_where``) or counts
     (``job_purge_count``): those in ``states`` (final ones) that finished before
-    ``finished_before``, of ``queue`` (None: every queue)."""
+    ``finished_before``, of ``queue`` (None: every queue). ``by_policy``: a queue's
+    age rule, which passes over the jobs whose own rule (``retain=``) names the
+    state they ended in; an operator's purge takes them too."""
 
     finished_before: datetime
     states: Sequence[str]
     queue: str | None = None
+    by_policy: bool = False
 
 
 @dataclass(frozen=True, slots=True)

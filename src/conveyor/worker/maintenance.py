@@ -24,6 +24,7 @@ from conveyor.pacing import DutyBackoff
 from conveyor.store.expiring import ExpiringStore
 from conveyor.store.metrics_protocol import FOLD_LIMIT, TaskMetricsStore
 from conveyor.store.protocols import FlowControlStore, OperatorStore
+from conveyor.store.retaining import RetainingStore
 from conveyor.worker.retention import Housekeeping
 from conveyor.worker.runtime import Runtime
 from conveyor.worker.talk import log_rescued
@@ -115,6 +116,9 @@ class Maintenance(_Background):
         # Capabilities beyond the core: a store without them has nothing to do here.
         if isinstance(store, OperatorStore) and self.runtime.retention.enabled:
             actions.append(("retention", lambda: self._retention.run(wall)))
+        if isinstance(store, RetainingStore):
+            # Jobs kept as long as their own rule says (retain=): with or without a policy.
+            actions.append(("own retention", lambda: store.job_purge_retained(wall)))
         if isinstance(store, ExpiringStore):
             # Jobs past their deadline end now, not when a worker would reach them.
             actions.append(("expiry", lambda: self._expire(store, now)))
@@ -183,7 +187,8 @@ class Rescuer(_Background):
         self.interval = round_interval(lease)  # as often as maintenance
         self._rescued = rescued
         ttl = timedelta(seconds=max(self.interval * 3, 1.0))
-        self._housekeeping = Housekeeping(runtime.store, runtime.retention, holder, ttl)
+        # With the jobs' own rules (retain=): no worker's maintenance applies them here.
+        self._housekeeping = Housekeeping(runtime.store, runtime.retention, holder, ttl, own=True)
         super().__init__("conveyor-rescue")
 
     def stop(self) -> None:

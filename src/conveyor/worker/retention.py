@@ -19,6 +19,7 @@ from conveyor.errors import ConfigurationError
 from conveyor.job import utcnow, validate_name
 from conveyor.store.protocols import InsightStore, JobStore, OperatorStore
 from conveyor.store.records import Purge
+from conveyor.store.retaining import RetainingStore, own_retention
 
 log = logging.getLogger("conveyor.maintenance")
 
@@ -77,17 +78,20 @@ class Retention:
             or self.keep_finished is not None
         )
 
-    def apply(self, store: OperatorStore, now: datetime) -> int:
+    def apply(self, store: OperatorStore, now: datetime, *, own: bool = False) -> int:
         """One round; returns the jobs deleted. Each rule deletes at most 10,000 jobs a
         round, so a big backlog goes over a few rounds; the count rules run at most
-        every ``count_every`` seconds, as they count finished jobs to do so."""
-        deleted = 0
+        every ``count_every`` seconds, as they count finished jobs to do so. The age
+        rules pass over the jobs with a rule of their own for the state they ended in
+        (``retain=``): the maintenance round applies those (``job_purge_retained``), and
+        this round too with ``own`` (``app.apply_retention``)."""
+        deleted = own_retention(store, now) if own else 0
         if self.age is not None:
             rest = [s for s in FINAL_STATES if s not in self.by_state]
             if rest:
-                deleted += store.job_purge_where(Purge(now - self.age, rest))
+                deleted += store.job_purge_where(Purge(now - self.age, rest, by_policy=True))
         for state, age in self.by_state.items():
-            deleted += store.job_purge_where(Purge(now - age, [state]))
+            deleted += store.job_purge_where(Purge(now - age, [state], by_policy=True))
         counting = self.keep_finished is not None or self.keep_by_state
         if counting and time.monotonic() >= self._next_count:
             self._next_count = time.monotonic() + self.count_every
@@ -109,21 +113,32 @@ class Housekeeping:
     so that a consume-only service prunes as a worker does; the holder of the
     retention lease acts, the others skip their turn."""
 
-    def __init__(self, store: JobStore, retention: Retention, holder: str, ttl: timedelta):
+    def __init__(
+        self,
+        store: JobStore,
+        retention: Retention,
+        holder: str,
+        ttl: timedelta,
+        *,
+        own: bool = False,
+    ):
         self.store = store
         self.retention = retention
         self.holder = holder
         self.ttl = ttl
         self.is_leader = False
+        #: Whether its rounds apply the jobs' own rules too (a consumer's: a worker's
+        #: maintenance applies those itself, every round).
+        self.own = own and isinstance(store, RetainingStore)
 
     def run(self, now: datetime | None = None) -> int:
         """One round of retention if this process leads it; the jobs deleted."""
         store = self.store
-        if not isinstance(store, OperatorStore) or not self.retention.enabled:
+        if not isinstance(store, OperatorStore) or not (self.retention.enabled or self.own):
             return 0
         wall = now or utcnow()
         self.is_leader = store.leader_acquire(RETENTION_LEADER, self.holder, self.ttl, wall)
-        return self.retention.apply(store, wall) if self.is_leader else 0
+        return self.retention.apply(store, wall, own=self.own) if self.is_leader else 0
 
     def release(self) -> None:
         if self.is_leader:

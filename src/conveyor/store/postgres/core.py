@@ -33,6 +33,8 @@ from conveyor.store.postgres.base import (
 from conveyor.store.postgres.expiry import write_deadlines
 from conveyor.store.postgres.listener import Listener
 from conveyor.store.postgres.replace import insert_replacing_on
+from conveyor.store.postgres.retaining import write_retain
+from conveyor.store.postgres.unique import holds_when_finished, lock_keys
 from conveyor.store.protocols import ChangeCallback, Subscription
 from conveyor.store.records import LEASE_EXPIRED_ERROR, Finish, Lease, LeaseStatus
 
@@ -68,14 +70,18 @@ class CoreMixin(ClaimEntry, PostgresBase):
             return []
         if any(new.on_conflict == "replace" for new in jobs):
             return insert_replacing_on(self, jobs, now, connection, workflow)
-        if connection is None and any(new.waits or new.expires_at for new in jobs):
+        if connection is None and any(
+            new.waits or new.expires_at or new.retain or holds_when_finished(new) for new in jobs
+        ):
             # Jobs that wait are linked to their parents in the insert's transaction;
-            # deadlines are written in it too (no claim sees a job before its deadline).
+            # deadlines are written in it too (no claim sees a job before its deadline),
+            # and keys that finished jobs hold stay locked until it commits (unique.py).
             with self._tx() as own:
                 return self.job_insert_many(jobs, now, connection=own)
         with self._conn(connection) as own:
             conn: Connection | Cursor = own if connection is None else _own_cursor(own)
             pairs = key_pairs(jobs)
+            lock_keys(conn, jobs)
             plan = plan_insert(jobs, self._find_keys(conn, pairs) if pairs else [])
             inserted: dict[int, Job] = {}
             answered: set[int] = set()  # positions another producer's job answered
@@ -105,6 +111,8 @@ class CoreMixin(ClaimEntry, PostgresBase):
             results = resolve_plan(plan, len(jobs), inserted)
             if any(new.expires_at is not None for new in jobs):
                 write_deadlines(conn, {inserted[p].id: jobs[p] for p in set(inserted) - answered})
+            if any(new.retain is not None for new in jobs):
+                write_retain(conn, {inserted[p].id: jobs[p] for p in set(inserted) - answered})
             if workflow is not None or any(new.waits for new in jobs):
                 ids = [job.id for job in results]
                 written = sorted(set(inserted) - answered)

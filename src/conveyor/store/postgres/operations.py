@@ -231,4 +231,9 @@ class OperationsMixin(CoreMixin):
 
 def _purge_params(purge: Purge) -> dict[str, Any]:
     """The parameters of job_purge_where and job_purge_count."""
-    return {"before": purge.finished_before, "states": list(purge.states), "queue": purge.queue}
+    return {
+        "before": purge.finished_before,
+        "states": list(purge.states),
+        "queue": purge.queue,
+        "by_policy": purge.by_policy,
+    }

@@ -638,6 +638,8 @@ WITH doomed AS MATERIALIZED (
     WHERE finished_at < %(before)s
       AND state = ANY(%(states)s::text[])
       AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+      -- a queue's age rule leaves a job to its own rule for its state (retain=)
+      AND (NOT %(by_policy)s OR retain IS NULL OR NOT retain ? state)
       AND {{conveyor.store.postgres/workflows.sql:flow_still_needed}}
     ORDER BY finished_at
     LIMIT %(limit)s

@@ -27,6 +27,7 @@ from conveyor.store.postgres.metrics import PostgresTaskMetrics
 from conveyor.store.postgres.operations import OperationsMixin
 from conveyor.store.postgres.outcomes import OutcomesMixin
 from conveyor.store.postgres.payloads import PostgresPayloads
+from conveyor.store.postgres.retaining import PostgresRetaining
 from conveyor.store.postgres.session import PostgresSession
 from conveyor.store.postgres.signals import PostgresSignals
 from conveyor.store.postgres.steps import StepsMixin
@@ -58,6 +59,7 @@ class PostgresStore(
     PostgresTaskMetrics,
     PostgresWorkerControl,
     PostgresExpiry,
+    PostgresRetaining,
     PostgresFair,  # its claim first: a fair queue's, the others to the core's
     # Last: every capability above builds on the core.
     CoreMixin,

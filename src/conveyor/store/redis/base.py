@@ -189,12 +189,15 @@ def _new_job_json(job: NewJob) -> list[str | None]:
         job.limit_key,
         job.headers_text(),
     ]
-    if job.expires_at is not None or job.on_conflict == "replace":
-        # Fields only the jobs that use them carry: a deadline, the replace rule.
-        fields.append(None if job.expires_at is None else _ts(job.expires_at))
-    if job.on_conflict == "replace":
-        fields.append("replace")
-    return fields
+    # Fields only the jobs that use them carry: a deadline, the replace rule, retention.
+    optional = [
+        None if job.expires_at is None else _ts(job.expires_at),
+        "replace" if job.on_conflict == "replace" else None,
+        job.retain,
+    ]
+    while optional and optional[-1] is None:
+        optional.pop()
+    return fields + optional
 
 
 class _WorkflowTaken(Exception):

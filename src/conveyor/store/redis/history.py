@@ -119,9 +119,12 @@ class PurgeWalks:
         states: Sequence[str],
         queue: str | None,
         limit: int,
+        by_policy: bool = False,
     ) -> list[int]:
-        """Up to ``limit`` jobs of the rule finished before ``cutoff`` (a score bound)."""
+        """Up to ``limit`` jobs of the rule finished before ``cutoff`` (a score bound);
+        ``by_policy``: a queue's age rule, passing over the jobs with their own rule."""
         rule = (tuple(sorted(states)), queue)
+        policy = "1" if by_policy else ""
         low, skip = self._resume.pop(rule, ("-inf", 0))
         budget = max(PURGE_WALK, limit)
         chosen: list[int] = []
@@ -129,7 +132,7 @@ class PurgeWalks:
         wanted = json.dumps(list(states))
 
         def mode() -> Sequence[str]:  # each page stops once the limit is reached
-            return ("purge", wanted, queue or "", str(limit - len(chosen)))
+            return ("purge", wanted, queue or "", str(limit - len(chosen)), policy)
 
         last, passed = low, skip
         for found in finished_pages(store, low, cutoff, mode, skip, min(PAGE, budget)):

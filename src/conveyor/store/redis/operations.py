@@ -377,7 +377,8 @@ class OperationsMixin(LimitsMixin):
     def job_purge_where(self, purge: Purge, limit: int = 10_000) -> int:
         finished_before, states, queue = purge.finished_before, purge.states, purge.queue
         cutoff = f"({_ts(finished_before)}"
-        ids = self._purge_walks.candidates(self, cutoff, states, queue, limit)
+        walks = self._purge_walks
+        ids = walks.candidates(self, cutoff, states, queue, limit, purge.by_policy)
         if queue is None and "failed" in states:
             self._forget_dropped(finished_before, limit)
         return len(self._delete(ids, finished_before, states, queue))

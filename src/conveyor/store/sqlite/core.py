@@ -29,6 +29,7 @@ from conveyor.store.sqlite.base import (
 )
 from conveyor.store.sqlite.expiry import insert_with_deadlines
 from conveyor.store.sqlite.replace import insert_replacing_on
+from conveyor.store.sqlite.retaining import write_retain
 from conveyor.store.sqlite.watcher import DataVersionWatcher
 
 #: A count no claim reaches (SQLite's 32-bit "no limit").
@@ -94,6 +95,9 @@ class CoreMixin(ClaimEntry, SQLiteBase):
                     insert_with_deadlines(conn, rows, [jobs[p] for p in plan.insert])
                 else:
                     conn.executemany(_Q["job_insert"], rows)
+                if any(new.retain is not None for new in jobs):
+                    owned = zip(rows, plan.insert, strict=True)
+                    write_retain(conn, [(r[0], jobs[p].retain) for r, p in owned])
                 conn.execute(
                     _Q["event_insert_enqueued"], {"first": first, "last": first + len(rows) - 1}
                 )

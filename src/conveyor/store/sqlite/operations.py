@@ -272,4 +272,5 @@ def _purge_params(purge: Purge) -> dict[str, Any]:
         "before": _ts(purge.finished_before),
         "states": json.dumps(list(purge.states)),
         "queue": purge.queue,
+        "by_policy": purge.by_policy,
     }

@@ -424,6 +424,8 @@ SELECT id FROM jobs
 WHERE finished_at < :before
   AND state IN (SELECT value FROM json_each(:states))
   AND (:queue IS NULL OR queue = :queue)
+  -- a queue's age rule leaves a job to its own rule for its state (retain=)
+  AND (NOT :by_policy OR retain IS NULL OR json_type(retain, '$.' || state) IS NULL)
 ORDER BY finished_at
 LIMIT :limit
 

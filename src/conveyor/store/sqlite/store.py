@@ -27,6 +27,7 @@ from conveyor.store.sqlite.metrics import SQLiteTaskMetrics
 from conveyor.store.sqlite.operations import OperationsMixin
 from conveyor.store.sqlite.outcomes import OutcomesMixin
 from conveyor.store.sqlite.payloads import SQLitePayloads
+from conveyor.store.sqlite.retaining import SQLiteRetaining
 from conveyor.store.sqlite.session import SQLiteSession
 from conveyor.store.sqlite.signals import SQLiteSignals
 from conveyor.store.sqlite.steps import StepsMixin
@@ -55,6 +56,7 @@ class SQLiteStore(
     SQLiteTaskMetrics,
     SQLiteWorkerControl,
     SQLiteExpiry,
+    SQLiteRetaining,
     SQLiteFair,  # its claim first: a fair queue's, the others to the core's
     # Last: every capability above builds on the core.
     CoreMixin,

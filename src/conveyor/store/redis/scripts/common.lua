@@ -117,6 +117,8 @@ local JOB_FIELDS = {
     'pending', 'on_failure', 'workflow', 'children',
     -- a job enqueued with a deadline to start by (expires=; see job_expire.lua)
     'expires_at',
+    -- a job with its own retention (retain=; see job_purge_retained.lua)
+    'retain',
 }
 -- Besides these a job's hash holds "events", the seqs of its events joined by commas.
 -- A hash without one of these cannot be read (store.py's _REQUIRED says the same):
@@ -385,6 +387,7 @@ local function leave(j)
     elseif j.state ~= 'waiting' then -- a waiting job is in qs:<q>:waiting alone
         zrem(P .. 'finished', id)
         if j.expires_at then zrem(qk('expired', q), id) end -- see job_expire.lua
+        if j.retain then zrem(P .. 'retaining', id) end -- see job_purge_retained.lua
     end
 end
 
@@ -419,6 +422,9 @@ local function enter(j)
     else
         zadd(state_key(q, j.state), id, id)
         zadd(P .. 'finished', j.finished_at, id)
+        -- Its own retention (retain=) for this state: by the moment it is due to go.
+        local keep = j.retain and cjson.decode(j.retain)[j.state]
+        if keep then zadd(P .. 'retaining', tonumber(j.finished_at) + keep, id) end
     end
 end
 
@@ -495,7 +501,8 @@ local function find_key(q, key, unique)
 end
 
 -- n: {queue, task, args, kwargs, priority, run_at, max_attempts, key, unique,
--- group, batch, limit_key, headers}; returns the new job. ``id`` comes from the
+-- group, batch, limit_key, headers, and for the jobs that use them: expires_at,
+-- on_conflict, retain}; returns the new job. ``id`` comes from the
 -- ids counter (job_insert_many takes a range at once).
 local function insert(n, now_s, id)
     id = id or tostring(redis.call('INCR', P .. 'ids'))
@@ -503,7 +510,7 @@ local function insert(n, now_s, id)
         id = id, queue = n[1], task = n[2], state = 'queued', args = n[3], kwargs = n[4],
         priority = n[5], run_at = n[6], attempts = '0', max_attempts = n[7], key = v(n[8]),
         group_key = v(n[10]), batch = v(n[11]), created_at = now_s, limit_key = v(n[12]),
-        headers = v(n[13]), expires_at = v(n[14]),
+        headers = v(n[13]), expires_at = v(n[14]), retain = v(n[16]),
     }
     cache[id], held[j] = j, FRESH
     save(j, {})

@@ -9,9 +9,10 @@
 --     the dashboard's chart (slot = whole widths since `since`).
 --   'runs' bounds (JSON): {queue, bucket, count, seconds, ...}, run times of
 --     succeeded and failed jobs (bucket = how many bounds lie below).
---   'purge' states (JSON), queue ('' = any), want: {id, ...} of the jobs in
---     those states (of that queue), at most want; the page ends at the entry
---     that makes want.
+--   'purge' states (JSON), queue ('' = any), want, by_policy ('1': a queue's age
+--     rule, which passes over a job whose own retain= names its state): {id, ...}
+--     of the jobs in those states (of that queue), at most want; the page ends at
+--     the entry that makes want.
 -- Returns {read, last score, entries of that score read, of those the ones passed
 -- over (not chosen, not gone), ids whose hash is gone, result}.
 local rows = redis.call('ZRANGEBYSCORE', P .. 'finished', ARGV[1], ARGV[2], 'WITHSCORES',
@@ -31,7 +32,7 @@ local function add(key, fields, count, seconds)
     a[3] = a[3] + seconds
 end
 
-local since, width, bounds, wanted, queue, want
+local since, width, bounds, wanted, queue, want, by_policy
 if mode == 'slots' then
     since, width = tonumber(ARGV[6]), tonumber(ARGV[7])
 elseif mode == 'runs' then
@@ -40,6 +41,7 @@ else
     wanted = {}
     for _, s in ipairs(cjson.decode(ARGV[6])) do wanted[s] = true end
     queue, want = ARGV[7], tonumber(ARGV[8])
+    by_policy = ARGV[9] == '1'
 end
 
 for i = 1, #rows, 2 do
@@ -47,7 +49,7 @@ for i = 1, #rows, 2 do
     read = read + 1
     if score ~= last then last, tied, passed = score, 0, 0 end
     tied = tied + 1
-    local f = redis.call('HMGET', jkey(id), 'queue', 'state', 'started_at')
+    local f = redis.call('HMGET', jkey(id), 'queue', 'state', 'started_at', 'retain')
     local q, state = f[1], f[2]
     if not q or not state then
         gone[#gone + 1] = id -- dropped by the caller: it leaves finished
@@ -64,7 +66,8 @@ for i = 1, #rows, 2 do
             end
             add(q .. '\n' .. bucket, {q, bucket}, 1, seconds)
         end
-    elseif wanted[state] and (queue == '' or queue == q) then
+    elseif wanted[state] and (queue == '' or queue == q)
+            and not (by_policy and f[4] and cjson.decode(f[4])[state]) then
         out[#out + 1] = id
         if #out >= want then break end
     else

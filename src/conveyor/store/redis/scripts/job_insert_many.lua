@@ -30,7 +30,8 @@ local function replace_or_release(n, now_s)
     if not j then return end
     if j.state == 'queued' then
         leave(j)
-        j.args, j.kwargs, j.priority = n[3], n[4], n[5]
+        -- Its ready member (common.lua's ready_member) spells the old priority: made anew.
+        j.args, j.kwargs, j.priority, j.member = n[3], n[4], n[5], nil
         if j.held_run_at then -- held: stays held, due at the new run_at once let go
             j.held_run_at = n[6]
             save(j, {'args', 'kwargs', 'priority', 'held_run_at'})
