@@ -44,6 +44,10 @@ class DurableModel:
     waits: dict[int, ModelWait] = field(default_factory=dict)
     #: Signals "go" sent to each job and not taken yet.
     pending: dict[int, int] = field(default_factory=dict)
+    #: Each job's waits for "go" that ended (taken or timed out): recorded as steps,
+    #: so its next wait is the next step, as ctx.wait_for numbers them (a replay of
+    #: a recorded one returns the step and never asks the store).
+    ended: dict[int, int] = field(default_factory=dict)
 
 
 class DurableRules:
@@ -113,13 +117,16 @@ class DurableRules:
         """ctx.wait_for: a signal kept is taken; else the wait is marked (an earlier mark
         of the step keeps its time) and times out once over, else parks the job."""
         lease, now = self._pick_lease(data), self.model.now
-        step = "signal-go-1"
+        holder = self.model.holder(lease)
+        step = f"signal-go-{self.durable.ended.get(holder.id, 0) + 1 if holder else 1}"
         waited = self._signals.signal_wait(lease, "go", step, now + timedelta(seconds=ends), now)
         job = self.model.holder(lease)
         if job is None:
             assert waited is None
             return
         assert waited is not None
+        if waited.outcome != "parked":
+            self.durable.ended[job.id] = self.durable.ended.get(job.id, 0) + 1
         if self.durable.pending.get(job.id, 0):
             assert waited.outcome == "received"
             self.durable.pending[job.id] -= 1

@@ -8,7 +8,7 @@ import pytest
 
 from conveyor.store.capabilities import PROTOCOLS
 from conveyor.store.postgres import PostgresStore
-from conveyor.store.protocols import JobStore
+from conveyor.store.protocols import HoldStore, JobStore
 from conveyor.store.redis import RedisStore
 from conveyor.store.sqlite import SQLiteStore
 
@@ -46,6 +46,12 @@ def test_each_capability_is_implemented_in_one_module_of_each_store(store: type)
             modules -= {"base", "claims"}
             assert _module_of(store, "job_claim") == "claims"
             assert _module_of(store, "_claim") == "fair"
+        if protocol is HoldStore:
+            # Hold and let go are one operation by name, written once (store/holding.py)
+            # over each store's own _hold; the rest of the capability is the store's.
+            modules -= {"holding"}
+            assert {_module_of(store, n) for n in ("job_hold", "job_unhold")} == {"holding"}
+            assert _module_of(store, "_hold") == "holds"
         assert len(modules) == 1, (capability, modules)
         seen[capability] = modules
     # A store is only split if its capabilities sit in different modules.

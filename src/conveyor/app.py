@@ -706,6 +706,10 @@ class App:
         """The per-task metrics the store folds (the tasks page, /metrics); None without."""
         return self.store if isinstance(self.store, TaskMetricsStore) else None
 
+    def port(self, capability: type[R]) -> R | None:
+        """The store as ``capability`` (a runtime-checkable protocol of it); None without."""
+        return self.store if isinstance(self.store, capability) else None
+
     @property
     def durable(self) -> SignalStore | None:
         """Signals sent and what parked jobs wait for (``ctx.wait_for``, ``ctx.wait``): a port."""

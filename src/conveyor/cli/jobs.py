@@ -55,7 +55,7 @@ from conveyor.job import (
 from conveyor.signals import spawned
 from conveyor.store.dsn import DSN_ENV, default_dsn, sqlite_path
 from conveyor.store.expiring import deadline_of
-from conveyor.store.retaining import kept_for
+from conveyor.store.retaining import RetainingStore, kept_for
 from conveyor.task import EnqueueOptions, Task
 
 #: Calls per transaction when enqueueing from a file or with --count.
@@ -326,7 +326,7 @@ def show_job(job_id: int, dsn: str | None, as_json: bool) -> None:
         why = app.why(job_id) if job.state in (JobState.WAITING, JobState.QUEUED) else None
         waits = waiting_of(app, job_id) if job.state == JobState.QUEUED else None
         expires_at = deadline_of(app.expiry, job_id)
-        kept = kept_for(app.store, job_id)
+        kept = kept_for(app.port(RetainingStore), job_id)
     if as_json:
         print_json(
             {

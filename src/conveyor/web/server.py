@@ -50,7 +50,7 @@ from conveyor.job import DETAILED_STATES, FILTER_STATES, JobState, utcnow
 from conveyor.signals import spawned
 from conveyor.store.expiring import deadline_of
 from conveyor.store.limit_keys import MAX_THROTTLED_KEYS
-from conveyor.store.retaining import kept_line
+from conveyor.store.retaining import RetainingStore, kept_line
 from conveyor.store.selection import ARGS_SEARCH_SPAN
 from conveyor.web import charts, graph, task_metrics, views
 from conveyor.web.auditing import audit_action
@@ -521,7 +521,7 @@ class Dashboard:
             "spawned": spawned(steps),
             "expires_at": deadline_of(self.app.expiry, job_id),
             "expired": is_expired(job),
-            "kept": kept_line(self.app.store, job_id),
+            "kept": kept_line(self.app.port(RetainingStore), job_id),
         }
         name = "_job_live.html" if self.live(request) else "job.html"
         return self.render(request, name, context)
