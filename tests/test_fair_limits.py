@@ -125,9 +125,9 @@ def test_groups_holds_and_pauses_hold_with_limits_too(app: App) -> None:
     assert _keys(_claim(app, 20)) == {"A": 2, "B": 1}
 
 
+@pytest.mark.parametrize("dsn", ["redis"], indirect=True)  # the store with FinishFetchStore
 def test_a_finish_that_fetches_the_next_jobs_takes_them_by_turns(app: App) -> None:
-    if not isinstance(app.store, FinishFetchStore):
-        pytest.skip("a finish fetches the next jobs on Redis alone")
+    assert isinstance(app.store, FinishFetchStore)
     app.fair("q")
     app.enqueue_many(_jobs("A", 300))
     first = _claim(app, 6)
