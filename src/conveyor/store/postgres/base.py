@@ -295,6 +295,15 @@ class PostgresBase:
         return [limit_status(limits_of_row(row[:8], _same), now, *row[8:]) for row in rows]
 
 
+def set_per_job(conn: Any, statement: str, values: dict[int, Any]) -> None:
+    """Run a ``job_set_*`` statement (arrays ``ids`` and ``values``) for the jobs of
+    ``values`` (id -> value) that have one, in the insert's transaction; nothing is
+    run when none has one."""
+    pairs = [(i, value) for i, value in values.items() if value is not None]
+    if pairs:
+        conn.execute(statement, {"ids": [i for i, _ in pairs], "values": [v for _, v in pairs]})
+
+
 def _finish_params(
     finishes: Sequence[Finish], now: datetime | None, flows: bool = False
 ) -> dict[str, Any]:
