@@ -287,6 +287,15 @@ class PostgresBase:
             return []
         return sorted(self._change(name, {"ids": list(job_ids), "now": now}))
 
+    def _per_job(self, statement: str, job_ids: Sequence[int]) -> dict[int, Any]:
+        """What ``statement`` reads (rows: id, value) for the jobs of ``job_ids`` that
+        have a value: a per-job column that ``set_per_job`` wrote; none asked, none read."""
+        if not job_ids:
+            return {}
+        with self._conn() as conn:
+            rows = conn.execute(statement, {"ids": list(job_ids)}).fetchall()
+        return {int(job_id): value for job_id, value in rows}
+
     def _saw_limits(self, names: tuple[str, ...], limited: bool) -> None:
         self._limited[names] = (limited, time.monotonic())
 

@@ -33,11 +33,7 @@ class PostgresExpiry(PostgresBase):
         return ids
 
     def job_expires_at(self, job_ids: Sequence[int]) -> dict[int, datetime]:
-        if not job_ids:
-            return {}
-        with self._conn() as conn:
-            rows = conn.execute(_X["job_expires_at"], {"ids": list(job_ids)}).fetchall()
-        return {int(job_id): at for job_id, at in rows}
+        return self._per_job(_X["job_expires_at"], job_ids)
 
     def job_expired_counts(self) -> dict[str, int]:
         with self._conn() as conn:

@@ -30,8 +30,4 @@ class PostgresRetaining(PostgresBase):
         return int(row[0]) if row else 0
 
     def job_retain(self, job_ids: Sequence[int]) -> dict[int, str]:
-        if not job_ids:
-            return {}
-        with self._conn() as conn:
-            rows = conn.execute(_T["job_retain"], {"ids": list(job_ids)}).fetchall()
-        return {int(job_id): rule for job_id, rule in rows}
+        return self._per_job(_T["job_retain"], job_ids)
