@@ -106,10 +106,7 @@ class PostgresSignals(CoreMixin):
     def job_waiting(self, job_id: int) -> Waiting | None:
         with self._conn() as conn:
             row = conn.execute(_S["wait_get"], {"job_id": job_id}).fetchone()
-        if row is None:
-            return None
-        children = None if row[2] is None else [int(i) for i in json.loads(row[2])]
-        return Waiting(row[0], row[1], children, row[3])
+        return None if row is None else Waiting.stored(row[0], row[1], row[2], row[3])
 
 
 def _park(conn: Any, lease: Lease, until: datetime, now: datetime) -> bool:
