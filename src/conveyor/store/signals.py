@@ -11,6 +11,7 @@ once. Taking a signal records it as the waiting step in the same transaction
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -42,6 +43,14 @@ class Waiting:
     signal: str | None
     children: list[int] | None
     until: datetime
+
+    @classmethod
+    def stored(
+        cls, step: str, signal: str | None, children_json: str | None, until: datetime
+    ) -> Waiting:
+        """A wait as every store keeps it: the children as a JSON list of ids."""
+        children = None if children_json is None else [int(i) for i in json.loads(children_json)]
+        return cls(step, signal, children, until)
 
 
 @dataclass(frozen=True, slots=True)

@@ -287,12 +287,30 @@ class PostgresBase:
             return []
         return sorted(self._change(name, {"ids": list(job_ids), "now": now}))
 
+    def _per_job(self, statement: str, job_ids: Sequence[int]) -> dict[int, Any]:
+        """What ``statement`` reads (rows: id, value) for the jobs of ``job_ids`` that
+        have a value: a per-job column that ``set_per_job`` wrote; none asked, none read."""
+        if not job_ids:
+            return {}
+        with self._conn() as conn:
+            rows = conn.execute(statement, {"ids": list(job_ids)}).fetchall()
+        return {int(job_id): value for job_id, value in rows}
+
     def _saw_limits(self, names: tuple[str, ...], limited: bool) -> None:
         self._limited[names] = (limited, time.monotonic())
 
     def _limit_usage(self, conn: Connection, now: datetime) -> list[LimitStatus]:
         rows = conn.execute(_Q["limit_usage"], {"now": now}).fetchall()
         return [limit_status(limits_of_row(row[:8], _same), now, *row[8:]) for row in rows]
+
+
+def set_per_job(conn: Any, statement: str, values: dict[int, Any]) -> None:
+    """Run a ``job_set_*`` statement (arrays ``ids`` and ``values``) for the jobs of
+    ``values`` (id -> value) that have one, in the insert's transaction; nothing is
+    run when none has one."""
+    pairs = [(i, value) for i, value in values.items() if value is not None]
+    if pairs:
+        conn.execute(statement, {"ids": [i for i, _ in pairs], "values": [v for _, v in pairs]})
 
 
 def _finish_params(

@@ -9,7 +9,7 @@ from typing import Any
 from conveyor.expiry import EXPIRE_LIMIT, EXPIRED_ERROR
 from conveyor.job import NewJob
 from conveyor.store.postgres import flows as pg_flows
-from conveyor.store.postgres.base import PostgresBase
+from conveyor.store.postgres.base import PostgresBase, set_per_job
 from conveyor.store.sql import load_queries
 
 _X = load_queries("conveyor.store.postgres", "expiry.sql")
@@ -18,10 +18,7 @@ _X = load_queries("conveyor.store.postgres", "expiry.sql")
 def write_deadlines(conn: Any, written: dict[int, NewJob]) -> None:
     """Give the jobs just inserted (id -> the job) their deadlines, in the insert's
     transaction; nothing is run when none has one."""
-    pairs = [(i, new.expires_at) for i, new in written.items() if new.expires_at is not None]
-    if pairs:
-        params = {"ids": [i for i, _ in pairs], "expires": [at for _, at in pairs]}
-        conn.execute(_X["job_set_expiry"], params)
+    set_per_job(conn, _X["job_set_expiry"], {i: new.expires_at for i, new in written.items()})
 
 
 class PostgresExpiry(PostgresBase):
@@ -36,11 +33,7 @@ class PostgresExpiry(PostgresBase):
         return ids
 
     def job_expires_at(self, job_ids: Sequence[int]) -> dict[int, datetime]:
-        if not job_ids:
-            return {}
-        with self._conn() as conn:
-            rows = conn.execute(_X["job_expires_at"], {"ids": list(job_ids)}).fetchall()
-        return {int(job_id): at for job_id, at in rows}
+        return self._per_job(_X["job_expires_at"], job_ids)
 
     def job_expired_counts(self) -> dict[str, int]:
         with self._conn() as conn:

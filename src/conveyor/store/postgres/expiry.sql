@@ -5,7 +5,7 @@
 -- Run in the insert's own transaction, only for jobs enqueued with expires=:
 -- the enqueue's statement itself stays the one every job pays for.
 UPDATE jobs SET expires_at = d.expires_at
-FROM unnest(%(ids)s::bigint[], %(expires)s::timestamptz[]) AS d(id, expires_at)
+FROM unnest(%(ids)s::bigint[], %(values)s::timestamptz[]) AS d(id, expires_at)
 WHERE jobs.id = d.id
 
 -- name: job_expire

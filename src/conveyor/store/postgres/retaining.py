@@ -8,7 +8,7 @@ from typing import Any
 
 from conveyor.job import NewJob
 from conveyor.retain import RETAIN_PURGE_LIMIT
-from conveyor.store.postgres.base import _Q, PostgresBase
+from conveyor.store.postgres.base import _Q, PostgresBase, set_per_job
 from conveyor.store.sql import load_queries
 
 _T = load_queries("conveyor.store.postgres", "retaining.sql")
@@ -17,10 +17,7 @@ _T = load_queries("conveyor.store.postgres", "retaining.sql")
 def write_retain(conn: Any, written: dict[int, NewJob]) -> None:
     """Give the jobs just inserted (id -> the job) their own retention, in the insert's
     transaction; nothing is run when none has one."""
-    pairs = [(i, new.retain) for i, new in written.items() if new.retain is not None]
-    if pairs:
-        params = {"ids": [i for i, _ in pairs], "retains": [rule for _, rule in pairs]}
-        conn.execute(_T["job_set_retain"], params)
+    set_per_job(conn, _T["job_set_retain"], {i: new.retain for i, new in written.items()})
 
 
 class PostgresRetaining(PostgresBase):
@@ -33,8 +30,4 @@ class PostgresRetaining(PostgresBase):
         return int(row[0]) if row else 0
 
     def job_retain(self, job_ids: Sequence[int]) -> dict[int, str]:
-        if not job_ids:
-            return {}
-        with self._conn() as conn:
-            rows = conn.execute(_T["job_retain"], {"ids": list(job_ids)}).fetchall()
-        return {int(job_id): rule for job_id, rule in rows}
+        return self._per_job(_T["job_retain"], job_ids)

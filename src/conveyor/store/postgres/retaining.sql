@@ -5,7 +5,7 @@
 -- Run in the insert's own transaction, only for jobs enqueued with retain=:
 -- the enqueue's statement itself stays the one every job pays for.
 UPDATE jobs SET retain = d.retain::jsonb
-FROM unnest(%(ids)s::bigint[], %(retains)s::text[]) AS d(id, retain)
+FROM unnest(%(ids)s::bigint[], %(values)s::text[]) AS d(id, retain)
 WHERE jobs.id = d.id
 
 -- name: job_purge_retained

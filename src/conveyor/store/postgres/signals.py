@@ -53,11 +53,7 @@ class PostgresSignals(CoreMixin):
                 step_params = {**params, "name": step, "result": result, "started_at": now}
                 found = conn.execute(_STEP_RECORD, step_params).fetchone()
                 return SignalWait("timeout", marked, None if found is None else _row_to_step(found))
-            # Parked as a snooze until the wait's end; the row is ours already.
-            snooze = [Finish.snooze(lease.id, lease.token, marked)]
-            ended = conn.execute(_Q["job_complete_in"], _finish_params(snooze, now, flows=True))
-            row = ended.fetchone()
-            return SignalWait("parked", marked) if row is not None and row[1] else None
+            return SignalWait("parked", marked) if _park(conn, lease, marked, now) else None
 
     def children_park(
         self, lease: Lease, step: str, children: list[int], until: datetime, now: datetime
@@ -74,10 +70,7 @@ class PostgresSignals(CoreMixin):
                 conn.execute(_S["wait_end"], params)
                 return "ended"
             conn.execute(_S["children_mark"], params)
-            snooze = [Finish.snooze(lease.id, lease.token, until)]
-            ended = conn.execute(_Q["job_complete_in"], _finish_params(snooze, now, flows=True))
-            row = ended.fetchone()
-            return "parked" if row is not None and row[1] else None
+            return "parked" if _park(conn, lease, until, now) else None
 
     def signal_list(self, job_id: int) -> list[Signal]:
         with self._conn() as conn:
@@ -113,10 +106,15 @@ class PostgresSignals(CoreMixin):
     def job_waiting(self, job_id: int) -> Waiting | None:
         with self._conn() as conn:
             row = conn.execute(_S["wait_get"], {"job_id": job_id}).fetchone()
-        if row is None:
-            return None
-        children = None if row[2] is None else [int(i) for i in json.loads(row[2])]
-        return Waiting(row[0], row[1], children, row[3])
+        return None if row is None else Waiting.stored(row[0], row[1], row[2], row[3])
+
+
+def _park(conn: Any, lease: Lease, until: datetime, now: datetime) -> bool:
+    """Park the leased job as a snooze until ``until``, in the caller's transaction
+    (which locked its row already); whether it was parked (False: the lease is gone)."""
+    snooze = [Finish.snooze(lease.id, lease.token, until)]
+    row = conn.execute(_Q["job_complete_in"], _finish_params(snooze, now, flows=True)).fetchone()
+    return row is not None and bool(row[1])
 
 
 def with_children(conn: Any, job_ids: Sequence[int]) -> list[int]:

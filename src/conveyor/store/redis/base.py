@@ -381,6 +381,18 @@ class RedisBase:
         held, paused = self._do(read)
         return sorted({q for q, n in held.items() if int(n) > 0} | paused)
 
+    def _job_field(self, job_ids: Sequence[int], field: str) -> list[str | None]:
+        """One field of each job's hash, in the order of ``job_ids`` (None where the
+        job or the field is missing): one round trip, however many jobs."""
+
+        def read() -> list[str | None]:
+            pipe = self._client.pipeline(transaction=False)
+            for job_id in job_ids:
+                pipe.hget(self._k("job", str(job_id)), field)
+            return list(pipe.execute())
+
+        return self._do(read)
+
     def _k(self, *parts: str) -> str:
         return self.prefix + ":".join(parts)
 

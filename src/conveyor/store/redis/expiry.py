@@ -26,18 +26,8 @@ class RedisExpiry(CoreMixin):
     def job_expires_at(self, job_ids: Sequence[int]) -> dict[int, datetime]:
         if not job_ids:
             return {}
-
-        def read() -> list[str | None]:
-            pipe = self._client.pipeline(transaction=False)
-            for job_id in job_ids:
-                pipe.hget(self._k("job", str(job_id)), "expires_at")
-            return list(pipe.execute())
-
-        return {
-            job_id: at
-            for job_id, value in zip(job_ids, self._do(read), strict=True)
-            if (at := _odt(value)) is not None
-        }
+        values = zip(job_ids, self._job_field(job_ids, "expires_at"), strict=True)
+        return {job_id: at for job_id, value in values if (at := _odt(value)) is not None}
 
     def job_expired_counts(self) -> dict[str, int]:
         names = self._queue_names()

@@ -25,12 +25,5 @@ class RedisRetaining(CoreMixin):
     def job_retain(self, job_ids: Sequence[int]) -> dict[int, str]:
         if not job_ids:
             return {}
-
-        def read() -> list[str | None]:
-            pipe = self._client.pipeline(transaction=False)
-            for job_id in job_ids:
-                pipe.hget(self._k("job", str(job_id)), "retain")
-            return list(pipe.execute())
-
-        values = zip(job_ids, self._do(read), strict=True)
+        values = zip(job_ids, self._job_field(job_ids, "retain"), strict=True)
         return {job_id: rule for job_id, rule in values if rule}

@@ -71,6 +71,6 @@ class RedisSignals(CoreMixin):
         found = self._do(lambda: self._client.hgetall(self._k("wait", str(job_id))))
         if not found or "step" not in found:
             return None
-        children = found.get("children")
-        ids = None if children is None else [int(i) for i in json.loads(children)]
-        return Waiting(found["step"], found.get("signal"), ids, _dt(found["until"]))
+        return Waiting.stored(
+            found["step"], found.get("signal"), found.get("children"), _dt(found["until"])
+        )

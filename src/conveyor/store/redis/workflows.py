@@ -71,16 +71,8 @@ class WorkflowsMixin(CoreMixin):
         return [j for j in self._load(self._workflow_ids(workflow_id)) if j is not None]
 
     def workflow_counts(self, workflow_id: str) -> dict[str, int]:
-        ids = self._workflow_ids(workflow_id)
-
-        def read() -> list[str | None]:
-            pipe = self._client.pipeline(transaction=False)
-            for job_id in ids:
-                pipe.hget(self._k("job", str(job_id)), "state")
-            return list(pipe.execute())
-
         counts: dict[str, int] = {}
-        for state in self._do(read):
+        for state in self._job_field(self._workflow_ids(workflow_id), "state"):
             if state is not None:
                 counts[state] = counts.get(state, 0) + 1
         return dict(sorted(counts.items()))

@@ -96,8 +96,7 @@ class SQLiteSignals(CoreMixin):
         row = self._conn().execute(_S["wait_get"], {"job_id": job_id}).fetchone()
         if row is None:
             return None
-        children = None if row[2] is None else [int(i) for i in json.loads(row[2])]
-        return Waiting(row[0], row[1], children, _dt_required(row[3]))
+        return Waiting.stored(row[0], row[1], row[2], _dt_required(row[3]))
 
 
 def with_children(conn: Any, job_ids: Sequence[int]) -> list[int]:

@@ -10,10 +10,7 @@ for _, id in ipairs(cjson.decode(ARGV[2])) do
     local j = load(id)
     if j and j.state == 'queued' and tonumber(j.run_at) < hold_n then
         redis.call('HSET', jkey(j.id), 'held_run_at', j.run_at)
-        leave(j)
-        j.run_at = ARGV[3]
-        save(j, {'run_at'})
-        enter(j)
+        move(j, 'queued', 'run_at', ARGV[3])
         event(j, 'held', tonumber(j.attempts), now_s, nil)
         changed[#changed + 1] = tonumber(j.id)
     end

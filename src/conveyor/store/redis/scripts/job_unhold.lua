@@ -10,10 +10,7 @@ for _, id in ipairs(cjson.decode(ARGV[2])) do
     if j and j.state == 'queued' and tonumber(j.run_at) >= hold_n then
         local kept = redis.call('HGET', jkey(j.id), 'held_run_at')
         redis.call('HDEL', jkey(j.id), 'held_run_at')
-        leave(j)
-        j.run_at = kept or now_s
-        save(j, {'run_at'})
-        enter(j)
+        move(j, 'queued', 'run_at', kept or now_s)
         event(j, 'unheld', tonumber(j.attempts), now_s, nil)
         publish('jobs', j.queue)
         changed[#changed + 1] = tonumber(j.id)
