@@ -326,10 +326,11 @@ def test_a_queued_job_holding_a_limit_keys_line_gives_its_place(
         [new_job("api", limit_key="acme"), new_job("api", limit_key="acme")], now
     )
     client.delete(f"{P}job:{first.id}")
-    # The claim that meets it takes nothing of the key (its line was full), and drops it.
-    assert claim(store, "api") == []
+    # The claim that meets it drops it, and its place in the key's room goes to the
+    # next job of the key in the same claim.
     (claimed,) = claim(store, "api")
     assert claimed.id == second.id
+    assert claim(store, "api") == []
     assert client.exists(f"{P}kq:{nm('api')}:acme") == 0
     assert index_problems(client) == []
 
