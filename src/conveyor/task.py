@@ -24,6 +24,8 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _UNSET: Any = object()
+#: ``fair_key=`` not given: the job takes turns by its limit_key.
+BY_LIMIT_KEY: Any = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +44,9 @@ class EnqueueOptions:
     batch: str | None = None
     #: The key a per-key limit of the queue counts the job under (e.g. a customer id).
     limit_key: str | None = None
+    #: The key a fair queue takes turns by (app.fair): by default the limit_key;
+    #: None puts the job with the jobs of no key.
+    fair_key: str | None = BY_LIMIT_KEY
     #: A DB-API connection with an open transaction: the job commits with the caller's rows.
     connection: Any = None
     #: Metadata stored with the job for the worker side (``job.headers``): strings by name.
