@@ -31,8 +31,8 @@ from conveyor.store.postgres.base import (
     _row_to_job,
 )
 from conveyor.store.postgres.expiry import write_deadlines
-from conveyor.store.postgres.listener import Listener
 from conveyor.store.postgres.fair_keys import write_fair_keys
+from conveyor.store.postgres.listener import Listener
 from conveyor.store.postgres.replace import insert_replacing_on
 from conveyor.store.postgres.retaining import write_retain
 from conveyor.store.postgres.unique import holds_when_finished, lock_keys

@@ -28,8 +28,8 @@ from conveyor.store.sqlite.base import (
     _ts,
 )
 from conveyor.store.sqlite.expiry import insert_with_deadlines
-from conveyor.store.sqlite.replace import insert_replacing_on
 from conveyor.store.sqlite.fair_keys import write_fair_keys
+from conveyor.store.sqlite.replace import insert_replacing_on
 from conveyor.store.sqlite.retaining import write_retain
 from conveyor.store.sqlite.watcher import DataVersionWatcher
 
