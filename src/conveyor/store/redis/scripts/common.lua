@@ -119,6 +119,8 @@ local JOB_FIELDS = {
     'expires_at',
     -- a job with its own retention (retain=; see job_purge_retained.lua)
     'retain',
+    -- a job with a fair key of its own (fair_key=; see fair_claim.lua)
+    'fair_key',
 }
 -- Besides these a job's hash holds "events", the seqs of its events joined by commas.
 -- A hash without one of these cannot be read (store.py's _REQUIRED says the same):
