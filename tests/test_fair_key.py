@@ -4,16 +4,23 @@ counting by limit_key, on every store; counted, never timed."""
 
 from __future__ import annotations
 
+import json
+import os
 from collections import Counter
 from datetime import timedelta
 
 import pytest
+from click.testing import CliRunner
+from starlette.testclient import TestClient
 
 from conveyor import App
+from conveyor.cli import cli
 from conveyor.errors import InvalidJobError
 from conveyor.job import Job
-from conveyor.store.fair import FairStore, fair_key_of
+from conveyor.store.dsn import DSN_ENV
+from conveyor.store.fair import fair_key_of
 from conveyor.task import EnqueueOptions
+from conveyor.web import create_app
 
 LEASE = timedelta(minutes=5)
 
@@ -83,14 +90,39 @@ def test_per_key_limits_still_count_by_limit_key(app: App) -> None:
 
 def test_a_fair_key_equal_to_the_limit_key_stores_nothing_more(app: App) -> None:
     job = app.enqueue("t", queue="q", limit_key="A", fair_key="A")
-    assert fair_key_of(app.port(FairStore), job.id) is None
+    assert fair_key_of(app.store, job.id) is None
     job = app.enqueue("t", queue="q", limit_key="A", fair_key="B")
-    assert fair_key_of(app.port(FairStore), job.id) == "B"
+    assert fair_key_of(app.store, job.id) == "B"
     job = app.enqueue("t", queue="q", limit_key="A", fair_key=None)
-    assert fair_key_of(app.port(FairStore), job.id) == ""
+    assert fair_key_of(app.store, job.id) == ""
 
 
 @pytest.mark.parametrize("bad", ["", "  ", 5])
 def test_a_bad_fair_key_is_refused(app: App, bad: object) -> None:
     with pytest.raises(InvalidJobError, match="fair_key"):
         app.enqueue("t", queue="q", fair_key=bad)
+
+
+def test_jobs_show_and_the_job_page_show_a_fair_key_of_its_own(app: App, dsn: str) -> None:
+    own = app.enqueue("t", queue="q", limit_key="L", fair_key="tenant<1>")
+    shared = app.enqueue("t", queue="q", limit_key="L", fair_key=None)
+    by_limit_key = app.enqueue("t", queue="q", limit_key="L")
+
+    def show(job_id: int, *more: str) -> str:
+        env: dict[str, str | None] = {DSN_ENV: os.environ.get(DSN_ENV)}
+        result = CliRunner().invoke(
+            cli, ["--dsn", dsn, "jobs", "show", str(job_id), *more], env=env
+        )
+        assert result.exit_code == 0, (result.stdout, result.exception)
+        return result.stdout
+
+    assert json.loads(show(own.id, "--json"))["fair_key"] == "tenant<1>"
+    assert json.loads(show(shared.id, "--json"))["fair_key"] == ""
+    assert json.loads(show(by_limit_key.id, "--json"))["fair_key"] is None
+    assert "fair key: tenant<1>" in show(own.id)
+    assert "fair key" not in show(by_limit_key.id)
+    with TestClient(create_app(app), base_url="http://127.0.0.1") as client:
+        page = client.get(f"/jobs/{own.id}").text
+        assert "Fair key" in page and "tenant&lt;1&gt;" in page  # a key is data, escaped
+        assert "shared (no key)" in client.get(f"/jobs/{shared.id}").text
+        assert "Fair key" not in client.get(f"/jobs/{by_limit_key.id}").text

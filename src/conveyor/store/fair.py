@@ -148,10 +148,12 @@ class FairStore(Protocol):
         ...
 
 
-def fair_key_of(port: FairStore | None, job_id: int) -> str | None:
+def fair_key_of(store: object, job_id: int) -> str | None:
     """A job's fair key of its own ("" for the shared key), or None: it takes turns
     by its limit_key (or the store has no fair turns)."""
-    return None if port is None else port.job_fair_keys([job_id]).get(job_id)
+    if not isinstance(store, FairStore):
+        return None
+    return store.job_fair_keys([job_id]).get(job_id)
 
 
 def aging_params(aging: Aging | None) -> dict[str, float | int | None]:
