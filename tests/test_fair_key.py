@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 
 from conveyor import App
 from conveyor.cli import cli
-from conveyor.errors import InvalidJobError
+from conveyor.errors import ConfigurationError, InvalidJobError
 from conveyor.job import Job
 from conveyor.store.dsn import DSN_ENV
 from conveyor.store.fair import fair_key_of
@@ -126,3 +126,15 @@ def test_jobs_show_and_the_job_page_show_a_fair_key_of_its_own(app: App, dsn: st
         assert "Fair key" in page and "tenant&lt;1&gt;" in page  # a key is data, escaped
         assert "shared (no key)" in client.get(f"/jobs/{shared.id}").text
         assert "Fair key" not in client.get(f"/jobs/{by_limit_key.id}").text
+
+
+def test_a_task_gives_its_jobs_a_fair_key_that_an_enqueue_overrides(app: App) -> None:
+    @app.task(queue="q", fair_key="reports")
+    def report() -> None: ...
+
+    assert fair_key_of(app.store, report.enqueue().id) == "reports"
+    assert fair_key_of(app.store, report.options(fair_key="A").enqueue().id) == "A"
+    shared = report.options(limit_key="L", fair_key=None).enqueue()
+    assert fair_key_of(app.store, shared.id) == ""
+    with pytest.raises(ConfigurationError, match="fair_key"):
+        app.task(name="bad", fair_key="")(lambda: None)

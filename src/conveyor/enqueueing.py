@@ -54,7 +54,12 @@ def new_jobs_of(
     validate_name("group", opts.group, optional=True)
     validate_name("batch", opts.batch, optional=True)
     validate_name("limit_key", opts.limit_key, optional=True)
-    fair_key = stored_fair_key(opts.fair_key, opts.limit_key)
+    fair_key = stored_fair_key(
+        opts.fair_key
+        if opts.fair_key is not BY_LIMIT_KEY
+        else getattr(registered, "fair_key", BY_LIMIT_KEY),
+        opts.limit_key,
+    )
     max_attempts = validate_max_attempts(
         opts.max_attempts
         if opts.max_attempts is not None
