@@ -24,8 +24,15 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _UNSET: Any = object()
+
+
+class _ByLimitKey:
+    def __repr__(self) -> str:
+        return "BY_LIMIT_KEY"
+
+
 #: ``fair_key=`` not given: the job takes turns by its limit_key.
-BY_LIMIT_KEY: Any = object()
+BY_LIMIT_KEY: Any = _ByLimitKey()
 
 
 @dataclass(frozen=True, slots=True)
