@@ -358,7 +358,10 @@ def _cli(*args: str, code: int = 0) -> Result:
 def test_the_command_line_makes_a_queue_fair_and_shows_it(app: App, dsn: str) -> None:
     app.enqueue_many(_jobs("q", "gold", 30) + _jobs("q", "A", 30))
     said = _cli("--dsn", dsn, "queues", "fair", "q", "--weight", "gold=3", "--weight", "x=y=2")
-    assert "queue q is fair by limit_key: default weight 1; gold=3, x=y=2" in said.stdout
+    assert (
+        "queue q is fair by fair_key (by default limit_key): default weight 1; gold=3, x=y=2"
+        in said.stdout
+    )
     time.sleep(1.1)  # what a store read of fair queues, it trusts for a second
     _claim(app, "q", 20)
     shown = json.loads(_cli("--dsn", dsn, "queues", "show", "q", "--json").stdout)
@@ -368,7 +371,9 @@ def test_the_command_line_makes_a_queue_fair_and_shows_it(app: App, dsn: str) ->
     assert keys["gold"]["queued"] == 30 - keys["gold"]["starts"]
     assert 0.65 <= keys["gold"]["recent_share"] <= 0.85
     text = _cli("--dsn", dsn, "queues", "show", "q").stdout
-    assert "fair: by limit_key, default weight 1, weights gold=3, x=y=2" in text
+    assert (
+        "fair: by fair_key (by default limit_key), default weight 1, weights gold=3, x=y=2" in text
+    )
     assert "gold" in text and "(no key)" not in text
     bad = _cli("--dsn", dsn, "queues", "fair", "q", "--weight", "gold=0", code=2)
     assert "must be above 0" in bad.stderr

@@ -45,7 +45,7 @@ def test_the_dashboard_and_metrics_show_a_fair_queue(app: App) -> None:
         assert started.count("gold") == 15, started
         shown = client.get(done.headers["location"]).text
         assert "Fair turns set" in shown
-        assert "yes, by limit_key" in shown
+        assert "yes, by fair_key (by default limit_key)" in shown
         assert '<span class="mono">gold</span>=3' in shown
         assert "a&#39;b&lt;" in shown and "a'b<" not in shown  # a key is data, escaped
         assert "75%" in shown and "25%" in shown

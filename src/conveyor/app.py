@@ -77,7 +77,7 @@ from conveyor.store.records import (
     WorkflowInfo,
 )
 from conveyor.store.signals import SignalStore
-from conveyor.task import EnqueueOptions, Task, check_timeout
+from conveyor.task import BY_LIMIT_KEY, EnqueueOptions, Task, check_timeout
 from conveyor.twins import async_twin
 from conveyor.worker.retention import MAX_KEEP, Keep, Retention, check_keep_finished
 from conveyor.worker.runtime import Runtime
@@ -225,6 +225,7 @@ class App:
         backoff: Backoff | None = None,
         expires: float | timedelta | datetime | None = None,
         retain: Retain | None = None,
+        fair_key: str | None = BY_LIMIT_KEY,
     ) -> Task[P, R]: ...
 
     @overload
@@ -241,6 +242,7 @@ class App:
         backoff: Backoff | None = None,
         expires: float | timedelta | datetime | None = None,
         retain: Retain | None = None,
+        fair_key: str | None = BY_LIMIT_KEY,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -256,6 +258,7 @@ class App:
         backoff: Backoff | None = None,
         expires: float | timedelta | datetime | None = None,
         retain: Retain | None = None,
+        fair_key: str | None = BY_LIMIT_KEY,
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Register a handler: ``@app.task`` or ``@app.task(queue="mail", max_attempts=5)``."""
 
@@ -282,6 +285,7 @@ class App:
                 backoff=checked_backoff,
                 expires=check_task_expires(task_name, expires),
                 retain=retain,
+                fair_key=fair_key,
             )
             self.tasks[task_name] = task
             return task
@@ -1378,23 +1382,19 @@ class App:
     adelete_queue = async_twin(delete_queue)
     alimit = async_twin(limit)
     afair, afair_queues = async_twin(fair), async_twin(fair_queues)
-    alimits = async_twin(limits)
-    athrottle = async_twin(throttle)
+    alimits, athrottle = async_twin(limits), async_twin(throttle)
     aenqueue_workflow = async_twin(enqueue_workflow)
     aworkflow = async_twin(workflow)
     aworkflows = async_twin(workflows)
     aworkflow_status = async_twin(workflow_status)
     acancel_workflow = async_twin(cancel_workflow)
     aretry_workflow = async_twin(retry_workflow)
-    aparents = async_twin(parents)
+    aparents, achildren = async_twin(parents), async_twin(children)
     aparent_edges = async_twin(parent_edges)
-    achildren = async_twin(children)
     aqueue_names = async_twin(queue_names)
     afinished_per_slot = async_twin(finished_per_slot)
     aperiodic_ticks = async_twin(periodic_ticks)
-    aworkflow_of = async_twin(workflow_of)
-    aworkflow_edges = async_twin(workflow_edges)
+    aworkflow_of, aworkflow_edges = async_twin(workflow_of), async_twin(workflow_edges)
     athrottled_keys = async_twin(throttled_keys)
-    aping = async_twin(ping)
-    acontrol_worker = async_twin(control_worker)
+    aping, acontrol_worker = async_twin(ping), async_twin(control_worker)
     areencrypt = async_twin(reencrypt)

@@ -30,7 +30,7 @@ from conveyor.replace import check_on_conflict, debounced_run_at
 from conveyor.retain import resolve_retain
 from conveyor.store.capabilities import require
 from conveyor.store.protocols import JobStore, WorkflowStore
-from conveyor.task import EnqueueOptions, Task
+from conveyor.task import BY_LIMIT_KEY, EnqueueOptions, Task
 from conveyor.unique import resolve_unique
 
 #: The queue of a task (or an enqueue by name) that names none.
@@ -54,6 +54,12 @@ def new_jobs_of(
     validate_name("group", opts.group, optional=True)
     validate_name("batch", opts.batch, optional=True)
     validate_name("limit_key", opts.limit_key, optional=True)
+    fair_key = stored_fair_key(
+        opts.fair_key
+        if opts.fair_key is not BY_LIMIT_KEY
+        else getattr(registered, "fair_key", BY_LIMIT_KEY),
+        opts.limit_key,
+    )
     max_attempts = validate_max_attempts(
         opts.max_attempts
         if opts.max_attempts is not None
@@ -110,6 +116,7 @@ def new_jobs_of(
                 group=opts.group,
                 batch=opts.batch,
                 limit_key=opts.limit_key,
+                fair_key=fair_key,
                 headers=dict(headers) if headers else None,
                 after=after,
                 after_failure=opts.after_failure,
@@ -121,6 +128,16 @@ def new_jobs_of(
         # One key for many calls would silently collapse them into one job.
         raise InvalidJobError("key applies to one job; give each call its own key")
     return new_jobs, now
+
+
+def stored_fair_key(fair_key: str | None, limit_key: str | None) -> str | None:
+    """The fair key a job stores (NewJob.fair_key): None when it is its limit_key (a
+    job that takes turns by its limit_key writes nothing more), "" for the shared key."""
+    if fair_key is BY_LIMIT_KEY or fair_key == limit_key:
+        return None
+    if fair_key is None:
+        return ""
+    return validate_name("fair_key", fair_key)
 
 
 def parent_ids(after: object) -> tuple[int, ...]:

@@ -2,11 +2,11 @@
 
 A queue shared by many tenants lets one tenant's backlog make every other wait:
 claims take the oldest ready job of the highest priority. A fair queue's claims
-take ready jobs from its keys in turn instead (a job's key is its ``limit_key``;
-jobs without one share one key), within the priority order, a key of weight 3
-three times as often as one of weight 1. The store decides the turns in the
-claim itself (see ``conveyor.store.fair``); queues that are not fair are claimed
-as before and pay nothing for it.
+take ready jobs from its keys in turn instead (a job's key is its ``fair_key=``,
+by default its ``limit_key``; jobs without one share one key), within the
+priority order, a key of weight 3 three times as often as one of weight 1. The
+store decides the turns in the claim itself (see ``conveyor.store.fair``); queues
+that are not fair are claimed as before and pay nothing for it.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from conveyor.errors import ConfigurationError
 from conveyor.job import utcnow, validate_name
 from conveyor.store.capabilities import refuse
-from conveyor.store.fair import Aging, FairQueue, FairStore
+from conveyor.store.fair import Aging, FairQueue, FairStore, fair_key_of
 
 __all__ = [
     "Aging",
@@ -133,7 +133,7 @@ def fair_dict(queue: FairQueue) -> dict[str, Any]:
     """A fair queue as plain data (``conveyor queues show --json``, the dashboard)."""
     aging = queue.aging
     return {
-        "by": "limit_key",
+        "by": "fair_key",  # a job's fair_key=, by default its limit_key
         "weights": queue.weights,
         "default_weight": queue.default_weight,
         "aging": None
@@ -189,3 +189,9 @@ def fair_queues(app: _HasStore, queue: str | None = None) -> dict[str, FairQueue
         validate_name("queue", queue)
     found = fair_store(app.store, "read fair queues").fair_status(queue, utcnow())
     return {f.queue: f for f in found}
+
+
+def job_fair_key(app: _HasStore, job_id: int) -> str | None:
+    """A job's fair key of its own ("" for the shared key), or None when it takes
+    turns by its limit_key (``conveyor jobs show``, the job page)."""
+    return fair_key_of(app.store, job_id)

@@ -134,6 +134,9 @@ class NewJob:
     batch: str | None = None
     #: The key a per-key limit of the queue counts this job under (see limits.py).
     limit_key: str | None = None
+    #: The key a fair queue's turns count this job under when it is not its
+    #: limit_key (store/fair.py): None to go by limit_key, "" for the shared key.
+    fair_key: str | None = None
     #: Metadata for the worker side (trace context, a request id): strings by name.
     headers: dict[str, str] | None = None
     #: Ids of stored jobs this one waits for (see docs/workflows.md).
@@ -558,6 +561,8 @@ def validate_new_job(job: NewJob) -> NewJob:
         ("limit_key", job.limit_key),
     ):
         validate_name(what, value, optional=True)
+    if job.fair_key:  # "" is the shared key
+        validate_name("fair_key", job.fair_key)
     validate_max_attempts(job.max_attempts)
     validate_priority(job.priority)
     resolve_run_at(job.run_at, None, job.run_at)

@@ -14,7 +14,7 @@ from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 from conveyor.arguments import ArgumentTypes, task_schema
 from conveyor.context import Context
 from conveyor.errors import ConfigurationError, InvalidJobError
-from conveyor.job import AfterFailure, Job, Unique, utcnow
+from conveyor.job import AfterFailure, Job, Unique, utcnow, validate_name
 from conveyor.retain import Retain, check_task_retain
 from conveyor.retry import DEFAULT_BACKOFF, Backoff
 from conveyor.unique import Unique as UniqueWindow
@@ -24,6 +24,15 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _UNSET: Any = object()
+
+
+class _ByLimitKey:
+    def __repr__(self) -> str:
+        return "BY_LIMIT_KEY"
+
+
+#: ``fair_key=`` not given: the job takes turns by its limit_key.
+BY_LIMIT_KEY: Any = _ByLimitKey()
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +51,9 @@ class EnqueueOptions:
     batch: str | None = None
     #: The key a per-key limit of the queue counts the job under (e.g. a customer id).
     limit_key: str | None = None
+    #: The key a fair queue takes turns by (app.fair): by default the limit_key;
+    #: None puts the job with the jobs of no key.
+    fair_key: str | None = BY_LIMIT_KEY
     #: A DB-API connection with an open transaction: the job commits with the caller's rows.
     connection: Any = None
     #: Metadata stored with the job for the worker side (``job.headers``): strings by name.
@@ -160,6 +172,7 @@ class Task(Generic[P, R]):
         backoff: Backoff | None,
         expires: float | timedelta | datetime | None = None,
         retain: Retain | None = None,
+        fair_key: str | None = BY_LIMIT_KEY,
     ) -> None:
         self.app = app
         self.fn = fn
@@ -173,6 +186,8 @@ class Task(Generic[P, R]):
         self.expires = expires
         #: The default retention of its finished jobs (``retain=`` of an enqueue overrides it).
         self.retain = check_task_retain(name, retain)
+        #: The default fair key of its jobs (``fair_key=`` of an enqueue overrides it).
+        self.fair_key = check_task_fair_key(name, fair_key)
         self.is_async = inspect.iscoroutinefunction(fn)
         self.takes_context = context_parameter(fn)
         self._signature = inspect.signature(fn)
@@ -287,6 +302,16 @@ def _make_options(base: EnqueueOptions, given: dict[str, Any]) -> EnqueueOptions
     if "unique" in given:
         resolve_unique(utcnow(), given["unique"])  # refused now, not at enqueue
     return replace(base, **given)
+
+
+def check_task_fair_key(task: str, fair_key: object) -> str | None:
+    """A task's default fair key, refused at registration when it is not a name."""
+    if fair_key is BY_LIMIT_KEY or fair_key is None:
+        return fair_key  # BY_LIMIT_KEY: by limit_key
+    try:
+        return validate_name("fair_key", fair_key)
+    except InvalidJobError as exc:
+        raise ConfigurationError(f"task {task!r}: {exc}") from None
 
 
 def check_timeout(task: str, timeout: object) -> float | None:

@@ -42,6 +42,7 @@ from conveyor.cli.why import why_dict, why_view
 from conveyor.errors import ConveyorError, JobStateError
 from conveyor.expiry import is_expired
 from conveyor.export import event_dict, job_dict, step_dict
+from conveyor.fair import job_fair_key
 from conveyor.job import (
     DETAILED_STATES,
     MAX_ATTEMPTS_LIMIT,
@@ -327,6 +328,7 @@ def show_job(job_id: int, dsn: str | None, as_json: bool) -> None:
         waits = waiting_of(app, job_id) if job.state == JobState.QUEUED else None
         expires_at = deadline_of(app.expiry, job_id)
         kept = kept_for(app.port(RetainingStore), job_id)
+        fair_key = job_fair_key(app, job_id)
     if as_json:
         print_json(
             {
@@ -341,10 +343,13 @@ def show_job(job_id: int, dsn: str | None, as_json: bool) -> None:
                 "expires_at": expires_at.isoformat() if expires_at else None,
                 "expired": is_expired(job),
                 "retain": {s: a.total_seconds() for s, a in kept.items()} if kept else None,
+                "fair_key": fair_key,
             }
         )
         return
     console().print(job_view(job, events, steps, parents, children, expires_at, kept))
+    if fair_key is not None:  # its own, not its limit_key ("": the shared key)
+        console().print(Text("fair key: ", style="bold") + Text(fair_key or "(shared)"))
     if waits is not None:
         console().print(Text(""), waiting_view(waits))
     if spawned(steps):

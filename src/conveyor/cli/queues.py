@@ -278,8 +278,8 @@ def fair(
         click.echo(f"queue {queue} claims in priority order (not fair)")
     else:
         click.echo(
-            f"queue {queue} is fair by limit_key: default weight {default_weight:g}"
-            + (f"; {shown}" if shown else "")
+            f"queue {queue} is fair by fair_key (by default limit_key): "
+            f"default weight {default_weight:g}" + (f"; {shown}" if shown else "")
         )
 
 
@@ -306,7 +306,7 @@ def show(queue: str, dsn: str | None, as_json: bool) -> None:
         return
     named = ", ".join(f"{k}={w:g}" for k, w in sorted(turns.weights.items()))
     click.echo(
-        f"  fair: by limit_key, default weight {turns.default_weight:g}"
+        f"  fair: by fair_key (by default limit_key), default weight {turns.default_weight:g}"
         + (f", weights {named}" if named else "")
     )
     if turns.aging is not None:

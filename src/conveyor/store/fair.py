@@ -1,7 +1,8 @@
 """Fair turns: the capability a store gives a fair queue (app.fair), and what it reads back.
 
 A fair queue's claims take ready jobs from its keys in turn (a job's key is its
-``limit_key``; jobs without one share one key), weighted, within the priority
+``fair_key``, by default its ``limit_key``; jobs without one share one key; the
+per-key limits count by ``limit_key`` whatever the fair key), weighted, within the priority
 order. The turns live in the store, advanced by the claim that starts the jobs,
 so every worker of every process shares them. Each store implements it in a
 module of its own (``fair.py``, with its claim in ``fair.sql`` or ``fair_claim.lua``).
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
@@ -140,6 +141,19 @@ class FairStore(Protocol):
     def fair_status(self, queue: str | None, now: datetime) -> list[FairQueue]:
         """The fair queues (or ``queue`` alone, if fair) with their busiest keys."""
         ...
+
+    def job_fair_keys(self, job_ids: Sequence[int]) -> dict[int, str]:
+        """The fair keys of their own (``fair_key=``) of those of ``job_ids`` that have
+        one: "" for the shared key."""
+        ...
+
+
+def fair_key_of(store: object, job_id: int) -> str | None:
+    """A job's fair key of its own ("" for the shared key), or None: it takes turns
+    by its limit_key (or the store has no fair turns)."""
+    if not isinstance(store, FairStore):
+        return None
+    return store.job_fair_keys([job_id]).get(job_id)
 
 
 def aging_params(aging: Aging | None) -> dict[str, float | int | None]:

@@ -46,6 +46,7 @@ from conveyor.errors import (
 )
 from conveyor.expiry import is_expired
 from conveyor.export import csv_lines, exported_jobs, jsonl_lines
+from conveyor.fair import job_fair_key
 from conveyor.job import DETAILED_STATES, FILTER_STATES, JobState, utcnow
 from conveyor.signals import spawned
 from conveyor.store.expiring import deadline_of
@@ -522,6 +523,7 @@ class Dashboard:
             "expires_at": deadline_of(self.app.expiry, job_id),
             "expired": is_expired(job),
             "kept": kept_line(self.app.port(RetainingStore), job_id),
+            "fair_key": job_fair_key(self.app, job_id),
         }
         name = "_job_live.html" if self.live(request) else "job.html"
         return self.render(request, name, context)

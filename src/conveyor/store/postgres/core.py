@@ -31,6 +31,7 @@ from conveyor.store.postgres.base import (
     _row_to_job,
 )
 from conveyor.store.postgres.expiry import write_deadlines
+from conveyor.store.postgres.fair_keys import write_fair_keys
 from conveyor.store.postgres.listener import Listener
 from conveyor.store.postgres.replace import insert_replacing_on
 from conveyor.store.postgres.retaining import write_retain
@@ -71,7 +72,12 @@ class CoreMixin(ClaimEntry, PostgresBase):
         if any(new.on_conflict == "replace" for new in jobs):
             return insert_replacing_on(self, jobs, now, connection, workflow)
         if connection is None and any(
-            new.waits or new.expires_at or new.retain or holds_when_finished(new) for new in jobs
+            new.waits
+            or new.expires_at
+            or new.retain
+            or new.fair_key is not None
+            or holds_when_finished(new)
+            for new in jobs
         ):
             # Jobs that wait are linked to their parents in the insert's transaction;
             # deadlines are written in it too (no claim sees a job before its deadline),
@@ -113,6 +119,8 @@ class CoreMixin(ClaimEntry, PostgresBase):
                 write_deadlines(conn, {inserted[p].id: jobs[p] for p in set(inserted) - answered})
             if any(new.retain is not None for new in jobs):
                 write_retain(conn, {inserted[p].id: jobs[p] for p in set(inserted) - answered})
+            if any(new.fair_key is not None for new in jobs):
+                write_fair_keys(conn, {inserted[p].id: jobs[p] for p in set(inserted) - answered})
             if workflow is not None or any(new.waits for new in jobs):
                 ids = [job.id for job in results]
                 written = sorted(set(inserted) - answered)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -31,6 +32,7 @@ from conveyor.store.fair import (
 from conveyor.store.limiting import LIMIT_SLACK_SECONDS
 from conveyor.store.postgres.base import _row_to_job
 from conveyor.store.postgres.core import CoreMixin
+from conveyor.store.postgres.fair_keys import read_fair_keys
 from conveyor.store.sql import load_queries
 
 _F = load_queries("conveyor.store.postgres", "fair.sql")
@@ -96,6 +98,12 @@ class PostgresFair(CoreMixin):
         with self._conn() as conn:
             conn.execute(_F["fair_off"], {"queue": queue})
         fair_seen(self).clear()
+
+    def job_fair_keys(self, job_ids: Sequence[int]) -> dict[int, str]:
+        if not job_ids:
+            return {}
+        with self._conn() as conn:
+            return read_fair_keys(conn, job_ids)
 
     def fair_status(self, queue: str | None, now: datetime) -> list[FairQueue]:
         found: list[FairQueue] = []

@@ -1,6 +1,8 @@
 -- Fair turns (conveyor.store.fair): a fair queue's claim, and its settings.
--- A job's fair key is its limit_key; jobs without one share one key ('' in
--- fair_turns).
+-- A job takes turns by its fair key: its own (column fair_key, written only when
+-- enqueued with a fair_key= that is not its limit_key; '' for the shared key),
+-- else its limit_key; jobs without one share one key ('' in fair_turns). The
+-- per-key limits count by limit_key whatever the fair key.
 
 -- name: now
 coalesce(%(now)s::timestamptz, now())
@@ -21,26 +23,42 @@ j.priority + CASE WHEN k.aging_every IS NULL THEN 0
                            greatest(extract(epoch FROM {{now}} - j.run_at), 0) / k.aging_every))
              END::integer
 
+-- name: job_room
+-- The room the queue's per-key limits leave job j's limit_key (NULL: no limit).
+(SELECT {{conveyor.store.postgres/queries.sql:key_room}} FROM allowed AS a)
+
 -- name: fair_key_jobs
--- The claimable jobs of key k.fair_key of queue k.queue (NULL: the jobs without
--- a key) with the priority they claim with (aged), unordered: the caller orders
--- and limits. A key's jobs are found by
--- jobs_limit_queued; the jobs without a key among the queue's first 200 ready
--- jobs in claim order (no index holds them apart, and one that would costs every
--- job of every queue): further back, they come into reach as the jobs ahead start.
-SELECT j.id, {{aged}} AS priority FROM jobs AS j
-WHERE k.fair_key IS NOT NULL
-  AND j.queue = k.queue AND j.limit_key = k.fair_key AND j.limit_key IS NOT NULL
-  AND {{conveyor.store.postgres/queries.sql:claimable}}
-UNION ALL
-SELECT w.id, w.priority FROM (
-    SELECT j.id, {{aged}} AS priority, j.limit_key FROM jobs AS j
-    WHERE k.fair_key IS NULL AND j.queue = k.queue
+-- The claimable jobs of key k.fair_key of queue k.queue (NULL: the shared key)
+-- whose limit key has room, with the priority they claim with (aged), their
+-- limit_key and its room, unordered: the caller orders and limits. A key's jobs
+-- are found by jobs_limit_queued (those that take turns by their limit_key) and
+-- jobs_fair_queued (those with a fair key of their own); the shared key's among
+-- the queue's first 200 ready jobs in claim order (no index holds them apart, and
+-- one that would costs every job of every queue): further back, they come into
+-- reach as the jobs ahead start.
+SELECT s.* FROM (
+    SELECT j.id, {{aged}} AS priority, j.limit_key, {{job_room}} AS room FROM jobs AS j
+    WHERE k.fair_key IS NOT NULL
+      AND j.queue = k.queue AND j.limit_key = k.fair_key AND j.limit_key IS NOT NULL
+      AND j.fair_key IS NULL
       AND {{conveyor.store.postgres/queries.sql:claimable}}
-    ORDER BY j.priority DESC, j.id
-    LIMIT 200
-) AS w
-WHERE w.limit_key IS NULL
+    UNION ALL
+    SELECT j.id, {{aged}} AS priority, j.limit_key, {{job_room}} AS room FROM jobs AS j
+    WHERE k.fair_key IS NOT NULL
+      AND j.queue = k.queue AND j.fair_key = k.fair_key AND j.state = 'queued'
+      AND {{conveyor.store.postgres/queries.sql:claimable}}
+    UNION ALL
+    SELECT w.id, w.priority, w.limit_key, w.room FROM (
+        SELECT j.id, {{aged}} AS priority, j.limit_key, j.fair_key, {{job_room}} AS room
+        FROM jobs AS j
+        WHERE k.fair_key IS NULL AND j.queue = k.queue
+          AND {{conveyor.store.postgres/queries.sql:claimable}}
+        ORDER BY j.priority DESC, j.id
+        LIMIT 200
+    ) AS w
+    WHERE nullif(coalesce(w.fair_key, w.limit_key), '') IS NULL
+) AS s
+WHERE coalesce(s.room, 1) > 0
 
 -- name: turn_weight
 -- The weight of the key of fair_turns row EXCLUDED.
@@ -92,37 +110,55 @@ WITH RECURSIVE lim AS MATERIALIZED (
               AND j.limit_key > k.fair_key
             ORDER BY j.limit_key LIMIT 1)
     FROM keyed AS k WHERE k.fair_key IS NOT NULL
+), fair_keyed (fair_key) AS (
+    -- The fair keys of the jobs that have one of their own (jobs_fair_queued).
+    (SELECT j.fair_key FROM jobs AS j
+     WHERE j.queue = %(queue)s AND j.state = 'queued' AND j.fair_key IS NOT NULL
+       AND EXISTS (SELECT 1 FROM fair)
+     ORDER BY j.fair_key LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.fair_key FROM jobs AS j
+            WHERE j.queue = %(queue)s AND j.state = 'queued' AND j.fair_key IS NOT NULL
+              AND j.fair_key > k.fair_key
+            ORDER BY j.fair_key LIMIT 1)
+    FROM fair_keyed AS k WHERE k.fair_key IS NOT NULL
 ), keys AS MATERIALIZED (
     SELECT k.queue, k.fair_key, k.weight, greatest(coalesce(t.pass, k.clock), k.clock) AS pass,
-           h.priority AS top, k.aging_every, k.aging_step, k.aging_cap,
-           -- The room the queue's per-key limits leave the key (NULL: no limit).
-           (SELECT {{conveyor.store.postgres/queries.sql:key_room}}
-            FROM allowed AS a CROSS JOIN (SELECT k.fair_key AS limit_key) AS j) AS room
+           h.priority AS top, k.aging_every, k.aging_step, k.aging_cap
     FROM (SELECT fair.queue, named.fair_key, fair.clock,
                  fair.aging_every, fair.aging_step, fair.aging_cap,
                  coalesce((fair.weights ->> named.fair_key)::float8, fair.default_weight) AS weight
           FROM fair CROSS JOIN (SELECT fair_key FROM keyed WHERE fair_key IS NOT NULL
+                                UNION
+                                SELECT fair_key FROM fair_keyed WHERE fair_key <> ''
                                 UNION ALL SELECT NULL) AS named) AS k
     LEFT JOIN fair_turns AS t ON t.queue = k.queue AND t.fair_key = coalesce(k.fair_key, '')
     CROSS JOIN LATERAL (
         SELECT s.priority FROM ({{fair_key_jobs}}) AS s ORDER BY s.priority DESC, s.id LIMIT 1
     ) AS h
 ), chosen AS MATERIALIZED (
-    SELECT * FROM keys AS k WHERE coalesce(k.room, 1) > 0
+    SELECT * FROM keys AS k
     ORDER BY k.top DESC, k.pass + 1 / k.weight, k.fair_key
     LIMIT %(limit)s
 ), ranked AS MATERIALIZED (
-    SELECT x.id, x.priority, k.weight,
+    SELECT x.id, x.priority, x.limit_key, x.room, k.weight,
            k.pass + row_number() OVER (PARTITION BY k.fair_key ORDER BY x.priority DESC, x.id)
                     / k.weight AS tag
     FROM chosen AS k
     CROSS JOIN LATERAL (
-        SELECT s.id, s.priority FROM ({{fair_key_jobs}}) AS s
-        ORDER BY s.priority DESC, s.id LIMIT least(%(limit)s, k.room)
+        SELECT s.id, s.priority, s.limit_key, s.room FROM ({{fair_key_jobs}}) AS s
+        ORDER BY s.priority DESC, s.id LIMIT %(limit)s
     ) AS x
+), roomed AS (
+    -- Each job's place among the jobs of its limit_key in claim order: a limit key
+    -- (which jobs of several fair keys may share) starts as many as it has room for.
+    SELECT r.*, row_number() OVER (PARTITION BY r.limit_key
+                                   ORDER BY r.priority DESC, r.tag, r.id) AS nth
+    FROM ranked AS r
 ), candidates AS MATERIALIZED (
-    SELECT j.id, r.tag, r.weight FROM ranked AS r
+    SELECT j.id, r.tag, r.weight FROM roomed AS r
     JOIN jobs AS j ON j.id = r.id AND j.state = 'queued'
+    WHERE r.room IS NULL OR r.nth <= r.room
     ORDER BY r.priority DESC, r.tag, r.id
     LIMIT least(%(limit)s, (SELECT a.allow FROM allowed AS a))
     FOR UPDATE OF j SKIP LOCKED
@@ -139,14 +175,14 @@ clocked AS (
     -- EXCLUDED.pass is clock + n/weight: the key's pass becomes
     -- greatest(its newest pass, clock) + n/weight.
     INSERT INTO fair_turns AS t (queue, fair_key, pass, starts, recent, recent_at)
-    SELECT %(queue)s, coalesce(c.limit_key, ''), fair.clock + count(*) / min(k.weight),
+    SELECT %(queue)s, coalesce(c.fair_key, c.limit_key, ''), fair.clock + count(*) / min(k.weight),
            count(*), count(*), {{now}}
     FROM claimed AS c
     CROSS JOIN fair
-    JOIN chosen AS k ON k.fair_key IS NOT DISTINCT FROM c.limit_key
+    JOIN chosen AS k ON k.fair_key IS NOT DISTINCT FROM nullif(coalesce(c.fair_key, c.limit_key), '')
     WHERE EXISTS (SELECT 1 FROM clocked)
-    GROUP BY c.limit_key, fair.clock
-    ORDER BY coalesce(c.limit_key, '')
+    GROUP BY coalesce(c.fair_key, c.limit_key, ''), fair.clock
+    ORDER BY coalesce(c.fair_key, c.limit_key, '')
     ON CONFLICT (queue, fair_key) DO UPDATE
     SET pass = greatest(t.pass, EXCLUDED.pass - EXCLUDED.starts / {{turn_weight}})
                + EXCLUDED.starts / {{turn_weight}},
@@ -187,7 +223,7 @@ ORDER BY f.queue
 -- jobs, recent starts as written and the seconds since, all starts.
 SELECT coalesce(r.fair_key, t.fair_key), coalesce(r.queued, 0), coalesce(t.recent, 0),
        coalesce(extract(epoch FROM {{now}} - t.recent_at), 0)::float8, coalesce(t.starts, 0)
-FROM (SELECT coalesce(j.limit_key, '') AS fair_key, count(*) AS queued FROM jobs AS j
+FROM (SELECT coalesce(j.fair_key, j.limit_key, '') AS fair_key, count(*) AS queued FROM jobs AS j
       WHERE j.queue = %(queue)s AND j.state = 'queued'
       GROUP BY 1) AS r
 FULL JOIN (SELECT * FROM fair_turns WHERE queue = %(queue)s) AS t ON t.fair_key = r.fair_key

@@ -189,11 +189,13 @@ def _new_job_json(job: NewJob) -> list[str | None]:
         job.limit_key,
         job.headers_text(),
     ]
-    # Fields only the jobs that use them carry: a deadline, the replace rule, retention.
+    # Fields only the jobs that use them carry: a deadline, the replace rule, retention,
+    # a fair key of its own.
     optional = [
         None if job.expires_at is None else _ts(job.expires_at),
         "replace" if job.on_conflict == "replace" else None,
         job.retain,
+        job.fair_key,
     ]
     while optional and optional[-1] is None:
         optional.pop()

@@ -95,6 +95,19 @@ class RedisFair(CoreMixin):
         self._run("fair_set", queue, "", "1.0", "", "1", "0")
         fair_seen(self).clear()
 
+    def job_fair_keys(self, job_ids: Sequence[int]) -> dict[int, str]:
+        if not job_ids:
+            return {}
+
+        def read() -> list[Any]:
+            pipe = self._client.pipeline(transaction=False)
+            for job_id in job_ids:
+                pipe.hget(self._k("job", str(job_id)), "fair_key")
+            return list(pipe.execute())
+
+        found = zip(job_ids, self._do(read), strict=True)
+        return {job_id: _text(key) for job_id, key in found if key is not None}
+
     def fair_status(self, queue: str | None, now: datetime) -> list[FairQueue]:
         found: list[FairQueue] = []
         at = now.timestamp()

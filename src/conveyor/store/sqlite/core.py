@@ -28,6 +28,7 @@ from conveyor.store.sqlite.base import (
     _ts,
 )
 from conveyor.store.sqlite.expiry import insert_with_deadlines
+from conveyor.store.sqlite.fair_keys import write_fair_keys
 from conveyor.store.sqlite.replace import insert_replacing_on
 from conveyor.store.sqlite.retaining import write_retain
 from conveyor.store.sqlite.watcher import DataVersionWatcher
@@ -98,6 +99,9 @@ class CoreMixin(ClaimEntry, SQLiteBase):
                 if any(new.retain is not None for new in jobs):
                     owned = zip(rows, plan.insert, strict=True)
                     write_retain(conn, [(r[0], jobs[p].retain) for r, p in owned])
+                if any(new.fair_key is not None for new in jobs):
+                    owned = zip(rows, plan.insert, strict=True)
+                    write_fair_keys(conn, [(r[0], jobs[p].fair_key) for r, p in owned])
                 conn.execute(
                     _Q["event_insert_enqueued"], {"first": first, "last": first + len(rows) - 1}
                 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from datetime import datetime
 
 from conveyor.job import Job
@@ -28,6 +29,7 @@ from conveyor.store.fair import (
 from conveyor.store.sql import load_queries
 from conveyor.store.sqlite.base import _Q, _row_to_job, _ts
 from conveyor.store.sqlite.core import CoreMixin, claim_params
+from conveyor.store.sqlite.fair_keys import read_fair_keys
 
 _F = load_queries("conveyor.store.sqlite", "fair.sql")
 
@@ -88,6 +90,9 @@ class SQLiteFair(CoreMixin):
             conn.execute(_F["fair_off_turns"], {"queue": queue})
             conn.execute(_F["fair_off"], {"queue": queue})
         fair_seen(self).clear()
+
+    def job_fair_keys(self, job_ids: Sequence[int]) -> dict[int, str]:
+        return read_fair_keys(self._conn(), job_ids) if job_ids else {}
 
     def fair_status(self, queue: str | None, now: datetime) -> list[FairQueue]:
         conn = self._conn()

@@ -1,8 +1,9 @@
 -- Fair turns (conveyor.store.fair) on SQLite: the rules of the PostgreSQL
 -- statements of the same names (store/postgres/fair.sql), in one claim
 -- transaction under the write lock: the claim, then the queue's clock, then the
--- keys' turns. A job's fair key is its limit_key; jobs without one share one
--- key ('' in fair_turns).
+-- keys' turns. A job takes turns by its own fair key (column fair_key, '' for
+-- the shared key), else its limit_key; jobs without one share one key ('' in
+-- fair_turns). The per-key limits count by limit_key whatever the fair key.
 
 -- name: now
 :now
@@ -17,22 +18,37 @@ j.priority + CASE WHEN k.aging_every IS NULL THEN 0
                            max(:now - j.run_at, 0) / k.aging_every AS INTEGER))
              END
 
+-- name: job_room
+-- The room the queue's per-key limits leave job j's limit_key (NULL: no limit).
+(SELECT {{conveyor.store.sqlite/queries.sql:key_room}} FROM allowed AS a)
+
 -- name: fair_key_jobs
--- The claimable jobs of key k.fair_key of queue k.queue (NULL: the jobs without
--- a key, among the queue's first 200 ready jobs in claim order), unordered.
-SELECT j.id, {{aged}} AS priority FROM jobs AS j
-WHERE k.fair_key IS NOT NULL
-  AND j.queue = k.queue AND j.limit_key = k.fair_key AND j.limit_key IS NOT NULL
-  AND {{conveyor.store.sqlite/queries.sql:claimable}}
-UNION ALL
-SELECT w.id, w.priority FROM (
-    SELECT j.id, {{aged}} AS priority, j.limit_key FROM jobs AS j
-    WHERE k.fair_key IS NULL AND j.queue = k.queue
+-- The claimable jobs of key k.fair_key of queue k.queue whose limit key has room
+-- (see fair_key_jobs on PostgreSQL; NULL: the shared key, among the queue's first
+-- 200 ready jobs in claim order), unordered.
+SELECT s.id, s.priority FROM (
+    SELECT j.id, {{aged}} AS priority, {{job_room}} AS room FROM jobs AS j
+    WHERE k.fair_key IS NOT NULL
+      AND j.queue = k.queue AND j.limit_key = k.fair_key AND j.limit_key IS NOT NULL
+      AND j.fair_key IS NULL
       AND {{conveyor.store.sqlite/queries.sql:claimable}}
-    ORDER BY j.priority DESC, j.id
-    LIMIT 200
-) AS w
-WHERE w.limit_key IS NULL
+    UNION ALL
+    SELECT j.id, {{aged}} AS priority, {{job_room}} AS room FROM jobs AS j
+    WHERE k.fair_key IS NOT NULL
+      AND j.queue = k.queue AND j.fair_key = k.fair_key AND j.state = 'queued'
+      AND {{conveyor.store.sqlite/queries.sql:claimable}}
+    UNION ALL
+    SELECT w.id, w.priority, w.room FROM (
+        SELECT j.id, {{aged}} AS priority, j.limit_key, j.fair_key, {{job_room}} AS room
+        FROM jobs AS j
+        WHERE k.fair_key IS NULL AND j.queue = k.queue
+          AND {{conveyor.store.sqlite/queries.sql:claimable}}
+        ORDER BY j.priority DESC, j.id
+        LIMIT 200
+    ) AS w
+    WHERE nullif(coalesce(w.fair_key, w.limit_key), '') IS NULL
+) AS s
+WHERE coalesce(s.room, 1) > 0
 
 -- name: fair_keys_ranked
 -- Each key of fair queue :queue with a ready job: its weight, its pass (never
@@ -53,11 +69,25 @@ WITH RECURSIVE fair AS (
               AND j.limit_key > k.fair_key
             ORDER BY j.limit_key LIMIT 1)
     FROM keyed AS k WHERE k.fair_key IS NOT NULL
+), fair_keyed (fair_key) AS (
+    -- The fair keys of the jobs that have one of their own (jobs_fair_queued).
+    SELECT (SELECT j.fair_key FROM jobs AS j
+            WHERE j.queue = :queue AND j.state = 'queued' AND j.fair_key IS NOT NULL
+            ORDER BY j.fair_key LIMIT 1)
+    WHERE EXISTS (SELECT 1 FROM fair)
+    UNION ALL
+    SELECT (SELECT j.fair_key FROM jobs AS j
+            WHERE j.queue = :queue AND j.state = 'queued' AND j.fair_key IS NOT NULL
+              AND j.fair_key > k.fair_key
+            ORDER BY j.fair_key LIMIT 1)
+    FROM fair_keyed AS k WHERE k.fair_key IS NOT NULL
 ), named AS (
     SELECT fair.queue, n.fair_key, fair.clock, fair.aging_every, fair.aging_step, fair.aging_cap,
            coalesce((SELECT w.value FROM json_each(fair.weights) AS w WHERE w.key = n.fair_key),
                     fair.default_weight) AS weight
     FROM fair CROSS JOIN (SELECT fair_key FROM keyed WHERE fair_key IS NOT NULL
+                          UNION
+                          SELECT fair_key FROM fair_keyed WHERE fair_key <> ''
                           UNION ALL SELECT NULL) AS n
 )
 SELECT k.queue, k.fair_key, k.weight, max(coalesce(t.pass, k.clock), k.clock) AS pass,
@@ -79,17 +109,14 @@ WITH allowed AS MATERIALIZED (
     FROM (SELECT {{conveyor.store.sqlite/queries.sql:limit_use}}
           FROM limits AS l WHERE l.queue = :queue) AS u
 ), keys AS MATERIALIZED (
-    -- Each key with a ready job, and the room its per-key limits leave it (NULL: none).
-    SELECT r.*, (SELECT {{conveyor.store.sqlite/queries.sql:key_room}}
-                 FROM allowed AS a, (SELECT r.fair_key AS limit_key) AS j) AS room
-    FROM ({{fair_keys_ranked}}) AS r WHERE r.top IS NOT NULL
+    -- Each key with a ready job whose limit key has room.
+    SELECT r.* FROM ({{fair_keys_ranked}}) AS r WHERE r.top IS NOT NULL
 ), chosen AS MATERIALIZED (
-    SELECT * FROM keys AS k WHERE coalesce(k.room, 1) > 0
+    SELECT * FROM keys AS k
     ORDER BY k.top DESC, k.pass + 1.0 / k.weight, k.fair_key
     LIMIT :limit
 ), ranked AS (
-    SELECT j.id, {{aged}} AS priority, k.room,
-           row_number() OVER (PARTITION BY k.fair_key ORDER BY {{aged}} DESC, j.id) AS nth,
+    SELECT j.id, {{aged}} AS priority, j.limit_key, {{job_room}} AS room,
            k.pass + row_number() OVER (PARTITION BY k.fair_key ORDER BY {{aged}} DESC, j.id)
                     * 1.0 / k.weight AS tag
     FROM chosen AS k
@@ -97,7 +124,11 @@ WITH allowed AS MATERIALIZED (
         SELECT s.id FROM ({{fair_key_jobs}}) AS s ORDER BY s.priority DESC, s.id LIMIT :limit)
 )
 UPDATE jobs SET {{conveyor.store.sqlite/queries.sql:claim_set}}
-WHERE id IN (SELECT r.id FROM ranked AS r
+-- Each job's place among the jobs of its limit_key in claim order: a limit key
+-- (which jobs of several fair keys may share) starts as many as it has room for.
+WHERE id IN (SELECT r.id FROM (SELECT r.*, row_number() OVER (
+                                   PARTITION BY r.limit_key ORDER BY r.priority DESC, r.tag, r.id
+                               ) AS nth FROM ranked AS r) AS r
              WHERE r.room IS NULL OR r.nth <= r.room
              ORDER BY r.priority DESC, r.tag, r.id
              LIMIT coalesce((SELECT a.allow FROM allowed AS a), :limit))
@@ -109,7 +140,7 @@ RETURNING *
 WITH fair AS (SELECT * FROM fair_queues WHERE queue = :queue)
 UPDATE fair_queues SET clock = max(clock, coalesce((
     SELECT min(max(coalesce(t.pass, fair.clock), fair.clock))
-    FROM (SELECT DISTINCT coalesce(j.limit_key, '') AS fair_key FROM jobs AS j
+    FROM (SELECT DISTINCT coalesce(j.fair_key, j.limit_key, '') AS fair_key FROM jobs AS j
           WHERE j.id IN (SELECT value FROM json_each(:ids))) AS c
     CROSS JOIN fair
     LEFT JOIN fair_turns AS t ON t.queue = fair.queue AND t.fair_key = c.fair_key), clock))
@@ -124,7 +155,7 @@ SELECT :queue, c.fair_key,
        f.clock + c.n * 1.0 / coalesce((SELECT w.value FROM json_each(f.weights) AS w
                                        WHERE w.key = c.fair_key), f.default_weight),
        c.n, c.n, :now
-FROM (SELECT coalesce(j.limit_key, '') AS fair_key, count(*) AS n FROM jobs AS j
+FROM (SELECT coalesce(j.fair_key, j.limit_key, '') AS fair_key, count(*) AS n FROM jobs AS j
       WHERE j.id IN (SELECT value FROM json_each(:ids))
       GROUP BY 1) AS c
 JOIN fair_queues AS f ON f.queue = :queue
@@ -160,7 +191,7 @@ ORDER BY f.queue
 -- name: fair_keys
 -- See fair_keys on PostgreSQL (SQLite has no FULL JOIN before 3.39: two halves).
 WITH r AS (
-    SELECT coalesce(j.limit_key, '') AS fair_key, count(*) AS queued FROM jobs AS j
+    SELECT coalesce(j.fair_key, j.limit_key, '') AS fair_key, count(*) AS queued FROM jobs AS j
     WHERE j.queue = :queue AND j.state = 'queued'
     GROUP BY 1
 ), t AS (SELECT * FROM fair_turns WHERE queue = :queue), both_halves AS (

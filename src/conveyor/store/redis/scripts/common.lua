@@ -119,6 +119,8 @@ local JOB_FIELDS = {
     'expires_at',
     -- a job with its own retention (retain=; see job_purge_retained.lua)
     'retain',
+    -- a job with a fair key of its own (fair_key=; see fair_claim.lua)
+    'fair_key',
 }
 -- Besides these a job's hash holds "events", the seqs of its events joined by commas.
 -- A hash without one of these cannot be read (store.py's _REQUIRED says the same):
@@ -362,6 +364,28 @@ local function leave_key_line(q, key, id)
     return true
 end
 
+-- A job with a fair key of its own (fair_key=, not its limit_key; '' for the
+-- shared key): a key's line fq:<q>:<key> (and fqkeys:<q>) holds the queued jobs
+-- whose own fair key it is, for the fair claim; fqoff:<q> counts per limit key
+-- the queued jobs of its line kq: that take turns by another key (fair_status).
+local function enter_fair_line(q, j)
+    if j.fair_key ~= '' then
+        redis.call('ZADD', kk('fq', q, j.fair_key), j.id, j.id)
+        redis.call('SADD', qk('fqkeys', q), j.fair_key)
+    end
+    if j.limit_key then redis.call('HINCRBY', qk('fqoff', q), j.limit_key, 1) end
+end
+
+local function leave_fair_line(q, j)
+    if j.fair_key ~= '' and redis.call('ZREM', kk('fq', q, j.fair_key), j.id) == 1
+            and redis.call('EXISTS', kk('fq', q, j.fair_key)) == 0 then
+        redis.call('SREM', qk('fqkeys', q), j.fair_key)
+    end
+    if j.limit_key and redis.call('HINCRBY', qk('fqoff', q), j.limit_key, -1) <= 0 then
+        redis.call('HDEL', qk('fqoff', q), j.limit_key)
+    end
+end
+
 -- Take a job out of the indexes of the state it is in (before it changes).
 local function leave(j)
     local id, q = j.id, j.queue
@@ -380,6 +404,7 @@ local function leave(j)
             promote_head(j.group_key)
         end
         if j.limit_key then leave_key_line(q, j.limit_key, id) end
+        if j.fair_key then leave_fair_line(q, j) end
         if j.expires_at then zrem(P .. 'expiring', id) end
     elseif j.state == 'running' then
         if j.group_key then decr(P .. 'grun', j.group_key) end
@@ -410,6 +435,7 @@ local function enter(j)
             redis.call('ZADD', kk('kq', q, j.limit_key), id, id)
             redis.call('SADD', qk('kqkeys', q), j.limit_key)
         end
+        if j.fair_key then enter_fair_line(q, j) end
         -- A deadline to start by (expires=): the sweep's index (job_expire.lua).
         if j.expires_at then zadd(P .. 'expiring', j.expires_at, id) end
     elseif j.state == 'running' then
@@ -502,7 +528,7 @@ end
 
 -- n: {queue, task, args, kwargs, priority, run_at, max_attempts, key, unique,
 -- group, batch, limit_key, headers, and for the jobs that use them: expires_at,
--- on_conflict, retain}; returns the new job. ``id`` comes from the
+-- on_conflict, retain, fair_key}; returns the new job. ``id`` comes from the
 -- ids counter (job_insert_many takes a range at once).
 local function insert(n, now_s, id)
     id = id or tostring(redis.call('INCR', P .. 'ids'))
@@ -510,7 +536,7 @@ local function insert(n, now_s, id)
         id = id, queue = n[1], task = n[2], state = 'queued', args = n[3], kwargs = n[4],
         priority = n[5], run_at = n[6], attempts = '0', max_attempts = n[7], key = v(n[8]),
         group_key = v(n[10]), batch = v(n[11]), created_at = now_s, limit_key = v(n[12]),
-        headers = v(n[13]), expires_at = v(n[14]), retain = v(n[16]),
+        headers = v(n[13]), expires_at = v(n[14]), retain = v(n[16]), fair_key = v(n[17]),
     }
     cache[id], held[j] = j, FRESH
     save(j, {})

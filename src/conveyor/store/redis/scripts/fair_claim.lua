@@ -10,8 +10,11 @@
 -- as the plain claim does: its room caps the claim, each key's room its jobs, and
 -- the starts are recorded for the rates.
 --
--- A key's jobs are its line kq:<q>:<key> (every queued job with a limit key is
--- in one, oldest first), read lazily: the keys are ranked by their next tag and
+-- A job takes turns by its own fair key (field fair_key, '' for the shared key),
+-- else its limit_key; the per-key limits count by limit_key whatever the fair
+-- key. A key's jobs are its line kq:<q>:<key> (every queued job with a limit key
+-- is in one, oldest first; those with a fair key of their own passed over) and
+-- its line fq:<q>:<key> (the jobs whose own fair key it is), read lazily: the keys are ranked by their next tag and
 -- a key is opened only while its next tag could be among the :limit smallest.
 -- The jobs without a key are looked for at the head of ready:<q> alone.
 -- fair:<q> holds the settings (weights JSON, default, clock); fturn:<q> one field
@@ -44,6 +47,11 @@ local function aged(j)
 end
 promote(q, now_n)
 
+-- The key job j takes turns by ('' for the shared key).
+local function turn_of(j)
+    return j.fair_key or j.limit_key or ''
+end
+
 local function weight_of(key)
     local w = key ~= '' and weights[key]
     return tonumber(w) or default
@@ -59,14 +67,19 @@ for _, m in ipairs(redis.call('ZRANGE', qk('ready', q), 0, math.min(math.max(lim
     if not j then
         unread[#unread + 1] = m
     elseif may_start(j, q, l, now_n, group, rooms, taken_group, limit) then
-        local key = j.limit_key or ''
+        local key = turn_of(j)
         head[key] = head[key] or {}
         table.insert(head[key], j)
     end
 end
 
 -- The keys with queued jobs, and where each one's turn stands.
-local names = redis.call('SMEMBERS', qk('kqkeys', q))
+local names, named = {}, {}
+for _, set in ipairs({qk('kqkeys', q), qk('fqkeys', q)}) do
+    for _, key in ipairs(redis.call('SMEMBERS', set)) do
+        if not named[key] then names[#names + 1], named[key] = key, true end
+    end
+end
 if head[''] then names[#names + 1] = '' end
 if #names == 0 then return done({{}, unreadable}) end
 local turns = {}
@@ -115,8 +128,8 @@ local function open(k)
         found[#found + 1] = j
         seen[j.id] = true
     end
-    if k.key ~= '' then
-        local line = kk('kq', q, k.key)
+    -- Each line's oldest jobs that take turns by the key (k.want of each).
+    for _, line in ipairs(k.key ~= '' and {kk('kq', q, k.key), kk('fq', q, k.key)} or {}) do
         local start, chunk, more = 0, k.want, 0
         while more < k.want do
             local ids = redis.call('ZRANGE', line, start, start + chunk - 1)
@@ -124,9 +137,10 @@ local function open(k)
             start, chunk = start + chunk, math.min(chunk * 2, 1000)
             for _, id in ipairs(ids) do
                 local j = not seen[id] and load(id)
-                if j and j.state == 'queued'
+                if j and j.state == 'queued' and turn_of(j) == k.key
                         and may_start(j, q, l, now_n, group, rooms, taken_group, limit) then
                     found[#found + 1] = j
+                    seen[id] = true
                     more = more + 1
                     if more >= k.want then break end
                 end

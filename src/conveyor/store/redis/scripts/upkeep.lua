@@ -139,6 +139,9 @@ drop = function(id, seen)
         if rest.priority then
             redis.call('ZREM', qk('ready', q), ready_member({priority = rest.priority, id = id}))
         end
+        -- Its fair key's line (fq:), when its hash still names it.
+        if rest.fair_key then leave_fair_line(q, {id = id, fair_key = rest.fair_key,
+                                                  limit_key = rest.limit_key}) end
         if rest.limit_key then
             leave_key_line(q, rest.limit_key, id)
         else
