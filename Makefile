@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Two pytest-xdist workers: the suite waits on servers, subprocesses and
 # browsers more than it computes, and each worker starts servers of its own.
-PYTEST_WORKERS ?= -n 2 --dist loadgroup
+PYTEST_WORKERS ?= -n 2
 # Only paths that exist (an empty directory is not kept by git).
 CODE_PATHS := $(wildcard src tests benchmarks examples)
 

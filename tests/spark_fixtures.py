@@ -119,17 +119,3 @@ def any_spark(request: pytest.FixtureRequest) -> Any:
     if request.param == "classic":
         return request.getfixturevalue("spark")
     return request.getfixturevalue("connect")
-
-
-#: The fixtures that start or use the suite's Spark JVM.
-_SPARK_FIXTURES = frozenset({"spark_server", "spark", "connect", "any_spark"})
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under ``--dist loadgroup`` the Spark tests all run in one worker: one JVM for
-    the suite rather than one per worker, and half the Python workers Spark starts
-    at once (each gets ten seconds to connect back, which a loaded machine can miss)."""
-    for item in items:
-        if _SPARK_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.xdist_group("spark"))
