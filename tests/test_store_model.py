@@ -637,10 +637,15 @@ class StoreMachine(DurableRules, RuleBasedStateMachine):
 
     # --- retention per job (retain=) ----------------------------------------------
 
-    @rule(specs=st.lists(JOB_SPECS, min_size=1, max_size=3), retain=RETAINS)
-    def enqueue_retained(self, specs: list[JobSpec], retain: object) -> None:
+    @rule(
+        specs=st.lists(JOB_SPECS, min_size=1, max_size=3),
+        retain=RETAINS,
+        cancel=st.booleans(),
+    )
+    def enqueue_retained(self, specs: list[JobSpec], retain: object, cancel: bool) -> None:
         """Jobs with their own retention; a key that answers an existing job keeps that
-        job's rule (or none)."""
+        job's rule (or none). With ``cancel``, an operator cancels the last one at once:
+        finished jobs with a rule come often, not only after a claim and its end."""
         for queue, key, unique, group, priority, delay, max_attempts in specs:
             new = NewJob(
                 queue, "t", "[]", "{}", run_at=self.model.now + timedelta(seconds=delay),
@@ -648,6 +653,8 @@ class StoreMachine(DurableRules, RuleBasedStateMachine):
                 group=group, retain=resolve_retain(retain),  # type: ignore[arg-type]
             )  # fmt: skip
             self._enqueue_one(new)
+        if cancel:
+            self._cancel(self.model.last_id)
 
     @rule()
     def purge_retained(self) -> None:
@@ -680,8 +687,9 @@ class StoreMachine(DurableRules, RuleBasedStateMachine):
 
     @rule(states=st.sampled_from([TERMINAL, (SUCCEEDED,)]))
     def purge_by_policy_again(self, states: tuple[JobState, ...]) -> None:
-        """The same rule twice, so that it meets finished jobs with a rule often."""
-        self._purge_by_policy(0.5, states, None)
+        """The same rule twice, so that it meets finished jobs with a rule often: an age
+        that takes every job finished by now (the clock moves in whole seconds)."""
+        self._purge_by_policy(-0.5, states, None)
 
     def _purge_by_policy(self, ago: float, states: tuple[JobState, ...], queue: str | None) -> None:
         """A queue's age rule: it passes over a job whose own rule names its final state."""
@@ -706,7 +714,9 @@ class StoreMachine(DurableRules, RuleBasedStateMachine):
 
     @rule(data=st.data())
     def cancel(self, data: st.DataObject) -> None:
-        job_id = self._pick_job_id(data, RUNNING)
+        self._cancel(self._pick_job_id(data, RUNNING))
+
+    def _cancel(self, job_id: int) -> None:
         now = self.model.now
         got = cancel_one(self.store, job_id, now)
         job = self.model.jobs.get(job_id)
