@@ -41,10 +41,12 @@ from psycopg import sql
 from conveyor.errors import JobStateError
 from conveyor.expiry import EXPIRED_ERROR
 from conveyor.job import HOLD_AT, Job, JobState, NewJob
+from conveyor.retain import read_retain, resolve_retain
 from conveyor.store.dsn import open_store
 from conveyor.store.expiring import ExpiringStore
 from conveyor.store.protocols import HoldStore, Store
-from conveyor.store.records import Finish, Lease
+from conveyor.store.records import Finish, Lease, Purge
+from conveyor.store.retaining import RetainingStore
 from durable_model import DurableRules
 from outcomes import Failure, cancel_one, cancelled, listed, purge, released, retry_one
 
@@ -72,6 +74,15 @@ JOB_SPECS = st.tuples(
     st.sampled_from(DELAYS),
     st.integers(1, 3),
 )
+
+#: retain= options: one age for every final state, or some states only (whole seconds,
+#: so that a rule runs out exactly "now" as often as the clock allows).
+RETAINS = st.sampled_from(
+    [0, 10, {"succeeded": 0}, {"failed": 30, "cancelled": 1}, {"succeeded": 60}]
+)
+
+#: Most batches carry no rule, so that the queue's age rules meet both kinds of job.
+MAYBE_RETAIN = st.one_of(st.none(), st.none(), RETAINS)
 
 SETTINGS = settings(
     max_examples=100,
@@ -106,6 +117,8 @@ class ModelJob:
     created_at: datetime = START
     #: Its deadline to start by (expires=), cleared by a manual retry.
     expires_at: datetime | None = None
+    #: Its own retention (retain=): seconds kept once finished, by final state.
+    retain: dict[str, float] | None = None
 
     @property
     def live(self) -> bool:
@@ -208,14 +221,14 @@ class StoreMachine(DurableRules, RuleBasedStateMachine):
 
     # --- producing -------------------------------------------------------------
 
-    @initialize(specs=st.lists(JOB_SPECS, min_size=3, max_size=8))
-    def start(self, specs: list[JobSpec]) -> None:
+    @initialize(specs=st.lists(JOB_SPECS, min_size=3, max_size=8), retain=MAYBE_RETAIN)
+    def start(self, specs: list[JobSpec], retain: object) -> None:
         assert listed(self.store, limit=10) == []
-        self._enqueue(specs)
+        self._enqueue(specs, retain)
 
-    @rule(specs=st.lists(JOB_SPECS, min_size=1, max_size=3))
-    def enqueue(self, specs: list[JobSpec]) -> None:
-        self._enqueue(specs)
+    @rule(specs=st.lists(JOB_SPECS, min_size=1, max_size=3), retain=MAYBE_RETAIN)
+    def enqueue(self, specs: list[JobSpec], retain: object) -> None:
+        self._enqueue(specs, retain)
 
     @precondition(lambda self: any(j.key is not None for j in self.model.jobs.values()))
     @rule(data=st.data(), unique=st.sampled_from(["live", "forever"]))
@@ -225,8 +238,10 @@ class StoreMachine(DurableRules, RuleBasedStateMachine):
         old = data.draw(st.sampled_from(sorted(keyed, key=lambda j: j.id)), label="same key as")
         self._enqueue([(old.queue, old.key, unique, old.group, old.priority, 0, old.max_attempts)])
 
-    def _enqueue(self, specs: list[JobSpec]) -> None:
+    def _enqueue(self, specs: list[JobSpec], retain: object = None) -> None:
+        """Enqueue in one batch, each job with the same ``retain=`` (None: none)."""
         now = self.model.now
+        rule = resolve_retain(retain)
         new_jobs = [
             NewJob(
                 queue=queue,
@@ -239,6 +254,7 @@ class StoreMachine(DurableRules, RuleBasedStateMachine):
                 key=key,
                 unique=unique,
                 group=group,
+                retain=rule,
             )
             for queue, key, unique, group, priority, delay, max_attempts in specs
         ]
@@ -277,6 +293,7 @@ class StoreMachine(DurableRules, RuleBasedStateMachine):
                 group=new.group,
                 events=[("enqueued", 0)],
                 created_at=now,
+                retain=_seconds_by_state(rule),
             )
 
     # --- working ---------------------------------------------------------------
@@ -611,17 +628,95 @@ class StoreMachine(DurableRules, RuleBasedStateMachine):
             run_at=new.run_at,
             max_attempts=new.max_attempts,
             key=new.key,
-            group=None,
+            group=new.group,
             events=[("enqueued", 0)],
             created_at=now,
             expires_at=new.expires_at,
+            retain=_seconds_by_state(new.retain),
         )
+
+    # --- retention per job (retain=) ----------------------------------------------
+
+    @rule(
+        specs=st.lists(JOB_SPECS, min_size=1, max_size=3),
+        retain=RETAINS,
+        cancel=st.booleans(),
+    )
+    def enqueue_retained(self, specs: list[JobSpec], retain: object, cancel: bool) -> None:
+        """Jobs with their own retention; a key that answers an existing job keeps that
+        job's rule (or none). With ``cancel``, an operator cancels the last one at once:
+        finished jobs with a rule come often, not only after a claim and its end."""
+        for queue, key, unique, group, priority, delay, max_attempts in specs:
+            new = NewJob(
+                queue, "t", "[]", "{}", run_at=self.model.now + timedelta(seconds=delay),
+                priority=priority, max_attempts=max_attempts, key=key, unique=unique,
+                group=group, retain=resolve_retain(retain),  # type: ignore[arg-type]
+            )  # fmt: skip
+            self._enqueue_one(new)
+        if cancel:
+            self._cancel(self.model.last_id)
+
+    @rule()
+    def purge_retained(self) -> None:
+        self._purge_retained()
+
+    @rule()
+    def purge_retained_again(self) -> None:
+        """The same rule twice, so that a rule of 0 is often judged in the tick the job
+        finished in (``<=``: it goes)."""
+        self._purge_retained()
+
+    def _purge_retained(self) -> None:
+        """The retention round: a finished job goes once its own rule for the state it
+        ended in has run out (``finished_at + rule <= now``); other states stay."""
+        now = self.model.now
+        doomed = [j.id for j in self.model.jobs.values() if _retained_until(j, now)]
+        assert isinstance(self.store, RetainingStore)
+        assert self.store.job_purge_retained(now) == len(doomed)
+        for job_id in doomed:
+            del self.model.jobs[job_id]
+        self.forget_waits(doomed)
+
+    @rule(
+        ago=st.sampled_from([0.5, 10.5]),
+        states=st.sampled_from([TERMINAL, (SUCCEEDED,), (FAILED, CANCELLED)]),
+        queue=st.sampled_from([None, *QUEUES]),
+    )
+    def purge_by_policy(self, ago: float, states: tuple[JobState, ...], queue: str | None) -> None:
+        self._purge_by_policy(ago, states, queue)
+
+    @rule(states=st.sampled_from([TERMINAL, (SUCCEEDED,)]))
+    def purge_by_policy_again(self, states: tuple[JobState, ...]) -> None:
+        """The same rule twice, so that it meets finished jobs with a rule often: an age
+        that takes every job finished by now (the clock moves in whole seconds)."""
+        self._purge_by_policy(-0.5, states, None)
+
+    def _purge_by_policy(self, ago: float, states: tuple[JobState, ...], queue: str | None) -> None:
+        """A queue's age rule: it passes over a job whose own rule names its final state."""
+        before = self.model.now - timedelta(seconds=ago)
+        doomed = [
+            j.id
+            for j in self.model.jobs.values()
+            if j.state in states
+            and (queue is None or j.queue == queue)
+            and j.finished_at is not None
+            and j.finished_at < before
+            and not (j.retain and str(j.state) in j.retain)
+        ]
+        names = tuple(str(s) for s in states)
+        got = self.store.job_purge_where(Purge(before, names, queue=queue, by_policy=True))
+        assert got == len(doomed)
+        for job_id in doomed:
+            del self.model.jobs[job_id]
+        self.forget_waits(doomed)
 
     # --- operating ---------------------------------------------------------------
 
     @rule(data=st.data())
     def cancel(self, data: st.DataObject) -> None:
-        job_id = self._pick_job_id(data, RUNNING)
+        self._cancel(self._pick_job_id(data, RUNNING))
+
+    def _cancel(self, job_id: int) -> None:
         now = self.model.now
         got = cancel_one(self.store, job_id, now)
         job = self.model.jobs.get(job_id)
@@ -767,6 +862,18 @@ class StoreMachine(DurableRules, RuleBasedStateMachine):
         }
         wanted = {j.id: j.events for j in self.model.jobs.values()}
         assert seen == wanted
+
+
+def _seconds_by_state(stored: str | None) -> dict[str, float] | None:
+    rule = read_retain(stored)
+    return None if rule is None else {s: age.total_seconds() for s, age in rule.items()}
+
+
+def _retained_until(job: ModelJob, now: datetime) -> bool:
+    """Whether the job's own rule for its final state has run out at ``now``."""
+    if job.retain is None or job.finished_at is None or str(job.state) not in job.retain:
+        return False
+    return job.finished_at + timedelta(seconds=job.retain[str(job.state)]) <= now
 
 
 def _observed(job: Job) -> dict[str, object]:

@@ -423,7 +423,7 @@ class App:
         """Enqueue by task name, without the handler's code (e.g. from another service).
 
         ``options`` are those of ``task.options(...)``: key, group, priority, delay,
-        run_at, queue, max_attempts, batch, unique, limit_key, expires, connection.
+        run_at, queue, max_attempts, batch, unique, limit_key, expires, retain, connection.
         """
         opts = EnqueueOptions(**options)
         return self.enqueue_calls(task, [(args, kwargs or {})], opts)[0]

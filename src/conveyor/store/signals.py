@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from conveyor.job import decode_stored
+from conveyor.job import SEALED_PREFIX, decode_stored
 from conveyor.store.records import Lease, Step
 
 #: What a wait came to: a signal taken, its time over, or the job parked until then.
@@ -32,6 +32,19 @@ class SignalWait:
     until: datetime
     #: received, timeout: the step recorded for the wait.
     step: Step | None = None
+
+
+def answered(step: Step) -> SignalWait:
+    """A wait whose step is recorded: "received" with the signal's payload, or "timeout"
+    when it timed out (a step recorded by an earlier attempt answers as a replay would)."""
+    # A timeout is recorded in clear by the store; a sealed result is a payload.
+    sealed = step.result_json.startswith(SEALED_PREFIX)
+    timed_out = not sealed and _is_timeout(step.result)
+    return SignalWait("timeout" if timed_out else "received", step.finished_at, step)
+
+
+def _is_timeout(result: Any) -> bool:
+    return isinstance(result, dict) and "timeout" in result
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +102,9 @@ class SignalStore(Protocol):
     def signal_wait(
         self, lease: Lease, name: str, step: str, until: datetime, now: datetime
     ) -> SignalWait | None:
-        """Under the attempt's lease: take the oldest signal ``name`` not taken yet and
-        record it as step ``step``; else, once the wait's time (``until`` as first
+        """Under the attempt's lease: answer step ``step`` as recorded when it is (a
+        replay's answer, no signal taken); else take the oldest signal ``name`` not
+        taken yet and record it as step ``step``; else, once the wait's time (``until`` as first
         marked) is over, record the step as timed out; else park the job until then.
         None when the lease no longer holds."""
         ...

@@ -12,7 +12,7 @@ from conveyor.store.postgres.base import _Q, _finish_params
 from conveyor.store.postgres.core import CoreMixin
 from conveyor.store.postgres.steps import _row_to_step
 from conveyor.store.records import Finish, Lease
-from conveyor.store.signals import Sent, Signal, SignalWait, Waiting
+from conveyor.store.signals import Sent, Signal, SignalWait, Waiting, answered
 from conveyor.store.sql import load_queries
 
 _S = load_queries("conveyor.store.postgres", "signals.sql")
@@ -43,7 +43,7 @@ class PostgresSignals(CoreMixin):
             row = conn.execute(_S["signal_take"], params).fetchone()
             if row is not None:
                 conn.execute(_S["wait_end"], params)
-                return SignalWait("received", now, _row_to_step(row))
+                return answered(_row_to_step(row))
             mark = conn.execute(_S["wait_mark"], params).fetchone()
             assert mark is not None  # an upsert answers its row
             marked = mark[0]

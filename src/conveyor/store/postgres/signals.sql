@@ -34,24 +34,34 @@ WHERE id = %(id)s AND lease_token = %(token)s AND state = 'running'
 FOR UPDATE
 
 -- name: signal_take
--- The oldest signal of that name no wait took yet, taken by step %(step)s and
--- recorded as that step in the same statement, so that a replay returns the
--- same payload. The caller holds the job's row under the attempt's lease.
-WITH taken AS (
+-- Step %(step)s as recorded, when an earlier attempt's wait recorded it (a
+-- replay's answer: no signal is taken, since nothing could record it); else the
+-- oldest signal of that name no wait took yet, taken by the step and recorded
+-- as the step in the same statement, so that a replay returns the same
+-- payload. The caller holds the job's row under the attempt's lease: no other
+-- transaction records the step meanwhile.
+WITH recorded AS (
+    SELECT name, result, attempt, started_at, finished_at FROM job_steps
+    WHERE job_id = %(id)s AND name = %(step)s
+), taken AS (
     UPDATE job_signals SET received_at = %(now)s, step = %(step)s
     WHERE id = (
         SELECT id FROM job_signals
         WHERE job_id = %(id)s AND name = %(name)s AND received_at IS NULL
         ORDER BY id LIMIT 1
         FOR UPDATE)
+      AND NOT EXISTS (SELECT 1 FROM recorded)
     RETURNING job_id, step, payload
+), inserted AS (
+    INSERT INTO job_steps (job_id, name, result, attempt, started_at, finished_at)
+    SELECT jobs.id, taken.step, ('{"payload": ' || taken.payload || '}')::json, jobs.attempts,
+           %(now)s, %(now)s
+    FROM taken JOIN jobs ON jobs.id = taken.job_id
+    RETURNING name, result, attempt, started_at, finished_at
 )
-INSERT INTO job_steps (job_id, name, result, attempt, started_at, finished_at)
-SELECT jobs.id, taken.step, ('{"payload": ' || taken.payload || '}')::json, jobs.attempts,
-       %(now)s, %(now)s
-FROM taken JOIN jobs ON jobs.id = taken.job_id
-ON CONFLICT (job_id, name) DO NOTHING
-RETURNING name, result, attempt, started_at, finished_at
+SELECT * FROM inserted
+UNION ALL
+SELECT * FROM recorded
 
 -- name: wait_mark
 -- The job waits (step %(step)s, for signal %(name)s or children %(children)s)

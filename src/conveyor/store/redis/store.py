@@ -36,6 +36,7 @@ from conveyor.store.redis.metrics import RedisTaskMetrics
 from conveyor.store.redis.operations import OperationsMixin
 from conveyor.store.redis.outcomes import OutcomesMixin
 from conveyor.store.redis.payloads import RedisPayloads
+from conveyor.store.redis.repair import RedisRepair
 from conveyor.store.redis.retaining import RedisRetaining
 from conveyor.store.redis.signals import RedisSignals
 from conveyor.store.redis.steps import StepsMixin
@@ -66,6 +67,7 @@ class RedisStore(
     RedisWorkerControl,
     RedisExpiry,
     RedisRetaining,
+    RedisRepair,
     RedisFair,  # its claim first: a fair queue's, the others to the core's
     # Last: every capability above builds on the core.
     CoreMixin,

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from conveyor.store.records import Finish, Lease
-from conveyor.store.signals import Sent, Signal, SignalWait, Waiting
+from conveyor.store.signals import Sent, Signal, SignalWait, Waiting, answered
 from conveyor.store.sql import load_queries
 from conveyor.store.sqlite.base import _dt, _dt_required, _finish, _ts
 from conveyor.store.sqlite.core import CoreMixin
@@ -43,6 +43,10 @@ class SQLiteSignals(CoreMixin):
                 conn.execute(_S["wait_end"], params)
                 marked = until if row is None else _dt_required(row[4])
                 return SignalWait("received", marked, None if row is None else _row_to_step(row))
+            recorded = conn.execute(_S["signal_step_recorded"], params).fetchone()
+            if recorded is not None:  # a replay's answer: no signal taken for it
+                conn.execute(_S["wait_end"], params)
+                return answered(_row_to_step(recorded))
             return _wait_or_park(conn, lease, params)
 
     def signal_list(self, job_id: int) -> list[Signal]:

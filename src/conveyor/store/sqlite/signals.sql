@@ -22,23 +22,34 @@ RETURNING id
 
 -- name: signal_take
 -- The oldest signal of that name no wait took yet, taken by step :step, while
--- the attempt's lease holds: taken once, and recorded as the step in the same
--- transaction (signal_take_step), so that a replay returns the same payload.
+-- the attempt's lease holds and the step is not recorded yet: taken once, and
+-- recorded as the step in the same transaction (signal_take_step), so that a
+-- replay returns the same payload. A step recorded already (an earlier
+-- attempt's wait) takes nothing, since nothing could record it: the caller
+-- answers the step as recorded (signal_step_recorded).
 UPDATE job_signals SET received_at = :now, step = :step
 WHERE id = (
     SELECT s.id FROM job_signals s JOIN jobs ON jobs.id = s.job_id
     WHERE s.job_id = :id AND s.name = :name AND s.received_at IS NULL
       AND jobs.lease_token = :token AND jobs.state = 'running'
+      AND NOT EXISTS (SELECT 1 FROM job_steps st WHERE st.job_id = :id AND st.name = :step)
     ORDER BY s.id LIMIT 1)
 RETURNING payload
 
 -- name: signal_take_step
+-- No ON CONFLICT: signal_take took the signal only for a step not recorded yet.
 INSERT INTO job_steps (job_id, name, result, attempt, started_at, finished_at)
 SELECT jobs.id, s.step, '{"payload": ' || s.payload || '}', jobs.attempts, :now, :now
 FROM job_signals s JOIN jobs ON jobs.id = s.job_id
 WHERE s.job_id = :id AND s.step = :step
-ON CONFLICT (job_id, name) DO NOTHING
 RETURNING name, result, attempt, started_at, finished_at
+
+-- name: signal_step_recorded
+-- The step as an earlier attempt's wait recorded it, while the attempt's lease holds.
+SELECT st.name, st.result, st.attempt, st.started_at, st.finished_at
+FROM job_steps st JOIN jobs ON jobs.id = st.job_id
+WHERE st.job_id = :id AND st.name = :step
+  AND jobs.lease_token = :token AND jobs.state = 'running'
 
 -- name: wait_mark
 -- The job waits (step :step, for signal :name or children :children) until

@@ -1,7 +1,8 @@
 -- name: signal_wait
 -- ARGV: now, id, token, signal name, step name, until.
--- Under the attempt's lease: takes the oldest signal of that name not taken yet
--- (signals:<id>) and records it as the step in the job's steps hash; else
+-- Under the attempt's lease: answers the step when it is recorded already; else
+-- takes the oldest signal of that name not taken yet (signals:<id>) and records
+-- it as the step in the job's steps hash; else
 -- marks the wait (wait:<id>: step, signal, until; a wait of the same step marked
 -- by an earlier attempt keeps its time), and once that time is over records the
 -- step as timed out, else parks the job until then (a snooze: finish_all).
@@ -21,6 +22,18 @@ local function record(result)
     redis.call('DEL', wait)
     redis.call('SREM', P .. 'parked', id)
     return redis.call('HGET', steps, step)
+end
+
+-- The step recorded already (an earlier attempt's wait that ended): answered as a
+-- replay would, and no signal taken, since nothing could record it.
+local recorded = redis.call('HGET', steps, step)
+if recorded then
+    local entry = cjson.decode(recorded)
+    local ok, result = pcall(cjson.decode, entry[1])
+    local outcome = (ok and type(result) == 'table' and result.timeout) and 'timeout' or 'received'
+    redis.call('DEL', wait)
+    redis.call('SREM', P .. 'parked', id)
+    return done({outcome, entry[4], recorded, unreadable})
 end
 
 local list = P .. 'signals:' .. id
