@@ -91,6 +91,7 @@ NO_TWIN = {
     "middleware_chain": "a lookup in this process, no I/O",
     "on_change": "registers a callback in this process, no I/O",
     "task_schema": "reads the handler's annotations in this process, no I/O",
+    "port": "the store seen as one of its capabilities, no I/O",
 }
 
 
