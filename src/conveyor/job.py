@@ -308,9 +308,9 @@ class Job:
         return self._attached("app.get(job_id)").get(self.id)
 
     def waiting(self) -> Any:
-        """What the job waits for, read now, when a wait parked it (``ctx.wait_for``,
-        ``ctx.wait``): a ``Waiting`` (the signal or the children, the step, until when),
-        else None."""
+        """What the job waits for, read now, when a wait parked it (``ctx.sleep``,
+        ``ctx.wait_for``, ``ctx.wait``): a ``Waiting`` (the signal or the children, or
+        neither for a sleep; the step; until when), else None."""
         port = self._attached("app.durable").durable
         return None if port is None else port.job_waiting(self.id)
 
