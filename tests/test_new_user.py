@@ -151,9 +151,16 @@ def test_make_docs_serve_serves_the_site() -> None:
                 time.sleep(0.5)
         assert "getting-started.html" in body
     finally:
-        # make and the mkdocs it started: the session this test made for them.
-        os.killpg(server.pid, signal.SIGINT)
-        server.communicate(timeout=30)
+        # make and the mkdocs it started: the session this test made for them. SIGTERM,
+        # not SIGINT: a suite started in the background runs with SIGINT ignored, and
+        # its children keep that across exec.
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.communicate(timeout=30)
+            raise
 
 
 def test_the_demo_and_docs_targets_install_what_they_need() -> None:

@@ -487,7 +487,10 @@ class _Loop:
                         claimed = self._claim()
                         backoff.succeeded()
                     except StoreUnavailableError as exc:
-                        self._wake.wait(backoff.failed(exc))
+                        # Only a stop cuts the pause short: a change heard meanwhile (a
+                        # rescue, another process's write) says nothing of the store's
+                        # health, and answering each one would undo the backoff.
+                        self._stop.wait(backoff.failed(exc))
                         continue
                     if not claimed:
                         idle = time.monotonic() - idle_since
