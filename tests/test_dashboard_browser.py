@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
@@ -84,6 +85,19 @@ def fresh(browser: WebDriver) -> None:
     """Leave the previous test's page (its refresh timer must not log into this test)."""
     browser.get("about:blank")
     console_errors(browser)
+
+
+@contextmanager
+def at_width(browser: WebDriver, width: int) -> Iterator[None]:
+    """The window ``width`` px wide (a phone's below 500) for the block, then as before."""
+    browser.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": width < 500},
+    )
+    try:
+        yield
+    finally:
+        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 
 
 def console_errors(browser: WebDriver) -> list[str]:

@@ -12,7 +12,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 
 from conveyor import App
 from dashboard_server import serve
-from test_dashboard_browser import browser, console_errors, fresh, wait_for
+from test_dashboard_browser import at_width, browser, console_errors, fresh, wait_for
 from test_dashboard_tasks import run
 
 __all__ = ["browser"]  # the module's fixture, used here
@@ -34,32 +34,25 @@ def test_the_tasks_page_draws_its_charts(
     browser: WebDriver, busy: App, tmp_path: Path, width: int
 ) -> None:
     fresh(browser)
-    browser.execute_cdp_cmd(
-        "Emulation.setDeviceMetricsOverride",
-        {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": width < 500},
-    )
-    try:
-        with serve(busy) as base:
-            browser.get(base + "/tasks")
-            wait_for(browser, "svg.chart")
-            assert browser.save_screenshot(str(tmp_path / f"tasks-{width}.png"))
-            lines = browser.execute_script(
-                "return document.querySelectorAll('svg.chart polyline.line').length"
-            )
-            assert lines >= 6  # p50, p95, p99 of wait and of run time
-            stroke = browser.execute_script(
-                "return getComputedStyle(document.querySelector('polyline.line-p99')).stroke"
-            )
-            assert stroke not in ("", "none")  # styled by the stylesheet
-            bars = browser.execute_script(
-                "return document.querySelectorAll('svg.chart rect.bar-succeeded').length"
-            )
-            assert bars >= 1
-            scroll = browser.execute_script("return document.documentElement.scrollWidth")
-            assert scroll <= width, scroll
-            browser.get(base + "/tasks?window=week&queue=mail&task=send")
-            wait_for(browser, "svg.chart")
-            assert "mail · send" in browser.page_source
-            assert console_errors(browser) == []
-    finally:
-        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    with at_width(browser, width), serve(busy) as base:
+        browser.get(base + "/tasks")
+        wait_for(browser, "svg.chart")
+        assert browser.save_screenshot(str(tmp_path / f"tasks-{width}.png"))
+        lines = browser.execute_script(
+            "return document.querySelectorAll('svg.chart polyline.line').length"
+        )
+        assert lines >= 6  # p50, p95, p99 of wait and of run time
+        stroke = browser.execute_script(
+            "return getComputedStyle(document.querySelector('polyline.line-p99')).stroke"
+        )
+        assert stroke not in ("", "none")  # styled by the stylesheet
+        bars = browser.execute_script(
+            "return document.querySelectorAll('svg.chart rect.bar-succeeded').length"
+        )
+        assert bars >= 1
+        scroll = browser.execute_script("return document.documentElement.scrollWidth")
+        assert scroll <= width, scroll
+        browser.get(base + "/tasks?window=week&queue=mail&task=send")
+        wait_for(browser, "svg.chart")
+        assert "mail · send" in browser.page_source
+        assert console_errors(browser) == []

@@ -15,7 +15,7 @@ from conveyor.cli.demo_tasks import register
 from conveyor.job import utcnow
 from conveyor.store.records import Finish
 from dashboard_server import serve
-from test_dashboard_browser import browser, console_errors, fresh, wait_for
+from test_dashboard_browser import at_width, browser, console_errors, fresh, wait_for
 
 __all__ = ["browser"]  # the module's fixture, used here
 
@@ -56,31 +56,24 @@ def test_no_panel_of_the_overview_scrolls_sideways(
     browser: WebDriver, demo_like: App, width: int
 ) -> None:
     fresh(browser)
-    browser.execute_cdp_cmd(
-        "Emulation.setDeviceMetricsOverride",
-        {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": width < 500},
-    )
-    try:
-        with serve(demo_like) as base:
-            browser.get(base + "/")
-            wait_for(browser, "table")
-            assert "images" in browser.page_source  # the demo's queues are shown
-            wide = browser.execute_script(
-                "return [...document.querySelectorAll('.panel')]"
-                ".filter(p => p.scrollWidth > p.clientWidth + 1)"
-                ".map(p => (p.querySelector('h2') || p).textContent.trim().slice(0, 40)"
-                " + ': ' + p.scrollWidth + ' > ' + p.clientWidth)"
-            )
-            assert wide == [], wide
-            page = browser.execute_script("return document.documentElement.scrollWidth")
-            assert page <= width, page
-            # Each row's buttons line up: Pause starts at the same x in every row.
-            lefts = browser.execute_script(
-                "return [...document.querySelectorAll('table.queues td.actions button')]"
-                ".filter(b => b.textContent.trim() === 'Pause')"
-                ".map(b => Math.round(b.getBoundingClientRect().left))"
-            )
-            assert len(lefts) == 3 and (width < 500 or len(set(lefts)) == 1), lefts
-            assert console_errors(browser) == []
-    finally:
-        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    with at_width(browser, width), serve(demo_like) as base:
+        browser.get(base + "/")
+        wait_for(browser, "table")
+        assert "images" in browser.page_source  # the demo's queues are shown
+        wide = browser.execute_script(
+            "return [...document.querySelectorAll('.panel')]"
+            ".filter(p => p.scrollWidth > p.clientWidth + 1)"
+            ".map(p => (p.querySelector('h2') || p).textContent.trim().slice(0, 40)"
+            " + ': ' + p.scrollWidth + ' > ' + p.clientWidth)"
+        )
+        assert wide == [], wide
+        page = browser.execute_script("return document.documentElement.scrollWidth")
+        assert page <= width, page
+        # Each row's buttons line up: Pause starts at the same x in every row.
+        lefts = browser.execute_script(
+            "return [...document.querySelectorAll('table.queues td.actions button')]"
+            ".filter(b => b.textContent.trim() === 'Pause')"
+            ".map(b => Math.round(b.getBoundingClientRect().left))"
+        )
+        assert len(lefts) == 3 and (width < 500 or len(set(lefts)) == 1), lefts
+        assert console_errors(browser) == []
