@@ -283,18 +283,7 @@ class StoreMachine(DurableRules, RuleBasedStateMachine):
             assert job.id > self.model.last_id, f"position {position}: new job got id {job.id}"
             self.model.last_id = job.id
             assert job.state == QUEUED
-            self.model.jobs[job.id] = ModelJob(
-                id=job.id,
-                queue=new.queue,
-                priority=new.priority,
-                run_at=new.run_at,
-                max_attempts=new.max_attempts,
-                key=new.key,
-                group=new.group,
-                events=[("enqueued", 0)],
-                created_at=now,
-                retain=_seconds_by_state(rule),
-            )
+            self.model.jobs[job.id] = _model_job(job.id, new, now)
 
     # --- working ---------------------------------------------------------------
 
@@ -621,19 +610,7 @@ class StoreMachine(DurableRules, RuleBasedStateMachine):
             return
         assert got.id > self.model.last_id and got.state == QUEUED
         self.model.last_id = got.id
-        self.model.jobs[got.id] = ModelJob(
-            id=got.id,
-            queue=new.queue,
-            priority=new.priority,
-            run_at=new.run_at,
-            max_attempts=new.max_attempts,
-            key=new.key,
-            group=new.group,
-            events=[("enqueued", 0)],
-            created_at=now,
-            expires_at=new.expires_at,
-            retain=_seconds_by_state(new.retain),
-        )
+        self.model.jobs[got.id] = _model_job(got.id, new, now)
 
     # --- retention per job (retain=) ----------------------------------------------
 
@@ -862,6 +839,23 @@ class StoreMachine(DurableRules, RuleBasedStateMachine):
         }
         wanted = {j.id: j.events for j in self.model.jobs.values()}
         assert seen == wanted
+
+
+def _model_job(job_id: int, new: NewJob, now: datetime) -> ModelJob:
+    """The model's record of a job the store has just inserted from ``new``."""
+    return ModelJob(
+        id=job_id,
+        queue=new.queue,
+        priority=new.priority,
+        run_at=new.run_at,
+        max_attempts=new.max_attempts,
+        key=new.key,
+        group=new.group,
+        events=[("enqueued", 0)],
+        created_at=now,
+        expires_at=new.expires_at,
+        retain=_seconds_by_state(new.retain),
+    )
 
 
 def _seconds_by_state(stored: str | None) -> dict[str, float] | None:
